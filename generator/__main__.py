@@ -1,0 +1,3 @@
+from tvmgen.cli import main
+
+main()

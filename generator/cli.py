@@ -1,0 +1,336 @@
+"""The tvmgen command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+import click
+import numpy as np
+
+from tvmgen import __version__, log as logs
+from tvmgen.errors import CheckError, InputError, TvmgenError
+
+log = logging.getLogger("tvmgen")
+console = logs.console
+
+
+class State:
+    verbosity = 0
+    log_path: Path | None = None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="tvmgen",
+                      message="%(prog)s %(version)s")
+@click.option("-v", "--verbose", count=True, help="More output: -v steps, -vv debug (also in the log file).")
+@click.pass_context
+def cli(ctx, verbose):
+    """tvmgen: put a deep-learning model on a phone with Apache TVM.
+
+    \b
+    Quick start:
+      tvmgen compile builtin:mobilenet --check       compile the built-in model for this machine
+      tvmgen run out/mobilenet-host-cpu              run it and time it
+      tvmgen inspect out/mobilenet-host-cpu          show what the artifact holds
+
+    Every run writes a log file; its path is printed when something fails.
+    """
+    State.verbosity = verbose
+    State.log_path = logs.setup(verbose, ctx.invoked_subcommand or "tvmgen")
+
+
+# --------------------------------------------------------------------------- compile
+
+def _default_out(model: str, platform: str, device: str) -> Path:
+    stem = model.split(":", 1)[1] if model.startswith("builtin:") else Path(model).stem
+    return Path("out") / f"{stem}-{platform}-{device}"
+
+
+@cli.command()
+@click.argument("model_arg", metavar="MODEL", required=False)
+@click.option("--model", "model_opt", metavar="MODEL", help="The model (same as the MODEL argument).")
+@click.option("--platform", "--target", "platform", default="host", show_default=True,
+              help="Where the model runs: host, linux-aarch64, android-arm64, android-armv7, "
+                   "android-x86_64, ios-arm64. (--target is an alias.)")
+@click.option("--device", default="cpu", show_default=True,
+              type=click.Choice(["cpu", "opencl", "metal", "cuda", "nnapi"]),
+              help="Processor on the platform that runs the model.")
+@click.option("--gpu-family", default="generic", show_default=True,
+              type=click.Choice(["adreno", "mali", "generic"]), help="OpenCL GPU family (with --device opencl).")
+@click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]",
+              help="Set or override an input's shape/dtype, e.g. input:1x224x224x3:float32. Repeatable.")
+@click.option("--inputs", "tf_inputs", metavar="NAMES", help="TensorFlow: comma-separated input node names.")
+@click.option("--outputs", "tf_outputs", metavar="NAMES", help="TensorFlow: comma-separated output node names.")
+@click.option("-o", "--out", type=click.Path(path_type=Path),
+              help="Artifact directory to write. [default: out/<model>-<platform>-<device>]")
+@click.option("--force", is_flag=True, help="Replace the output directory if it exists.")
+@click.option("--separate-params", is_flag=True, help="Write weights to model.params instead of into the library.")
+@click.option("--objects-only", is_flag=True,
+              help="Write an object archive (model.tar) for the app build to link, instead of linking here.")
+@click.option("--check", is_flag=True, help="Compare outputs with the reference runtime on seeded random inputs.")
+@click.option("--rtol", default=1e-3, show_default=True, help="--check: tolerance relative to the largest reference value.")
+@click.option("--atol", default=1e-4, show_default=True, help="--check: absolute tolerance.")
+@click.option("--seed", default=0, show_default=True, help="--check: seed for the random inputs.")
+def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_inputs, tf_outputs,
+            out, force, separate_params, objects_only, check, rtol, atol, seed):
+    """Compile MODEL into an artifact directory (library + manifest.json).
+
+    MODEL is an .onnx, .tflite, .pt2 (torch.export) or .pb (TensorFlow frozen graph) file,
+    a TensorFlow SavedModel directory, or builtin:mobilenet.
+
+    \b
+    Examples:
+      tvmgen compile builtin:mobilenet --check
+      tvmgen compile model.onnx --platform android-arm64 --device opencl --gpu-family adreno
+      tvmgen compile mobilenet.pb --input input:1x224x224x3:float32 --platform linux-aarch64
+    """
+    from tvmgen import artifact, builtin, frontends
+    from tvmgen.compiler import build
+    from tvmgen.compiler.platforms import check_pair, get_platform
+    from tvmgen.frontends.base import InputOverride
+
+    model = model_opt or model_arg
+    if model_arg and model_opt and model_arg != model_opt:
+        raise InputError("the model is given twice (argument and --model)", "give it once")
+    if not model:
+        raise InputError("no model given", "tvmgen compile MODEL (try builtin:mobilenet)")
+    plat = get_platform(platform)
+    check_pair(plat, device)
+    overrides = [InputOverride.parse(f) for f in input_flags]
+    out = out or _default_out(model, platform, device)
+    if out.exists() and not force:  # fail before minutes of work, not after
+        raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
+
+    with tempfile.TemporaryDirectory(prefix="tvmgen-") as scratch:
+        if model.startswith("builtin:"):
+            model_path = builtin.materialize(model, Path(scratch))
+        else:
+            model_path = Path(model)
+        with logs.step(f"Importing {model_path.name if not model.startswith('builtin:') else model}"):
+            imported = frontends.load(model_path, overrides,
+                                      input_names=_split(tf_inputs), output_names=_split(tf_outputs))
+        for note in imported.notes:
+            console.print(f"  [dim]{note}[/]")
+        model_info = {
+            "name": model.split(":", 1)[1] if model.startswith("builtin:") else model_path.stem,
+            "source": model if model.startswith("builtin:") else str(model_path.resolve()),
+            "format": imported.format,
+            "sha256": _hash_model(model_path),
+        }
+        opts = build.BuildOptions(plat, device, gpu_family, separate_params, objects_only)
+        manifest = build.compile_to_artifact(imported, opts, out, force, model_info)
+        console.print(f"[green]✓[/] artifact: [bold]{out}[/] ({manifest.export['library']}, "
+                      f"{_size(out)} total)")
+        if manifest.export.get("finish_command"):
+            console.print(f"  to link it later: cd {out} && {manifest.export['finish_command']}")
+        if check:
+            _check(imported, out, opts, rtol, atol, seed, scratch)
+
+
+def _check(imported, out: Path, opts, rtol, atol, seed, scratch):
+    from tvmgen.compiler import build
+    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.frontends.base import random_inputs
+    from tvmgen.runner import HostModel, compare
+
+    host_dir = out
+    if opts.platform.name != "host" or opts.device not in ("cpu", "cuda"):
+        # The artifact cannot run here: check the same imported module built for this machine.
+        host_dir = Path(scratch) / "host-check"
+        console.print(f"  [dim]{opts.platform.name}/{opts.device} cannot run here; "
+                      "checking a host/cpu build of the same model[/]")
+        host_opts = build.BuildOptions(PLATFORMS["host"], "cpu", separate_params=opts.separate_params)
+        build.compile_to_artifact(imported, host_opts, host_dir, True, {"name": "check"})
+    inputs = random_inputs(imported.inputs, seed)
+    with logs.step(f"Checking against {imported.reference_name}"):
+        actual = HostModel(host_dir).run(inputs)
+        expected = imported.reference(inputs)
+    rows = compare(actual, expected, imported.output_names)
+    failed = []
+    for r in rows:
+        if "shape_mismatch" in r:
+            failed.append(f"{r['name']}: shape {r['shape_mismatch']}")
+            continue
+        limit = atol + rtol * r["ref_max"]
+        ok = r["max_abs"] <= limit
+        console.print(f"  {'[green]ok[/]' if ok else '[red]FAIL[/]'} {r['name']}: max abs error {r['max_abs']:.3g}, "
+                      f"max rel error {r['max_rel']:.3g} (tolerance: atol {atol:g} + rtol {rtol:g})")
+        if not ok:
+            failed.append(r["name"])
+    if len(actual) != len(expected):
+        failed.append(f"TVM gave {len(actual)} outputs, the reference {len(expected)}")
+    if failed:
+        raise CheckError(f"outputs differ from {imported.reference_name} beyond tolerance: {', '.join(failed)}",
+                         "this is a compiler bug or a precision issue; raise --atol/--rtol only if the error is expected")
+
+
+# --------------------------------------------------------------------------- inspect
+
+@cli.command()
+@click.argument("artifact_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def inspect(artifact_dir, as_json):
+    """Show what an artifact directory holds (its manifest)."""
+    from rich.table import Table
+
+    from tvmgen import artifact
+
+    m = artifact.load(artifact_dir)
+    if as_json:
+        click.echo(json.dumps(m.to_json(), indent=2))
+        return
+    out = logs.Console(highlight=False)
+    t = Table(title=f"artifact {artifact_dir}", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("model", f"{m.model.get('name')} ({m.model.get('format')})  {m.model.get('source', '')}")
+    t.add_row("platform", f"{m.platform}  (ABI {m.abi}, {m.arch})")
+    t.add_row("device", m.device)
+    t.add_row("target", json.dumps(m.target))
+    t.add_row("export", f"{m.export['kind']}: {m.export['library']}"
+              + (f"  system-lib" if m.export.get("system_lib") else ""))
+    for s in m.inputs:
+        t.add_row("input", str(s))
+    for s in m.outputs:
+        t.add_row("output", str(s))
+    t.add_row("weights", f"{m.params['count']} tensors in {m.params['file']}" if m.params else "inside the library")
+    t.add_row("versions", ", ".join(f"{k} {v}" for k, v in m.versions.items()))
+    for name, info in m.files.items():
+        t.add_row("file", f"{name}  {info['bytes']:,} bytes  sha256 {info['sha256'][:16]}…")
+    t.add_row("created", m.created)
+    out.print(t)
+
+
+# --------------------------------------------------------------------------- run
+
+@cli.command()
+@click.argument("artifact_dir", type=click.Path(path_type=Path))
+@click.option("-i", "--input", "input_files", multiple=True, metavar="[NAME=]FILE.npy",
+              help="An input as .npy; NAME= may be left out when given in the model's input order. "
+                   "Inputs not given are seeded random.")
+@click.option("-o", "--output-dir", type=click.Path(path_type=Path), help="Write each output as NAME.npy here.")
+@click.option("--repeat", default=10, show_default=True, help="Timed runs after the first.")
+@click.option("--seed", default=0, show_default=True, help="Seed for inputs not given.")
+@click.option("--json", "as_json", is_flag=True, help="Print timings and output summaries as JSON.")
+def run(artifact_dir, input_files, output_dir, repeat, seed, as_json):
+    """Run a host artifact with TVM's Relax VM, write outputs, print timings."""
+    from tvmgen import artifact
+    from tvmgen.frontends.base import random_inputs
+    from tvmgen.runner import HostModel
+
+    manifest = artifact.load(artifact_dir)
+    inputs = _read_inputs(input_files, manifest.inputs)
+    missing = [s for s in manifest.inputs if s.name not in inputs]
+    if missing:
+        console.print(f"  [dim]seeded random values (seed {seed}) for: {', '.join(s.name for s in missing)}[/]")
+        inputs.update(random_inputs(missing, seed))
+    with logs.step(f"Loading {artifact_dir}"):
+        model = HostModel(artifact_dir)
+    with logs.step(f"Running {1 + repeat} times"):
+        outputs = model.run(inputs, repeat=1 + repeat)
+    if output_dir:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        for spec, arr in zip(manifest.outputs, outputs):
+            np.save(output_dir / f"{_safe(spec.name)}.npy", arr)
+    summary = {
+        "timings": model.timings.summary(),
+        "outputs": [{"name": s.name, "shape": list(a.shape), "dtype": str(a.dtype),
+                     "min": float(a.min()), "max": float(a.max()), "mean": float(a.mean()),
+                     **({"top5": np.argsort(a.reshape(-1))[::-1][:5].tolist()} if a.ndim == 2 and a.shape[0] == 1 else {})}
+                    for s, a in zip(manifest.outputs, outputs)],
+    }
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    tm = summary["timings"]
+    console.print(f"load {tm['load_ms']:.1f} ms · VM init {tm['init_ms']:.1f} ms · first run {tm['first_run_ms']:.1f} ms "
+                  f"· median of {tm['runs']} runs [bold]{tm['median_ms']:.2f} ms[/] (min {tm['min_ms']:.2f})")
+    for o in summary["outputs"]:
+        extra = f" top-5 {o['top5']}" if "top5" in o else ""
+        click.echo(f"{o['name']}: shape {tuple(o['shape'])} {o['dtype']} min {o['min']:.4g} max {o['max']:.4g} "
+                   f"mean {o['mean']:.4g}{extra}")
+    if output_dir:
+        console.print(f"outputs written to {output_dir}/")
+
+
+def _read_inputs(flags, specs) -> dict[str, np.ndarray]:
+    names = [s.name for s in specs]
+    inputs = {}
+    for i, flag in enumerate(flags):
+        name, sep, path = flag.rpartition("=")
+        if not sep:
+            if i >= len(names):
+                raise InputError(f"more --input files ({len(flags)}) than model inputs ({len(names)})",
+                                 f"the model's inputs are: {', '.join(names)}")
+            name, path = names[i], flag
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"input file {p} does not exist", "pass an existing .npy file")
+        try:
+            inputs[name] = np.load(p, allow_pickle=False)
+        except Exception as e:
+            raise InputError(f"cannot read {p} as .npy ({e})", "save inputs with numpy.save") from e
+    return inputs
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _split(text):
+    return [s.strip() for s in text.split(",") if s.strip()] if text else None
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def _hash_model(path: Path) -> str:
+    import hashlib
+
+    from tvmgen.artifact import sha256_file
+
+    if path.is_file():
+        return sha256_file(path)
+    h = hashlib.sha256()  # a SavedModel directory: hash its files in order
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(path)).encode())
+        h.update(sha256_file(f).encode())
+    return h.hexdigest()
+
+
+def _size(directory: Path) -> str:
+    total = sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
+    return f"{total / 1e6:.1f} MB" if total > 1e5 else f"{total / 1e3:.1f} KB"
+
+
+def main():
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        console.print("aborted")
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except TvmgenError as e:
+        log.debug("error: %s", traceback.format_exc())
+        console.print(f"[bold red]error:[/] {e.message}")
+        if e.hint:
+            console.print(f"  [bold]fix:[/] {e.hint}")
+        if State.log_path:
+            console.print(f"  [dim]log: {State.log_path}[/]")
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        sys.exit(130)
+    except Exception as e:  # an internal error: full traceback to the log, one line to the user
+        log.error("internal error: %s", traceback.format_exc())
+        console.print(f"[bold red]internal error:[/] {type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
+        if State.log_path:
+            console.print(f"  the full traceback is in the log: {State.log_path}")
+        console.print("  please report it with that log attached")
+        sys.exit(1)

@@ -1,0 +1,1 @@
+"""Compiler: platform/device table, TVM build, export, artifact writing."""

@@ -1,0 +1,106 @@
+"""Model file -> artifact directory: import, build with TVM, export, write the manifest."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from tvmgen import __version__, artifact
+from tvmgen.compiler import export as exporter
+from tvmgen.compiler.platforms import DL_DEVICE_TYPES, Platform, make_target, target_dict
+from tvmgen.errors import CompileError
+from tvmgen.frontends.base import ImportedModel, TensorSpec
+from tvmgen.log import step
+
+log = logging.getLogger("tvmgen.compiler")
+
+
+@dataclass
+class BuildOptions:
+    platform: Platform
+    device: str
+    gpu_family: str = "generic"
+    separate_params: bool = False
+    objects_only: bool = False
+
+
+def output_specs(mod, names: list[str]) -> list[TensorSpec]:
+    """Output shapes and dtypes from main's return type, named after the model's outputs."""
+    from tvm import relax
+
+    ret = mod["main"].ret_ty
+    fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
+    specs = []
+    for i, f in enumerate(fields):
+        if not isinstance(f, relax.TensorType) or f.shape is None:
+            raise CompileError(f"output {i} of the model is not a tensor of known shape ({f})",
+                               "tvmgen handles models whose outputs are tensors with fixed shapes")
+        shape = tuple(int(d) for d in f.shape.values)
+        name = names[i] if i < len(names) else f"output_{i}"
+        specs.append(TensorSpec(name, shape, str(f.dtype)))
+    return specs
+
+
+def build_executable(imported: ImportedModel, opts: BuildOptions):
+    """Run TVM: bind or keep weights, lower with the target's default pipeline, build."""
+    from tvm import relax
+
+    target = make_target(target_dict(opts.platform, opts.device, opts.gpu_family))
+    mod = imported.mod
+    if not opts.separate_params and imported.params:
+        weights = mod["main"].params[len(imported.inputs):]
+        mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
+    try:
+        with target:
+            pipeline = relax.get_default_pipeline(target)
+        return relax.build(mod, target, relax_pipeline=pipeline,
+                           system_lib=True if opts.platform.system_lib else None)
+    except Exception as e:
+        lines = [ln for ln in str(e).splitlines() if ln.strip()]
+        raise CompileError(
+            f"TVM failed to build for {opts.platform.name}/{opts.device}: {type(e).__name__}: "
+            f"{lines[-1] if lines else ''}",
+            "run with -vv and see the log file for TVM's full message; try --device cpu to isolate a GPU scheduling problem",
+        ) from e
+
+
+def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Path, force: bool,
+                        model_info: dict) -> artifact.Manifest:
+    import tvm
+
+    outputs = output_specs(imported.mod, imported.output_names)
+    tspec = target_dict(opts.platform, opts.device, opts.gpu_family)
+    with artifact.staging(out_dir, force) as tmp:
+        with step(f"Compiling for {opts.platform.name}/{opts.device} with TVM {tvm.__version__}"):
+            ex = build_executable(imported, opts)
+        with step(f"Exporting the library ({opts.platform.exporter} toolchain)"):
+            exported = exporter.export(ex, opts.platform, tmp, opts.objects_only)
+        params = None
+        if opts.separate_params:
+            names = [f"p{i}" for i in range(len(imported.params))]
+            blob = tvm.runtime.save_param_dict(dict(zip(names, imported.params)))
+            (tmp / "model.params").write_bytes(blob)
+            params = {"file": "model.params", "names": names, "count": len(names)}
+        devices = [{"name": opts.device, "dl_device_type": DL_DEVICE_TYPES[opts.device], "id": 0, "alloc_type": 2}]
+        if opts.device != "cpu":  # the VM keeps shapes and scalars on the host
+            devices.append({"name": "cpu", "dl_device_type": DL_DEVICE_TYPES["cpu"], "id": 0, "alloc_type": 2})
+        manifest = artifact.Manifest(
+            model=model_info,
+            platform=opts.platform.name,
+            abi=opts.platform.abi,
+            arch=opts.platform.arch,
+            device=opts.device,
+            target=tspec,
+            export={"kind": exported.kind, "library": exported.library,
+                    "system_lib": opts.platform.system_lib, "finish_command": exported.finish_command},
+            inputs=imported.inputs,
+            outputs=outputs,
+            params=params,
+            vm={"entry": "main", "devices": devices, "num_inputs": len(imported.inputs)},
+            versions={"tvm": tvm.__version__, "tvmgen": __version__},
+            created=artifact.now(),
+        )
+        artifact.write_manifest(tmp, manifest)
+    log.info("artifact written to %s", out_dir)
+    return manifest

@@ -1,0 +1,67 @@
+"""Turn a TVM executable into files on disk, with the toolchain each platform needs."""
+
+from __future__ import annotations
+
+import shlex
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tvmgen import toolchains
+from tvmgen.compiler.platforms import Platform
+
+
+@dataclass
+class Exported:
+    kind: str  # shared | objects | static
+    library: str  # file name inside the artifact directory
+    finish_command: str | None = None  # what turns an object archive into a library elsewhere
+
+
+def export(ex, platform: Platform, directory: Path, objects_only: bool) -> Exported:
+    """Write the model library for ``platform`` into ``directory``."""
+    import tvm.support.cc as cc
+
+    if platform.exporter == "xcode":
+        return _export_ios(ex, directory)
+    if objects_only:
+        ex.export_library(str(directory / "model.tar"))
+        return Exported("objects", "model.tar", _link_command(platform))
+    compiler = {
+        "host": toolchains.HostCxx,
+        "aarch64-linux-gnu": toolchains.CrossGxxAarch64,
+        "ndk": lambda: toolchains.AndroidNdk(platform.abi),
+    }[platform.exporter]().verify()
+    options = ["-static-libstdc++"] if platform.exporter == "ndk" else None
+    ex.export_library(str(directory / "model.so"), fcompile=cc.cross_compiler(str(compiler), options=options))
+    return Exported("shared", "model.so")
+
+
+def _link_command(platform: Platform) -> str:
+    clang = f"{toolchains.ANDROID_CLANG_PREFIX.get(platform.abi, 'CXX')}{toolchains.ANDROID_MIN_API}-clang++"
+    return f"mkdir objs && tar -xf model.tar -C objs && {clang} -shared -fPIC -o model.so objs/*.o"
+
+
+def _export_ios(ex, directory: Path) -> Exported:
+    """A system-lib static library: objects always; the .a itself only where Xcode exists."""
+    tar_path = directory / "model.tar"
+    ex.export_library(str(tar_path))
+    finish = "mkdir objs && tar -xf model.tar -C objs && xcrun libtool -static -o libmodel.a objs/*.o"
+    xcode = toolchains.Xcode()
+    if not xcode.available():
+        return Exported("objects", "model.tar", finish)
+    objs = directory / ".objs"
+    objs.mkdir()
+    with tarfile.open(tar_path) as t:
+        t.extractall(objs, filter="data")
+    toolchains.run([str(xcode.verify()), "libtool", "-static", "-o", str(directory / "libmodel.a"),
+                    *sorted(map(str, objs.glob("*.o")))])
+    for p in objs.iterdir():
+        p.unlink()
+    objs.rmdir()
+    tar_path.unlink()
+    return Exported("static", "libmodel.a", None)
+
+
+def quote(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)

@@ -1,0 +1,141 @@
+"""What every frontend returns, and the --input flag they all honour."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tvmgen.errors import InputError
+
+DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
+
+INPUT_FLAG_EXAMPLE = "--input NAME:1x224x224x3:float32"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, d: dict) -> TensorSpec:
+        return cls(d["name"], tuple(int(x) for x in d["shape"]), d["dtype"])
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def __str__(self) -> str:
+        return f"{self.name}:{'x'.join(map(str, self.shape)) or 'scalar'}:{self.dtype}"
+
+
+@dataclass(frozen=True)
+class InputOverride:
+    """One --input flag: NAME:SHAPE[:DTYPE], the shape as 1x224x224x3."""
+
+    name: str
+    shape: tuple[int, ...] | None
+    dtype: str | None
+
+    @classmethod
+    def parse(cls, text: str) -> InputOverride:
+        # Names may contain ':' (TensorFlow's "input:0"), so read from the right.
+        parts = text.split(":")
+        dtype = None
+        if len(parts) >= 2 and parts[-1] in DTYPES:
+            dtype = parts.pop()
+        shape = None
+        if len(parts) >= 2 and re.fullmatch(r"\d+(x\d+)*|scalar", parts[-1]):
+            last = parts.pop()
+            shape = () if last == "scalar" else tuple(int(d) for d in last.split("x"))
+        name = ":".join(parts)
+        if not name or (shape is None and dtype is None):
+            raise InputError(
+                f"cannot read --input {text!r}",
+                f"write it as NAME:SHAPE[:DTYPE], e.g. {INPUT_FLAG_EXAMPLE} (dtypes: {', '.join(DTYPES)})",
+            )
+        if shape is not None and any(d <= 0 for d in shape):
+            raise InputError(f"--input {text!r}: every dimension must be positive")
+        return cls(name, shape, dtype)
+
+
+# A model's own view of an input: dimensions may be None or a symbol name when dynamic.
+RawInput = tuple[str, Sequence[int | str | None], str]
+
+
+def resolve_inputs(raw: Sequence[RawInput], overrides: Sequence[InputOverride]) -> list[TensorSpec]:
+    """Apply --input overrides; every dimension must end up a known positive integer."""
+    by_name = {o.name: o for o in overrides}
+    known = [r[0] for r in raw]
+    unknown = [n for n in by_name if n not in known]
+    if unknown:
+        raise InputError(
+            f"--input names {', '.join(map(repr, unknown))} not among the model's inputs",
+            f"the model's inputs are: {', '.join(known) or '(none)'}",
+        )
+    specs = []
+    for name, dims, dtype in raw:
+        o = by_name.get(name)
+        shape = o.shape if o and o.shape is not None else tuple(dims)
+        dtype = o.dtype if o and o.dtype else dtype
+        if o and o.shape is not None and len(dims) and len(o.shape) != len(dims):
+            raise InputError(
+                f"--input {name}: the model's input has rank {len(dims)} "
+                f"({_dims_text(dims)}), the flag gives rank {len(o.shape)}",
+                "give one size per dimension",
+            )
+        unresolved = [i for i, d in enumerate(shape) if not isinstance(d, (int, np.integer)) or d <= 0]
+        if unresolved:
+            raise InputError(
+                f"input {name!r} has dynamic dimensions ({_dims_text(shape)}); TVM needs fixed shapes for a phone build",
+                f"set them with --input {name}:{'x'.join(str(d) if isinstance(d, int) and d > 0 else 'N' for d in shape)}:{dtype}"
+                " (N = the size you will run with)",
+            )
+        if dtype not in DTYPES:
+            raise InputError(f"input {name!r} has dtype {dtype}, which tvmgen does not handle",
+                             f"supported dtypes: {', '.join(DTYPES)}")
+        specs.append(TensorSpec(name, tuple(int(d) for d in shape), dtype))
+    return specs
+
+
+def _dims_text(dims) -> str:
+    return "x".join("?" if d is None or (isinstance(d, int) and d <= 0) else str(d) for d in dims) or "scalar"
+
+
+@dataclass
+class ImportedModel:
+    """A model in TVM's hands: the Relax module and what the artifact needs to say about it.
+
+    ``mod["main"]`` takes the inputs first, then the weights in ``params`` order.
+    """
+
+    mod: object  # tvm.IRModule
+    params: list  # tvm.runtime.Tensor weights, detached from the graph
+    inputs: list[TensorSpec]
+    output_names: list[str]
+    format: str
+    reference_name: str
+    # Runs the same model in its reference runtime: inputs by name -> outputs in order.
+    reference: Callable[[dict[str, np.ndarray]], list[np.ndarray]] = field(repr=False)
+    notes: list[str] = field(default_factory=list)
+
+
+def random_inputs(specs: Sequence[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs for checks: normal floats, small non-negative integers."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s in specs:
+        if s.dtype.startswith("float"):
+            out[s.name] = rng.standard_normal(s.shape).astype(s.dtype)
+        elif s.dtype == "bool":
+            out[s.name] = rng.integers(0, 2, s.shape).astype(bool)
+        else:
+            out[s.name] = rng.integers(0, 10, s.shape).astype(s.dtype)
+    return out

@@ -1,0 +1,158 @@
+"""ONNX frontend: fix input shapes, simplify with onnxslim, import with TVM's Relax ONNX frontend."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from tvmgen.errors import ModelError
+from tvmgen.frontends.base import ImportedModel, InputOverride, resolve_inputs
+
+log = logging.getLogger("tvmgen.frontends.onnx")
+
+
+def read_model(path: Path):
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        model = onnx.load(str(path), load_external_data=True)
+    except (DecodeError, ValueError, OSError, RuntimeError) as e:
+        raise ModelError(
+            f"{path} is not a readable ONNX model ({type(e).__name__}: {e})",
+            "check the file is complete (not truncated) and really ONNX; re-export it from your framework",
+        ) from e
+    if not model.graph.node:
+        raise ModelError(f"{path} holds no ONNX graph (0 nodes): the file is empty or not ONNX",
+                         "re-export the model")
+    return model
+
+
+def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
+    return import_model(read_model(path), overrides, source=str(path), fmt="onnx")
+
+
+def import_model(model, overrides: list[InputOverride], source: str, fmt: str) -> ImportedModel:
+    """Shared by the ONNX and TensorFlow frontends (TensorFlow arrives here through tf2onnx)."""
+    import onnx
+
+    original = model.SerializeToString()
+    graph = model.graph
+    initializers = {i.name for i in graph.initializer}
+    raw = []
+    for vi in graph.input:
+        if vi.name in initializers:
+            continue
+        t = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None)
+                for d in t.shape.dim]
+        raw.append((vi.name, dims, _np_dtype(t.elem_type)))
+    specs = resolve_inputs(raw, overrides)
+    check_operators(model)
+
+    model = simplify(model, specs)
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    shape_dict = {s.name: list(s.shape) for s in specs}
+    dtype_dict = {s.name: s.dtype for s in specs}
+    try:
+        mod = from_onnx(model, shape_dict, dtype_dict, keep_params_in_input=True)
+    except Exception as e:  # TVM raises many types; all mean the same to the user
+        raise ModelError(
+            f"TVM's ONNX importer failed on {source}: {type(e).__name__}: {_first_line(e)}",
+            "if a shape is computed inside the graph, fix every input shape with --input; "
+            "otherwise the model uses an operator form TVM 0.27 cannot import",
+        ) from e
+    mod, params = relax.frontend.detach_params(mod)
+    output_names = [o.name for o in graph.output]
+
+    def reference(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(original, opts, providers=["CPUExecutionProvider"])
+        return sess.run(None, inputs)
+
+    return ImportedModel(
+        mod=mod,
+        params=list(params.get("main", [])),
+        inputs=specs,
+        output_names=output_names,
+        format=fmt,
+        reference_name=f"onnxruntime {_version('onnxruntime')}",
+        reference=reference,
+    )
+
+
+def check_operators(model) -> None:
+    """Name every operator TVM cannot import, with the nodes that use it, before importing."""
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    supported = set(_get_convert_map()) | {"Constant", "If"}
+    bad: dict[str, list[str]] = {}
+    for i, node in enumerate(model.graph.node):
+        if node.op_type not in supported:
+            bad.setdefault(node.op_type if not node.domain else f"{node.domain}.{node.op_type}", []).append(
+                node.name or f"#{i}")
+    if bad:
+        desc = "; ".join(f"{op} (nodes: {', '.join(nodes[:5])}{' …' if len(nodes) > 5 else ''})"
+                         for op, nodes in bad.items())
+        raise ModelError(
+            f"unsupported operator(s) for TVM 0.27's ONNX frontend: {desc}",
+            "replace these operators in the source model (or export with a different opset), "
+            "then compile again",
+        )
+
+
+def simplify(model, specs):
+    """Fix input shapes, then fold constants and infer shapes with onnxslim.
+
+    Real mobile models compute Reshape targets and Pad sizes inside the graph; once the
+    input shapes are fixed these fold to constants that TVM's importer accepts.
+    """
+    import onnx
+    import onnxslim
+
+    for vi in model.graph.input:
+        for s in specs:
+            if vi.name == s.name:
+                dims = vi.type.tensor_type.shape.dim
+                del dims[:]
+                for d in s.shape:
+                    dims.add().dim_value = d
+    try:
+        slimmed = onnxslim.slim(model)
+        if slimmed is not None:
+            return slimmed
+    except Exception as e:  # onnxslim is best effort: fall back to ONNX's own shape inference
+        log.warning("onnxslim could not simplify the graph (%s); using ONNX shape inference only", e)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _np_dtype(elem_type: int) -> str:
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    try:
+        return str(np.dtype(tensor_dtype_to_np_dtype(elem_type)))
+    except Exception:
+        return f"onnx-elem-type-{elem_type}"
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    # TVM errors end with the useful line; tracebacks come before it.
+    return lines[-1] if lines else type(e).__name__
+
+
+def _version(pkg: str) -> str:
+    from importlib.metadata import version
+
+    try:
+        return version(pkg)
+    except Exception:
+        return "?"

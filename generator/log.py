@@ -1,0 +1,72 @@
+"""Logging: a log file for every run, console verbosity from -v/-vv, progress for long steps."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+
+LOGGER_NAME = "tvmgen"
+log = logging.getLogger(LOGGER_NAME)
+
+# Everything user-facing goes to stderr so stdout stays clean for --json output.
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def log_dir() -> Path:
+    base = os.environ.get("TVMGEN_LOG_DIR")
+    if base:
+        return Path(base)
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "tvmgen" / "logs"
+
+
+def setup(verbosity: int, command: str) -> Path:
+    """Send DEBUG to a fresh log file and INFO/DEBUG to the console per verbosity."""
+    directory = log_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = directory / f"{stamp}-{command}-{os.getpid()}.log"
+
+    root = logging.getLogger(LOGGER_NAME)
+    root.handlers.clear()
+    root.setLevel(logging.DEBUG)
+    root.propagate = False
+
+    file_handler = logging.FileHandler(path, encoding="utf-8")
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    file_handler.setLevel(logging.DEBUG)
+    root.addHandler(file_handler)
+
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    stream.setLevel(level)
+    root.addHandler(stream)
+    log.debug("tvmgen %s: argv=%s", command, sys.argv)
+    return path
+
+
+@contextlib.contextmanager
+def step(title: str):
+    """Show a spinner with elapsed time while a step runs; print its duration when done.
+
+    Every step is logged, so the log file shows where time went.
+    """
+    log.info("%s ...", title)
+    start = time.perf_counter()
+    if console.is_terminal:
+        with console.status(f"{title} ...", spinner="dots"):
+            yield
+    else:
+        console.print(f"[bold]•[/] {title} ...")
+        yield
+    elapsed = time.perf_counter() - start
+    console.print(f"[green]✓[/] {title} [dim]({elapsed:.1f}s)[/]")
+    log.info("%s done in %.2fs", title, elapsed)

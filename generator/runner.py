@@ -1,0 +1,137 @@
+"""Run a host-runnable artifact with TVM's Relax VM (Python), timing each stage."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tvmgen import artifact
+from tvmgen.compiler.platforms import PLATFORMS
+from tvmgen.errors import InputError, TvmgenError
+
+# Devices the PyPI runtime can execute here (its OpenCL loader is off; see the OpenCL issue).
+HOST_RUNNABLE = {"cpu": "cpu", "cuda": "cuda"}
+
+
+@dataclass
+class Timings:
+    load_ms: float = 0.0
+    init_ms: float = 0.0
+    first_run_ms: float = 0.0
+    runs_ms: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        runs = np.array(self.runs_ms or [float("nan")])
+        return {
+            "load_ms": round(self.load_ms, 3), "init_ms": round(self.init_ms, 3),
+            "first_run_ms": round(self.first_run_ms, 3),
+            "runs": len(self.runs_ms), "median_ms": round(float(np.median(runs)), 3),
+            "min_ms": round(float(runs.min()), 3), "max_ms": round(float(runs.max()), 3),
+        }
+
+
+class HostModel:
+    """An artifact loaded into the Python Relax VM; inputs and outputs as numpy arrays."""
+
+    def __init__(self, directory: Path):
+        import tvm
+        from tvm import relax
+
+        self.directory = Path(directory)
+        self.manifest = m = artifact.load(self.directory)
+        if m.platform != "host":
+            raise InputError(
+                f"{directory} was compiled for {m.platform}, not for this machine",
+                f"run it on a {m.platform} device (tvmgen bench), or compile with --platform host",
+            )
+        if m.device not in HOST_RUNNABLE:
+            raise InputError(
+                f"{directory} targets {m.device}, which the Python TVM runtime cannot run here",
+                "compile with --device cpu (or cuda on a machine with an NVIDIA GPU)",
+            )
+        self.timings = Timings()
+        t0 = time.perf_counter()
+        lib = tvm.runtime.load_module(str(self.directory / m.export["library"]))
+        self.params = []
+        if m.params:
+            blob = (self.directory / m.params["file"]).read_bytes()
+            loaded = tvm.runtime.load_param_dict(blob)
+            self.params = [loaded[n] for n in m.params["names"]]
+        t1 = time.perf_counter()
+        self.dev = tvm.device(HOST_RUNNABLE[m.device], 0)
+        if m.device != "cpu":
+            self.params = [p.copyto(self.dev) for p in self.params]
+        self.vm = relax.VirtualMachine(lib, self.dev)
+        t2 = time.perf_counter()
+        self.timings.load_ms, self.timings.init_ms = (t1 - t0) * 1e3, (t2 - t1) * 1e3
+
+    def check_inputs(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        specs = self.manifest.inputs
+        names = [s.name for s in specs]
+        unknown = [n for n in inputs if n not in names]
+        if unknown:
+            raise InputError(f"unknown input name(s) {', '.join(unknown)}",
+                             f"this model's inputs are: {', '.join(map(str, specs))}")
+        arrays = []
+        for s in specs:
+            if s.name not in inputs:
+                raise InputError(f"no value for input {s}", f"pass --input {s.name}=FILE.npy")
+            a = np.asarray(inputs[s.name])
+            if tuple(a.shape) != s.shape:
+                raise InputError(f"input {s.name!r} has shape {a.shape}, the model expects {s.shape}",
+                                 "give an array of the expected shape (or recompile with --input)")
+            if str(a.dtype) != s.dtype:
+                raise InputError(f"input {s.name!r} has dtype {a.dtype}, the model expects {s.dtype}",
+                                 f"convert it, e.g. np.save(path, x.astype('{s.dtype}'))")
+            arrays.append(np.ascontiguousarray(a))
+        return arrays
+
+    def run(self, inputs: dict[str, np.ndarray], repeat: int = 1) -> list[np.ndarray]:
+        import tvm
+
+        arrays = self.check_inputs(inputs)
+        result = None
+        for i in range(max(1, repeat)):
+            t0 = time.perf_counter()
+            args = [tvm.runtime.tensor(a, self.dev) for a in arrays]
+            out = self.vm[self.manifest.vm["entry"]](*args, *self.params)
+            result = _to_numpy(out)
+            ms = (time.perf_counter() - t0) * 1e3
+            if i == 0 and not self.timings.first_run_ms:
+                self.timings.first_run_ms = ms
+            else:
+                self.timings.runs_ms.append(ms)
+        return result
+
+
+def _to_numpy(out) -> list[np.ndarray]:
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    try:
+        return [o.numpy() for o in out]
+    except TypeError as e:  # pragma: no cover - defensive: unexpected VM return type
+        raise TvmgenError(f"unexpected output type from the VM: {type(out).__name__}") from e
+
+
+def compare(actual: list[np.ndarray], expected: list[np.ndarray], names: list[str]) -> list[dict]:
+    """Per output: max absolute error and max relative error (relative to the reference's max magnitude)."""
+    rows = []
+    for name, a, e in zip(names, actual, expected):
+        e = np.asarray(e)
+        a = np.asarray(a).reshape(e.shape) if a.size == e.size else a
+        if a.shape != e.shape:
+            rows.append({"name": name, "shape_mismatch": f"{a.shape} vs reference {e.shape}",
+                         "max_abs": float("inf"), "max_rel": float("inf")})
+            continue
+        diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
+        scale = max(float(np.abs(e).max()) if e.size else 0.0, 1e-12)
+        rows.append({"name": name, "shape": list(e.shape), "ref_max": scale,
+                     "max_abs": float(diff.max()) if diff.size else 0.0,
+                     "max_rel": float(diff.max() / scale) if diff.size else 0.0})
+    return rows
+
+
+__all__ = ["HostModel", "Timings", "compare", "PLATFORMS"]

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Install everything tvmgen needs on a Debian machine (run as root for apt-get):
+#   Debian packages (cross compiler, qemu-user) and a virtual environment in .venv
+#   holding tvmgen (editable) with all extras, pinned by scripts/constraints.txt.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  g++                      # host exporter (TVM links model.so with the system C++ compiler)
+  g++-aarch64-linux-gnu    # linux-aarch64 exporter
+  binutils-aarch64-linux-gnu
+  qemu-user                # runs aarch64 binaries on the host (emulated phone CPU)
+  python3-venv
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "bootstrap: need root to install Debian packages: ${missing[*]}" >&2
+    echo "bootstrap: run as root, or install them with: sudo apt-get install ${missing[*]}" >&2
+    exit 3
+  fi
+  echo "bootstrap: apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  echo "bootstrap: creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+echo "bootstrap: pip install -e .[tensorflow,torch,test] (pinned by scripts/constraints.txt)"
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -c scripts/constraints.txt -e ".[tensorflow,torch,test]"
+echo "bootstrap: done; tvmgen is .venv/bin/tvmgen"
