@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import tempfile
 import traceback
@@ -308,6 +309,10 @@ def _size(directory: Path) -> str:
 
 
 def main():
+    # TensorFlow and oneDNN print C++ log lines on import; tvmgen's own log has what matters.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    logging.captureWarnings(True)
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

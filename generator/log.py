@@ -49,6 +49,11 @@ def setup(verbosity: int, command: str) -> Path:
     stream.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     stream.setLevel(level)
     root.addHandler(stream)
+    # Library chatter (Python warnings, TensorFlow's logger) goes to the file only.
+    for name in ("py.warnings", "tensorflow", "tf2onnx"):
+        other = logging.getLogger(name)
+        other.handlers[:] = [file_handler]
+        other.propagate = False
     log.debug("tvmgen %s: argv=%s", command, sys.argv)
     return path
 

@@ -106,7 +106,7 @@ def resolve_inputs(raw: Sequence[RawInput], overrides: Sequence[InputOverride]) 
 
 
 def _dims_text(dims) -> str:
-    return "x".join("?" if d is None or (isinstance(d, int) and d <= 0) else str(d) for d in dims) or "scalar"
+    return "x".join(str(d) if isinstance(d, (int, np.integer)) and d > 0 else "?" for d in dims) or "scalar"
 
 
 @dataclass
