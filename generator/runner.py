@@ -49,8 +49,9 @@ class HostModel:
             )
         if m.device not in HOST_RUNNABLE:
             raise InputError(
-                f"{directory} targets {m.device}, which the Python TVM runtime cannot run here",
-                "compile with --device cpu (or cuda on a machine with an NVIDIA GPU)",
+                f"{directory} targets {m.device}, which the Python TVM runtime cannot run here "
+                "(the PyPI runtime is built without OpenCL/Metal)",
+                "compile with --device cpu (or cuda on a machine with an NVIDIA GPU) to run it here",
             )
         self.timings = Timings()
         t0 = time.perf_counter()

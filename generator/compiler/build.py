@@ -53,7 +53,7 @@ def build_executable(imported: ImportedModel, opts: BuildOptions):
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
     try:
         with target:
-            pipeline = relax.get_default_pipeline(target)
+            pipeline = metal_pipeline(target) if opts.device == "metal" else relax.get_default_pipeline(target)
         return relax.build(mod, target, relax_pipeline=pipeline,
                            system_lib=True if opts.platform.system_lib else None)
     except Exception as e:
@@ -65,16 +65,43 @@ def build_executable(imported: ImportedModel, opts: BuildOptions):
         ) from e
 
 
+def metal_pipeline(target):
+    """TVM's generic GPU pipeline without dlight's Matmul rule.
+
+    In TVM 0.27 that rule segfaults the compiler on Metal targets (seen on any model with a
+    dense/conv layer); the remaining rules (GEMV, reductions, fallback) schedule everything.
+    """
+    import tvm
+    from tvm import relax
+    from tvm.relax.backend.gpu_generic import pipeline as generic
+    from tvm.s_tir import dlight as dl
+
+    legalize = [p for p in generic.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
+    schedule = dl.ApplyDefaultSchedule(dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+                                       dl.gpu.Fallback())
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenMetalPipeline")
+    def _pipeline(mod, _ctx):
+        with target:
+            return tvm.transform.Sequential(
+                generic.library_dispatch_passes(target) + legalize + [schedule]
+                + generic.dataflow_lower_passes(target) + generic.finalize_passes(target))(mod)
+
+    return _pipeline
+
+
 def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Path, force: bool,
                         model_info: dict) -> artifact.Manifest:
     import tvm
 
     outputs = output_specs(imported.mod, imported.output_names)
+    exporter.linker(opts.platform, opts.objects_only)  # a missing toolchain fails now, not after the build
     tspec = target_dict(opts.platform, opts.device, opts.gpu_family)
     with artifact.staging(out_dir, force) as tmp:
         with step(f"Compiling for {opts.platform.name}/{opts.device} with TVM {tvm.__version__}"):
             ex = build_executable(imported, opts)
-        with step(f"Exporting the library ({opts.platform.exporter} toolchain)"):
+        what = "an object archive" if opts.objects_only or opts.platform.exporter == "xcode" else "the library"
+        with step(f"Exporting {what} ({opts.platform.exporter} toolchain)"):
             exported = exporter.export(ex, opts.platform, tmp, opts.objects_only)
         params = None
         if opts.separate_params:

@@ -18,6 +18,17 @@ class Exported:
     finish_command: str | None = None  # what turns an object archive into a library elsewhere
 
 
+def linker(platform: Platform, objects_only: bool) -> Path | None:
+    """The compiler that links the library, found before any compiling starts (None: no linking here)."""
+    if platform.exporter == "xcode" or objects_only:
+        return None
+    return {
+        "host": toolchains.HostCxx,
+        "aarch64-linux-gnu": toolchains.CrossGxxAarch64,
+        "ndk": lambda: toolchains.AndroidNdk(platform.abi),
+    }[platform.exporter]().verify()
+
+
 def export(ex, platform: Platform, directory: Path, objects_only: bool) -> Exported:
     """Write the model library for ``platform`` into ``directory``."""
     import tvm.support.cc as cc
@@ -27,11 +38,7 @@ def export(ex, platform: Platform, directory: Path, objects_only: bool) -> Expor
     if objects_only:
         ex.export_library(str(directory / "model.tar"))
         return Exported("objects", "model.tar", _link_command(platform))
-    compiler = {
-        "host": toolchains.HostCxx,
-        "aarch64-linux-gnu": toolchains.CrossGxxAarch64,
-        "ndk": lambda: toolchains.AndroidNdk(platform.abi),
-    }[platform.exporter]().verify()
+    compiler = linker(platform, objects_only)
     options = ["-static-libstdc++"] if platform.exporter == "ndk" else None
     ex.export_library(str(directory / "model.so"), fcompile=cc.cross_compiler(str(compiler), options=options))
     return Exported("shared", "model.so")
