@@ -1,0 +1,129 @@
+"""Every frontend, compiled for the host and checked against its reference runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import dynamic_pad_model, save_onnx, single_op_models
+from tvmgen import frontends
+from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+from tvmgen.compiler.platforms import PLATFORMS
+from tvmgen.frontends.base import InputOverride, random_inputs
+from tvmgen.runner import HostModel, compare
+
+
+def compile_and_run(path, tmp_path, overrides=(), separate_params=False, **names):
+    imported = frontends.load(path, [InputOverride.parse(o) for o in overrides], **names)
+    out = tmp_path / "artifact"
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu", separate_params=separate_params),
+                        out, True, {"name": path.stem})
+    inputs = random_inputs(imported.inputs, seed=3)
+    actual = HostModel(out).run(inputs)
+    expected = imported.reference(inputs)
+    return imported, inputs, actual, expected
+
+
+def assert_close(actual, expected, atol=1e-4, rtol=1e-4):
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        np.testing.assert_allclose(a, e, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("name", sorted(single_op_models()))
+def test_single_op_onnx_matches_onnxruntime(name, tmp_path):
+    path = save_onnx(single_op_models()[name], tmp_path / f"{name}.onnx")
+    imported, _, actual, expected = compile_and_run(path, tmp_path)
+    assert imported.reference_name.startswith("onnxruntime")
+    assert_close(actual, expected)
+
+
+def test_builtin_mobilenet_matches_onnxruntime(builtin_onnx, tmp_path):
+    imported, _, actual, expected = compile_and_run(builtin_onnx, tmp_path)
+    assert [s.shape for s in imported.inputs] == [(1, 3, 224, 224)]
+    assert actual[0].shape == (1, 1000)
+    assert abs(float(actual[0].sum()) - 1.0) < 1e-4  # softmax
+    assert_close(actual, expected, atol=1e-5)
+
+
+def test_dynamic_pad_imports_only_after_simplification(tmp_path):
+    from tvm.relax.frontend.onnx import from_onnx
+
+    model = dynamic_pad_model()
+    with pytest.raises(Exception, match="Dynamic pads"):  # TVM alone
+        from_onnx(model, {"x": [1, 3, 32, 32]})
+    path = save_onnx(model, tmp_path / "dynpad.onnx")
+    imported, _, actual, expected = compile_and_run(path, tmp_path, overrides=["x:1x3x32x32"])
+    assert actual[0].shape == (1, 3, 36, 36)  # 32 + 2 * (32 // 16)
+    assert_close(actual, expected, atol=0)
+
+
+def test_torch_exported_onnx_with_dynamic_batch(torch_onnx, tmp_path):
+    # The batch dimension is dynamic and the flatten's shape is computed in the graph.
+    with pytest.raises(Exception, match="dynamic dimensions"):
+        frontends.load(torch_onnx, [])
+    imported, _, actual, expected = compile_and_run(torch_onnx, tmp_path, overrides=["image:2x3x64x64"])
+    assert imported.inputs[0].shape == (2, 3, 64, 64)
+    assert actual[0].shape == (2, 10)
+    assert_close(actual, expected)
+
+
+def test_separate_params_give_same_outputs(builtin_onnx, tmp_path):
+    imported, inputs, actual, expected = compile_and_run(builtin_onnx, tmp_path, separate_params=True)
+    lib = tmp_path / "artifact" / "model.so"
+    params = tmp_path / "artifact" / "model.params"
+    # the weights (4.5 MB) live in model.params, not in the library
+    assert params.stat().st_size > 4_000_000
+    assert lib.stat().st_size < params.stat().st_size
+    assert_close(actual, expected, atol=1e-5)
+
+
+def test_tflite_matches_litert(tflite_model, tmp_path):
+    imported, _, actual, expected = compile_and_run(tflite_model, tmp_path)
+    assert imported.reference_name.startswith("LiteRT")
+    assert imported.inputs[0].shape == (1, 32, 32, 3)
+    assert_close(actual, expected, atol=1e-5)
+
+
+def test_tflite_custom_operator_is_named(tflite_custom_op):
+    from tvmgen.errors import ModelError
+
+    with pytest.raises(ModelError) as e:
+        frontends.load(tflite_custom_op, [])
+    assert "CUSTOM:" in e.value.message and "custom operators" in e.value.hint
+
+
+def test_pt2_matches_pytorch(torch_pt2, tmp_path):
+    imported, _, actual, expected = compile_and_run(torch_pt2, tmp_path)
+    assert imported.reference_name.startswith("PyTorch")
+    assert_close(actual, expected)
+
+
+def test_pb_matches_onnxruntime_and_tensorflow(pb_model, keras_model, tmp_path):
+    imported, inputs, actual, expected = compile_and_run(pb_model, tmp_path, overrides=["input:1x32x32x3:float32"])
+    assert [s.name for s in imported.inputs] == ["input:0"]
+    assert any("detected" in n for n in imported.notes)
+    assert_close(actual, expected)
+    # and against TensorFlow itself, not only the tf2onnx conversion
+    tf_out = keras_model(inputs["input:0"]).numpy()
+    np.testing.assert_allclose(actual[0], tf_out, atol=1e-5, rtol=1e-4)
+
+
+def test_pb_explicit_input_output_names(pb_model, tmp_path):
+    imported, *_ = compile_and_run(pb_model, tmp_path, overrides=["input:0:1x32x32x3"],
+                                   input_names=["input"], output_names=["probs"])
+    assert imported.output_names == ["probs:0"]
+
+
+def test_pb_unknown_node_name_is_reported(pb_model):
+    from tvmgen.errors import ModelError
+
+    with pytest.raises(ModelError, match="no node named nope:0"):
+        frontends.load(pb_model, [], input_names=["nope"], output_names=["probs"])
+
+
+def test_savedmodel_matches_tensorflow(saved_model, keras_model, tmp_path):
+    imported, inputs, actual, expected = compile_and_run(saved_model, tmp_path)
+    assert imported.format == "savedmodel"
+    assert_close(actual, expected)
+    np.testing.assert_allclose(actual[0], keras_model(inputs[imported.inputs[0].name]).numpy(), atol=1e-5)
