@@ -124,22 +124,22 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
             "sha256": _hash_model(model_path),
         }
         opts = build.BuildOptions(plat, device, gpu_family, separate_params, objects_only)
-        manifest = build.compile_to_artifact(imported, opts, out, force, model_info)
+        verify = (lambda staged: _check(imported, staged, opts, rtol, atol, seed, scratch)) if check else None
+        manifest = build.compile_to_artifact(imported, opts, out, force, model_info, verify=verify)
         console.print(f"[green]✓[/] artifact: [bold]{out}[/] ({manifest.export['library']}, "
                       f"{_size(out)} total)")
         if manifest.export.get("finish_command"):
             console.print(f"  to link it later: cd {out} && {manifest.export['finish_command']}")
-        if check:
-            _check(imported, out, opts, rtol, atol, seed, scratch)
 
 
-def _check(imported, out: Path, opts, rtol, atol, seed, scratch):
+def _check(imported, staged: Path, opts, rtol, atol, seed, scratch):
+    """Compare with the reference runtime; raising here keeps the artifact from being written."""
     from tvmgen.compiler import build
     from tvmgen.compiler.platforms import PLATFORMS
     from tvmgen.frontends.base import random_inputs
     from tvmgen.runner import HostModel, compare
 
-    host_dir = out
+    host_dir = staged
     if opts.platform.name != "host" or opts.device not in ("cpu", "cuda"):
         # The artifact cannot run here: check the same imported module built for this machine.
         host_dir = Path(scratch) / "host-check"
@@ -166,7 +166,8 @@ def _check(imported, out: Path, opts, rtol, atol, seed, scratch):
     if len(actual) != len(expected):
         failed.append(f"TVM gave {len(actual)} outputs, the reference {len(expected)}")
     if failed:
-        raise CheckError(f"outputs differ from {imported.reference_name} beyond tolerance: {', '.join(failed)}",
+        raise CheckError(f"outputs differ from {imported.reference_name} beyond tolerance: {', '.join(failed)}; "
+                         "no artifact was written",
                          "this is a compiler bug or a precision issue; raise --atol/--rtol only if the error is expected")
 
 

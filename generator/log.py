@@ -49,13 +49,21 @@ def setup(verbosity: int, command: str) -> Path:
     stream.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     stream.setLevel(level)
     root.addHandler(stream)
-    # Library chatter (Python warnings, TensorFlow's logger) goes to the file only.
-    for name in ("py.warnings", "tensorflow", "tf2onnx"):
-        other = logging.getLogger(name)
-        other.handlers[:] = [file_handler]
-        other.propagate = False
+    to_file_only("py.warnings")
     log.debug("tvmgen %s: argv=%s", command, sys.argv)
     return path
+
+
+def to_file_only(*names: str) -> None:
+    """Send other libraries' loggers (TensorFlow, torch) to tvmgen's log file, not the console.
+
+    Call it after importing the library: some install their own console handler on import.
+    """
+    files = [h for h in logging.getLogger(LOGGER_NAME).handlers if isinstance(h, logging.FileHandler)]
+    for name in names:
+        other = logging.getLogger(name)
+        other.handlers[:] = files
+        other.propagate = False
 
 
 @contextlib.contextmanager

@@ -91,7 +91,9 @@ def metal_pipeline(target):
 
 
 def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Path, force: bool,
-                        model_info: dict) -> artifact.Manifest:
+                        model_info: dict, verify=None) -> artifact.Manifest:
+    """Write the artifact directory. ``verify(staged_dir)`` runs before it is moved into place:
+    if it raises, nothing is left at ``out_dir``."""
     import tvm
 
     outputs = output_specs(imported.mod, imported.output_names)
@@ -129,5 +131,7 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
             created=artifact.now(),
         )
         artifact.write_manifest(tmp, manifest)
+        if verify is not None:
+            verify(tmp)
     log.info("artifact written to %s", out_dir)
     return manifest

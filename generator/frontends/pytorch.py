@@ -19,6 +19,17 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
 
+    from tvmgen.log import to_file_only
+
+    to_file_only("torch", "torch.export")  # torch.export.load logs a traceback before raising on a bad file
+    import logging
+    import zipfile
+
+    logging.getLogger("torch.export").setLevel(logging.ERROR)
+    if not zipfile.is_zipfile(path):  # a .pt2 is a zip archive
+        raise ModelError(f"{path} is not a torch.export program (.pt2 files are zip archives; this one is not)",
+                         "save it with torch.export.save(torch.export.export(model, example_inputs), 'model.pt2')")
+
     try:
         ep = torch.export.load(str(path))
     except Exception as e:

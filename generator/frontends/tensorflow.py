@@ -32,11 +32,9 @@ def _import_tf():
             f"TensorFlow models need the tensorflow extra ({e.name} is not installed)",
             "pip install 'tvmgen[tensorflow]' (installs tensorflow-cpu and tf2onnx)",
         ) from e
-    # TensorFlow installs its own console handler on import; keep its deprecation chatter in the log file.
-    files = [h for h in logging.getLogger("tvmgen").handlers if isinstance(h, logging.FileHandler)]
-    for name in ("tensorflow", "tf2onnx"):
-        logging.getLogger(name).handlers[:] = files
-        logging.getLogger(name).propagate = False
+    from tvmgen.log import to_file_only
+
+    to_file_only("tensorflow", "tf2onnx")  # deprecation chatter belongs in the log file
     return tf, tf2onnx
 
 
