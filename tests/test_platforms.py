@@ -1,0 +1,175 @@
+"""Each platform's output is built for the right machine; the target table; toolchain discovery."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import struct
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import save_onnx, single_op_models
+from tvmgen import binfmt, frontends, toolchains
+from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+from tvmgen.compiler.platforms import PLATFORMS, check_pair, target_dict
+from tvmgen.errors import InputError, ToolMissingError
+
+NO_NDK = {v: "" for v in ("TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "ANDROID_HOME", "ANDROID_SDK_ROOT")}
+
+
+@pytest.fixture(scope="module")
+def conv_model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("conv")
+    return frontends.load(save_onnx(single_op_models()["conv3x3"], d / "conv.onnx"), [])
+
+
+def build(imported, tmp_path, platform, device="cpu", **kw):
+    out = tmp_path / f"{platform}-{device}"
+    m = compile_to_artifact(imported, BuildOptions(PLATFORMS[platform], device, **kw), out, True, {"name": "conv"})
+    return out, m
+
+
+def elf_type(data: bytes) -> int:
+    return struct.unpack("<H", data[16:18])[0]  # 1 relocatable, 3 shared object
+
+
+def members(tar_path: Path) -> dict[str, bytes]:
+    with tarfile.open(tar_path) as t:
+        return {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+
+
+def test_linux_aarch64_is_aarch64_shared_object(conv_model, tmp_path):
+    out, m = build(conv_model, tmp_path, "linux-aarch64")
+    data = (out / "model.so").read_bytes()
+    assert binfmt.describe(data) == ("elf", "aarch64") and elf_type(data) == 3
+    assert m.export["kind"] == "shared" and m.arch == "aarch64" and m.abi == "aarch64"
+    assert m.target["mtriple"] == "aarch64-linux-gnu"
+
+
+@pytest.mark.parametrize("platform,arch", [("android-arm64", "aarch64"), ("android-armv7", "arm"),
+                                           ("android-x86_64", "x86_64")])
+def test_android_objects_only_per_abi(conv_model, tmp_path, monkeypatch, platform, arch):
+    for k, v in NO_NDK.items():
+        monkeypatch.setenv(k, v)
+    out, m = build(conv_model, tmp_path, platform, objects_only=True)
+    objs = members(out / "model.tar")
+    assert objs and all(n.endswith(".o") for n in objs)
+    for name, data in objs.items():
+        assert binfmt.describe(data) == ("elf", arch), name
+        assert elf_type(data) == 1
+    assert m.export["kind"] == "objects" and "clang++ -shared" in m.export["finish_command"]
+    assert m.abi == PLATFORMS[platform].abi
+
+
+def fake_ndk(root: Path) -> Path:
+    """An NDK directory layout whose aarch64 clang++ is Debian's aarch64 g++ standing in for it.
+
+    It exercises tvmgen's NDK discovery and linking flow; the real NDK is tested where
+    TVMGEN_TEST_NDK=1 and ANDROID_NDK_HOME point at one.
+    """
+    bindir = root / "toolchains" / "llvm" / "prebuilt" / "linux-x86_64" / "bin"
+    bindir.mkdir(parents=True)
+    cc = bindir / "aarch64-linux-android24-clang++"
+    cc.write_text(f"#!/bin/sh\nexec {shutil.which('aarch64-linux-gnu-g++')} \"$@\"\n")
+    cc.chmod(0o755)
+    return cc
+
+
+def test_ndk_discovery_order(tmp_path, monkeypatch):
+    for k, v in NO_NDK.items():
+        monkeypatch.delenv(k, raising=False)
+    with pytest.raises(ToolMissingError, match="Android NDK not found"):
+        toolchains.AndroidNdk().verify()
+    sdk = tmp_path / "sdk"
+    old, new = fake_ndk(sdk / "ndk" / "25.2.9519653"), fake_ndk(sdk / "ndk" / "27.0.12077973")
+    monkeypatch.setenv("ANDROID_HOME", str(sdk))
+    assert toolchains.AndroidNdk().verify() == new  # newest version under $ANDROID_HOME/ndk
+    monkeypatch.setenv("ANDROID_NDK_ROOT", str(sdk / "ndk" / "25.2.9519653"))
+    assert toolchains.AndroidNdk().verify() == old  # an explicit root wins
+    monkeypatch.setenv("TVM_NDK_CC", str(new))
+    assert toolchains.AndroidNdk().verify() == new  # TVM_NDK_CC wins over everything
+    monkeypatch.delenv("TVM_NDK_CC")
+    with pytest.raises(ToolMissingError, match="has no armv7a-linux-androideabi24-clang"):
+        toolchains.AndroidNdk("armeabi-v7a").verify()
+
+
+@pytest.mark.skipif(not shutil.which("aarch64-linux-gnu-g++"), reason="needs g++-aarch64-linux-gnu")
+def test_android_arm64_links_with_ndk_layout(conv_model, tmp_path, monkeypatch):
+    for k in NO_NDK:
+        monkeypatch.delenv(k, raising=False)
+    fake_ndk(tmp_path / "ndk")
+    monkeypatch.setenv("ANDROID_NDK_HOME", str(tmp_path / "ndk"))
+    out, m = build(conv_model, tmp_path, "android-arm64")
+    data = (out / "model.so").read_bytes()
+    assert binfmt.describe(data) == ("elf", "aarch64") and elf_type(data) == 3
+    assert m.target["mtriple"] == "aarch64-linux-android"
+
+
+@pytest.mark.skipif(os.environ.get("TVMGEN_TEST_NDK") != "1",
+                    reason="set TVMGEN_TEST_NDK=1 and ANDROID_NDK_HOME to a real Android NDK to run")
+@pytest.mark.parametrize("platform,arch", [("android-arm64", "aarch64"), ("android-armv7", "arm"),
+                                           ("android-x86_64", "x86_64")])
+def test_real_ndk(conv_model, tmp_path, platform, arch):
+    out, _ = build(conv_model, tmp_path, platform)
+    assert binfmt.describe_file(out / "model.so") == ("elf", arch)
+
+
+def test_ios_system_lib_objects_are_arm64_macho(conv_model, tmp_path):
+    out, m = build(conv_model, tmp_path, "ios-arm64")
+    objs = members(out / "model.tar")
+    assert objs
+    for name, data in objs.items():
+        assert binfmt.describe(data) == ("macho", "aarch64"), name
+    assert m.export["system_lib"] is True
+    if m.export["kind"] == "objects":  # not on macOS: the command that finishes it there
+        assert "xcrun libtool -static -o libmodel.a" in m.export["finish_command"]
+
+
+def test_ios_metal_carries_metal_kernels(conv_model, tmp_path):
+    out, m = build(conv_model, tmp_path, "ios-arm64", device="metal")
+    blob = b"".join(members(out / "model.tar").values())
+    assert b"kernel void" in blob  # Metal shading language source embedded for the runtime
+    assert m.target["kind"] == "metal" and m.target["host"]["mtriple"] == "aarch64-apple-ios"
+    assert [d["dl_device_type"] for d in m.vm["devices"]] == [8, 1]
+
+
+def test_android_opencl_adreno(conv_model, tmp_path):
+    out, m = build(conv_model, tmp_path, "android-arm64", device="opencl", gpu_family="adreno", objects_only=True)
+    blob = b"".join(members(out / "model.tar").values())
+    assert b"__kernel" in blob  # OpenCL C source for the device runtime to compile
+    assert m.target == {"kind": "opencl", "device": "adreno", "host": target_dict(PLATFORMS["android-arm64"], "cpu")}
+    assert [(d["name"], d["dl_device_type"]) for d in m.vm["devices"]] == [("opencl", 4), ("cpu", 1)]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["target"]["host"]["mtriple"] == "aarch64-linux-android"
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="TVM compiles CUDA kernels with nvcc, which is not installed")
+def test_host_cuda_compiles(conv_model, tmp_path):
+    out, m = build(conv_model, tmp_path, "host", device="cuda")
+    assert m.target["kind"] == "cuda"
+    assert [d["dl_device_type"] for d in m.vm["devices"]] == [2, 1]
+    assert binfmt.describe_file(out / "model.so")[0] == "elf"
+
+
+def test_target_table():
+    host = target_dict(PLATFORMS["host"], "cpu")
+    assert host["kind"] == "llvm" and host["mcpu"] not in ("", "generic")
+    assert target_dict(PLATFORMS["android-armv7"], "cpu") == {
+        "kind": "llvm", "mtriple": "armv7a-linux-androideabi", "mattr": ["+neon"]}
+    assert target_dict(PLATFORMS["android-arm64"], "opencl", "mali")["device"] == "mali"
+    assert "device" not in target_dict(PLATFORMS["android-arm64"], "opencl", "generic")
+    with pytest.raises(InputError, match="valid platform/device pairs: host/cpu"):
+        check_pair(PLATFORMS["linux-aarch64"], "metal")
+    with pytest.raises(InputError, match="not supported yet"):
+        check_pair(PLATFORMS["android-arm64"], "nnapi")
+    with pytest.raises(InputError, match="unknown GPU family"):
+        target_dict(PLATFORMS["android-arm64"], "opencl", "powervr")
+
+
+def test_binfmt_rejects_non_binaries():
+    assert binfmt.describe(b"#!/bin/sh\n") == ("unknown", "unknown")
+    assert binfmt.describe(io.BytesIO(b"\x7fELF").read()) == ("unknown", "unknown")  # too short
