@@ -18,6 +18,17 @@ REPO = Path(__file__).resolve().parent.parent
 TVMGEN = [sys.executable, "-m", "tvmgen"]
 
 
+def require_tool(name: str) -> None:
+    """Skip when a tool is missing here; fail under CI, where scripts/bootstrap.sh installs it."""
+    import shutil
+
+    if shutil.which(name):
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{name} is missing in CI: scripts/bootstrap.sh should have installed it")
+    pytest.skip(f"{name} is not installed (run scripts/bootstrap.sh)")
+
+
 @dataclass
 class CliResult:
     returncode: int

@@ -77,3 +77,12 @@ def _site_packages() -> Path:
     import click
 
     return Path(click.__file__).parent.parent
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (REPO / "README.md").read_text()
+    blocks = [b.split("```", 1)[0].strip() for b in readme.split("```sh\n")[1:]]
+    quick = blocks[:2]  # the quick start's two commands
+    assert quick[0].startswith("bash scripts/bootstrap.sh && .venv/bin/tvmgen compile builtin:mobilenet")
+    assert quick[1] == "bash scripts/bootstrap.sh && .venv/bin/python -m pytest"
+    assert quick[1] in (REPO / ".ci" / "run").read_text().splitlines()

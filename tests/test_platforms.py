@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import save_onnx, single_op_models
+from conftest import require_tool, save_onnx, single_op_models
 from tvmgen import binfmt, frontends, toolchains
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS, check_pair, target_dict
@@ -43,6 +43,7 @@ def members(tar_path: Path) -> dict[str, bytes]:
 
 
 def test_linux_aarch64_is_aarch64_shared_object(conv_model, tmp_path):
+    require_tool("aarch64-linux-gnu-g++")
     out, m = build(conv_model, tmp_path, "linux-aarch64")
     data = (out / "model.so").read_bytes()
     assert binfmt.describe(data) == ("elf", "aarch64") and elf_type(data) == 3
@@ -97,8 +98,8 @@ def test_ndk_discovery_order(tmp_path, monkeypatch):
         toolchains.AndroidNdk("armeabi-v7a").verify()
 
 
-@pytest.mark.skipif(not shutil.which("aarch64-linux-gnu-g++"), reason="needs g++-aarch64-linux-gnu")
 def test_android_arm64_links_with_ndk_layout(conv_model, tmp_path, monkeypatch):
+    require_tool("aarch64-linux-gnu-g++")
     for k in NO_NDK:
         monkeypatch.delenv(k, raising=False)
     fake_ndk(tmp_path / "ndk")
