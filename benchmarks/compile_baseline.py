@@ -245,7 +245,12 @@ def _inputs(artifact_dir: Path) -> dict:
     return random_inputs(artifact.load(artifact_dir).inputs, SEED)
 
 
-def worker_tvm(artifact_dir: Path, threads: int, warmup: int, runs: int, save: Path) -> dict:
+def _keep_going(done: int, runs: int, started: float, min_time: float) -> bool:
+    """At least `runs` timed runs and at least `min_time` seconds of them (capped at 20 x runs)."""
+    return done < runs or (time.perf_counter() - started < min_time and done < 20 * runs)
+
+
+def worker_tvm(artifact_dir: Path, threads: int, warmup: int, runs: int, min_time: float, save: Path) -> dict:
     import numpy as np
     import tvm
 
@@ -257,7 +262,9 @@ def worker_tvm(artifact_dir: Path, threads: int, warmup: int, runs: int, save: P
     model.run(inputs, repeat=max(1, warmup))
     pool = int(tvm.get_global_func("runtime.NumThreads")())
     model.timings.runs_ms.clear()
-    outputs = model.run(inputs, repeat=runs)
+    started, outputs = time.perf_counter(), None
+    while _keep_going(len(model.timings.runs_ms), runs, started, min_time):
+        outputs = model.run(inputs)  # HostModel times each call itself (timings.runs_ms)
     np.savez(save, *outputs)
     t = model.timings
     return {"runtime": f"TVM {tvm.__version__} Relax VM", "threads_requested": threads, "threads_actual": pool,
@@ -265,7 +272,7 @@ def worker_tvm(artifact_dir: Path, threads: int, warmup: int, runs: int, save: P
 
 
 def worker_onnxruntime(model_file: Path, artifact_dir: Path, threads: int, warmup: int, runs: int,
-                       save: Path) -> dict:
+                       min_time: float, save: Path) -> dict:
     import numpy as np
     import onnxruntime as ort
 
@@ -279,12 +286,13 @@ def worker_onnxruntime(model_file: Path, artifact_dir: Path, threads: int, warmu
     sess = ort.InferenceSession(str(model_file), opts, providers=["CPUExecutionProvider"])
     load_ms = (time.perf_counter() - t0) * 1e3
     feeds = {i.name: inputs[i.name] for i in sess.get_inputs()}
-    times, out = [], None
-    for i in range(max(1, warmup) + runs):
+    for _ in range(max(1, warmup)):
+        sess.run(None, feeds)
+    times, out, started = [], None, time.perf_counter()
+    while _keep_going(len(times), runs, started, min_time):
         t0 = time.perf_counter()
         out = sess.run(None, feeds)
-        if i >= max(1, warmup):
-            times.append((time.perf_counter() - t0) * 1e3)
+        times.append((time.perf_counter() - t0) * 1e3)
     np.savez(save, *out)
     return {"runtime": f"onnxruntime {ort.__version__}", "threads_requested": threads,
             "threads_actual": sess.get_session_options().intra_op_num_threads, "load_ms": load_ms,
@@ -292,7 +300,7 @@ def worker_onnxruntime(model_file: Path, artifact_dir: Path, threads: int, warmu
 
 
 def worker_litert(model_file: Path, artifact_dir: Path, threads: int, warmup: int, runs: int,
-                  save: Path) -> dict:
+                  min_time: float, save: Path) -> dict:
     from importlib.metadata import version
 
     import numpy as np
@@ -308,15 +316,19 @@ def worker_litert(model_file: Path, artifact_dir: Path, threads: int, warmup: in
     feeds = [(d["index"], inputs[d["name"]] if d["name"] in inputs else inputs[names[k]])
              for k, d in enumerate(in_details)]
     out_idx = [d["index"] for d in interp.get_output_details()]
-    times, out = [], None
-    for i in range(max(1, warmup) + runs):
-        t0 = time.perf_counter()
+    def once():
         for idx, arr in feeds:
             interp.set_tensor(idx, arr)
         interp.invoke()
-        out = [interp.get_tensor(j) for j in out_idx]
-        if i >= max(1, warmup):
-            times.append((time.perf_counter() - t0) * 1e3)
+        return [interp.get_tensor(j) for j in out_idx]
+
+    for _ in range(max(1, warmup)):
+        once()
+    times, out, started = [], None, time.perf_counter()
+    while _keep_going(len(times), runs, started, min_time):
+        t0 = time.perf_counter()
+        out = once()
+        times.append((time.perf_counter() - t0) * 1e3)
     np.savez(save, *out)
     return {"runtime": f"LiteRT {version('ai-edge-litert')} (XNNPACK)", "threads_requested": threads,
             "threads_actual": threads, "load_ms": load_ms, **_stats(times)}
@@ -333,11 +345,13 @@ def run_worker(args) -> None:
     elif kind == "compile":
         result = worker_compile(Path(a.model_file), Path(a.artifact))
     elif kind == "tvm":
-        result = worker_tvm(Path(a.artifact), a.threads, a.warmup, a.runs, Path(a.save))
+        result = worker_tvm(Path(a.artifact), a.threads, a.warmup, a.runs, a.min_time, Path(a.save))
     elif kind == "onnxruntime":
-        result = worker_onnxruntime(Path(a.model_file), Path(a.artifact), a.threads, a.warmup, a.runs, Path(a.save))
+        result = worker_onnxruntime(Path(a.model_file), Path(a.artifact), a.threads, a.warmup, a.runs, a.min_time,
+                                    Path(a.save))
     elif kind == "litert":
-        result = worker_litert(Path(a.model_file), Path(a.artifact), a.threads, a.warmup, a.runs, Path(a.save))
+        result = worker_litert(Path(a.model_file), Path(a.artifact), a.threads, a.warmup, a.runs, a.min_time,
+                               Path(a.save))
     else:
         raise SystemExit(f"unknown worker {kind}")
     sys.stderr.flush()
@@ -362,7 +376,10 @@ def call_worker(mode: str, env_threads: int, verbose: bool, **kw) -> dict:
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or "").strip().splitlines()[-25:])
         raise WorkerError(f"worker {mode} {kw} failed (exit {proc.returncode}):\n{tail}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError) as e:
+        raise WorkerError(f"worker {mode} {kw} returned no JSON result ({e}): {proc.stdout[-500:]!r}") from e
 
 
 def output_error(tvm_path: Path, ref_path: Path) -> dict:
@@ -402,8 +419,9 @@ def bench_model(name: str, work: Path, args) -> dict:
              f"build+export {comp['build_export_s']:.1f}s), artifact {comp['artifact_bytes'] / 1e6:.2f} MB")
 
     for threads in args.threads:
-        common = dict(artifact=artifact_dir, threads=threads, warmup=args.warmup, runs=args.runs)
-        progress(f"{name}: tvmgen, {threads} thread(s), {args.warmup} warm-up + {args.runs} runs ...")
+        common = dict(artifact=artifact_dir, threads=threads, warmup=args.warmup, runs=args.runs,
+                      min_time=args.min_time)
+        progress(f"{name}: tvmgen, {threads} thread(s), {args.warmup} warm-up + >= {args.runs} runs ...")
         tvm_res = call_worker("tvm", threads, args.verbose, save=work / f"{name}-tvm-{threads}.npz", **common)
         progress(f"{name}: tvmgen {tvm_res['median_ms']:.2f} ms (TVM pool: {tvm_res['threads_actual']} thread(s))")
         progress(f"{name}: {ref}, {threads} thread(s) ...")
@@ -438,7 +456,8 @@ def format_table(rows: list[dict]) -> str:
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
 
     def line(cells):
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        padded = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(padded).rstrip()
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
 
@@ -461,7 +480,8 @@ def environment() -> dict:
     except OSError:
         pass
     return {"python": platform.python_version(), "machine": platform.machine(), "cpu": cpu,
-            "cpu_count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "cpu_count": os.cpu_count(),
+            "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "packages": {p: v(p) for p in ("apache-tvm", "apache-tvm-ffi", "onnxruntime", "ai-edge-litert",
                                            "torch", "tensorflow-cpu", "tensorflow", "onnx", "onnxslim", "tflite")}}
 
@@ -473,6 +493,9 @@ def main() -> int:
     p.add_argument("--json", type=Path, metavar="OUT.json", help="also write every measurement as JSON here")
     p.add_argument("--runs", type=int, help="timed runs per measurement (default 50, --quick 5)")
     p.add_argument("--warmup", type=int, help="untimed runs first (default 5, --quick 1)")
+    p.add_argument("--min-time", type=float,
+                   help="keep timing until this many seconds have passed too, up to 20 x --runs "
+                        "(default 2, --quick 0): fast reference runs get a wider window against noise")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {', '.join(MODELS)}")
     p.add_argument("--keep", type=Path, metavar="DIR", help="make models and artifacts in DIR and keep them")
@@ -486,11 +509,13 @@ def main() -> int:
     if args.worker:
         args.threads = int(args.threads) if args.threads.isdigit() else 1
         args.warmup, args.runs = int(args.warmup or 0), int(args.runs or 0)
+        args.min_time = float(args.min_time or 0)
         run_worker(args)
         return 0
 
     args.runs = args.runs or (5 if args.quick else 50)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 5)
+    args.min_time = args.min_time if args.min_time is not None else (0.0 if args.quick else 2.0)
     args.threads = [int(t) for t in args.threads.split(",") if t.strip()]
     names = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in names if m not in MODELS]
@@ -522,7 +547,8 @@ def main() -> int:
     progress(f"done in {total:.0f}s")
 
     if rows:
-        print(f"tvmgen compile baseline (host/cpu, untuned TVM; median of {args.runs} runs after "
+        window = f" and >= {args.min_time:g} s" if args.min_time else ""
+        print(f"tvmgen compile baseline (host/cpu, untuned TVM; median of >= {args.runs} runs{window} after "
               f"{args.warmup} warm-up; ratio = tvmgen / reference)")
         print(format_table(rows))
         bad = [f"{r['model']}/{r['threads']}" for r in rows if not r["outputs_match"]]
@@ -533,7 +559,8 @@ def main() -> int:
 
     if args.json:
         doc = {"benchmark": "compile_baseline", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-               "settings": {"runs": args.runs, "warmup": args.warmup, "threads": args.threads,
+               "settings": {"runs": args.runs, "warmup": args.warmup, "min_time_s": args.min_time,
+                            "threads": args.threads,
                             "quick": args.quick, "seed": SEED},
                "environment": {**environment(), "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
                "total_s": total,

@@ -218,9 +218,12 @@ def inspect(artifact_dir, as_json):
 @click.option("-o", "--output-dir", type=click.Path(path_type=Path), help="Write each output as NAME.npy here.")
 @click.option("--repeat", default=10, show_default=True, help="Timed runs after the first.")
 @click.option("--seed", default=0, show_default=True, help="Seed for inputs not given.")
+@click.option("--threads", type=click.IntRange(min=1), help="CPU threads for TVM's thread pool. [default: TVM's choice]")
 @click.option("--json", "as_json", is_flag=True, help="Print timings and output summaries as JSON.")
-def run(artifact_dir, input_files, output_dir, repeat, seed, as_json):
+def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json):
     """Run a host artifact with TVM's Relax VM, write outputs, print timings."""
+    if threads:  # read once, when TVM's thread pool starts: set before TVM is loaded
+        os.environ["TVM_NUM_THREADS"] = str(threads)
     from tvmgen import artifact
     from tvmgen.frontends.base import random_inputs
     from tvmgen.runner import HostModel
