@@ -242,7 +242,10 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json):
         output_dir.mkdir(parents=True, exist_ok=True)
         for spec, arr in zip(manifest.outputs, outputs):
             np.save(output_dir / f"{_safe(spec.name)}.npy", arr)
+    import tvm
+
     summary = {
+        "threads": int(tvm.get_global_func("runtime.NumThreads")()),
         "timings": model.timings.summary(),
         "outputs": [{"name": s.name, "shape": list(a.shape), "dtype": str(a.dtype),
                      "min": float(a.min()), "max": float(a.max()), "mean": float(a.mean()),

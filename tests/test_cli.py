@@ -84,8 +84,9 @@ def test_compile_builtin_check_inspect_run(tvmgen, tmp_path):
     got = np.load(tmp_path / "res" / "probs.npy")
     want = ort.InferenceSession(mobilenet_onnx().SerializeToString()).run(None, {"input": x})[0]
     np.testing.assert_allclose(got, want, atol=1e-6)
-    r = tvmgen("run", art, "--json", "--repeat", "2")
+    r = tvmgen("run", art, "--json", "--repeat", "2", "--threads", "1")
     summary = json.loads(r.stdout)
+    assert summary["threads"] == 1
     assert summary["timings"]["runs"] == 2 and summary["timings"]["median_ms"] > 0
     assert len(summary["outputs"][0]["top5"]) == 5
 
