@@ -6,6 +6,7 @@ import io
 import json
 import os
 import shutil
+import sys
 import struct
 import tarfile
 from pathlib import Path
@@ -174,3 +175,10 @@ def test_target_table():
 def test_binfmt_rejects_non_binaries():
     assert binfmt.describe(b"#!/bin/sh\n") == ("unknown", "unknown")
     assert binfmt.describe(io.BytesIO(b"\x7fELF").read()) == ("unknown", "unknown")  # too short
+
+
+@pytest.mark.skipif(not (sys.platform == "darwin" and shutil.which("xcrun")),
+                    reason="the iOS static library is made with Xcode's libtool: runs on macOS with Xcode only")
+def test_ios_static_library_with_xcode(conv_model, tmp_path):
+    out, m = build(conv_model, tmp_path, "ios-arm64")
+    assert m.export["kind"] == "static" and (out / "libmodel.a").read_bytes()[:8] == b"!<arch>\n"
