@@ -1,0 +1,98 @@
+/*!
+ * tvmgen device runtime: load an artifact directory written by `tvmgen compile`, run it with
+ * TVM's Relax VM on the manifest's device, and move tensors in and out as host bytes.
+ *
+ * Data only crosses the host/device boundary through TVM's CopyFromBytes / CopyToBytes, so
+ * device memory is never dereferenced (on a phone GPU that fails with CL_INVALID_MEM_OBJECT).
+ * Builds against the tvm-ffi headers and the TVM runtime's registered functions only.
+ */
+#ifndef TVMGEN_RUNTIME_H_
+#define TVMGEN_RUNTIME_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tvmgen {
+
+/*! \brief Every failure: TVM's message plus what tvmgen was doing (which file, which input). */
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+/*! \brief An input or output as the manifest describes it. */
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string dtype;  // numpy-style name: float32, int64, uint8, bool ...
+  size_t nbytes = 0;
+};
+
+/*! \brief Milliseconds per stage. copy_in/run/copy_out are those of the latest run. */
+struct Timings {
+  double load_ms = 0;       // manifest, library and weights read
+  double init_ms = 0;       // VM created for the device, inputs allocated, weights on the device
+  double first_run_ms = 0;  // the first Run(): includes one-time work (kernel compilation on GPUs)
+  double copy_in_ms = 0;    // SetInput calls since the previous Run()
+  double run_ms = 0;        // the latest Run()
+  double copy_out_ms = 0;   // GetOutput calls after the latest Run()
+  int runs = 0;
+  /*! \brief The timings as a JSON object. */
+  std::string ToJson() const;
+};
+
+/*! \brief CPU thread-pool settings, applied by Model::Load (or ConfigureThreads). */
+struct ThreadOptions {
+  int threads = 0;  // 0: TVM's default (one per core)
+  // TVM's AffinityMode: 1 = big cores, -1 = little cores, 0 = no preference.
+  int affinity = 0;
+};
+
+/*! \brief Apply thread-pool settings (runtime.config_threadpool). */
+void ConfigureThreads(const ThreadOptions& options);
+
+/*! \brief The architecture this runtime was built for: x86_64, aarch64, arm. */
+const char* RuntimeArch();
+
+/*! \brief A loaded artifact, ready to run. Not thread-safe: one caller at a time. */
+class Model {
+ public:
+  /*!
+   * \brief Load the artifact in `dir` (manifest.json, library, optional params).
+   * Checks the manifest's platform and the library's architecture before loading it.
+   */
+  static std::unique_ptr<Model> Load(const std::string& dir, const ThreadOptions& threads = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const std::vector<TensorInfo>& inputs() const;
+  const std::vector<TensorInfo>& outputs() const;
+  /*! \brief The device the model runs on: cpu, opencl, cuda, ... */
+  const std::string& device() const;
+  /*! \brief Index of the input called `name`; throws Error listing the inputs when unknown. */
+  int InputIndex(const std::string& name) const;
+
+  /*! \brief Copy `nbytes` host bytes into input `index` (must equal the input's size). */
+  void SetInput(int index, const void* data, size_t nbytes);
+  void SetInput(const std::string& name, const void* data, size_t nbytes);
+  /*! \brief Run `main` on the inputs set so far. */
+  void Run();
+  /*! \brief Copy output `index` of the latest run into `nbytes` host bytes. */
+  void GetOutput(int index, void* data, size_t nbytes);
+
+  const Timings& timings() const;
+
+ private:
+  Model();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tvmgen
+
+#endif  // TVMGEN_RUNTIME_H_

@@ -1,0 +1,425 @@
+// tvmgen device runtime. See include/tvmgen/runtime.h.
+#include "tvmgen/runtime.h"
+
+#include <dlfcn.h>
+#include <tvm/ffi/container/array.h>
+#include <tvm/ffi/container/map.h>
+#include <tvm/ffi/container/shape.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/dtype.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/extra/json.h>
+#include <tvm/ffi/extra/module.h>
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/string.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace tvmgen {
+namespace ffi = tvm::ffi;
+namespace json = tvm::ffi::json;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+std::string ReadFile(const std::string& path, const std::string& what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("cannot open " + what + " " + path + ": " + std::strerror(errno));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A global function the TVM runtime registers; a clear error names it when absent.
+ffi::Function Global(const char* name) {
+  auto f = ffi::Function::GetGlobal(name);
+  if (!f.has_value()) {
+    throw Error(std::string("the TVM runtime lacks the function ") + name +
+                " (is libtvm_runtime loaded, and version 0.27?)");
+  }
+  return *f;
+}
+
+// ---------------------------------------------------------------- manifest reading
+json::Object AsObject(const json::Value& v, const std::string& where) {
+  auto obj = v.try_cast<json::Object>();
+  if (!obj.has_value()) throw Error("manifest.json: " + where + " is not an object");
+  return *obj;
+}
+
+json::Value Field(json::Object obj, const char* key, const std::string& where) {
+  auto it = obj.find(ffi::String(key));
+  if (it == obj.end()) throw Error("manifest.json: " + where + " has no \"" + key + "\"");
+  return (*it).second;
+}
+
+std::string Str(json::Object obj, const char* key, const std::string& where) {
+  auto v = Field(obj, key, where);
+  auto s = v.try_cast<ffi::String>();
+  if (!s.has_value()) throw Error("manifest.json: " + where + "." + key + " is not a string");
+  return std::string(*s);
+}
+
+int64_t Int(const json::Value& v, const std::string& where) {
+  auto i = v.try_cast<int64_t>();
+  if (!i.has_value()) throw Error("manifest.json: " + where + " is not an integer");
+  return *i;
+}
+
+json::Array Arr(json::Object obj, const char* key, const std::string& where) {
+  auto v = Field(obj, key, where);
+  auto a = v.try_cast<json::Array>();
+  if (!a.has_value()) throw Error("manifest.json: " + where + "." + key + " is not a list");
+  return *a;
+}
+
+size_t DtypeBytes(const std::string& dtype) {
+  DLDataType t = ffi::StringToDLDataType(dtype == "bool" ? "bool" : dtype);
+  return (t.bits * t.lanes + 7) / 8;
+}
+
+std::vector<TensorInfo> TensorList(json::Object manifest, const char* key) {
+  std::vector<TensorInfo> out;
+  for (const json::Value& item : Arr(manifest, key, "manifest")) {
+    std::string where = std::string(key) + "[" + std::to_string(out.size()) + "]";
+    json::Object o = AsObject(item, where);
+    TensorInfo t;
+    t.name = Str(o, "name", where);
+    t.dtype = Str(o, "dtype", where);
+    size_t n = 1;
+    for (const json::Value& d : Arr(o, "shape", where)) {
+      t.shape.push_back(Int(d, where + ".shape"));
+      n *= static_cast<size_t>(t.shape.back());
+    }
+    t.nbytes = n * DtypeBytes(t.dtype);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- architecture check
+std::string ElfArch(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  unsigned char h[20] = {0};
+  if (!f.read(reinterpret_cast<char*>(h), sizeof(h))) return "unreadable";
+  if (std::memcmp(h, "\x7f" "ELF", 4) != 0) return "not-elf";
+  int machine = h[5] == 1 ? (h[18] | (h[19] << 8)) : ((h[18] << 8) | h[19]);
+  switch (machine) {
+    case 0x3E: return "x86_64";
+    case 0xB7: return "aarch64";
+    case 0x28: return "arm";
+    case 0x03: return "x86";
+    default: return "elf-machine-" + std::to_string(machine);
+  }
+}
+
+// Backend runtimes are separate libraries in TVM 0.27: load the one the device needs, from
+// the directory libtvm_runtime itself was loaded from (or the library search path).
+void LoadBackend(const std::string& device) {
+  if (device == "cpu") return;
+  std::string want = "device_api." + device;
+  if (ffi::Function::GetGlobal(want).has_value()) return;  // built in, or already loaded
+  std::string lib = "libtvm_runtime_" + device + ".so";
+  Dl_info info;
+  std::string dir;
+  if (dladdr(reinterpret_cast<void*>(&TVMFFIFunctionGetGlobal), &info) && info.dli_fname) {
+    dir = info.dli_fname;
+    dir = dir.substr(0, dir.find_last_of('/') + 1);
+  }
+  void* handle = dlopen((dir + lib).c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (handle == nullptr) handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (handle == nullptr || !ffi::Function::GetGlobal(want).has_value()) {
+    throw Error("this TVM runtime has no " + device + " support (" + want + " is not registered and " +
+                lib + " could not be loaded" + (handle ? "" : std::string(": ") + dlerror()) +
+                "); build the runtime with " + device + " enabled, or compile the model with --device cpu");
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- public helpers
+const char* RuntimeArch() {
+#if defined(__aarch64__)
+  return "aarch64";
+#elif defined(__x86_64__)
+  return "x86_64";
+#elif defined(__arm__)
+  return "arm";
+#else
+  return "unknown";
+#endif
+}
+
+void ConfigureThreads(const ThreadOptions& options) {
+  if (options.threads < 0) throw Error("thread count must be >= 0, got " + std::to_string(options.threads));
+  if (options.affinity < -1 || options.affinity > 1) {
+    throw Error("affinity must be 1 (big cores), -1 (little cores) or 0, got " + std::to_string(options.affinity));
+  }
+  Global("runtime.config_threadpool")(options.affinity, options.threads);
+}
+
+std::string Timings::ToJson() const {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "{\"load_ms\": %.4f, \"init_ms\": %.4f, \"first_run_ms\": %.4f, \"copy_in_ms\": %.4f, "
+                "\"run_ms\": %.4f, \"copy_out_ms\": %.4f, \"runs\": %d}",
+                load_ms, init_ms, first_run_ms, copy_in_ms, run_ms, copy_out_ms, runs);
+  return buf;
+}
+
+// ---------------------------------------------------------------- Model
+struct Model::Impl {
+  std::string dir, device;
+  std::vector<TensorInfo> inputs, outputs;
+  DLDevice dev{kDLCPU, 0};
+  ffi::Optional<ffi::Module> lib, vm;
+  ffi::Function main, copy_from_bytes, copy_to_bytes;
+  std::vector<ffi::Tensor> input_tensors, params;
+  std::vector<bool> input_set;
+  std::vector<ffi::Tensor> results;
+  bool copied_in_since_run = false, copied_out_since_run = false;
+  Timings timings;
+
+  ffi::Tensor Alloc(const TensorInfo& t) {
+    static ffi::Function alloc = Global("runtime.TVMTensorAllocWithScope");
+    std::vector<int64_t> shape = t.shape;
+    return alloc(ffi::Shape(shape), ffi::StringToDLDataType(t.dtype), dev, ffi::Optional<ffi::String>())
+        .cast<ffi::Tensor>();
+  }
+};
+
+Model::Model() : impl_(new Impl()) {}
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::Load(const std::string& dir_in, const ThreadOptions& threads) {
+  std::unique_ptr<Model> model(new Model());
+  Impl& m = *model->impl_;
+  m.dir = dir_in.empty() || dir_in.back() == '/' ? dir_in : dir_in + "/";
+  auto t0 = Clock::now();
+
+  // --- manifest
+  std::string text = ReadFile(m.dir + "manifest.json", "the artifact manifest");
+  ffi::String err;
+  json::Value root = json::Parse(text, &err);
+  if (!err.empty()) throw Error("manifest.json in " + m.dir + " is corrupt: " + std::string(err));
+  json::Object man = AsObject(root, "the top level");
+  if (Int(Field(man, "schema_version", "manifest"), "schema_version") != 1) {
+    throw Error("manifest.json in " + m.dir + " has a schema version this runtime does not read (want 1)");
+  }
+  std::string platform = Str(man, "platform", "manifest");
+  std::string arch = Str(man, "arch", "manifest");
+  m.device = Str(man, "device", "manifest");
+  if (arch != RuntimeArch()) {
+    throw Error("the artifact in " + m.dir + " was compiled for " + platform + " (" + arch +
+                "), this device is " + RuntimeArch() + ": compile it with the matching --platform");
+  }
+  json::Object exp = AsObject(Field(man, "export", "manifest"), "export");
+  std::string kind = Str(exp, "kind", "export");
+  std::string library = m.dir + Str(exp, "library", "export");
+  if (kind != "shared") {
+    throw Error("the artifact in " + m.dir + " holds " + kind + " (" + library +
+                "), not a shared library: link it first, or compile without --objects-only");
+  }
+  m.inputs = TensorList(man, "inputs");
+  m.outputs = TensorList(man, "outputs");
+  m.input_set.assign(m.inputs.size(), false);
+
+  // --- library: check its architecture before dlopen, whose own error is misleading
+  std::string lib_arch = ElfArch(library);
+  if (lib_arch == "unreadable") throw Error("cannot read the model library " + library);
+  if (lib_arch != RuntimeArch()) {
+    throw Error("the model library " + library + " is built for " + lib_arch + ", this device is " +
+                RuntimeArch() + ": compile the model for this device's platform");
+  }
+  json::Object vm_info = AsObject(Field(man, "vm", "manifest"), "vm");
+  json::Array devices = Arr(vm_info, "devices", "vm");
+  if (devices.empty()) throw Error("manifest.json: vm.devices is empty");
+  json::Object main_dev = AsObject(devices[0], "vm.devices[0]");
+  m.dev = DLDevice{static_cast<DLDeviceType>(Int(Field(main_dev, "dl_device_type", "vm.devices[0]"), "dl_device_type")),
+                   static_cast<int>(Int(Field(main_dev, "id", "vm.devices[0]"), "id"))};
+  LoadBackend(m.device);
+  try {
+    m.lib = ffi::Module::LoadFromFile(library);
+  } catch (const ffi::Error& e) {
+    throw Error("cannot load the model library " + library + ": " + e.what());
+  }
+  // --- weights kept apart from the library (--separate-params)
+  std::vector<ffi::Tensor> host_params;
+  auto params_it = man.find(ffi::String("params"));
+  if (params_it != man.end() && (*params_it).second != nullptr) {
+    json::Object p = AsObject((*params_it).second, "params");
+    std::string file = m.dir + Str(p, "file", "params");
+    std::string blob = ReadFile(file, "the weights file");
+    ffi::Map<ffi::String, ffi::Tensor> loaded;
+    try {
+      loaded = Global("runtime.LoadParams")(ffi::Bytes(blob.data(), blob.size()))
+                   .cast<ffi::Map<ffi::String, ffi::Tensor>>();
+    } catch (const ffi::Error& e) {
+      throw Error("cannot read the weights in " + file + ": " + e.what());
+    }
+    for (const json::Value& name : Arr(p, "names", "params")) {
+      auto s = name.cast<ffi::String>();
+      auto it = loaded.find(s);
+      if (it == loaded.end()) throw Error("the weights file " + file + " has no tensor " + std::string(s));
+      host_params.push_back((*it).second);
+    }
+  }
+  m.timings.load_ms = MsSince(t0);
+
+  // --- VM on the device, inputs allocated once, weights copied to the device once
+  auto t1 = Clock::now();
+  try {
+    m.vm = m.lib.value()->GetFunction("vm_load_executable").value()().cast<ffi::Module>();
+    std::vector<ffi::AnyView> init_args;
+    std::vector<int64_t> values;
+    values.reserve(devices.size() * 3);
+    for (size_t i = 0; i < devices.size(); ++i) {
+      json::Object d = AsObject(devices[i], "vm.devices[]");
+      values.push_back(Int(Field(d, "dl_device_type", "vm.devices[]"), "dl_device_type"));
+      values.push_back(Int(Field(d, "id", "vm.devices[]"), "id"));
+      values.push_back(Int(Field(d, "alloc_type", "vm.devices[]"), "alloc_type"));
+    }
+    for (int64_t& v : values) init_args.emplace_back(v);
+    ffi::Any ignored;
+    m.vm.value()->GetFunction("vm_initialization").value().CallPacked(init_args.data(), init_args.size(), &ignored);
+    std::string entry = "main";
+    auto entry_it = vm_info.find(ffi::String("entry"));
+    if (entry_it != vm_info.end()) entry = std::string((*entry_it).second.cast<ffi::String>());
+    auto f = m.vm.value()->GetFunction(entry);
+    if (!f.has_value()) throw Error("the model library has no function " + entry);
+    m.main = *f;
+  } catch (const ffi::Error& e) {
+    throw Error("cannot create the VM for " + m.device + " from " + library + ": " + e.what());
+  }
+  if (threads.threads != 0 || threads.affinity != 0) ConfigureThreads(threads);
+  m.copy_from_bytes = Global("runtime.TVMTensorCopyFromBytes");
+  m.copy_to_bytes = Global("runtime.TVMTensorCopyToBytes");
+  for (const TensorInfo& t : m.inputs) m.input_tensors.push_back(m.Alloc(t));
+  static ffi::Function copy_from_to = Global("runtime.TVMTensorCopyFromTo");
+  for (const ffi::Tensor& hp : host_params) {
+    if (m.dev.device_type == kDLCPU) {
+      m.params.push_back(hp);
+      continue;
+    }
+    TensorInfo info{"param", std::vector<int64_t>(hp.shape().begin(), hp.shape().end()),
+                    std::string(ffi::DLDataTypeToString(hp.dtype())), 0};
+    ffi::Tensor d = m.Alloc(info);
+    copy_from_to(hp, d);
+    m.params.push_back(d);
+  }
+  m.timings.init_ms = MsSince(t1);
+  return model;
+}
+
+const std::vector<TensorInfo>& Model::inputs() const { return impl_->inputs; }
+const std::vector<TensorInfo>& Model::outputs() const { return impl_->outputs; }
+const std::string& Model::device() const { return impl_->device; }
+const Timings& Model::timings() const { return impl_->timings; }
+
+int Model::InputIndex(const std::string& name) const {
+  for (size_t i = 0; i < impl_->inputs.size(); ++i) {
+    if (impl_->inputs[i].name == name) return static_cast<int>(i);
+  }
+  std::string names;
+  for (const TensorInfo& t : impl_->inputs) names += (names.empty() ? "" : ", ") + t.name;
+  throw Error("unknown input name \"" + name + "\"; this model's inputs are: " + names);
+}
+
+void Model::SetInput(const std::string& name, const void* data, size_t nbytes) {
+  SetInput(InputIndex(name), data, nbytes);
+}
+
+void Model::SetInput(int index, const void* data, size_t nbytes) {
+  Impl& m = *impl_;
+  if (index < 0 || index >= static_cast<int>(m.inputs.size())) {
+    throw Error("input index " + std::to_string(index) + " is out of range: the model has " +
+                std::to_string(m.inputs.size()) + " inputs");
+  }
+  const TensorInfo& t = m.inputs[index];
+  if (nbytes != t.nbytes) {
+    throw Error("input \"" + t.name + "\" (" + t.dtype + ") takes " + std::to_string(t.nbytes) +
+                " bytes, " + std::to_string(nbytes) + " were given");
+  }
+  if (data == nullptr) throw Error("input \"" + t.name + "\": no data (null pointer)");
+  if (m.copied_out_since_run || !m.copied_in_since_run) {  // a new round of copies
+    m.timings.copy_in_ms = 0;
+    m.copied_in_since_run = true;
+    m.copied_out_since_run = false;
+  }
+  auto t0 = Clock::now();
+  try {
+    m.copy_from_bytes(m.input_tensors[index], const_cast<void*>(data), static_cast<int64_t>(nbytes));
+  } catch (const ffi::Error& e) {
+    throw Error("copying input \"" + t.name + "\" to " + m.device + " failed: " + e.what());
+  }
+  m.timings.copy_in_ms += MsSince(t0);
+  m.input_set[index] = true;
+}
+
+void Model::Run() {
+  Impl& m = *impl_;
+  for (size_t i = 0; i < m.inputs.size(); ++i) {
+    if (!m.input_set[i]) throw Error("input \"" + m.inputs[i].name + "\" was never set: call SetInput first");
+  }
+  std::vector<ffi::AnyView> args;
+  for (const ffi::Tensor& t : m.input_tensors) args.emplace_back(t);
+  for (const ffi::Tensor& t : m.params) args.emplace_back(t);
+  auto t0 = Clock::now();
+  ffi::Any ret;
+  try {
+    m.main.CallPacked(args.data(), static_cast<int32_t>(args.size()), &ret);
+  } catch (const ffi::Error& e) {
+    throw Error(std::string("running the model on ") + m.device + " failed: " + e.what());
+  }
+  m.results.clear();
+  if (auto tensor = ret.try_cast<ffi::Tensor>()) {
+    m.results.push_back(*tensor);
+  } else if (auto tuple = ret.try_cast<ffi::Array<ffi::Any>>()) {
+    for (const ffi::Any& item : *tuple) m.results.push_back(item.cast<ffi::Tensor>());
+  } else {
+    throw Error("the model returned " + std::string(ret.GetTypeKey()) + ", not tensors");
+  }
+  if (m.results.size() != m.outputs.size()) {
+    throw Error("the model returned " + std::to_string(m.results.size()) + " outputs, the manifest lists " +
+                std::to_string(m.outputs.size()));
+  }
+  double ms = MsSince(t0);
+  if (m.timings.runs == 0) m.timings.first_run_ms = ms;
+  m.timings.run_ms = ms;
+  m.timings.runs += 1;
+  m.timings.copy_out_ms = 0;
+  m.copied_in_since_run = false;
+  m.copied_out_since_run = false;
+}
+
+void Model::GetOutput(int index, void* data, size_t nbytes) {
+  Impl& m = *impl_;
+  if (m.results.empty()) throw Error("no outputs yet: call Run first");
+  if (index < 0 || index >= static_cast<int>(m.outputs.size())) {
+    throw Error("output index " + std::to_string(index) + " is out of range: the model has " +
+                std::to_string(m.outputs.size()) + " outputs");
+  }
+  const TensorInfo& t = m.outputs[index];
+  if (nbytes != t.nbytes) {
+    throw Error("output \"" + t.name + "\" (" + t.dtype + ") holds " + std::to_string(t.nbytes) +
+                " bytes, the buffer has " + std::to_string(nbytes));
+  }
+  m.copied_out_since_run = true;
+  auto t0 = Clock::now();
+  try {
+    m.copy_to_bytes(m.results[index], data, static_cast<int64_t>(nbytes));
+  } catch (const ffi::Error& e) {
+    throw Error("copying output \"" + t.name + "\" from " + m.device + " failed: " + e.what());
+  }
+  m.timings.copy_out_ms += MsSince(t0);
+}
+
+}  // namespace tvmgen

@@ -1,0 +1,222 @@
+// tvmgen-run: load an artifact, feed inputs (.npy or raw bytes), run, write outputs and timings.
+// The device-side twin of `tvmgen run`, usable over `adb shell` and under qemu.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../src/npy.h"
+#include "tvmgen/runtime.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: tvmgen-run ARTIFACT_DIR [options]\n"
+    "  -i, --input [NAME=]FILE   input as .npy, or raw bytes (any other extension); repeatable.\n"
+    "                            NAME= may be left out when inputs are given in the model's order.\n"
+    "                            Inputs not given get deterministic pseudo-random values.\n"
+    "  -o, --output-dir DIR      write each output as NAME.npy in DIR\n"
+    "  --warmup N                untimed runs before the timed ones (default 1)\n"
+    "  --repeat N                timed runs (default 10)\n"
+    "  --threads N               CPU threads (default: one per core)\n"
+    "  --affinity big|little|any which CPU cores to use (default any)\n"
+    "  --timings FILE            write the timings JSON to FILE (default: stdout)\n"
+    "  -h, --help                this text\n";
+
+struct Stats {
+  std::vector<double> v;
+  std::string Json() const {
+    std::vector<double> s = v;
+    std::sort(s.begin(), s.end());
+    double sum = 0;
+    for (double x : s) sum += x;
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "{\"median\": %.4f, \"mean\": %.4f, \"min\": %.4f, \"max\": %.4f}",
+                  s.empty() ? 0 : s[s.size() / 2], s.empty() ? 0 : sum / s.size(), s.empty() ? 0 : s.front(),
+                  s.empty() ? 0 : s.back());
+    return buf;
+  }
+  double Median() const {
+    std::vector<double> s = v;
+    std::sort(s.begin(), s.end());
+    return s.empty() ? 0 : s[s.size() / 2];
+  }
+};
+
+int Usage(const std::string& msg) {
+  std::fprintf(stderr, "tvmgen-run: %s\n%s", msg.c_str(), kUsage);
+  return 2;
+}
+
+std::string SafeName(const std::string& name) {
+  std::string out;
+  for (char c : name) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  return out;
+}
+
+std::vector<char> PseudoRandom(const tvmgen::TensorInfo& t, uint32_t seed) {
+  std::vector<char> bytes(t.nbytes, 0);
+  if (t.dtype != "float32") return bytes;  // zeros for other dtypes
+  float* f = reinterpret_cast<float*>(bytes.data());
+  for (size_t i = 0; i < t.nbytes / 4; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    f[i] = static_cast<float>(seed >> 8) / 16777216.0f * 2.0f - 1.0f;
+  }
+  return bytes;
+}
+
+std::vector<char> ReadInput(const std::string& path, const tvmgen::TensorInfo& t) {
+  bool is_npy = path.size() > 4 && path.compare(path.size() - 4, 4, ".npy") == 0;
+  if (is_npy) {
+    tvmgen::npy::Array a = tvmgen::npy::Load(path);
+    if (a.dtype != t.dtype) {
+      throw tvmgen::Error("input \"" + t.name + "\": " + path + " holds " + a.dtype + ", the model expects " + t.dtype);
+    }
+    if (a.shape != t.shape) {
+      auto fmt = [](const std::vector<int64_t>& s) {
+        std::string r;
+        for (int64_t d : s) r += (r.empty() ? "" : "x") + std::to_string(d);
+        return r;
+      };
+      throw tvmgen::Error("input \"" + t.name + "\": " + path + " has shape " + fmt(a.shape) +
+                          ", the model expects " + fmt(t.shape));
+    }
+    return a.data;
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw tvmgen::Error("cannot open input file " + path + ": " + std::strerror(errno));
+  return std::vector<char>(std::istreambuf_iterator<char>(f), {});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir, output_dir, timings_file;
+  std::vector<std::string> input_flags;
+  int warmup = 1, repeat = 10;
+  tvmgen::ThreadOptions threads;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(std::string(flag) + " needs a value");
+      return argv[++i];
+    };
+    try {
+      if (a == "-h" || a == "--help") {
+        std::fputs(kUsage, stdout);
+        return 0;
+      } else if (a == "-i" || a == "--input") {
+        input_flags.push_back(value("--input"));
+      } else if (a == "-o" || a == "--output-dir") {
+        output_dir = value("--output-dir");
+      } else if (a == "--warmup") {
+        warmup = std::stoi(value("--warmup"));
+      } else if (a == "--repeat") {
+        repeat = std::stoi(value("--repeat"));
+      } else if (a == "--threads") {
+        threads.threads = std::stoi(value("--threads"));
+      } else if (a == "--affinity") {
+        std::string v = value("--affinity");
+        if (v == "big") threads.affinity = 1;
+        else if (v == "little") threads.affinity = -1;
+        else if (v == "any") threads.affinity = 0;
+        else return Usage("--affinity takes big, little or any, not " + v);
+      } else if (a == "--timings") {
+        timings_file = value("--timings");
+      } else if (!a.empty() && a[0] == '-') {
+        return Usage("unknown option " + a);
+      } else if (dir.empty()) {
+        dir = a;
+      } else {
+        return Usage("more than one artifact directory given (" + dir + ", " + a + ")");
+      }
+    } catch (const std::invalid_argument& e) {
+      return Usage(std::string(e.what()).find("stoi") != std::string::npos ? a + " takes a number" : e.what());
+    } catch (const std::out_of_range&) {
+      return Usage(a + ": number out of range");
+    }
+  }
+  if (dir.empty()) return Usage("no artifact directory given");
+  if (repeat < 1 || warmup < 0) return Usage("--repeat must be >= 1 and --warmup >= 0");
+
+  try {
+    auto model = tvmgen::Model::Load(dir, threads);
+    const auto& inputs = model->inputs();
+    std::vector<std::vector<char>> data(inputs.size());
+    std::vector<bool> given(inputs.size(), false);
+    for (size_t k = 0; k < input_flags.size(); ++k) {
+      const std::string& flag = input_flags[k];
+      size_t eq = flag.find('=');
+      int index;
+      std::string path;
+      if (eq == std::string::npos) {
+        if (k >= inputs.size()) throw tvmgen::Error("more --input files than model inputs");
+        index = static_cast<int>(k);
+        path = flag;
+      } else {
+        index = model->InputIndex(flag.substr(0, eq));
+        path = flag.substr(eq + 1);
+      }
+      data[index] = ReadInput(path, inputs[index]);
+      given[index] = true;
+    }
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      if (!given[k]) {
+        std::fprintf(stderr, "tvmgen-run: input \"%s\" not given: using pseudo-random values\n", inputs[k].name.c_str());
+        data[k] = PseudoRandom(inputs[k], 42 + static_cast<uint32_t>(k));
+      }
+    }
+    const auto& outputs = model->outputs();
+    std::vector<std::vector<char>> out(outputs.size());
+    for (size_t k = 0; k < outputs.size(); ++k) out[k].resize(outputs[k].nbytes);
+
+    Stats copy_in, run, copy_out;
+    for (int r = 0; r < warmup + repeat; ++r) {
+      for (size_t k = 0; k < inputs.size(); ++k) model->SetInput(static_cast<int>(k), data[k].data(), data[k].size());
+      model->Run();
+      for (size_t k = 0; k < outputs.size(); ++k) model->GetOutput(static_cast<int>(k), out[k].data(), out[k].size());
+      if (r >= warmup) {
+        copy_in.v.push_back(model->timings().copy_in_ms);
+        run.v.push_back(model->timings().run_ms);
+        copy_out.v.push_back(model->timings().copy_out_ms);
+      }
+    }
+    if (!output_dir.empty()) {
+      for (size_t k = 0; k < outputs.size(); ++k) {
+        tvmgen::npy::Save(output_dir + "/" + SafeName(outputs[k].name) + ".npy", outputs[k].dtype, outputs[k].shape,
+                          out[k].data(), out[k].size());
+      }
+    }
+    const tvmgen::Timings& t = model->timings();
+    std::ostringstream js;
+    js << "{\"device\": \"" << model->device() << "\", \"arch\": \"" << tvmgen::RuntimeArch() << "\", "
+       << "\"load_ms\": " << t.load_ms << ", \"init_ms\": " << t.init_ms << ", \"first_run_ms\": " << t.first_run_ms
+       << ", \"warmup\": " << warmup << ", \"runs\": " << repeat << ", \"copy_in_ms\": " << copy_in.Json()
+       << ", \"run_ms\": " << run.Json() << ", \"copy_out_ms\": " << copy_out.Json() << "}\n";
+    std::fprintf(stderr,
+                 "tvmgen-run: %s on %s (%s): load %.1f ms, init %.1f ms, first run %.1f ms; median of %d: "
+                 "copy-in %.3f ms, run %.3f ms, copy-out %.3f ms\n",
+                 dir.c_str(), model->device().c_str(), tvmgen::RuntimeArch(), t.load_ms, t.init_ms, t.first_run_ms,
+                 repeat, copy_in.Median(), run.Median(), copy_out.Median());
+    if (timings_file.empty()) {
+      std::fputs(js.str().c_str(), stdout);
+    } else {
+      std::ofstream f(timings_file);
+      f << js.str();
+      if (!f) throw tvmgen::Error("cannot write " + timings_file);
+    }
+  } catch (const tvmgen::Error& e) {
+    std::fprintf(stderr, "tvmgen-run: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tvmgen-run: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
