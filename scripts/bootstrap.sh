@@ -11,6 +11,8 @@ APT_PACKAGES=(
   g++-aarch64-linux-gnu    # linux-aarch64 exporter
   binutils-aarch64-linux-gnu
   qemu-user                # runs aarch64 binaries on the host (emulated phone CPU)
+  cmake                    # builds the device runtime in jni/
+  openjdk-17-jdk-headless  # javac/java for the Java API and its JNI headers
   python3-venv
 )
 

@@ -1,0 +1,276 @@
+"""The C++ device runtime and tvmgen-run: host, aarch64 under qemu, bad input, embed bundles."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import require_tool, save_onnx, single_op_models
+from tvmgen import frontends
+from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+from tvmgen.compiler.platforms import PLATFORMS
+from tvmgen.frontends.base import random_inputs
+from tvmgen.runner import HostModel
+
+QEMU_SYSROOT = "/usr/aarch64-linux-gnu"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Artifacts: the built-in model, with separate params, and a 2-in/2-out model; host and aarch64."""
+    from tvmgen.builtin import materialize
+
+    d = tmp_path_factory.mktemp("rt")
+    models = {"mobilenet": materialize("builtin:mobilenet", d)}
+    for name in ("two_outputs", "matmul"):
+        models[name] = save_onnx(single_op_models()[name], d / f"{name}.onnx")
+    arts = {}
+    for name, path in models.items():
+        imported = frontends.load(path, [])
+        for plat in ("host", "linux-aarch64"):
+            if plat == "linux-aarch64" and not shutil.which("aarch64-linux-gnu-g++"):
+                continue
+            out = d / f"{name}-{plat}"
+            compile_to_artifact(imported, BuildOptions(PLATFORMS[plat], "cpu"), out, True, {"name": name})
+            arts[(name, plat)] = out
+        if name == "mobilenet":
+            out = d / "mobilenet-host-params"
+            compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu", separate_params=True), out, True,
+                                {"name": name})
+            arts[("mobilenet-params", "host")] = out
+    return arts
+
+
+@pytest.fixture(scope="module")
+def host_runtime(tmp_path_factory):
+    from tvmgen import runtime_build
+
+    require_tool("cmake")
+    return runtime_build.build("host", tmp_path_factory.mktemp("host-rt"), jni=False)
+
+
+@pytest.fixture(scope="module")
+def aarch64_runtime(tmp_path_factory):
+    from tvmgen import runtime_build
+
+    for tool in ("cmake", "aarch64-linux-gnu-g++", "qemu-aarch64"):
+        require_tool(tool)
+    return runtime_build.build("linux-aarch64", tmp_path_factory.mktemp("a64-rt"), jni=False)
+
+
+def run_tool(prefix: Path, artifact: Path, tmp_path: Path, inputs: dict, qemu=False, extra=()):
+    """Run tvmgen-run with .npy inputs; returns (returncode, outputs by name, timings, stderr)."""
+    args = []
+    for name, arr in inputs.items():
+        p = tmp_path / f"in-{name}.npy"
+        np.save(p, arr)
+        args += ["--input", f"{name}={p}"]
+    outdir = tmp_path / "outputs"
+    outdir.mkdir(exist_ok=True)
+    cmd = [str(prefix / "bin" / "tvmgen-run"), str(artifact), *args, "-o", str(outdir),
+           "--timings", str(tmp_path / "t.json"), *extra]
+    if qemu:
+        cmd = ["qemu-aarch64", "-L", QEMU_SYSROOT, *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        return proc.returncode, None, None, proc.stderr
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    outs = [np.load(outdir / f"{o['name']}.npy") for o in manifest["outputs"]]
+    return 0, outs, json.loads((tmp_path / "t.json").read_text()), proc.stderr
+
+
+@pytest.mark.parametrize("name", ["mobilenet", "mobilenet-params", "two_outputs", "matmul"])
+def test_host_runner_matches_python_vm(host_runtime, built, tmp_path, name):
+    art = built[(name, "host")]
+    model = HostModel(art)
+    inputs = random_inputs(model.manifest.inputs, seed=11)
+    want = model.run(inputs)
+    rc, got, timings, err = run_tool(host_runtime, art, tmp_path, inputs, extra=["--repeat", "3"])
+    assert rc == 0, err
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, atol=1e-5, rtol=0)
+    assert timings["device"] == "cpu" and timings["arch"] == "x86_64"
+    assert timings["runs"] == 3 and timings["run_ms"]["median"] > 0 and timings["load_ms"] > 0
+    for key in ("init_ms", "first_run_ms", "copy_in_ms", "copy_out_ms"):
+        assert key in timings
+    assert "median of 3" in err
+
+
+def test_host_runner_raw_input_and_threads(host_runtime, built, tmp_path):
+    art = built[("matmul", "host")]
+    a = np.arange(2 * 8 * 16, dtype=np.float32).reshape(2, 8, 16) / 100
+    b = np.ones((2, 16, 4), np.float32)
+    a.tofile(tmp_path / "a.bin")
+    np.save(tmp_path / "b.npy", b)
+    out = tmp_path / "o"
+    out.mkdir()
+    proc = subprocess.run([str(host_runtime / "bin" / "tvmgen-run"), str(art), "-i", str(tmp_path / "a.bin"), "-i",
+                           f"b={tmp_path / 'b.npy'}", "-o", str(out), "--threads", "1", "--affinity", "big"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(np.load(out / "y.npy"), a @ b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["mobilenet", "two_outputs"])
+def test_aarch64_runner_under_qemu_matches_host(aarch64_runtime, built, tmp_path, name):
+    art = built[(name, "linux-aarch64")]
+    host = HostModel(built[(name, "host")])
+    inputs = random_inputs(host.manifest.inputs, seed=5)
+    want = host.run(inputs)
+    rc, got, timings, err = run_tool(aarch64_runtime, art, tmp_path, inputs, qemu=True,
+                                     extra=["--repeat", "1", "--warmup", "0"])
+    assert rc == 0, err
+    assert timings["arch"] == "aarch64"
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
+
+
+def test_aarch64_binaries_are_aarch64(aarch64_runtime):
+    from tvmgen import binfmt
+
+    for f in [aarch64_runtime / "bin" / "tvmgen-run", *(aarch64_runtime / "lib").glob("*.so")]:
+        assert binfmt.describe_file(f) == ("elf", "aarch64"), f
+
+
+# --------------------------------------------------------------------------- bad input
+
+def tool_error(prefix, artifact, *args):
+    proc = subprocess.run([str(prefix / "bin" / "tvmgen-run"), str(artifact), *map(str, args)],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    return proc.stderr
+
+
+def test_wrong_input_size_and_name(host_runtime, built, tmp_path):
+    art = built[("mobilenet", "host")]
+    (tmp_path / "small.bin").write_bytes(b"\0" * 100)
+    err = tool_error(host_runtime, art, "-i", tmp_path / "small.bin")
+    assert 'input "input" (float32) takes 602112 bytes, 100 were given' in err
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 10, 10), np.float32))
+    err = tool_error(host_runtime, art, "-i", tmp_path / "x.npy")
+    assert "has shape 1x3x10x10, the model expects 1x3x224x224" in err
+    np.save(tmp_path / "x64.npy", np.zeros((1, 3, 224, 224), np.float64))
+    assert "holds float64, the model expects float32" in tool_error(host_runtime, art, "-i", tmp_path / "x64.npy")
+    err = tool_error(host_runtime, art, "-i", f"images={tmp_path / 'x.npy'}")
+    assert 'unknown input name "images"; this model\'s inputs are: input' in err
+
+
+def test_missing_and_corrupt_artifact_files(host_runtime, built, tmp_path):
+    art = tmp_path / "art"
+    shutil.copytree(built[("mobilenet", "host")], art)
+    assert "cannot open the artifact manifest" in tool_error(host_runtime, tmp_path / "nowhere")
+    (art / "model.so").unlink()
+    assert "cannot read the model library" in tool_error(host_runtime, art)
+    (art / "manifest.json").write_text("{ broken")
+    assert "manifest.json in" in tool_error(host_runtime, art) and "corrupt" in tool_error(host_runtime, art)
+    shutil.rmtree(art)
+    shutil.copytree(built[("mobilenet-params", "host")], art)
+    (art / "model.params").write_bytes(b"not params")
+    assert "cannot read the weights in" in tool_error(host_runtime, art)
+
+
+def test_manifest_for_another_platform(host_runtime, built):
+    err = tool_error(host_runtime, built[("mobilenet", "linux-aarch64")])
+    assert "compiled for linux-aarch64 (aarch64), this device is x86_64" in err
+
+
+def test_library_for_the_wrong_architecture(host_runtime, built, tmp_path):
+    art = tmp_path / "art"
+    shutil.copytree(built[("mobilenet", "host")], art)
+    shutil.copy(built[("mobilenet", "linux-aarch64")] / "model.so", art / "model.so")
+    err = tool_error(host_runtime, art)
+    assert "is built for aarch64, this device is x86_64" in err
+    assert "cannot open shared object" not in err
+
+
+def test_object_archive_is_refused(host_runtime, built, tmp_path):
+    imported = frontends.load(save_onnx(single_op_models()["softmax"], tmp_path / "s.onnx"), [])
+    out = tmp_path / "objs"
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu", objects_only=True), out, True, {"name": "s"})
+    assert "not a shared library: link it first" in tool_error(host_runtime, out)
+
+
+def test_usage_errors(host_runtime):
+    tool = str(host_runtime / "bin" / "tvmgen-run")
+    for args, phrase in [([], "no artifact directory given"), (["a", "--repeat", "x"], "--repeat takes a number"),
+                         (["a", "--affinity", "fast"], "--affinity takes big, little or any"),
+                         (["a", "--bogus"], "unknown option --bogus")]:
+        proc = subprocess.run([tool, *args], capture_output=True, text=True)
+        assert proc.returncode == 2 and phrase in proc.stderr and "usage:" in proc.stderr
+
+
+# --------------------------------------------------------------------------- embed
+
+def cli(*args, cwd):
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "tvmgen", *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          env=dict(os.environ, TVMGEN_LOG_DIR=str(cwd / "logs")))
+
+
+def test_embed_host_bundle_links_into_a_cmake_project(built, tmp_path):
+    require_tool("cmake")
+    bundle = tmp_path / "bundle"
+    r = cli("embed", built[("mobilenet", "host")], "--platform", "host", "-o", bundle, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for f in ("artifact/manifest.json", "lib/libtvmgen_runtime.so", "lib/libtvm_runtime.so", "bin/tvmgen-run",
+              "include/tvmgen/runtime.h", "cmake/tvmgenConfig.cmake", "README.md"):
+        assert (bundle / f).is_file(), f
+    readme = (bundle / "README.md").read_text()
+    assert "find_package(tvmgen CONFIG REQUIRED PATHS <bundle>/cmake)" in readme and "input:1x3x224x224" in readme
+    # an existing app: a CMake project that finds the package and runs the model
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(app CXX)\nset(CMAKE_CXX_STANDARD 17)\n"
+        "find_package(tvmgen CONFIG REQUIRED)\nadd_executable(app main.cc)\n"
+        "target_link_libraries(app PRIVATE tvmgen::runtime)\n")
+    (app / "main.cc").write_text(
+        "#include <tvmgen/runtime.h>\n#include <cstdio>\n#include <vector>\n"
+        "int main(int, char** argv) {\n  auto m = tvmgen::Model::Load(argv[1]);\n"
+        "  std::vector<float> x(m->inputs()[0].nbytes / 4, 0.5f), y(m->outputs()[0].nbytes / 4);\n"
+        "  m->SetInput(\"input\", x.data(), x.size() * 4);\n  m->Run();\n  m->GetOutput(0, y.data(), y.size() * 4);\n"
+        "  for (float v : y) std::printf(\"%.9g\\n\", v);\n}\n")
+    subprocess.run(["cmake", "-S", app, "-B", app / "b", f"-Dtvmgen_DIR={bundle / 'cmake'}"], check=True,
+                   capture_output=True)
+    subprocess.run(["cmake", "--build", app / "b"], check=True, capture_output=True)
+    out = subprocess.run([app / "b" / "app", bundle / "artifact"], capture_output=True, text=True, check=True)
+    got = np.array([float(v) for v in out.stdout.split()], np.float32)
+    want = HostModel(built[("mobilenet", "host")]).run({"input": np.full((1, 3, 224, 224), 0.5, np.float32)})[0]
+    np.testing.assert_allclose(got, want.reshape(-1), atol=1e-6)
+
+
+def test_embed_android_bundle_from_a_model(tmp_path):
+    from tvmgen.builtin import materialize
+
+    model = materialize("builtin:mobilenet", tmp_path)
+    env_clear = {k: "" for k in ("TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "ANDROID_HOME")}
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "tvmgen", "embed", str(model), "--platform", "android", "-o",
+                        str(tmp_path / "b")], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, **env_clear, "TVMGEN_LOG_DIR": str(tmp_path / "logs")})
+    assert r.returncode == 0, r.stderr
+    b = tmp_path / "b"
+    manifest = json.loads((b / "artifact" / "manifest.json").read_text())
+    assert manifest["platform"] == "android-arm64" and manifest["export"]["kind"] == "objects"
+    assert (b / "jni" / "CMakeLists.txt").is_file() and (b / "jni" / "src" / "runtime.cc").is_file()
+    readme = (b / "README.md").read_text()
+    assert "-DANDROID_ABI=arm64-v8a -DANDROID_PLATFORM=android-24 -DTVM_SOURCE_DIR=" in readme
+    assert "externalNativeBuild" in readme
+    assert "add_subdirectory(${_tvmgen_root}/jni" in (b / "cmake" / "tvmgenConfig.cmake").read_text()
+    assert not (b / "lib").exists()  # nothing built for Android here
+
+
+def test_embed_refuses_mismatched_artifact(built, tmp_path):
+    r = cli("embed", built[("mobilenet", "host")], "--platform", "linux-aarch64", "-o", tmp_path / "b", cwd=tmp_path)
+    assert r.returncode == 2 and "compiled for host, the bundle is for linux-aarch64" in r.stderr
+    assert not (tmp_path / "b").exists()
