@@ -1,0 +1,626 @@
+package org.tvmgen;
+
+import java.io.File;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+
+/**
+ * A model artifact loaded by the tvmgen native runtime: the directory {@code tvmgen compile}
+ * writes (manifest.json, the model library, optional model.params), ready to run on the device
+ * it was compiled for.
+ *
+ * <p>This is the counterpart of tvm4j's {@code Module} + {@code Function}: the artifact's Relax VM
+ * and its entry function, behind the one call sequence it supports:
+ *
+ * <pre>{@code
+ * try (Model model = Model.load("/data/local/tmp/mobilenet")) {
+ *   model.setInput("input", pixels);          // float[] or a direct ByteBuffer
+ *   model.run();
+ *   float[] probs = model.getOutputFloats(0);
+ *   System.out.println(model.timings().toJson());
+ * }
+ * }</pre>
+ *
+ * <p>Data cross into and out of the model as host bytes: {@code float[]} arrays (copied straight
+ * from the array's memory, no intermediate Java copy) or direct {@link ByteBuffer}s (passed by
+ * address, no copy at all). Inputs keep their values between runs until set again.
+ *
+ * <p>The native library is loaded on first use: from the file or directory named by the system
+ * property {@value #LIBRARY_PATH_PROPERTY} when it is set, else with
+ * {@code System.loadLibrary("tvmgen_jni")} (java.library.path, or an Android app's native
+ * libraries); or call {@link #loadNativeLibrary(String)} first. Loading it leaves the JVM's own
+ * signal handlers in place (the TVM runtime library installs a SIGSEGV crash handler when loaded,
+ * which would otherwise replace the one the JVM needs).
+ *
+ * <p>A model holds native memory until {@link #close()}: use try-with-resources. Methods are
+ * synchronized, so one model may be shared between threads, though its runs happen one at a time.
+ * After {@code close()} every method throws {@link IllegalStateException}.
+ */
+public final class Model implements AutoCloseable {
+  /** Thread affinity: no preference (TVM's default). */
+  public static final int AFFINITY_ANY = 0;
+  /** Thread affinity: big (fast) cores. */
+  public static final int AFFINITY_BIG = 1;
+  /** Thread affinity: little (efficient) cores. */
+  public static final int AFFINITY_LITTLE = -1;
+  /** The system property naming the JNI library file, or the directory that holds it. */
+  public static final String LIBRARY_PATH_PROPERTY = "tvmgen.library.path";
+  /** The JNI library's name for {@link System#loadLibrary(String)}: libtvmgen_jni.so. */
+  public static final String LIBRARY_NAME = "tvmgen_jni";
+
+  private static volatile boolean nativeLoaded;
+
+  private long handle;
+  private final String directory;
+  private final String deviceName;
+  private final List<TensorInfo> inputs;
+  private final List<TensorInfo> outputs;
+
+  private Model(long handle, String directory) {
+    this.handle = handle;
+    this.directory = directory;
+    this.deviceName = nativeDevice(handle);
+    this.inputs = tensorInfos(handle, false);
+    this.outputs = tensorInfos(handle, true);
+  }
+
+  // ------------------------------------------------------------------ native library
+
+  /**
+   * Loads the JNI library, unless it is already loaded: from {@value #LIBRARY_PATH_PROPERTY} when
+   * that property is set, else by name through {@code System.loadLibrary("tvmgen_jni")}.
+   * {@link #load(String)} calls this itself.
+   *
+   * @throws UnsatisfiedLinkError if the library (or the TVM runtime it needs) cannot be loaded
+   */
+  public static void loadNativeLibrary() {
+    if (nativeLoaded) {
+      return;
+    }
+    synchronized (Model.class) {
+      if (nativeLoaded) {
+        return;
+      }
+      String path = System.getProperty(LIBRARY_PATH_PROPERTY);
+      if (path != null && !path.isEmpty()) {
+        loadNativeLibrary(path);
+        return;
+      }
+      try {
+        System.loadLibrary(LIBRARY_NAME);
+      } catch (UnsatisfiedLinkError e) {
+        UnsatisfiedLinkError wrapped = new UnsatisfiedLinkError("cannot load the tvmgen JNI library ("
+            + System.mapLibraryName(LIBRARY_NAME) + "): " + e.getMessage() + ". Put its directory on "
+            + "-Djava.library.path, set -D" + LIBRARY_PATH_PROPERTY + "=<file or directory>, or call "
+            + "Model.loadNativeLibrary(path)");
+        wrapped.initCause(e);
+        throw wrapped;
+      }
+      nativeLoaded = true;
+    }
+  }
+
+  /**
+   * Loads the JNI library from an explicit location, unless a JNI library is already loaded.
+   * libtvmgen_jni then loads libtvmgen_jni_bridge from its own directory (else from the system's
+   * library path), and that finds the tvmgen and TVM runtime libraries through its RPATH (the build
+   * tree, or the directory it is installed in) or the system's library path.
+   *
+   * @param path the library file (libtvmgen_jni.so), or the directory that holds it
+   * @throws UnsatisfiedLinkError if it cannot be loaded
+   */
+  public static void loadNativeLibrary(String path) {
+    synchronized (Model.class) {
+      if (nativeLoaded) {
+        return;
+      }
+      File file = new File(path);
+      if (file.isDirectory()) {
+        file = new File(file, System.mapLibraryName(LIBRARY_NAME));
+      }
+      if (!file.isFile()) {
+        throw new UnsatisfiedLinkError("the tvmgen JNI library " + file + " does not exist");
+      }
+      System.load(file.getAbsolutePath());
+      nativeLoaded = true;
+    }
+  }
+
+  /**
+   * The CPU architecture the native runtime was built for; artifacts must be compiled for it.
+   *
+   * @return x86_64, aarch64 or arm
+   */
+  public static String runtimeArch() {
+    loadNativeLibrary();
+    return nativeRuntimeArch();
+  }
+
+  /**
+   * Reconfigures TVM's CPU thread pool for every model in this process.
+   *
+   * @param threads the number of threads; 0 for TVM's default (one per core)
+   * @param affinity {@link #AFFINITY_BIG}, {@link #AFFINITY_LITTLE} or {@link #AFFINITY_ANY}
+   * @throws TvmgenException if the values are out of range
+   */
+  public static void configureThreads(int threads, int affinity) {
+    loadNativeLibrary();
+    nativeConfigureThreads(threads, affinity);
+  }
+
+  // ------------------------------------------------------------------ loading
+
+  /**
+   * Loads an artifact directory with TVM's default CPU threading.
+   *
+   * @param dir the directory {@code tvmgen compile} wrote
+   * @return the loaded model; close it when done
+   * @throws TvmgenException if the artifact cannot be loaded (missing files, another platform's
+   *     library, a device this runtime lacks, ...)
+   */
+  public static Model load(String dir) {
+    return load(dir, 0, AFFINITY_ANY);
+  }
+
+  /**
+   * Loads an artifact directory and configures the CPU thread pool.
+   *
+   * @param dir the directory {@code tvmgen compile} wrote
+   * @param threads CPU threads; 0 for TVM's default (one per core)
+   * @param affinity {@link #AFFINITY_BIG}, {@link #AFFINITY_LITTLE} or {@link #AFFINITY_ANY}
+   * @return the loaded model; close it when done
+   * @throws TvmgenException if the artifact cannot be loaded or the thread settings are invalid
+   */
+  public static Model load(String dir, int threads, int affinity) {
+    if (dir == null) {
+      throw new NullPointerException("dir");
+    }
+    loadNativeLibrary();
+    long h = nativeLoad(dir, threads, affinity);
+    try {
+      return new Model(h, dir);
+    } catch (RuntimeException | Error e) {
+      nativeFree(h);
+      throw e;
+    }
+  }
+
+  private static List<TensorInfo> tensorInfos(long h, boolean outputs) {
+    int n = nativeTensorCount(h, outputs);
+    List<TensorInfo> list = new ArrayList<TensorInfo>(n);
+    for (int i = 0; i < n; ++i) {
+      list.add(new TensorInfo(nativeTensorName(h, outputs, i), nativeTensorShape(h, outputs, i),
+          nativeTensorDtype(h, outputs, i), nativeTensorByteSize(h, outputs, i)));
+    }
+    return Collections.unmodifiableList(list);
+  }
+
+  // ------------------------------------------------------------------ description
+
+  /**
+   * The directory the model was loaded from.
+   *
+   * @return the path given to {@link #load(String)}
+   */
+  public String directory() {
+    return directory;
+  }
+
+  /**
+   * The model's inputs, in the order the entry function takes them.
+   *
+   * @return an unmodifiable list
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized List<TensorInfo> inputs() {
+    checkOpen();
+    return inputs;
+  }
+
+  /**
+   * The model's outputs, in the order the entry function returns them.
+   *
+   * @return an unmodifiable list
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized List<TensorInfo> outputs() {
+    checkOpen();
+    return outputs;
+  }
+
+  /**
+   * The device the model runs on, from its manifest.
+   *
+   * @return CPU, CUDA, OPENCL or METAL
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized Device device() {
+    checkOpen();
+    return Device.fromName(deviceName);
+  }
+
+  /**
+   * The index of the input with the given name.
+   *
+   * @param name an input name from the manifest
+   * @return its index in {@link #inputs()}
+   * @throws TvmgenException naming the model's inputs if there is no such input
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized int inputIndex(String name) {
+    long h = checkOpen();
+    if (name == null) {
+      throw new NullPointerException("name");
+    }
+    return nativeInputIndex(h, name);
+  }
+
+  /**
+   * The index of the output with the given name.
+   *
+   * @param name an output name from the manifest
+   * @return its index in {@link #outputs()}
+   * @throws TvmgenException naming the model's outputs if there is no such output
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized int outputIndex(String name) {
+    checkOpen();
+    StringBuilder names = new StringBuilder();
+    for (int i = 0; i < outputs.size(); ++i) {
+      if (outputs.get(i).name().equals(name)) {
+        return i;
+      }
+      names.append(i == 0 ? "" : ", ").append(outputs.get(i).name());
+    }
+    throw new TvmgenException("unknown output name \"" + name + "\"; this model's outputs are: " + names);
+  }
+
+  /**
+   * A zero-filled direct buffer for input {@code index}, sized and ordered for it.
+   *
+   * @param index the input's index
+   * @return a new tensor
+   * @throws IndexOutOfBoundsException if there is no such input
+   */
+  public Tensor allocateInput(int index) {
+    return Tensor.allocate(inputs().get(index));
+  }
+
+  /**
+   * A zero-filled direct buffer for the named input.
+   *
+   * @param name the input's name
+   * @return a new tensor
+   * @throws TvmgenException if there is no such input
+   */
+  public Tensor allocateInput(String name) {
+    return allocateInput(inputIndex(name));
+  }
+
+  /**
+   * A direct buffer for output {@code index}, to pass to {@link #getOutput(int, Tensor)}.
+   *
+   * @param index the output's index
+   * @return a new tensor
+   * @throws IndexOutOfBoundsException if there is no such output
+   */
+  public Tensor allocateOutput(int index) {
+    return Tensor.allocate(outputs().get(index));
+  }
+
+  // ------------------------------------------------------------------ inputs
+
+  /**
+   * Copies float values into a float32 input.
+   *
+   * @param index the input's index
+   * @param data exactly the input's element count of values (its byte size / 4)
+   * @throws TvmgenException if the index is out of range, the input is not float32, or the
+   *     array's size differs from the input's ("takes N bytes, M were given")
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void setInput(int index, float[] data) {
+    long h = checkOpen();
+    if (data == null) {
+      throw new NullPointerException("data");
+    }
+    requireFloat32(inputs, index, "input");
+    nativeSetInputFloats(h, index, data);
+  }
+
+  /**
+   * Copies float values into the named float32 input.
+   *
+   * @param name the input's name
+   * @param data exactly the input's element count of values
+   * @throws TvmgenException if there is no such input (the message lists the inputs), it is not
+   *     float32, or the array's size is wrong
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void setInput(String name, float[] data) {
+    setInput(inputIndex(name), data);
+  }
+
+  /**
+   * Copies an input's bytes straight from a direct buffer's memory (no Java-side copy).
+   *
+   * <p>The bytes between the buffer's position and limit are used, and must be exactly the input's
+   * {@link TensorInfo#byteSize()}; the position is not changed, so the same buffer can be set again
+   * for the next run. Elements must be in native byte order, and the buffer's {@code order()} must
+   * say so when elements are wider than one byte:
+   * {@code ByteBuffer.allocateDirect(n).order(ByteOrder.nativeOrder())}.
+   *
+   * @param index the input's index
+   * @param data a direct buffer, any element type
+   * @throws IllegalArgumentException if the buffer is not direct or not in native byte order
+   * @throws TvmgenException if the index is out of range or the size is wrong
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void setInput(int index, ByteBuffer data) {
+    long h = checkOpen();
+    checkBuffer(data, inputs, index, "input");
+    nativeSetInputBuffer(h, index, data, data.position(), data.remaining());
+  }
+
+  /**
+   * Copies the named input's bytes straight from a direct buffer; see
+   * {@link #setInput(int, ByteBuffer)}.
+   *
+   * @param name the input's name
+   * @param data a direct, native-order buffer holding exactly the input's bytes between position
+   *     and limit
+   * @throws IllegalArgumentException if the buffer is not direct or not in native byte order
+   * @throws TvmgenException if there is no such input or the size is wrong
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void setInput(String name, ByteBuffer data) {
+    setInput(inputIndex(name), data);
+  }
+
+  /**
+   * Copies an input from a {@link Tensor} (its first {@code byteSize()} bytes, no Java-side copy).
+   *
+   * @param index the input's index
+   * @param tensor a tensor of the input's size, e.g. from {@link #allocateInput(int)}
+   * @throws TvmgenException if the index is out of range or the size is wrong
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void setInput(int index, Tensor tensor) {
+    long h = checkOpen();
+    nativeSetInputBuffer(h, index, tensor.buffer(), 0, checkedSize(tensor));
+  }
+
+  /**
+   * Copies the named input from a {@link Tensor}.
+   *
+   * @param name the input's name
+   * @param tensor a tensor of the input's size
+   * @throws TvmgenException if there is no such input or the size is wrong
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void setInput(String name, Tensor tensor) {
+    setInput(inputIndex(name), tensor);
+  }
+
+  // ------------------------------------------------------------------ running
+
+  /**
+   * Runs the model on the inputs set so far (each input must have been set at least once).
+   *
+   * @throws TvmgenException if an input was never set or the run fails
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void run() {
+    nativeRun(checkOpen());
+  }
+
+  // ------------------------------------------------------------------ outputs
+
+  /**
+   * Copies a float32 output of the latest run into an array.
+   *
+   * @param index the output's index
+   * @param out exactly the output's element count of floats
+   * @throws TvmgenException if there was no run yet, the index is out of range, the output is not
+   *     float32, or the array's size differs from the output's
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void getOutput(int index, float[] out) {
+    long h = checkOpen();
+    if (out == null) {
+      throw new NullPointerException("out");
+    }
+    requireFloat32(outputs, index, "output");
+    nativeGetOutputFloats(h, index, out);
+  }
+
+  /**
+   * Copies an output of the latest run straight into a direct buffer's memory (no Java-side copy).
+   *
+   * <p>The output's {@link TensorInfo#byteSize()} bytes are written from the buffer's position,
+   * in native byte order; the buffer must have at least that many bytes remaining and, for
+   * elements wider than a byte, native {@code order()}. Its position is not changed.
+   *
+   * @param index the output's index
+   * @param out a direct, writable, native-order buffer
+   * @throws IllegalArgumentException if the buffer is not direct, read-only or not in native order
+   * @throws TvmgenException if there was no run yet, the index is out of range or the buffer is too
+   *     small
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void getOutput(int index, ByteBuffer out) {
+    long h = checkOpen();
+    checkBuffer(out, outputs, index, "output");
+    if (out.isReadOnly()) {
+      throw new IllegalArgumentException("output " + index + ": the buffer is read-only");
+    }
+    int n = out.remaining();
+    if (index >= 0 && index < outputs.size() && outputs.get(index).byteSize() <= n) {
+      n = (int) outputs.get(index).byteSize();
+    }
+    nativeGetOutputBuffer(h, index, out, out.position(), n);
+  }
+
+  /**
+   * Copies an output of the latest run into a {@link Tensor} (no Java-side copy).
+   *
+   * @param index the output's index
+   * @param tensor a tensor of the output's size, e.g. from {@link #allocateOutput(int)}
+   * @throws TvmgenException if there was no run yet, the index is out of range or the size differs
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void getOutput(int index, Tensor tensor) {
+    long h = checkOpen();
+    if (tensor.buffer().isReadOnly()) {
+      throw new IllegalArgumentException("output " + index + ": the tensor's buffer is read-only");
+    }
+    nativeGetOutputBuffer(h, index, tensor.buffer(), 0, checkedSize(tensor));
+  }
+
+  /**
+   * Copies a float32 output of the latest run into a new array.
+   *
+   * @param index the output's index
+   * @return the output's values, flattened in row-major order
+   * @throws TvmgenException if there was no run yet, the index is out of range, or the output is
+   *     not float32
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized float[] getOutputFloats(int index) {
+    checkOpen();
+    requireFloat32(outputs, index, "output");
+    if (index < 0 || index >= outputs.size()) {
+      throw new TvmgenException("output index " + index + " is out of range: the model has " + outputs.size()
+          + " outputs");
+    }
+    float[] out = new float[(int) outputs.get(index).elementCount()];
+    getOutput(index, out);
+    return out;
+  }
+
+  // ------------------------------------------------------------------ timings, lifetime
+
+  /**
+   * The runtime's timings so far.
+   *
+   * @return a snapshot: load, init and first run, and the latest run's copy-in, run and copy-out
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized Timings timings() {
+    double[] t = nativeTimings(checkOpen());
+    return new Timings(t[0], t[1], t[2], t[3], t[4], t[5], (int) t[6]);
+  }
+
+  /**
+   * Whether {@link #close()} was called.
+   *
+   * @return true once closed
+   */
+  public synchronized boolean isClosed() {
+    return handle == 0;
+  }
+
+  /**
+   * Frees the model's native memory (library, VM, weights, inputs and outputs). Further calls on
+   * this model throw {@link IllegalStateException}; closing again does nothing.
+   */
+  @Override
+  public synchronized void close() {
+    if (handle != 0) {
+      long h = handle;
+      handle = 0;
+      nativeFree(h);
+    }
+  }
+
+  /**
+   * The model's directory, device, inputs and outputs.
+   *
+   * @return a one-line description
+   */
+  @Override
+  public synchronized String toString() {
+    if (handle == 0) {
+      return "Model(" + directory + ", closed)";
+    }
+    return "Model(" + directory + " on " + deviceName + ", inputs " + inputs + ", outputs " + outputs + ")";
+  }
+
+  private long checkOpen() {
+    if (handle == 0) {
+      throw new IllegalStateException("the model loaded from " + directory + " is closed");
+    }
+    return handle;
+  }
+
+  private static void requireFloat32(List<TensorInfo> list, int index, String what) {
+    if (index >= 0 && index < list.size() && !list.get(index).isFloat32()) {
+      TensorInfo t = list.get(index);
+      throw new TvmgenException(what + " \"" + t.name() + "\" is " + t.dtype() + ", not float32: pass its bytes in "
+          + "a direct ByteBuffer instead of a float[]");
+    }
+  }
+
+  private static void checkBuffer(ByteBuffer buf, List<TensorInfo> list, int index, String what) {
+    if (buf == null) {
+      throw new NullPointerException(what + " buffer");
+    }
+    if (!buf.isDirect()) {
+      throw new IllegalArgumentException(what + " " + index + ": the ByteBuffer must be direct "
+          + "(ByteBuffer.allocateDirect(n).order(ByteOrder.nativeOrder())); for heap data use the float[] methods");
+    }
+    if (index >= 0 && index < list.size() && list.get(index).elementSize() > 1
+        && buf.order() != ByteOrder.nativeOrder()) {
+      throw new IllegalArgumentException(what + " \"" + list.get(index).name() + "\" (" + list.get(index).dtype()
+          + "): the ByteBuffer must be in native byte order (" + ByteOrder.nativeOrder()
+          + "); call buffer.order(ByteOrder.nativeOrder())");
+    }
+  }
+
+  private static int checkedSize(Tensor tensor) {
+    long n = tensor.byteSize();
+    if (n > tensor.buffer().capacity()) {
+      throw new IllegalArgumentException(tensor + " is larger than its buffer");
+    }
+    return (int) n;
+  }
+
+  // ------------------------------------------------------------------ native methods (jni_bridge.cc)
+
+  private static native long nativeLoad(String dir, int threads, int affinity);
+
+  private static native void nativeFree(long handle);
+
+  private static native String nativeDevice(long handle);
+
+  private static native int nativeTensorCount(long handle, boolean outputs);
+
+  private static native String nativeTensorName(long handle, boolean outputs, int index);
+
+  private static native String nativeTensorDtype(long handle, boolean outputs, int index);
+
+  private static native long[] nativeTensorShape(long handle, boolean outputs, int index);
+
+  private static native long nativeTensorByteSize(long handle, boolean outputs, int index);
+
+  private static native int nativeInputIndex(long handle, String name);
+
+  private static native void nativeSetInputFloats(long handle, int index, float[] data);
+
+  private static native void nativeSetInputBuffer(long handle, int index, ByteBuffer data, int position, int length);
+
+  private static native void nativeRun(long handle);
+
+  private static native void nativeGetOutputFloats(long handle, int index, float[] out);
+
+  private static native void nativeGetOutputBuffer(long handle, int index, ByteBuffer out, int position, int length);
+
+  private static native double[] nativeTimings(long handle);
+
+  private static native void nativeConfigureThreads(int threads, int affinity);
+
+  private static native String nativeRuntimeArch();
+}

@@ -1,0 +1,113 @@
+// libtvmgen_jni: what System.loadLibrary("tvmgen_jni") loads. It depends on nothing but libc and
+// libdl; its JNI_OnLoad loads the real bridge (libtvmgen_jni_bridge, jni_bridge.cc, linked with the
+// tvmgen and TVM runtimes) and keeps the JVM's signal handlers intact while doing so.
+//
+// Why: libtvm_ffi (as shipped in the apache-tvm-ffi wheels, TVM_FFI_BACKTRACE_ON_SEGFAULT=ON)
+// installs a SIGSEGV handler from a library constructor that prints a backtrace and kills the
+// process. A JVM uses SIGSEGV for its own purposes (HotSpot: implicit null checks, safepoint polls,
+// stack banging), so once that handler replaces the JVM's, the first of those faults in JIT-compiled
+// Java code aborts the JVM ("!!!!!!! Segfault encountered !!!!!!!"). The constructor runs when the
+// library is loaded, before any JNI_OnLoad of a library that links it; so the loader, which links
+// none of it, saves the handlers, dlopens the bridge (running the constructors), and puts back any
+// handler that changed. On Android, ART's sigchain already shields its handlers; restoring there is
+// harmless.
+#include <dlfcn.h>
+#include <jni.h>
+
+#include <csignal>
+#include <cstring>
+#include <string>
+
+namespace {
+
+// The signals a JVM handles itself (HotSpot on Linux: SEGV, BUS, ILL, FPE, PIPE, XFSZ; TRAP on some CPUs).
+const int kSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGPIPE, SIGXFSZ, SIGTRAP};
+constexpr int kNumSignals = sizeof(kSignals) / sizeof(kSignals[0]);
+#if defined(__APPLE__)
+const char* kBridgeName = "libtvmgen_jni_bridge.dylib";
+#else
+const char* kBridgeName = "libtvmgen_jni_bridge.so";
+#endif
+
+using RegisterFn = jint (*)(JNIEnv*);
+using UnregisterFn = void (*)(JNIEnv*);
+void* g_bridge = nullptr;
+
+void ThrowLinkError(JNIEnv* env, const std::string& message) {
+  if (env->ExceptionCheck()) return;
+  jclass cls = env->FindClass("java/lang/UnsatisfiedLinkError");
+  if (cls != nullptr) env->ThrowNew(cls, message.c_str());
+}
+
+// The directory this library was loaded from, with a trailing '/', or "" if unknown.
+std::string OwnDirectory() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&OwnDirectory), &info) == 0 || info.dli_fname == nullptr) return "";
+  std::string path = info.dli_fname;
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
+}
+
+bool SameAction(const struct sigaction& a, const struct sigaction& b) {
+  bool a_info = (a.sa_flags & SA_SIGINFO) != 0, b_info = (b.sa_flags & SA_SIGINFO) != 0;
+  if (a_info != b_info) return false;
+  return a_info ? a.sa_sigaction == b.sa_sigaction : a.sa_handler == b.sa_handler;
+}
+
+}  // namespace
+
+extern "C" JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void*) {
+  JNIEnv* env = nullptr;
+  if (vm->GetEnv(reinterpret_cast<void**>(&env), JNI_VERSION_1_6) != JNI_OK) return JNI_ERR;
+
+  struct sigaction saved[kNumSignals];
+  bool have[kNumSignals];
+  for (int i = 0; i < kNumSignals; ++i) have[i] = sigaction(kSignals[i], nullptr, &saved[i]) == 0;
+
+  // Beside this library first (desktop: the build or install directory), then by name (an Android
+  // app's native library directory, LD_LIBRARY_PATH).
+  std::string dir = OwnDirectory();
+  std::string errors;
+  void* bridge = nullptr;
+  if (!dir.empty()) {
+    bridge = dlopen((dir + kBridgeName).c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (bridge == nullptr) errors = dlerror();
+  }
+  if (bridge == nullptr) {
+    bridge = dlopen(kBridgeName, RTLD_NOW | RTLD_LOCAL);
+    if (bridge == nullptr) errors += std::string(errors.empty() ? "" : "; ") + dlerror();
+  }
+
+  for (int i = 0; i < kNumSignals; ++i) {
+    struct sigaction now;
+    if (have[i] && sigaction(kSignals[i], nullptr, &now) == 0 && !SameAction(now, saved[i])) {
+      sigaction(kSignals[i], &saved[i], nullptr);
+    }
+  }
+
+  if (bridge == nullptr) {
+    ThrowLinkError(env, "cannot load " + std::string(kBridgeName) + " (the tvmgen JNI bridge, with the tvmgen and " +
+                            "TVM runtime libraries it needs): " + errors);
+    return JNI_ERR;
+  }
+  auto reg = reinterpret_cast<RegisterFn>(dlsym(bridge, "TvmgenJniRegister"));
+  if (reg == nullptr) {
+    ThrowLinkError(env, std::string(kBridgeName) + " has no TvmgenJniRegister: it does not match libtvmgen_jni.so");
+    dlclose(bridge);
+    return JNI_ERR;
+  }
+  if (reg(env) != JNI_OK) {  // an exception (NoClassDefFoundError, NoSuchMethodError) is pending
+    dlclose(bridge);
+    return JNI_ERR;
+  }
+  g_bridge = bridge;
+  return JNI_VERSION_1_6;
+}
+
+extern "C" JNIEXPORT void JNICALL JNI_OnUnload(JavaVM* vm, void*) {
+  JNIEnv* env = nullptr;
+  if (g_bridge == nullptr || vm->GetEnv(reinterpret_cast<void**>(&env), JNI_VERSION_1_6) != JNI_OK) return;
+  auto unreg = reinterpret_cast<UnregisterFn>(dlsym(g_bridge, "TvmgenJniUnregister"));
+  if (unreg != nullptr) unreg(env);
+  // The bridge stays loaded: the TVM runtime cannot be unloaded safely.
+}

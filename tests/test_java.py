@@ -1,0 +1,300 @@
+"""The JNI bridge and the Java API (jni/java/org/tvmgen) on a desktop JVM.
+
+Builds the host runtime, libtvmgen_jni and tvmgen.jar with CMake, compiles artifacts with tvmgen,
+runs them from Java (tests/java/ModelCheck.java and org.tvmgen.RunModel) and compares the outputs
+with the Python Relax VM's (tvmgen.runner.HostModel).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, onnx_model
+
+JAVA_SRC = REPO / "tests" / "java"
+EXTRA_RUNS = 4  # ModelCheck runs the model 3 times (float[], ByteBuffer, Tensor), then EXTRA_RUNS more
+ATOL = 1e-5
+
+
+def unavailable(reason: str):
+    """Skip with the reason (printed in the summary with -rs); under CI=true, fail instead."""
+    print(f"test_java: {reason}", file=sys.stderr)
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: the Java toolchain must be present)")
+    pytest.skip(reason)
+
+
+def run(cmd, timeout=300, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+# ----------------------------------------------------------------------------- build
+
+@pytest.fixture(scope="module")
+def java_build(tmp_path_factory) -> dict:
+    """libtvmgen_jni.so + tvmgen.jar built with CMake, and the test harness compiled against the jar."""
+    for tool in ("cmake", "javac", "java"):
+        if shutil.which(tool) is None:
+            unavailable(f"{tool} is not installed: cannot build and test the Java API")
+    import tvm
+    import tvm_ffi
+
+    site = Path(tvm.__file__).resolve().parent.parent
+    if Path(tvm_ffi.__file__).resolve().parent.parent != site:
+        unavailable("tvm and tvm_ffi are installed in different directories; TVMGEN_TVM_PREBUILT needs one")
+    build = tmp_path_factory.mktemp("jni-build")
+    conf = run(["cmake", "-S", REPO / "jni", "-B", build, f"-DTVMGEN_TVM_PREBUILT={site}",
+                "-DTVMGEN_BUILD_TOOLS=OFF", "-DCMAKE_BUILD_TYPE=Release"])
+    assert conf.returncode == 0, f"cmake configure failed:\n{conf.stdout}\n{conf.stderr}"
+    if "no JNI headers found" in conf.stdout:
+        unavailable("no JNI headers (jni.h) found by CMake: set JAVA_HOME to a JDK")
+    if "no Java compiler found" in conf.stdout:
+        unavailable("CMake found no Java compiler (javac, jar): set JAVA_HOME to a JDK")
+    jobs = str(max(1, min(4, os.cpu_count() or 1)))
+    b = run(["cmake", "--build", build, "--target", "tvmgen_jni", "tvmgen_jar", "-j", jobs], timeout=900)
+    assert b.returncode == 0, f"build failed:\n{b.stdout[-4000:]}\n{b.stderr[-4000:]}"
+    lib, jar = build / "libtvmgen_jni.so", build / "tvmgen.jar"
+    assert lib.is_file() and jar.is_file() and (build / "libtvmgen_jni_bridge.so").is_file(), \
+        sorted(p.name for p in build.iterdir())
+
+    classes = build / "test-classes"
+    c = run(["javac", "-cp", jar, "-d", classes, *sorted(JAVA_SRC.glob("*.java"))])
+    assert c.returncode == 0, f"javac failed:\n{c.stdout}\n{c.stderr}"
+    return {"dir": build, "lib": lib, "jar": jar, "classpath": f"{jar}{os.pathsep}{classes}"}
+
+
+def assert_no_jni_warnings(p: subprocess.CompletedProcess) -> None:
+    """-Xcheck:jni reports JNI misuse, and signal handlers replaced behind the JVM's back, as warnings."""
+    assert "warning" not in (p.stdout + p.stderr).lower(), f"-Xcheck:jni complained:\n{p.stdout}\n{p.stderr}"
+
+
+def java(build: dict, *args, props=None, library_path=True, timeout=120) -> subprocess.CompletedProcess:
+    cmd = ["java", "-Xcheck:jni"]
+    if library_path:
+        cmd.append(f"-Djava.library.path={build['dir']}")
+    cmd += [f"-D{k}={v}" for k, v in (props or {}).items()]
+    cmd += ["-cp", build["classpath"], *args]
+    return run(cmd, timeout=timeout)
+
+
+# ----------------------------------------------------------------------------- artifacts
+
+def two_in_two_out():
+    """Two inputs, two outputs of different shapes: y = a @ b, z = sigmoid(a)."""
+    from onnx import TensorProto, helper
+
+    def vi(name, shape):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    return onnx_model([helper.make_node("MatMul", ["a", "b"], ["y"]), helper.make_node("Sigmoid", ["a"], ["z"])],
+                      [vi("a", [2, 8, 16]), vi("b", [2, 16, 4])], [vi("y", [2, 8, 4]), vi("z", [2, 8, 16])])
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> dict[str, Path]:
+    """name -> artifact directory, compiled for host/cpu through tvmgen's Python API."""
+    import onnx
+
+    from tvmgen import frontends
+    from tvmgen.builtin import materialize
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.platforms import PLATFORMS
+
+    root = tmp_path_factory.mktemp("java-artifacts")
+    host = PLATFORMS["host"]
+    mobilenet = frontends.load(materialize("builtin:mobilenet", root), [])
+    two_path = root / "two_in_two_out.onnx"
+    onnx.save(two_in_two_out(), str(two_path))
+    two = frontends.load(two_path, [])
+    out = {}
+    for name, imported, opts in [
+        ("mobilenet", mobilenet, BuildOptions(host, "cpu")),
+        ("mobilenet_separate_params", mobilenet, BuildOptions(host, "cpu", separate_params=True)),
+        ("two_in_two_out", two, BuildOptions(host, "cpu")),
+    ]:
+        out[name] = root / name
+        compile_to_artifact(imported, opts, out[name], True, {"name": name})
+    assert (out["mobilenet_separate_params"] / "model.params").is_file()
+    assert not (out["mobilenet"] / "model.params").exists()
+    return out
+
+
+def make_inputs(directory: Path, seed: int) -> dict[str, np.ndarray]:
+    from tvmgen import artifact
+
+    rng = np.random.default_rng(seed)
+    return {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in artifact.load(directory).inputs}
+
+
+@pytest.fixture(scope="module")
+def checked(java_build, artifacts, tmp_path_factory):
+    """name -> (ModelCheck's output directory, the inputs, the Python VM's outputs); run once per artifact."""
+    from tvmgen.runner import HostModel
+
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            work = tmp_path_factory.mktemp(f"check-{name}")
+            inputs = make_inputs(artifacts[name], seed=len(cache) + 7)
+            (work / "in").mkdir()
+            for k, v in inputs.items():
+                v.astype("<f4").tofile(work / "in" / f"{k}.bin")
+            expected = HostModel(artifacts[name]).run(inputs)
+            p = java(java_build, "ModelCheck", artifacts[name], work / "in", work / "out", EXTRA_RUNS)
+            assert p.returncode == 0, f"ModelCheck failed on {name}:\n{p.stdout}\n{p.stderr}"
+            assert_no_jni_warnings(p)
+            cache[name] = (work / "out", inputs, expected)
+        return cache[name]
+
+    return get
+
+
+def read_errors(out: Path) -> dict[str, tuple[str, str]]:
+    rows = {}
+    for line in (out / "errors.tsv").read_text().splitlines():
+        name, cls, msg = (line.split("\t", 2) + [""])[:3]
+        rows[name] = (cls, msg)
+    return rows
+
+
+# ----------------------------------------------------------------------------- tests
+
+@pytest.mark.parametrize("name", ["mobilenet", "mobilenet_separate_params", "two_in_two_out"])
+def test_outputs_match_python_vm(checked, name):
+    out, _, expected = checked(name)
+    assert len(expected) == (2 if name == "two_in_two_out" else 1)
+    for k, ref in enumerate(expected):
+        results = {kind: np.fromfile(out / f"{kind}_{k}.bin", "<f4") for kind in ("float", "array", "buffer", "tensor")}
+        for kind, got in results.items():
+            assert got.size == ref.size, f"{kind} output {k}: {got.size} values, expected {ref.size}"
+            np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=0, atol=ATOL,
+                                       err_msg=f"{name}: output {k} through {kind}")
+        # the zero-copy ByteBuffer / Tensor paths give exactly what the float[] path gives
+        for kind in ("array", "buffer", "tensor"):
+            np.testing.assert_array_equal(results[kind], results["float"], err_msg=f"{kind} vs float[]")
+
+
+def test_model_description(checked):
+    out, _, _ = checked("two_in_two_out")
+    lines = [ln.split("\t") for ln in (out / "info.txt").read_text().splitlines()]
+    assert lines[0] == ["device", "cpu", "1"]
+    assert lines[1][0] == "arch" and lines[1][1] in ("x86_64", "aarch64")
+    assert lines[2:] == [["input", "a", "float32", "2x8x16", str(2 * 8 * 16 * 4)],
+                         ["input", "b", "float32", "2x16x4", str(2 * 16 * 4 * 4)],
+                         ["output", "y", "float32", "2x8x4", str(2 * 8 * 4 * 4)],
+                         ["output", "z", "float32", "2x8x16", str(2 * 8 * 16 * 4)]]
+
+
+def test_errors_become_java_exceptions(checked):
+    out, _, _ = checked("mobilenet")
+    errors = read_errors(out)
+    tvmgen_exc, illegal_state = "org.tvmgen.TvmgenException", "java.lang.IllegalStateException"
+
+    for check in ("wrong_size", "wrong_size_by_name", "wrong_size_buffer"):
+        cls, msg = errors[check]
+        assert cls == tvmgen_exc and "takes 602112 bytes" in msg, (check, cls, msg)
+    assert "602108 were given" in errors["wrong_size"][1]
+    cls, msg = errors["unknown_name"]
+    assert cls == tvmgen_exc and "no_such_input" in msg and "inputs are: input" in msg, msg
+    assert errors["bad_input_index"][0] == tvmgen_exc and "out of range" in errors["bad_input_index"][1]
+    assert errors["heap_buffer"][0] == "java.lang.IllegalArgumentException" and "direct" in errors["heap_buffer"][1]
+    assert errors["wrong_order"][0] == "java.lang.IllegalArgumentException" and "native byte order" in errors["wrong_order"][1]
+    assert errors["bad_output_index"][0] == tvmgen_exc
+    for check in ("output_too_small", "output_buffer_too_small"):
+        assert errors[check] == (tvmgen_exc, 'output "probs" (float32) holds 4000 bytes, the buffer has 4'), check
+    assert errors["unknown_output_name"][0] == tvmgen_exc and "outputs are: probs" in errors["unknown_output_name"][1]
+    assert errors["load_missing"][0] == tvmgen_exc and "manifest.json" in errors["load_missing"][1]
+    assert errors["bad_threads"][0] == tvmgen_exc and "thread count" in errors["bad_threads"][1]
+    assert errors["output_before_run"] == (tvmgen_exc, "no outputs yet: call Run first")
+    assert errors["run_without_inputs"][0] == tvmgen_exc and "was never set" in errors["run_without_inputs"][1]
+    assert errors["still_works"] == ("none", ""), "the model stopped working after failed calls"
+
+    for check in ("closed_run", "closed_set_input", "closed_get_output", "closed_inputs", "closed_timings"):
+        cls, msg = errors[check]
+        assert cls == illegal_state and "is closed" in msg, (check, cls, msg)
+    assert errors["closed_is_closed"] == ("none", "")
+
+
+def test_timings(checked):
+    out, _, _ = checked("mobilenet")
+    t = json.loads((out / "timings.json").read_text())
+    runs = int((out / "runs.txt").read_text())
+    assert runs == 3 + EXTRA_RUNS
+    assert t["runs"] == runs
+    assert set(t) == {"load_ms", "init_ms", "first_run_ms", "copy_in_ms", "run_ms", "copy_out_ms", "runs"}
+    assert t["run_ms"] > 0 and t["first_run_ms"] > 0 and t["load_ms"] > 0
+    assert all(t[k] >= 0 for k in t)
+    assert f"({runs} runs)" in (out / "timings.txt").read_text()
+
+
+def test_run_model_cli(java_build, artifacts, tmp_path):
+    """org.tvmgen.RunModel with raw .bin inputs, the library named by -Dtvmgen.library.path only."""
+    from tvmgen.runner import HostModel
+
+    art = artifacts["two_in_two_out"]
+    inputs = make_inputs(art, seed=3)
+    for k, v in inputs.items():
+        v.astype("<f4").tofile(tmp_path / f"{k}.bin")
+    (tmp_path / "out").mkdir()
+    p = java(java_build, "org.tvmgen.RunModel", art, "--input", f"b={tmp_path / 'b.bin'}",
+             "--input", f"a={tmp_path / 'a.bin'}", "--repeat", "3", "--warmup", "1", "-o", tmp_path / "out",
+             props={"tvmgen.library.path": java_build["lib"]}, library_path=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert_no_jni_warnings(p)
+    expected = HostModel(art).run(inputs)
+    for name, ref in zip(["y", "z"], expected):
+        got = np.fromfile(tmp_path / "out" / f"{name}.bin", "<f4").reshape(ref.shape)
+        np.testing.assert_allclose(got, ref, rtol=0, atol=ATOL)
+    lines = p.stdout.strip().splitlines()
+    assert lines[0].startswith("output y: float32[2, 8, 4]: min "), lines
+    summary = json.loads(lines[-1])
+    assert summary["device"] == "cpu" and summary["repeat"] == 3 and summary["warmup"] == 1
+    assert summary["timings"]["runs"] == 4 and summary["median_run_ms"] > 0
+
+
+def test_run_model_pseudo_random_and_library_dir(java_build, artifacts, tmp_path):
+    """No input files: tvmgen-run's pseudo-random inputs; --lib names the library's directory."""
+    p = java(java_build, "org.tvmgen.RunModel", artifacts["mobilenet"], "--repeat", "1",
+             "--lib", java_build["dir"], "-o", tmp_path, library_path=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert 'input "input" not given: using pseudo-random values' in p.stderr
+    probs = np.fromfile(tmp_path / "probs.bin", "<f4")
+    assert probs.shape == (1000,) and abs(float(probs.sum()) - 1.0) < 1e-3  # a softmax
+
+
+def test_run_model_errors(java_build, artifacts, tmp_path):
+    bad = tmp_path / "short.bin"
+    np.zeros(10, "<f4").tofile(bad)
+    p = java(java_build, "org.tvmgen.RunModel", artifacts["mobilenet"], "--input", bad)
+    assert p.returncode == 1 and "takes 602112 bytes" in p.stderr, p.stderr
+    p = java(java_build, "org.tvmgen.RunModel", artifacts["mobilenet"], "--input", f"nope={bad}")
+    assert p.returncode == 1 and 'unknown input name "nope"' in p.stderr, p.stderr
+    p = java(java_build, "org.tvmgen.RunModel", "--bogus")
+    assert p.returncode == 2 and "unknown option --bogus" in p.stderr
+
+
+def test_missing_native_library_is_explained(java_build, artifacts):
+    p = java(java_build, "org.tvmgen.RunModel", artifacts["mobilenet"], library_path=False)
+    assert p.returncode != 0
+    assert "cannot load the tvmgen JNI library" in p.stderr and "tvmgen.library.path" in p.stderr, p.stderr
+
+
+def test_jvm_signal_handlers_survive_the_tvm_runtime(java_build, artifacts):
+    """libtvm_ffi installs a SIGSEGV crash handler when loaded; HotSpot needs SIGSEGV for null checks
+    and safepoints in compiled code. libtvmgen_jni puts the JVM's handlers back after loading the
+    bridge: without that, this program dies with "Segfault encountered"."""
+    for flags in ([], ["-Xcheck:jni"]):
+        cmd = ["java", *flags, f"-Djava.library.path={java_build['dir']}", "-cp", java_build["classpath"],
+               "SignalCheck", artifacts["two_in_two_out"]]
+        p = run(cmd, timeout=120)
+        assert p.returncode == 0 and "SignalCheck: ok, 3000 NullPointerExceptions" in p.stdout, p.stdout + p.stderr
+        assert "Segfault" not in p.stderr and "handler modified" not in p.stdout + p.stderr, p.stdout + p.stderr
