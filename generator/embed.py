@@ -56,7 +56,7 @@ def write_bundle(artifact_dir: Path, platform: str, abi: str | None, staged: Pat
             shutil.copy2(so, staged / "lib" / so.name)
         (staged / "bin").mkdir()
         shutil.copy2(prefix / "bin" / "tvmgen-run", staged / "bin" / "tvmgen-run")
-        for jar in (prefix / "java").glob("*.jar") if (prefix / "java").is_dir() else []:
+        for jar in (prefix / "share" / "java").glob("*.jar"):
             shutil.copy2(jar, staged / "java" / jar.name)
     else:
         shutil.copytree(jni, staged / "jni", ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))

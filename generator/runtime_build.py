@@ -74,6 +74,16 @@ def _aarch64_wheels() -> Path:
     return dest
 
 
+def host_jni_include_dirs() -> list[Path]:
+    """include/ and include/linux of the JDK whose javac is on PATH (empty when there is none)."""
+    javac = shutil.which("javac")
+    if javac is None:
+        return []
+    home = Path(javac).resolve().parent.parent
+    dirs = [home / "include", home / "include" / "linux"]
+    return dirs if (dirs[0] / "jni.h").is_file() else []
+
+
 def build(platform: str, build_dir: Path, jni: bool = True) -> Path:
     """Configure, build and install the runtime; returns the install prefix (bin/, lib/, include/)."""
     cmake = shutil.which("cmake")
@@ -83,6 +93,9 @@ def build(platform: str, build_dir: Path, jni: bool = True) -> Path:
     if platform == "linux-aarch64":
         toolchains.CrossGxxAarch64().verify()
         args.append(f"-DCMAKE_TOOLCHAIN_FILE={resources.jni_dir() / 'cmake' / 'aarch64-linux-gnu.cmake'}")
+        jni_headers = host_jni_include_dirs()
+        if jni and jni_headers:  # jni.h is the same for every Linux architecture: the host JDK's serves
+            args.append(f"-DTVMGEN_JNI_INCLUDE_DIRS={';'.join(map(str, jni_headers))}")
     build_dir = Path(build_dir).absolute()
     prefix = build_dir / "install"
     with step(f"Building the tvmgen runtime for {platform} (cmake)"):

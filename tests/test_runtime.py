@@ -226,6 +226,12 @@ def test_embed_host_bundle_links_into_a_cmake_project(built, tmp_path):
         assert (bundle / f).is_file(), f
     readme = (bundle / "README.md").read_text()
     assert "find_package(tvmgen CONFIG REQUIRED PATHS <bundle>/cmake)" in readme and "input:1x3x224x224" in readme
+    if shutil.which("javac"):  # the Java API from the bundle alone: its jar and its JNI libraries
+        assert (bundle / "lib" / "libtvmgen_jni.so").is_file() and (bundle / "java" / "tvmgen.jar").is_file()
+        java = subprocess.run(["java", f"-Dtvmgen.library.path={bundle / 'lib'}", "-jar", bundle / "java" / "tvmgen.jar",
+                               bundle / "artifact", "--repeat", "2"], capture_output=True, text=True)
+        assert java.returncode == 0, java.stderr
+        assert '"runs": 3' in java.stdout or '"runs":3' in java.stdout.replace(" ", "")
     # an existing app: a CMake project that finds the package and runs the model
     app = tmp_path / "app"
     app.mkdir()
