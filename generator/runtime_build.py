@@ -104,3 +104,24 @@ def build(platform: str, build_dir: Path, jni: bool = True) -> Path:
         toolchains.run([cmake, "--build", str(build_dir / "cmake"), "-j", str(os.cpu_count() or 2)])
         toolchains.run([cmake, "--install", str(build_dir / "cmake")])
     return prefix
+
+
+def sources_hash() -> str:
+    """A hash of jni/'s sources: a cached build is reused only while they are unchanged."""
+    import hashlib
+
+    h = hashlib.sha256()
+    root = resources.jni_dir()
+    for f in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cached_build(platform: str) -> Path:
+    """The runtime for ``platform`` built once per jni/ source version, in the user cache."""
+    build_dir = cache_dir() / "runtime" / f"{platform}-{sources_hash()}"
+    prefix = build_dir / "install"
+    if (prefix / "bin" / "tvmgen-rpc-server").is_file():
+        return prefix
+    return build(platform, build_dir, jni=False)

@@ -449,6 +449,7 @@ void ProxyOnce(const ServerOptions& o, int* sessions) {
   Socket s = Connect(o.proxy_host, o.proxy_port);
   s.SendInt(kRpcMagic);
   s.SendStr("server:" + o.key);
+  Log("waiting for a client on proxy %s:%d as \"%s\"", o.proxy_host.c_str(), o.proxy_port, o.key.c_str());
   int32_t code = s.RecvInt();
   if (code == kCodeDuplicate) {
     throw FatalError("the key \"" + o.key + "\" is already in use on the proxy " + o.proxy_host + ":" +
