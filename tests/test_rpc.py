@@ -1,0 +1,274 @@
+"""Remote runs over TVM RPC: every server is started and stopped here, all on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import require_tool
+from tvmgen import rpc
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rpc-state")
+    old = os.environ.get("TVMGEN_STATE_DIR")
+    os.environ["TVMGEN_STATE_DIR"] = str(d)
+    yield d
+    if old is None:
+        os.environ.pop("TVMGEN_STATE_DIR")
+    else:
+        os.environ["TVMGEN_STATE_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def servers(state):
+    """A tracker and a proxy, with a host device on each."""
+    require_tool("cmake")
+    started = []
+    try:
+        tracker = rpc.start_tracker(port=19190, port_end=19290)
+        started.append(tracker)
+        proxy = rpc.start_proxy(port=19300, port_end=19400)
+        started.append(proxy)
+        started.append(rpc.start_device("host", "host-t", tracker=tracker.address, work_dir=state / "w1"))
+        started.append(rpc.start_device("host", "host-p", proxy=proxy.address, work_dir=state / "w2"))
+        yield {"tracker": tracker, "proxy": proxy, "state": state}
+    finally:
+        for s in reversed(started):
+            s.stop()
+
+
+def bench(*args, state, timeout=300):
+    env = dict(os.environ, TVMGEN_STATE_DIR=str(state), TVMGEN_LOG_DIR=str(state / "logs"))
+    return subprocess.run([sys.executable, "-m", "tvmgen", "bench", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=state)
+
+
+@pytest.fixture(scope="module")
+def small_onnx(tmp_path_factory):
+    from conftest import save_onnx, single_op_models
+
+    return save_onnx(single_op_models()["conv3x3"], tmp_path_factory.mktemp("m") / "conv.onnx")
+
+
+@pytest.mark.parametrize("via", ["tracker", "proxy"])
+def test_host_device(servers, via, tmp_path):
+    key = "host-t" if via == "tracker" else "host-p"
+    r = bench("builtin:mobilenet", "--key", key, f"--{via}", servers[via].address, "--repeat", "4",
+              "--json", tmp_path / "r.json", "--plot", tmp_path / "r.png", state=servers["state"])
+    assert r.returncode == 0, r.stderr
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert res["device"]["arch"] == "x86_64" and res["device"]["platform"] == "host"
+    assert res["warm_ms"]["count"] == 4 and 0 < res["warm_ms"]["min"] <= res["warm_ms"]["p50"] <= res["warm_ms"]["max"]
+    for k in ("load", "init", "first_run", "copy_in", "copy_out", "upload", "total"):
+        assert res["cold_ms"][k] >= 0
+    assert res["copy_in_ms"]["count"] == 4 and res["copy_out_ms"]["count"] == 4
+    assert res["reference"].startswith("onnxruntime") and res["check"][0]["max_abs"] < 1e-5
+    assert "outputs vs onnxruntime" in r.stderr and "p90" in r.stderr
+    assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tracker_lists_devices(servers):
+    keys = rpc.tracker_summary(servers["tracker"].address)
+    assert keys["host-t"]["total"] == 1
+
+
+@pytest.fixture(scope="module")
+def arm_devices(servers):
+    for tool in ("aarch64-linux-gnu-g++", "qemu-aarch64"):
+        require_tool(tool)
+    started = [rpc.start_device("linux-aarch64", "arm-t", tracker=servers["tracker"].address,
+                                work_dir=servers["state"] / "a1"),
+               rpc.start_device("linux-aarch64", "arm-p", proxy=servers["proxy"].address,
+                                work_dir=servers["state"] / "a2")]
+    yield
+    for s in started:
+        s.stop()
+
+
+@pytest.mark.parametrize("via", ["tracker", "proxy"])
+def test_emulated_aarch64_device(servers, arm_devices, via, tmp_path, torch_onnx):
+    """The emulated phone CPU: a MobileNet-like model compiled for linux-aarch64, run under qemu."""
+    key = "arm-t" if via == "tracker" else "arm-p"
+    r = bench(torch_onnx, "--input", "image:1x3x64x64", "--key", key, f"--{via}", servers[via].address,
+              "--repeat", "2", "--json", tmp_path / "r.json", state=servers["state"])
+    assert r.returncode == 0, r.stderr
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert res["device"]["arch"] == "aarch64" and res["platform"] == "linux-aarch64"
+    assert res["check"][0]["max_abs"] < 1e-4  # vs onnxruntime on the host, same seeded inputs
+    assert "Compiling for linux-aarch64/cpu" in r.stderr
+
+
+def test_remote_gemm(servers, arm_devices, tmp_path):
+    r = bench("--gemm", "128", "--key", "arm-t", "--tracker", servers["tracker"].address, "--repeat", "2",
+              "--json", tmp_path / "g.json", state=servers["state"])
+    assert r.returncode == 0, r.stderr
+    res = json.loads((tmp_path / "g.json").read_text())
+    assert res["gflops"] > 0 and res["check"][0]["max_abs"] < 1e-3 and res["model"] == "gemm128"
+
+
+def test_two_benches_share_one_device(servers, state, small_onnx, tmp_path):
+    """Through one tracker with one device: the second waits for the first, both finish."""
+    tracker = rpc.start_tracker(port=19500, port_end=19590)
+    device = rpc.start_device("host", "solo", tracker=tracker.address, work_dir=state / "solo")
+    try:
+        env = dict(os.environ, TVMGEN_STATE_DIR=str(state), TVMGEN_LOG_DIR=str(state / "logs"))
+        cmd = [sys.executable, "-m", "tvmgen", "bench", "builtin:mobilenet", "--key", "solo", "--tracker",
+               tracker.address]
+        first = subprocess.Popen([*cmd, "--repeat", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=env)
+        deadline = time.time() + 120
+        while "session 1:" not in Path(device.log).read_text() and time.time() < deadline:
+            time.sleep(0.1)
+        second = subprocess.run([*cmd[:4], str(small_onnx), *cmd[5:], "--repeat", "2"], capture_output=True,
+                                text=True, env=env, timeout=300)
+        out1, err1 = first.communicate(timeout=300)
+        assert first.returncode == 0, err1
+        assert second.returncode == 0, second.stderr
+        assert "busy: waiting for it" in second.stderr
+        log = Path(device.log).read_text()
+        assert log.index("session 1 done") < log.index("session 2:")  # served one after the other
+    finally:
+        device.stop()
+        tracker.stop()
+
+
+def test_device_killed_mid_bench(servers, state):
+    tracker = rpc.start_tracker(port=19600, port_end=19690)
+    device = rpc.start_device("host", "doomed", tracker=tracker.address, work_dir=state / "doomed")
+    try:
+        env = dict(os.environ, TVMGEN_STATE_DIR=str(state), TVMGEN_LOG_DIR=str(state / "logs"))
+        proc = subprocess.Popen([sys.executable, "-m", "tvmgen", "bench", "builtin:mobilenet", "--key", "doomed",
+                                 "--tracker", tracker.address, "--repeat", "100", "--min-repeat-ms", "200"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.time() + 120
+        while "load module" not in Path(device.log).read_text() and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # well inside the timed runs (100 x 200 ms)
+        os.killpg(device.pid, signal.SIGKILL)
+        start = time.time()
+        _, err = proc.communicate(timeout=60)  # nothing hangs
+        assert time.time() - start < 30
+        assert proc.returncode == 6, err
+        assert "the device failed while timing the model" in err and "fix:" in err and "Traceback" not in err
+    finally:
+        device.stop()
+        tracker.stop()
+
+
+def test_tracker_unreachable(state):
+    r = bench("builtin:mobilenet", "--key", "x", "--tracker", "127.0.0.1:1", state=state)
+    assert r.returncode == 6 and "cannot reach the RPC tracker at 127.0.0.1:1" in r.stderr and "fix:" in r.stderr
+
+
+def test_unknown_key_on_tracker(servers):
+    r = bench("builtin:mobilenet", "--key", "nosuch", "--tracker", servers["tracker"].address, state=servers["state"])
+    assert r.returncode == 6 and "no device with key 'nosuch'" in r.stderr and "host-t" in r.stderr
+
+
+def test_wrong_architecture_refused_before_upload(servers, tmp_path, small_onnx):
+    require_tool("aarch64-linux-gnu-g++")
+    art = tmp_path / "a64"
+    subprocess.run([sys.executable, "-m", "tvmgen", "compile", small_onnx, "--platform", "linux-aarch64", "-o", art],
+                   check=True, capture_output=True, env=dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path)))
+    log = Path(servers["state"] / "device-host-t.log")
+    uploads_before = log.read_text().count("upload ")
+    r = bench(art, "--key", "host-t", "--tracker", servers["tracker"].address, state=servers["state"])
+    assert r.returncode == 2, r.stderr
+    assert "built for linux-aarch64 (aarch64), device 'host-t' is host (x86_64): nothing was uploaded" in r.stderr
+    assert log.read_text().count("upload ") == uploads_before
+
+
+def session(servers, key="host-t", timeout=60):
+    from tvm import rpc as tvm_rpc
+
+    host, port = rpc.parse_address(servers["tracker"].address, "tracker")
+    return tvm_rpc.connect_tracker(host, port).request(key, priority=1, session_timeout=timeout)
+
+
+def test_uploads_confined_to_the_work_dir(servers, tmp_path):
+    remote = session(servers)
+    f = tmp_path / "payload.bin"
+    f.write_bytes(b"x" * 10)
+    for name in ("../x", "sub/x", "/tmp/x", "..", "a..b"):
+        with pytest.raises(Exception, match="uploads are plain file names"):
+            remote.upload(str(f), target=name)
+    remote.upload(str(f), target="fine.bin")  # a plain name is accepted
+    assert not (servers["state"] / "x").exists() and not (servers["state"] / "w1" / "x").exists()
+
+
+def test_upload_size_and_session_length_limits(servers, state, tmp_path):
+    tracker = servers["tracker"].address
+    dev = rpc.start_device("host", "tight", tracker=tracker, work_dir=state / "tight", max_upload_mb=1,
+                           session_timeout=3)
+    try:
+        remote = session(servers, "tight")
+        big = tmp_path / "big.bin"
+        big.write_bytes(b"\0" * (2 << 20))
+        with pytest.raises(Exception, match="refused: the limit is 1048576 bytes"):
+            remote.upload(str(big), target="big.bin")
+        time.sleep(4)  # past the session limit: the device ends the session
+        with pytest.raises(Exception):
+            remote.upload(str(big), target="small.bin")
+        assert "ran past its 3 s limit" in Path(dev.log).read_text()
+    finally:
+        dev.stop()
+
+
+def test_duplicate_key_on_proxy(servers, state):
+    with pytest.raises(rpc.RpcError, match='the key "host-p" is already in use on the proxy'):
+        rpc.start_device("host", "host-p", proxy=servers["proxy"].address, work_dir=state / "dup")
+
+
+def test_device_server_reconnects_after_the_tracker_returns(state):
+    """Network loss: the tracker goes away and comes back on the same port; the device re-registers."""
+    tracker = rpc.start_tracker(port=19700, port_end=19790)
+    dev = rpc.start_device("host", "phoenix", tracker=tracker.address, work_dir=state / "phoenix")
+    try:
+        port = tracker.port
+        tracker.stop()
+        time.sleep(1.5)
+        tracker = rpc.start_tracker(port=port, port_end=port)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if rpc.tracker_summary(tracker.address).get("phoenix", {}).get("total"):
+                break
+            time.sleep(0.5)
+        assert rpc.tracker_summary(tracker.address)["phoenix"]["total"] == 1
+        assert "retrying in" in Path(dev.log).read_text()
+    finally:
+        dev.stop()
+        tracker.stop()
+
+
+def test_cli_detached_servers(state, tmp_path):
+    env = dict(os.environ, TVMGEN_STATE_DIR=str(tmp_path), TVMGEN_LOG_DIR=str(tmp_path / "logs"))
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "tvmgen", *args], capture_output=True, text=True, env=env,
+                              timeout=120)
+
+    r = cli("rpc", "tracker", "--detach", "--port", "19800")
+    assert r.returncode == 0, r.stderr
+    address = r.stdout.strip()
+    assert address.startswith("127.0.0.1:198")
+    r = cli("rpc", "proxy", "--detach", "--port", "19850")
+    assert r.returncode == 0 and "--web-port" not in r.stderr
+    assert "tracker" in cli("rpc", "list").stdout
+    r = cli("devices", "--tracker", address)
+    assert r.returncode == 0 and f"tracker {address}:" in r.stdout
+    r = cli("rpc", "stop", "--all")
+    assert r.returncode == 0 and "stopped the tracker" in r.stderr and "stopped the proxy" in r.stderr
+    assert cli("rpc", "list").stdout.strip() == ""
+    assert not rpc.accepts("127.0.0.1", int(address.rsplit(":", 1)[1]))
