@@ -182,3 +182,17 @@ def test_binfmt_rejects_non_binaries():
 def test_ios_static_library_with_xcode(conv_model, tmp_path):
     out, m = build(conv_model, tmp_path, "ios-arm64")
     assert m.export["kind"] == "static" and (out / "libmodel.a").read_bytes()[:8] == b"!<arch>\n"
+
+
+@pytest.mark.parametrize("device", ["cpu", "opencl"])
+def test_gemm_schedules_build(device, tmp_path):
+    """The remote GEMM's schedules: vectorised CPU code, and thread-bound OpenCL kernels."""
+    from tvmgen.bench import gemm_module
+
+    mod = gemm_module(64, target_dict(PLATFORMS["linux-aarch64"], device), device)
+    mod.export_library(str(tmp_path / "gemm.tar"))
+    blob = b"".join(members(tmp_path / "gemm.tar").values())
+    if device == "opencl":
+        assert b"__kernel" in blob and b"get_local_id" in blob  # threadIdx-bound
+    else:
+        assert all(binfmt.describe(d) == ("elf", "aarch64") for d in members(tmp_path / "gemm.tar").values())
