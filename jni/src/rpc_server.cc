@@ -201,14 +201,6 @@ std::string WorkPath(const std::string& name) {
   return g_session_dir + "/" + name;
 }
 
-std::string ElfArch(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  unsigned char h[20] = {0};
-  if (!f.read(reinterpret_cast<char*>(h), sizeof(h)) || std::memcmp(h, "\x7f" "ELF", 4) != 0) return "not-elf";
-  int m = h[18] | (h[19] << 8);
-  return m == 0x3E ? "x86_64" : m == 0xB7 ? "aarch64" : m == 0x28 ? "arm" : "elf-machine-" + std::to_string(m);
-}
-
 std::vector<std::string> AvailableDevices() {
   std::vector<std::string> out = {"cpu"};
   for (const char* dev : {"opencl", "cuda", "vulkan", "metal"}) {
@@ -282,8 +274,8 @@ void RegisterServerFunctions(const ServerOptions& options) {
   }), true);
   ffi::Function::SetGlobal("tvm.rpc.server.load_module", ffi::Function::FromTyped([](std::string name) {
     std::string path = WorkPath(name);
-    std::string arch = ElfArch(path);
-    if (arch != "not-elf" && arch != RuntimeArch()) {
+    std::string arch = LibraryArch(path);
+    if (arch != "not-elf" && arch != "unreadable" && arch != RuntimeArch()) {
       throw std::invalid_argument("the library " + name + " is built for " + arch + ", this device is " +
                                   RuntimeArch() + ": compile it for this device's platform");
     }

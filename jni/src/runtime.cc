@@ -105,8 +105,10 @@ std::vector<TensorInfo> TensorList(json::Object manifest, const char* key) {
   return out;
 }
 
+}  // namespace
+
 // ---------------------------------------------------------------- architecture check
-std::string ElfArch(const std::string& path) {
+std::string LibraryArch(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   unsigned char h[20] = {0};
   if (!f.read(reinterpret_cast<char*>(h), sizeof(h))) return "unreadable";
@@ -120,6 +122,8 @@ std::string ElfArch(const std::string& path) {
     default: return "elf-machine-" + std::to_string(machine);
   }
 }
+
+namespace {
 
 // Backend runtimes are separate libraries in TVM 0.27: load the one the device needs, from
 // the directory libtvm_runtime itself was loaded from (or the library search path).
@@ -233,7 +237,7 @@ std::unique_ptr<Model> Model::Load(const std::string& dir_in, const ThreadOption
   m.input_set.assign(m.inputs.size(), false);
 
   // --- library: check its architecture before dlopen, whose own error is misleading
-  std::string lib_arch = ElfArch(library);
+  std::string lib_arch = LibraryArch(library);
   if (lib_arch == "unreadable") throw Error("cannot read the model library " + library);
   if (lib_arch != RuntimeArch()) {
     throw Error("the model library " + library + " is built for " + lib_arch + ", this device is " +

@@ -58,6 +58,12 @@ void ConfigureThreads(const ThreadOptions& options);
 /*! \brief The architecture this runtime was built for: x86_64, aarch64, arm. */
 const char* RuntimeArch();
 
+/*!
+ * \brief The machine an ELF file is built for (x86_64, aarch64, arm, ...), read from its header;
+ * "not-elf" or "unreadable" otherwise. Checked before dlopen, whose own error is misleading.
+ */
+std::string LibraryArch(const std::string& path);
+
 /*! \brief A loaded artifact, ready to run. Not thread-safe: one caller at a time. */
 class Model {
  public:
