@@ -45,6 +45,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import benchlib
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
@@ -453,37 +455,11 @@ def format_table(rows: list[dict]) -> str:
             threads += f" (tvm {r['tvm_threads_actual']})"
         body.append([r["model"], threads, f"{r['compile_s']:.1f}", f"{r['artifact_bytes'] / 1e6:.2f}",
                      f"{r['tvmgen_ms']:.2f}", r["reference"], f"{r['reference_ms']:.2f}", f"{r['ratio']:.1f}x"])
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-
-    def line(cells):
-        padded = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-        return "  ".join(padded).rstrip()
-
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
+    return benchlib.table(header, body, right)
 
 
 def environment() -> dict:
-    from importlib.metadata import version
-
-    def v(pkg):
-        try:
-            return version(pkg)
-        except Exception:
-            return None
-
-    cpu = None
-    try:
-        for ln in Path("/proc/cpuinfo").read_text().splitlines():
-            if ln.startswith("model name"):
-                cpu = ln.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"python": platform.python_version(), "machine": platform.machine(), "cpu": cpu,
-            "cpu_count": os.cpu_count(),
-            "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-            "packages": {p: v(p) for p in ("apache-tvm", "apache-tvm-ffi", "onnxruntime", "ai-edge-litert",
-                                           "torch", "tensorflow-cpu", "tensorflow", "onnx", "onnxslim", "tflite")}}
+    return benchlib.environment(("apache-tvm", "apache-tvm-ffi", "onnxruntime", "ai-edge-litert", "torch", "tensorflow-cpu", "tensorflow", "onnx", "onnxslim", "tflite"))
 
 
 def main() -> int:

@@ -52,7 +52,7 @@ def write_bundle(artifact_dir: Path, platform: str, abi: str | None, staged: Pat
     if PLATFORMS[platform] is not None:
         prefix = runtime_build.build(PLATFORMS[platform], build_dir)
         (staged / "lib").mkdir()
-        for so in sorted((prefix / "lib").glob("*.so")):
+        for so in sorted(p for p in (prefix / "lib").glob("*.so") if p.name != "libtvmgen_rpc.so"):
             shutil.copy2(so, staged / "lib" / so.name)
         (staged / "bin").mkdir()
         shutil.copy2(prefix / "bin" / "tvmgen-run", staged / "bin" / "tvmgen-run")

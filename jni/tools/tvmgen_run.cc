@@ -37,7 +37,7 @@ struct Stats {
     double sum = 0;
     for (double x : s) sum += x;
     char buf[256];
-    std::snprintf(buf, sizeof(buf), "{\"median\": %.4f, \"mean\": %.4f, \"min\": %.4f, \"max\": %.4f}",
+    std::snprintf(buf, sizeof(buf), "{\"median\": %.6f, \"mean\": %.6f, \"min\": %.6f, \"max\": %.6f}",
                   s.empty() ? 0 : s[s.size() / 2], s.empty() ? 0 : sum / s.size(), s.empty() ? 0 : s.front(),
                   s.empty() ? 0 : s.back());
     return buf;
@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<char>> out(outputs.size());
     for (size_t k = 0; k < outputs.size(); ++k) out[k].resize(outputs[k].nbytes);
 
-    Stats copy_in, run, copy_out;
+    Stats copy_in, run, copy_out, total;
     for (int r = 0; r < warmup + repeat; ++r) {
       for (size_t k = 0; k < inputs.size(); ++k) model->SetInput(static_cast<int>(k), data[k].data(), data[k].size());
       model->Run();
@@ -185,6 +185,7 @@ int main(int argc, char** argv) {
         copy_in.v.push_back(model->timings().copy_in_ms);
         run.v.push_back(model->timings().run_ms);
         copy_out.v.push_back(model->timings().copy_out_ms);
+        total.v.push_back(copy_in.v.back() + run.v.back() + copy_out.v.back());
       }
     }
     if (!output_dir.empty()) {
@@ -198,7 +199,8 @@ int main(int argc, char** argv) {
     js << "{\"device\": \"" << model->device() << "\", \"arch\": \"" << tvmgen::RuntimeArch() << "\", "
        << "\"load_ms\": " << t.load_ms << ", \"init_ms\": " << t.init_ms << ", \"first_run_ms\": " << t.first_run_ms
        << ", \"warmup\": " << warmup << ", \"runs\": " << repeat << ", \"copy_in_ms\": " << copy_in.Json()
-       << ", \"run_ms\": " << run.Json() << ", \"copy_out_ms\": " << copy_out.Json() << "}\n";
+       << ", \"run_ms\": " << run.Json() << ", \"copy_out_ms\": " << copy_out.Json()
+       << ", \"total_ms\": " << total.Json() << "}\n";
     std::fprintf(stderr,
                  "tvmgen-run: %s on %s (%s): load %.1f ms, init %.1f ms, first run %.1f ms; median of %d: "
                  "copy-in %.3f ms, run %.3f ms, copy-out %.3f ms\n",

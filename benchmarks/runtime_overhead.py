@@ -1,0 +1,810 @@
+#!/usr/bin/env python3
+"""Runtime overhead: per-call cost of the C++ runner, the Java API and the Python VM, and shipped library sizes.
+
+Part 1, per-call overhead on the same host artifact (host/cpu, TVM_NUM_THREADS=1 everywhere):
+
+  C++ tvmgen-run          the device runner (jni/tools/tvmgen_run.cc): its own per-stage timers
+                          (SetInput / Run / GetOutput, steady_clock inside libtvmgen_runtime);
+                          the total is the sum of the three stage medians
+  C++ Model API           tvmgen::Model through jni/include/tvmgen/runtime.h, timed with
+                          steady_clock around each call by a small harness compiled here with g++
+  Java, direct buffers    org.tvmgen.Model through the JNI bridge with Tensor (direct ByteBuffer)
+                          inputs and outputs, timed with System.nanoTime around each Java call by a
+                          small harness compiled here with javac against tvmgen.jar
+  Java, float[]           the same with float[] in and out (GetPrimitiveArrayCritical)
+  Python VM               a raw tvm relax.VirtualMachine call: tvm.runtime.tensor() in, the VM's
+                          main, .numpy() out, timed with time.perf_counter_ns around each stage
+  Python HostModel.run    tvmgen.runner.HostModel.run(inputs) (adds input checks), timed as a whole
+
+for two models made here: add-relu-1x16 (ONNX Add + Relu on a 1x16 float32 tensor, made with
+onnx.helper: the call overhead is nearly all there is) and builtin-mobilenet
+(tvmgen.builtin.materialize("builtin:mobilenet"), for context). Each path runs in a fresh process
+for each of --rounds rounds; a row shows the median over rounds of each round's per-call median.
+
+Part 2, stripped size of what an app ships: the runtime built with tvmgen.runtime_build.build()
+for host (x86_64) and linux-aarch64, each .so copied and stripped (strip / aarch64-linux-gnu-strip).
+
+    .venv/bin/python benchmarks/runtime_overhead.py                 # full run (~2 min on 2 cores)
+    .venv/bin/python benchmarks/runtime_overhead.py --quick         # smoke test (~50 s)
+    .venv/bin/python benchmarks/runtime_overhead.py --json out.json
+
+The table goes to stdout; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import benchlib
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = 0
+THREADS = 1
+
+MODELS = ("add-relu-1x16", "builtin-mobilenet")
+SHORT = {"add-relu-1x16": "add-relu-1x16", "builtin-mobilenet": "mobilenet"}
+
+# path key -> label in the table
+PATHS = {
+    "cpp": "C++ tvmgen-run",
+    "cpp_api": "C++ Model API, per-call timer",
+    "java_buffer": "Java Model, direct buffers",
+    "java_floats": "Java Model, float[]",
+    "python_vm": "Python VM (tensor/numpy)",
+    "python_hostmodel": "Python HostModel.run",
+}
+
+# What an app ships: (row label, files)
+SIZE_ROWS = [
+    ("libtvmgen_runtime.so", ["libtvmgen_runtime.so"]),
+    ("libtvmgen_jni.so + _jni_bridge.so", ["libtvmgen_jni.so", "libtvmgen_jni_bridge.so"]),
+    ("libtvm_runtime.so", ["libtvm_runtime.so"]),
+    ("libtvm_ffi.so", ["libtvm_ffi.so"]),
+]
+STRIP = {"host": "strip", "linux-aarch64": "aarch64-linux-gnu-strip"}
+ARCH_LABEL = {"host": "x86_64" if platform.machine() in ("x86_64", "AMD64") else platform.machine(),
+              "linux-aarch64": "aarch64"}
+
+# A tiny harness over the C++ API (jni/include/tvmgen/runtime.h), timed like the Java and Python
+# paths: std::chrono::steady_clock before SetInput, after it, after Run(), after GetOutput(); the
+# four durations in nanoseconds go to a file as native int64.
+CPP_HARNESS = r"""
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "tvmgen/runtime.h"
+
+// Usage: overhead_bench ARTIFACT WARMUP CALLS OUT.times INPUT.bin...
+int main(int argc, char** argv) {
+  using Clock = std::chrono::steady_clock;
+  auto ns = [](Clock::time_point a, Clock::time_point b) {
+    return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+  };
+  try {
+    auto model = tvmgen::Model::Load(argv[1]);
+    int warmup = std::stoi(argv[2]), calls = std::stoi(argv[3]);
+    size_t nin = model->inputs().size(), nout = model->outputs().size();
+    std::vector<std::vector<char>> in(nin), out(nout);
+    for (size_t k = 0; k < nin; ++k) {
+      std::ifstream f(argv[5 + k], std::ios::binary);
+      in[k].assign(std::istreambuf_iterator<char>(f), {});
+    }
+    for (size_t k = 0; k < nout; ++k) out[k].resize(model->outputs()[k].nbytes);
+    std::vector<int64_t> t(4 * static_cast<size_t>(calls));
+    for (int r = 0; r < warmup + calls; ++r) {
+      auto t0 = Clock::now();
+      for (size_t k = 0; k < nin; ++k) model->SetInput(static_cast<int>(k), in[k].data(), in[k].size());
+      auto t1 = Clock::now();
+      model->Run();
+      auto t2 = Clock::now();
+      for (size_t k = 0; k < nout; ++k) model->GetOutput(static_cast<int>(k), out[k].data(), out[k].size());
+      auto t3 = Clock::now();
+      if (r >= warmup) {
+        size_t i = 4 * static_cast<size_t>(r - warmup);
+        t[i] = ns(t0, t1); t[i + 1] = ns(t1, t2); t[i + 2] = ns(t2, t3); t[i + 3] = ns(t0, t3);
+      }
+    }
+    std::ofstream f(argv[4], std::ios::binary);
+    f.write(reinterpret_cast<const char*>(t.data()), static_cast<std::streamsize>(t.size() * sizeof(int64_t)));
+    std::printf("{\"arch\": \"%s\"}\n", tvmgen::RuntimeArch());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "overhead_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+"""
+
+# A tiny harness over the Java API: per call, System.nanoTime() before setInput, after it, after
+# run(), after getOutput(); the four durations go to a file as big-endian longs. One mode per JVM
+# (buffer: Tensor / direct ByteBuffers; floats: float[]), so neither inherits the other's JIT state.
+JAVA_HARNESS = r"""
+import java.io.BufferedOutputStream;
+import java.io.DataOutputStream;
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.List;
+import org.tvmgen.Model;
+import org.tvmgen.Tensor;
+import org.tvmgen.TensorInfo;
+
+/** Usage: OverheadBench buffer|floats ARTIFACT WARMUP CALLS OUT_PREFIX INPUT.bin... */
+public final class OverheadBench {
+  public static void main(String[] args) throws IOException {
+    String mode = args[0];
+    String[] a = java.util.Arrays.copyOfRange(args, 1, args.length);
+    String dir = a[0];
+    int warmup = Integer.parseInt(a[1]);
+    int calls = Integer.parseInt(a[2]);
+    String prefix = a[3];
+    List<String> modes = new ArrayList<String>();
+    try (Model m = Model.load(dir)) {
+      int nin = m.inputs().size();
+      int nout = m.outputs().size();
+      Tensor[] in = new Tensor[nin];
+      float[][] inF = new float[nin][];
+      boolean allFloat = true;
+      for (int k = 0; k < nin; ++k) {
+        TensorInfo info = m.inputs().get(k);
+        byte[] bytes = Files.readAllBytes(Paths.get(a[4 + k]));
+        in[k] = Tensor.allocate(info);
+        ByteBuffer b = in[k].buffer().duplicate();
+        b.clear();
+        b.put(bytes);
+        allFloat &= info.isFloat32();
+        inF[k] = info.isFloat32() ? in[k].toFloatArray() : null;
+      }
+      Tensor[] out = new Tensor[nout];
+      float[][] outF = new float[nout][];
+      for (int k = 0; k < nout; ++k) {
+        out[k] = m.allocateOutput(k);
+        allFloat &= m.outputs().get(k).isFloat32();
+        outF[k] = new float[(int) m.outputs().get(k).elementCount()];
+      }
+      long[] t = new long[4 * calls];
+      if (mode.equals("buffer")) {  // Tensor (direct ByteBuffers): the zero-copy path
+        for (int r = 0; r < warmup + calls; ++r) {
+          long t0 = System.nanoTime();
+          for (int k = 0; k < nin; ++k) m.setInput(k, in[k]);
+          long t1 = System.nanoTime();
+          m.run();
+          long t2 = System.nanoTime();
+          for (int k = 0; k < nout; ++k) m.getOutput(k, out[k]);
+          long t3 = System.nanoTime();
+          if (r >= warmup) {
+            int i = 4 * (r - warmup);
+            t[i] = t1 - t0; t[i + 1] = t2 - t1; t[i + 2] = t3 - t2; t[i + 3] = t3 - t0;
+          }
+        }
+        write(t, prefix + "-buffer.times");
+        modes.add("\"buffer\"");
+        for (int k = 0; k < nout; ++k) {
+          ByteBuffer b = out[k].buffer().duplicate();
+          b.clear();
+          byte[] bytes = new byte[(int) out[k].byteSize()];
+          b.get(bytes);
+          Files.write(Paths.get(prefix + "-out" + k + ".bin"), bytes);
+        }
+      } else if (!mode.equals("floats")) {
+        throw new IllegalArgumentException("mode is buffer or floats, not " + mode);
+      } else if (allFloat) {  // float[] in and out
+        for (int r = 0; r < warmup + calls; ++r) {
+          long t0 = System.nanoTime();
+          for (int k = 0; k < nin; ++k) m.setInput(k, inF[k]);
+          long t1 = System.nanoTime();
+          m.run();
+          long t2 = System.nanoTime();
+          for (int k = 0; k < nout; ++k) m.getOutput(k, outF[k]);
+          long t3 = System.nanoTime();
+          if (r >= warmup) {
+            int i = 4 * (r - warmup);
+            t[i] = t1 - t0; t[i + 1] = t2 - t1; t[i + 2] = t3 - t2; t[i + 3] = t3 - t0;
+          }
+        }
+        write(t, prefix + "-floats.times");
+        modes.add("\"floats\"");
+      }
+    }
+    System.out.println("{\"java\": \"" + System.getProperty("java.version") + "\", \"vm\": \""
+        + System.getProperty("java.vm.name") + "\", \"arch\": \"" + Model.runtimeArch() + "\", \"modes\": "
+        + modes + "}");
+  }
+
+  private static void write(long[] t, String path) throws IOException {
+    try (DataOutputStream out = new DataOutputStream(new BufferedOutputStream(new FileOutputStream(path)))) {
+      for (long v : t) out.writeLong(v);
+    }
+  }
+}
+"""
+
+
+def progress(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def child_env() -> dict:
+    return dict(os.environ, TVM_NUM_THREADS=str(THREADS), OMP_NUM_THREADS=str(THREADS), PYTHONUNBUFFERED="1")
+
+
+# =========================================================================== worker modes (child processes)
+
+def make_add_relu(path: Path) -> dict:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(SEED)
+    bias = numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "bias")
+    nodes = [helper.make_node("Add", ["x", "bias"], ["sum"], name="add"),
+             helper.make_node("Relu", ["sum"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "add_relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="tvmgen-bench")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return {"made_with": "onnx.helper: y = Relu(x + bias), x 1x16 float32, bias seeded constant"}
+
+
+def worker_compile(model: str, work: Path) -> dict:
+    import numpy as np
+
+    from tvmgen import builtin, frontends
+    from tvmgen.artifact import sha256_file
+    from tvmgen.compiler import build
+    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.frontends.base import random_inputs
+
+    if model == "add-relu-1x16":
+        src = work / "add_relu_1x16.onnx"
+        made = make_add_relu(src)
+    else:
+        src = builtin.materialize("builtin:mobilenet", work)
+        made = {"made_with": 'tvmgen.builtin.materialize("builtin:mobilenet") (MobileNet v1 style, width 0.5)'}
+    out = work / f"{model}-host-cpu"
+    t0 = time.perf_counter()
+    imported = frontends.load(src, [])
+    manifest = build.compile_to_artifact(imported, build.BuildOptions(PLATFORMS["host"], "cpu"), out, True,
+                                         {"name": model, "source": str(src), "format": imported.format,
+                                          "sha256": sha256_file(src)})
+    compile_s = time.perf_counter() - t0
+    inputs = random_inputs(manifest.inputs, SEED)
+    files = []
+    for k, spec in enumerate(manifest.inputs):  # raw little-endian bytes (what tvmgen-run and the jar read)
+        p = work / f"{model}-in{k}.bin"
+        np.ascontiguousarray(inputs[spec.name]).astype(np.dtype(spec.dtype).newbyteorder("<")).tofile(p)
+        files.append(str(p))
+    np.savez(work / f"{model}-inputs.npz", **inputs)
+    art_bytes = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    return {**made, "artifact": str(out), "compile_s": compile_s, "artifact_bytes": art_bytes,
+            "input_files": files, "inputs": [s.to_json() for s in manifest.inputs],
+            "outputs": [s.to_json() for s in manifest.outputs]}
+
+
+def _stage_stats(ns) -> dict:
+    """ns: (calls, 4) array of copy-in, run, copy-out, total in nanoseconds -> microsecond statistics."""
+    import numpy as np
+
+    a = np.asarray(ns, dtype=np.float64) / 1e3
+    keys = ("copy_in", "run", "copy_out", "total")
+    out = {}
+    for j, k in enumerate(keys):
+        col = a[:, j]
+        out[k] = {"median_us": float(np.median(col)), "mean_us": float(col.mean()), "min_us": float(col.min()),
+                  "p90_us": float(np.percentile(col, 90)), "max_us": float(col.max())}
+    out["calls"] = int(a.shape[0])
+    return out
+
+
+def worker_python(artifact: Path, inputs_npz: Path, warmup: int, calls: int, save: Path) -> dict:
+    import numpy as np
+    import tvm
+
+    from tvmgen.runner import HostModel
+
+    loaded = np.load(inputs_npz)
+    inputs = {k: loaded[k] for k in loaded.files}
+    model = HostModel(artifact)
+    arrays = model.check_inputs(inputs)
+    dev, params = model.dev, model.params
+    f = model.vm[model.manifest.vm["entry"]]  # looked up once, as an app would
+    tensor = tvm.runtime.tensor
+    clock = time.perf_counter_ns
+
+    def to_numpy(out):
+        return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+
+    # raw Relax VM: tvm.runtime.tensor in, main, .numpy() out
+    times = np.zeros((calls, 4), dtype=np.int64)
+    result = None
+    for r in range(warmup + calls):
+        t0 = clock()
+        args = [tensor(a, dev) for a in arrays]
+        t1 = clock()
+        out = f(*args, *params)
+        t2 = clock()
+        result = to_numpy(out)
+        t3 = clock()
+        if r >= warmup:
+            times[r - warmup] = (t1 - t0, t2 - t1, t3 - t2, t3 - t0)
+    vm_stats = _stage_stats(times)
+    pool = int(tvm.get_global_func("runtime.NumThreads")())
+    np.savez(save, *result)
+
+    # tvmgen's Python API, as `tvmgen run` and compile_baseline.py use it
+    total = np.zeros((calls, 4), dtype=np.int64)
+    for r in range(warmup + calls):
+        t0 = clock()
+        model.run(inputs)
+        t1 = clock()
+        if r >= warmup:
+            total[r - warmup, 3] = t1 - t0
+    hm = _stage_stats(total)
+    hm = {"total": hm["total"], "calls": hm["calls"]}
+    return {"runtime": f"TVM {tvm.__version__} Relax VM (Python {platform.python_version()})",
+            "tvm_threads": pool, "python_vm": vm_stats, "python_hostmodel": hm}
+
+
+def run_worker(args) -> None:
+    result_fd = os.dup(1)  # stdout carries only the JSON result; whatever TVM prints goes to stderr
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    if args.worker == "compile":
+        result = worker_compile(args.model, Path(args.work))
+    elif args.worker == "python":
+        result = worker_python(Path(args.artifact), Path(args.inputs), args.warmup_n, args.calls_n, Path(args.save))
+    else:
+        raise SystemExit(f"unknown worker {args.worker}")
+    sys.stderr.flush()
+    with os.fdopen(result_fd, "w") as f:
+        f.write(json.dumps(result) + "\n")
+
+
+# =========================================================================== driver
+
+class StepError(RuntimeError):
+    pass
+
+
+def run_proc(argv: list, verbose: bool, what: str, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(a) for a in argv], env=child_env(), cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=None if verbose else subprocess.PIPE, text=True, **kw)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-25:])
+        raise StepError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+    return proc
+
+
+def last_json(proc: subprocess.CompletedProcess, what: str) -> dict:
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError) as e:
+        raise StepError(f"{what} returned no JSON ({e}): {proc.stdout[-500:]!r}") from e
+
+
+def call_worker(mode: str, verbose: bool, **kw) -> dict:
+    argv = [sys.executable, Path(__file__).resolve(), "--worker", mode]
+    for k, v in kw.items():
+        argv += [f"--{k.replace('_', '-')}", v]
+    return last_json(run_proc(argv, verbose, f"worker {mode}"), f"worker {mode}")
+
+
+def build_runtime(plat: str, work: Path, verbose: bool) -> Path:
+    from tvmgen import runtime_build
+
+    prefix = None
+    try:
+        if verbose:
+            prefix = runtime_build.build(plat, work / f"runtime-{plat}")
+        else:  # cmake's chatter goes to a log file
+            log = work / f"runtime-{plat}.log"
+            with open(log, "w") as f:
+                saved = os.dup(1), os.dup(2)
+                os.dup2(f.fileno(), 1)
+                os.dup2(f.fileno(), 2)
+                try:
+                    prefix = runtime_build.build(plat, work / f"runtime-{plat}")
+                finally:
+                    os.dup2(saved[0], 1)
+                    os.dup2(saved[1], 2)
+                    os.close(saved[0])
+                    os.close(saved[1])
+    except Exception as e:  # TvmgenError and anything cmake raised
+        raise StepError(f"runtime_build.build({plat!r}) failed: {e}") from e
+    return Path(prefix)
+
+
+def bench_cpp(prefix: Path, model: dict, name: str, warmup: int, calls: int, work: Path, rnd: int,
+              verbose: bool) -> dict:
+    out_dir = work / f"{name}-cpp-out"
+    out_dir.mkdir(exist_ok=True)
+    timings = work / f"{name}-cpp-{rnd}.json"
+    argv = [prefix / "bin" / "tvmgen-run", model["artifact"]]
+    for f in model["input_files"]:
+        argv += ["-i", f]
+    argv += ["--warmup", warmup, "--repeat", calls, "-o", out_dir, "--timings", timings]
+    run_proc(argv, verbose, "tvmgen-run")
+    t = json.loads(timings.read_text())
+    # tvmgen-run reports per-stage statistics only; the total is the sum of the stage medians.
+    stages = {k: {"median_us": t[f"{k}_ms"]["median"] * 1e3, "mean_us": t[f"{k}_ms"]["mean"] * 1e3,
+                  "min_us": t[f"{k}_ms"]["min"] * 1e3, "max_us": t[f"{k}_ms"]["max"] * 1e3}
+              for k in ("copy_in", "run", "copy_out")}
+    stages["total"] = {"median_us": sum(stages[k]["median_us"] for k in ("copy_in", "run", "copy_out")),
+                       "note": "sum of the stage medians"}
+    stages["calls"] = t["runs"]
+    stages["raw"] = t
+    return stages
+
+
+def compile_cpp_harness(prefix: Path, work: Path, verbose: bool) -> Path:
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        raise StepError("no host C++ compiler (g++): the C++ harness cannot be built")
+    src, exe = work / "overhead_bench.cc", work / "overhead_bench"
+    src.write_text(CPP_HARNESS)
+    lib = prefix / "lib"
+    run_proc([cxx, "-O2", "-std=c++17", f"-I{prefix / 'include'}", src, "-o", exe, f"-L{lib}", "-ltvmgen_runtime",
+              f"-Wl,-rpath,{lib}", f"-Wl,-rpath-link,{lib}"], verbose, "building the C++ harness")
+    return exe
+
+
+def bench_cpp_api(exe: Path, model: dict, name: str, warmup: int, calls: int, work: Path, verbose: bool) -> dict:
+    import numpy as np
+
+    times = work / f"{name}-cpp-api.times"
+    run_proc([exe, model["artifact"], warmup, calls, times, *model["input_files"]], verbose, "overhead_bench")
+    return _stage_stats(np.fromfile(times, dtype=np.int64).reshape(-1, 4))
+
+
+def compile_java_harness(prefix: Path, work: Path, verbose: bool) -> Path:
+    javac = shutil.which("javac")
+    if javac is None:
+        raise StepError("javac not found: the Java harness cannot be compiled (install a JDK)")
+    src_dir, cls_dir = work / "java-src", work / "java-classes"
+    src_dir.mkdir(exist_ok=True)
+    cls_dir.mkdir(exist_ok=True)
+    (src_dir / "OverheadBench.java").write_text(JAVA_HARNESS)
+    jar = prefix / "share" / "java" / "tvmgen.jar"
+    if not jar.is_file():
+        raise StepError(f"{jar} was not built (no javac/jar when the runtime was configured?)")
+    run_proc([javac, "-cp", jar, "-d", cls_dir, src_dir / "OverheadBench.java"], verbose, "javac")
+    return cls_dir
+
+
+def bench_java(prefix: Path, classes: Path, model: dict, name: str, warmup: int, calls: int, work: Path,
+               verbose: bool) -> dict:
+    import numpy as np
+
+    jar = prefix / "share" / "java" / "tvmgen.jar"
+    out_prefix = work / f"{name}-java"
+    res = {}
+    for mode in ("buffer", "floats"):
+        f = Path(f"{out_prefix}-{mode}.times")
+        f.unlink(missing_ok=True)
+        argv = ["java", f"-Dtvmgen.library.path={prefix / 'lib'}", "-cp", f"{jar}{os.pathsep}{classes}",
+                "OverheadBench", mode, model["artifact"], warmup, calls, out_prefix, *model["input_files"]]
+        info = last_json(run_proc(argv, verbose, f"java OverheadBench {mode}"), "java OverheadBench")
+        res["jvm"] = f"{info['vm']} {info['java']}"
+        if f.is_file():  # floats: only for float32 models
+            res[f"java_{mode}"] = _stage_stats(np.fromfile(f, dtype=">i8").reshape(-1, 4))
+    return res
+
+
+def strip_sizes(plat: str, prefix: Path, work: Path, verbose: bool) -> dict:
+    tool = shutil.which(STRIP[plat])
+    dest = work / f"stripped-{plat}"
+    dest.mkdir(exist_ok=True)
+    files = {}
+    for so in sorted((prefix / "lib").glob("*.so")):
+        copy = dest / so.name
+        shutil.copyfile(so, copy)
+        if tool:
+            run_proc([tool, copy], verbose, f"{STRIP[plat]} {so.name}")
+        files[so.name] = {"unstripped": so.stat().st_size, "stripped": copy.stat().st_size}
+    jar = prefix / "share" / "java" / "tvmgen.jar"
+    return {"strip": tool and f"{STRIP[plat]} (default: --strip-all)", "stripped": bool(tool), "files": files,
+            "tvmgen.jar": jar.stat().st_size if jar.is_file() else None,
+            "tvmgen-run": (prefix / "bin" / "tvmgen-run").stat().st_size
+            if (prefix / "bin" / "tvmgen-run").is_file() else None}
+
+
+def median(xs):
+    s = sorted(xs)
+    n = len(s)
+    return None if n == 0 else (s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2)
+
+
+def summarize(rounds: list[dict]) -> dict:
+    """Per stage: the median over rounds of each round's median (and the rounds' values)."""
+    row = {"calls_per_round": rounds[0].get("calls"), "rounds": len(rounds)}
+    for k in ("copy_in", "run", "copy_out", "total"):
+        vals = [r[k]["median_us"] for r in rounds if k in r]
+        row[k] = median(vals)
+        row[f"{k}_rounds"] = vals
+    return row
+
+
+def fmt_us(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1f}" if v >= 100 else f"{v:.2f}"
+
+
+def format_table(rows: list[dict], sizes: dict) -> str:
+    header = ["model", "path", "calls", "copy-in us", "run us", "copy-out us", "total us", "vs C++"]
+    body = []
+    for r in rows:
+        total = fmt_us(r["total"]) + ("*" if r["path"] == "cpp" else "")
+        ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
+        body.append([SHORT[r["model"]], PATHS[r["path"]], f"{r['calls_per_round'] * r['rounds']}",
+                     fmt_us(r["copy_in"]), fmt_us(r["run"]), fmt_us(r["copy_out"]), total, ratio])
+    lines = [header, None, *body]
+    if sizes:
+        plats = [p for p in ("host", "linux-aarch64") if p in sizes]
+        cols = [f"{ARCH_LABEL[p]} B" + ("" if sizes[p]["stripped"] else " (unstripped)") for p in plats]
+        size_rows = []
+        totals = {p: 0 for p in plats}
+        for label, names in SIZE_ROWS:
+            cells = []
+            for p in plats:
+                got = [sizes[p]["files"].get(n) for n in names]
+                if any(g is None for g in got):
+                    cells.append("missing")
+                    continue
+                b = sum(g["stripped"] for g in got)
+                totals[p] += b
+                cells.append(str(b))
+            size_rows.append(["", label, "", "", "", "", *cells])
+        size_rows.append(["", "total (what an app ships)", "", "", "", "", *(str(totals[p]) for p in plats)])
+        lines += [None, ["stripped size", "library", "", "", "", "", *cols], None, *size_rows]
+    width = max(len(x) for x in lines if x)
+    lines = [x + [""] * (width - len(x)) if x else x for x in lines]
+    widths = [max(len(x[i]) for x in lines if x) for i in range(width)]
+    right = set(range(2, width))
+
+    def line(cells):
+        if cells is None:
+            return "  ".join("-" * w for w in widths)
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join(line(x) for x in lines)
+
+
+def environment() -> dict:
+    java = None
+    try:
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    except (OSError, IndexError):
+        pass
+    return {**benchlib.environment(("apache-tvm", "apache-tvm-ffi", "numpy", "onnx", "onnxslim")), "java": java,
+            "env": {"TVM_NUM_THREADS": str(THREADS), "OMP_NUM_THREADS": str(THREADS)}}
+
+
+def output_check(work: Path, name: str, model: dict) -> dict:
+    """Largest difference of the C++ and Java outputs from the Python VM's (same library: expect 0)."""
+    import numpy as np
+
+    ref_path = work / f"{name}-python-out.npz"
+    if not ref_path.is_file():
+        return {}
+    ref = np.load(ref_path)
+    ref = [ref[k] for k in ref.files]
+    res = {}
+    cpp_dir = work / f"{name}-cpp-out"
+    for k, spec in enumerate(model["outputs"]):
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in spec["name"])
+        cands = {"cpp": cpp_dir / f"{safe}.npy", "java": work / f"{name}-java-out{k}.bin"}
+        for who, p in cands.items():
+            if not p.is_file():
+                continue
+            got = np.load(p) if p.suffix == ".npy" else np.fromfile(p, dtype=np.dtype(spec["dtype"]).newbyteorder("<"))
+            d = float(np.abs(got.ravel().astype(np.float64) - ref[k].ravel().astype(np.float64)).max())
+            res[who] = max(res.get(who, 0.0), d)
+    return res
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: 1 round, 2000 calls (tiny model) / 5 calls (MobileNet)")
+    p.add_argument("--json", type=Path, metavar="OUT.json", help="also write every measurement as JSON here")
+    p.add_argument("--calls", type=int, help="timed calls per round for add-relu-1x16 (default 20000, --quick 2000)")
+    p.add_argument("--warmup", type=int, help="untimed calls first, add-relu-1x16 (default 5000, --quick 500)")
+    p.add_argument("--mobilenet-calls", type=int, help="timed calls per round for MobileNet (default 10, --quick 5)")
+    p.add_argument("--mobilenet-warmup", type=int, help="untimed MobileNet calls first (default 3, --quick 1)")
+    p.add_argument("--rounds", type=int, help="fresh processes per path and model (default 5, --quick 1)")
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {', '.join(MODELS)}")
+    p.add_argument("--no-sizes", action="store_true", help="skip the aarch64 build and the library sizes")
+    p.add_argument("--keep", type=Path, metavar="DIR", help="build, compile and measure in DIR and keep it")
+    p.add_argument("-v", "--verbose", action="store_true", help="show the children's own stderr and cmake's output")
+    # hidden worker mode: one step in a fresh process with TVM_NUM_THREADS set
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    for hidden in ("--model", "--work", "--artifact", "--inputs", "--save", "--warmup-n", "--calls-n"):
+        p.add_argument(hidden, help=argparse.SUPPRESS)
+    args = p.parse_args()
+
+    if args.worker:
+        args.warmup_n, args.calls_n = int(args.warmup_n or 0), int(args.calls_n or 0)
+        run_worker(args)
+        return 0
+
+    q = args.quick
+    tiny = (args.warmup if args.warmup is not None else (500 if q else 5000), args.calls or (2000 if q else 20000))
+    mobile = (args.mobilenet_warmup if args.mobilenet_warmup is not None else (1 if q else 3),
+              args.mobilenet_calls or (5 if q else 10))
+    counts = {"add-relu-1x16": tiny, "builtin-mobilenet": mobile}
+    rounds = args.rounds or (1 if q else 5)
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        p.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
+
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        work = args.keep.resolve()
+    else:
+        work = Path(tempfile.mkdtemp(prefix="tvmgen-overhead-"))
+    os.environ["TVM_NUM_THREADS"] = str(THREADS)  # also for anything this process starts
+    load_start = os.getloadavg()
+    if load_start[0] > 0.5:
+        progress(f"note: load average is {load_start[0]:.2f} before starting; other processes will add noise")
+    start = time.perf_counter()
+    failures, models, sizes, results = [], {}, {}, {}
+    prefix = classes = cpp_exe = None
+    try:
+        progress("building the host runtime (tvmgen.runtime_build.build('host'), JNI on) ...")
+        try:
+            prefix = build_runtime("host", work, args.verbose)
+            progress(f"host runtime: {prefix}")
+        except StepError as e:
+            failures.append({"step": "host runtime", "error": str(e)})
+            progress(f"FAILED: {e}")
+        if prefix:
+            for what, fn in (("C++", compile_cpp_harness), ("Java", compile_java_harness)):
+                try:
+                    if what == "C++":
+                        cpp_exe = fn(prefix, work, args.verbose)
+                    else:
+                        classes = fn(prefix, work, args.verbose)
+                except StepError as e:
+                    failures.append({"step": f"{what} harness", "error": str(e)})
+                    progress(f"FAILED: {e}")
+
+        for name in names:
+            progress(f"{name}: making and compiling (host/cpu) ...")
+            try:
+                models[name] = call_worker("compile", args.verbose, model=name, work=work)
+                progress(f"{name}: compiled in {models[name]['compile_s']:.1f}s, "
+                         f"artifact {models[name]['artifact_bytes'] / 1e6:.2f} MB")
+            except StepError as e:
+                failures.append({"step": f"compile {name}", "error": str(e)})
+                progress(f"{name}: FAILED\n{e}")
+
+        per_round: dict = {}  # (model, path) -> [round stats]
+        for rnd in range(rounds):
+            for name, model in models.items():
+                warmup, calls = counts[name]
+                tag = f"{name} round {rnd + 1}/{rounds}"
+                steps = []
+                if prefix:
+                    steps.append(("cpp", lambda: {"cpp": bench_cpp(prefix, model, name, warmup, calls, work, rnd,
+                                                                   args.verbose)}))
+                if cpp_exe:
+                    steps.append(("cpp_api", lambda: {"cpp_api": bench_cpp_api(cpp_exe, model, name, warmup, calls,
+                                                                               work, args.verbose)}))
+                if classes:
+                    steps.append(("java", lambda: bench_java(prefix, classes, model, name, warmup, calls, work,
+                                                             args.verbose)))
+                steps.append(("python", lambda: call_worker(
+                    "python", args.verbose, artifact=model["artifact"], inputs=work / f"{name}-inputs.npz",
+                    warmup_n=warmup, calls_n=calls, save=work / f"{name}-python-out.npz")))
+                for who, fn in steps:
+                    progress(f"{tag}: {who}, {warmup} warm-up + {calls} timed calls ...")
+                    try:
+                        res = fn()
+                    except StepError as e:
+                        failures.append({"step": f"{who} {name} round {rnd + 1}", "error": str(e)})
+                        progress(f"{tag}: {who} FAILED\n{e}")
+                        continue
+                    for key in PATHS:
+                        if key in res:
+                            per_round.setdefault((name, key), []).append(res[key])
+                    extra = {k: v for k, v in res.items() if k not in PATHS}
+                    if extra:
+                        results.setdefault(name, {}).setdefault(who, extra)
+                    got = ", ".join(f"{PATHS[k]} {res[k]['total']['median_us']:.2f} us"
+                                    for k in PATHS if k in res)
+                    progress(f"{tag}: {got}")
+
+        if not args.no_sizes:
+            for plat in ("host", "linux-aarch64"):
+                try:
+                    pre = prefix if plat == "host" and prefix else None
+                    if pre is None:
+                        progress(f"building the runtime for {plat} ...")
+                        pre = build_runtime(plat, work, args.verbose)
+                    sizes[plat] = strip_sizes(plat, pre, work, args.verbose)
+                    if not sizes[plat]["stripped"]:
+                        progress(f"note: {STRIP[plat]} not found: {plat} sizes are unstripped")
+                except StepError as e:
+                    failures.append({"step": f"sizes {plat}", "error": str(e)})
+                    progress(f"sizes {plat}: FAILED\n{e}")
+
+        rows = []
+        for name in models:
+            base = {}
+            mine = []
+            for key in PATHS:
+                if (name, key) not in per_round:
+                    continue
+                row = {"model": name, "path": key, "label": PATHS[key], **summarize(per_round[(name, key)])}
+                base[key] = row["total"]
+                mine.append(row)
+            for row in mine:  # ratio: vs tvmgen-run (the table); ratio_vs_cpp_api: vs the C++ harness
+                row["ratio"] = row["total"] / base["cpp"] if base.get("cpp") else None
+                row["ratio_vs_cpp_api"] = row["total"] / base["cpp_api"] if base.get("cpp_api") else None
+            rows += mine
+            models[name]["max_abs_diff_vs_python_vm"] = output_check(work, name, models[name])
+            models[name]["per_round"] = {k: per_round[(name, k)] for k in PATHS if (name, k) in per_round}
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    total = time.perf_counter() - start
+    progress(f"done in {total:.0f}s")
+
+    print(f"tvmgen runtime overhead (host {ARCH_LABEL['host']}/cpu, TVM_NUM_THREADS={THREADS}; per call: "
+          f"median over {rounds} round(s) of each round's median, in microseconds; vs C++ = total / tvmgen-run total)")
+    print(format_table(rows, sizes))
+    notes = ["* tvmgen-run total = sum of its per-stage medians (its own timers inside libtvmgen_runtime, printed "
+             "to 0.1 us); the other totals are timed around the whole call"]
+    diffs = {n: m.get("max_abs_diff_vs_python_vm") for n, m in models.items()}
+    bad = [f"{n}/{who}" for n, d in diffs.items() for who, v in (d or {}).items() if v > 1e-6]
+    checked = any(diffs.values())
+    if checked:
+        notes.append("outputs: C++ and Java " + (f"DIFFER from the Python VM for {', '.join(bad)}" if bad else
+                                                  "equal the Python VM's (max abs diff <= 1e-6)"))
+    for plat, s in sizes.items():
+        if not s["stripped"]:
+            notes.append(f"{STRIP[plat]} not found: {ARCH_LABEL[plat]} sizes are unstripped")
+    print("\n".join(notes))
+    for f in failures:
+        print(f"{f['step']}: FAILED ({f['error'].splitlines()[0]})")
+    sys.stdout.flush()
+
+    if args.json:
+        doc = {"benchmark": "runtime_overhead", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+               "settings": {"quick": q, "rounds": rounds, "threads": THREADS,
+                            "warmup_calls": {n: counts[n][0] for n in names},
+                            "timed_calls_per_round": {n: counts[n][1] for n in names}, "seed": SEED},
+               "environment": {**environment(), "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
+               "total_s": total, "rows": rows, "sizes": sizes, "models": models, "runtimes": results,
+               "failures": failures}
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+        progress(f"JSON written to {args.json}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
