@@ -1,0 +1,113 @@
+"""The Android app templates: rendered projects checked by parsing what they hold, and their
+native part built on the host with CMake against the host runtime."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conftest import require_tool, save_onnx, single_op_models
+from tvmgen import apps, frontends
+from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+from tvmgen.compiler.platforms import PLATFORMS
+from tvmgen.errors import InputError
+
+ANDROID = "{http://schemas.android.com/apk/res/android}"
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    d = tmp_path_factory.mktemp("app-art")
+    imported = frontends.load(save_onnx(single_op_models()["softmax"], d / "m.onnx"), [])
+    out = {}
+    for device in ("opencl", "cpu"):
+        out[device] = d / device
+        compile_to_artifact(imported, BuildOptions(PLATFORMS["android-arm64"], device, objects_only=True),
+                            out[device], True, {"name": "m"})
+    return out
+
+
+def render(tmp_path, artifacts, device="opencl", package="org.example.mobilenet"):
+    ctx = apps.android_context("deploy", package, "MobileNet QA", "mobilenet", device, ["arm64-v8a"])
+    out = tmp_path / "app"
+    apps.create_android_project("deploy", out, ctx, {d: artifacts[d] for d in ctx["model_devices"]})
+    return out
+
+
+def test_deploy_project_files(tmp_path, artifacts):
+    out = render(tmp_path, artifacts)
+    manifest = ET.parse(out / "app/src/main/AndroidManifest.xml").getroot()
+    app = manifest.find("application")
+    lib = app.find("uses-native-library")
+    assert lib.get(f"{ANDROID}name") == "libOpenCL.so" and lib.get(f"{ANDROID}required") == "false"
+    activity = app.find("activity")
+    assert activity.get(f"{ANDROID}name") == ".MainActivity" and activity.get(f"{ANDROID}exported") == "true"
+    assert activity.find("intent-filter/action").get(f"{ANDROID}name") == "android.intent.action.MAIN"
+
+    gradle = (out / "app/build.gradle").read_text()
+    assert "namespace 'org.example.mobilenet'" in gradle and "applicationId 'org.example.mobilenet'" in gradle
+    assert re.search(r"compileSdk 34\b", gradle) and "minSdk 24" in gradle and "targetSdk 34" in gradle
+    assert "abiFilters 'arm64-v8a'" in gradle and "path 'src/main/cpp/CMakeLists.txt'" in gradle
+    assert "main.java.srcDirs += '../tvmgen-jni/java'" in gradle
+    assert "id 'com.android.application' version '8.5.2'" in (out / "build.gradle").read_text()
+    assert 'rootProject.name = "MobileNet QA"' in (out / "settings.gradle").read_text()
+    assert "gradle-8.7-bin.zip" in (out / "gradle/wrapper/gradle-wrapper.properties").read_text()
+    strings = ET.parse(out / "app/src/main/res/values/strings.xml").getroot()
+    assert strings.find("string[@name='app_name']").text == "MobileNet QA"
+
+    java = out / "app/src/main/java/org/example/mobilenet/MainActivity.java"
+    src = java.read_text()
+    assert src.startswith("package org.example.mobilenet;")
+    assert 'MODELS = { "model-opencl", "model-cpu" }' in src  # OpenCL first, CPU fallback
+    # the CMake wiring reaches the runtime copied into the project
+    cmake = (out / "app/src/main/cpp/CMakeLists.txt").read_text()
+    rel = re.search(r"add_subdirectory\(\$\{CMAKE_CURRENT_SOURCE_DIR\}/([^ ]+) ", cmake).group(1)
+    assert ((out / "app/src/main/cpp" / rel).resolve() / "CMakeLists.txt").is_file()
+    assert (out / "tvmgen-jni/java/org/tvmgen/Model.java").is_file()
+    for device in ("opencl", "cpu"):
+        assert (out / f"app/src/main/assets/model-{device}/manifest.json").is_file()
+    assert not list(out.rglob("*.jinja"))
+
+
+def test_cpu_project_has_no_opencl_entry(tmp_path, artifacts):
+    out = render(tmp_path, artifacts, device="cpu")
+    app = ET.parse(out / "app/src/main/AndroidManifest.xml").getroot().find("application")
+    assert app.find("uses-native-library") is None
+    assert 'MODELS = { "model-cpu" }' in (out / "app/src/main/java/org/example/mobilenet/MainActivity.java").read_text()
+    assert not (out / "app/src/main/assets/model-opencl").exists()
+
+
+def test_rendering_is_strict_and_deterministic(tmp_path, artifacts):
+    with pytest.raises(InputError, match="not a valid Android application id"):
+        apps.android_context("deploy", "Not-A-Package", "x", "m", "cpu", ["arm64-v8a"])
+    a, b = render(tmp_path / "a", artifacts), render(tmp_path / "b", artifacts)
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files if "manifest.json" not in str(f))
+    ctx = apps.android_context("deploy", "org.x.y", "x", "m", "cpu", ["arm64-v8a"])
+    del ctx["min_sdk"]
+    with pytest.raises(Exception, match="min_sdk"):
+        apps.render("android_deploy", tmp_path / "c", ctx)
+
+
+def test_app_native_part_builds_on_the_host(tmp_path, artifacts):
+    """The app's CMake (the same file Gradle's externalNativeBuild calls) against the host runtime."""
+    require_tool("cmake")
+    out = render(tmp_path, artifacts)
+    import tvm
+
+    site = Path(tvm.__file__).resolve().parent.parent
+    build = tmp_path / "build"
+    subprocess.run(["cmake", "-S", out / "app/src/main/cpp", "-B", build, f"-DTVMGEN_TVM_PREBUILT={site}",
+                    "-DTVMGEN_BUILD_TOOLS=OFF"], check=True, capture_output=True)
+    r = subprocess.run(["cmake", "--build", build, "-j2"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    built = {p.name for p in build.rglob("*.so")}
+    assert "libtvmgen_runtime.so" in built
+    if shutil.which("javac"):
+        assert {"libtvmgen_jni.so", "libtvmgen_jni_bridge.so"} <= built
