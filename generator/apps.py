@@ -59,7 +59,8 @@ def render(template: str, out_dir: Path, context: dict) -> list[Path]:
 
 
 def android_context(kind: str, package: str, app_name: str, model_name: str, device: str, abis: list[str],
-                    tvm_source_dir: str = "") -> dict:
+                    tvm_source_dir: str = "", rpc_mode: str = "proxy", rpc_address: str = "127.0.0.1",
+                    rpc_port: int = 9090, rpc_key: str = "android") -> dict:
     """Everything the Android templates use: the only place their values are decided."""
     from tvmgen import __version__
 
@@ -71,6 +72,8 @@ def android_context(kind: str, package: str, app_name: str, model_name: str, dev
         "abis": abis, "min_sdk": 24, "compile_sdk": 34, "target_sdk": 34,
         "agp_version": "8.5.2", "gradle_version": "8.7", "ndk_version": "27.2.12479018",
         "version_code": 1, "version_name": "1.0", "tvm_source_dir": tvm_source_dir, "tvmgen_version": __version__,
+        # the RPC app's defaults (what `tvmgen rpc-app` was given)
+        "default_mode": rpc_mode, "default_address": rpc_address, "default_port": rpc_port, "default_key": rpc_key,
     }
 
 

@@ -111,3 +111,50 @@ def test_app_native_part_builds_on_the_host(tmp_path, artifacts):
     assert "libtvmgen_runtime.so" in built
     if shutil.which("javac"):
         assert {"libtvmgen_jni.so", "libtvmgen_jni_bridge.so"} <= built
+
+
+def render_rpc(tmp_path, package="org.tvmgen.rpc"):
+    ctx = apps.android_context("rpc", package, "tvmgen RPC", "-", "cpu", ["arm64-v8a", "armeabi-v7a"],
+                               rpc_mode="proxy", rpc_port=9191, rpc_key="pixel")
+    out = tmp_path / "rpc"
+    apps.create_android_project("rpc", out, ctx, {})
+    return out
+
+
+def test_rpc_project_files(tmp_path):
+    out = render_rpc(tmp_path)
+    manifest = ET.parse(out / "app/src/main/AndroidManifest.xml").getroot()
+    perms = {p.get(f"{ANDROID}name") for p in manifest.findall("uses-permission")}
+    assert "android.permission.INTERNET" in perms
+    app = manifest.find("application")
+    assert app.find("service").get(f"{ANDROID}name") == ".RpcService"
+    assert app.get(f"{ANDROID}extractNativeLibs") == "true"  # the server executable runs from the lib dir
+    assert app.find("uses-native-library").get(f"{ANDROID}name") == "libOpenCL.so"
+    gradle = (out / "app/build.gradle").read_text()
+    assert "namespace 'org.tvmgen.rpc'" in gradle and "targets 'tvmgen_rpc_server_exe'" in gradle
+    assert "abiFilters 'arm64-v8a', 'armeabi-v7a'" in gradle and "useLegacyPackaging true" in gradle
+    java = (out / "app/src/main/java/org/tvmgen/rpc/RpcActivity.java").read_text()
+    assert '"9191"' in java and '"pixel"' in java and '"proxy".equals("proxy")' in java
+    service = (out / "app/src/main/java/org/tvmgen/rpc/RpcService.java").read_text()
+    assert "libtvmgen_rpc_server.so" in service and "backoffMs * 2, 10000" in service
+    assert "adb reverse tcp:9191 tcp:9191" in (out / "README.md").read_text()
+
+
+def test_rpc_app_native_part_builds_and_runs_on_the_host(tmp_path):
+    """The server executable the RPC app packages, built from the app's own CMake, answers --info."""
+    require_tool("cmake")
+    out = render_rpc(tmp_path)
+    import tvm
+
+    site = Path(tvm.__file__).resolve().parent.parent
+    build = tmp_path / "build"
+    subprocess.run(["cmake", "-S", out / "app/src/main/cpp", "-B", build, f"-DTVMGEN_TVM_PREBUILT={site}",
+                    "-DTVMGEN_BUILD_JNI=OFF"], check=True, capture_output=True)
+    r = subprocess.run(["cmake", "--build", build, "--target", "tvmgen_rpc_server_exe", "-j2"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    exe = build / "libtvmgen_rpc_server.so"
+    info = subprocess.run([exe, "--info"], capture_output=True, text=True, check=True)
+    import json
+
+    assert json.loads(info.stdout)["arch"] == "x86_64"
