@@ -63,13 +63,14 @@ def android_context(kind: str, package: str, app_name: str, model_name: str, dev
                     rpc_port: int = 9090, rpc_key: str = "android") -> dict:
     """Everything the Android templates use: the only place their values are decided."""
     from tvmgen import __version__
+    from tvmgen.android.tools import COMPILE_SDK
 
     check_package(package)
     return {
         "kind": kind, "package": package, "package_path": package.replace(".", "/"), "app_name": app_name,
         "model_name": model_name, "device": device,
         "model_devices": [device] + (["cpu"] if device != "cpu" else []),
-        "abis": abis, "min_sdk": 24, "compile_sdk": 34, "target_sdk": 34,
+        "abis": abis, "min_sdk": 24, "compile_sdk": COMPILE_SDK, "target_sdk": COMPILE_SDK,
         "agp_version": "8.5.2", "gradle_version": "8.7", "ndk_version": "27.2.12479018",
         "version_code": 1, "version_name": "1.0", "tvm_source_dir": tvm_source_dir, "tvmgen_version": __version__,
         # the RPC app's defaults (what `tvmgen rpc-app` was given)

@@ -90,7 +90,7 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
       tvmgen compile model.onnx --platform android-arm64 --device opencl --gpu-family adreno
       tvmgen compile mobilenet.pb --input input:1x224x224x3:float32 --platform linux-aarch64
     """
-    from tvmgen import artifact, builtin, frontends
+    from tvmgen import builtin, frontends
     from tvmgen.compiler import build
     from tvmgen.compiler.platforms import check_pair, get_platform
     from tvmgen.frontends.base import InputOverride
@@ -195,7 +195,7 @@ def inspect(artifact_dir, as_json):
     t.add_row("device", m.device)
     t.add_row("target", json.dumps(m.target))
     t.add_row("export", f"{m.export['kind']}: {m.export['library']}"
-              + (f"  system-lib" if m.export.get("system_lib") else ""))
+              + ("  system-lib" if m.export.get("system_lib") else ""))
     for s in m.inputs:
         t.add_row("input", str(s))
     for s in m.outputs:
@@ -639,6 +639,31 @@ def _hash_model(path: Path) -> str:
 def _size(directory: Path) -> str:
     total = sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
     return f"{total / 1e6:.1f} MB" if total > 1e5 else f"{total / 1e3:.1f} KB"
+
+
+# --------------------------------------------------------------------------- doctor
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on stdout.")
+def doctor(as_json):
+    """Check the tools the Android app build needs, with the fix for each one missing.
+
+    \b
+    Exit code: 0 when `tvmgen app` can build an APK here (JDK, Android SDK platform and
+    build-tools, NDK, TVM source tree, apksigner, zipalign, aapt all usable);
+    3 (missing tool) otherwise. adb, Gradle on PATH, qemu, the cross compiler, OpenCL and
+    Xcode are reported but do not change the exit code.
+    """
+    from tvmgen.android import doctor as doc
+    from tvmgen.errors import ToolMissingError
+
+    found = doc.checks()
+    if as_json:
+        click.echo(json.dumps(doc.as_json(found), indent=2))
+    else:
+        click.echo(doc.table(found))
+    if not doc.ready(found):
+        sys.exit(ToolMissingError.exit_code)
 
 
 def main():

@@ -130,7 +130,7 @@ cmake -S <bundle>/jni -B build-{abi} -DCMAKE_TOOLCHAIN_FILE=$ANDROID_NDK_HOME/bu
 ```
 """
     else:
-        build = f"""## Add to a CMake project
+        build = """## Add to a CMake project
 
 ```cmake
 find_package(tvmgen CONFIG REQUIRED PATHS <bundle>/cmake)

@@ -78,7 +78,7 @@ def _group_alive(pgid: int) -> bool:
 def parse_address(text: str, what: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError(f"cannot read the {what} address {text!r}", f"write it as HOST:PORT, e.g. 127.0.0.1:9190")
+        raise InputError(f"cannot read the {what} address {text!r}", "write it as HOST:PORT, e.g. 127.0.0.1:9190")
     return host, int(port)
 
 

@@ -17,10 +17,18 @@ from tvmgen.errors import ToolMissingError
 log = logging.getLogger("tvmgen.toolchains")
 
 
-def run(argv: list[str], cwd: str | Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """The one seam for subprocess calls: logs the command and its output."""
+def run(argv: list[str], cwd: str | Path | None = None, check: bool = True,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The one seam for subprocess calls: logs the command and its output.
+
+    ``env`` adds variables for this child only; their values are never logged (secrets travel
+    this way, never in argv).
+    """
     log.debug("run: %s (cwd=%s)", " ".join(map(str, argv)), cwd or os.getcwd())
-    proc = subprocess.run(list(map(str, argv)), cwd=cwd, capture_output=True, text=True)
+    if env:
+        log.debug("environment for %s: %s (values not logged)", Path(str(argv[0])).name, ", ".join(sorted(env)))
+    proc = subprocess.run(list(map(str, argv)), cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **env} if env else None)
     if proc.stdout:
         log.debug("stdout: %s", proc.stdout.rstrip())
     if proc.stderr:

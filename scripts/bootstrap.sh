@@ -14,6 +14,13 @@ APT_PACKAGES=(
   cmake                    # builds the device runtime in jni/
   openjdk-17-jdk-headless  # javac/java for the Java API and its JNI headers
   python3-venv
+  pocl-opencl-icd ocl-icd-opencl-dev  # CPU OpenCL (PoCL) + ICD loader: libtvmgen_opencl's tests
+  clinfo                   # lists OpenCL platforms and devices (diagnosis)
+  aapt                     # builds and inspects APKs (aapt package, aapt dump badging)
+  zipalign                 # page-aligns an APK's uncompressed .so files before signing
+  apksigner                # signs APKs (v2/v3) and verifies signatures
+  adb                      # installs and starts apps on a phone, reads logcat
+  android-framework-res    # framework-res.apk: the android.* resources aapt links a manifest against
 )
 
 missing=()

@@ -56,7 +56,6 @@ def tvmgen(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- ONNX models
 
 def onnx_model(nodes, inputs, outputs, initializers=(), opset=17):
-    import onnx
     from onnx import helper
 
     graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))

@@ -10,7 +10,7 @@ from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS
 from tvmgen.frontends.base import InputOverride, random_inputs
-from tvmgen.runner import HostModel, compare
+from tvmgen.runner import HostModel
 
 
 def compile_and_run(path, tmp_path, overrides=(), separate_params=False, **names):

@@ -72,7 +72,6 @@ def metal_pipeline(target):
     dense/conv layer); the remaining rules (GEMV, reductions, fallback) schedule everything.
     """
     import tvm
-    from tvm import relax
     from tvm.relax.backend.gpu_generic import pipeline as generic
     from tvm.s_tir import dlight as dl
 

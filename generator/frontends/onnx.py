@@ -36,8 +36,6 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
 
 def import_model(model, overrides: list[InputOverride], source: str, fmt: str) -> ImportedModel:
     """Shared by the ONNX and TensorFlow frontends (TensorFlow arrives here through tf2onnx)."""
-    import onnx
-
     original = model.SerializeToString()
     graph = model.graph
     initializers = {i.name for i in graph.initializer}

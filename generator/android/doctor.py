@@ -1,0 +1,157 @@
+"""`tvmgen doctor`: which tools are here, their versions, and whether an APK can be built.
+
+An APK needs the JDK, the Android SDK (platform + build-tools), the NDK, a TVM source tree
+(the app's Gradle build compiles the TVM runtime from it) and the build tools apksigner,
+zipalign and aapt. Everything else (adb, Gradle on PATH, qemu, the cross compiler, OpenCL,
+Xcode) is reported but does not decide the exit code.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tvmgen import toolchains
+from tvmgen.android import adb as adb_mod
+from tvmgen.android import tools
+from tvmgen.errors import TvmgenError
+
+TVM_CLONE = "git clone --recursive --branch v0.27.0 https://github.com/apache/tvm && export TVM_SOURCE_DIR=$PWD/tvm"
+
+
+@dataclass
+class Check:
+    name: str
+    found: bool
+    usable: bool
+    version: str = ""
+    path: str = ""
+    detail: str = ""
+    fix: str = ""
+    required: bool = False  # needed by `tvmgen app` to build an APK
+
+
+def _tool(name: str, tool, required: bool, version=None, usable=None) -> Check:
+    """Run verify() (and the version/usable probes); a ToolMissingError becomes a failed check with its fix."""
+    try:
+        path = tool.verify()
+    except TvmgenError as e:
+        return Check(name, False, False, fix=e.hint or "", detail=e.message, required=required)
+    ver = ""
+    try:
+        ver = (version or tool.version)() or ""
+        detail = usable() if usable else ""
+    except TvmgenError as e:
+        return Check(name, True, False, ver, str(path), e.message, e.hint or "", required)
+    return Check(name, True, True, ver, str(path), detail or "", required=required)
+
+
+def _sdk_usable(sdk: tools.AndroidSdk):
+    def check() -> str:
+        sdk.require()
+        return f"platforms: {', '.join(map(str, sdk.platforms()))}; build-tools: {', '.join(sdk.build_tools())}"
+    return check
+
+
+def _devices(adb: tools.Adb):
+    def check() -> str:
+        found = adb_mod.devices(adb)
+        if not found:
+            return "no device attached"
+        return "; ".join(f"{d.name}: {d.state}" for d in found)
+    return check
+
+
+def tvm_source() -> Check:
+    var = os.environ.get("TVM_SOURCE_DIR")
+    if not var:
+        return Check("TVM source tree", False, False, detail="TVM_SOURCE_DIR is not set",
+                     fix=TVM_CLONE, required=True)
+    root = Path(var)
+    if not ((root / "CMakeLists.txt").is_file() and (root / "include" / "tvm" / "runtime").is_dir()):
+        return Check("TVM source tree", False, False, path=str(root),
+                     detail=f"TVM_SOURCE_DIR={root} is not a TVM source tree (no CMakeLists.txt + include/tvm/runtime)",
+                     fix=TVM_CLONE, required=True)
+    version = ""
+    libinfo = root / "python" / "tvm" / "libinfo.py"
+    if libinfo.is_file():
+        m = re.search(r"__version__\s*=\s*\"([^\"]+)\"", libinfo.read_text())
+        version = m.group(1) if m else ""
+    ffi = root / "3rdparty" / "tvm-ffi"
+    if ffi.is_dir() and not any(ffi.iterdir()):
+        return Check("TVM source tree", True, False, version, str(root), "the 3rdparty submodules are not checked out",
+                     f"cd {root} && git submodule update --init --recursive", required=True)
+    return Check("TVM source tree", True, True, version, str(root), required=True)
+
+
+def opencl() -> Check:
+    icds = sorted(Path("/etc/OpenCL/vendors").glob("*.icd"))
+    try:
+        ctypes.CDLL("libOpenCL.so.1")
+        loadable = True
+    except OSError:
+        loadable = False
+    if icds or loadable:
+        detail = ", ".join(p.name for p in icds) or "libOpenCL.so.1 loads (no ICD file)"
+        return Check("OpenCL ICD", True, bool(icds), path=str(icds[0]) if icds else "libOpenCL.so.1", detail=detail,
+                     fix="" if icds else "install a vendor ICD, e.g. apt-get install pocl-opencl-icd")
+    return Check("OpenCL ICD", False, False, detail="no ICD under /etc/OpenCL/vendors and libOpenCL.so.1 does not load",
+                 fix="apt-get install ocl-icd-libopencl1 pocl-opencl-icd (host OpenCL; phones bring their own)")
+
+
+def checks(runner: tools.Runner | None = None) -> list[Check]:
+    sdk = tools.AndroidSdk(runner)
+    ndk = toolchains.AndroidNdk()
+    adb = tools.Adb(runner)
+    cross = toolchains.CrossGxxAarch64()
+    result = [
+        _tool("JDK", tools.Jdk(runner), True),
+        _tool("Gradle", tools.Gradle(runner=runner), False),
+        _tool("Android SDK", sdk, True, usable=_sdk_usable(sdk)),
+        _tool("Android NDK", ndk, True, version=lambda: tools.ndk_version(ndk)),
+        tvm_source(),
+        _tool("apksigner", tools.Apksigner(runner), True),
+        _tool("zipalign", tools.Zipalign(runner), True),
+        _tool("aapt", tools.Aapt(runner), True),
+        _tool("adb", adb, False, usable=_devices(adb)),
+        _tool("qemu-aarch64", tools.Qemu(runner), False),
+        _tool("aarch64 cross g++", cross, False,
+              version=lambda: (runner or tools.run)([str(cross.verify()), "-dumpversion"]).stdout.strip()),
+        opencl(),
+    ]
+    if platform.system() == "Darwin":
+        xcode = toolchains.Xcode()
+        result.append(_tool("Xcode", xcode, False, version=lambda: next(iter(
+            (runner or tools.run)(["xcodebuild", "-version"]).stdout.splitlines()), "")))
+    return result
+
+
+def ready(found: list[Check]) -> bool:
+    """Whether `tvmgen app` can build an APK: every required check usable."""
+    return all(c.usable for c in found if c.required)
+
+
+def as_json(found: list[Check]) -> dict:
+    return {"ready": ready(found), "checks": [asdict(c) for c in found]}
+
+
+def table(found: list[Check]) -> str:
+    """A plain-text table (it also reads well in logs and CI output), then the fix for each problem."""
+    rows = [("tool", "found", "version", "usable", "needed for APK", "where / what")]
+    for c in found:
+        rows.append((c.name, "yes" if c.found else "no", c.version or "-", "yes" if c.usable else "no",
+                     "yes" if c.required else "", c.detail if (c.detail and not c.usable) else (c.path + (
+                         f" ({c.detail})" if c.detail else ""))))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r[:5], widths)) + "  " + r[5] for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * 12)
+    fixes = [f"  {c.name}: {c.fix}" for c in found if c.fix and not c.usable]
+    if fixes:
+        lines += ["", "fixes:", *fixes]
+    lines += ["", "ready to build an APK: " + ("yes" if ready(found) else
+                                                "no (every 'needed for APK' row must be usable)")]
+    return "\n".join(lines)
