@@ -14,7 +14,7 @@ import click
 import numpy as np
 
 from tvmgen import __version__, log as logs
-from tvmgen.errors import CheckError, InputError, TvmgenError
+from tvmgen.errors import CheckError, InputError, ToolMissingError, TvmgenError
 
 log = logging.getLogger("tvmgen")
 console = logs.console
@@ -589,6 +589,185 @@ def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repe
     if bad:
         raise CheckError(f"device outputs differ from {report.reference} beyond tolerance: {', '.join(bad)}",
                          "a compiler or device problem; compare with `tvmgen compile --check` on the host")
+
+
+# --------------------------------------------------------------------------- Android apps
+
+_ABI_PLATFORMS = {"android-arm64": "arm64-v8a", "android-armv7": "armeabi-v7a", "android-x86_64": "x86_64"}
+
+
+def _app_options(kind, package, name, platforms, release, keystore, key_alias, install, run_app, serial, **kw):
+    from tvmgen.android.app import AppOptions
+
+    if release and not (keystore and key_alias):
+        raise InputError("--release needs --keystore FILE and --key-alias ALIAS",
+                         "the passwords come from TVMGEN_KEYSTORE_PASSWORD / TVMGEN_KEY_PASSWORD or a prompt")
+    return AppOptions(kind=kind, package=package, app_name=name, abis=[_ABI_PLATFORMS[p] for p in platforms],
+                      release=release, keystore=keystore, key_alias=key_alias, install=install or run_app,
+                      run=run_app, serial=serial, **kw)
+
+
+def _finish_app(project: Path, opts, artifacts_ok: bool):
+    """Build, sign, install and run when the tools are here; otherwise say what is missing."""
+    from tvmgen.android import app as android_app
+
+    missing = android_app.missing_for_apk()
+    if missing or not artifacts_ok:
+        console.print(f"[yellow]![/] {android_app.summary_of_missing(missing, project)}")
+        if not artifacts_ok:
+            console.print("  - the model was compiled as an object archive (no NDK here): "
+                          "run this command again with ANDROID_NDK_HOME set")
+        if opts.install or opts.run:
+            raise ToolMissingError("cannot install or run: the APK could not be built here",
+                                   "install what is missing (tvmgen doctor), then run this command again")
+        return
+    apk = android_app.build_apk(project, opts)
+    console.print(f"[green]✓[/] APK: [bold]{apk}[/]")
+    if opts.install:
+        results = android_app.install_and_run(apk, opts, project / "results")
+        if results is not None:
+            click.echo(json.dumps(results, indent=2))
+
+
+_app_common = [
+    click.option("--platform", "platforms", multiple=True, default=["android-arm64"], show_default=True,
+                 type=click.Choice(list(_ABI_PLATFORMS)), help="Android ABI(s) to build for; repeatable."),
+    click.option("--package", default=None, help="Application id. [default: org.tvmgen.<model> / org.tvmgen.rpc]"),
+    click.option("--name", default=None, help="App name shown on the phone."),
+    click.option("-o", "--out", type=click.Path(path_type=Path), help="Project directory to write."),
+    click.option("--force", is_flag=True, help="Replace the project directory if it exists."),
+    click.option("--release", is_flag=True, help="Sign with your release key instead of tvmgen's debug key."),
+    click.option("--keystore", type=click.Path(path_type=Path), help="--release: the keystore file."),
+    click.option("--key-alias", help="--release: the key's alias. Passwords: TVMGEN_KEYSTORE_PASSWORD / "
+                                     "TVMGEN_KEY_PASSWORD, or a prompt; never on the command line."),
+    click.option("--install", is_flag=True, help="Install on the phone with adb."),
+    click.option("--serial", help="The phone, when several are attached (adb devices)."),
+]
+
+
+def _with(options):
+    def deco(f):
+        for o in reversed(options):
+            f = o(f)
+        return f
+    return deco
+
+
+@cli.command()
+@click.option("--model", "model", required=True, help="The model (as for compile), e.g. mobilenet.pb or builtin:mobilenet.")
+@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "opencl", "nnapi"]),
+              help="Where the model runs on the phone (opencl falls back to CPU on the phone when absent).")
+@click.option("--gpu-family", default="generic", show_default=True, type=click.Choice(["adreno", "mali", "generic"]))
+@click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
+@click.option("--kind", default="deploy", show_default=True, type=click.Choice(["deploy", "rpc"]),
+              help="deploy: the model app; rpc: the RPC app (as tvmgen rpc-app).")
+@click.option("--run", "run_app", is_flag=True, help="Install, launch headless, wait for the results and print them.")
+@click.option("--iterations", default=10, show_default=True, help="--run: timed runs on the phone.")
+@_with(_app_common)
+def app(model, device, gpu_family, input_flags, kind, run_app, iterations, platforms, package, name, out, force,
+        release, keystore, key_alias, install, serial):
+    """Model -> Android app project -> signed APK -> phone.
+
+    Compiles the model for each ABI (and a CPU fallback for --device opencl), renders the app from
+    templates/android_deploy, and where the Android SDK, NDK and a TVM source tree are present builds
+    it with Gradle, zipaligns, signs (apksigner v2 + v3), verifies, installs and launches it.
+    Elsewhere it stops after rendering and says what is missing (`tvmgen doctor` lists it all).
+
+    \b
+      tvmgen app --model mobilenet.pb --input input:1x224x224x3 --device opencl
+      tvmgen app --model builtin:mobilenet --install --run --serial R58M123
+    """
+    from tvmgen import apps, builtin, frontends
+    from tvmgen.compiler import build
+    from tvmgen.compiler.platforms import PLATFORMS, check_pair
+    from tvmgen.frontends.base import InputOverride
+    from tvmgen.toolchains import AndroidNdk
+
+    if kind == "rpc":
+        raise InputError("--kind rpc builds the RPC app, which takes no model", "use `tvmgen rpc-app --platform android`")
+    stem = model.split(":", 1)[1] if model.startswith("builtin:") else Path(model).stem
+    package = package or f"org.tvmgen.{''.join(c for c in stem.lower() if c.isalnum()) or 'model'}"
+    name = name or f"{stem} (tvmgen)"
+    apps.check_package(package)
+    for p in platforms:
+        check_pair(PLATFORMS[p], device)
+    out = out or Path("out") / f"{stem}-android-{device}-app"
+    if out.exists() and not force:
+        raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
+    opts = _app_options("deploy", package, name, platforms, release, keystore, key_alias, install, run_app, serial,
+                        iterations=iterations)
+    try:
+        AndroidNdk().verify()
+        linked = True
+    except TvmgenError:
+        linked = False
+    with tempfile.TemporaryDirectory(prefix="tvmgen-app-") as scratch:
+        scratch = Path(scratch)
+        model_path = builtin.materialize(model, scratch) if model.startswith("builtin:") else Path(model)
+        with logs.step(f"Importing {model}"):
+            imported = frontends.load(model_path, [InputOverride.parse(f) for f in input_flags])
+        artifacts = {}
+        devices = [device] + (["cpu"] if device != "cpu" else [])
+        for dev in devices:  # one ABI's artifacts ship today: the first --platform
+            artifacts[dev] = scratch / f"model-{dev}"
+            build.compile_to_artifact(imported, build.BuildOptions(PLATFORMS[platforms[0]], dev, gpu_family,
+                                                                   objects_only=not linked),
+                                      artifacts[dev], True, {"name": stem, "source": model, "format": imported.format})
+        from tvmgen import artifact
+
+        with artifact.staging(out, force) as staged:
+            ctx = apps.android_context("deploy", package, name, stem, device, opts.abis,
+                                       tvm_source_dir=os.environ.get("TVM_SOURCE_DIR", ""))
+            with logs.step("Rendering the Android project (templates/android_deploy)"):
+                apps.create_android_project("deploy", staged, ctx, artifacts)
+    console.print(f"[green]✓[/] Android project: [bold]{out}[/]")
+    _finish_app(out, opts, artifacts_ok=linked)
+
+
+@cli.command("rpc-app")
+@click.option("--platform", "target_os", default="android", show_default=True, type=click.Choice(["android"]),
+              help="The RPC app's platform (iOS: the iOS issue).")
+@click.option("--abi", "platforms", multiple=True, default=["android-arm64"], show_default=True,
+              type=click.Choice(list(_ABI_PLATFORMS)), help="Android ABI(s) to build for; repeatable.")
+@click.option("--mode", default="proxy", show_default=True, type=click.Choice(["proxy", "tracker"]),
+              help="The app's default server mode.")
+@click.option("--address", default="127.0.0.1", show_default=True, help="The tracker/proxy address the app uses.")
+@click.option("--port", default=9090, show_default=True, help="The tracker/proxy port.")
+@click.option("--key", default="android", show_default=True, help="The device key.")
+@click.option("--usb", is_flag=True,
+              help="Reach the host's proxy over the cable: adb reverse tcp:PORT tcp:PORT, then start the app "
+                   "in proxy mode on 127.0.0.1 (no shared Wi-Fi needed).")
+@_with([o for o in _app_common if "platforms" not in str(o)])
+def rpc_app(target_os, platforms, mode, address, port, key, usb, package, name, out, force, release, keystore,
+            key_alias, install, serial):
+    """The RPC app: the phone becomes a device for `tvmgen bench`.
+
+    Renders templates/android_rpc (the native device server from jni/, packaged and watched by a
+    service that restarts it), builds, signs and installs it where the tools are present.
+    """
+    from tvmgen import apps, artifact
+
+    package = package or "org.tvmgen.rpc"
+    name = name or "tvmgen RPC"
+    apps.check_package(package)
+    if usb:
+        mode, address = "proxy", "127.0.0.1"
+    out = out or Path("out") / "android-rpc-app"
+    if out.exists() and not force:
+        raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
+    opts = _app_options("rpc", package, name, platforms, release, keystore, key_alias, install, False, serial,
+                        usb=usb, rpc={"mode": mode, "address": address, "port": port, "key": key})
+    with artifact.staging(out, force) as staged:
+        ctx = apps.android_context("rpc", package, name, "-", "cpu", opts.abis,
+                                   tvm_source_dir=os.environ.get("TVM_SOURCE_DIR", ""), rpc_mode=mode,
+                                   rpc_address=address, rpc_port=port, rpc_key=key)
+        with logs.step("Rendering the Android RPC app (templates/android_rpc)"):
+            apps.create_android_project("rpc", staged, ctx, {})
+    console.print(f"[green]✓[/] Android project: [bold]{out}[/]")
+    if usb:
+        console.print(f"  USB mode: start a proxy here (tvmgen rpc proxy --port {port}); the app reaches it through "
+                      f"`adb reverse tcp:{port} tcp:{port}`")
+    _finish_app(out, opts, artifacts_ok=True)
 
 
 def _artifact_reference(manifest, scratch: Path):
