@@ -123,6 +123,15 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
             "format": imported.format,
             "sha256": _hash_model(model_path),
         }
+        if device == "nnapi":
+            from tvmgen import nnapi
+
+            with logs.step("Partitioning for NNAPI"):
+                _, report = nnapi.partition(imported.mod, imported.params, len(imported.inputs))
+            console.print(nnapi.format_report(report))
+            nnapi.require_codegen()
+            raise TvmgenError("NNAPI builds with a TVM that has the NNAPI code generator are not wired into tvmgen yet",
+                              "use --device cpu or --device opencl")
         opts = build.BuildOptions(plat, device, gpu_family, separate_params, objects_only)
         verify = (lambda staged: _check(imported, staged, opts, rtol, atol, seed, scratch)) if check else None
         manifest = build.compile_to_artifact(imported, opts, out, force, model_info, verify=verify)
@@ -768,6 +777,42 @@ def rpc_app(target_os, platforms, mode, address, port, key, usb, package, name, 
         console.print(f"  USB mode: start a proxy here (tvmgen rpc proxy --port {port}); the app reaches it through "
                       f"`adb reverse tcp:{port} tcp:{port}`")
     _finish_app(out, opts, artifacts_ok=True)
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--nnapi", "backend", flag_value="nnapi", required=True,
+              help="Partition for Android's NNAPI (the only backend so far).")
+@click.option("--feature-level", type=click.IntRange(1, 8), help="Highest NNAPI feature level the phones have.")
+@click.option("--strategy", default="patterns", show_default=True, type=click.Choice(["patterns", "cost"]),
+              help="patterns: TVM's greedy pattern partitioner; cost: keep a piece on TVM when its transitions "
+                   "cost more than NNAPI saves (static cost table).")
+@click.option("--cost-table", type=click.Path(path_type=Path), help="JSON overriding the static cost table.")
+@click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the report as JSON here.")
+def partition(model, backend, feature_level, strategy, cost_table, input_flags, json_path):
+    """Report how MODEL would be split between NNAPI and TVM: partitions, operators on each side with
+    their share of FLOPs, what splits partitions and why, and the transitions per inference.
+
+    \b
+      tvmgen partition mobilenet.tflite --nnapi --feature-level 3
+      tvmgen partition model.onnx --nnapi --strategy cost --json report.json
+    """
+    from tvmgen import builtin, frontends, nnapi
+    from tvmgen.frontends.base import InputOverride
+
+    costs = nnapi.load_costs(cost_table)
+    with tempfile.TemporaryDirectory(prefix="tvmgen-") as scratch:
+        path = builtin.materialize(model, Path(scratch)) if model.startswith("builtin:") else Path(model)
+        with logs.step(f"Importing {model}"):
+            imported = frontends.load(path, [InputOverride.parse(f) for f in input_flags])
+        with logs.step(f"Partitioning for NNAPI ({strategy})"):
+            _, report = nnapi.partition(imported.mod, imported.params, len(imported.inputs), feature_level,
+                                        strategy, costs)
+    click.echo(nnapi.format_report(report))
+    if json_path:
+        json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        console.print(f"report: {json_path}")
 
 
 def _artifact_reference(manifest, scratch: Path):

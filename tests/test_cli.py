@@ -214,7 +214,7 @@ def test_input_flag_errors(tvmgen, tmp_path):
     ("ios-arm64", "opencl", "device 'opencl' is not available on platform 'ios-arm64'"),
     ("android-arm64", "metal", "device 'metal' is not available on platform 'android-arm64'"),
     ("windows-x64", "cpu", "unknown platform 'windows-x64'"),
-    ("android-arm64", "nnapi", "--device nnapi is not supported yet"),
+    ("host", "nnapi", "device 'nnapi' is not available on platform 'host'"),
 ])
 def test_invalid_platform_device(tvmgen, tmp_path, platform, device, phrase):
     r = tvmgen("compile", "builtin:mobilenet", "--platform", platform, "--device", device)

@@ -1,0 +1,412 @@
+"""NNAPI partitioning: which parts of a model Android's NNAPI would run, and whether that pays.
+
+TVM 0.27 ships a pattern-based partitioner (tvm.relax.backend.contrib.nnapi, 31 patterns) but not
+the NNAPI code generator or runtime in its PyPI build. This module prepares a model the way TVM's
+own NNAPI flow does (constant folding, 2-D matmuls as batched matmuls, clip as maximum/minimum),
+runs the partitioner, and reports the result: partitions, the operators on each side with their
+share of FLOPs, what blocks a larger partition, and the NNAPI<->TVM transitions per inference.
+
+On top of the patterns, the `cost` strategy searches the placement with a static cost table:
+dynamic programming over the operators in execution order, with a cost for every switch between
+TVM and NNAPI, so a piece too small to pay for its transitions stays on TVM.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tvmgen.errors import InputError, TvmgenError
+
+# Static costs (the NNAPI RFC's approach for users without a phone at hand). Rates in GFLOP/s; a
+# transition hands a tensor between TVM and an NNAPI execution: a fixed cost plus a per-MB copy.
+DEFAULT_COSTS = {
+    "nnapi_gflops": {"conv2d": 40.0, "batch_matmul": 30.0, "default": 8.0},
+    "tvm_gflops": {"conv2d": 4.0, "batch_matmul": 4.0, "default": 2.0},
+    "transition_ms": 0.25,
+    "transition_ms_per_mb": 0.5,
+}
+
+
+class NnapiBuildError(TvmgenError):
+    exit_code = 4
+
+
+# ------------------------------------------------------------------ preparation
+
+def prepare(mod):
+    """What TVM's own NNAPI flow does before partitioning, written for tvmgen."""
+    from tvm import ir, relax
+    from tvm.relax.dpl import rewrite_call
+    from tvm.relax.dpl.pattern import is_op, wildcard
+
+    mod = relax.transform.FoldConstant()(mod)
+
+    # NNAPI's batch matmul wants rank-3 operands: give 2-D matmuls a batch of one.
+    a, b = wildcard(), wildcard()
+    matmul = is_op("relax.matmul")(a, b)
+
+    def batch_matmul(expr, matches):
+        x, y = matches[a], matches[b]
+        if len(x.ty.shape) == 2 and len(y.ty.shape) == 2:
+            out = matches[matmul].ty.shape
+            return relax.op.reshape(relax.op.matmul(relax.op.reshape(x, [1, *x.ty.shape.values]),
+                                                    relax.op.reshape(y, [1, *y.ty.shape.values])), out)
+        return expr
+
+    # clip(x, lo, hi) as minimum(maximum(x, lo), hi): both have NNAPI patterns, clip has none.
+    x = wildcard()
+    clip = is_op("relax.clip")(x, wildcard(), wildcard())
+
+    def min_max(expr, matches):
+        call = matches[clip]
+        dtype = call.ty.dtype
+        lo, hi = (relax.const(float(v.value), dtype) for v in call.args[1:3])
+        return relax.op.minimum(relax.op.maximum(matches[x], lo), hi)
+
+    # Importers lower clip / relu6 to TIR maximum/minimum with a scalar bound: no pattern can match
+    # a TIR call, so give such calls back their Relax ops.
+    call = is_op("relax.call_tir")(wildcard(), wildcard())
+
+    def relax_min_max(expr, matches):
+        func, args = expr.args[0], expr.args[1]
+        kind = func.name_hint.rstrip("0123456789_")
+        fields = list(getattr(args, "fields", []))
+        if kind in ("maximum", "minimum") and len(fields) == 2 and isinstance(fields[1], ir.Constant) \
+                and len(_shape(fields[1].ty)) == 0:
+            return getattr(relax.op, kind)(fields[0], fields[1])
+        return expr
+
+    main = rewrite_call(matmul, batch_matmul, mod["main"])
+    main = rewrite_call(clip, min_max, main)
+    mod["main"] = rewrite_call(call, relax_min_max, main)
+    return relax.transform.DeadCodeElimination()(mod)
+
+
+# ------------------------------------------------------------------ the report
+
+@dataclass
+class Op:
+    index: int
+    name: str  # relax op (conv2d), TIR function (maximum), or the partition's composite ops
+    side: str  # "nnapi" or "tvm"
+    partition: int | None
+    flops: float
+    out_bytes: int
+    inputs: list[int] = field(default_factory=list)  # producers' indexes (-1: a model input)
+    composites: list[str] = field(default_factory=list)
+    blocked_because: str = ""
+
+
+@dataclass
+class Report:
+    strategy: str
+    feature_level: int | None
+    ops: list[Op]
+
+    @property
+    def partitions(self) -> int:
+        return len({o.partition for o in self.ops if o.side == "nnapi"})
+
+    @property
+    def transitions(self) -> int:
+        """Switches between TVM and NNAPI per inference: into and out of each NNAPI partition."""
+        return 2 * self.partitions
+
+    def flops_share(self) -> dict:
+        total = sum(o.flops for o in self.ops) or 1.0
+        nn = sum(o.flops for o in self.ops if o.side == "nnapi")
+        return {"nnapi": nn / total, "tvm": 1 - nn / total, "total_mflops": total / 1e6}
+
+    def counts(self, side: str) -> dict:
+        out: dict[str, int] = {}
+        for o in self.ops:
+            if o.side == side:
+                for name in (o.composites or [o.name]):
+                    out[name] = out.get(name, 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    def blockers(self) -> list[dict]:
+        """TVM-side operators on a path from one NNAPI partition to another: they split it."""
+        nn = {o.index for o in self.ops if o.side == "nnapi"}
+        after_nnapi: set[int] = set()  # TVM ops reached from an NNAPI op through TVM ops
+        for o in self.ops:
+            if o.side == "tvm" and any(i in nn or i in after_nnapi for i in o.inputs):
+                after_nnapi.add(o.index)
+        before_nnapi: set[int] = set()  # TVM ops leading into an NNAPI op through TVM ops
+        for o in reversed(self.ops):
+            if o.index in nn or o.index in before_nnapi:
+                before_nnapi.update(i for i in o.inputs if i >= 0 and self.ops[i].side == "tvm")
+        seen: dict[str, dict] = {}
+        for o in self.ops:
+            if o.index in after_nnapi and o.index in before_nnapi:
+                entry = seen.setdefault(o.name, {"op": o.name, "count": 0, "why": o.blocked_because})
+                entry["count"] += 1
+        return list(seen.values())
+
+    def to_json(self) -> dict:
+        return {"strategy": self.strategy, "feature_level": self.feature_level, "partitions": self.partitions,
+                "transitions_per_inference": self.transitions, "flops": self.flops_share(),
+                "nnapi_ops": self.counts("nnapi"), "tvm_ops": self.counts("tvm"), "blockers": self.blockers(),
+                "ops": [asdict(o) for o in self.ops]}
+
+
+def _shape(ty) -> list[int]:
+    shape = getattr(ty, "shape", None)
+    try:
+        return [int(d) for d in shape.values]
+    except Exception:
+        return []
+
+
+def _nbytes(ty) -> int:
+    shape = _shape(ty)
+    dtype = getattr(ty, "dtype", "float32")
+    try:
+        return int(np.prod(shape or [1])) * np.dtype(str(dtype)).itemsize
+    except TypeError:
+        return 0
+
+
+def op_flops(name: str, call) -> float:
+    """A FLOP estimate from the op and its shapes (multiply-adds count two)."""
+    out = _shape(call.ty)
+    n_out = float(np.prod(out)) if out else 1.0
+    if name == "conv2d":
+        w = _shape(call.args[1].ty)  # OIHW
+        return 2.0 * n_out * (w[1] * w[2] * w[3] if len(w) == 4 else 1)
+    if name in ("matmul", "batch_matmul", "dense"):
+        a = _shape(call.args[0].ty)
+        return 2.0 * n_out * (a[-1] if a else 1)
+    if name in ("max_pool2d", "avg_pool2d"):
+        size = call.attrs.pool_size if hasattr(call.attrs, "pool_size") else [1, 1]
+        return n_out * int(np.prod([int(s) for s in size]))
+    if name in ("mean", "sum", "adaptive_avg_pool2d"):
+        return float(np.prod(_shape(call.args[0].ty) or [1]))
+    return n_out
+
+
+def _op_name(call, mod) -> tuple[str, object]:
+    from tvm import ir, relax
+
+    op = call.op
+    if isinstance(op, ir.Op):
+        if op.name == "relax.call_tir":
+            return call.args[0].name_hint.rstrip("0123456789"), None
+        return op.name.split(".")[-1], None
+    if isinstance(op, ir.GlobalVar):
+        fn = mod[op]
+        if isinstance(fn, relax.Function) and fn.attrs is not None and "Codegen" in fn.attrs:
+            return op.name_hint, fn
+        return op.name_hint, None
+    return type(op).__name__, None
+
+
+def _inner_ops(fn) -> tuple[list[str], float]:
+    """The composite ops and FLOPs inside an NNAPI partition function."""
+    from tvm import ir, relax
+
+    names, flops = [], 0.0
+
+    def walk(f):
+        nonlocal flops
+        local: dict = {}  # composite functions bound to local variables
+        for block in f.body.blocks:
+            for b in block.bindings:
+                v = b.value
+                if isinstance(v, relax.Function):
+                    local[b.var] = v
+                    continue
+                if not isinstance(v, relax.Call):
+                    continue
+                callee = local.get(v.op, v.op) if isinstance(v.op, relax.Var) else v.op
+                if isinstance(callee, relax.Function):
+                    if callee.attrs is not None and "Composite" in callee.attrs:
+                        names.append(str(callee.attrs["Composite"]).removeprefix("nnapi."))
+                    walk(callee)
+                elif isinstance(callee, ir.Op):
+                    flops += op_flops(callee.name.split(".")[-1], v)
+
+    walk(fn)
+    return names, flops
+
+
+def analyse(partitioned, strategy: str, feature_level: int | None) -> Report:
+    """Read the partitioned module's main: one Op per binding, in execution order."""
+    from tvm import relax
+
+    main = partitioned["main"]
+    producer: dict = {}
+    for p in main.params:
+        producer[p] = -1
+    ops: list[Op] = []
+    partitions = 0
+    for block in main.body.blocks:
+        for b in block.bindings:
+            v = b.value
+            if not isinstance(v, relax.Call):
+                producer[b.var] = producer.get(v, -1) if isinstance(v, relax.Var) else (len(ops) - 1 if ops else -1)
+                continue
+            name, nnapi_fn = _op_name(v, partitioned)
+            args = []
+            for a in v.args:
+                args.extend(a.fields if isinstance(a, relax.Tuple) else [a])
+            inputs = sorted({producer[a] for a in args if isinstance(a, relax.Var) and a in producer})
+            if nnapi_fn is not None:
+                composites, flops = _inner_ops(nnapi_fn)
+                # every call is its own NNAPI execution, even of a function another call shares
+                op = Op(len(ops), name, "nnapi", partitions, flops, _nbytes(b.var.ty), inputs, composites)
+                partitions += 1
+            else:
+                op = Op(len(ops), name, "tvm", None, op_flops(name, v), _nbytes(b.var.ty), inputs)
+                op.blocked_because = why_not_nnapi(name, feature_level)
+            producer[b.var] = op.index
+            ops.append(op)
+    return Report(strategy, feature_level, ops)
+
+
+def why_not_nnapi(name: str, feature_level: int | None) -> str:
+    from tvm.relax.backend.contrib.nnapi import min_feature_level
+    from tvm.relax.backend.pattern_registry import get_patterns_with_prefix
+
+    known = {p.name.removeprefix("nnapi."): p.name for p in get_patterns_with_prefix("nnapi")}
+    aliases = {"clip": "minimum", "sigmoid": "logistic", "max_pool2d": "max_pool_2d", "matmul": "batch_matmul"}
+    key = aliases.get(name, name)
+    if key in known:
+        level = min_feature_level(known[key])
+        if feature_level is not None and level > feature_level:
+            return f"needs NNAPI feature level {level} (asked for {feature_level})"
+        if name == "conv2d":
+            return "TVM's NNAPI conv2d pattern needs the convolution followed by a bias add"
+        if name in ("maximum", "minimum", "add", "multiply", "subtract", "divide"):
+            return "already lowered to a TIR function by the importer, so no NNAPI pattern matches it"
+        return "its form (shapes, attributes or operand kinds) matches no NNAPI pattern"
+    return "NNAPI has no pattern for it in TVM 0.27"
+
+
+# ------------------------------------------------------------------ strategies
+
+def _category(op: Op) -> str:
+    names = op.composites or [op.name]
+    for key in ("conv2d", "batch_matmul"):
+        if any(key in n for n in names):
+            return key
+    return "default"
+
+
+def op_cost_ms(op: Op, side: str, costs: dict) -> float:
+    rates = costs["nnapi_gflops" if side == "nnapi" else "tvm_gflops"]
+    rate = rates.get(_category(op), rates["default"])
+    return op.flops / (rate * 1e9) * 1e3
+
+
+def transition_ms(nbytes: int, costs: dict) -> float:
+    return costs["transition_ms"] + costs["transition_ms_per_mb"] * nbytes / 1e6
+
+
+def cost_strategy(patterns: Report, costs: dict) -> Report:
+    """Dynamic programming over the ops in execution order: each NNAPI-capable op on NNAPI or TVM,
+    paying a transition whenever consecutive ops change sides (the model starts and ends on TVM)."""
+    ops = patterns.ops
+    inf = float("inf")
+    # best[i][s]: cheapest cost of ops[:i+1] with op i on side s; s: 0 tvm, 1 nnapi
+    best = [[inf, inf] for _ in ops]
+    back = [[0, 0] for _ in ops]
+    for i, op in enumerate(ops):
+        in_bytes = ops[i - 1].out_bytes if i else op.out_bytes
+        for s in (0, 1):
+            if s == 1 and op.side != "nnapi":
+                continue  # only what a pattern matched can go to NNAPI
+            own = op_cost_ms(op, "nnapi" if s else "tvm", costs)
+            if i == 0:
+                best[i][s] = own + (transition_ms(in_bytes, costs) if s else 0.0)
+                continue
+            for prev in (0, 1):
+                c = best[i - 1][prev] + own + (transition_ms(in_bytes, costs) if prev != s else 0.0)
+                if c < best[i][s]:
+                    best[i][s], back[i][s] = c, prev
+    if not ops:
+        return Report("cost", patterns.feature_level, [])
+    last = len(ops) - 1
+    end = [best[last][0], best[last][1] + transition_ms(ops[last].out_bytes, costs)]
+    side = 0 if end[0] <= end[1] else 1
+    chosen = [0] * len(ops)
+    for i in range(last, -1, -1):
+        chosen[i] = side
+        side = back[i][side]
+    new_ops, partition, prev = [], -1, 0
+    for op, s in zip(ops, chosen):
+        o = Op(**{**asdict(op)})
+        if s:
+            partition += 0 if prev else 1
+            o.side, o.partition = "nnapi", partition
+        else:
+            if op.side == "nnapi":
+                o.blocked_because = "kept on TVM: its transitions cost more than NNAPI saves"
+            o.side, o.partition = "tvm", None
+        prev = s
+        new_ops.append(o)
+    return Report("cost", patterns.feature_level, new_ops)
+
+
+def load_costs(path: Path | None) -> dict:
+    costs = json.loads(json.dumps(DEFAULT_COSTS))
+    if path is None:
+        return costs
+    try:
+        user = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise InputError(f"cannot read the cost table {path}: {e}",
+                         "give a JSON object like: " + json.dumps(DEFAULT_COSTS)) from e
+    for k, v in user.items():
+        if k not in DEFAULT_COSTS:
+            raise InputError(f"unknown key {k!r} in the cost table {path}", f"keys: {', '.join(DEFAULT_COSTS)}")
+        costs[k] = {**costs[k], **v} if isinstance(costs[k], dict) else float(v)
+    return costs
+
+
+def partition(mod, params: list, n_inputs: int, feature_level: int | None = None, strategy: str = "patterns",
+              costs: dict | None = None) -> tuple[object, Report]:
+    """Bind the weights, prepare, partition; returns the partitioned module and its report."""
+    from tvm import relax
+    from tvm.relax.backend.contrib.nnapi import partition_for_nnapi
+
+    if params:
+        mod = relax.transform.BindParams("main", dict(zip(mod["main"].params[n_inputs:], params)))(mod)
+    partitioned = partition_for_nnapi(prepare(mod), feature_level=feature_level)
+    report = analyse(partitioned, "patterns", feature_level)
+    if strategy == "cost":
+        report = cost_strategy(report, costs or DEFAULT_COSTS)
+    return partitioned, report
+
+
+def require_codegen() -> None:
+    """NNAPI code generation needs a TVM built with it; say exactly which options when it is not."""
+    import tvm
+
+    if tvm.get_global_func("relax.ext.nnapi", allow_missing=True) is None:
+        raise NnapiBuildError(
+            "this TVM build has no NNAPI code generator (relax.ext.nnapi): the PyPI apache-tvm is built with "
+            "USE_NNAPI_CODEGEN=OFF and USE_NNAPI_RUNTIME=OFF",
+            "build TVM from source with USE_NNAPI_CODEGEN=ON for compiling, and the Android runtime with "
+            "USE_NNAPI_RUNTIME=ON (tvmgen's jni/ CMake: -DTVMGEN_NNAPI=ON); `tvmgen partition MODEL --nnapi` "
+            "shows the placement meanwhile")
+
+
+def format_report(r: Report) -> str:
+    share = r.flops_share()
+    lines = [f"NNAPI partitioning ({r.strategy} strategy, feature level {r.feature_level or 'any'}):",
+             f"  partitions: {r.partitions}   NNAPI<->TVM transitions per inference: {r.transitions}",
+             f"  FLOPs: {share['total_mflops']:.1f} MFLOP, NNAPI {share['nnapi'] * 100:.1f}%, TVM {share['tvm'] * 100:.1f}%",
+             "  on NNAPI: " + (", ".join(f"{k} x{v}" for k, v in r.counts("nnapi").items()) or "nothing"),
+             "  on TVM:   " + (", ".join(f"{k} x{v}" for k, v in r.counts("tvm").items()) or "nothing")]
+    blockers = r.blockers()
+    if blockers:
+        lines.append("  splitting NNAPI partitions:")
+        lines += [f"    {b['op']} x{b['count']}: {b['why']}" for b in blockers]
+    if r.partitions and r.flops_share()["nnapi"] < 0.5:
+        lines.append("  warning: NNAPI holds under half the work; many small partitions often run slower than the CPU")
+    return "\n".join(lines)

@@ -1,0 +1,111 @@
+"""NNAPI partition reports: placement, feature levels, the cost strategy, and the build-option error."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import onnx_model, save_onnx
+from tvmgen import frontends, nnapi
+
+
+def report(path, **kw):
+    imported = frontends.load(path, [])
+    return nnapi.partition(imported.mod, imported.params, len(imported.inputs), **kw)[1]
+
+
+@pytest.fixture(scope="module")
+def builtin(tmp_path_factory):
+    from tvmgen.builtin import materialize
+
+    return materialize("builtin:mobilenet", tmp_path_factory.mktemp("nn"))
+
+
+def vi(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def w(name, *shape):
+    return numpy_helper.from_array(np.random.default_rng(0).standard_normal(shape).astype(np.float32), name)
+
+
+def test_convnet_placement_and_feature_levels(builtin):
+    full = report(builtin)
+    assert full.partitions == 3 and full.transitions == 6
+    nn = full.counts("nnapi")
+    assert nn["conv2d"] == 21 and nn["maximum"] == 21 and nn["minimum"] == 21  # relu6 joins the convs
+    assert full.counts("tvm") == {"reshape": 4}
+    assert full.flops_share()["nnapi"] > 0.99
+    # feature level 2 has no maximum/minimum: relu6 splits every conv into its own partition
+    lvl2 = report(builtin, feature_level=2)
+    assert lvl2.partitions == 23 and lvl2.transitions == 46  # 21 convs, the mean, add + softmax
+    why = {b["op"]: b["why"] for b in lvl2.blockers()}
+    assert why["maximum"] == "needs NNAPI feature level 3 (asked for 2)"
+    assert "matmul" in lvl2.counts("tvm")  # batch_matmul needs feature level 6
+
+
+def test_unsupported_op_in_the_middle(tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Erf", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "W2", "B2"], ["y"], pads=[1, 1, 1, 1])]
+    m = onnx_model(nodes, [vi("x", [1, 4, 16, 16])], [vi("y", [1, 4, 16, 16])],
+                   [w("W1", 4, 4, 3, 3), w("B1", 4), w("W2", 4, 4, 3, 3), w("B2", 4)])
+    r = report(save_onnx(m, tmp_path / "m.onnx"))
+    assert r.partitions == 2 and r.counts("nnapi") == {"conv2d": 2}  # the pattern is conv2d + bias add
+    assert r.counts("tvm") == {"erf": 1}
+    assert r.blockers() == [{"op": "erf", "count": 1, "why": "NNAPI has no pattern for it in TVM 0.27"}]
+    # without a bias the convolution matches no pattern, and the report says why
+    bare = onnx_model([helper.make_node("Conv", ["x", "W1"], ["y"], pads=[1, 1, 1, 1])], [vi("x", [1, 4, 16, 16])],
+                      [vi("y", [1, 4, 16, 16])], [w("W1", 4, 4, 3, 3)])
+    r = report(save_onnx(bare, tmp_path / "bare.onnx"))
+    assert r.partitions == 0 and "needs the convolution followed by a bias add" in r.ops[0].blocked_because
+
+
+def test_matmul_model_needs_feature_level_6(tmp_path):
+    m = onnx_model([helper.make_node("MatMul", ["a", "B"], ["y"])], [vi("a", [8, 64])], [vi("y", [8, 32])],
+                   [w("B", 64, 32)])
+    path = save_onnx(m, tmp_path / "mm.onnx")
+    r6 = report(path, feature_level=6)
+    assert r6.partitions == 1 and r6.counts("nnapi") == {"batch_matmul": 1}  # 2-D made batched by preparation
+    r5 = report(path, feature_level=5)
+    assert r5.partitions == 0 and "matmul" in r5.counts("tvm")
+
+
+def test_cost_strategy_merges_away_a_tiny_partition(tmp_path, builtin):
+    nodes = [helper.make_node("Erf", ["x"], ["a"]), helper.make_node("Add", ["a", "c"], ["b"]),
+             helper.make_node("Erf", ["b"], ["y"])]
+    m = onnx_model(nodes, [vi("x", [1, 8])], [vi("y", [1, 8])], [w("c", 1, 8)])
+    path = save_onnx(m, tmp_path / "tiny.onnx")
+    patterns = report(path)
+    assert patterns.partitions == 1 and patterns.counts("nnapi") == {"add": 1}
+    cost = report(path, strategy="cost")
+    assert cost.partitions == 0 and cost.transitions == 0
+    assert "transitions cost more" in next(o.blocked_because for o in cost.ops if "add" in (o.composites or []))
+    # on the convnet the cost strategy keeps the heavy part on NNAPI, in one piece
+    big = report(builtin, strategy="cost")
+    assert big.partitions == 1 and big.flops_share()["nnapi"] > 0.95
+
+
+def test_cost_table_override(tmp_path, builtin):
+    table = tmp_path / "costs.json"
+    table.write_text(json.dumps({"transition_ms": 1000.0}))  # transitions far too dear: nothing moves
+    r = report(builtin, strategy="cost", costs=nnapi.load_costs(table))
+    assert r.partitions == 0
+    table.write_text(json.dumps({"bogus": 1}))
+    with pytest.raises(Exception, match="unknown key 'bogus'"):
+        nnapi.load_costs(table)
+
+
+def test_partition_cli_and_compile_error(tvmgen, tmp_path):
+    r = tvmgen("partition", "builtin:mobilenet", "--nnapi", "--feature-level", "2", "--json", tmp_path / "r.json")
+    assert r.returncode == 0, r.stderr
+    assert "partitions: 23" in r.stdout and "needs NNAPI feature level 3" in r.stdout
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["partitions"] == 23 and data["transitions_per_inference"] == 46
+    r = tvmgen("compile", "builtin:mobilenet", "--platform", "android-arm64", "--device", "nnapi", "-o", tmp_path / "o")
+    assert r.returncode == 4
+    assert "USE_NNAPI_CODEGEN=ON" in r.stderr and "USE_NNAPI_RUNTIME=ON" in r.stderr and "fix:" in r.stderr
+    assert not (tmp_path / "o").exists()
