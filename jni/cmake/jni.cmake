@@ -64,7 +64,8 @@ if(_tvmgen_jni_ok)
   #   libtvmgen_jni         src/jni_loader.cc: no TVM dependency; its JNI_OnLoad dlopens the bridge and puts
   #                         back the JVM's signal handlers that libtvm_ffi's constructor replaces
   #                         (its SIGSEGV backtrace handler would otherwise abort the JVM)
-  #   libtvmgen_jni_bridge  src/jni_bridge.cc: the native methods of org.tvmgen.Model, linked with tvmgen_runtime
+  #   libtvmgen_jni_bridge  src/jni_bridge.cc: the native methods of org.tvmgen.Model, Module, Function and
+  #                         NDArray, linked with tvmgen_runtime (and through it the TVM runtime and tvm-ffi)
   add_library(tvmgen_jni_bridge SHARED ${CMAKE_CURRENT_LIST_DIR}/../src/jni_bridge.cc)
   target_include_directories(tvmgen_jni_bridge PRIVATE ${_tvmgen_jni_inc})
   target_link_libraries(tvmgen_jni_bridge PRIVATE tvmgen_runtime)

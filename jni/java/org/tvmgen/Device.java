@@ -7,6 +7,10 @@ package org.tvmgen;
  * <p>The device is chosen when the model is compiled ({@code tvmgen compile --device}); a loaded
  * {@link Model} reports it through {@link Model#device()}. Whether a device can actually be used
  * depends on the TVM runtime the native library was built with.
+ *
+ * <p>A {@code Device} names a kind of device; where several of a kind exist, the low-level API
+ * takes the device id beside it: {@link NDArray#empty(long[], String, Device, int)}, and
+ * {@link NDArray#deviceId()}.
  */
 public enum Device {
   /** The CPU (DLPack {@code kDLCPU} = 1). */

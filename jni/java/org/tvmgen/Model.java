@@ -12,8 +12,9 @@ import java.util.List;
  * writes (manifest.json, the model library, optional model.params), ready to run on the device
  * it was compiled for.
  *
- * <p>This is the counterpart of tvm4j's {@code Module} + {@code Function}: the artifact's Relax VM
- * and its entry function, behind the one call sequence it supports:
+ * <p>This is the high-level API: the artifact's Relax VM and its entry function, behind the one
+ * call sequence it supports. The low-level tvm4j-style classes {@link Module}, {@link Function}
+ * and {@link NDArray} expose the same TVM runtime objects directly, for anything else:
  *
  * <pre>{@code
  * try (Model model = Model.load("/data/local/tmp/mobilenet")) {

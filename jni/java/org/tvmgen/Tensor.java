@@ -13,6 +13,9 @@ import java.nio.FloatBuffer;
  * position and limit; the model never changes them. The memory is native memory outside the Java
  * heap (a direct buffer) that the runtime copies to and from the device, not device memory itself,
  * so one {@code Tensor} can serve any model with a tensor of the same size.
+ *
+ * <p>Not to be confused with {@link NDArray}, the low-level API's handle on a tensor the TVM
+ * runtime itself allocated (possibly in device memory), which is passed to {@link Function}s.
  */
 public final class Tensor {
   private final TensorInfo info;
