@@ -537,8 +537,10 @@ def devices(tracker):
 @click.option("--session-timeout", default=600, show_default=True, help="Seconds the device gives this session.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the results as JSON here.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), help="Write a latency histogram (PNG) here.")
+@click.option("--usb", is_flag=True, help="The phone reaches the proxy over USB: adb reverse tcp:PORT tcp:PORT first.")
+@click.option("--serial", help="--usb: the phone, when several are attached.")
 def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repeat, number, min_repeat_ms, seed,
-          atol, rtol, session_timeout, json_path, plot_path):
+          atol, rtol, session_timeout, json_path, plot_path, usb, serial):
     """Run and time a model (or --gemm N) on a remote device over TVM RPC.
 
     Given a model, it is compiled for the device's platform first; given an artifact, its
@@ -558,6 +560,15 @@ def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repe
 
     if (source is None) == (gemm is None):
         raise InputError("give a MODEL or ARTIFACT to bench, or --gemm N", "tvmgen bench builtin:mobilenet --key K ...")
+    if usb:
+        from tvmgen.android import adb
+        from tvmgen.rpc import parse_address
+
+        if not proxy:
+            raise InputError("--usb works through a proxy on this machine", "pass --proxy 127.0.0.1:PORT")
+        phone = adb.choose_device(serial)
+        phone.reverse(parse_address(proxy, "proxy")[1])
+        console.print(f"  [dim]{phone.serial} reaches {proxy} over USB (adb reverse)[/]")
     target = benching.Target(key, tracker, proxy, session_timeout)
     with tempfile.TemporaryDirectory(prefix="tvmgen-bench-") as scratch:
         scratch = Path(scratch)
