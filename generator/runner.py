@@ -47,12 +47,15 @@ class HostModel:
                 f"{directory} was compiled for {m.platform}, not for this machine",
                 f"run it on a {m.platform} device (tvmgen bench), or compile with --platform host",
             )
-        if m.device not in HOST_RUNNABLE:
+        runnable = dict(HOST_RUNNABLE, opencl="opencl")  # opencl through tvmgen's own backend
+        if m.device not in runnable:
             raise InputError(
                 f"{directory} targets {m.device}, which the Python TVM runtime cannot run here "
                 "(the PyPI runtime is built without OpenCL/Metal)",
                 "compile with --device cpu (or cuda on a machine with an NVIDIA GPU) to run it here",
             )
+        if m.device == "opencl":
+            self.load_opencl_backend()
         self.timings = Timings()
         t0 = time.perf_counter()
         lib = tvm.runtime.load_module(str(self.directory / m.export["library"]))
@@ -62,12 +65,35 @@ class HostModel:
             loaded = tvm.runtime.load_param_dict(blob)
             self.params = [loaded[n] for n in m.params["names"]]
         t1 = time.perf_counter()
-        self.dev = tvm.device(HOST_RUNNABLE[m.device], 0)
+        self.dev = tvm.device(runnable[m.device], 0)
         if m.device != "cpu":
             self.params = [p.copyto(self.dev) for p in self.params]
         self.vm = relax.VirtualMachine(lib, self.dev)
         t2 = time.perf_counter()
         self.timings.load_ms, self.timings.init_ms = (t1 - t0) * 1e3, (t2 - t1) * 1e3
+
+    @staticmethod
+    def load_opencl_backend() -> None:
+        """Load libtvmgen_opencl into this process: it registers TVM's OpenCL device API and kernel loader.
+
+        $TVMGEN_OPENCL_BACKEND names the library; otherwise the host runtime build (cached) is used.
+        """
+        import ctypes
+        import os
+
+        import tvm
+
+        if tvm.get_global_func("device_api.opencl", allow_missing=True) is not None:
+            return
+        path = os.environ.get("TVMGEN_OPENCL_BACKEND")
+        if not path:
+            from tvmgen import runtime_build
+
+            path = str(runtime_build.cached_build("host") / "lib" / "libtvmgen_opencl.so")
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError as e:
+            raise TvmgenError(f"cannot load tvmgen's OpenCL backend {path}: {e}") from e
 
     def check_inputs(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         specs = self.manifest.inputs

@@ -131,20 +131,39 @@ void LoadBackend(const std::string& device) {
   if (device == "cpu") return;
   std::string want = "device_api." + device;
   if (ffi::Function::GetGlobal(want).has_value()) return;  // built in, or already loaded
+  auto dir_of = [](const void* addr) {
+    Dl_info info;
+    std::string dir;
+    if (dladdr(addr, &info) && info.dli_fname) {
+      dir = info.dli_fname;
+      dir = dir.substr(0, dir.find_last_of('/') + 1);
+    }
+    return dir;
+  };
+  // tvmgen's own backend (libtvmgen_opencl, beside libtvmgen_runtime) first, then TVM's.
+  std::vector<std::string> candidates;
+  if (device == "opencl") {
+    std::string own = dir_of(reinterpret_cast<const void*>(&LibraryArch));
+    candidates.push_back(own + "libtvmgen_opencl.so");
+    candidates.push_back("libtvmgen_opencl.so");
+  }
   std::string lib = "libtvm_runtime_" + device + ".so";
-  Dl_info info;
-  std::string dir;
-  if (dladdr(reinterpret_cast<void*>(&TVMFFIFunctionGetGlobal), &info) && info.dli_fname) {
-    dir = info.dli_fname;
-    dir = dir.substr(0, dir.find_last_of('/') + 1);
+  candidates.push_back(dir_of(reinterpret_cast<const void*>(&TVMFFIFunctionGetGlobal)) + lib);
+  candidates.push_back(lib);
+  std::string errors;
+  for (const std::string& path : candidates) {
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (handle == nullptr) {
+      const char* e = dlerror();
+      errors += std::string("; ") + (e ? e : path);
+      continue;
+    }
+    if (ffi::Function::GetGlobal(want).has_value()) return;
+    errors += "; " + path + " does not register " + want;
   }
-  void* handle = dlopen((dir + lib).c_str(), RTLD_NOW | RTLD_GLOBAL);
-  if (handle == nullptr) handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL);
-  if (handle == nullptr || !ffi::Function::GetGlobal(want).has_value()) {
-    throw Error("this TVM runtime has no " + device + " support (" + want + " is not registered and " +
-                lib + " could not be loaded" + (handle ? "" : std::string(": ") + dlerror()) +
-                "); build the runtime with " + device + " enabled, or compile the model with --device cpu");
-  }
+  throw Error("this TVM runtime has no " + device + " support (" + want + " is not registered and no backend "
+              "library could be loaded" + errors + "); build the runtime with " + device +
+              " enabled, or compile the model with --device cpu");
 }
 
 }  // namespace

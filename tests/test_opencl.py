@@ -1,0 +1,245 @@
+"""tvmgen's own OpenCL backend (libtvmgen_opencl): run OpenCL artifacts on PoCL, the kernel cache.
+
+Needs an OpenCL platform: PoCL (CPU OpenCL, `apt-get install pocl-opencl-icd ocl-icd-opencl-dev`,
+installed by scripts/bootstrap.sh). Without one the tests are skipped (failed under CI=true).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import require_tool, save_onnx, single_op_models
+from tvmgen import frontends
+from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+from tvmgen.compiler.platforms import PLATFORMS
+from tvmgen.frontends.base import random_inputs
+
+SINGLE_OPS = ("conv3x3", "conv_depthwise", "gemm", "softmax", "two_outputs")
+STATS = re.compile(r"tvmgen-opencl: cache (\{.*\})")
+
+
+def _require_opencl(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"OpenCL is unavailable in CI ({reason}): scripts/bootstrap.sh installs PoCL")
+    print(f"skipping the OpenCL tests: {reason}")
+    pytest.skip(f"no OpenCL platform here ({reason}); install PoCL: apt-get install pocl-opencl-icd")
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory) -> Path:
+    """The host runtime (tvmgen-run, libtvmgen_runtime, libtvmgen_opencl) built from jni/."""
+    from tvmgen import runtime_build
+
+    require_tool("cmake")
+    prefix = runtime_build.build("host", tmp_path_factory.mktemp("ocl-rt"), jni=False)
+    assert (prefix / "lib" / "libtvmgen_opencl.so").is_file()
+    return prefix
+
+
+@pytest.fixture(scope="module")
+def opencl_lib(runtime) -> Path:
+    """libtvmgen_opencl, after checking (in a separate process) that it finds an OpenCL device."""
+    lib = runtime / "lib" / "libtvmgen_opencl.so"
+    code = ("import ctypes, sys, tvm; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
+            "print(tvm.get_global_func('tvmgen.opencl.info')())")
+    proc = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not info["available"]:
+        _require_opencl(info.get("error", "unknown"))
+    return lib
+
+
+@pytest.fixture(scope="module")
+def arts(tmp_path_factory) -> dict:
+    """(name, device) -> artifact dir, for the built-in model and a few single-op models."""
+    from tvmgen.builtin import materialize
+
+    d = tmp_path_factory.mktemp("ocl-arts")
+    models = {"mobilenet": materialize("builtin:mobilenet", d)}
+    for name in SINGLE_OPS:
+        models[name] = save_onnx(single_op_models()[name], d / f"{name}.onnx")
+    out = {}
+    for name, path in models.items():
+        imported = frontends.load(path, [])
+        for device in ("cpu", "opencl"):
+            dest = d / f"{name}-{device}"
+            compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], device), dest, True, {"name": name})
+            out[(name, device)] = dest
+        if name == "conv3x3":  # the Adreno flavour of the OpenCL target (buffer memory for this model)
+            dest = d / f"{name}-adreno"
+            compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "opencl", gpu_family="adreno"), dest, True,
+                                {"name": name})
+            out[(name, "adreno")] = dest
+    return out
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("ocl-cache")
+
+
+def run_tool(runtime: Path, artifact: Path, tmp_path: Path, inputs: dict, cache: Path | None = None,
+             env: dict | None = None, tag: str = "out"):
+    """tvmgen-run with .npy inputs; returns (returncode, outputs, stats dict or None, stderr)."""
+    args = []
+    for name, arr in inputs.items():
+        p = tmp_path / f"in-{name}.npy"
+        np.save(p, arr)
+        args += ["--input", f"{name}={p}"]
+    outdir = tmp_path / tag
+    outdir.mkdir(exist_ok=True)
+    full_env = dict(os.environ, TVMGEN_OPENCL_LOG="1", **(env or {}))
+    if cache is not None:
+        full_env["TVMGEN_OPENCL_CACHE_DIR"] = str(cache)
+    proc = subprocess.run([str(runtime / "bin" / "tvmgen-run"), str(artifact), *args, "-o", str(outdir),
+                           "--repeat", "1"], capture_output=True, text=True, timeout=600, env=full_env)
+    m = STATS.search(proc.stderr)
+    stats = json.loads(m.group(1)) if m else None
+    if proc.returncode != 0:
+        return proc.returncode, None, stats, proc.stderr
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    return 0, [np.load(outdir / f"{o['name']}.npy") for o in manifest["outputs"]], stats, proc.stderr
+
+
+def reference(runtime, arts, name, tmp_path, inputs):
+    rc, want, _, err = run_tool(runtime, arts[(name, "cpu")], tmp_path, inputs, tag="cpu")
+    assert rc == 0, err
+    return want
+
+
+@pytest.mark.parametrize("name,flavour", [("mobilenet", "opencl"), *((n, "opencl") for n in SINGLE_OPS),
+                                          ("conv3x3", "adreno")])
+def test_opencl_artifact_matches_cpu(runtime, opencl_lib, arts, shared_cache, tmp_path, name, flavour):
+    from tvmgen import artifact
+
+    inputs = random_inputs(artifact.load(arts[(name, "cpu")]).inputs, seed=5)
+    want = reference(runtime, arts, name, tmp_path, inputs)
+    rc, got, stats, err = run_tool(runtime, arts[(name, flavour)], tmp_path, inputs, cache=shared_cache)
+    assert rc == 0, err
+    assert stats is not None and stats["hits"] + stats["misses"] > 0, err  # kernels went through the cache
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, atol=1e-4, rtol=0)
+
+
+def test_python_run_on_opencl(opencl_lib, arts, shared_cache, tmp_path):
+    """`tvmgen run` (the Python Relax VM) on an OpenCL artifact loads libtvmgen_opencl itself."""
+    env = dict(os.environ, TVMGEN_OPENCL_BACKEND=str(opencl_lib), TVMGEN_OPENCL_CACHE_DIR=str(shared_cache))
+    outs = {}
+    for device in ("cpu", "opencl"):
+        proc = subprocess.run([sys.executable, "-m", "tvmgen", "run", str(arts[("mobilenet", device)]), "-o",
+                               str(tmp_path / device), "--repeat", "1"], capture_output=True, text=True,
+                              env=env, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        outs[device] = np.load(tmp_path / device / "probs.npy")
+    np.testing.assert_allclose(outs["opencl"], outs["cpu"], atol=1e-4, rtol=0)
+
+
+GEMM_SCRIPT = r"""
+import ctypes, json, sys
+import numpy as np
+import tvm
+ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+from tvmgen import bench
+from tvmgen.compiler.platforms import PLATFORMS, target_dict
+
+tvm.get_global_func("tvmgen.opencl.set_cache_dir")(sys.argv[3])
+assert tvm.get_global_func("tvmgen.opencl.cache_dir")() == sys.argv[3]
+n = 64
+mod = bench.gemm_module(n, target_dict(PLATFORMS["host"], "opencl"), "opencl")
+mod.export_library(sys.argv[2])
+lib = tvm.runtime.load_module(sys.argv[2])
+dev = tvm.opencl(0)
+rng = np.random.default_rng(0)
+a = rng.standard_normal((n, n)).astype("float32")
+b = rng.standard_normal((n, n)).astype("float32")
+A, B = tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev)
+C = tvm.runtime.empty((n, n), "float32", dev)
+lib["gemm"](A, B, C)
+D = tvm.runtime.empty((n, n), "float32", dev)
+D.copyfrom(C)  # device to device
+print(json.dumps({"err": float(np.abs(D.numpy() - a @ b).max()), "exist": bool(dev.exist),
+                  "name": dev.device_name, "max_threads": dev.max_threads_per_block, "warp": dev.warp_size,
+                  "stats": json.loads(tvm.get_global_func("tvmgen.opencl.cache_stats")())}))
+"""
+
+
+def test_gemm_module_matches_numpy(opencl_lib, tmp_path):
+    proc = subprocess.run([sys.executable, "-c", GEMM_SCRIPT, str(opencl_lib), str(tmp_path / "gemm.so"),
+                           str(tmp_path / "cache")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["err"] < 1e-3, r
+    assert r["exist"] and r["name"] and r["max_threads"] > 0 and r["warp"] == 1
+    assert r["stats"]["misses"] == 1 and r["stats"]["writes"] == 1
+    assert len(list((tmp_path / "cache").glob("*.clbin"))) == 1
+
+
+def test_cache_written_then_hit(runtime, opencl_lib, arts, tmp_path):
+    from tvmgen import artifact
+
+    art = arts[("conv3x3", "opencl")]
+    inputs = random_inputs(artifact.load(art).inputs, seed=1)
+    want = reference(runtime, arts, "conv3x3", tmp_path, inputs)
+    cache = tmp_path / "cache"
+    rc, got, first, err = run_tool(runtime, art, tmp_path, inputs, cache=cache, tag="first")
+    assert rc == 0, err
+    assert first["hits"] == 0 and first["misses"] > 0 and first["writes"] == first["misses"], first
+    files = sorted(cache.glob("*.clbin"))
+    assert len(files) == first["writes"]
+    rc, got2, second, err = run_tool(runtime, art, tmp_path, inputs, cache=cache, tag="second")  # a new process
+    assert rc == 0, err
+    assert second["hits"] == first["misses"] and second["misses"] == 0 and second["writes"] == 0, second
+    for g, w in zip(got2, want):
+        np.testing.assert_allclose(g, w, atol=1e-4, rtol=0)
+
+
+def test_corrupt_cache_entry_is_rebuilt(runtime, opencl_lib, arts, tmp_path):
+    from tvmgen import artifact
+
+    art = arts[("conv_depthwise", "opencl")]
+    inputs = random_inputs(artifact.load(art).inputs, seed=2)
+    want = reference(runtime, arts, "conv_depthwise", tmp_path, inputs)
+    cache = tmp_path / "cache"
+    rc, _, first, err = run_tool(runtime, art, tmp_path, inputs, cache=cache, tag="first")
+    assert rc == 0, err
+    files = sorted(cache.glob("*.clbin"))
+    assert files
+    for i, f in enumerate(files):  # truncated, a flipped byte, garbage
+        data = bytearray(f.read_bytes())
+        if i % 3 == 0:
+            f.write_bytes(bytes(data[: len(data) // 2]))
+        elif i % 3 == 1:
+            data[len(data) // 2] ^= 0xFF
+            f.write_bytes(bytes(data))
+        else:
+            f.write_bytes(b"not a cache entry")
+    rc, got, second, err = run_tool(runtime, art, tmp_path, inputs, cache=cache, tag="second")
+    assert rc == 0, err
+    assert second["corrupt"] == len(files) and second["hits"] == 0 and second["writes"] == len(files), second
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=1e-4, rtol=0)
+    rc, _, third, err = run_tool(runtime, art, tmp_path, inputs, cache=cache, tag="third")
+    assert rc == 0 and third["hits"] == len(files) and third["corrupt"] == 0, third
+
+
+def test_no_opencl_library_gives_clear_error(runtime, arts, tmp_path):
+    art = arts[("softmax", "opencl")]
+    from tvmgen import artifact
+
+    inputs = random_inputs(artifact.load(art).inputs, seed=3)
+    missing = "/nonexistent/vendor/lib64/libOpenCL.so"
+    rc, _, _, err = run_tool(runtime, art, tmp_path, inputs, env={"TVMGEN_OPENCL_LIBRARY": missing})
+    assert rc != 0
+    assert "no OpenCL library could be loaded" in err and missing in err, err
+    assert "Traceback" not in err and "Segmentation" not in err
