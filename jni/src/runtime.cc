@@ -399,6 +399,12 @@ void Model::Run() {
   ffi::Any ret;
   try {
     m.main.CallPacked(args.data(), static_cast<int32_t>(args.size()), &ret);
+    // GPU kernels are queued asynchronously: wait for them, so the run is timed as the run
+    // (and not billed to the copy-out that would otherwise wait for it).
+    if (m.dev.device_type != kDLCPU) {
+      static ffi::Function sync = Global("runtime.Device_StreamSync");
+      sync(m.dev, static_cast<int64_t>(0));
+    }
   } catch (const ffi::Error& e) {
     throw Error(std::string("running the model on ") + m.device + " failed: " + e.what());
   }
