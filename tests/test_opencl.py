@@ -243,3 +243,30 @@ def test_no_opencl_library_gives_clear_error(runtime, arts, tmp_path):
     assert rc != 0
     assert "no OpenCL library could be loaded" in err and missing in err, err
     assert "Traceback" not in err and "Segmentation" not in err
+
+
+def test_bench_over_rpc_on_opencl(opencl_lib, tmp_path, monkeypatch):
+    """`tvmgen bench --device opencl` against the native device server, which loads libtvmgen_opencl."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tvmgen import rpc
+
+    monkeypatch.setenv("TVMGEN_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("TVMGEN_OPENCL_CACHE_DIR", str(tmp_path / "cl-cache"))
+    tracker = rpc.start_tracker(port=19900, port_end=19990)
+    device = rpc.start_device("host", "gpu", tracker=tracker.address, work_dir=tmp_path / "w")
+    try:
+        r = subprocess.run([sys.executable, "-m", "tvmgen", "bench", "builtin:mobilenet", "--key", "gpu", "--tracker",
+                            tracker.address, "--device", "opencl", "--repeat", "2", "--json", str(tmp_path / "r.json")],
+                           capture_output=True, text=True, timeout=600,
+                           env=dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path / "logs")))
+        assert r.returncode == 0, r.stderr
+        res = json.loads((tmp_path / "r.json").read_text())
+        assert res["dev"] == "opencl" and "opencl" in res["device"]["devices"]
+        assert res["check"][0]["max_abs"] < 1e-5 and res["warm_ms"]["count"] == 2
+    finally:
+        device.stop()
+        tracker.stop()

@@ -6,7 +6,6 @@
 #include "tvmgen/rpc_server.h"
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -204,18 +203,11 @@ std::string WorkPath(const std::string& name) {
 std::vector<std::string> AvailableDevices() {
   std::vector<std::string> out = {"cpu"};
   for (const char* dev : {"opencl", "cuda", "vulkan", "metal"}) {
-    std::string name = std::string("device_api.") + dev;
-    if (!ffi::Function::GetGlobal(name).has_value()) {
-      std::string lib = std::string("libtvm_runtime_") + dev + ".so";
-      Dl_info info;
-      std::string dir;
-      if (dladdr(reinterpret_cast<void*>(&TVMFFIFunctionGetGlobal), &info) && info.dli_fname) {
-        dir = info.dli_fname;
-        dir = dir.substr(0, dir.find_last_of('/') + 1);
-      }
-      if (dlopen((dir + lib).c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) dlerror();
+    try {
+      LoadBackend(dev);
+      out.push_back(dev);
+    } catch (const Error&) {  // not on this device
     }
-    if (ffi::Function::GetGlobal(name).has_value()) out.push_back(dev);
   }
   return out;
 }

@@ -127,6 +127,8 @@ namespace {
 
 // Backend runtimes are separate libraries in TVM 0.27: load the one the device needs, from
 // the directory libtvm_runtime itself was loaded from (or the library search path).
+}  // namespace
+
 void LoadBackend(const std::string& device) {
   if (device == "cpu") return;
   std::string want = "device_api." + device;
@@ -165,8 +167,6 @@ void LoadBackend(const std::string& device) {
               "library could be loaded" + errors + "); build the runtime with " + device +
               " enabled, or compile the model with --device cpu");
 }
-
-}  // namespace
 
 // ---------------------------------------------------------------- public helpers
 const char* RuntimeArch() {

@@ -45,6 +45,13 @@ struct Timings {
   std::string ToJson() const;
 };
 
+/*!
+ * \brief Make `device` (opencl, cuda, ...) available to the TVM runtime: tvmgen's own backend library
+ * (libtvmgen_opencl, beside libtvmgen_runtime) first, then TVM's libtvm_runtime_<device>. Throws Error
+ * naming every library tried when none registers the device.
+ */
+void LoadBackend(const std::string& device);
+
 /*! \brief CPU thread-pool settings, applied by Model::Load (or ConfigureThreads). */
 struct ThreadOptions {
   int threads = 0;  // 0: TVM's default (one per core)
