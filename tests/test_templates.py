@@ -54,6 +54,7 @@ def test_deploy_project_files(tmp_path, artifacts):
     assert "namespace 'org.example.mobilenet'" in gradle and "applicationId 'org.example.mobilenet'" in gradle
     assert re.search(r"compileSdk 34\b", gradle) and "minSdk 24" in gradle and "targetSdk 34" in gradle
     assert "abiFilters 'arm64-v8a'" in gradle and "path 'src/main/cpp/CMakeLists.txt'" in gradle
+    assert "targets 'tvmgen_jni', 'tvmgen_jni_bridge', 'tvmgen_opencl'" in gradle  # the OpenCL backend ships
     assert "main.java.srcDirs += '../tvmgen-jni/java'" in gradle
     assert "id 'com.android.application' version '8.5.2'" in (out / "build.gradle").read_text()
     assert 'rootProject.name = "MobileNet QA"' in (out / "settings.gradle").read_text()
@@ -79,6 +80,7 @@ def test_cpu_project_has_no_opencl_entry(tmp_path, artifacts):
     out = render(tmp_path, artifacts, device="cpu")
     app = ET.parse(out / "app/src/main/AndroidManifest.xml").getroot().find("application")
     assert app.find("uses-native-library") is None
+    assert "'tvmgen_opencl'" not in (out / "app/build.gradle").read_text()
     assert 'MODELS = { "model-cpu" }' in (out / "app/src/main/java/org/example/mobilenet/MainActivity.java").read_text()
     assert not (out / "app/src/main/assets/model-opencl").exists()
 
@@ -109,7 +111,7 @@ def test_app_native_part_builds_on_the_host(tmp_path, artifacts):
     r = subprocess.run(["cmake", "--build", build, "-j2"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     built = {p.name for p in build.rglob("*.so")}
-    assert "libtvmgen_runtime.so" in built
+    assert {"libtvmgen_runtime.so", "libtvmgen_opencl.so"} <= built
     if shutil.which("javac"):
         assert {"libtvmgen_jni.so", "libtvmgen_jni_bridge.so"} <= built
 
@@ -138,6 +140,7 @@ def test_rpc_project_files(tmp_path):
     assert '"9191"' in java and '"pixel"' in java and '"proxy".equals("proxy")' in java
     service = (out / "app/src/main/java/org/tvmgen/rpc/RpcService.java").read_text()
     assert "libtvmgen_rpc_server.so" in service and "backoffMs * 2, 10000" in service
+    assert "TVMGEN_OPENCL_CACHE_DIR" in service and "'tvmgen_opencl'" in gradle
     assert "adb reverse tcp:9191 tcp:9191" in (out / "README.md").read_text()
 
 
