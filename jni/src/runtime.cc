@@ -2,6 +2,7 @@
 #include "tvmgen/runtime.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
 #include <tvm/ffi/container/shape.h>
@@ -107,6 +108,25 @@ std::vector<TensorInfo> TensorList(json::Object manifest, const char* key) {
 
 }  // namespace
 
+// The directory of a shared library this process has loaded ("" when it has not), with a slash.
+std::string LoadedLibraryDir(const std::string& name) {
+  struct Query {
+    std::string name, dir;
+  } q{"/" + name, ""};
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, size_t, void* data) {
+        auto* q = static_cast<Query*>(data);
+        std::string path = info->dlpi_name ? info->dlpi_name : "";
+        if (path.size() >= q->name.size() && path.compare(path.size() - q->name.size(), q->name.size(), q->name) == 0) {
+          q->dir = path.substr(0, path.size() - q->name.size() + 1);
+          return 1;
+        }
+        return 0;
+      },
+      &q);
+  return q.dir;
+}
+
 // ---------------------------------------------------------------- architecture check
 std::string LibraryArch(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -149,7 +169,9 @@ void LoadBackend(const std::string& device) {
     candidates.push_back(own + "libtvmgen_opencl.so");
     candidates.push_back("libtvmgen_opencl.so");
   }
+  // TVM's backend libraries sit beside libtvm_runtime.so (in the wheel: tvm/lib, not tvm_ffi/lib).
   std::string lib = "libtvm_runtime_" + device + ".so";
+  candidates.push_back(LoadedLibraryDir("libtvm_runtime.so") + lib);
   candidates.push_back(dir_of(reinterpret_cast<const void*>(&TVMFFIFunctionGetGlobal)) + lib);
   candidates.push_back(lib);
   std::string errors;
