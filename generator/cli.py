@@ -39,6 +39,12 @@ def cli(ctx, verbose):
       tvmgen run out/mobilenet-host-cpu              run it and time it
       tvmgen inspect out/mobilenet-host-cpu          show what the artifact holds
 
+    \b
+    On a phone:
+      tvmgen doctor                                  which Android tools are here, and the fix for the rest
+      tvmgen app --model mobilenet.pb --device opencl            model -> signed APK (where the SDK/NDK are)
+      tvmgen rpc tracker --detach; tvmgen bench MODEL --key K --tracker 127.0.0.1:9190
+
     Every run writes a log file; its path is printed when something fails.
     """
     State.verbosity = verbose
