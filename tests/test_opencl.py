@@ -88,7 +88,7 @@ def shared_cache(tmp_path_factory) -> Path:
 
 
 def run_tool(runtime: Path, artifact: Path, tmp_path: Path, inputs: dict, cache: Path | None = None,
-             env: dict | None = None, tag: str = "out"):
+             env: dict | None = None, tag: str = "out", extra: list | None = None):
     """tvmgen-run with .npy inputs; returns (returncode, outputs, stats dict or None, stderr)."""
     args = []
     for name, arr in inputs.items():
@@ -101,7 +101,7 @@ def run_tool(runtime: Path, artifact: Path, tmp_path: Path, inputs: dict, cache:
     if cache is not None:
         full_env["TVMGEN_OPENCL_CACHE_DIR"] = str(cache)
     proc = subprocess.run([str(runtime / "bin" / "tvmgen-run"), str(artifact), *args, "-o", str(outdir),
-                           "--repeat", "1"], capture_output=True, text=True, timeout=600, env=full_env)
+                           "--repeat", "1", *(extra or [])], capture_output=True, text=True, timeout=600, env=full_env)
     m = STATS.search(proc.stderr)
     stats = json.loads(m.group(1)) if m else None
     if proc.returncode != 0:
@@ -270,3 +270,31 @@ def test_bench_over_rpc_on_opencl(opencl_lib, tmp_path, monkeypatch):
     finally:
         device.stop()
         tracker.stop()
+
+
+def test_host_visible_inputs_match_plain_copies(runtime, opencl_lib, arts, shared_cache, tmp_path):
+    """--host-visible-inputs (scope global.host, mapped copies): same outputs, recorded in the timings JSON."""
+    art = arts[("mobilenet", "opencl")]
+    rng = np.random.default_rng(3)
+    inputs = {i["name"]: rng.standard_normal(i["shape"]).astype(i["dtype"])
+              for i in json.loads((art / "manifest.json").read_text())["inputs"]}
+    rc, plain, _, err = run_tool(runtime, art, tmp_path, inputs, cache=shared_cache, tag="plain",
+                                 extra=["--timings", str(tmp_path / "plain.json")])
+    assert rc == 0, err
+    assert json.loads((tmp_path / "plain.json").read_text())["host_visible_inputs"] is False
+    rc, mapped, _, err = run_tool(runtime, art, tmp_path, inputs, cache=shared_cache, tag="mapped",
+                                  extra=["--host-visible-inputs", "--timings", str(tmp_path / "mapped.json")])
+    assert rc == 0, err
+    assert json.loads((tmp_path / "mapped.json").read_text())["host_visible_inputs"] is True
+    for a, b in zip(plain, mapped):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
+
+
+def test_host_visible_inputs_ignored_on_cpu(runtime, arts, tmp_path):
+    art = arts[("gemm", "cpu")]
+    inputs = {i["name"]: np.ones(i["shape"], i["dtype"]) for i in json.loads((art / "manifest.json").read_text())["inputs"]}
+    rc, _, _, err = run_tool(runtime, art, tmp_path, inputs, extra=["--host-visible-inputs", "--timings",
+                                                                     str(tmp_path / "t.json")])
+    assert rc == 0, err
+    assert "--host-visible-inputs ignored: the model runs on cpu" in err
+    assert json.loads((tmp_path / "t.json").read_text())["host_visible_inputs"] is False

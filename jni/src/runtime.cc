@@ -231,13 +231,16 @@ struct Model::Impl {
   std::vector<bool> input_set;
   std::vector<ffi::Tensor> results;
   bool copied_in_since_run = false, copied_out_since_run = false;
+  bool host_visible_inputs = false;
   Timings timings;
 
-  ffi::Tensor Alloc(const TensorInfo& t) {
+  // scope "global.host": a host-visible OpenCL buffer (libtvmgen_opencl), see LoadOptions.
+  ffi::Tensor Alloc(const TensorInfo& t, const char* scope = nullptr) {
     static ffi::Function alloc = Global("runtime.TVMTensorAllocWithScope");
     std::vector<int64_t> shape = t.shape;
-    return alloc(ffi::Shape(shape), ffi::StringToDLDataType(t.dtype), dev, ffi::Optional<ffi::String>())
-        .cast<ffi::Tensor>();
+    ffi::Optional<ffi::String> mem_scope;
+    if (scope != nullptr) mem_scope = ffi::String(scope);
+    return alloc(ffi::Shape(shape), ffi::StringToDLDataType(t.dtype), dev, mem_scope).cast<ffi::Tensor>();
   }
 };
 
@@ -245,6 +248,13 @@ Model::Model() : impl_(new Impl()) {}
 Model::~Model() = default;
 
 std::unique_ptr<Model> Model::Load(const std::string& dir_in, const ThreadOptions& threads) {
+  LoadOptions options;
+  options.threads = threads;
+  return Load(dir_in, options);
+}
+
+std::unique_ptr<Model> Model::Load(const std::string& dir_in, const LoadOptions& options) {
+  const ThreadOptions& threads = options.threads;
   std::unique_ptr<Model> model(new Model());
   Impl& m = *model->impl_;
   m.dir = dir_in.empty() || dir_in.back() == '/' ? dir_in : dir_in + "/";
@@ -347,7 +357,16 @@ std::unique_ptr<Model> Model::Load(const std::string& dir_in, const ThreadOption
   if (threads.threads != 0 || threads.affinity != 0) ConfigureThreads(threads);
   m.copy_from_bytes = Global("runtime.TVMTensorCopyFromBytes");
   m.copy_to_bytes = Global("runtime.TVMTensorCopyToBytes");
-  for (const TensorInfo& t : m.inputs) m.input_tensors.push_back(m.Alloc(t));
+  m.host_visible_inputs = options.host_visible_inputs && m.dev.device_type == kDLOpenCL;
+  try {
+    for (const TensorInfo& t : m.inputs) {
+      m.input_tensors.push_back(m.Alloc(t, m.host_visible_inputs ? "global.host" : nullptr));
+    }
+  } catch (const ffi::Error& e) {
+    if (!m.host_visible_inputs) throw;
+    throw Error("cannot allocate host-visible inputs (memory scope global.host) for " + m.dir + " on " +
+                m.device + ": " + e.what() + " (is libtvmgen_opencl the OpenCL backend?)");
+  }
   static ffi::Function copy_from_to = Global("runtime.TVMTensorCopyFromTo");
   for (const ffi::Tensor& hp : host_params) {
     if (m.dev.device_type == kDLCPU) {
@@ -368,6 +387,7 @@ const std::vector<TensorInfo>& Model::inputs() const { return impl_->inputs; }
 const std::vector<TensorInfo>& Model::outputs() const { return impl_->outputs; }
 const std::string& Model::device() const { return impl_->device; }
 const Timings& Model::timings() const { return impl_->timings; }
+bool Model::host_visible_inputs() const { return impl_->host_visible_inputs; }
 
 int Model::InputIndex(const std::string& name) const {
   for (size_t i = 0; i < impl_->inputs.size(); ++i) {

@@ -26,6 +26,7 @@ const char* kUsage =
     "  --repeat N                timed runs (default 10)\n"
     "  --threads N               CPU threads (default: one per core)\n"
     "  --affinity big|little|any which CPU cores to use (default any)\n"
+    "  --host-visible-inputs     OpenCL: inputs in host-visible (mapped) buffers, copied with memcpy\n"
     "  --timings FILE            write the timings JSON to FILE (default: stdout)\n"
     "  -h, --help                this text\n";
 
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
   std::string dir, output_dir, timings_file;
   std::vector<std::string> input_flags;
   int warmup = 1, repeat = 10;
+  bool host_visible_inputs = false;
   tvmgen::ThreadOptions threads;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -127,6 +129,8 @@ int main(int argc, char** argv) {
         else if (v == "little") threads.affinity = -1;
         else if (v == "any") threads.affinity = 0;
         else return Usage("--affinity takes big, little or any, not " + v);
+      } else if (a == "--host-visible-inputs") {
+        host_visible_inputs = true;
       } else if (a == "--timings") {
         timings_file = value("--timings");
       } else if (!a.empty() && a[0] == '-') {
@@ -146,7 +150,14 @@ int main(int argc, char** argv) {
   if (repeat < 1 || warmup < 0) return Usage("--repeat must be >= 1 and --warmup >= 0");
 
   try {
-    auto model = tvmgen::Model::Load(dir, threads);
+    tvmgen::LoadOptions load_options;
+    load_options.threads = threads;
+    load_options.host_visible_inputs = host_visible_inputs;
+    auto model = tvmgen::Model::Load(dir, load_options);
+    if (host_visible_inputs && !model->host_visible_inputs()) {
+      std::fprintf(stderr, "tvmgen-run: --host-visible-inputs ignored: the model runs on %s, not opencl\n",
+                   model->device().c_str());
+    }
     const auto& inputs = model->inputs();
     std::vector<std::vector<char>> data(inputs.size());
     std::vector<bool> given(inputs.size(), false);
@@ -197,6 +208,7 @@ int main(int argc, char** argv) {
     const tvmgen::Timings& t = model->timings();
     std::ostringstream js;
     js << "{\"device\": \"" << model->device() << "\", \"arch\": \"" << tvmgen::RuntimeArch() << "\", "
+       << "\"host_visible_inputs\": " << (model->host_visible_inputs() ? "true" : "false") << ", "
        << "\"load_ms\": " << t.load_ms << ", \"init_ms\": " << t.init_ms << ", \"first_run_ms\": " << t.first_run_ms
        << ", \"warmup\": " << warmup << ", \"runs\": " << repeat << ", \"copy_in_ms\": " << copy_in.Json()
        << ", \"run_ms\": " << run.Json() << ", \"copy_out_ms\": " << copy_out.Json()

@@ -59,6 +59,17 @@ struct ThreadOptions {
   int affinity = 0;
 };
 
+/*! \brief Everything Model::Load takes (the ThreadOptions overload is Load with the defaults here). */
+struct LoadOptions {
+  ThreadOptions threads;
+  /*!
+   * \brief OpenCL only: allocate the input tensors host-visible (memory scope "global.host",
+   * CL_MEM_ALLOC_HOST_PTR) so SetInput maps them and copies with memcpy instead of
+   * clEnqueueWriteBuffer. Ignored on other devices (Model::host_visible_inputs() says false).
+   */
+  bool host_visible_inputs = false;
+};
+
 /*! \brief Apply thread-pool settings (runtime.config_threadpool). */
 void ConfigureThreads(const ThreadOptions& options);
 
@@ -79,6 +90,8 @@ class Model {
    * Checks the manifest's platform and the library's architecture before loading it.
    */
   static std::unique_ptr<Model> Load(const std::string& dir, const ThreadOptions& threads = {});
+  /*! \brief Load with options beyond the thread pool (see LoadOptions). */
+  static std::unique_ptr<Model> Load(const std::string& dir, const LoadOptions& options);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -87,6 +100,8 @@ class Model {
   const std::vector<TensorInfo>& outputs() const;
   /*! \brief The device the model runs on: cpu, opencl, cuda, ... */
   const std::string& device() const;
+  /*! \brief Whether the inputs are host-visible buffers (LoadOptions::host_visible_inputs on OpenCL). */
+  bool host_visible_inputs() const;
   /*! \brief Index of the input called `name`; throws Error listing the inputs when unknown. */
   int InputIndex(const std::string& name) const;
 

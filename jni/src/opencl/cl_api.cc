@@ -53,6 +53,10 @@ bool ResolveAll(void* h, Api* a, std::string* missing) {
   ok &= Resolve(h, "clReleaseKernel", &a->ReleaseKernel, missing);
   ok &= Resolve(h, "clSetKernelArg", &a->SetKernelArg, missing);
   ok &= Resolve(h, "clEnqueueNDRangeKernel", &a->EnqueueNDRangeKernel, missing);
+  // optional: host-visible buffers fall back to clEnqueueRead/WriteBuffer without them
+  a->EnqueueMapBuffer = reinterpret_cast<decltype(a->EnqueueMapBuffer)>(dlsym(h, "clEnqueueMapBuffer"));
+  a->EnqueueUnmapMemObject =
+      reinterpret_cast<decltype(a->EnqueueUnmapMemObject)>(dlsym(h, "clEnqueueUnmapMemObject"));
   return ok;
 }
 

@@ -21,6 +21,7 @@ using cl_bitfield = cl_ulong;
 using cl_device_type = cl_bitfield;
 using cl_mem_flags = cl_bitfield;
 using cl_command_queue_properties = cl_bitfield;
+using cl_map_flags = cl_bitfield;
 using cl_platform_info = cl_uint;
 using cl_device_info = cl_uint;
 using cl_program_info = cl_uint;
@@ -60,6 +61,9 @@ constexpr cl_device_info CL_DRIVER_VERSION = 0x102D;
 constexpr cl_device_info CL_DEVICE_VERSION = 0x102F;
 constexpr cl_context_properties CL_CONTEXT_PLATFORM = 0x1084;
 constexpr cl_mem_flags CL_MEM_READ_WRITE = 1 << 0;
+constexpr cl_mem_flags CL_MEM_ALLOC_HOST_PTR = 1 << 4;
+constexpr cl_map_flags CL_MAP_READ = 1 << 0;
+constexpr cl_map_flags CL_MAP_WRITE = 1 << 1;
 constexpr cl_program_info CL_PROGRAM_NUM_DEVICES = 0x1162;
 constexpr cl_program_info CL_PROGRAM_DEVICES = 0x1163;
 constexpr cl_program_info CL_PROGRAM_BINARY_SIZES = 0x1165;
@@ -98,6 +102,10 @@ struct Api {
   cl_int (*SetKernelArg)(cl_kernel, cl_uint, size_t, const void*);
   cl_int (*EnqueueNDRangeKernel)(cl_command_queue, cl_kernel, cl_uint, const size_t*, const size_t*,
                                  const size_t*, cl_uint, const cl_event*, cl_event*);
+  // Optional (nullptr when the library lacks them): used for host-visible ("global.host") buffers.
+  void* (*EnqueueMapBuffer)(cl_command_queue, cl_mem, cl_bool, cl_map_flags, size_t, size_t, cl_uint,
+                            const cl_event*, cl_event*, cl_int*);
+  cl_int (*EnqueueUnmapMemObject)(cl_command_queue, cl_mem, void*, cl_uint, const cl_event*, cl_event*);
 };
 
 /*!

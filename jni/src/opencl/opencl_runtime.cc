@@ -37,6 +37,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cl_api.h"
@@ -174,6 +175,9 @@ class Workspace {
   // Sizes of live buffers (for workspace reuse).
   std::mutex mem_mu;
   std::unordered_map<void*, size_t> sizes;
+  // Buffers allocated with the memory scope "global.host" (CL_MEM_ALLOC_HOST_PTR): host copies
+  // to and from them map the buffer (clEnqueueMapBuffer + memcpy) instead of Read/WriteBuffer.
+  std::unordered_set<void*> host_visible;
   std::multimap<size_t, void*> free_workspace;  // per process; one device in practice
 
  private:
@@ -547,23 +551,31 @@ class OpenCLDeviceAPI final : public DeviceAPI {
   }
 
   void* AllocDataSpace(DLDevice dev, size_t nbytes, size_t alignment, DLDataType type_hint) final {
+    return AllocBuffer(dev, nbytes, false);
+  }
+
+  // host_visible: CL_MEM_ALLOC_HOST_PTR (memory scope "global.host"), recorded in w.host_visible.
+  void* AllocBuffer(DLDevice dev, size_t nbytes, bool host_visible) {
     Workspace& w = Workspace::Global();
     w.device(dev.device_id);  // initialises, checks the id
     cl_int err = CL_SUCCESS;
+    cl_mem_flags flags = CL_MEM_READ_WRITE | (host_visible ? CL_MEM_ALLOC_HOST_PTR : 0);
     // A zero-size buffer is invalid in OpenCL: give it one byte.
-    cl_mem m = cl::Get().CreateBuffer(w.context(), CL_MEM_READ_WRITE, nbytes ? nbytes : 1, nullptr, &err);
+    cl_mem m = cl::Get().CreateBuffer(w.context(), flags, nbytes ? nbytes : 1, nullptr, &err);
     if (err != CL_SUCCESS || m == nullptr) {
       TVM_FFI_THROW(RuntimeError) << "OpenCL: allocating " << nbytes << " bytes on "
                                   << w.device(dev.device_id).name << " failed: " << ErrorName(err);
     }
     std::lock_guard<std::mutex> lock(w.mem_mu);
     w.sizes[m] = nbytes;
+    if (host_visible) w.host_visible.insert(m);
     return m;
   }
 
   void* AllocDataSpace(DLDevice dev, int ndim, const int64_t* shape, DLDataType dtype,
                        ffi::Optional<ffi::String> mem_scope) final {
-    if (mem_scope.has_value() && !mem_scope.value().empty() && mem_scope.value() != "global") {
+    bool host_visible = mem_scope.has_value() && mem_scope.value() == "global.host";
+    if (mem_scope.has_value() && !mem_scope.value().empty() && mem_scope.value() != "global" && !host_visible) {
       TVM_FFI_THROW(RuntimeError) << "tvmgen's OpenCL runtime supports buffer memory only, not the memory scope \""
                                   << mem_scope.value() << "\" (texture memory, used by --gpu-family adreno): "
                                   << "compile with --gpu-family generic";
@@ -571,7 +583,7 @@ class OpenCLDeviceAPI final : public DeviceAPI {
     size_t n = 1;
     for (int i = 0; i < ndim; ++i) n *= static_cast<size_t>(shape[i]);
     size_t nbytes = n * ((dtype.bits * dtype.lanes + 7) / 8);
-    return AllocDataSpace(dev, nbytes, tvm::runtime::kAllocAlignment, dtype);
+    return AllocBuffer(dev, nbytes, host_visible);
   }
 
   void FreeDataSpace(DLDevice dev, void* ptr) final {
@@ -580,13 +592,15 @@ class OpenCLDeviceAPI final : public DeviceAPI {
     {
       std::lock_guard<std::mutex> lock(w.mem_mu);
       w.sizes.erase(ptr);
+      w.host_visible.erase(ptr);
     }
     // Kernels using the buffer may still be queued: OpenCL keeps it alive until they finish.
     cl::Get().ReleaseMemObject(static_cast<cl_mem>(ptr));
   }
 
   size_t GetDataSize(const DLTensor& arr, ffi::Optional<ffi::String> mem_scope) final {
-    if (mem_scope.has_value() && !mem_scope.value().empty() && mem_scope.value() != "global") {
+    if (mem_scope.has_value() && !mem_scope.value().empty() && mem_scope.value() != "global" &&
+        mem_scope.value() != "global.host") {
       TVM_FFI_THROW(RuntimeError) << "tvmgen's OpenCL runtime does not support the memory scope \""
                                   << mem_scope.value() << "\" (compile with --gpu-family generic)";
     }
@@ -662,6 +676,15 @@ class OpenCLDeviceAPI final : public DeviceAPI {
   }
 
  private:
+  // A "global.host" buffer that can be mapped (the library has clEnqueueMapBuffer / Unmap).
+  static bool Mapped(const void* mem) {
+    const Api& api = cl::Get();
+    if (api.EnqueueMapBuffer == nullptr || api.EnqueueUnmapMemObject == nullptr) return false;
+    Workspace& w = Workspace::Global();
+    std::lock_guard<std::mutex> lock(w.mem_mu);
+    return w.host_visible.count(const_cast<void*>(mem)) != 0;
+  }
+
   static bool Compact(const DLTensor& t) {
     if (t.strides == nullptr) return true;
     int64_t expect = 1;
@@ -686,6 +709,24 @@ class OpenCLDeviceAPI final : public DeviceAPI {
                                             from_offset, to_offset, nbytes, 0, nullptr, nullptr),
                       "clEnqueueCopyBuffer");
       if (dev_from.device_id != dev_to.device_id) TVMGEN_CL_CHECK(api.Finish(q), "clFinish");
+    } else if (from_cl && to_host && Mapped(from)) {
+      cl_command_queue q = w.Queue(dev_from.device_id, stream);
+      cl_mem m = static_cast<cl_mem>(const_cast<void*>(from));
+      cl_int err = CL_SUCCESS;
+      void* p = api.EnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_READ, from_offset, nbytes, 0, nullptr, nullptr, &err);
+      TVMGEN_CL_CHECK(err, "clEnqueueMapBuffer (host-visible buffer to host)");
+      std::memcpy(static_cast<char*>(to) + to_offset, p, nbytes);
+      TVMGEN_CL_CHECK(api.EnqueueUnmapMemObject(q, m, p, 0, nullptr, nullptr), "clEnqueueUnmapMemObject");
+    } else if (from_host && to_cl && Mapped(to)) {
+      cl_command_queue q = w.Queue(dev_to.device_id, stream);
+      cl_mem m = static_cast<cl_mem>(to);
+      cl_int err = CL_SUCCESS;
+      // Blocking map: waits for the kernels queued before it (in-order queue) that use the buffer.
+      void* p = api.EnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_WRITE, to_offset, nbytes, 0, nullptr, nullptr, &err);
+      TVMGEN_CL_CHECK(err, "clEnqueueMapBuffer (host to host-visible buffer)");
+      std::memcpy(p, static_cast<const char*>(from) + from_offset, nbytes);
+      // The unmap is queued before any later kernel on this queue: they see the new bytes.
+      TVMGEN_CL_CHECK(api.EnqueueUnmapMemObject(q, m, p, 0, nullptr, nullptr), "clEnqueueUnmapMemObject");
     } else if (from_cl && to_host) {
       cl_command_queue q = w.Queue(dev_from.device_id, stream);
       TVMGEN_CL_CHECK(api.EnqueueReadBuffer(q, static_cast<cl_mem>(const_cast<void*>(from)), CL_TRUE, from_offset,
