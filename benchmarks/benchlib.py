@@ -40,3 +40,15 @@ def table(header: list[str], body: list[list[str]], right: set[int]) -> str:
         return "  ".join(padded).rstrip()
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
+
+
+def opencl_runtime(prefix: Path | None, work: Path, log) -> Path:
+    """An installed runtime prefix with libtvmgen_opencl: the one given, else built (cmake) into ``work``."""
+    from tvmgen import runtime_build
+
+    if prefix is None:
+        log("building the host runtime (cmake) ...")
+        prefix = runtime_build.build("host", work / "runtime", jni=False)
+    if not (prefix / "lib" / "libtvmgen_opencl.so").is_file():
+        raise SystemExit(f"{prefix}/lib has no libtvmgen_opencl.so")
+    return prefix

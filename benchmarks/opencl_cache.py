@@ -13,8 +13,8 @@ process:
 For each start: the process wall time, tvmgen-run's own load / init / first-run timers (kernels are
 built lazily, on their first launch: the compile cost lands in "first run"), and the cache's own
 counters (TVMGEN_OPENCL_LOG=1: hits, misses, driver build time, cached-binary load time).
-Then copy-in / run / copy-out medians over --repeat runs of a warm process: "run" is the time to
-enqueue the kernels (OpenCL launches are asynchronous), "copy-out" waits for them to finish.
+Then copy-in / run / copy-out medians over --repeat runs of a warm process: "run" includes waiting
+for the kernels (the runtime syncs the device after each run), "copy-out" is only the copy.
 The same model compiled for the CPU (LLVM) runs once for context.
 
 PoCL keeps its own cache of the machine code it generates per kernel and work-group size at the
@@ -44,6 +44,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import benchlib
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import environment, table  # noqa: E402
@@ -90,19 +92,13 @@ def main() -> int:
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="opencl-cache-bench-")).absolute()
     work.mkdir(parents=True, exist_ok=True)
-    from tvmgen import runtime_build
     from tvmgen.builtin import materialize
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
     from tvmgen import frontends
 
-    prefix = args.runtime
-    if prefix is None:
-        log("building the host runtime (cmake) ...")
-        prefix = runtime_build.build("host", work / "runtime", jni=False)
+    prefix = benchlib.opencl_runtime(args.runtime, work, log)
     runner = prefix / "bin" / "tvmgen-run"
-    if not (prefix / "lib" / "libtvmgen_opencl.so").is_file():
-        raise SystemExit(f"{prefix}/lib has no libtvmgen_opencl.so")
 
     log("compiling builtin:mobilenet for opencl and cpu ...")
     imported = frontends.load(materialize("builtin:mobilenet", work), [])
@@ -157,7 +153,7 @@ def main() -> int:
         ("process wall time", med(cold, "wall_ms"), med(warm, "wall_ms")),
         ("load (manifest, library)", med(cold, "load_ms"), med(warm, "load_ms")),
         ("init (VM, buffers, weights)", med(cold, "init_ms"), med(warm, "init_ms")),
-        ("first run: enqueue (kernel builds)", med(cold, "first_run_ms"), med(warm, "first_run_ms")),
+        ("first run (kernel builds)", med(cold, "first_run_ms"), med(warm, "first_run_ms")),
         ("first output (load to copy-out)", med(cold, "first_output_ms"), med(warm, "first_output_ms")),
         ("  cache: driver compile", cmed(cold, "build_ms"), cmed(warm, "build_ms")),
         ("  cache: binary load", cmed(cold, "load_ms"), cmed(warm, "load_ms")),
@@ -179,7 +175,7 @@ def main() -> int:
     print(counts)
     print()
     stage_rows = []
-    for name, key in (("copy-in", "copy_in_ms"), ("run (enqueue)", "run_ms"), ("copy-out (waits for kernels)", "copy_out_ms"),
+    for name, key in (("copy-in", "copy_in_ms"), ("run (waits for the kernels)", "run_ms"), ("copy-out", "copy_out_ms"),
                       ("total", "total_ms")):
         o, c = steady[key]["median"], cpu[key]["median"]
         stage_rows.append([name, fmt(o), fmt(c), ratio(o, c) if key in ("copy_in_ms", "total_ms") else "-"])

@@ -31,6 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import benchlib
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import environment, table  # noqa: E402
 
@@ -67,18 +69,13 @@ def main() -> int:
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="opencl-copies-bench-")).absolute()
     work.mkdir(parents=True, exist_ok=True)
-    from tvmgen import frontends, runtime_build
+    from tvmgen import frontends
     from tvmgen.builtin import materialize
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
 
-    prefix = args.runtime
-    if prefix is None:
-        log("building the host runtime (cmake) ...")
-        prefix = runtime_build.build("host", work / "runtime", jni=False)
+    prefix = benchlib.opencl_runtime(args.runtime, work, log)
     runner = prefix / "bin" / "tvmgen-run"
-    if not (prefix / "lib" / "libtvmgen_opencl.so").is_file():
-        raise SystemExit(f"{prefix}/lib has no libtvmgen_opencl.so")
 
     art = work / "mobilenet-opencl"
     if not (art / "manifest.json").is_file():
