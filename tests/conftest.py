@@ -18,15 +18,20 @@ REPO = Path(__file__).resolve().parent.parent
 TVMGEN = [sys.executable, "-m", "tvmgen"]
 
 
+def unavailable(reason: str) -> None:
+    """A tool a test needs is missing: skip with the reason printed; under CI=true fail instead,
+    since scripts/bootstrap.sh installs every tool the tests use."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: scripts/bootstrap.sh should have installed it)")
+    print(f"skipping: {reason}", file=sys.stderr)
+    pytest.skip(reason)
+
+
 def require_tool(name: str) -> None:
-    """Skip when a tool is missing here; fail under CI, where scripts/bootstrap.sh installs it."""
     import shutil
 
-    if shutil.which(name):
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{name} is missing in CI: scripts/bootstrap.sh should have installed it")
-    pytest.skip(f"{name} is not installed (run scripts/bootstrap.sh)")
+    if not shutil.which(name):
+        unavailable(f"{name} is not installed (run scripts/bootstrap.sh)")
 
 
 @dataclass

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import unavailable
 from tvmgen.android import adb, doctor, signing, tools
 from tvmgen.errors import InputError, ToolMissingError
 
@@ -59,12 +60,8 @@ def require_tools(*names: str, files: tuple[Path, ...] = ()) -> None:
     missing = [n for n in names if not shutil.which(n)] + [str(f) for f in files if not f.is_file()]
     if not missing:
         return
-    reason = f"missing {', '.join(missing)} (scripts/bootstrap.sh installs them: apt-get install aapt zipalign " \
-             "apksigner adb android-framework-res)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    print(f"SKIP: {reason}", file=sys.stderr)
-    pytest.skip(reason)
+    unavailable(f"missing {', '.join(missing)} (scripts/bootstrap.sh installs them: apt-get install aapt zipalign "
+                "apksigner adb android-framework-res)")
 
 
 def test_missing_tools_fail_under_ci(monkeypatch):

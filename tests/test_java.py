@@ -19,19 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, onnx_model
+from conftest import REPO, onnx_model, unavailable
 
 JAVA_SRC = REPO / "tests" / "java"
 EXTRA_RUNS = 4  # ModelCheck runs the model 3 times (float[], ByteBuffer, Tensor), then EXTRA_RUNS more
 ATOL = 1e-5
 
 
-def unavailable(reason: str):
-    """Skip with the reason (printed in the summary with -rs); under CI=true, fail instead."""
-    print(f"test_java: {reason}", file=sys.stderr)
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true: the Java toolchain must be present)")
-    pytest.skip(reason)
 
 
 def run(cmd, timeout=300, **kw) -> subprocess.CompletedProcess:
