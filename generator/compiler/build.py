@@ -23,6 +23,8 @@ class BuildOptions:
     gpu_family: str = "generic"
     separate_params: bool = False
     objects_only: bool = False
+    tuning_db: Path | None = None  # a `tvmgen tune` database (CPU targets)
+    schedules: bool = True  # False: TVM's own pipeline, unscheduled on CPU (for comparisons)
 
 
 def output_specs(mod, names: list[str]) -> list[TensorSpec]:
@@ -53,7 +55,7 @@ def build_executable(imported: ImportedModel, opts: BuildOptions):
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
     try:
         with target:
-            pipeline = metal_pipeline(target) if opts.device == "metal" else relax.get_default_pipeline(target)
+            pipeline = _pipeline(target, opts)
         return relax.build(mod, target, relax_pipeline=pipeline,
                            system_lib=True if opts.platform.system_lib else None)
     except Exception as e:
@@ -63,6 +65,18 @@ def build_executable(imported: ImportedModel, opts: BuildOptions):
             f"{lines[-1] if lines else ''}",
             "run with -vv and see the log file for TVM's full message; try --device cpu to isolate a GPU scheduling problem",
         ) from e
+
+
+def _pipeline(target, opts: BuildOptions):
+    from tvm import relax
+
+    from tvmgen.compiler import cpu
+
+    if opts.device == "metal":
+        return metal_pipeline(target)
+    if target.kind.name == "llvm" and opts.schedules:
+        return cpu.pipeline(target, opts.tuning_db)
+    return relax.get_default_pipeline(target)
 
 
 def metal_pipeline(target):

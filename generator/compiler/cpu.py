@@ -1,0 +1,67 @@
+"""The CPU pipeline: TVM's preparation, then schedules (tuned, else tvmgen's defaults).
+
+TVM 0.27's default CPU pipeline lowers operators without scheduling them (no tiling, no
+vectors, one thread). This pipeline keeps TVM's preparation passes, so a tuning database
+made by ``tvmgen tune`` (which extracts its tasks from the same prepared module) matches,
+then applies, in order:
+
+1. the tuning database, when one is given (functions tuned by MetaSchedule);
+2. tvmgen's default schedules (``compiler.schedules``) for the functions left;
+3. TVM's lowering and finalisation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def prepare_passes(target) -> list:
+    """Relax -> fused TIR functions: the module both ``tune`` and ``compile`` schedule."""
+    from tvm import relax
+
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    from tvmgen.compiler import schedules
+
+    return (cpu.library_dispatch_passes(target) + schedules.layout_passes(target)
+            + cpu.legalize_passes(target))
+
+
+def schedule_passes(target, database=None) -> list:
+    """Schedules for the fused TIR functions: the tuning database first, defaults for the rest."""
+    from tvmgen.compiler import schedules
+
+    passes = []
+    if database is not None:
+        from tvm import relax
+
+        passes.append(relax.transform.MetaScheduleApplyDatabase(enable_warning=False))
+    passes.append(schedules.DefaultSchedules(target))
+    return passes
+
+
+def pipeline(target, tuning_db: Path | None = None):
+    """A Relax pipeline for ``relax.build`` on CPU targets."""
+    import tvm
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    database = open_database(tuning_db, target) if tuning_db else None
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenCpuPipeline")
+    def _pipeline(mod, _ctx):
+        passes = (prepare_passes(target) + schedule_passes(target, database)
+                  + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))
+        with target:
+            if database is None:
+                return tvm.transform.Sequential(passes)(mod)
+            with database:
+                return tvm.transform.Sequential(passes)(mod)
+
+    return _pipeline
+
+
+def open_database(path: Path, target):
+    """The tuning database at ``path`` for ``target`` (implemented with ``tvmgen tune``)."""
+    from tvmgen import tune
+
+    return tune.open_database(path, target)
