@@ -25,6 +25,7 @@ class BuildOptions:
     objects_only: bool = False
     tuning_db: Path | None = None  # a `tvmgen tune` database (CPU targets)
     schedules: bool = True  # False: TVM's own pipeline, unscheduled on CPU (for comparisons)
+    runtime_needs: dict | None = None  # what the device runtime needs beyond TVM's core (NNAPI), for the manifest
 
 
 def output_specs(mod, names: list[str]) -> list[TensorSpec]:
@@ -125,7 +126,7 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
             (tmp / "model.params").write_bytes(blob)
             params = {"file": "model.params", "names": names, "count": len(names)}
         devices = [{"name": opts.device, "dl_device_type": DL_DEVICE_TYPES[opts.device], "id": 0, "alloc_type": 2}]
-        if opts.device != "cpu":  # the VM keeps shapes and scalars on the host
+        if DL_DEVICE_TYPES[opts.device] != DL_DEVICE_TYPES["cpu"]:  # the VM keeps shapes and scalars on the host
             devices.append({"name": "cpu", "dl_device_type": DL_DEVICE_TYPES["cpu"], "id": 0, "alloc_type": 2})
         manifest = artifact.Manifest(
             model=model_info,
@@ -142,6 +143,7 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
             vm={"entry": "main", "devices": devices, "num_inputs": len(imported.inputs)},
             versions={"tvm": tvm.__version__, "tvmgen": __version__},
             created=artifact.now(),
+            runtime_needs=opts.runtime_needs or {},
         )
         artifact.write_manifest(tmp, manifest)
         if verify is not None:

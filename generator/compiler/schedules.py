@@ -1,17 +1,243 @@
-"""tvmgen's default CPU schedules (work in progress)."""
+"""tvmgen's default CPU schedules: what TVM 0.27 leaves out of its CPU pipeline.
+
+Two steps, chosen from the target's vector width (AVX-512, AVX2, NEON):
+
+- Layout (Relax): convolutions in NHWC with HWIO weights, so the output channels are the
+  innermost, contiguous axis of every convolution, depthwise convolution and pooling, the axis
+  the schedules vectorise. Weights are transformed once at compile time (constant folding).
+- Schedules (TIR), for each fused function TVM has not scheduled:
+  * one reduction (convolution, matmul, pooling, mean) with elementwise producers and consumers:
+    register tiles of ``rows x (k vectors)`` accumulated in registers, the reduction loops
+    outside the tile, the bias / activation epilogue computed on the tile while it is hot, the
+    outer loops fused and run in parallel;
+  * elementwise / injective functions: producers inlined, innermost axis vectorised, the rest in
+    parallel;
+  * anything else is left as TVM lowers it (correct, but slow): the compile log says which.
+Nothing here changes what is computed, only the loop order; the tests compare every scheduled
+model with its reference runtime.
+"""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+
+log = logging.getLogger("tvmgen.compiler.schedules")
+
+DATA_PAR, COMM_REDUCE = 0, 2  # tvm IterVar kinds
+
+
+@dataclass(frozen=True)
+class CpuShape:
+    """What the schedules need to know of the CPU."""
+    vector_bits: int  # 512 AVX-512, 256 AVX2, 128 NEON / SSE
+    registers: int  # vector registers available for accumulators
+
+    def lanes(self, dtype_bits: int) -> int:
+        return max(1, self.vector_bits // dtype_bits)
+
+
+def cpu_shape(target) -> CpuShape:
+    from tvm.target import codegen
+
+    bits = int(codegen.llvm_get_vector_width(target)) or 128
+    # 32 architectural vector registers with AVX-512 and on AArch64, 16 with AVX2/SSE.
+    aarch64 = "aarch64" in str(target.attrs.get("mtriple", "")) or "arm64" in str(target.attrs.get("mtriple", ""))
+    registers = 32 if bits >= 512 or aarch64 else 16
+    return CpuShape(bits, registers)
+
+
+# ------------------------------------------------------------------ Relax: layout
 
 def layout_passes(target) -> list:
-    return []
+    """NHWC / HWIO convolutions (weights transformed at compile time)."""
+    import tvm
+    from tvm import relax
 
+    return [relax.transform.FoldConstant(), _ReluBoundsAsRelax(), relax.transform.ConvertLayout(
+        {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.max_pool2d": ["NHWC"],
+         "relax.nn.avg_pool2d": ["NHWC"], "relax.nn.adaptive_avg_pool2d": ["NHWC"]}),
+        relax.transform.FoldConstant()] if _is_cpu(target) else []
+
+
+def _is_cpu(target) -> bool:
+    return target.kind.name == "llvm"
+
+
+def _ReluBoundsAsRelax():  # noqa: N802
+    """call_tir(maximum/minimum, x, scalar) -> relax maximum/minimum.
+
+    The ONNX and TFLite importers lower Clip / ReLU6 to prebuilt TIR functions, which layout
+    conversion cannot see through: it would wrap every activation in two transposes.
+    """
+    import tvm
+
+    from tvmgen.compiler.rewrites import tir_min_max_as_relax
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenReluBoundsAsRelax")
+    def _pass(mod, _ctx):
+        return tir_min_max_as_relax(mod)
+
+    return _pass
+
+
+# ------------------------------------------------------------------ TIR: schedules
 
 def DefaultSchedules(target):  # noqa: N802 - a pass, named like TVM's
     import tvm
 
+    shape = cpu_shape(target) if _is_cpu(target) else None
+
     @tvm.transform.module_pass(opt_level=0, name="TvmgenDefaultSchedules")
     def _schedules(mod, _ctx):
+        if shape is None:
+            return mod
+        updates = {}
+        for gv, func in mod.functions.items():
+            if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs and func.attrs.get("tirx.is_scheduled"):
+                continue
+            scheduled = schedule_function(func, shape, gv.name_hint)
+            if scheduled is not None:
+                updates[gv] = scheduled.with_attr("tirx.is_scheduled", True)
+        for gv, func in updates.items():
+            mod[gv] = func
         return mod
 
     return _schedules
+
+
+def schedule_function(func, shape: CpuShape, name: str = ""):
+    """A scheduled copy of ``func``, or None when no rule applies."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    reductions = [b for b in blocks if COMM_REDUCE in _iter_kinds(sch, b)]
+    try:
+        if not reductions:
+            _schedule_injective(sch, blocks, shape)
+        elif len(reductions) == 1:
+            _schedule_reduction(sch, reductions[0], shape)
+        else:
+            log.debug("%s: %d reductions, left unscheduled", name, len(reductions))
+            return None
+    except Exception as e:  # noqa: BLE001 - a rule that does not fit leaves the function as TVM lowers it
+        log.debug("%s: no default schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
+        return None
+    return sch.mod["main"]
+
+
+def _iter_kinds(sch, block) -> list[int]:
+    return [int(iv.iter_type) for iv in sch.get(block).iter_vars]
+
+
+def _extent(sch, loop) -> int | None:
+    ext = sch.get(loop).extent
+    return int(ext.value) if hasattr(ext, "value") else None
+
+
+def _pick(extent: int, candidates) -> int:
+    for c in candidates:
+        if c <= extent and extent % c == 0:
+            return c
+    return 1
+
+
+def _schedule_injective(sch, blocks, shape: CpuShape) -> None:
+    for b in blocks[:-1]:
+        sch.compute_inline(b)
+    out = blocks[-1]
+    loops = sch.get_loops(out)
+    if not loops:
+        return
+    lanes = shape.lanes(_dtype_bits(sch, out))
+    inner = _extent(sch, loops[-1]) or 1
+    vec = _pick(inner, [lanes * 2, lanes, lanes // 2, lanes // 4]) if inner >= 4 else 1
+    if vec > 1:
+        *outer, last = loops
+        lo, li = sch.split(last, [None, vec])
+        sch.vectorize(li)
+        outer = [*outer, lo]
+    else:
+        outer = loops
+    if len(outer) > 1:
+        fused = sch.fuse(*outer)
+    else:
+        fused = outer[0]
+    sch.parallel(fused)
+
+
+def _dtype_bits(sch, block) -> int:
+    return int(sch.get(block).writes[0].source.dtype.bits)
+
+
+def _schedule_reduction(sch, block, shape: CpuShape) -> None:
+    # Producers that only copy (1x1 convolution "padding", reshapes) are inlined; real padding
+    # stays a separate, parallel pass (inlined, its bounds checks would sit in the inner loop).
+    for p in sch.get_producers(block):
+        if "if_then_else" not in str(sch.get(p).body):
+            sch.compute_inline(p)
+        else:
+            _schedule_injective(sch, [p], shape)
+
+    kinds = _iter_kinds(sch, block)
+    loops = sch.get_loops(block)
+    if len(loops) != len(kinds):
+        raise _schedule_error("loops do not map one-to-one to block axes")
+    spatial = [lp for lp, k in zip(loops, kinds) if k == DATA_PAR]
+    reduce = [lp for lp, k in zip(loops, kinds) if k == COMM_REDUCE]
+    if not spatial:
+        raise _schedule_error("a full reduction")
+
+    lanes = shape.lanes(_dtype_bits(sch, block))
+    vec_ext = _extent(sch, spatial[-1]) or 1
+    vec = _pick(vec_ext, [lanes * 2, lanes, lanes // 2, lanes // 4, 2])
+    vectors = max(1, vec // lanes)
+    budget = max(1, (shape.registers - 4) // vectors)  # accumulators, plus a few for operands
+    rows_loop = next((lp for lp in reversed(spatial[:-1]) if (_extent(sch, lp) or 1) > 1), None)
+    rows = _pick(_extent(sch, rows_loop), [r for r in (8, 7, 6, 5, 4, 3, 2) if r <= budget]) if rows_loop else 1
+
+    v_o, v_i = sch.split(spatial[-1], [None, vec])
+    outer = [lp for lp in spatial[:-1] if not (rows_loop is not None and lp.same_as(rows_loop))]
+    if rows > 1:
+        r_o, r_i = sch.split(rows_loop, [None, rows])
+        # keep the outer loops in their original order, with the row tile's outer part in place of the row loop
+        outer = [r_o if lp.same_as(rows_loop) else lp for lp in spatial[:-1]]
+        inner = [r_i, v_i]
+    else:
+        inner = [v_i]
+    sch.reorder(*outer, v_o, *reduce, *inner)
+    parallel = sch.fuse(*outer, v_o) if outer else v_o
+    sch.parallel(parallel)
+
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, parallel)
+    # Fold the epilogue (bias, activation) into the write-back of the tile.
+    while True:
+        consumers = sch.get_consumers(acc)
+        if len(consumers) != 1:
+            break
+        try:
+            sch.reverse_compute_inline(consumers[0])
+        except Exception:  # noqa: BLE001 - not elementwise: it stays a separate pass
+            _schedule_injective(sch, [consumers[0]], shape)
+            break
+    wb = sch.get_loops(acc)[1:]
+    if wb:
+        inner_wb = wb[-1]
+        ext = _extent(sch, inner_wb) or 1
+        wv = _pick(ext, [lanes * 2, lanes, lanes // 2, lanes // 4])
+        if wv > 1:
+            _, li = sch.split(inner_wb, [None, wv])
+            sch.vectorize(li)
+    sch.vectorize(v_i)
+    if rows > 1:
+        sch.unroll(inner[0])
+    if reduce:  # after vectorize: without its init the block is no longer a "reduction block"
+        sch.decompose_reduction(block, reduce[0])
+
+
+def _schedule_error(msg: str):
+    from tvm import s_tir
+
+    return s_tir.ScheduleError(msg)
