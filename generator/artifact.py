@@ -41,6 +41,7 @@ class Manifest:
     versions: dict = field(default_factory=dict)
     created: str = ""
     schema_version: int = SCHEMA_VERSION
+    runtime_needs: dict = field(default_factory=dict)  # e.g. {"nnapi": {library, loader, min_android_api}}
 
     def to_json(self) -> dict:
         return {
@@ -59,6 +60,7 @@ class Manifest:
             "params": self.params,
             "vm": self.vm,
             "files": self.files,
+            **({"runtime_needs": self.runtime_needs} if self.runtime_needs else {}),
         }
 
     @classmethod
@@ -75,6 +77,7 @@ class Manifest:
             outputs=[TensorSpec.from_json(t) for t in d["outputs"]],
             vm=d["vm"], params=d.get("params"), files=d.get("files", {}), versions=d.get("versions", {}),
             created=d.get("created", ""), schema_version=d["schema_version"],
+            runtime_needs=d.get("runtime_needs", {}),
         )
 
 

@@ -83,8 +83,13 @@ def _default_out(model: str, platform: str, device: str) -> Path:
 @click.option("--rtol", default=1e-3, show_default=True, help="--check: tolerance relative to the largest reference value.")
 @click.option("--atol", default=1e-4, show_default=True, help="--check: absolute tolerance.")
 @click.option("--seed", default=0, show_default=True, help="--check: seed for the random inputs.")
+@click.option("--strategy", default="patterns", show_default=True, type=click.Choice(["patterns", "cost"]),
+              help="--device nnapi: how to place operators (as for `tvmgen partition`).")
+@click.option("--feature-level", type=click.IntRange(1, 8), help="--device nnapi: highest NNAPI feature level.")
+@click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
 def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_inputs, tf_outputs,
-            out, force, separate_params, objects_only, check, rtol, atol, seed):
+            out, force, separate_params, objects_only, check, rtol, atol, seed, strategy="patterns",
+            feature_level=None, cost_table=None):
     """Compile MODEL into an artifact directory (library + manifest.json).
 
     MODEL is an .onnx, .tflite, .pt2 (torch.export) or .pb (TensorFlow frozen graph) file,
@@ -129,22 +134,35 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
             "format": imported.format,
             "sha256": _hash_model(model_path),
         }
+        to_build, needs = imported, None
         if device == "nnapi":
-            from tvmgen import nnapi
-
-            with logs.step("Partitioning for NNAPI"):
-                _, report = nnapi.partition(imported.mod, imported.params, len(imported.inputs))
-            console.print(nnapi.format_report(report))
-            nnapi.require_codegen()
-            raise TvmgenError("NNAPI builds with a TVM that has the NNAPI code generator are not wired into tvmgen yet",
-                              "use --device cpu or --device opencl")
-        opts = build.BuildOptions(plat, device, gpu_family, separate_params, objects_only)
+            if separate_params:
+                raise InputError("--separate-params does not apply to --device nnapi: the NNAPI parts take the "
+                                 "weights as constants", "leave out --separate-params")
+            to_build, needs = _nnapi_generate(imported, feature_level, strategy, cost_table)
+        opts = build.BuildOptions(plat, device, gpu_family, separate_params, objects_only, runtime_needs=needs)
         verify = (lambda staged: _check(imported, staged, opts, rtol, atol, seed, scratch)) if check else None
-        manifest = build.compile_to_artifact(imported, opts, out, force, model_info, verify=verify)
+        manifest = build.compile_to_artifact(to_build, opts, out, force, model_info, verify=verify)
         console.print(f"[green]✓[/] artifact: [bold]{out}[/] ({manifest.export['library']}, "
                       f"{_size(out)} total)")
         if manifest.export.get("finish_command"):
             console.print(f"  to link it later: cd {out} && {manifest.export['finish_command']}")
+
+
+def _nnapi_generate(imported, feature_level, strategy, cost_table):
+    """--device nnapi: partition, print the placement, generate the NNAPI parts with TVM's NNAPI code
+    generator (or stop with exit 4 naming the TVM build options). Returns the model to build for
+    the CPU and what the manifest records the runtime needs."""
+    from tvmgen import nnapi
+
+    costs = nnapi.load_costs(cost_table)
+    with logs.step(f"Partitioning for NNAPI ({strategy})"):
+        partitioned, report = nnapi.partition(imported.mod, imported.params, len(imported.inputs), feature_level,
+                                              strategy, costs)
+    console.print(nnapi.format_report(report))
+    with logs.step("Generating the NNAPI parts (relax.ext.nnapi)"):
+        generated = nnapi.generate(imported, partitioned, report)
+    return generated, nnapi.runtime_needs(report)
 
 
 def _check(imported, staged: Path, opts, rtol, atol, seed, scratch):
@@ -689,12 +707,16 @@ def _with(options):
               help="deploy: the model app; rpc: the RPC app (as tvmgen rpc-app).")
 @click.option("--run", "run_app", is_flag=True, help="Install, launch headless, wait for the results and print them.")
 @click.option("--iterations", default=10, show_default=True, help="--run: timed runs on the phone.")
+@click.option("--strategy", default="patterns", show_default=True, type=click.Choice(["patterns", "cost"]),
+              help="--device nnapi: how to place operators (as for `tvmgen partition`).")
+@click.option("--feature-level", type=click.IntRange(1, 8), help="--device nnapi: highest NNAPI feature level.")
+@click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
 @_with(_app_common)
-def app(model, device, gpu_family, input_flags, kind, run_app, iterations, platforms, package, name, out, force,
-        release, keystore, key_alias, install, serial):
+def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strategy, feature_level, cost_table,
+        platforms, package, name, out, force, release, keystore, key_alias, install, serial):
     """Model -> Android app project -> signed APK -> phone.
 
-    Compiles the model for each ABI (and a CPU fallback for --device opencl), renders the app from
+    Compiles the model for each ABI (and a CPU fallback for --device opencl or nnapi), renders the app from
     templates/android_deploy, and where the Android SDK, NDK and a TVM source tree are present builds
     it with Gradle, zipaligns, signs (apksigner v2 + v3), verifies, installs and launches it.
     Elsewhere it stops after rendering and says what is missing (`tvmgen doctor` lists it all).
@@ -736,8 +758,11 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, platf
         devices = [device] + (["cpu"] if device != "cpu" else [])
         for dev in devices:  # one ABI's artifacts ship today: the first --platform
             artifacts[dev] = scratch / f"model-{dev}"
-            build.compile_to_artifact(imported, build.BuildOptions(PLATFORMS[platforms[0]], dev, gpu_family,
-                                                                   objects_only=not linked),
+            to_build, needs = imported, None
+            if dev == "nnapi":  # stops here (exit 4) when this TVM has no NNAPI code generator
+                to_build, needs = _nnapi_generate(imported, feature_level, strategy, cost_table)
+            build.compile_to_artifact(to_build, build.BuildOptions(PLATFORMS[platforms[0]], dev, gpu_family,
+                                                                   objects_only=not linked, runtime_needs=needs),
                                       artifacts[dev], True, {"name": stem, "source": model, "format": imported.format})
         from tvmgen import artifact
 

@@ -98,6 +98,7 @@ class Op:
     out_bytes: int
     inputs: list[int] = field(default_factory=list)  # producers' indexes (-1: a model input)
     composites: list[str] = field(default_factory=list)
+    kind_flops: dict[str, float] = field(default_factory=dict)  # FLOPs per Relax op kind inside
     blocked_because: str = ""
 
 
@@ -205,14 +206,14 @@ def _op_name(call, mod) -> tuple[str, object]:
     return type(op).__name__, None
 
 
-def _inner_ops(fn) -> tuple[list[str], float]:
-    """The composite ops and FLOPs inside an NNAPI partition function."""
+def _inner_ops(fn) -> tuple[list[str], dict[str, float], list]:
+    """The composite ops inside an NNAPI partition function, its FLOPs per Relax op kind, and its
+    Relax op calls as (kind, call, flops)."""
     from tvm import ir, relax
 
-    names, flops = [], 0.0
+    names, kind_flops, calls = [], {}, []
 
     def walk(f):
-        nonlocal flops
         local: dict = {}  # composite functions bound to local variables
         for block in f.body.blocks:
             for b in block.bindings:
@@ -228,10 +229,13 @@ def _inner_ops(fn) -> tuple[list[str], float]:
                         names.append(str(callee.attrs["Composite"]).removeprefix("nnapi."))
                     walk(callee)
                 elif isinstance(callee, ir.Op):
-                    flops += op_flops(callee.name.split(".")[-1], v)
+                    kind = callee.name.split(".")[-1]
+                    flops = op_flops(kind, v)
+                    kind_flops[kind] = kind_flops.get(kind, 0.0) + flops
+                    calls.append((kind, v, flops))
 
     walk(fn)
-    return names, flops
+    return names, kind_flops, calls
 
 
 def analyse(partitioned, strategy: str, feature_level: int | None) -> Report:
@@ -256,12 +260,14 @@ def analyse(partitioned, strategy: str, feature_level: int | None) -> Report:
                 args.extend(a.fields if isinstance(a, relax.Tuple) else [a])
             inputs = sorted({producer[a] for a in args if isinstance(a, relax.Var) and a in producer})
             if nnapi_fn is not None:
-                composites, flops = _inner_ops(nnapi_fn)
+                composites, kind_flops, _ = _inner_ops(nnapi_fn)
                 # every call is its own NNAPI execution, even of a function another call shares
-                op = Op(len(ops), name, "nnapi", partitions, flops, _nbytes(b.var.ty), inputs, composites)
+                op = Op(len(ops), name, "nnapi", partitions, sum(kind_flops.values()), _nbytes(b.var.ty), inputs,
+                        composites, kind_flops)
                 partitions += 1
             else:
-                op = Op(len(ops), name, "tvm", None, op_flops(name, v), _nbytes(b.var.ty), inputs)
+                flops = op_flops(name, v)
+                op = Op(len(ops), name, "tvm", None, flops, _nbytes(b.var.ty), inputs, kind_flops={name: flops})
                 op.blocked_because = why_not_nnapi(name, feature_level)
             producer[b.var] = op.index
             ops.append(op)
@@ -289,18 +295,18 @@ def why_not_nnapi(name: str, feature_level: int | None) -> str:
 
 # ------------------------------------------------------------------ strategies
 
-def _category(op: Op) -> str:
-    names = op.composites or [op.name]
-    for key in ("conv2d", "batch_matmul"):
-        if any(key in n for n in names):
-            return key
-    return "default"
+# Rates are looked up by Relax op kind (conv2d, add, ...); a batched matmul is the table's batch_matmul.
+_RATE_ALIASES = {"matmul": "batch_matmul"}
+
+
+def rate_gflops(kind: str, rates: dict) -> float:
+    return float(rates.get(kind) or rates.get(_RATE_ALIASES.get(kind, ""), 0) or rates["default"])
 
 
 def op_cost_ms(op: Op, side: str, costs: dict) -> float:
     rates = costs["nnapi_gflops" if side == "nnapi" else "tvm_gflops"]
-    rate = rates.get(_category(op), rates["default"])
-    return op.flops / (rate * 1e9) * 1e3
+    parts = op.kind_flops or {op.name: op.flops}
+    return sum(f / (rate_gflops(kind, rates) * 1e9) for kind, f in parts.items()) * 1e3
 
 
 def transition_ms(nbytes: int, costs: dict) -> float:
@@ -383,11 +389,112 @@ def partition(mod, params: list, n_inputs: int, feature_level: int | None = None
     return partitioned, report
 
 
-def require_codegen() -> None:
-    """NNAPI code generation needs a TVM built with it; say exactly which options when it is not."""
+# ------------------------------------------------------------------ code generation
+
+# TVM registers its NNAPI code generator under this name (src/relax/backend/contrib/nnapi/codegen.cc,
+# built with USE_NNAPI_CODEGEN=ON); RunCodegen calls it for every function marked Codegen="nnapi".
+CODEGEN = "relax.ext.nnapi"
+
+# What a phone needs to run an NNAPI artifact: the manifest records it, the apps check it.
+RUNTIME_NEEDS = {
+    "library": "libtvm_runtime_extra.so",  # TVM's runtime built with USE_NNAPI_RUNTIME=ON holds the loader
+    "loader": "ffi.Module.load_from_bytes.nnapi",
+    "tvm_build_option": "USE_NNAPI_RUNTIME=ON",
+    "system_library": "libneuralnetworks.so",  # an NDK public library: no manifest declaration needed
+    "min_android_api": 27,  # NNAPI arrived in Android 8.1
+}
+
+
+def has_codegen() -> bool:
     import tvm
 
-    if tvm.get_global_func("relax.ext.nnapi", allow_missing=True) is None:
+    return tvm.get_global_func(CODEGEN, allow_missing=True) is not None
+
+
+def _nnapi_calls(mod) -> list:
+    """The calls of NNAPI partition functions in main, in execution order (as `analyse` numbers them)."""
+    from tvm import ir, relax
+
+    calls = []
+    for block in mod["main"].body.blocks:
+        for b in block.bindings:
+            v = b.value
+            if isinstance(v, relax.Call) and isinstance(v.op, ir.GlobalVar):
+                fn = mod[v.op]
+                if isinstance(fn, relax.Function) and fn.attrs is not None and "Codegen" in fn.attrs:
+                    calls.append(v)
+    return calls
+
+
+def _plain_function(fn):
+    """An NNAPI partition function as an ordinary Relax function: composites inlined, no Codegen."""
+    import tvm
+    from tvm import relax
+
+    lifted = relax.transform.LambdaLift()(tvm.IRModule({"partition": fn.without_attr("Codegen")}))
+    inner = {g: lifted[g].without_attr("Composite") for g in lifted.get_global_vars() if g.name_hint != "partition"}
+    return lifted["partition"].inline_functions(inner).without_attr("global_symbol")
+
+
+def keep_on_tvm(partitioned, report: Report):
+    """The partitioned module with the NNAPI calls that ``report`` placed on TVM (the cost strategy's
+    choice) computed by TVM instead; partition functions no call uses any more are dropped."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    calls = _nnapi_calls(partitioned)
+    candidates = [o for o in report.ops if o.composites]  # what a pattern matched, in the same order
+    if len(candidates) != len(calls):
+        raise TvmgenError(f"the NNAPI placement names {len(candidates)} partition calls, the module has {len(calls)}",
+                          "a bug in tvmgen: report it with the log file")
+    kept = [c for c, o in zip(calls, candidates) if o.side == "tvm"]
+    if not kept:
+        return partitioned
+    mod, plain = partitioned, {}
+    for call in kept:
+        if call.op not in plain:  # one TVM copy per shared partition function
+            bb = relax.BlockBuilder(mod)
+            plain[call.op] = bb.add_func(_plain_function(mod[call.op]), call.op.name_hint.removesuffix("_nnapi") + "_tvm")
+            mod = bb.get()
+
+    @mutator
+    class Redirect(PyExprMutator):
+        def visit_call_(self, call):
+            if any(call.same_as(k) for k in kept):
+                return relax.Call(plain[call.op], [self.visit_expr(a) for a in call.args])
+            return super().visit_call_(call)
+
+    mod["main"] = Redirect(mod).visit_expr(mod["main"])
+    used = {c.op for c in _nnapi_calls(mod)}
+    return tvm.IRModule({g: f for g, f in mod.functions.items()
+                         if g in used or not (isinstance(f, relax.Function) and f.attrs is not None
+                                              and "Codegen" in f.attrs)}, attrs=mod.attrs)
+
+
+def generate(imported, partitioned, report: Report):
+    """Run TVM's NNAPI code generator on the NNAPI parts of ``partitioned`` placed as ``report`` says.
+
+    Returns an ImportedModel whose module holds the generated NNAPI modules, ready for an ordinary
+    CPU build; its weights are bound (the NNAPI parts take them as constants)."""
+    import dataclasses
+
+    from tvm import relax
+
+    require_codegen()
+    mod = relax.transform.RunCodegen()(keep_on_tvm(partitioned, report))
+    return dataclasses.replace(imported, mod=mod, params=[])
+
+
+def runtime_needs(report: Report) -> dict:
+    """The manifest's record of what running this artifact takes."""
+    return {"nnapi": {**RUNTIME_NEEDS, "partitions": report.partitions, "strategy": report.strategy,
+                      "feature_level": report.feature_level}}
+
+
+def require_codegen() -> None:
+    """NNAPI code generation needs a TVM built with it; say exactly which options when it is not."""
+    if not has_codegen():
         raise NnapiBuildError(
             "this TVM build has no NNAPI code generator (relax.ext.nnapi): the PyPI apache-tvm is built with "
             "USE_NNAPI_CODEGEN=OFF and USE_NNAPI_RUNTIME=OFF",

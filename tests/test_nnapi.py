@@ -109,3 +109,92 @@ def test_partition_cli_and_compile_error(tvmgen, tmp_path):
     assert r.returncode == 4
     assert "USE_NNAPI_CODEGEN=ON" in r.stderr and "USE_NNAPI_RUNTIME=ON" in r.stderr and "fix:" in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------ compile / app --device nnapi
+
+def conv_erf_conv(tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Erf", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "W2", "B2"], ["y"], pads=[1, 1, 1, 1])]
+    m = onnx_model(nodes, [vi("x", [1, 4, 16, 16])], [vi("y", [1, 4, 16, 16])],
+                   [w("W1", 4, 4, 3, 3), w("B1", 4), w("W2", 4, 4, 3, 3), w("B2", 4)])
+    return save_onnx(m, tmp_path / "cec.onnx")
+
+
+def codegen_functions(mod) -> list[str]:
+    return sorted(g.name_hint for g, f in mod.functions.items() if f.attrs is not None and "Codegen" in f.attrs)
+
+
+def test_placement_the_cost_strategy_rejects_goes_back_to_tvm(tmp_path):
+    """What `compile --device nnapi --strategy cost` hands the code generator: NNAPI calls the cost
+    strategy keeps on TVM become ordinary Relax functions, and the module still computes the model."""
+    import dataclasses
+
+    import tvm
+    from tvm import relax
+
+    imported = frontends.load(conv_erf_conv(tmp_path), [])
+    partitioned, patterns = nnapi.partition(imported.mod, imported.params, len(imported.inputs))
+    assert patterns.partitions == 2 and len(codegen_functions(partitioned)) == 1  # both calls share one function
+    # the first call kept on TVM, the second on NNAPI: the shared function is split in two
+    mixed = dataclasses.replace(patterns, ops=[dataclasses.replace(o) for o in patterns.ops])
+    next(o for o in mixed.ops if o.side == "nnapi").side = "tvm"
+    mod = nnapi.keep_on_tvm(partitioned, mixed)
+    assert len(codegen_functions(mod)) == 1 and len(nnapi._nnapi_calls(mod)) == 1
+    assert any(g.name_hint.endswith("_tvm") for g in mod.get_global_vars())
+    # every call kept on TVM (transitions far too dear): no NNAPI function is left, and it builds and runs
+    costs = nnapi.load_costs(None)
+    costs["transition_ms"] = 1000.0
+    _, dear = nnapi.partition(imported.mod, imported.params, len(imported.inputs), strategy="cost", costs=costs)
+    assert dear.partitions == 0
+    mod = nnapi.keep_on_tvm(partitioned, dear)
+    assert codegen_functions(mod) == []
+    ex = relax.build(mod, tvm.target.Target({"kind": "llvm"}))
+    x = np.random.default_rng(1).standard_normal((1, 4, 16, 16)).astype(np.float32)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, imported.reference({"x": x})[0], atol=1e-4, rtol=1e-4)
+
+
+def test_this_tvm_has_no_nnapi_codegen_and_app_stops_cleanly(tvmgen, tmp_path):
+    """The PyPI TVM (what runs here): detection says no, and `app --device nnapi` stops before
+    writing anything, after showing the placement."""
+    import tvm
+
+    assert not nnapi.has_codegen()
+    assert tvm.get_global_func(nnapi.CODEGEN, allow_missing=True) is None
+    r = tvmgen("app", "--model", "builtin:mobilenet", "--device", "nnapi", "--strategy", "cost",
+               "-o", tmp_path / "proj")
+    assert r.returncode == 4, r.stderr
+    assert "cost strategy" in r.stdout + r.stderr and "USE_NNAPI_CODEGEN=ON" in r.stderr
+    assert not (tmp_path / "proj").exists()
+    r = tvmgen("compile", "builtin:mobilenet", "--platform", "android-arm64", "--device", "nnapi",
+               "--separate-params", "-o", tmp_path / "o")
+    assert r.returncode == 2 and "--separate-params does not apply" in r.stderr
+
+
+def test_compile_with_an_nnapi_tvm_build(tvmgen, tmp_path):
+    """Needs a TVM built with USE_NNAPI_CODEGEN=ON: TVMGEN_TEST_NNAPI_TVM=<its source tree>, with the
+    libraries in <tree>/build (or TVM_LIBRARY_PATH)."""
+    import os
+    import sys
+    from pathlib import Path
+
+    tree = os.environ.get("TVMGEN_TEST_NNAPI_TVM")
+    if not tree:
+        reason = "TVMGEN_TEST_NNAPI_TVM is not set (a TVM source tree built with USE_NNAPI_CODEGEN=ON)"
+        print(f"skipping: {reason}", file=sys.stderr)
+        pytest.skip(reason)
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(tree) / "python"), os.environ.get("PYTHONPATH", "")]),
+           "TVM_LIBRARY_PATH": os.environ.get("TVM_LIBRARY_PATH", str(Path(tree) / "build"))}
+    for strategy in ("patterns", "cost"):
+        out = tmp_path / strategy
+        r = tvmgen("compile", "builtin:mobilenet", "--platform", "android-arm64", "--device", "nnapi",
+                   "--strategy", strategy, "--objects-only", "-o", out, extra_env=env)
+        assert r.returncode == 0, r.stderr
+        m = json.loads((out / "manifest.json").read_text())
+        assert m["device"] == "nnapi" and m["target"]["mtriple"] == "aarch64-linux-android"
+        assert [d["dl_device_type"] for d in m["vm"]["devices"]] == [1]  # NNAPI parts are called from the CPU
+        needs = m["runtime_needs"]["nnapi"]
+        assert needs["loader"] == "ffi.Module.load_from_bytes.nnapi" and needs["min_android_api"] == 27
+        assert needs["strategy"] == strategy and needs["partitions"] >= 1
