@@ -85,6 +85,37 @@ def test_cpu_project_has_no_opencl_entry(tmp_path, artifacts):
     assert not (out / "app/src/main/assets/model-opencl").exists()
 
 
+def test_nnapi_project_declares_nnapi_and_falls_back(tmp_path, artifacts):
+    """--device nnapi: NNAPI first (TVM's NNAPI runtime built in), the CPU artifact as fallback, and
+    the reason shown on screen when NNAPI cannot run (API < 27, the runtime libraries missing)."""
+    ctx = apps.android_context("deploy", "org.example.nn", "NN", "mobilenet", "nnapi", ["arm64-v8a"])
+    assert ctx["model_devices"] == ["nnapi", "cpu"]
+    out = tmp_path / "nn"
+    # the rendering does not look inside the artifacts: the CPU one stands in for the NNAPI one here
+    apps.create_android_project("deploy", out, ctx, {"nnapi": artifacts["cpu"], "cpu": artifacts["cpu"]})
+    manifest_text = (out / "app/src/main/AndroidManifest.xml").read_text()
+    app = ET.fromstring(manifest_text).find("application")
+    # libneuralnetworks.so is an NDK public library: no uses-native-library entry (that is for vendor libraries)
+    assert app.find("uses-native-library") is None
+    assert "libneuralnetworks.so is an NDK public library" in manifest_text
+    gradle = (out / "app/build.gradle").read_text()
+    assert "'-DTVMGEN_NNAPI=ON'" in gradle and "'tvm_runtime_extra'" in gradle and "'tvmgen_opencl'" not in gradle
+    assert "minSdk 24" in gradle  # older phones install it and run on the CPU
+    src = (out / "app/src/main/java/org/example/nn/MainActivity.java").read_text()
+    assert 'MODELS = { "model-nnapi", "model-cpu" }' in src
+    assert 'asset.equals("model-nnapi") ? nnapiMissing() : null' in src
+    assert "android.os.Build.VERSION.SDK_INT" in src and "if (api < 27) return \"NNAPI needs Android 8.1 (API 27)" in src
+    assert 'System.loadLibrary("tvm_runtime_extra")' in src and "catch (UnsatisfiedLinkError e)" in src
+    assert 'show("Falling back to the CPU: " + fallbackReason)' in src  # on screen, and in the results JSON
+    assert src.count("{") == src.count("}")
+    # and none of it for a CPU app
+    cpu = render(tmp_path / "cpu", artifacts, device="cpu")
+    for f in ("app/src/main/AndroidManifest.xml", "app/build.gradle",
+              "app/src/main/java/org/example/mobilenet/MainActivity.java"):
+        text = (cpu / f).read_text()
+        assert "nnapi" not in text.lower() and "neuralnetworks" not in text and "tvm_runtime_extra" not in text
+
+
 def test_rendering_is_strict_and_deterministic(tmp_path, artifacts):
     with pytest.raises(InputError, match="not a valid Android application id"):
         apps.android_context("deploy", "Not-A-Package", "x", "m", "cpu", ["arm64-v8a"])

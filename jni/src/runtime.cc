@@ -151,7 +151,10 @@ namespace {
 
 void LoadBackend(const std::string& device) {
   if (device == "cpu") return;
-  std::string want = "device_api." + device;
+  // NNAPI has no device API: its partitions are modules whose loader TVM's runtime built with
+  // USE_NNAPI_RUNTIME=ON registers, in libtvm_runtime_extra.
+  const bool nnapi = device == "nnapi";
+  std::string want = nnapi ? "ffi.Module.load_from_bytes.nnapi" : "device_api." + device;
   if (ffi::Function::GetGlobal(want).has_value()) return;  // built in, or already loaded
   auto dir_of = [](const void* addr) {
     Dl_info info;
@@ -170,7 +173,7 @@ void LoadBackend(const std::string& device) {
     candidates.push_back("libtvmgen_opencl.so");
   }
   // TVM's backend libraries sit beside libtvm_runtime.so (in the wheel: tvm/lib, not tvm_ffi/lib).
-  std::string lib = "libtvm_runtime_" + device + ".so";
+  std::string lib = nnapi ? "libtvm_runtime_extra.so" : "libtvm_runtime_" + device + ".so";
   candidates.push_back(LoadedLibraryDir("libtvm_runtime.so") + lib);
   candidates.push_back(dir_of(reinterpret_cast<const void*>(&TVMFFIFunctionGetGlobal)) + lib);
   candidates.push_back(lib);
@@ -186,8 +189,9 @@ void LoadBackend(const std::string& device) {
     errors += "; " + path + " does not register " + want;
   }
   throw Error("this TVM runtime has no " + device + " support (" + want + " is not registered and no backend "
-              "library could be loaded" + errors + "); build the runtime with " + device +
-              " enabled, or compile the model with --device cpu");
+              "library could be loaded" + errors + "); build the runtime with " +
+              (nnapi ? std::string("USE_NNAPI_RUNTIME=ON (jni/ CMake: -DTVMGEN_NNAPI=ON)") : device + " enabled") +
+              ", or compile the model with --device cpu");
 }
 
 // ---------------------------------------------------------------- public helpers
