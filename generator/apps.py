@@ -17,7 +17,7 @@ import jinja2
 from tvmgen import resources
 from tvmgen.errors import InputError, TvmgenError
 
-TEMPLATES = ("android_deploy", "android_rpc")
+TEMPLATES = ("android_deploy", "android_rpc", "ios_rpc")
 PACKAGE_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 
 
@@ -27,14 +27,17 @@ def check_package(package: str) -> None:
                          "use lower-case dotted words, e.g. org.example.mobilenet")
 
 
-def render(template: str, out_dir: Path, context: dict) -> list[Path]:
-    """Render templates/<template> into ``out_dir`` (which must not exist); returns the files written."""
+def render(template: str, out_dir: Path, context: dict, filters: dict | None = None) -> list[Path]:
+    """Render templates/<template> into ``out_dir`` (which must not exist); returns the files written.
+
+    ``filters``: extra Jinja filters a template needs (the iOS project file's quoting)."""
     src = resources.templates_dir() / template
     if not src.is_dir():
         raise TvmgenError(f"the app template {template!r} is missing from {resources.templates_dir()}",
                           "reinstall tvmgen")
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              loader=jinja2.FileSystemLoader(str(src)), autoescape=False)
+    env.filters.update(filters or {})
     written = []
     for path in sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         rel = path.relative_to(src).as_posix()

@@ -673,9 +673,38 @@ def _finish_app(project: Path, opts, artifacts_ok: bool):
             click.echo(json.dumps(results, indent=2))
 
 
+def _android_only(platforms=(), release=False, run=False):
+    """Flags the iOS app does not take, refused with what to do instead."""
+    if any(p != "ios-arm64" for p in platforms):
+        raise InputError("--platform ios-arm64 cannot be mixed with Android ABIs", "make one app per platform")
+    if release:
+        raise InputError("--release, --keystore and --key-alias sign Android apps",
+                         "iOS apps are signed by Xcode with --team-id (automatic signing)")
+    if run:
+        raise InputError("--run is Android's headless mode", "the iOS deploy app runs the model at launch and logs "
+                         "'tvmgen results {...}' (Console.app, or xcrun devicectl device process launch --console)")
+
+
+def _ios_app(kind, model, device, input_flags, package, name, out, force, team_id, install, serial, rpc):
+    """The iOS app (templates/ios_rpc): compile as a system library, render, and build where Xcode is."""
+    from tvmgen.ios import app as ios_app
+
+    stem = ios_app.model_stem(model)
+    opts = ios_app.IosAppOptions(
+        kind=kind, model=model, device=device, input_flags=tuple(input_flags),
+        bundle_id=package or f"org.tvmgen.{''.join(c for c in stem.lower() if c.isalnum()) or 'model'}",
+        app_name=name or f"{stem} (tvmgen)", team_id=team_id or "", install=install, device_id=serial, rpc=rpc)
+    default_out = Path("out") / ("ios-rpc-app" if kind == "rpc" else f"{stem}-ios-{device}-app")
+    result = ios_app.create(opts, out or default_out, force)
+    ios_app.report(result, int(rpc.get("port", 9090)))
+
+
+_platforms_option = click.option(
+    "--platform", "platforms", multiple=True, default=["android-arm64"], show_default=True,
+    type=click.Choice([*_ABI_PLATFORMS, "ios-arm64"]),
+    help="Android ABI(s) to build for (repeatable), or ios-arm64: the iOS app (Xcode project).")
 _app_common = [
-    click.option("--platform", "platforms", multiple=True, default=["android-arm64"], show_default=True,
-                 type=click.Choice(list(_ABI_PLATFORMS)), help="Android ABI(s) to build for; repeatable."),
+    _platforms_option,
     click.option("--package", default=None, help="Application id. [default: org.tvmgen.<model> / org.tvmgen.rpc]"),
     click.option("--name", default=None, help="App name shown on the phone."),
     click.option("-o", "--out", type=click.Path(path_type=Path), help="Project directory to write."),
@@ -685,7 +714,9 @@ _app_common = [
     click.option("--key-alias", help="--release: the key's alias. Passwords: TVMGEN_KEYSTORE_PASSWORD / "
                                      "TVMGEN_KEY_PASSWORD, or a prompt; never on the command line."),
     click.option("--install", is_flag=True, help="Install on the phone with adb."),
-    click.option("--serial", help="The phone, when several are attached (adb devices)."),
+    click.option("--serial", help="The phone, when several are attached (adb devices; iOS: the devicectl device id)."),
+    click.option("--team-id", help="iOS: the Apple developer team that signs the app (DEVELOPMENT_TEAM); "
+                                   "needed where it is built (macOS with Xcode)."),
 ]
 
 
@@ -699,8 +730,9 @@ def _with(options):
 
 @cli.command()
 @click.option("--model", "model", required=True, help="The model (as for compile), e.g. mobilenet.pb or builtin:mobilenet.")
-@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "opencl", "nnapi"]),
-              help="Where the model runs on the phone (opencl falls back to CPU on the phone when absent).")
+@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "opencl", "nnapi", "metal"]),
+              help="Where the model runs on the phone (opencl falls back to CPU on the phone when absent; "
+                   "metal: iOS).")
 @click.option("--gpu-family", default="generic", show_default=True, type=click.Choice(["adreno", "mali", "generic"]))
 @click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
 @click.option("--kind", default="deploy", show_default=True, type=click.Choice(["deploy", "rpc"]),
@@ -713,8 +745,8 @@ def _with(options):
 @click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
 @_with(_app_common)
 def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strategy, feature_level, cost_table,
-        platforms, package, name, out, force, release, keystore, key_alias, install, serial):
-    """Model -> Android app project -> signed APK -> phone.
+        platforms, package, name, out, force, release, keystore, key_alias, install, serial, team_id):
+    """Model -> Android app project -> signed APK -> phone (or, with --platform ios-arm64, an iOS app).
 
     Compiles the model for each ABI (and a CPU fallback for --device opencl or nnapi), renders the app from
     templates/android_deploy, and where the Android SDK, NDK and a TVM source tree are present builds
@@ -724,6 +756,7 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
     \b
       tvmgen app --model mobilenet.pb --input input:1x224x224x3 --device opencl
       tvmgen app --model builtin:mobilenet --install --run --serial R58M123
+      tvmgen app --platform ios-arm64 --model builtin:mobilenet --device metal --team-id AB12CD34EF
     """
     from tvmgen import apps, builtin, frontends
     from tvmgen.compiler import build
@@ -733,6 +766,9 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
 
     if kind == "rpc":
         raise InputError("--kind rpc builds the RPC app, which takes no model", "use `tvmgen rpc-app --platform android`")
+    if "ios-arm64" in platforms:
+        _android_only(platforms, release=release, run=run_app)
+        return _ios_app("deploy", model, device, input_flags, package, name, out, force, team_id, install, serial, {})
     stem = model.split(":", 1)[1] if model.startswith("builtin:") else Path(model).stem
     package = package or f"org.tvmgen.{''.join(c for c in stem.lower() if c.isalnum()) or 'model'}"
     name = name or f"{stem} (tvmgen)"
@@ -776,21 +812,26 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
 
 
 @cli.command("rpc-app")
-@click.option("--platform", "target_os", default="android", show_default=True, type=click.Choice(["android"]),
-              help="The RPC app's platform (iOS: the iOS issue).")
+@click.option("--platform", "target_os", default="android", show_default=True, type=click.Choice(["android", "ios"]),
+              help="The RPC app's platform. iOS serves the model linked into the app (--model).")
 @click.option("--abi", "platforms", multiple=True, default=["android-arm64"], show_default=True,
               type=click.Choice(list(_ABI_PLATFORMS)), help="Android ABI(s) to build for; repeatable.")
-@click.option("--mode", default="proxy", show_default=True, type=click.Choice(["proxy", "tracker"]),
-              help="The app's default server mode.")
-@click.option("--address", default="127.0.0.1", show_default=True, help="The tracker/proxy address the app uses.")
-@click.option("--port", default=9090, show_default=True, help="The tracker/proxy port.")
-@click.option("--key", default="android", show_default=True, help="The device key.")
+@click.option("--mode", type=click.Choice(["proxy", "tracker", "standalone"]),
+              help="The app's default server mode (standalone: iOS only). [default: android proxy, ios standalone]")
+@click.option("--address", help="The tracker/proxy address the app uses (standalone: the address it listens on). "
+                                "[default: android 127.0.0.1, ios 0.0.0.0]")
+@click.option("--port", default=9090, show_default=True, help="The tracker/proxy port (standalone: the port it listens on).")
+@click.option("--key", help="The device key. [default: android / iphone]")
+@click.option("--model", default="builtin:mobilenet", show_default=True,
+              help="iOS: the model linked into the app, which it serves (iOS cannot load uploaded code).")
+@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "metal"]),
+              help="iOS: where the linked model runs.")
 @click.option("--usb", is_flag=True,
               help="Reach the host's proxy over the cable: adb reverse tcp:PORT tcp:PORT, then start the app "
                    "in proxy mode on 127.0.0.1 (no shared Wi-Fi needed).")
-@_with([o for o in _app_common if "platforms" not in str(o)])
-def rpc_app(target_os, platforms, mode, address, port, key, usb, package, name, out, force, release, keystore,
-            key_alias, install, serial):
+@_with([o for o in _app_common if o is not _platforms_option])  # rpc-app's --platform is the OS
+def rpc_app(target_os, platforms, mode, address, port, key, model, device, usb, package, name, out, force, release,
+            keystore, key_alias, install, serial, team_id):
     """The RPC app: the phone becomes a device for `tvmgen bench`.
 
     Renders templates/android_rpc (the native device server from jni/, packaged and watched by a
@@ -800,6 +841,14 @@ def rpc_app(target_os, platforms, mode, address, port, key, usb, package, name, 
 
     package = package or "org.tvmgen.rpc"
     name = name or "tvmgen RPC"
+    if target_os == "ios":
+        _android_only(release=release)
+        rpc = {"mode": "standalone" if usb else mode or "standalone", "address": address or "0.0.0.0", "port": port,
+               "key": key or "iphone"}
+        return _ios_app("rpc", model, device, (), package, name, out, force, team_id, install, serial, rpc)
+    if mode == "standalone":
+        raise InputError("standalone mode is the iOS app's", "use --mode proxy or tracker for Android")
+    mode, address, key = mode or "proxy", address or "127.0.0.1", key or "android"
     apps.check_package(package)
     if usb:
         mode, address = "proxy", "127.0.0.1"
@@ -832,25 +881,47 @@ def rpc_app(target_os, platforms, mode, address, port, key, usb, package, name, 
 @click.option("--cost-table", type=click.Path(path_type=Path), help="JSON overriding the static cost table.")
 @click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the report as JSON here.")
-def partition(model, backend, feature_level, strategy, cost_table, input_flags, json_path):
+@click.option("--measure", is_flag=True,
+              help="--strategy cost: measure the TVM-side cost of each op kind on a device over RPC (--key and "
+                   "--tracker or --proxy) instead of the table's TVM column.")
+@click.option("--key", help="--measure: the device's key.")
+@click.option("--tracker", metavar="HOST:PORT", help="--measure: get the device from this tracker.")
+@click.option("--proxy", metavar="HOST:PORT", help="--measure: reach the device through this proxy.")
+@click.option("--platform", help="--measure: compile for this platform. [default: what the device reports]")
+def partition(model, backend, feature_level, strategy, cost_table, input_flags, json_path, measure, key, tracker,
+              proxy, platform):
     """Report how MODEL would be split between NNAPI and TVM: partitions, operators on each side with
     their share of FLOPs, what splits partitions and why, and the transitions per inference.
 
     \b
       tvmgen partition mobilenet.tflite --nnapi --feature-level 3
       tvmgen partition model.onnx --nnapi --strategy cost --json report.json
+      tvmgen partition model.onnx --nnapi --strategy cost --measure --key phone --tracker 127.0.0.1:9190
     """
-    from tvmgen import builtin, frontends, nnapi
+    from tvmgen import bench, builtin, frontends, nnapi
     from tvmgen.frontends.base import InputOverride
 
+    if measure and (strategy != "cost" or not key or (tracker is None) == (proxy is None)):
+        raise InputError("--measure times operators on a device for the cost strategy",
+                         "pass --strategy cost --key K and one of --tracker HOST:PORT or --proxy HOST:PORT")
     costs = nnapi.load_costs(cost_table)
+    measured = []
     with tempfile.TemporaryDirectory(prefix="tvmgen-") as scratch:
         path = builtin.materialize(model, Path(scratch)) if model.startswith("builtin:") else Path(model)
         with logs.step(f"Importing {model}"):
             imported = frontends.load(path, [InputOverride.parse(f) for f in input_flags])
         with logs.step(f"Partitioning for NNAPI ({strategy})"):
-            _, report = nnapi.partition(imported.mod, imported.params, len(imported.inputs), feature_level,
-                                        strategy, costs)
+            partitioned, report = nnapi.partition(imported.mod, imported.params, len(imported.inputs), feature_level,
+                                                  "patterns", costs)
+        if measure:
+            measured = nnapi.measure_tvm_costs(partitioned, bench.Target(key, tracker, proxy), platform, costs,
+                                               Path(scratch))
+            costs = nnapi.with_measured(costs, measured)
+        if strategy == "cost":
+            report = nnapi.cost_strategy(report, costs)
+            report.tvm_costs = measured
+    if measured:
+        click.echo(nnapi.format_costs(measured))
     click.echo(nnapi.format_report(report))
     if json_path:
         json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")

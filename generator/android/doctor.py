@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -123,11 +122,9 @@ def checks(runner: tools.Runner | None = None) -> list[Check]:
               version=lambda: (runner or tools.run)([str(cross.verify()), "-dumpversion"]).stdout.strip()),
         opencl(),
     ]
-    if platform.system() == "Darwin":
-        xcode = toolchains.Xcode()
-        result.append(_tool("Xcode", xcode, False, version=lambda: next(iter(
-            (runner or tools.run)(["xcodebuild", "-version"]).stdout.splitlines()), "")))
-    return result
+    from tvmgen.ios import doctor as ios_doctor  # Xcode, iOS SDK, signing identities; "not macOS" elsewhere
+
+    return result + ios_doctor.checks(runner)
 
 
 def ready(found: list[Check]) -> bool:

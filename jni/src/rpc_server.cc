@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -40,6 +41,13 @@
 #include <vector>
 
 #include "tvmgen/runtime.h"
+
+#if defined(__APPLE__)
+#include <TargetConditionals.h>
+#endif
+#ifndef MSG_NOSIGNAL  // Darwin: no per-call flag; sockets get SO_NOSIGPIPE instead (NoSigPipe below)
+#define MSG_NOSIGNAL 0
+#endif
 
 namespace tvmgen {
 namespace rpc {
@@ -59,14 +67,48 @@ struct FatalError : std::runtime_error {  // not worth retrying: wrong key, not 
   using std::runtime_error::runtime_error;
 };
 
+std::mutex g_log_mutex;
+std::function<void(const std::string&)> g_log_sink;
+
 void Log(const char* fmt, ...) {
   char buf[1024];
   va_list ap;
   va_start(ap, fmt);
   std::vsnprintf(buf, sizeof(buf), fmt, ap);
   va_end(ap);
+  std::lock_guard<std::mutex> lock(g_log_mutex);
+  if (g_log_sink) {
+    g_log_sink(buf);
+    return;
+  }
   std::fprintf(stderr, "tvmgen-rpc-server[%d]: %s\n", static_cast<int>(getpid()), buf);
   std::fflush(stderr);
+}
+
+// A closed peer must give an error, not kill the process with SIGPIPE (Darwin has no MSG_NOSIGNAL).
+void NoSigPipe(int fd) {
+#if defined(SO_NOSIGPIPE)
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof(one));
+#else
+  (void)fd;
+#endif
+}
+
+bool StopRequested(const ServerOptions& o) { return o.stop != nullptr && o.stop->load(); }
+
+// Wait until `fd` is readable, checking the stop flag every second; false when stopped.
+bool WaitReadable(int fd, const ServerOptions& o) {
+  while (!StopRequested(o)) {
+    fd_set fds;
+    FD_ZERO(&fds);
+    FD_SET(fd, &fds);
+    timeval tv{1, 0};
+    int r = select(fd + 1, &fds, nullptr, nullptr, &tv);
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return true;  // let the read report the error
+  }
+  return false;
 }
 
 // ------------------------------------------------------------------ sockets
@@ -154,6 +196,7 @@ Socket Connect(const std::string& host, int port) {
     if (::connect(s.fd(), a->ai_addr, a->ai_addrlen) == 0) {
       int one = 1;
       setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      NoSigPipe(s.fd());
       freeaddrinfo(res);
       return s;
     }
@@ -189,6 +232,15 @@ Socket Listen(const std::string& host, int port_start, int port_end, int* port_o
 // ------------------------------------------------------------------ server-side functions
 std::string g_session_dir;  // uploads of the current session
 int64_t g_max_upload = 0;
+bool g_system_lib_only = false;
+std::vector<std::string> g_linked_models;
+
+void RefuseUploadedCode(const std::string& what) {
+  if (g_system_lib_only) {
+    throw std::invalid_argument(what + " refused: this device runs only the models linked into its app (iOS cannot "
+                                "load uploaded code); use remote.system_lib() instead of uploading a library");
+  }
+}
 
 // A plain file name inside the session's work directory; anything else is refused.
 std::string WorkPath(const std::string& name) {
@@ -232,27 +284,40 @@ std::string DeviceInfoJson() {
   std::string os = "android";
   std::string abi = arch == "aarch64" ? "arm64-v8a" : arch == "arm" ? "armeabi-v7a" : arch;
   std::string platform = arch == "aarch64" ? "android-arm64" : arch == "arm" ? "android-armv7" : "android-" + arch;
+#elif defined(__APPLE__) && TARGET_OS_IPHONE
+  std::string os = "ios", abi = arch == "aarch64" ? "arm64" : arch, platform = "ios-arm64";
 #elif defined(__APPLE__)
-  std::string os = "darwin", abi = arch, platform = "ios-arm64";
+  std::string os = "darwin", abi = arch, platform = "host";
 #else
   std::string os = "linux", abi = arch;
   std::string platform = arch == "aarch64" ? "linux-aarch64" : "host";
 #endif
-  std::string devices;
+  std::string devices, models;
   for (const std::string& d : AvailableDevices()) devices += (devices.empty() ? "" : ", ") + JsonStr(d);
+  for (const std::string& m : g_linked_models) models += (models.empty() ? "" : ", ") + JsonStr(m);
   return "{\"platform\": " + JsonStr(platform) + ", \"os\": " + JsonStr(os) + ", \"arch\": " + JsonStr(arch) +
          ", \"abi\": " + JsonStr(abi) + ", \"devices\": [" + devices + "], \"kernel\": " +
          JsonStr(std::string(u.sysname) + " " + u.release) + ", \"machine\": " + JsonStr(u.machine) +
-         ", \"max_upload_bytes\": " + std::to_string(g_max_upload) + "}";
+         ", \"max_upload_bytes\": " + std::to_string(g_max_upload) +
+         ", \"system_lib_only\": " + (g_system_lib_only ? "true" : "false") + ", \"linked_models\": [" + models +
+         "]}";
+}
+
+void SetLogSink(std::function<void(const std::string&)> sink) {
+  std::lock_guard<std::mutex> lock(g_log_mutex);
+  g_log_sink = std::move(sink);
 }
 
 void RegisterServerFunctions(const ServerOptions& options) {
   g_max_upload = options.max_upload_bytes;
+  g_system_lib_only = options.system_lib_only;
+  g_linked_models = options.linked_models;
   ffi::Function::SetGlobal("tvm.rpc.server.workpath", ffi::Function::FromTyped([](std::string name) {
     return WorkPath(name);
   }), true);
   // Replaces the runtime's own upload: the name is checked and the size bounded before writing.
   ffi::Function::SetGlobal("tvm.rpc.server.upload", ffi::Function::FromPacked([](ffi::PackedArgs args, ffi::Any*) {
+    RefuseUploadedCode("upload");
     std::string path = WorkPath(args[0].cast<std::string>());
     std::string data = args[1].cast<std::string>();
     if (static_cast<int64_t>(data.size()) > g_max_upload) {
@@ -265,6 +330,7 @@ void RegisterServerFunctions(const ServerOptions& options) {
     Log("upload %s (%zu bytes)", path.c_str(), data.size());
   }), true);
   ffi::Function::SetGlobal("tvm.rpc.server.load_module", ffi::Function::FromTyped([](std::string name) {
+    RefuseUploadedCode("loading " + name);
     std::string path = WorkPath(name);
     std::string arch = LibraryArch(path);
     if (arch != "not-elf" && arch != "unreadable" && arch != RuntimeArch()) {
@@ -384,7 +450,7 @@ void TrackerLoop(const ServerOptions& o, Socket& listener, int port, int* sessio
   if (TrackerRecv(t) != std::to_string(kSuccess)) throw NetError("the tracker refused the device's info");
   Log("registered with tracker %s:%d as \"%s\", listening on %s:%d", o.tracker_host.c_str(), o.tracker_port,
       o.key.c_str(), o.listen_host.c_str(), port);
-  while (o.max_sessions == 0 || *sessions < o.max_sessions) {
+  while ((o.max_sessions == 0 || *sessions < o.max_sessions) && !StopRequested(o)) {
     std::string matchkey = RandomMatchKey(o.key);
     TrackerPut(t, o, port, matchkey);
     int unmatched_polls = 0;
@@ -395,6 +461,7 @@ void TrackerLoop(const ServerOptions& o, Socket& listener, int port, int* sessio
       timeval tv{2, 0};
       int r = select(listener.fd() + 1, &fds, nullptr, nullptr, &tv);
       if (r < 0 && errno == EINTR) continue;
+      if (StopRequested(o)) return;
       if (r == 0) {  // idle: is our key still pending, or was it handed to a client that never came?
         t.SendStr("[" + std::to_string(kGetPendingMatchKeys) + "]");
         std::string pending = TrackerRecv(t);
@@ -408,6 +475,7 @@ void TrackerLoop(const ServerOptions& o, Socket& listener, int port, int* sessio
       }
       Socket conn(::accept(listener.fd(), nullptr, nullptr));
       if (!conn.valid()) continue;
+      NoSigPipe(conn.fd());
       try {
         if (conn.RecvInt() != kRpcMagic) continue;
         std::string client_key = conn.RecvStr(4096);
@@ -434,6 +502,7 @@ void ProxyOnce(const ServerOptions& o, int* sessions) {
   s.SendInt(kRpcMagic);
   s.SendStr("server:" + o.key);
   Log("waiting for a client on proxy %s:%d as \"%s\"", o.proxy_host.c_str(), o.proxy_port, o.key.c_str());
+  if (!WaitReadable(s.fd(), o)) return;
   int32_t code = s.RecvInt();
   if (code == kCodeDuplicate) {
     throw FatalError("the key \"" + o.key + "\" is already in use on the proxy " + o.proxy_host + ":" +
@@ -443,6 +512,30 @@ void ProxyOnce(const ServerOptions& o, int* sessions) {
   if (code != kCodeSuccess) throw FatalError(o.proxy_host + ":" + std::to_string(o.proxy_port) + " is not a TVM RPC proxy");
   std::string remote_key = s.RecvStr(4096);
   ServeSession(std::move(s), o, remote_key, ++*sessions);
+}
+
+// Standalone: clients connect straight to this device (rpc.connect(host, port, key)).
+void StandaloneLoop(const ServerOptions& o, Socket& listener, int* sessions) {
+  while ((o.max_sessions == 0 || *sessions < o.max_sessions) && WaitReadable(listener.fd(), o)) {
+    Socket conn(::accept(listener.fd(), nullptr, nullptr));
+    if (!conn.valid()) continue;
+    NoSigPipe(conn.fd());
+    try {
+      if (conn.RecvInt() != kRpcMagic) continue;
+      std::string client_key = conn.RecvStr(4096);
+      std::string head = client_key.substr(0, client_key.find(' '));
+      if (head != "client:" + o.key && head != "client:") {  // rpc.connect's key may be left empty
+        conn.SendInt(kCodeMismatch);
+        Log("refused a client asking for key \"%s\" (this device is \"%s\")", head.c_str() + 7, o.key.c_str());
+        continue;
+      }
+      conn.SendInt(kCodeSuccess);
+      conn.SendStr("server:" + o.key);
+      ServeSession(std::move(conn), o, client_key, ++*sessions);
+    } catch (const NetError& e) {
+      Log("client handshake failed: %s", e.what());
+    }
+  }
 }
 
 }  // namespace
@@ -455,8 +548,8 @@ int Serve(const ServerOptions& o) {
       return 2;
     }
   }
-  if (o.proxy_host.empty() == o.tracker_host.empty()) {
-    Log("error: give exactly one of a proxy or a tracker address");
+  if (!o.proxy_host.empty() + !o.tracker_host.empty() + o.standalone != 1) {
+    Log("error: give exactly one of a proxy address, a tracker address or standalone mode");
     return 2;
   }
   ::mkdir(o.work_dir.c_str(), 0700);
@@ -469,7 +562,7 @@ int Serve(const ServerOptions& o) {
   Log("device: %s", DeviceInfoJson().c_str());
   Socket listener;
   int port = 0;
-  if (!o.tracker_host.empty()) {
+  if (!o.tracker_host.empty() || o.standalone) {
     try {
       listener = o.listen_port ? Listen(o.listen_host, o.listen_port, o.listen_port, &port)
                                : Listen(o.listen_host, o.listen_port_start, o.listen_port_end, &port);
@@ -477,13 +570,16 @@ int Serve(const ServerOptions& o) {
       Log("error: %s", e.what());
       return 2;
     }
+    if (o.standalone) Log("listening on %s:%d for clients (standalone)", o.listen_host.c_str(), port);
   }
   int sessions = 0, failures = 0;
-  while (o.max_sessions == 0 || sessions < o.max_sessions) {
+  while ((o.max_sessions == 0 || sessions < o.max_sessions) && !StopRequested(o)) {
     try {
       int before = sessions;
       if (!o.proxy_host.empty()) {
         ProxyOnce(o, &sessions);
+      } else if (o.standalone) {
+        StandaloneLoop(o, listener, &sessions);
       } else {
         TrackerLoop(o, listener, port, &sessions);
       }
@@ -499,8 +595,15 @@ int Serve(const ServerOptions& o) {
       }
       double wait = std::min(o.backoff_max_s, 0.25 * (1 << std::min(failures, 8)));
       Log("%s; retrying in %.1f s (attempt %d)", e.what(), wait, failures);
-      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+      auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait);
+      while (std::chrono::steady_clock::now() < until && !StopRequested(o)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
     }
+  }
+  if (StopRequested(o)) {
+    Log("stopped after %d sessions", sessions);
+    return 0;
   }
   Log("served %d sessions: stopping", sessions);
   return 0;

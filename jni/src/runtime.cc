@@ -2,7 +2,11 @@
 #include "tvmgen/runtime.h"
 
 #include <dlfcn.h>
+#if defined(__APPLE__)
+#include <mach-o/dyld.h>
+#else
 #include <link.h>
+#endif
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
 #include <tvm/ffi/container/shape.h>
@@ -110,6 +114,16 @@ std::vector<TensorInfo> TensorList(json::Object manifest, const char* key) {
 
 // The directory of a shared library this process has loaded ("" when it has not), with a slash.
 std::string LoadedLibraryDir(const std::string& name) {
+#if defined(__APPLE__)
+  const std::string suffix = "/" + name;
+  for (uint32_t i = 0; i < _dyld_image_count(); ++i) {
+    std::string path = _dyld_get_image_name(i) ? _dyld_get_image_name(i) : "";
+    if (path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      return path.substr(0, path.size() - suffix.size() + 1);
+    }
+  }
+  return "";
+#else
   struct Query {
     std::string name, dir;
   } q{"/" + name, ""};
@@ -125,6 +139,7 @@ std::string LoadedLibraryDir(const std::string& name) {
       },
       &q);
   return q.dir;
+#endif
 }
 
 // ---------------------------------------------------------------- architecture check
@@ -195,6 +210,25 @@ void LoadBackend(const std::string& device) {
 }
 
 // ---------------------------------------------------------------- public helpers
+// The models linked into this program (TVM system-lib mode: TVM's ffi.SystemLib module).
+static ffi::Module SystemLibrary() {
+  ffi::Module lib = Global("ffi.SystemLib")().cast<ffi::Module>();
+  if (!lib->GetFunction("vm_load_executable", true).has_value()) {
+    throw Error("no model is linked into this program: a system-lib artifact's objects must be linked into the "
+                "app (libmodel.a with -force_load, or the .o files themselves)");
+  }
+  return lib;
+}
+
+bool HasLinkedModel() {
+  try {
+    SystemLibrary();
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 const char* RuntimeArch() {
 #if defined(__aarch64__)
   return "aarch64";
@@ -283,7 +317,11 @@ std::unique_ptr<Model> Model::Load(const std::string& dir_in, const LoadOptions&
   json::Object exp = AsObject(Field(man, "export", "manifest"), "export");
   std::string kind = Str(exp, "kind", "export");
   std::string library = m.dir + Str(exp, "library", "export");
-  if (kind != "shared") {
+  auto system_lib_it = exp.find(ffi::String("system_lib"));
+  // iOS artifacts are linked into the app (TVM system-lib mode) instead of loaded from a file.
+  const bool linked_in = system_lib_it != exp.end() && (*system_lib_it).second.try_cast<bool>().value_or(false);
+  if (linked_in) library = "the models linked into this program";
+  if (kind != "shared" && !linked_in) {
     throw Error("the artifact in " + m.dir + " holds " + kind + " (" + library +
                 "), not a shared library: link it first, or compile without --objects-only");
   }
@@ -292,7 +330,7 @@ std::unique_ptr<Model> Model::Load(const std::string& dir_in, const LoadOptions&
   m.input_set.assign(m.inputs.size(), false);
 
   // --- library: check its architecture before dlopen, whose own error is misleading
-  std::string lib_arch = LibraryArch(library);
+  std::string lib_arch = linked_in ? RuntimeArch() : LibraryArch(library);
   if (lib_arch == "unreadable") throw Error("cannot read the model library " + library);
   if (lib_arch != RuntimeArch()) {
     throw Error("the model library " + library + " is built for " + lib_arch + ", this device is " +
@@ -306,7 +344,7 @@ std::unique_ptr<Model> Model::Load(const std::string& dir_in, const LoadOptions&
                    static_cast<int>(Int(Field(main_dev, "id", "vm.devices[0]"), "id"))};
   LoadBackend(m.device);
   try {
-    m.lib = ffi::Module::LoadFromFile(library);
+    m.lib = linked_in ? SystemLibrary() : ffi::Module::LoadFromFile(library);
   } catch (const ffi::Error& e) {
     throw Error("cannot load the model library " + library + ": " + e.what());
   }

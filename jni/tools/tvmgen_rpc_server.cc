@@ -9,12 +9,13 @@
 namespace {
 
 const char* kUsage =
-    "usage: tvmgen-rpc-server (--proxy HOST:PORT | --tracker HOST:PORT) --key KEY [options]\n"
+    "usage: tvmgen-rpc-server (--proxy HOST:PORT | --tracker HOST:PORT | --listen) --key KEY [options]\n"
     "  --key KEY              the key clients ask for (letters, digits, - _ .)\n"
     "  --proxy HOST:PORT      connect to a TVM RPC proxy and wait for clients there\n"
     "  --tracker HOST:PORT    register with a TVM RPC tracker and listen for its clients\n"
-    "  --host ADDR            tracker mode: address to listen on (default 127.0.0.1)\n"
-    "  --port N               tracker mode: port to listen on (default: first free in 9090-9199)\n"
+    "  --listen               standalone: clients connect straight to this server (rpc.connect)\n"
+    "  --host ADDR            tracker/standalone: address to listen on (default 127.0.0.1)\n"
+    "  --port N               tracker/standalone: port to listen on (default: first free in 9090-9199)\n"
     "  --custom-addr ADDR     tracker mode: address the tracker gives clients\n"
     "  --work-dir DIR         uploads land here (default ./tvmgen-rpc-work)\n"
     "  --max-upload-mb N      largest upload accepted (default 512)\n"
@@ -22,6 +23,8 @@ const char* kUsage =
     "  --max-retries N        give up after N failed connections in a row (default 0: never)\n"
     "  --max-sessions N       exit after N sessions (default 0: serve forever)\n"
     "  --no-fork              serve sessions in this process (default: a child process each)\n"
+    "  --system-lib-only      serve only the models linked into this program (remote.system_lib());\n"
+    "                         refuse uploads (what the iOS app does: iOS cannot load uploaded code)\n"
     "  --info                 print what this device is (JSON) and exit\n";
 
 bool HostPort(const std::string& v, std::string* host, int* port) {
@@ -64,6 +67,10 @@ int main(int argc, char** argv) {
         if (!HostPort(value(), &o.proxy_host, &o.proxy_port)) return Usage("--proxy takes HOST:PORT");
       } else if (a == "--tracker") {
         if (!HostPort(value(), &o.tracker_host, &o.tracker_port)) return Usage("--tracker takes HOST:PORT");
+      } else if (a == "--listen") {
+        o.standalone = true;
+      } else if (a == "--system-lib-only") {
+        o.system_lib_only = true;
       } else if (a == "--host") {
         o.listen_host = value();
       } else if (a == "--port") {
@@ -92,7 +99,9 @@ int main(int argc, char** argv) {
     }
   }
   if (!key_given) return Usage("--key is required");
-  if (o.proxy_host.empty() == o.tracker_host.empty()) return Usage("give exactly one of --proxy or --tracker");
+  if (!o.proxy_host.empty() + !o.tracker_host.empty() + o.standalone != 1) {
+    return Usage("give exactly one of --proxy, --tracker or --listen");
+  }
   if (o.session_timeout_s <= 0 || o.max_upload_bytes <= 0) return Usage("limits must be positive");
   return tvmgen::rpc::Serve(o);
 }

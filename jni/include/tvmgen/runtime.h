@@ -73,6 +73,12 @@ struct LoadOptions {
 /*! \brief Apply thread-pool settings (runtime.config_threadpool). */
 void ConfigureThreads(const ThreadOptions& options);
 
+/*!
+ * \brief Whether a model is linked into this program (TVM system-lib mode, how iOS apps carry models:
+ * an artifact whose manifest says export.system_lib is loaded from the program itself, not from a file).
+ */
+bool HasLinkedModel();
+
 /*! \brief The architecture this runtime was built for: x86_64, aarch64, arm. */
 const char* RuntimeArch();
 

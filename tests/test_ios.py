@@ -1,0 +1,495 @@
+"""The iOS app: the model archive (arm64 Mach-O objects with TVM's system-lib registration), the
+rendered Xcode project (parsed, not grepped), the commands, doctor's Mac rows, and the native code
+the app shares with jni/ built and served on this machine. The Xcode build itself runs only on a Mac."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import platform
+import plistlib
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tarfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, require_tool, save_onnx, single_op_models
+from tvmgen import frontends
+from tvmgen.compiler.build import BuildOptions, build_executable, compile_to_artifact
+from tvmgen.compiler.platforms import PLATFORMS
+from tvmgen.errors import InputError, ToolMissingError
+from tvmgen.ios import app as ios_app
+from tvmgen.ios import archive, doctor as ios_doctor, project, tools
+
+RECORDED = Path(__file__).parent / "recorded" / "ios"
+TEAM = "AB12CD34EF"
+MH_MAGIC_64, CPU_TYPE_ARM64 = 0xFEEDFACF, 0x0100000C
+# What TVM 0.27 emits for a system library (seen with llvm-nm on the objects): the packed VM
+# executable under __tvm_ffi__library_bin, and static initialisers that register it and each
+# kernel through TVMFFIEnvModRegisterSystemLibSymbol (Mach-O adds a leading underscore).
+LIBRARY_BIN = "___tvm_ffi__library_bin"
+REGISTER = "_TVMFFIEnvModRegisterSystemLibSymbol"
+
+
+@pytest.fixture(scope="module")
+def softmax(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ios-model")
+    return frontends.load(save_onnx(single_op_models()["softmax"], d / "softmax.onnx"), [])
+
+
+@pytest.fixture(scope="module")
+def ios_artifacts(softmax, tmp_path_factory):
+    d = tmp_path_factory.mktemp("ios-art")
+    out = {}
+    for device in ("cpu", "metal"):
+        out[device] = d / device
+        compile_to_artifact(softmax, BuildOptions(PLATFORMS["ios-arm64"], device), out[device], True,
+                            {"name": "softmax", "source": "softmax.onnx", "format": "onnx"})
+    return out
+
+
+def render(dest: Path, art: Path, device="cpu", team_id=TEAM, kind="rpc") -> Path:
+    ctx = project.context(kind, "org.example.SoftMax-QA", "Softmax QA", "softmax", device, team_id,
+                          "/opt/tvm", "tracker", "192.168.1.5", 9190, "iphone-15")
+    project.create_project(dest, ctx, art)
+    return dest
+
+
+# ----------------------------------------------------------------------------- Mach-O and the archive
+
+def nlist_symbols(data: bytes) -> dict[str, str]:
+    """Every symbol of a 64-bit Mach-O object: name -> 'defined' | 'undefined' (read independently of tvmgen)."""
+    ncmds, = struct.unpack_from("<I", data, 16)
+    offset, out = 32, {}
+    for _ in range(ncmds):
+        cmd, size = struct.unpack_from("<II", data, offset)
+        if cmd == 0x2:  # LC_SYMTAB
+            symoff, nsyms, stroff, _ = struct.unpack_from("<IIII", data, offset + 8)
+            for i in range(nsyms):
+                strx, ntype = struct.unpack_from("<IB", data, symoff + 16 * i)
+                name = data[stroff + strx:data.index(b"\0", stroff + strx)].decode()
+                if not ntype & 0xE0 and ntype & 0x01:  # external, not debug
+                    out[name] = "undefined" if (ntype & 0x0E) == 0 else "defined"
+        offset += size
+    return out
+
+
+@pytest.mark.parametrize("device", ["cpu", "metal"])
+def test_model_archive_holds_arm64_macho_with_system_lib_registration(ios_artifacts, tmp_path, device):
+    objects = archive.objects_from_tar(ios_artifacts[device] / "model.tar")
+    lib = tmp_path / "libmodel.a"
+    indexed = archive.write_static_library(objects, lib)
+    toc, members = archive.read_static_library(lib)
+    assert sorted(n for n, _ in members.values()) == sorted(n for n, _ in objects)
+    symbols: dict[str, str] = {}
+    for offset, (name, data) in members.items():
+        magic, cputype = struct.unpack_from("<II", data, 0)
+        assert (magic, cputype) == (MH_MAGIC_64, CPU_TYPE_ARM64), name
+        assert offset % 8 == 0  # members 8-aligned, as libtool writes them
+        for sym, kind in nlist_symbols(data).items():
+            symbols[sym] = "defined" if kind == "defined" or symbols.get(sym) == "defined" else kind
+    assert symbols[LIBRARY_BIN] == "defined" and symbols[REGISTER] == "undefined"
+    # the table of contents points each defined symbol at the member that defines it
+    assert sorted(indexed) == sorted(s for s, k in symbols.items() if k == "defined") == sorted(s for s, _ in toc)
+    for sym, offset in toc:
+        assert nlist_symbols(members[offset][1])[sym] == "defined"
+    if device == "metal":
+        assert b"kernel void" in b"".join(d for _, d in members.values())
+    # same objects, same bytes
+    archive.write_static_library(list(reversed(objects)), tmp_path / "again.a")
+    assert (tmp_path / "again.a").read_bytes() == lib.read_bytes()
+    if shutil.which("llvm-nm"):  # an independent reader of the archive map, where LLVM is installed
+        armap = subprocess.run(["llvm-nm", "--print-armap", lib], capture_output=True, text=True, check=True).stdout
+        assert f"{LIBRARY_BIN} in devc.o" in armap
+
+
+def test_archive_refuses_objects_of_another_platform(tmp_path, softmax):
+    ex = build_executable(softmax, BuildOptions(PLATFORMS["linux-aarch64"], "cpu"))
+    ex.export_library(str(tmp_path / "model.tar"))
+    with pytest.raises(InputError, match="not an arm64 Mach-O object"):
+        archive.objects_from_tar(tmp_path / "model.tar")
+
+
+# ----------------------------------------------------------------------------- the Xcode project
+
+TOKEN = re.compile(r'\s+|/\*.*?\*/|//[^\n]*|"((?:[^"\\]|\\.)*)"|([{}();=,])|([^\s{}();=,"]+)', re.S)
+
+
+def parse_pbxproj(text: str):
+    """The project file's OpenStep property-list syntax as dicts, lists and strings."""
+    tokens = []
+    for m in TOKEN.finditer(text):
+        if m.group(1) is not None:
+            tokens.append(("s", bytes(m.group(1), "utf-8").decode("unicode_escape")))
+        elif m.group(2):
+            tokens.append(("p", m.group(2)))
+        elif m.group(3):
+            tokens.append(("s", m.group(3)))
+    pos = 0
+
+    def value():
+        nonlocal pos
+        kind, tok = tokens[pos]
+        pos += 1
+        if (kind, tok) == ("p", "{"):
+            d = {}
+            while tokens[pos] != ("p", "}"):
+                key = value()
+                assert tokens[pos] == ("p", "="), tokens[pos]
+                pos += 1
+                d[key] = value()
+                assert tokens[pos] == ("p", ";"), (key, tokens[pos])
+                pos += 1
+            pos += 1
+            return d
+        if (kind, tok) == ("p", "("):
+            items = []
+            while tokens[pos] != ("p", ")"):
+                items.append(value())
+                if tokens[pos] == ("p", ","):
+                    pos += 1
+            pos += 1
+            return items
+        assert kind == "s", tok
+        return tok
+
+    root = value()
+    assert pos == len(tokens)
+    return root
+
+
+def test_project_structure(tmp_path, ios_artifacts):
+    out = render(tmp_path / "proj", ios_artifacts["cpu"])
+    text = (out / "TvmgenApp.xcodeproj/project.pbxproj").read_text()
+    assert text.startswith("// !$*UTF8*$!")
+    pbx = parse_pbxproj(text)
+    objects = pbx["objects"]
+    assert all(re.fullmatch(r"[0-9A-F]{24}", i) for i in objects)
+    referenced = set(re.findall(r"\b[0-9A-F]{24}\b", text))
+    assert referenced <= set(objects), referenced - set(objects)  # no dangling reference
+
+    proj = objects[pbx["rootObject"]]
+    assert proj["isa"] == "PBXProject" and proj["attributes"]["TargetAttributes"][proj["targets"][0]]["DevelopmentTeam"] == TEAM
+    (target,) = [objects[t] for t in proj["targets"]]
+    assert target["isa"] == "PBXNativeTarget" and target["name"] == "TvmgenApp"
+    assert target["productType"] == "com.apple.product-type.application"
+    phases = {objects[p]["isa"]: objects[p] for p in target["buildPhases"]}
+    assert list(phases)[0] == "PBXShellScriptBuildPhase"  # the TVM runtime is built before compiling
+    assert "build_tvm_runtime.sh" in phases["PBXShellScriptBuildPhase"]["shellScript"]
+    assert os.access(out / "scripts/build_tvm_runtime.sh", os.X_OK)
+
+    def paths(phase):
+        return [objects[objects[f]["fileRef"]]["path"] for f in phase["files"]]
+
+    sources = paths(phases["PBXSourcesBuildPhase"])
+    assert set(sources) == {"TvmgenApp/main.mm", "TvmgenApp/AppDelegate.mm", "TvmgenApp/ViewController.mm",
+                            "TvmgenApp/TvmgenBridge.mm", "TvmgenApp/Bridge/app_core.cc",
+                            "tvmgen-jni/src/runtime.cc", "tvmgen-jni/src/rpc_server.cc"}
+    assert paths(phases["PBXResourcesBuildPhase"]) == ["Models/model"]
+    refs = [o for o in objects.values() if o["isa"] == "PBXFileReference" and o.get("sourceTree") == "SOURCE_ROOT"]
+    for ref in refs:  # every file the project names is in the rendered directory
+        assert (out / ref["path"]).exists(), ref["path"]
+    archive_ref = next(r for r in refs if r["path"] == "Models/libmodel.a")
+    assert archive_ref["lastKnownFileType"] == "archive.ar"
+    assert json.loads((out / "Models/model/manifest.json").read_text())["export"]["system_lib"] is True
+
+    configs = [objects[c] for c in objects[target["buildConfigurationList"]]["buildConfigurations"]]
+    assert sorted(c["name"] for c in configs) == ["Debug", "Release"]
+    for c in configs:
+        s = c["buildSettings"]
+        assert s["DEVELOPMENT_TEAM"] == TEAM and s["CODE_SIGN_STYLE"] == "Automatic"
+        assert s["PRODUCT_BUNDLE_IDENTIFIER"] == "org.example.SoftMax-QA" and s["SDKROOT"] == "iphoneos"
+        assert s["INFOPLIST_FILE"] == "TvmgenApp/Info.plist" and s["TVM_SOURCE_DIR"] == "/opt/tvm"
+        flags = s["OTHER_LDFLAGS"]
+        assert flags[flags.index("$(PROJECT_DIR)/Models/libmodel.a") - 1] == "-force_load"
+        assert "Metal" in flags and "$(PROJECT_DIR)/tvmgen-jni/include" in s["HEADER_SEARCH_PATHS"]
+
+    info = plistlib.loads((out / "TvmgenApp/Info.plist").read_bytes())
+    assert info["CFBundleIdentifier"] == "$(PRODUCT_BUNDLE_IDENTIFIER)" and info["CFBundleDisplayName"] == "Softmax QA"
+    assert info["TvmgenDefaultMode"] == "tracker" and info["TvmgenDefaultAddress"] == "192.168.1.5"
+    assert info["TvmgenDefaultPort"] == 9190 and info["TvmgenDefaultKey"] == "iphone-15"
+    assert info["UIRequiredDeviceCapabilities"] == ["arm64"] and "NSLocalNetworkUsageDescription" in info
+    readme = (out / "README.md").read_text()
+    assert f"DEVELOPMENT_TEAM={TEAM}" in readme and "iproxy 9190 9190" in readme and "remote.system_lib()" in readme
+    assert (out / "tvmgen-jni/include/tvmgen/rpc_server.h").is_file() and not list(out.rglob("*.jinja"))
+
+
+def test_metal_project_and_deploy_kind(tmp_path, ios_artifacts):
+    out = render(tmp_path / "metal", ios_artifacts["metal"], device="metal", kind="deploy", team_id="")
+    info = plistlib.loads((out / "TvmgenApp/Info.plist").read_bytes())
+    assert info["UIRequiredDeviceCapabilities"] == ["arm64", "metal"] and info["TvmgenKind"] == "deploy"
+    assert info["TvmgenModelDevice"] == "metal"
+    pbx = parse_pbxproj((out / "TvmgenApp.xcodeproj/project.pbxproj").read_text())
+    settings = [o["buildSettings"] for o in pbx["objects"].values()
+                if o["isa"] == "XCBuildConfiguration" and "DEVELOPMENT_TEAM" in o["buildSettings"]]
+    assert settings and all(s["DEVELOPMENT_TEAM"] == "" for s in settings)  # no team yet: filled in on the Mac
+    assert "DEVELOPMENT_TEAM=YOUR_TEAM_ID" in (out / "README.md").read_text()
+
+
+def test_rendering_is_deterministic(tmp_path, ios_artifacts):
+    a, b = render(tmp_path / "a", ios_artifacts["cpu"]), render(tmp_path / "b", ios_artifacts["cpu"])
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert [f for f in files if (a / f).read_bytes() != (b / f).read_bytes()] == []
+    assert project.object_id("file:TvmgenApp/main.mm") == project.object_id("file:TvmgenApp/main.mm")
+    assert project.object_id("a") != project.object_id("b")
+
+
+def test_bad_input_is_refused_before_anything_is_written(tmp_path, ios_artifacts):
+    with pytest.raises(InputError, match="not an Apple developer team id"):
+        project.check_team_id("team")
+    with pytest.raises(InputError, match="not a valid iOS bundle identifier"):
+        project.check_bundle_id("no_dots")
+    opts = ios_app.IosAppOptions("rpc", "m.onnx", bundle_id="org.x.y")
+    with pytest.raises(InputError, match="--team-id is missing"):
+        ios_app.check_options(opts, xcode_here=True)  # where it would be built, a team is needed
+    ios_app.check_options(opts, xcode_here=False)  # rendering alone does not need one
+    with pytest.raises(InputError, match="device 'opencl' is not available on platform 'ios-arm64'"):
+        ios_app.check_options(dataclasses.replace(opts, device="opencl"), xcode_here=False)
+    with pytest.raises(ToolMissingError, match="cannot install"):
+        ios_app.check_options(dataclasses.replace(opts, install=True), xcode_here=False)
+    # a failure while rendering leaves no project behind
+    ctx = project.context("rpc", "org.x.y", "x", "softmax", "cpu")
+    bad = tmp_path / "bad-art"
+    shutil.copytree(ios_artifacts["cpu"], bad)
+    with tarfile.open(bad / "model.tar", "w") as t:
+        t.add(bad / "manifest.json", arcname="lib0.o")  # not an object file
+    from tvmgen import artifact
+
+    with pytest.raises(InputError, match="not an arm64 Mach-O object"):
+        with artifact.staging(tmp_path / "proj", False) as staged:
+            project.create_project(staged, ctx, bad)
+    assert not (tmp_path / "proj").exists() and not list(tmp_path.glob(".proj*"))
+
+
+# ----------------------------------------------------------------------------- the commands
+
+@pytest.fixture(scope="module")
+def onnx_file(tmp_path_factory):
+    return save_onnx(single_op_models()["softmax"], tmp_path_factory.mktemp("ios-cli") / "softmax.onnx")
+
+
+@pytest.mark.skipif(platform.system() == "Darwin", reason="elsewhere-path: on a Mac the command builds with Xcode")
+def test_rpc_app_ios_renders_and_prints_the_mac_commands(tvmgen, tmp_path, onnx_file):
+    r = tvmgen("rpc-app", "--platform", "ios", "--team-id", TEAM, "--model", onnx_file, "--key", "ipad", "-o",
+               tmp_path / "rpc")
+    assert r.returncode == 0, r.stderr
+    assert "not built here" in r.stderr and f"cd {tmp_path / 'rpc'}" in r.stderr
+    assert (f"xcodebuild -project TvmgenApp.xcodeproj -target TvmgenApp -configuration Release -sdk iphoneos "
+            f"-allowProvisioningUpdates DEVELOPMENT_TEAM={TEAM}") in r.stderr
+    assert "xcrun devicectl device install app --device DEVICE_ID build/Release-iphoneos/TvmgenApp.app" in r.stderr
+    assert "iproxy 9090 9090" in r.stderr
+    info = plistlib.loads((tmp_path / "rpc/TvmgenApp/Info.plist").read_bytes())
+    assert info["TvmgenKind"] == "rpc" and info["TvmgenDefaultMode"] == "standalone" and info["TvmgenDefaultKey"] == "ipad"
+    assert archive.archive_symbols(tmp_path / "rpc/Models/libmodel.a").count(LIBRARY_BIN) == 1
+    r = tvmgen("rpc-app", "--platform", "ios", "--team-id", "x", "--model", onnx_file, "-o", tmp_path / "bad")
+    assert r.returncode == 2 and "not an Apple developer team id" in r.stderr and not (tmp_path / "bad").exists()
+
+
+@pytest.mark.skipif(platform.system() == "Darwin", reason="elsewhere-path: on a Mac the command builds with Xcode")
+def test_app_ios_metal_and_wrong_device(tvmgen, tmp_path, onnx_file):
+    r = tvmgen("app", "--platform", "ios-arm64", "--model", onnx_file, "--device", "metal", "--team-id", TEAM,
+               "-o", tmp_path / "app")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "app/Models/model/manifest.json").read_text())
+    assert manifest["platform"] == "ios-arm64" and manifest["device"] == "metal"
+    assert plistlib.loads((tmp_path / "app/TvmgenApp/Info.plist").read_bytes())["TvmgenKind"] == "deploy"
+    r = tvmgen("app", "--platform", "ios-arm64", "--model", onnx_file, "--device", "opencl", "-o", tmp_path / "cl")
+    assert r.returncode == 2 and "device 'opencl' is not available on platform 'ios-arm64'" in r.stderr
+    assert not (tmp_path / "cl").exists()
+    r = tvmgen("app", "--platform", "ios-arm64", "--model", onnx_file, "--install", "-o", tmp_path / "inst")
+    assert r.returncode == 3 and "needs a Mac with Xcode" in r.stderr and not (tmp_path / "inst").exists()
+
+
+# ----------------------------------------------------------------------------- the Mac tools (recorded output)
+
+class FakeRunner:
+    """Answers each command with a recorded output file, and keeps every argv."""
+
+    def __init__(self, answers: dict[str, str], fail: str | None = None):
+        self.answers, self.fail, self.calls = answers, fail, []
+
+    def __call__(self, argv, cwd=None, env=None):
+        argv = [str(a) for a in argv]
+        self.calls.append(argv)
+        key = " ".join([Path(argv[0]).name, *argv[1:]])
+        text = next((RECORDED.joinpath(f).read_text() for k, f in self.answers.items() if key.startswith(k)), "")
+        return subprocess.CompletedProcess(argv, 65 if self.fail and key.startswith(self.fail) else 0, text, "")
+
+
+MAC_ANSWERS = {"xcodebuild -version": "xcodebuild_version.txt",
+               "xcrun --sdk iphoneos --show-sdk-version": "sdk_version.txt",
+               "security find-identity -v -p codesigning": "find_identity.txt",
+               "xcrun --find devicectl": "find_devicectl.txt"}
+
+
+@pytest.fixture
+def on_a_mac(monkeypatch):
+    monkeypatch.setattr(tools, "is_macos", lambda: True)
+    monkeypatch.setattr(tools.shutil, "which", lambda name: f"/usr/bin/{name}")
+
+
+def test_doctor_says_not_macos_here():
+    if platform.system() == "Darwin":
+        pytest.skip("this machine is a Mac")
+    (row,) = ios_doctor.checks()
+    assert not row.usable and "not macOS" in row.detail and "renders the Xcode project here" in row.detail
+    from tvmgen.android import doctor
+
+    assert "not macOS" in doctor.table([row])
+
+
+def test_doctor_on_a_mac_reads_xcode_sdk_and_identities(on_a_mac):
+    runner = FakeRunner(MAC_ANSWERS)
+    rows = {c.name: c for c in ios_doctor.checks(runner)}
+    assert rows["Xcode"].usable and rows["Xcode"].version == "15.4 (15F31d)"
+    assert rows["iOS SDK"].usable and rows["iOS SDK"].version == "17.5"
+    signing = rows["code-signing identities"]
+    assert signing.usable and "2 valid" in signing.detail and "team ids: AB12CD34EF, XY98ZW76VU" in signing.detail
+    assert rows["devicectl"].usable and not any(c.required for c in rows.values())
+    empty = FakeRunner({"security find-identity": "find_identity_none.txt", **MAC_ANSWERS})  # first match wins
+    signing = {c.name: c for c in ios_doctor.checks(empty)}["code-signing identities"]
+    assert not signing.usable and "no valid code-signing identity" in signing.detail and "Accounts" in signing.fix
+
+
+def test_xcodebuild_and_devicectl_argv(on_a_mac, tmp_path):
+    runner = FakeRunner(MAC_ANSWERS)
+    (tmp_path / "build/Release-iphoneos/TvmgenApp.app").mkdir(parents=True)
+    app = tools.Xcodebuild(runner).build_app(tmp_path, TEAM, "/opt/tvm")
+    assert app == tmp_path / "build/Release-iphoneos/TvmgenApp.app"
+    assert runner.calls[-1] == ["/usr/bin/xcodebuild", "-project", str(tmp_path / "TvmgenApp.xcodeproj"), "-target",
+                                "TvmgenApp", "-configuration", "Release", "-sdk", "iphoneos",
+                                "-allowProvisioningUpdates", f"DEVELOPMENT_TEAM={TEAM}", "TVM_SOURCE_DIR=/opt/tvm",
+                                f"SYMROOT={tmp_path / 'build'}", "build"]
+    ctl = tools.Devicectl(runner)
+    ctl.install_app(app, "00008110-001A2B3C4D5E6F70")
+    ctl.launch("org.tvmgen.rpc", "00008110-001A2B3C4D5E6F70")
+    assert runner.calls[-2] == ["/usr/bin/xcrun", "devicectl", "device", "install", "app", "--device",
+                                "00008110-001A2B3C4D5E6F70", str(app)]
+    assert runner.calls[-1][-3:] == ["--device", "00008110-001A2B3C4D5E6F70", "org.tvmgen.rpc"]
+    from tvmgen.errors import TvmgenError
+
+    failing = FakeRunner(MAC_ANSWERS, fail="xcodebuild -project")
+    with pytest.raises(TvmgenError, match="xcodebuild failed"):
+        tools.Xcodebuild(failing).build_app(tmp_path, TEAM, "/opt/tvm")
+
+
+# ----------------------------------------------------------------------------- shared native code, on this host
+
+def connect_soon(rpc, port: int, seconds: float = 10):
+    """Connect once the server thread listens (Start returns before it does)."""
+    import time
+
+    deadline = time.time() + seconds
+    while True:
+        try:
+            return rpc.connect("127.0.0.1", port, key="iphone")
+        except Exception:  # noqa: BLE001 - TVM's connect error, while the server is starting
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_shared_native_code_runs_and_serves_the_linked_model(tmp_path, softmax, ios_artifacts):
+    """The app's C++ core + jni/'s runtime and server, built here with g++ and linked with a host build of
+    the model in system-lib mode (as the app links its model): it runs the model from its manifest,
+    serves it in standalone mode to a TVM RPC client (remote.system_lib()), refuses uploads, and stops."""
+    require_tool("g++")
+    import tvm
+    from tvm import relax, rpc
+
+    plat = dataclasses.replace(PLATFORMS["host"], system_lib=True)
+    build_executable(softmax, BuildOptions(plat, "cpu")).export_library(str(tmp_path / "host.tar"))
+    objs = tmp_path / "objs"
+    with tarfile.open(tmp_path / "host.tar") as t:
+        t.extractall(objs, filter="data")
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    manifest = json.loads((ios_artifacts["cpu"] / "manifest.json").read_text())
+    manifest["arch"] = platform.machine()  # the iOS manifest, for this machine's build of the same model
+    (model_dir / "manifest.json").write_text(json.dumps(manifest))
+
+    site = Path(tvm.__file__).resolve().parent.parent
+    bridge = REPO / "templates/ios_rpc/TvmgenApp/Bridge"
+    flags = ["-std=c++17", "-O0", "-Wall", "-Wextra", "-Wno-unused-parameter", f"-I{REPO / 'jni/include'}",
+             f"-I{bridge}", f"-I{site / 'tvm_ffi/include'}"]
+    sources = [REPO / "tests/ios_app_core_check.cc", bridge / "app_core.cc", REPO / "jni/src/runtime.cc",
+               REPO / "jni/src/rpc_server.cc"]
+
+    def compile_one(src):
+        return subprocess.run(["g++", *flags, "-c", src, "-o", tmp_path / f"{src.stem}.o"], capture_output=True, text=True)
+
+    with ThreadPoolExecutor(2) as pool:
+        for r in pool.map(compile_one, sources):
+            assert r.returncode == 0, r.stderr[-3000:]
+    exe = tmp_path / "ios_app_core_check"
+    r = subprocess.run(["g++", *[tmp_path / f"{s.stem}.o" for s in sources], *sorted(objs.glob("*.o")), "-o", exe,
+                        "-Wl,--no-as-needed", site / "tvm/lib/libtvm_runtime.so", site / "tvm_ffi/lib/libtvm_ffi.so",
+                        "-ldl", "-lpthread", f"-Wl,-rpath,{site / 'tvm/lib'}:{site / 'tvm_ffi/lib'}"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([exe, model_dir, str(port), tmp_path / "work"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        result = json.loads(proc.stdout.readline())
+        assert result["device"] == "cpu" and result["runs"] == 3 and result["median_run_ms"] >= 0
+        (out,) = result["outputs"]
+        assert out["shape"] == [3, 10] and abs(out["mean"] - 0.1) < 1e-6  # softmax rows sum to 1
+        assert "unknown mode" in proc.stdout.readline()
+        assert proc.stdout.readline().strip() == "serving"
+
+        remote = connect_soon(rpc, port)
+        info = json.loads(remote.get_function("tvmgen.device_info")())
+        assert info["system_lib_only"] is True and info["linked_models"] == ["softmax"]
+        dev = remote.cpu()
+        vm = relax.VirtualMachine(remote.system_lib(), dev)
+        x = np.random.default_rng(0).standard_normal((3, 10)).astype("float32")
+        y = vm["main"](tvm.runtime.tensor(x, dev)).numpy()
+        e = np.exp(x - x.max(-1, keepdims=True))
+        np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+        assert vm.time_evaluator("main", dev, number=3, repeat=2)(tvm.runtime.tensor(x, dev)).mean > 0
+        refused = ""
+        try:
+            remote.upload(model_dir / "manifest.json", "manifest.json")
+        except Exception as e:  # noqa: BLE001 - TVM raises its own error types over RPC
+            refused = str(e)
+        assert "iOS cannot load uploaded code" in refused and "remote.system_lib()" in refused
+        del vm, remote, dev
+        gc.collect()  # the session ends when the client lets go; then the server can stop
+        stdout, stderr = proc.communicate("stop\n", timeout=20)
+        assert proc.returncode == 0 and "stopped 1" in stdout, stderr
+        assert "listening on 127.0.0.1" in stderr and "stopped after 1 sessions" in stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+# ----------------------------------------------------------------------------- a real Xcode build
+
+@pytest.mark.skipif(not (platform.system() == "Darwin" and shutil.which("xcodebuild") and os.environ.get("TVMGEN_TEST_TEAM_ID")
+                         and os.environ.get("TVM_SOURCE_DIR")),
+                    reason="needs macOS with Xcode, a signing team and a TVM source tree: set TVMGEN_TEST_TEAM_ID "
+                           "and TVM_SOURCE_DIR on a Mac (TVMGEN_TEST_DEVICE_ID also installs on that device)")
+def test_real_xcode_build(tvmgen, tmp_path, onnx_file):
+    args = ["rpc-app", "--platform", "ios", "--team-id", os.environ["TVMGEN_TEST_TEAM_ID"], "--model", onnx_file,
+            "-o", tmp_path / "rpc"]
+    if os.environ.get("TVMGEN_TEST_DEVICE_ID"):
+        args += ["--install", "--serial", os.environ["TVMGEN_TEST_DEVICE_ID"]]
+    r = tvmgen(*args, timeout=3600)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "rpc/build/Release-iphoneos/TvmgenApp.app").is_dir()
