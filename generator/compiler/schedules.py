@@ -55,8 +55,7 @@ def layout_passes(target) -> list:
     from tvm import relax
 
     return [relax.transform.FoldConstant(), _ReluBoundsAsRelax(), relax.transform.ConvertLayout(
-        {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.max_pool2d": ["NHWC"],
-         "relax.nn.avg_pool2d": ["NHWC"], "relax.nn.adaptive_avg_pool2d": ["NHWC"]}),
+        {"relax.nn.conv2d": ["NHWC", "HWIO"]}),  # pooling and elementwise ops follow their input
         relax.transform.FoldConstant()] if _is_cpu(target) else []
 
 
@@ -83,7 +82,9 @@ def _ReluBoundsAsRelax():  # noqa: N802
 
 # ------------------------------------------------------------------ TIR: schedules
 
-def DefaultSchedules(target):  # noqa: N802 - a pass, named like TVM's
+def DefaultSchedules(target, report: dict | None = None):  # noqa: N802 - a pass, named like TVM's
+    """Schedule every TIR function not yet scheduled; ``report`` (if given) gets
+    ``{"scheduled": [names], "left": [names]}``."""
     import tvm
 
     shape = cpu_shape(target) if _is_cpu(target) else None
@@ -92,18 +93,33 @@ def DefaultSchedules(target):  # noqa: N802 - a pass, named like TVM's
     def _schedules(mod, _ctx):
         if shape is None:
             return mod
-        updates = {}
-        for gv, func in mod.functions.items():
-            if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs and func.attrs.get("tirx.is_scheduled"):
-                continue
-            scheduled = schedule_function(func, shape, gv.name_hint)
-            if scheduled is not None:
-                updates[gv] = scheduled.with_attr("tirx.is_scheduled", True)
-        for gv, func in updates.items():
-            mod[gv] = func
+        done, left = schedule_module(mod, shape)
+        log.info("default schedules: %d functions scheduled, %d left as TVM lowers them%s", len(done), len(left),
+                 f" ({', '.join(sorted(left))})" if left else "")
+        if report is not None:
+            report.update(scheduled=sorted(done), left=sorted(left))
         return mod
 
     return _schedules
+
+
+def schedule_module(mod, shape: CpuShape) -> tuple[list[str], list[str]]:
+    """Schedule ``mod``'s unscheduled TIR functions in place; the names scheduled and left."""
+    import tvm
+
+    done, left, updates = [], [], {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs and func.attrs.get("tirx.is_scheduled")):
+            continue
+        scheduled = schedule_function(func, shape, gv.name_hint)
+        if scheduled is None:
+            left.append(gv.name_hint)
+        else:
+            done.append(gv.name_hint)
+            updates[gv] = scheduled.with_attr("tirx.is_scheduled", True)
+    for gv, func in updates.items():
+        mod[gv] = func
+    return done, left
 
 
 def schedule_function(func, shape: CpuShape, name: str = ""):
@@ -195,17 +211,15 @@ def _schedule_reduction(sch, block, shape: CpuShape) -> None:
     vectors = max(1, vec // lanes)
     budget = max(1, (shape.registers - 4) // vectors)  # accumulators, plus a few for operands
     rows_loop = next((lp for lp in reversed(spatial[:-1]) if (_extent(sch, lp) or 1) > 1), None)
-    rows = _pick(_extent(sch, rows_loop), [r for r in (8, 7, 6, 5, 4, 3, 2) if r <= budget]) if rows_loop else 1
+    rows = _rows(_extent(sch, rows_loop), min(8, budget)) if rows_loop is not None else 1
 
     v_o, v_i = sch.split(spatial[-1], [None, vec])
-    outer = [lp for lp in spatial[:-1] if not (rows_loop is not None and lp.same_as(rows_loop))]
+    outer, inner = list(spatial[:-1]), [v_i]
     if rows > 1:
         r_o, r_i = sch.split(rows_loop, [None, rows])
-        # keep the outer loops in their original order, with the row tile's outer part in place of the row loop
-        outer = [r_o if lp.same_as(rows_loop) else lp for lp in spatial[:-1]]
+        # the row tile's outer part stays where the row loop was
+        outer = [r_o if lp.same_as(rows_loop) else lp for lp in outer]
         inner = [r_i, v_i]
-    else:
-        inner = [v_i]
     sch.reorder(*outer, v_o, *reduce, *inner)
     parallel = sch.fuse(*outer, v_o) if outer else v_o
     sch.parallel(parallel)
@@ -235,6 +249,17 @@ def _schedule_reduction(sch, block, shape: CpuShape) -> None:
         sch.unroll(inner[0])
     if reduce:  # after vectorize: without its init the block is no longer a "reduction block"
         sch.decompose_reduction(block, reduce[0])
+
+
+def _rows(extent: int, most: int) -> int:
+    """Rows in a register tile: a divisor of ``extent`` when a good one exists, else the size that
+    wastes least (the last tile is then partial, guarded by a condition TVM adds)."""
+    exact = _pick(extent, [r for r in range(most, 3, -1)])
+    if exact > 1:
+        return exact
+    if extent <= most:
+        return extent
+    return min(range(4, most + 1), key=lambda r: (-(-extent // r) * r - extent, -r))
 
 
 def _schedule_error(msg: str):

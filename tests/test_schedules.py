@@ -1,0 +1,130 @@
+"""tvmgen's default CPU schedules: awkward shapes still match onnxruntime, and the schedules apply.
+
+Speed is measured in benchmarks/, not here; these tests check that the schedules are used
+(parallel, vectorised, epilogues fused) and that they never change results.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from conftest import onnx_model, save_onnx
+from test_frontends import assert_close, compile_and_run
+from tvmgen import frontends
+from tvmgen.compiler import cpu, schedules
+from tvmgen.compiler.platforms import PLATFORMS, make_target
+
+
+def awkward_models() -> dict:
+    """Shapes that do not divide by the vector width or the register tile, and unusual convolutions."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+
+    def vi(name, shape):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    def w(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    def const(name, value):
+        return numpy_helper.from_array(np.array(value, np.float32), name)
+
+    conv = helper.make_node
+    return {
+        # 3 input channels, 5 outputs, odd spatial size, stride 2
+        "conv_odd": onnx_model([conv("Conv", ["x", "W", "B"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])],
+                               [vi("x", [1, 3, 15, 15])], [vi("y", [1, 5, 8, 8])], [w("W", 5, 3, 3, 3), w("B", 5)]),
+        "conv_dilated": onnx_model([conv("Conv", ["x", "W"], ["y"], pads=[2, 2, 2, 2], dilations=[2, 2])],
+                                   [vi("x", [1, 8, 13, 13])], [vi("y", [1, 12, 13, 13])], [w("W", 12, 8, 3, 3)]),
+        "conv_grouped": onnx_model([conv("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1], group=2)],
+                                   [vi("x", [1, 8, 12, 12])], [vi("y", [1, 16, 12, 12])], [w("W", 16, 4, 3, 3)]),
+        "depthwise_multiplier": onnx_model([conv("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1], group=8)],
+                                           [vi("x", [1, 8, 10, 10])], [vi("y", [1, 16, 10, 10])],
+                                           [w("W", 16, 1, 3, 3)]),
+        # conv -> relu6 -> 1x1 conv -> residual add: epilogues and a consumer with two producers
+        "conv_relu6_residual": onnx_model(
+            [conv("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]), conv("Clip", ["c1", "lo", "hi"], ["r"]),
+             conv("Conv", ["r", "W2"], ["c2"]), conv("Add", ["c2", "x"], ["y"])],
+            [vi("x", [1, 24, 9, 9])], [vi("y", [1, 24, 9, 9])],
+            [w("W1", 40, 24, 3, 3), w("B1", 40), w("W2", 24, 40, 1, 1), const("lo", 0), const("hi", 6)]),
+        "conv_avgpool": onnx_model([conv("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+                                    conv("AveragePool", ["c"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+                                   [vi("x", [1, 4, 14, 14])], [vi("y", [1, 20, 7, 7])], [w("W", 20, 4, 3, 3)]),
+        # a consumer that is not elementwise (the epilogue cannot be fused)
+        "conv_transpose_out": onnx_model([conv("Conv", ["x", "W"], ["c"]),
+                                          conv("Transpose", ["c"], ["y"], perm=[0, 3, 1, 2])],
+                                         [vi("x", [1, 6, 7, 9])], [vi("y", [1, 9, 10, 7])], [w("W", 10, 6, 1, 1)]),
+        "gemm_1000": onnx_model([conv("Gemm", ["a", "W", "B"], ["y"], transB=1)], [vi("a", [3, 72])],
+                                [vi("y", [3, 1000])], [w("W", 1000, 72), w("B", 1000)]),
+        "matmul_batched": onnx_model([conv("MatMul", ["a", "b"], ["y"])], [vi("a", [3, 33, 70]), vi("b", [3, 70, 17])],
+                                     [vi("y", [3, 33, 17])]),
+    }
+
+
+def prepared_and_scheduled(path, platform="host"):
+    """The fused TIR functions of a model, scheduled as `compile` does; (module, scheduled, left)."""
+    import tvm
+    from tvm import relax
+
+    imported = frontends.load(path, [])
+    mod = imported.mod
+    weights = mod["main"].params[len(imported.inputs):]
+    mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
+    target = make_target(PLATFORMS[platform].cpu_target())
+    with target:
+        mod = tvm.transform.Sequential(cpu.prepare_passes(target))(mod)
+    done, left = schedules.schedule_module(mod, schedules.cpu_shape(target))
+    return mod, done, left
+
+
+def _heavy(name: str) -> bool:
+    return "conv" in name or "matmul" in name or "pool" in name
+
+
+@pytest.mark.parametrize("name", sorted(awkward_models()))
+def test_awkward_shapes_match_onnxruntime_and_are_scheduled(name, tmp_path):
+    path = save_onnx(awkward_models()[name], tmp_path / f"{name}.onnx")
+    _, done, left = prepared_and_scheduled(path)
+    assert [f for f in left if _heavy(f)] == [], f"convolutions / matmuls left unscheduled: {left}"
+    assert any(_heavy(f) for f in done), done
+    _, _, actual, expected = compile_and_run(path, tmp_path)
+    assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_builtin_model_schedules(builtin_onnx):
+    mod, done, left = prepared_and_scheduled(builtin_onnx)
+    assert set(left) <= {"softmax"}, left  # softmax's two reductions are left to TVM (1000 values)
+    convs = [f for f in done if f.startswith("fused_conv2d")]
+    assert len(convs) >= 19
+    # ReLU6 is part of every convolution's kernel: no activation pass of its own, no layout
+    # transposes around it (only the input's NCHW -> NHWC and the classifier's flatten).
+    assert all("maximum" in f and "minimum" in f for f in convs), convs
+    assert len([f for f in done if "transpose" in f]) <= 2, done
+    for name in convs:
+        script = mod[name].script()
+        assert "T.parallel" in script and "T.vectorized" in script, name
+        assert 'scope="local"' in script, name  # accumulators in registers, written back once
+
+
+@pytest.mark.parametrize("platform,lanes,registers", [("host", None, None), ("linux-aarch64", 4, 32),
+                                                       ("android-armv7", 4, 16)])
+def test_vector_shape_follows_the_target(platform, lanes, registers):
+    target = make_target(PLATFORMS[platform].cpu_target())
+    shape = schedules.cpu_shape(target)
+    if lanes is None:  # the host: whatever LLVM says this CPU has, at least SSE
+        assert shape.lanes(32) >= 4
+    else:
+        assert (shape.lanes(32), shape.registers) == (lanes, registers)
+
+
+def test_aarch64_schedules_use_neon_tiles(builtin_onnx):
+    mod, done, left = prepared_and_scheduled(builtin_onnx, "linux-aarch64")
+    assert set(left) <= {"softmax"}
+    script = mod["fused_conv2d4_add3_maximum3_minimum3"].script()
+    # 128-bit NEON: tiles of 2 x 4 floats along the channels (vectorised 8 wide, split by LLVM)
+    widths = {int(m) for m in re.findall(r"T\.vectorized\(T\.int64\((\d+)\)\)", script)}
+    assert widths and max(widths) <= 8, widths
