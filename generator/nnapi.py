@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tvmgen.errors import InputError, TvmgenError
+from tvmgen.log import step
 
 # Static costs (the NNAPI RFC's approach for users without a phone at hand). Rates in GFLOP/s; a
 # transition hands a tensor between TVM and an NNAPI execution: a fixed cost plus a per-MB copy.
@@ -107,6 +108,7 @@ class Report:
     strategy: str
     feature_level: int | None
     ops: list[Op]
+    tvm_costs: list[dict] = field(default_factory=list)  # --measure: per op kind, measured or from the table
 
     @property
     def partitions(self) -> int:
@@ -152,7 +154,8 @@ class Report:
         return {"strategy": self.strategy, "feature_level": self.feature_level, "partitions": self.partitions,
                 "transitions_per_inference": self.transitions, "flops": self.flops_share(),
                 "nnapi_ops": self.counts("nnapi"), "tvm_ops": self.counts("tvm"), "blockers": self.blockers(),
-                "ops": [asdict(o) for o in self.ops]}
+                "ops": [asdict(o) for o in self.ops],
+                **({"tvm_costs": self.tvm_costs, "nnapi_costs": "table"} if self.tvm_costs else {})}
 
 
 def _shape(ty) -> list[int]:
@@ -501,6 +504,101 @@ def require_codegen() -> None:
             "build TVM from source with USE_NNAPI_CODEGEN=ON for compiling, and the Android runtime with "
             "USE_NNAPI_RUNTIME=ON (tvmgen's jni/ CMake: -DTVMGEN_NNAPI=ON); `tvmgen partition MODEL --nnapi` "
             "shows the placement meanwhile")
+
+
+# ------------------------------------------------------------------ measured TVM-side costs
+
+def op_instances(partitioned) -> dict[str, tuple]:
+    """Per Relax op kind inside the NNAPI partitions (what the cost strategy places): the call with
+    the most FLOPs, which stands for its kind when measured, and those FLOPs."""
+    from tvm import relax
+
+    found: dict[str, tuple] = {}
+    for fn in partitioned.functions.values():
+        if isinstance(fn, relax.Function) and fn.attrs is not None and "Codegen" in fn.attrs:
+            for kind, call, flops in _inner_ops(fn)[2]:
+                if kind not in found or flops > found[kind][1]:
+                    found[kind] = (call, flops)
+    return dict(sorted(found.items()))
+
+
+def single_op_model(kind: str, call):
+    """An ImportedModel whose main runs ``call`` alone, its tensor operands as inputs (None when an
+    operand is neither a tensor nor a constant, or a shape is not static)."""
+    from tvm import ir, relax
+
+    from tvmgen.frontends.base import ImportedModel, TensorSpec
+
+    params, args, specs = [], [], []
+    for a in call.args:
+        if isinstance(a, ir.Constant):
+            args.append(a)
+        elif isinstance(a, relax.Var) and isinstance(a.ty, relax.TensorType) and a.ty.shape is not None \
+                and len(_shape(a.ty)) == a.ty.ndim:  # a static shape (scalars included)
+            name = f"x{len(params)}"
+            v = relax.Var(name, a.ty)
+            params.append(v)
+            args.append(v)
+            specs.append(TensorSpec(name, tuple(_shape(a.ty)), str(a.ty.dtype)))
+        else:
+            return None
+    bb = relax.BlockBuilder()
+    with bb.function("main", params, attrs={"num_input": len(params)}):
+        with bb.dataflow():
+            out = bb.emit_output(relax.Call(call.op, args, call.attrs, call.ty_args))
+        bb.emit_func_output(out)
+    return ImportedModel(bb.get(), [], specs, [kind], "relax", "", None)
+
+
+def measure_tvm_costs(partitioned, target, platform: str | None, costs: dict, scratch: Path,
+                      repeat: int = 5, number: int = 10) -> list[dict]:
+    """Time each op kind the NNAPI partitions hold, compiled alone for the device's CPU, over RPC
+    (tvmgen bench's machinery); returns one row per kind: measured GFLOP/s (median of ``repeat``
+    repeats of ``number`` runs), or the table's rate where a kind cannot be built alone."""
+    from tvmgen import bench
+    from tvmgen.compiler import build
+    from tvmgen.compiler.platforms import check_pair, get_platform
+
+    with step(f"Connecting to device {target.key!r}"):
+        remote, info = bench.connect(target)
+    plat = get_platform(platform or info.get("platform") or "host")
+    check_pair(plat, "cpu")
+    rows = []
+    for kind, (call, flops) in op_instances(partitioned).items():
+        table = rate_gflops(kind, costs["tvm_gflops"])
+        row = {"op": kind, "flops": flops, "source": "table", "gflops": table, "table_gflops": table}
+        model = single_op_model(kind, call)
+        if model is None:
+            row["why"] = "its operands cannot be given as inputs of a one-op model"
+            rows.append(row)
+            continue
+        row["inputs"] = [list(s.shape) for s in model.inputs]
+        directory = scratch / f"op-{kind}"
+        build.compile_to_artifact(model, build.BuildOptions(plat, "cpu"), directory, True, {"name": f"op-{kind}"})
+        timed = bench.bench_model(remote, info, directory, target.key, repeat, number, 0, seed=0)
+        median = float(np.median(timed.warm_ms))
+        row.update(source="measured", median_ms=median, gflops=flops / (median / 1e3) / 1e9,
+                   device=f"{info.get('platform', plat.name)} ({info.get('arch', plat.arch)})")
+        rows.append(row)
+    return rows
+
+
+def with_measured(costs: dict, rows: list[dict]) -> dict:
+    """The cost table with its TVM column replaced by the measured rates."""
+    out = json.loads(json.dumps(costs))
+    out["tvm_gflops"].update({r["op"]: r["gflops"] for r in rows if r["source"] == "measured"})
+    return out
+
+
+def format_costs(rows: list[dict]) -> str:
+    device = next((r["device"] for r in rows if "device" in r), "?")
+    lines = [f"TVM-side costs measured on {device} (median; NNAPI-side and transition costs stay from the cost table):",
+             f"  {'op':<14}{'MFLOP':>10}{'median ms':>12}{'GFLOP/s':>10}{'table':>8}  source"]
+    for r in rows:
+        ms = f"{r['median_ms']:.4f}" if "median_ms" in r else "-"
+        lines.append(f"  {r['op']:<14}{r['flops'] / 1e6:>10.3f}{ms:>12}{r['gflops']:>10.2f}{r['table_gflops']:>8.1f}  "
+                     f"{r['source']}{' (' + r['why'] + ')' if 'why' in r else ''}")
+    return "\n".join(lines)
 
 
 def format_report(r: Report) -> str:

@@ -198,3 +198,65 @@ def test_compile_with_an_nnapi_tvm_build(tvmgen, tmp_path):
         needs = m["runtime_needs"]["nnapi"]
         assert needs["loader"] == "ffi.Module.load_from_bytes.nnapi" and needs["min_android_api"] == 27
         assert needs["strategy"] == strategy and needs["partitions"] >= 1
+
+
+# ------------------------------------------------------------------ measured TVM-side costs
+
+def test_measured_rates_replace_the_tvm_column(tmp_path):
+    imported = frontends.load(conv_erf_conv(tmp_path), [])
+    partitioned, patterns = nnapi.partition(imported.mod, imported.params, len(imported.inputs))
+    assert sorted(nnapi.op_instances(partitioned)) == ["add", "conv2d"]  # what a device would time
+    table = nnapi.load_costs(None)
+    assert nnapi.cost_strategy(patterns, table).partitions == 0  # the table: TVM is fast enough here
+
+    def rows(gflops):
+        return [{"op": k, "gflops": gflops, "source": "measured"} for k in ("conv2d", "add")]
+
+    slow = nnapi.with_measured(table, rows(0.01))  # a device where TVM is this slow: NNAPI pays
+    assert slow["tvm_gflops"]["conv2d"] == 0.01 and slow["nnapi_gflops"] == table["nnapi_gflops"]
+    assert nnapi.cost_strategy(patterns, slow).partitions == 2
+    assert nnapi.cost_strategy(patterns, nnapi.with_measured(table, rows(1e6))).partitions == 0
+
+
+@pytest.fixture(scope="module")
+def host_device(tmp_path_factory):
+    """A tracker and the native host device server on 127.0.0.1 (as tests/test_rpc.py starts them)."""
+    import os
+
+    from conftest import require_tool
+    from tvmgen import rpc
+
+    require_tool("cmake")
+    state = tmp_path_factory.mktemp("nnapi-rpc")
+    old = os.environ.get("TVMGEN_STATE_DIR")
+    os.environ["TVMGEN_STATE_DIR"] = str(state)
+    started = []
+    try:
+        tracker = rpc.start_tracker(port=19640, port_end=19700)
+        started.append(tracker)
+        started.append(rpc.start_device("host", "nnapi-costs", tracker=tracker.address, work_dir=state / "work"))
+        yield tracker.address
+    finally:
+        for s in reversed(started):
+            s.stop()
+        if old is None:
+            os.environ.pop("TVMGEN_STATE_DIR")
+        else:
+            os.environ["TVMGEN_STATE_DIR"] = old
+
+
+def test_partition_measures_tvm_costs_over_rpc(tvmgen, host_device, tmp_path):
+    r = tvmgen("partition", conv_erf_conv(tmp_path), "--nnapi", "--strategy", "cost", "--measure",
+               "--key", "nnapi-costs", "--tracker", host_device, "--json", tmp_path / "r.json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    rows = {c["op"]: c for c in data["tvm_costs"]}
+    assert sorted(rows) == ["add", "conv2d"] and data["nnapi_costs"] == "table"
+    for c in rows.values():
+        assert c["source"] == "measured" and c["median_ms"] > 0 and c["gflops"] > 0 and c["flops"] > 0
+        assert c["device"] == "host (x86_64)" and c["gflops"] != c["table_gflops"]
+    assert "TVM-side costs measured on host (x86_64)" in r.stdout
+    assert "NNAPI-side and transition costs stay from the cost table" in r.stdout
+    assert "conv2d" in r.stdout and "measured" in r.stdout and "cost strategy" in r.stdout
+    r = tvmgen("partition", conv_erf_conv(tmp_path), "--nnapi", "--measure", "--key", "k", "--tracker", host_device)
+    assert r.returncode == 2 and "pass --strategy cost" in r.stderr
