@@ -42,6 +42,7 @@ class IosAppResult:
     symbols: list[str]
     built: Path | None  # the .app, when built here
     commands: list[str]  # what finishes the job on a Mac, when not built here
+    not_built_because: str = ""
 
 
 def model_stem(model: str) -> str:
@@ -49,7 +50,7 @@ def model_stem(model: str) -> str:
 
 
 def check_options(opts: IosAppOptions, xcode_here: bool) -> None:
-    """Bad input fails before anything is compiled or written."""
+    """Bad input fails before anything is compiled or written. ``xcode_here``: the app is built here."""
     check_pair(PLATFORMS["ios-arm64"], opts.device)
     project.check_bundle_id(opts.bundle_id)
     if opts.team_id:
@@ -59,21 +60,23 @@ def check_options(opts: IosAppOptions, xcode_here: bool) -> None:
                          "pass --team-id (10 characters; `security find-identity -v -p codesigning` shows it in "
                          "parentheses, e.g. 'Apple Development: Jane Doe (AB12CD34EF)')")
     if opts.install and not xcode_here:
-        raise ToolMissingError("cannot install on an iPhone/iPad here: that needs a Mac with Xcode (not macOS, or no "
-                               "xcodebuild)", "leave out --install to render the project, then build it on a Mac")
+        raise ToolMissingError("cannot install on an iPhone/iPad: the app cannot be built here (that needs macOS with "
+                               "Xcode and TVM_SOURCE_DIR)", "leave out --install to render the project, then build it on "
+                               "a Mac with the printed commands (`tvmgen doctor` shows what is here)")
 
 
 def create(opts: IosAppOptions, out: Path, force: bool) -> IosAppResult:
     xcode = tools.Xcodebuild()
+    tvm_source_dir = os.environ.get("TVM_SOURCE_DIR", "")
     try:
         xcode.verify()
-        xcode_here = True
-    except ToolMissingError:
-        xcode_here = False
-    check_options(opts, xcode_here)
+        not_built_because = "" if tvm_source_dir else (
+            "TVM_SOURCE_DIR is not set (the app's build compiles the TVM runtime for iOS from a TVM source tree)")
+    except ToolMissingError as e:
+        not_built_because = e.message
+    check_options(opts, xcode_here=not not_built_because)
     if out.exists() and not force:
         raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
-    tvm_source_dir = os.environ.get("TVM_SOURCE_DIR", "")
     rpc = {"mode": "standalone", "address": "0.0.0.0", "port": 9090, "key": "iphone", **opts.rpc}
     with tempfile.TemporaryDirectory(prefix="tvmgen-ios-") as scratch:
         scratch = Path(scratch)
@@ -89,10 +92,10 @@ def create(opts: IosAppOptions, out: Path, force: bool) -> IosAppResult:
             with step("Rendering the Xcode project (templates/ios_rpc)"):
                 symbols = project.create_project(staged, ctx, art)
     out = out.absolute()
-    if not xcode_here:
-        return IosAppResult(out, symbols, None, ctx["mac_commands"])
+    if not_built_because:
+        return IosAppResult(out, symbols, None, ctx["mac_commands"], not_built_because)
     with step("Building with xcodebuild (Release, iphoneos)"):
-        app = xcode.build_app(out, opts.team_id, tvm_source_dir or str(Path.home() / "tvm"))
+        app = xcode.build_app(out, opts.team_id, tvm_source_dir)
     if opts.install:
         ctl = tools.Devicectl()
         if not opts.device_id:
@@ -110,7 +113,8 @@ def report(result: IosAppResult, port: int) -> None:
         console.print(f"[green]✓[/] app: [bold]{result.built}[/]")
         console.print(f"  USB: iproxy {port} {port}, then connect to 127.0.0.1:{port}")
         return
-    console.print("[yellow]![/] not built here (xcodebuild needs macOS with Xcode). On a Mac, to finish:")
+    console.print(f"[yellow]![/] not built here: {result.not_built_because}")
+    console.print("  on a Mac with Xcode 15+, to finish:")
     console.print(f"  cd {result.project}")
     for command in result.commands:
         console.print(f"  {command}")

@@ -2,6 +2,7 @@
 #include "app_core.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
