@@ -260,3 +260,29 @@ def test_partition_measures_tvm_costs_over_rpc(tvmgen, host_device, tmp_path):
     assert "conv2d" in r.stdout and "measured" in r.stdout and "cost strategy" in r.stdout
     r = tvmgen("partition", conv_erf_conv(tmp_path), "--nnapi", "--measure", "--key", "k", "--tracker", host_device)
     assert r.returncode == 2 and "pass --strategy cost" in r.stderr
+
+
+def test_a_runtime_without_nnapi_refuses_an_nnapi_artifact(tmp_path):
+    """What the app's CPU fallback catches on a phone whose TVM runtime lacks NNAPI: the runtime asks
+    for TVM's NNAPI loader (libtvm_runtime_extra) and names the build option. The host runtime (the
+    wheel's libtvm_runtime_extra, built without NNAPI) stands in for such a phone's; the artifact is a
+    CPU one whose manifest says nnapi, since no NNAPI artifact can be made with this TVM."""
+    import subprocess
+
+    from conftest import require_tool, single_op_models
+    from tvmgen import runtime_build
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.platforms import PLATFORMS
+
+    require_tool("cmake")
+    prefix = runtime_build.cached_build("host")
+    imported = frontends.load(save_onnx(single_op_models()["softmax"], tmp_path / "m.onnx"), [])
+    art = tmp_path / "art"
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), art, True, {"name": "m"})
+    manifest = json.loads((art / "manifest.json").read_text())
+    manifest["device"] = "nnapi"
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    r = subprocess.run([str(prefix / "bin" / "tvmgen-run"), str(art)], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "no nnapi support (ffi.Module.load_from_bytes.nnapi is not registered" in r.stderr, r.stderr
+    assert "libtvm_runtime_extra.so" in r.stderr and "USE_NNAPI_RUNTIME=ON" in r.stderr  # looked for, and the fix
