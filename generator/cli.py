@@ -234,6 +234,9 @@ def inspect(artifact_dir, as_json):
     for s in m.outputs:
         t.add_row("output", str(s))
     t.add_row("weights", f"{m.params['count']} tensors in {m.params['file']}" if m.params else "inside the library")
+    for name, need in m.runtime_needs.items():  # e.g. NNAPI: TVM's NNAPI runtime on the phone
+        t.add_row("needs", f"{name}: {need.get('library')} ({need.get('tvm_build_option')}), "
+                           f"{need.get('system_library')}, Android API {need.get('min_android_api')}+")
     t.add_row("versions", ", ".join(f"{k} {v}" for k, v in m.versions.items()))
     for name, info in m.files.items():
         t.add_row("file", f"{name}  {info['bytes']:,} bytes  sha256 {info['sha256'][:16]}…")
