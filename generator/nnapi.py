@@ -6,9 +6,14 @@ own NNAPI flow does (constant folding, 2-D matmuls as batched matmuls, clip as m
 runs the partitioner, and reports the result: partitions, the operators on each side with their
 share of FLOPs, what blocks a larger partition, and the NNAPI<->TVM transitions per inference.
 
-On top of the patterns, the `cost` strategy searches the placement with a static cost table:
-dynamic programming over the operators in execution order, with a cost for every switch between
-TVM and NNAPI, so a piece too small to pay for its transitions stays on TVM.
+On top of the patterns, the `cost` strategy searches the placement with a cost table: dynamic
+programming over the operators in execution order, with a cost for every switch between TVM and
+NNAPI, so a piece too small to pay for its transitions stays on TVM. The table is static, or its TVM
+side is measured on a device over RPC (each op kind built alone and timed with bench's machinery).
+
+With a TVM that has the NNAPI code generator (USE_NNAPI_CODEGEN=ON), `generate` turns the chosen
+placement into a module for an ordinary CPU build: rejected partitions become plain Relax functions
+again, the rest go through relax.transform.RunCodegen.
 """
 
 from __future__ import annotations
@@ -458,7 +463,8 @@ def keep_on_tvm(partitioned, report: Report):
     for call in kept:
         if call.op not in plain:  # one TVM copy per shared partition function
             bb = relax.BlockBuilder(mod)
-            plain[call.op] = bb.add_func(_plain_function(mod[call.op]), call.op.name_hint.removesuffix("_nnapi") + "_tvm")
+            name = call.op.name_hint.removesuffix("_nnapi") + "_tvm"
+            plain[call.op] = bb.add_func(_plain_function(mod[call.op]), name)
             mod = bb.get()
 
     @mutator
