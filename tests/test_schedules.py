@@ -128,3 +128,21 @@ def test_aarch64_schedules_use_neon_tiles(builtin_onnx):
     # 128-bit NEON: tiles of 2 x 4 floats along the channels (vectorised 8 wide, split by LLVM)
     widths = {int(m) for m in re.findall(r"T\.vectorized\(T\.int64\((\d+)\)\)", script)}
     assert widths and max(widths) <= 8, widths
+
+
+def test_cli_reports_kernels_and_schedules_none_gives_same_outputs(tvmgen, tmp_path):
+    from tvmgen.frontends.base import random_inputs
+    from tvmgen.runner import HostModel
+
+    path = save_onnx(awkward_models()["conv_relu6_residual"], tmp_path / "m.onnx")
+    r = tvmgen("compile", path, "-o", tmp_path / "default", "--check")
+    assert r.returncode == 0, r.output
+    m = re.search(r"kernels: (\d+) tvmgen defaults", r.output)
+    assert m and int(m.group(1)) >= 2, r.output
+    r = tvmgen("compile", path, "-o", tmp_path / "none", "--schedules", "none", "--check")
+    assert r.returncode == 0, r.output
+    assert "kernels:" not in r.output  # TVM's own pipeline: nothing scheduled, nothing to report
+    a, b = HostModel(tmp_path / "default"), HostModel(tmp_path / "none")
+    inputs = random_inputs(a.manifest.inputs, seed=1)
+    for x, y in zip(a.run(inputs), b.run(inputs)):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4 * float(np.abs(y).max()))  # summation order differs

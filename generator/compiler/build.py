@@ -11,7 +11,7 @@ from tvmgen.compiler import export as exporter
 from tvmgen.compiler.platforms import DL_DEVICE_TYPES, Platform, make_target, target_dict
 from tvmgen.errors import CompileError
 from tvmgen.frontends.base import ImportedModel, TensorSpec
-from tvmgen.log import step
+from tvmgen.log import console, step
 
 log = logging.getLogger("tvmgen.compiler")
 
@@ -45,8 +45,9 @@ def output_specs(mod, names: list[str]) -> list[TensorSpec]:
     return specs
 
 
-def build_executable(imported: ImportedModel, opts: BuildOptions):
-    """Run TVM: bind or keep weights, lower with the target's default pipeline, build."""
+def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict | None = None):
+    """Run TVM: bind or keep weights, lower with the target's pipeline, build. CPU builds fill
+    ``report`` with the functions tuned, given tvmgen's default schedules, or left unscheduled."""
     from tvm import relax
 
     target = make_target(target_dict(opts.platform, opts.device, opts.gpu_family))
@@ -56,7 +57,7 @@ def build_executable(imported: ImportedModel, opts: BuildOptions):
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
     try:
         with target:
-            pipeline = _pipeline(target, opts)
+            pipeline = _pipeline(target, opts, report)
         return relax.build(mod, target, relax_pipeline=pipeline,
                            system_lib=True if opts.platform.system_lib else None)
     except Exception as e:
@@ -68,7 +69,7 @@ def build_executable(imported: ImportedModel, opts: BuildOptions):
         ) from e
 
 
-def _pipeline(target, opts: BuildOptions):
+def _pipeline(target, opts: BuildOptions, report: dict | None):
     from tvm import relax
 
     from tvmgen.compiler import cpu
@@ -76,7 +77,7 @@ def _pipeline(target, opts: BuildOptions):
     if opts.device == "metal":
         return metal_pipeline(target)
     if target.kind.name == "llvm" and opts.schedules:
-        return cpu.pipeline(target, opts.tuning_db)
+        return cpu.pipeline(target, opts.tuning_db, report)
     return relax.get_default_pipeline(target)
 
 
@@ -104,6 +105,19 @@ def metal_pipeline(target):
     return _pipeline
 
 
+def schedule_summary(report: dict) -> str:
+    """One line: where the CPU kernels' schedules came from."""
+    parts = []
+    if report.get("tuned"):
+        parts.append(f"{len(report['tuned'])} from the tuning database")
+    parts.append(f"{len(report.get('scheduled', []))} tvmgen defaults")
+    left = report.get("left", [])
+    if left:
+        shown = ", ".join(left[:4]) + (f", +{len(left) - 4} more" if len(left) > 4 else "")
+        parts.append(f"{len(left)} unscheduled ({shown})")
+    return "kernels: " + ", ".join(parts)
+
+
 def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Path, force: bool,
                         model_info: dict, verify=None) -> artifact.Manifest:
     """Write the artifact directory. ``verify(staged_dir)`` runs before it is moved into place:
@@ -115,7 +129,10 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
     tspec = target_dict(opts.platform, opts.device, opts.gpu_family)
     with artifact.staging(out_dir, force) as tmp:
         with step(f"Compiling for {opts.platform.name}/{opts.device} with TVM {tvm.__version__}"):
-            ex = build_executable(imported, opts)
+            report: dict = {}
+            ex = build_executable(imported, opts, report)
+        if report:
+            console.print(f"  {schedule_summary(report)}")
         what = "an object archive" if opts.objects_only or opts.platform.exporter == "xcode" else "the library"
         with step(f"Exporting {what} ({opts.platform.exporter} toolchain)"):
             exported = exporter.export(ex, opts.platform, tmp, opts.objects_only)

@@ -27,7 +27,7 @@ def prepare_passes(target) -> list:
             + cpu.legalize_passes(target))
 
 
-def schedule_passes(target, database=None) -> list:
+def schedule_passes(target, database=None, report: dict | None = None) -> list:
     """Schedules for the fused TIR functions: the tuning database first, defaults for the rest."""
     from tvmgen.compiler import schedules
 
@@ -36,12 +36,13 @@ def schedule_passes(target, database=None) -> list:
         from tvm import relax
 
         passes.append(relax.transform.MetaScheduleApplyDatabase(enable_warning=False))
-    passes.append(schedules.DefaultSchedules(target))
+    passes.append(schedules.DefaultSchedules(target, report))
     return passes
 
 
-def pipeline(target, tuning_db: Path | None = None):
-    """A Relax pipeline for ``relax.build`` on CPU targets."""
+def pipeline(target, tuning_db: Path | None = None, report: dict | None = None):
+    """A Relax pipeline for ``relax.build`` on CPU targets; ``report`` gets which functions were
+    tuned, given a default schedule, or left (see ``schedules.DefaultSchedules``)."""
     import tvm
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
@@ -49,7 +50,7 @@ def pipeline(target, tuning_db: Path | None = None):
 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenCpuPipeline")
     def _pipeline(mod, _ctx):
-        passes = (prepare_passes(target) + schedule_passes(target, database)
+        passes = (prepare_passes(target) + schedule_passes(target, database, report)
                   + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))
         with target:
             if database is None:

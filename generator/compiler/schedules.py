@@ -93,11 +93,12 @@ def DefaultSchedules(target, report: dict | None = None):  # noqa: N802 - a pass
     def _schedules(mod, _ctx):
         if shape is None:
             return mod
+        tuned = [gv.name_hint for gv, f in mod.functions.items() if _is_scheduled(f)]
         done, left = schedule_module(mod, shape)
-        log.info("default schedules: %d functions scheduled, %d left as TVM lowers them%s", len(done), len(left),
-                 f" ({', '.join(sorted(left))})" if left else "")
+        log.info("schedules: %d from the tuning database, %d tvmgen defaults, %d left as TVM lowers them%s",
+                 len(tuned), len(done), len(left), f" ({', '.join(sorted(left))})" if left else "")
         if report is not None:
-            report.update(scheduled=sorted(done), left=sorted(left))
+            report.update(tuned=sorted(tuned), scheduled=sorted(done), left=sorted(left))
         return mod
 
     return _schedules
@@ -109,7 +110,7 @@ def schedule_module(mod, shape: CpuShape) -> tuple[list[str], list[str]]:
 
     done, left, updates = [], [], {}
     for gv, func in mod.functions.items():
-        if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs and func.attrs.get("tirx.is_scheduled")):
+        if not isinstance(func, tvm.tirx.PrimFunc) or _is_scheduled(func):
             continue
         scheduled = schedule_function(func, shape, gv.name_hint)
         if scheduled is None:
@@ -120,6 +121,12 @@ def schedule_module(mod, shape: CpuShape) -> tuple[list[str], list[str]]:
     for gv, func in updates.items():
         mod[gv] = func
     return done, left
+
+
+def _is_scheduled(func) -> bool:
+    import tvm
+
+    return isinstance(func, tvm.tirx.PrimFunc) and bool(func.attrs and func.attrs.get("tirx.is_scheduled"))
 
 
 def schedule_function(func, shape: CpuShape, name: str = ""):
