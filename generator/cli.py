@@ -83,12 +83,15 @@ def _default_out(model: str, platform: str, device: str) -> Path:
 @click.option("--rtol", default=1e-3, show_default=True, help="--check: tolerance relative to the largest reference value.")
 @click.option("--atol", default=1e-4, show_default=True, help="--check: absolute tolerance.")
 @click.option("--seed", default=0, show_default=True, help="--check: seed for the random inputs.")
+@click.option("--schedules", "schedules", default="default", show_default=True, type=click.Choice(["default", "none"]),
+              help="CPU kernels: tvmgen's default schedules (tiled, vectorised, parallel), or none: TVM's "
+                   "own lowering (correct but many times slower; to rule out a scheduling problem).")
 @click.option("--strategy", default="patterns", show_default=True, type=click.Choice(["patterns", "cost"]),
               help="--device nnapi: how to place operators (as for `tvmgen partition`).")
 @click.option("--feature-level", type=click.IntRange(1, 8), help="--device nnapi: highest NNAPI feature level.")
 @click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
 def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_inputs, tf_outputs,
-            out, force, separate_params, objects_only, check, rtol, atol, seed, strategy="patterns",
+            out, force, separate_params, objects_only, check, rtol, atol, seed, schedules="default", strategy="patterns",
             feature_level=None, cost_table=None):
     """Compile MODEL into an artifact directory (library + manifest.json).
 
@@ -140,7 +143,8 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
                 raise InputError("--separate-params does not apply to --device nnapi: the NNAPI parts take the "
                                  "weights as constants", "leave out --separate-params")
             to_build, needs = _nnapi_generate(imported, feature_level, strategy, cost_table)
-        opts = build.BuildOptions(plat, device, gpu_family, separate_params, objects_only, runtime_needs=needs)
+        opts = build.BuildOptions(plat, device, gpu_family, separate_params, objects_only, runtime_needs=needs,
+                                  schedules=schedules == "default")
         verify = (lambda staged: _check(imported, staged, opts, rtol, atol, seed, scratch)) if check else None
         manifest = build.compile_to_artifact(to_build, opts, out, force, model_info, verify=verify)
         console.print(f"[green]✓[/] artifact: [bold]{out}[/] ({manifest.export['library']}, "
