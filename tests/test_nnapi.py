@@ -220,7 +220,8 @@ def test_measured_rates_replace_the_tvm_column(tmp_path):
 
 @pytest.fixture(scope="module")
 def host_device(tmp_path_factory):
-    """A tracker and the native host device server on 127.0.0.1 (as tests/test_rpc.py starts them)."""
+    """A tracker and a proxy, each with the native host device server, on 127.0.0.1 (as
+    tests/test_rpc.py starts them)."""
     import os
 
     from conftest import require_tool
@@ -234,8 +235,11 @@ def host_device(tmp_path_factory):
     try:
         tracker = rpc.start_tracker(port=19640, port_end=19700)
         started.append(tracker)
-        started.append(rpc.start_device("host", "nnapi-costs", tracker=tracker.address, work_dir=state / "work"))
-        yield tracker.address
+        started.append(rpc.start_device("host", "nnapi-costs", tracker=tracker.address, work_dir=state / "w1"))
+        proxy = rpc.start_proxy(port=19700, port_end=19760)
+        started.append(proxy)
+        started.append(rpc.start_device("host", "nnapi-costs-p", proxy=proxy.address, work_dir=state / "w2"))
+        yield {"tracker": (tracker.address, "nnapi-costs"), "proxy": (proxy.address, "nnapi-costs-p")}
     finally:
         for s in reversed(started):
             s.stop()
@@ -245,9 +249,11 @@ def host_device(tmp_path_factory):
             os.environ["TVMGEN_STATE_DIR"] = old
 
 
-def test_partition_measures_tvm_costs_over_rpc(tvmgen, host_device, tmp_path):
+@pytest.mark.parametrize("via", ["tracker", "proxy"])
+def test_partition_measures_tvm_costs_over_rpc(tvmgen, host_device, via, tmp_path):
+    address, key = host_device[via]
     r = tvmgen("partition", conv_erf_conv(tmp_path), "--nnapi", "--strategy", "cost", "--measure",
-               "--key", "nnapi-costs", "--tracker", host_device, "--json", tmp_path / "r.json", timeout=120)
+               "--key", key, f"--{via}", address, "--json", tmp_path / "r.json", timeout=120)
     assert r.returncode == 0, r.stderr
     data = json.loads((tmp_path / "r.json").read_text())
     rows = {c["op"]: c for c in data["tvm_costs"]}
@@ -258,7 +264,7 @@ def test_partition_measures_tvm_costs_over_rpc(tvmgen, host_device, tmp_path):
     assert "TVM-side costs measured on host (x86_64)" in r.stdout
     assert "NNAPI-side and transition costs stay from the cost table" in r.stdout
     assert "conv2d" in r.stdout and "measured" in r.stdout and "cost strategy" in r.stdout
-    r = tvmgen("partition", conv_erf_conv(tmp_path), "--nnapi", "--measure", "--key", "k", "--tracker", host_device)
+    r = tvmgen("partition", conv_erf_conv(tmp_path), "--nnapi", "--measure", "--key", key, f"--{via}", address)
     assert r.returncode == 2 and "pass --strategy cost" in r.stderr
 
 
