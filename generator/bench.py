@@ -119,18 +119,36 @@ def guard(what: str):
 
 def check_compatible(manifest: artifact.Manifest, directory: Path, info: dict, key: str) -> None:
     """Refuse, before any upload, an artifact the device cannot load."""
-    if manifest.export["kind"] != "shared":
+    if info.get("system_lib_only"):
+        check_linked(manifest, info, key)
+    elif manifest.export["kind"] != "shared":
         raise InputError(f"{directory} holds {manifest.export['kind']} ({manifest.export['library']}), not a shared "
                          "library the device can load", "compile without --objects-only")
-    lib_fmt, lib_arch = binfmt.describe_file(directory / manifest.export["library"])
-    if info.get("arch") and (manifest.arch != info["arch"] or lib_arch != info["arch"]):
-        raise InputError(
-            f"the artifact is built for {manifest.platform} ({lib_arch}), device {key!r} is "
-            f"{info.get('platform', '?')} ({info['arch']}): nothing was uploaded",
-            f"compile for the device: tvmgen compile MODEL --platform {info.get('platform', 'PLATFORM')}")
+    else:
+        lib_fmt, lib_arch = binfmt.describe_file(directory / manifest.export["library"])
+        if info.get("arch") and (manifest.arch != info["arch"] or lib_arch != info["arch"]):
+            raise InputError(
+                f"the artifact is built for {manifest.platform} ({lib_arch}), device {key!r} is "
+                f"{info.get('platform', '?')} ({info['arch']}): nothing was uploaded",
+                f"compile for the device: tvmgen compile MODEL --platform {info.get('platform', 'PLATFORM')}")
     if info.get("devices") and manifest.device not in info["devices"]:
         raise InputError(f"the artifact runs on {manifest.device}, device {key!r} offers {', '.join(info['devices'])}",
                          "compile with a --device the device has")
+
+
+def check_linked(manifest: artifact.Manifest, info: dict, key: str) -> None:
+    """A device that runs only the model linked into its app (the iOS app): the artifact must be that model."""
+    if not manifest.export.get("system_lib"):
+        raise InputError(f"device {key!r} runs only the model linked into its app (iOS cannot load uploaded code); "
+                         f"this {manifest.platform} artifact is not that", "bench the model the app was made with "
+                         "(tvmgen rpc-app --platform ios --model MODEL), or its ios-arm64 artifact")
+    if info.get("arch") and manifest.arch != info["arch"]:
+        raise InputError(f"the artifact is built for {manifest.platform} ({manifest.arch}), device {key!r} is "
+                         f"{info.get('platform', '?')} ({info['arch']})", "bench the model the app was made with")
+    linked = info.get("linked_models") or []
+    if linked and manifest.model.get("name") not in linked:
+        raise InputError(f"device {key!r} serves {', '.join(linked)}, not {manifest.model.get('name')}",
+                         "bench that model, or make the app again with --model")
 
 
 def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, number: int, min_repeat_ms: int,
@@ -145,16 +163,19 @@ def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, numb
     manifest = artifact.load(directory)
     check_compatible(manifest, directory, info, key)
     report = Report(device=info, model=manifest.model.get("name", "?"), platform=manifest.platform, dev=manifest.device)
+    linked = bool(info.get("system_lib_only"))  # the iOS app: its model is linked in, nothing is uploaded
     lib_name = f"model-{manifest.files[manifest.export['library']]['sha256'][:12]}.so"
-    with step(f"Uploading {manifest.export['library']} ({manifest.files[manifest.export['library']]['bytes']:,} bytes)"), \
-            guard("receiving the library"):
-        t0 = time.perf_counter()
-        remote.upload(str(directory / manifest.export["library"]), target=lib_name)
-        report.cold["upload"] = (time.perf_counter() - t0) * 1e3
+    report.cold["upload"] = 0.0
+    if not linked:
+        with step(f"Uploading {manifest.export['library']} ({manifest.files[manifest.export['library']]['bytes']:,} "
+                  "bytes)"), guard("receiving the library"):
+            t0 = time.perf_counter()
+            remote.upload(str(directory / manifest.export["library"]), target=lib_name)
+            report.cold["upload"] = (time.perf_counter() - t0) * 1e3
     inputs = random_inputs(manifest.inputs, seed)
     with step("Loading on the device and running once (cold start)"), guard("loading and running the model"):
         t0 = time.perf_counter()
-        lib = remote.load_module(lib_name)
+        lib = remote.system_lib() if linked else remote.load_module(lib_name)
         t1 = time.perf_counter()
         dev = remote.device(DL_DEVICE_TYPES[manifest.device], 0)
         vm = relax.VirtualMachine(lib, dev)

@@ -14,7 +14,6 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -251,12 +250,14 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path, ios_artifacts
         project.check_bundle_id("no_dots")
     opts = ios_app.IosAppOptions("rpc", "m.onnx", bundle_id="org.x.y")
     with pytest.raises(InputError, match="--team-id is missing"):
-        ios_app.check_options(opts, xcode_here=True)  # where it would be built, a team is needed
-    ios_app.check_options(opts, xcode_here=False)  # rendering alone does not need one
+        ios_app.check_options(opts, builds_here=True)  # where it would be built, a team is needed
+    ios_app.check_options(opts, builds_here=False)  # rendering alone does not need one
     with pytest.raises(InputError, match="device 'opencl' is not available on platform 'ios-arm64'"):
-        ios_app.check_options(dataclasses.replace(opts, device="opencl"), xcode_here=False)
+        ios_app.check_options(dataclasses.replace(opts, device="opencl"), builds_here=False)
     with pytest.raises(ToolMissingError, match="cannot install"):
-        ios_app.check_options(dataclasses.replace(opts, install=True), xcode_here=False)
+        ios_app.check_options(dataclasses.replace(opts, install=True), builds_here=False)
+    with pytest.raises(InputError, match="--install needs the device"):
+        ios_app.check_options(dataclasses.replace(opts, install=True, team_id=TEAM), builds_here=True)
     # a failure while rendering leaves no project behind
     ctx = project.context("rpc", "org.x.y", "x", "softmax", "cpu")
     bad = tmp_path / "bad-art"
@@ -307,7 +308,7 @@ def test_app_ios_metal_and_wrong_device(tvmgen, tmp_path, onnx_file):
     assert r.returncode == 2 and "device 'opencl' is not available on platform 'ios-arm64'" in r.stderr
     assert not (tmp_path / "cl").exists()
     r = tvmgen("app", "--platform", "ios-arm64", "--model", onnx_file, "--install", "-o", tmp_path / "inst")
-    assert r.returncode == 3 and "needs a Mac with Xcode" in r.stderr and not (tmp_path / "inst").exists()
+    assert r.returncode == 3 and "cannot be built here" in r.stderr and not (tmp_path / "inst").exists()
 
 
 # ----------------------------------------------------------------------------- the Mac tools (recorded output)
@@ -463,6 +464,24 @@ def test_shared_native_code_runs_and_serves_the_linked_model(tmp_path, softmax, 
         e = np.exp(x - x.max(-1, keepdims=True))
         np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
         assert vm.time_evaluator("main", dev, number=3, repeat=2)(tvm.runtime.tensor(x, dev)).mean > 0
+        # tvmgen bench on the same session: no upload, the linked model run, timed and compared
+        from tvmgen import bench
+
+        art = tmp_path / "artifact"
+        shutil.copytree(ios_artifacts["cpu"], art)
+        (art / "manifest.json").write_text(json.dumps(manifest))  # this machine's build of the same model
+
+        def reference(inputs):
+            v = inputs["a"]
+            e = np.exp(v - v.max(-1, keepdims=True))
+            return [e / e.sum(-1, keepdims=True)]
+
+        report = bench.bench_model(remote, info, art, "iphone", 3, 1, 0, 0, reference, "numpy")
+        assert report.cold["upload"] == 0 and len(report.warm_ms) == 3 and report.check[0]["max_abs"] < 1e-6
+        manifest_other = dict(manifest, model={**manifest["model"], "name": "mobilenet"})
+        (art / "manifest.json").write_text(json.dumps(manifest_other))
+        with pytest.raises(InputError, match="serves softmax, not mobilenet"):
+            bench.bench_model(remote, info, art, "iphone", 3, 1, 0, 0)
         refused = ""
         try:
             remote.upload(model_dir / "manifest.json", "manifest.json")

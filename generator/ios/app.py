@@ -49,20 +49,24 @@ def model_stem(model: str) -> str:
     return model.split(":", 1)[1] if model.startswith("builtin:") else Path(model).stem
 
 
-def check_options(opts: IosAppOptions, xcode_here: bool) -> None:
-    """Bad input fails before anything is compiled or written. ``xcode_here``: the app is built here."""
+def check_options(opts: IosAppOptions, builds_here: bool) -> None:
+    """Bad input fails before anything is compiled or written.
+
+    ``builds_here``: the app is built here (macOS with Xcode, and TVM_SOURCE_DIR set)."""
     check_pair(PLATFORMS["ios-arm64"], opts.device)
     project.check_bundle_id(opts.bundle_id)
     if opts.team_id:
         project.check_team_id(opts.team_id)
-    elif xcode_here:
+    elif builds_here:
         raise InputError("building the iOS app needs a signing team: --team-id is missing",
                          "pass --team-id (10 characters; `security find-identity -v -p codesigning` shows it in "
                          "parentheses, e.g. 'Apple Development: Jane Doe (AB12CD34EF)')")
-    if opts.install and not xcode_here:
+    if opts.install and not builds_here:
         raise ToolMissingError("cannot install on an iPhone/iPad: the app cannot be built here (that needs macOS with "
                                "Xcode and TVM_SOURCE_DIR)", "leave out --install to render the project, then build it on "
                                "a Mac with the printed commands (`tvmgen doctor` shows what is here)")
+    if opts.install and not opts.device_id:
+        raise InputError("--install needs the device: --serial DEVICE_ID", "`xcrun devicectl list devices` lists them")
 
 
 def create(opts: IosAppOptions, out: Path, force: bool) -> IosAppResult:
@@ -74,7 +78,7 @@ def create(opts: IosAppOptions, out: Path, force: bool) -> IosAppResult:
             "TVM_SOURCE_DIR is not set (the app's build compiles the TVM runtime for iOS from a TVM source tree)")
     except ToolMissingError as e:
         not_built_because = e.message
-    check_options(opts, xcode_here=not not_built_because)
+    check_options(opts, builds_here=not not_built_because)
     if out.exists() and not force:
         raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
     rpc = {"mode": "standalone", "address": "0.0.0.0", "port": 9090, "key": "iphone", **opts.rpc}
@@ -98,8 +102,6 @@ def create(opts: IosAppOptions, out: Path, force: bool) -> IosAppResult:
         app = xcode.build_app(out, opts.team_id, tvm_source_dir)
     if opts.install:
         ctl = tools.Devicectl()
-        if not opts.device_id:
-            raise InputError("--install needs the device: --serial DEVICE_ID", "`xcrun devicectl list devices` lists them")
         with step(f"Installing on {opts.device_id} (devicectl)"):
             ctl.install_app(app, opts.device_id)
             ctl.launch(opts.bundle_id, opts.device_id)
