@@ -43,7 +43,7 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_wheel_contents(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "tvmgen/cli.py" in names and "tvmgen/frontends/onnx.py" in names
+    assert "tvmgen/cli.py" in names and "tvmgen/frontends/onnx.py" in names and "tvmgen/ios/project.py" in names
     for sub in ("templates", "jni"):
         want = {f"tvmgen/{sub}/{n}" for n in shipped(REPO / sub)}
         assert want and want <= names, want - names
