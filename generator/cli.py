@@ -554,8 +554,8 @@ def devices(tracker):
 @click.option("--tracker", metavar="HOST:PORT", help="Get the device from this tracker (waits while it is busy).")
 @click.option("--proxy", metavar="HOST:PORT", help="Reach the device through this proxy.")
 @click.option("--platform", help="Compile for this platform. [default: what the device reports]")
-@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "opencl", "cuda"]),
-              help="Processor on the device.")
+@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "opencl", "cuda", "metal"]),
+              help="Processor on the device (metal: the iOS app, benching the model linked into it).")
 @click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
 @click.option("--gemm", type=click.IntRange(min=1), metavar="N",
               help="Instead of a model: time an N x N x N float32 matmul built for the device (GFLOPS).")
