@@ -45,9 +45,11 @@ class NnapiBuildError(TvmgenError):
 
 def prepare(mod):
     """What TVM's own NNAPI flow does before partitioning, written for tvmgen."""
-    from tvm import ir, relax
+    from tvm import relax
     from tvm.relax.dpl import rewrite_call
     from tvm.relax.dpl.pattern import is_op, wildcard
+
+    from tvmgen.compiler.rewrites import tir_min_max_as_relax
 
     mod = relax.transform.FoldConstant()(mod)
 
@@ -73,23 +75,10 @@ def prepare(mod):
         lo, hi = (relax.const(float(v.value), dtype) for v in call.args[1:3])
         return relax.op.minimum(relax.op.maximum(matches[x], lo), hi)
 
-    # Importers lower clip / relu6 to TIR maximum/minimum with a scalar bound: no pattern can match
-    # a TIR call, so give such calls back their Relax ops.
-    call = is_op("relax.call_tir")(wildcard(), wildcard())
-
-    def relax_min_max(expr, matches):
-        func, args = expr.args[0], expr.args[1]
-        kind = func.name_hint.rstrip("0123456789_")
-        fields = list(getattr(args, "fields", []))
-        if kind in ("maximum", "minimum") and len(fields) == 2 and isinstance(fields[1], ir.Constant) \
-                and len(_shape(fields[1].ty)) == 0:
-            return getattr(relax.op, kind)(fields[0], fields[1])
-        return expr
-
     main = rewrite_call(matmul, batch_matmul, mod["main"])
-    main = rewrite_call(clip, min_max, main)
-    mod["main"] = rewrite_call(call, relax_min_max, main)
-    return relax.transform.DeadCodeElimination()(mod)
+    mod["main"] = rewrite_call(clip, min_max, main)
+    # Importers lower clip / relu6 to TIR calls that no pattern can match: give them their Relax ops.
+    return tir_min_max_as_relax(mod)
 
 
 # ------------------------------------------------------------------ the report
