@@ -351,7 +351,7 @@ def worker_python(artifact: Path, inputs_npz: Path, warmup: int, calls: int, sav
     pool = int(tvm.get_global_func("runtime.NumThreads")())
     np.savez(save, *result)
 
-    # tvmgen's Python API, as `tvmgen run` and compile_baseline.py use it
+    # tvmgen's Python API, as `tvmgen run` and cpu_speed.py use it
     total = np.zeros((calls, 4), dtype=np.int64)
     for r in range(warmup + calls):
         t0 = clock()

@@ -1,0 +1,48 @@
+"""benchmarks/cpu_speed.py end to end on a small GEMM: the rows, ratios and output check its JSON promises,
+and a tuning database that cannot be used leaves the tuned column out with the reason."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO, unavailable
+from tvmgen.errors import ToolMissingError
+from tvmgen.toolchains import HostCxx
+
+
+def test_cpu_speed_quick_gemm(tmp_path):
+    try:
+        HostCxx().verify()
+    except ToolMissingError as e:
+        unavailable(str(e))
+    out, empty_db = tmp_path / "speed.json", tmp_path / "empty-db"
+    empty_db.mkdir()
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "cpu_speed.py"), "--quick", "--models", "gemm",
+                           "--threads", "1", "--gemm-size", "128", "--tuning-db", str(empty_db), "--json", str(out)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    doc = json.loads(out.read_text())
+    assert doc["benchmark"] == "cpu_speed" and doc["failures"] == []
+    assert doc["settings"]["gemm_size"] == 128
+    [row] = doc["rows"]
+    assert (row["model"], row["threads"], row["tvm_threads_actual"]) == ("gemm", 1, 1)
+    assert row["reference"] == "numpy" and row["reference_threads_actual"] == 1
+    assert set(row["stats"]) == {"default", "numpy"}
+    assert all(s["runs"] >= 5 for s in row["stats"].values())
+    default = row["tvmgen"]["default"]
+    assert default["ratio"] == default["median_ms"] / row["reference_ms"] > 0
+    assert row["outputs_match"] and default["max_abs_diff"] < 1e-3
+    assert set(row["gflops"]) == {"default", "numpy"}
+    assert doc["models"][0]["model_info"]["flops"] == 2 * 128 ** 3
+
+    # no records in the database (or no tvmgen.tune): a tuned build is attempted at most, never measured
+    why = doc["skipped_columns"].get("tuned") or doc["models"][0]["skipped"].get("tuned")
+    assert why and "tuned" not in row["tvmgen"]
+    assert "tuned" in proc.stdout and "tuned ms" not in proc.stdout
+
+    # the table on stdout, progress on stderr
+    assert "gemm-128^3" in proc.stdout and "tvmgen/ref" in proc.stdout and "numpy" in proc.stdout
+    assert "[bench" in proc.stderr and "[bench" not in proc.stdout
