@@ -9,7 +9,7 @@ from pathlib import Path
 from tvmgen import __version__, artifact
 from tvmgen.compiler import export as exporter
 from tvmgen.compiler.platforms import DL_DEVICE_TYPES, Platform, make_target, target_dict
-from tvmgen.errors import CompileError
+from tvmgen.errors import CompileError, TvmgenError
 from tvmgen.frontends.base import ImportedModel, TensorSpec
 from tvmgen.log import console, step
 
@@ -60,6 +60,8 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
             pipeline = _pipeline(target, opts, report)
         return relax.build(mod, target, relax_pipeline=pipeline,
                            system_lib=True if opts.platform.system_lib else None)
+    except TvmgenError:  # tvmgen's own (e.g. a tuning database without this target): already says what to do
+        raise
     except Exception as e:
         lines = [ln for ln in str(e).splitlines() if ln.strip()]
         raise CompileError(
