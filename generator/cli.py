@@ -86,13 +86,15 @@ def _default_out(model: str, platform: str, device: str) -> Path:
 @click.option("--schedules", "schedules", default="default", show_default=True, type=click.Choice(["default", "none"]),
               help="CPU kernels: tvmgen's default schedules (tiled, vectorised, parallel), or none: TVM's "
                    "own lowering (correct but many times slower; to rule out a scheduling problem).")
+@click.option("--tuning-db", type=click.Path(path_type=Path),
+              help="CPU kernels tuned by `tvmgen tune` (its --db root): used where the database has them.")
 @click.option("--strategy", default="patterns", show_default=True, type=click.Choice(["patterns", "cost"]),
               help="--device nnapi: how to place operators (as for `tvmgen partition`).")
 @click.option("--feature-level", type=click.IntRange(1, 8), help="--device nnapi: highest NNAPI feature level.")
 @click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
 def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_inputs, tf_outputs,
-            out, force, separate_params, objects_only, check, rtol, atol, seed, schedules="default", strategy="patterns",
-            feature_level=None, cost_table=None):
+            out, force, separate_params, objects_only, check, rtol, atol, seed, schedules="default", tuning_db=None,
+            strategy="patterns", feature_level=None, cost_table=None):
     """Compile MODEL into an artifact directory (library + manifest.json).
 
     MODEL is an .onnx, .tflite, .pt2 (torch.export) or .pb (TensorFlow frozen graph) file,
@@ -117,6 +119,7 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
     plat = get_platform(platform)
     check_pair(plat, device)
     overrides = [InputOverride.parse(f) for f in input_flags]
+    tuning_db = _tuning_db(tuning_db, plat, device)
     out = out or _default_out(model, platform, device)
     if out.exists() and not force:  # fail before minutes of work, not after
         raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
@@ -144,7 +147,7 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
                                  "weights as constants", "leave out --separate-params")
             to_build, needs = _nnapi_generate(imported, feature_level, strategy, cost_table)
         opts = build.BuildOptions(plat, device, gpu_family, separate_params, objects_only, runtime_needs=needs,
-                                  schedules=schedules == "default")
+                                  schedules=schedules == "default", tuning_db=tuning_db)
         verify = (lambda staged: _check(imported, staged, opts, rtol, atol, seed, scratch)) if check else None
         manifest = build.compile_to_artifact(to_build, opts, out, force, model_info, verify=verify)
         console.print(f"[green]✓[/] artifact: [bold]{out}[/] ({manifest.export['library']}, "
@@ -642,6 +645,89 @@ def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repe
                          "a compiler or device problem; compare with `tvmgen compile --check` on the host")
 
 
+# --------------------------------------------------------------------------- tune
+
+def _tuning_db(root: Path | None, plat, device: str) -> Path | None:
+    """--tuning-db checked before the model is imported: it must hold records for the target."""
+    if root is None:
+        return None
+    from tvmgen import tune as tuning
+    from tvmgen.compiler.platforms import make_target, target_dict
+
+    if device not in ("cpu", "nnapi"):
+        raise InputError(f"--tuning-db holds CPU kernels; --device {device} has none to take from it",
+                         "leave out --tuning-db, or use --device cpu")
+    tuning.open_database(root, make_target(target_dict(plat, device)))  # says which targets it has, if not this one
+    return root
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--platform", "--target", "platform",
+              help="Tune for this platform. [default: host; over RPC: what the device reports]")
+@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu"]),
+              help="Processor to tune for (MetaSchedule's CPU rules).")
+@click.option("--trials", default=64, show_default=True, type=click.IntRange(min=1),
+              help="Measured candidates per task (fused operator). Trials already in the database count.")
+@click.option("--db", "db_root", type=click.Path(path_type=Path),
+              help="Database root; one directory per target inside. [default: $TVMGEN_TUNING_DIR, "
+                   "else ~/.local/state/tvmgen/tuning]")
+@click.option("--key", help="Time the candidates on this RPC device instead of here.")
+@click.option("--tracker", metavar="HOST:PORT", help="--key: get the device from this tracker.")
+@click.option("--proxy", metavar="HOST:PORT", help="--key: reach the device through this proxy.")
+@click.option("--session-timeout", default=120, show_default=True, help="--key: seconds per measuring session.")
+@click.option("--num-cores", type=click.IntRange(min=1),
+              help="Cores the tuned code may use. [default: this machine's physical cores, or the device's threads]")
+@click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
+def tune(model, platform, device, trials, db_root, key, tracker, proxy, session_timeout, num_cores, input_flags):
+    """Tune MODEL's operators with MetaSchedule into a database `compile --tuning-db` reuses.
+
+    Candidates run here, or on a device over RPC (--key with --tracker or --proxy: the same
+    servers as `tvmgen bench`). Rerunning continues where the database stops: each task gets
+    --trials measured candidates in all. MetaSchedule's own log goes to the log file.
+
+    \b
+      tvmgen tune builtin:mobilenet --trials 32
+      tvmgen compile builtin:mobilenet --tuning-db ~/.local/state/tvmgen/tuning --check
+      tvmgen tune model.onnx --key phone --tracker 127.0.0.1:9190 --db tuning/
+    """
+    from tvmgen import bench as benching, builtin, frontends, tune as tuning
+    from tvmgen.compiler import export as exporter
+    from tvmgen.compiler.platforms import check_pair, get_platform, make_target, target_dict
+    from tvmgen.frontends.base import InputOverride
+
+    tuning.check_dependencies()
+    if (tracker or proxy) and not key:
+        raise InputError("--tracker/--proxy name where the device is; --key names the device", "add --key KEY")
+    root = db_root or tuning.default_root()
+    where = None
+    if key:
+        where = tuning.Device(key, tracker, proxy, session_timeout)
+        with logs.step(f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"):
+            remote, info = benching.connect(benching.Target(key, tracker, proxy, session_timeout))
+            threads = int(remote.get_function("runtime.NumThreads")())
+            del remote  # the tracker lends the device to one session at a time: the measurements need it
+        console.print(f"  [dim]device: {info.get('platform', '?')} ({info.get('arch', '?')}), {threads} threads[/]")
+        platform = platform or info.get("platform") or "host"
+        num_cores = num_cores or threads
+    plat = get_platform(platform or "host")
+    check_pair(plat, device)
+    if num_cores is None:
+        import psutil
+
+        num_cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    compiler = exporter.linker(plat, False)  # a missing toolchain fails now, not after the import
+    target = make_target(target_dict(plat, device))
+    with tempfile.TemporaryDirectory(prefix="tvmgen-tune-") as scratch:
+        model_path = builtin.materialize(model, Path(scratch)) if model.startswith("builtin:") else Path(model)
+        with logs.step(f"Importing {model}"):
+            imported = frontends.load(model_path, [InputOverride.parse(f) for f in input_flags])
+        summary = tuning.run(imported, target, trials, root, where or tuning.Device(), num_cores, compiler)
+    tuning.print_summary(summary, trials)
+    console.print(f"[green]✓[/] database: [bold]{summary.directory}[/]")
+    console.print(f"  use it: tvmgen compile {model} --platform {plat.name} --tuning-db {root}")
+
+
 # --------------------------------------------------------------------------- Android apps
 
 _ABI_PLATFORMS = {"android-arm64": "arm64-v8a", "android-armv7": "armeabi-v7a", "android-x86_64": "x86_64"}
@@ -750,9 +836,11 @@ def _with(options):
               help="--device nnapi: how to place operators (as for `tvmgen partition`).")
 @click.option("--feature-level", type=click.IntRange(1, 8), help="--device nnapi: highest NNAPI feature level.")
 @click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
+@click.option("--tuning-db", type=click.Path(path_type=Path),
+              help="CPU kernels tuned by `tvmgen tune` for the phone (as for compile); used by the CPU builds.")
 @_with(_app_common)
 def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strategy, feature_level, cost_table,
-        platforms, package, name, out, force, release, keystore, key_alias, install, serial, team_id):
+        tuning_db, platforms, package, name, out, force, release, keystore, key_alias, install, serial, team_id):
     """Model -> Android app project -> signed APK -> phone (or, with --platform ios-arm64, an iOS app).
 
     Compiles the model for each ABI (and a CPU fallback for --device opencl or nnapi), renders the app from
@@ -782,6 +870,7 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
     apps.check_package(package)
     for p in platforms:
         check_pair(PLATFORMS[p], device)
+    tuning_db = _tuning_db(tuning_db, PLATFORMS[platforms[0]], "cpu")
     out = out or Path("out") / f"{stem}-android-{device}-app"
     if out.exists() and not force:
         raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
@@ -805,7 +894,8 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
             if dev == "nnapi":  # stops here (exit 4) when this TVM has no NNAPI code generator
                 to_build, needs = _nnapi_generate(imported, feature_level, strategy, cost_table)
             build.compile_to_artifact(to_build, build.BuildOptions(PLATFORMS[platforms[0]], dev, gpu_family,
-                                                                   objects_only=not linked, runtime_needs=needs),
+                                                                   objects_only=not linked, runtime_needs=needs,
+                                                                   tuning_db=tuning_db if dev != "opencl" else None),
                                       artifacts[dev], True, {"name": stem, "source": model, "format": imported.format})
         from tvmgen import artifact
 

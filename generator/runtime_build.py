@@ -119,8 +119,10 @@ def sources_hash() -> str:
 
 
 def cached_build(platform: str) -> Path:
-    """The runtime for ``platform`` built once per jni/ source version, in the user cache."""
-    build_dir = cache_dir() / "runtime" / f"{platform}-{sources_hash()}"
+    """The runtime for ``platform`` built once per jni/ source version and TVM / tvm-ffi version (the
+    headers it compiles against), in the user cache."""
+    versions = f"tvm{version('apache-tvm')}-ffi{version('apache-tvm-ffi')}"
+    build_dir = cache_dir() / "runtime" / f"{platform}-{sources_hash()}-{versions}"
     prefix = build_dir / "install"
     if (prefix / "bin" / "tvmgen-rpc-server").is_file():
         return prefix

@@ -1,0 +1,437 @@
+"""`tvmgen tune`: MetaSchedule tuning of a model's operators, into a database `compile` reuses.
+
+The tasks are the fused TIR functions of the module ``compiler.cpu.prepare_passes`` makes, the
+same module ``compile`` schedules, so ``MetaScheduleApplyDatabase`` finds them there. Candidates
+are built here with the platform's own linker and timed either here (LocalRunner) or on a device
+over RPC (the project's tracker or proxy and native device server).
+
+A database is a directory per target under one root (the default is the user's state dir)::
+
+    ROOT/<target name>/target.json              the target, as TVM's JSON dict
+    ROOT/<target name>/database_workload.json   MetaSchedule's JSONDatabase
+    ROOT/<target name>/database_tuning_record.json
+
+``--trials N`` is a budget per task. Every measured candidate is a record, so a second run
+counts the trials already spent and only tunes what is left (resume).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tvmgen.errors import InputError, ToolMissingError
+
+log = logging.getLogger("tvmgen.tune")
+
+# MetaSchedule's loggers (task scheduler, search) write to tvmgen's log file, never the console.
+MS_LOGGER = "tvm.s_tir.meta_schedule"
+
+
+# ------------------------------------------------------------------ the database
+
+def default_root() -> Path:
+    """$TVMGEN_TUNING_DIR, else ~/.local/state/tvmgen/tuning."""
+    base = os.environ.get("TVMGEN_TUNING_DIR")
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) if base else Path(state) / "tvmgen" / "tuning"
+
+
+def target_spec(target) -> dict:
+    """The target as the dict `compile` builds it from (no num-cores: that is a tuning-only attribute)."""
+    spec = {}
+    for k, v in dict(target.export()).items():
+        if k in ("tag", "keys", "num-cores", "host") or k.startswith("feature."):  # derived or tuning-only
+            continue
+        spec[k] = [str(x) for x in v] if not isinstance(v, (str, int, float, bool)) else v
+    return spec
+
+
+def target_name(target) -> str:
+    """A directory name for the target, e.g. llvm-mcpu=znver4 or llvm-mattr=+neon-mtriple=aarch64-linux-gnu."""
+    spec = target_spec(target)
+    parts = [str(spec.pop("kind"))]
+    for k in sorted(spec):
+        v = spec[k]
+        parts.append(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}")
+    return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", "-".join(parts))
+
+
+def targets_in(root: Path) -> list[str]:
+    """The targets a database root holds records for."""
+    if not root.is_dir():
+        return []
+    return sorted(d.name for d in root.iterdir() if (d / "database_tuning_record.json").is_file())
+
+
+def open_database(path: Path, target, create: bool = False):
+    """The MetaSchedule database for ``target`` under the root ``path``."""
+    ms = meta_schedule()
+    root = Path(path)
+    directory = root / target_name(target)
+    if not create and not (directory / "database_tuning_record.json").is_file():
+        have = targets_in(root)
+        raise InputError(
+            f"the tuning database {root} has no records for target {target_name(target)}"
+            + (f"; it has records for: {', '.join(have)}" if have else " (it holds no records at all)"),
+            f"tune for this target first: tvmgen tune MODEL --platform ... --db {root}")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "target.json").write_text(json.dumps(target_spec(target), indent=2) + "\n")
+    return ms.database.JSONDatabase(work_dir=str(directory), module_equality="structural")
+
+
+# ------------------------------------------------------------------ MetaSchedule, loaded lean
+
+def meta_schedule():
+    """tvm.s_tir.meta_schedule, with only the CPU tensor intrinsics registered.
+
+    MetaSchedule imports tvm.s_tir.tensor_intrin, which parses every GPU intrinsic written in
+    TVMScript: about a minute on these machines, in every build worker. CPU schedules use only
+    the x86 and Arm ones, so the package is registered without its GPU modules.
+    """
+    import importlib
+    import importlib.util
+    import sys
+    import types
+
+    name = "tvm.s_tir.tensor_intrin"
+    if name not in sys.modules:
+        import tvm.s_tir
+
+        spec = importlib.util.find_spec(name)
+        package = types.ModuleType(name, "Tensor intrinsics (CPU only, loaded by tvmgen)")
+        package.__path__ = list(spec.submodule_search_locations)
+        package.__spec__ = spec
+        package.__package__ = name
+        sys.modules[name] = package
+        tvm.s_tir.tensor_intrin = package
+        for sub in ("x86", "arm_cpu"):
+            importlib.import_module(f"{name}.{sub}")
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms
+
+
+def builder(compiler: Path):
+    """Builds candidates in this process, linked with the platform's compiler.
+
+    MetaSchedule's LocalBuilder starts a fresh pool of Python workers for every batch; each one
+    imports TVM again (10+ s on a busy 2-core machine) to build a function in 0.2 s.
+    """
+    import tempfile
+
+    import tvm
+    import tvm.support.cc as cc
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    fcompile = cc.cross_compiler(str(compiler))
+
+    @derived_object
+    class InProcessBuilder(PyBuilder):
+        def build(self, build_inputs):
+            results = []
+            for item in build_inputs:
+                try:
+                    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(item.mod)
+                    path = os.path.join(tempfile.mkdtemp(prefix="tvmgen-tune-"), "candidate.so")
+                    tvm.compile(mod, target=item.target).export_library(path, fcompile=fcompile)
+                    results.append(BuilderResult(path, None))
+                except Exception as e:  # a candidate that does not build is a failed trial, not a failed run
+                    results.append(BuilderResult(None, f"{type(e).__name__}: {e}"))
+            return results
+
+    return InProcessBuilder()
+
+
+# ------------------------------------------------------------------ RPC runner pieces (run in workers)
+
+def rpc_session(_config, key: str, tracker: str | None, proxy: str | None, timeout: int):
+    from tvm import rpc
+
+    host, port = (tracker or proxy).rsplit(":", 1)
+    if tracker:
+        return rpc.connect_tracker(host, int(port)).request(key, priority=0, session_timeout=timeout)
+    return rpc.connect(host, int(port), key=key, session_timeout=timeout)
+
+
+def rpc_alloc_arguments(session, device, args_info, alloc_repeat):
+    """Random arguments copied from here: tvmgen's device server has no random_fill_for_measure."""
+    import numpy as np
+    import tvm
+
+    rng = np.random.default_rng(0)
+    repeated = []
+    for _ in range(alloc_repeat):
+        args = []
+        for info in args_info:
+            _, dtype, shape = info
+            host = (rng.standard_normal(shape) if "float" in dtype else rng.integers(0, 8, shape)).astype(dtype)
+            t = tvm.runtime.empty(shape, dtype, device)
+            t.copyfrom(host)
+            args.append(t)
+        repeated.append(args)
+    return repeated
+
+
+def rpc_cleanup(session, remote_path):
+    if session is not None and remote_path is not None:
+        try:
+            session.remove(remote_path)
+        except Exception:  # the device may have gone; the next session starts clean anyway
+            pass
+
+
+# ------------------------------------------------------------------ tuning
+
+@dataclass
+class Device:
+    """Where candidates are timed: here (all None) or a device over RPC."""
+    key: str | None = None
+    tracker: str | None = None
+    proxy: str | None = None
+    session_timeout: int = 120
+
+    @property
+    def remote(self) -> bool:
+        return self.key is not None
+
+
+@dataclass
+class TaskState:
+    name: str
+    weight: int
+    spent: int = 0
+    best_us: float | None = None  # best measured latency of one call
+
+    @property
+    def weighted_us(self) -> float | None:
+        return None if self.best_us is None else self.best_us * self.weight
+
+
+@dataclass
+class Summary:
+    target: str
+    directory: Path
+    tasks: list[TaskState] = field(default_factory=list)
+    new_trials: int = 0
+
+    @property
+    def total_us(self) -> float | None:
+        """The sum of the tasks' best latencies times their weights (None until every task has one)."""
+        ws = [t.weighted_us for t in self.tasks]
+        return None if not ws or None in ws else sum(ws)
+
+
+def prepare(mod, target):
+    """The module compile schedules: TVM's preparation and tvmgen's layout passes (compiler.cpu)."""
+    import tvm
+
+    from tvmgen.compiler import cpu
+
+    with target:
+        return tvm.transform.Sequential(cpu.prepare_passes(target))(mod)
+
+
+def tuning_target(target, num_cores: int):
+    """MetaSchedule needs the core count of the machine that runs the candidates."""
+    from tvm.target import Target
+
+    return Target({**target_spec(target), "num-cores": num_cores})
+
+
+def _records_by_workload(database) -> dict:
+    import tvm_ffi
+
+    counts, best = {}, {}
+    for rec in database.get_all_tuning_records():
+        h = tvm_ffi.structural_hash(rec.workload.mod)
+        counts[h] = counts.get(h, 0) + 1
+        secs = [float(s) for s in rec.run_secs or []]
+        if secs and max(secs) < 1e9:
+            mean = sum(secs) / len(secs)
+            best[h] = min(best.get(h, mean), mean)
+    return {h: (counts[h], best.get(h)) for h in counts}
+
+
+def tune(mod, target, trials: int, root: Path, device: Device, num_cores: int, compiler: Path,
+         on_progress=None, seed: int = 0) -> Summary:
+    """Tune every task of ``mod`` (bound weights) to ``trials`` measured candidates; returns the summary."""
+    import tvm_ffi
+
+    ms = meta_schedule()
+    _log_to_file()
+    database = open_database(root, target, create=True)
+    summary = Summary(target_name(target), Path(root) / target_name(target))
+    ttarget = tuning_target(target, num_cores)
+    extracted = ms.relax_integration.extract_tasks(prepare(mod, target), ttarget)
+    if not extracted:
+        return summary
+    done = _records_by_workload(database)
+    contexts = []
+    for i, task in enumerate(extracted):
+        ctx = ms.TuneContext(mod=task.dispatched[0], target=ttarget, space_generator="post-order-apply",
+                             search_strategy=_search(ms, trials), task_name=task.task_name,
+                             logger=logging.getLogger(f"{MS_LOGGER}.tvmgen.task{i}"), rand_state=seed + i,
+                             num_threads=num_cores).clone()
+        spent, best = done.get(tvm_ffi.structural_hash(ctx.mod), (0, None))
+        state = TaskState(task.task_name, int(task.weight), spent, None if best is None else best * 1e6)
+        summary.tasks.append(state)
+        contexts.append(ctx)
+    build = builder(compiler)
+    runner = _runner(ms, device)
+    cost_model = ms.cost_model.XGBModel(num_tuning_cores=num_cores)
+    progress = _ProgressCallback(summary, on_progress)
+    if on_progress:
+        on_progress(summary, None)
+    for i, (ctx, state) in enumerate(zip(contexts, summary.tasks)):
+        left = trials - state.spent
+        if left <= 0:
+            continue
+        progress.current = i
+        if on_progress:
+            on_progress(summary, i)
+        ms.tune.tune_tasks(tasks=[ctx], task_weights=[1.0], work_dir=str(summary.directory),
+                           max_trials_global=left, max_trials_per_task=left, num_trials_per_iter=min(left, 32),
+                           builder=build, runner=runner, database=database, cost_model=cost_model,
+                           measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), progress.hook],
+                           task_scheduler="round-robin")
+        if state.spent < trials:  # the search space ran out before the budget: nothing more to try
+            log.info("task %s: the search produced %d candidates of %d", state.name, state.spent, trials)
+        if on_progress:
+            on_progress(summary, i, True)
+    return summary
+
+
+def _search(ms, trials: int):
+    """MetaSchedule's evolutionary search, its population scaled down for small budgets (its
+    default of 512 candidates per round costs more than a handful of trials measure)."""
+    population = min(512, max(32, 8 * trials))
+    return ms.search_strategy.EvolutionarySearch(population_size=population,
+                                                 init_min_unmeasured=min(50, population // 2))
+
+
+def _runner(ms, device: Device):
+    if not device.remote:
+        return ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
+            number=3, repeat=1, min_repeat_ms=20, enable_cpu_cache_flush=False), timeout_sec=60)
+    host, port = (device.tracker or device.proxy).rsplit(":", 1)  # sessions come from rpc_session
+    return ms.runner.RPCRunner(
+        rpc_config=ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=device.key,
+                                       session_timeout_sec=device.session_timeout),
+        evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=1, min_repeat_ms=0,
+                                                   enable_cpu_cache_flush=False),
+        max_workers=1,
+        f_create_session=functools.partial(rpc_session, key=device.key, tracker=device.tracker, proxy=device.proxy,
+                                           timeout=device.session_timeout),
+        f_alloc_argument=rpc_alloc_arguments,
+        f_cleanup=rpc_cleanup,
+    )
+
+
+class _ProgressCallback:
+    """A MetaSchedule measure callback that counts trials and keeps the best latency per task."""
+
+    def __init__(self, summary: Summary, on_progress):
+        from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+        from tvm.ir.utils import derived_object
+
+        outer = self
+        self.summary, self.on_progress, self.current = summary, on_progress, 0
+
+        @derived_object
+        class Hook(PyMeasureCallback):
+            def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+                outer.record(runner_results)
+
+        self.hook = Hook()
+
+    def record(self, runner_results) -> None:
+        state = self.summary.tasks[self.current]
+        for r in runner_results:
+            state.spent += 1
+            self.summary.new_trials += 1
+            secs = [float(s) for s in r.run_secs or []] if r.error_msg is None else []
+            if secs:
+                us = sum(secs) / len(secs) * 1e6
+                state.best_us = us if state.best_us is None else min(state.best_us, us)
+        if self.on_progress:
+            self.on_progress(self.summary, self.current)
+
+
+def _log_to_file() -> None:
+    from tvmgen import log as logs
+
+    logging.getLogger(MS_LOGGER).setLevel(logging.INFO)
+    logs.to_file_only(MS_LOGGER)
+
+
+def check_dependencies() -> None:
+    missing = []
+    for module, package in (("xgboost", "xgboost-cpu"), ("psutil", "psutil"), ("cloudpickle", "cloudpickle")):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(package)
+    if missing:
+        raise ToolMissingError(f"tuning needs {', '.join(missing)} (MetaSchedule's cost model and workers)",
+                               f"pip install {' '.join(missing)}  (or: pip install -c scripts/constraints.txt "
+                               "'tvmgen[tune]')")
+
+
+# ------------------------------------------------------------------ the command's display
+
+def run(imported, target, trials: int, root: Path, device: Device, num_cores: int, compiler: Path) -> Summary:
+    """Bind the model's weights and tune it with a progress bar: trials, best latency per task and in all."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from tvm import relax
+
+    from tvmgen.log import console
+
+    mod = imported.mod
+    if imported.params:  # compile binds them too: the tasks' constants must match
+        weights = mod["main"].params[len(imported.inputs):]
+        mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
+    where = f"device {device.key!r}" if device.remote else "here"
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    with Progress(*columns, console=console, transient=True) as bar:
+        row = bar.add_task(f"extracting tasks for {target_name(target)}", total=None)
+
+        def show(summary: Summary, current: int | None, finished: bool = False) -> None:
+            n = len(summary.tasks)
+            done = sum(min(t.spent, trials) for t in summary.tasks)
+            total = summary.total_us
+            overall = f" · model ≈ {total / 1e3:.3f} ms" if total is not None else ""
+            if current is None:
+                console.print(f"  {n} tasks, {trials} trials each, measured {where} "
+                              f"({done} trials already in the database)")
+                bar.update(row, total=n * trials, completed=done)
+                return
+            t = summary.tasks[current]
+            best = f"best {t.best_us:.1f} µs" if t.best_us is not None else "no result yet"
+            bar.update(row, completed=done,
+                       description=f"task {current + 1}/{n} {t.name[:32]}: {best}{overall}")
+            if finished:
+                console.print(f"  [green]✓[/] {current + 1}/{n} {t.name}: {best} ({t.spent} trials){overall}")
+
+        return tune(mod, target, trials, root, device, num_cores, compiler, on_progress=show)
+
+
+def print_summary(summary: Summary, trials: int) -> None:
+    from tvmgen.log import console
+
+    total = summary.total_us
+    spent = sum(t.spent for t in summary.tasks)
+    line = (f"{len(summary.tasks)} tasks, {spent} trials in the database ({summary.new_trials} new)"
+            + (f"; sum of the best kernel latencies ≈ {total / 1e3:.3f} ms" if total is not None else ""))
+    console.print(line)
+    failed = [t.name for t in summary.tasks if t.best_us is None]
+    if failed:
+        console.print(f"  [yellow]![/] no working candidate yet for: {', '.join(failed)} "
+                      "(they keep tvmgen's default schedules; see the log)")

@@ -1,0 +1,118 @@
+"""`tvmgen tune`: MetaSchedule tuning of tiny models, here and on the emulated aarch64 device, and
+`compile --tuning-db` applying what it found. Budgets are a few trials: these check the flow and
+the numerics, not the speed."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from conftest import require_tool, save_onnx, single_op_models
+from tvmgen import rpc
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def gemm(tmp_path_factory):
+    return save_onnx(single_op_models()["gemm"], tmp_path_factory.mktemp("tune-models") / "gemm.onnx")
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, gemm):
+    """A database with the GEMM tuned here, 2 trials (one task)."""
+    import subprocess
+    import sys
+
+    work = tmp_path_factory.mktemp("tuned")
+    env = dict(os.environ, TVMGEN_LOG_DIR=str(work / "logs"), COLUMNS="200")
+    r = subprocess.run([sys.executable, "-m", "tvmgen", "tune", gemm, "--trials", "2", "--db", work / "db"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return work / "db", r
+
+
+def test_tune_here_writes_a_database_per_target(tuned):
+    db, r = tuned
+    (target_dir,) = [d for d in db.iterdir() if d.is_dir()]
+    assert target_dir.name.startswith("llvm-mcpu=")
+    assert json.loads((target_dir / "target.json").read_text())["kind"] == "llvm"
+    records = (target_dir / "database_tuning_record.json").read_text().splitlines()
+    assert len(records) == 2
+    assert "1 tasks, 2 trials each, measured here (0 trials already in the database)" in r.stderr
+    assert "1/1 fused_matmul_add: best" in r.stderr and "2 new" in r.stderr
+    assert "[INFO]" not in r.stderr + r.stdout  # MetaSchedule's own log goes to the log file
+    assert "task_scheduler.cc" in "".join(p.read_text() for p in (db.parent / "logs").glob("*tune*.log"))
+
+
+def test_compile_applies_the_database_and_matches_onnxruntime(tuned, gemm, tvmgen, tmp_path):
+    db, _ = tuned
+    r = tvmgen("compile", gemm, "--tuning-db", db, "--check", "-o", tmp_path / "a")
+    assert r.returncode == 0, r.stderr
+    assert "kernels: 1 from the tuning database" in r.stderr
+    assert "ok y: max abs error" in r.stderr
+
+
+def test_rerun_resumes_from_the_records(tuned, gemm, tvmgen):
+    db, _ = tuned
+    r = tvmgen("tune", gemm, "--trials", "2", "--db", db)  # the budget is spent: nothing to measure
+    assert r.returncode == 0, r.stderr
+    assert "(2 trials already in the database)" in r.stderr and "(0 new)" in r.stderr
+    target_dir = next(d for d in db.iterdir() if d.is_dir())
+    assert len((target_dir / "database_tuning_record.json").read_text().splitlines()) == 2
+    r = tvmgen("tune", gemm, "--trials", "3", "--db", db)  # one more trial, not three
+    assert r.returncode == 0, r.stderr
+    assert "(1 new)" in r.stderr
+    assert len((target_dir / "database_tuning_record.json").read_text().splitlines()) == 3
+
+
+def test_database_for_another_target_is_refused(tuned, gemm, tvmgen, tmp_path):
+    db, _ = tuned
+    r = tvmgen("compile", gemm, "--platform", "linux-aarch64", "--tuning-db", db, "-o", tmp_path / "a")
+    assert r.returncode == 2
+    assert "has no records for target llvm-mattr=+neon-mtriple=aarch64-linux-gnu" in r.stderr
+    assert "it has records for: llvm-mcpu=" in r.stderr and "fix:" in r.stderr
+    r = tvmgen("compile", gemm, "--tuning-db", tmp_path / "empty", "-o", tmp_path / "b")
+    assert r.returncode == 2 and "it holds no records at all" in r.stderr
+
+
+def test_unreachable_tracker(gemm, tvmgen, tmp_path):
+    r = tvmgen("tune", gemm, "--key", "x", "--tracker", "127.0.0.1:1", "--db", tmp_path / "db")
+    assert r.returncode == 6
+    assert "cannot reach the RPC tracker at 127.0.0.1:1" in r.stderr and "fix:" in r.stderr
+
+
+def test_tune_on_the_emulated_aarch64_device(gemm, tvmgen, tmp_path, monkeypatch):
+    """Candidates cross-built for aarch64, timed under qemu through the tracker and tvmgen's device
+    server; the tuned GEMM compiled for linux-aarch64 runs there and matches onnxruntime."""
+    for tool in ("aarch64-linux-gnu-g++", "qemu-aarch64", "cmake"):
+        require_tool(tool)
+    state = tmp_path / "state"
+    state.mkdir()
+    env = {"TVMGEN_STATE_DIR": str(state)}
+    monkeypatch.setenv("TVMGEN_STATE_DIR", str(state))
+    started = []
+    try:
+        tracker = rpc.start_tracker(port=19900, port_end=19950)
+        started.append(tracker)
+        started.append(rpc.start_device("linux-aarch64", "arm-tune", tracker=tracker.address, work_dir=state / "w"))
+        r = tvmgen("tune", gemm, "--trials", "1", "--key", "arm-tune", "--tracker", tracker.address,
+                   "--db", tmp_path / "db", extra_env=env)
+        assert r.returncode == 0, r.stderr
+        assert "device: linux-aarch64 (aarch64)" in r.stderr
+        assert "1/1 fused_matmul_add: best" in r.stderr
+        assert (tmp_path / "db" / "llvm-mattr=+neon-mtriple=aarch64-linux-gnu" / "database_tuning_record.json").is_file()
+        r = tvmgen("compile", gemm, "--platform", "linux-aarch64", "--tuning-db", tmp_path / "db",
+                   "-o", tmp_path / "a64", extra_env=env)
+        assert r.returncode == 0, r.stderr
+        assert "kernels: 1 from the tuning database" in r.stderr
+        r = tvmgen("bench", tmp_path / "a64", "--key", "arm-tune", "--tracker", tracker.address, "--repeat", "1",
+                   "--json", tmp_path / "r.json", extra_env=env)
+        assert r.returncode == 0, r.stderr
+        res = json.loads((tmp_path / "r.json").read_text())
+        assert res["device"]["arch"] == "aarch64" and res["check"][0]["max_abs"] < 1e-4
+    finally:
+        for s in reversed(started):
+            s.stop()
