@@ -80,8 +80,9 @@ def open_database(path: Path, target, create: bool = False):
             f"the tuning database {root} has no records for target {target_name(target)}"
             + (f"; it has records for: {', '.join(have)}" if have else " (it holds no records at all)"),
             f"tune for this target first: tvmgen tune MODEL --platform ... --db {root}")
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "target.json").write_text(json.dumps(target_spec(target), indent=2) + "\n")
+    if create:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "target.json").write_text(json.dumps(target_spec(target), indent=2) + "\n")
     return ms.database.JSONDatabase(work_dir=str(directory), module_equality="structural")
 
 
@@ -91,8 +92,8 @@ def meta_schedule():
     """tvm.s_tir.meta_schedule, with only the CPU tensor intrinsics registered.
 
     MetaSchedule imports tvm.s_tir.tensor_intrin, which parses every GPU intrinsic written in
-    TVMScript: about a minute on these machines, in every build worker. CPU schedules use only
-    the x86 and Arm ones, so the package is registered without its GPU modules.
+    TVMScript: about a minute on these machines. CPU schedules use only the x86 and Arm ones, so
+    the package is registered without its GPU modules.
     """
     import importlib
     import importlib.util
@@ -276,6 +277,8 @@ def tune(mod, target, trials: int, root: Path, device: Device, num_cores: int, c
     done = _records_by_workload(database)
     contexts = []
     for i, task in enumerate(extracted):
+        if task.mod.attrs is not None and task.mod.attrs.get("tirx.is_scheduled", False):
+            continue  # scheduled before the tuning step: compile keeps that schedule
         ctx = ms.TuneContext(mod=task.dispatched[0], target=ttarget, space_generator="post-order-apply",
                              search_strategy=_search(ms, trials), task_name=task.task_name,
                              logger=logging.getLogger(f"{MS_LOGGER}.tvmgen.task{i}"), rand_state=seed + i,

@@ -55,6 +55,17 @@ def test_compile_applies_the_database_and_matches_onnxruntime(tuned, gemm, tvmge
     assert "ok y: max abs error" in r.stderr
 
 
+def test_tuned_convolution_matches_onnxruntime(tvmgen, tmp_path):
+    """A convolution in tvmgen's NHWC layout: every task's tuned kernel is found and correct."""
+    conv = save_onnx(single_op_models()["conv3x3"], tmp_path / "conv.onnx")
+    r = tvmgen("tune", conv, "--trials", "1", "--db", tmp_path / "db")
+    assert r.returncode == 0, r.stderr
+    tasks = int(r.stderr.split(" tasks, 1 trials each")[0].rsplit(" ", 1)[1])
+    r = tvmgen("compile", conv, "--tuning-db", tmp_path / "db", "--check", "-o", tmp_path / "a")
+    assert r.returncode == 0, r.stderr
+    assert f"kernels: {tasks} from the tuning database" in r.stderr and "ok y: max abs error" in r.stderr
+
+
 def test_rerun_resumes_from_the_records(tuned, gemm, tvmgen):
     db, _ = tuned
     r = tvmgen("tune", gemm, "--trials", "2", "--db", db)  # the budget is spent: nothing to measure
