@@ -10,6 +10,7 @@ A database is a directory per target under one root (the default is the user's s
     ROOT/<target name>/target.json              the target, as TVM's JSON dict
     ROOT/<target name>/database_workload.json   MetaSchedule's JSONDatabase
     ROOT/<target name>/database_tuning_record.json
+    ROOT/<target name>/cost_model.tar             the XGBoost cost model, for the next run
 
 ``--trials N`` is a budget per task. Every measured candidate is a record, so a second run
 counts the trials already spent and only tunes what is left (resume).
@@ -289,7 +290,7 @@ def tune(mod, target, trials: int, root: Path, device: Device, num_cores: int, c
         contexts.append(ctx)
     build = builder(compiler)
     runner = _runner(ms, device)
-    cost_model = ms.cost_model.XGBModel(num_tuning_cores=num_cores)
+    cost_model = _cost_model(ms, summary.directory / "cost_model.tar", num_cores)
     progress = _ProgressCallback(summary, on_progress)
     if on_progress:
         on_progress(summary, None)
@@ -307,9 +308,23 @@ def tune(mod, target, trials: int, root: Path, device: Device, num_cores: int, c
                            task_scheduler="round-robin")
         if state.spent < trials:  # the search space ran out before the budget: nothing more to try
             log.info("task %s: the search produced %d candidates of %d", state.name, state.spent, trials)
+        if cost_model.booster is not None:  # a resumed run starts with what this one learnt
+            cost_model.save(str(summary.directory / "cost_model.tar"))
         if on_progress:
             on_progress(summary, i, True)
     return summary
+
+
+def _cost_model(ms, path: Path, num_cores: int):
+    """MetaSchedule's XGBoost cost model, trained on the target's earlier runs when they saved it."""
+    model = ms.cost_model.XGBModel(num_tuning_cores=num_cores)
+    if path.is_file():
+        try:
+            model.load(str(path))
+        except Exception as e:  # noqa: BLE001 - a damaged file costs only the head start
+            log.warning("cannot load the saved cost model %s (%s); starting untrained", path, e)
+            model = ms.cost_model.XGBModel(num_tuning_cores=num_cores)
+    return model
 
 
 def _search(ms, trials: int):
