@@ -157,8 +157,14 @@ def builder(compiler: Path):
 def rpc_session(_config, key: str, tracker: str | None, proxy: str | None, timeout: int):
     from tvm import rpc
 
+    from tvmgen.rpc import tracker_summary
+
     host, port = (tracker or proxy).rsplit(":", 1)
     if tracker:
+        # The tracker queues a request for a key until a device has it, forever: a device that went
+        # away would hang the tuning (MetaSchedule's RPC runner waits on its workers without a limit).
+        if not tracker_summary(tracker).get(key, {}).get("total"):
+            raise RuntimeError(f"no device with key {key!r} is registered with the tracker at {tracker}")
         return rpc.connect_tracker(host, int(port)).request(key, priority=0, session_timeout=timeout)
     return rpc.connect(host, int(port), key=key, session_timeout=timeout)
 
@@ -291,7 +297,7 @@ def tune(mod, target, trials: int, root: Path, device: Device, num_cores: int, c
     build = builder(compiler)
     runner = _runner(ms, device)
     cost_model = _cost_model(ms, summary.directory / "cost_model.tar", num_cores)
-    progress = _ProgressCallback(summary, on_progress)
+    progress = _ProgressCallback(summary, on_progress, device)
     if on_progress:
         on_progress(summary, None)
     for i, (ctx, state) in enumerate(zip(contexts, summary.tasks)):
@@ -301,11 +307,17 @@ def tune(mod, target, trials: int, root: Path, device: Device, num_cores: int, c
         progress.current = i
         if on_progress:
             on_progress(summary, i)
-        ms.tune.tune_tasks(tasks=[ctx], task_weights=[1.0], work_dir=str(summary.directory),
-                           max_trials_global=left, max_trials_per_task=left, num_trials_per_iter=min(left, 32),
-                           builder=build, runner=runner, database=database, cost_model=cost_model,
-                           measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), progress.hook],
-                           task_scheduler="round-robin")
+        try:
+            ms.tune.tune_tasks(tasks=[ctx], task_weights=[1.0], work_dir=str(summary.directory),
+                               max_trials_global=left, max_trials_per_task=left, num_trials_per_iter=min(left, 32),
+                               builder=build, runner=runner, database=database, cost_model=cost_model,
+                               measure_callbacks=[progress.hook,
+                                                  *ms.measure_callback.MeasureCallback.create("default")],
+                               task_scheduler="round-robin")
+        except Exception:
+            if progress.failure is not None:
+                raise progress.failure from None
+            raise
         if state.spent < trials:  # the search space ran out before the budget: nothing more to try
             log.info("task %s: the search produced %d candidates of %d", state.name, state.spent, trials)
         if cost_model.booster is not None:  # a resumed run starts with what this one learnt
@@ -356,21 +368,31 @@ def _runner(ms, device: Device):
 class _ProgressCallback:
     """A MetaSchedule measure callback that counts trials and keeps the best latency per task."""
 
-    def __init__(self, summary: Summary, on_progress):
-        from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+    def __init__(self, summary: Summary, on_progress, device: Device):
         from tvm.ir.utils import derived_object
+        from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
         outer = self
-        self.summary, self.on_progress, self.current = summary, on_progress, 0
+        self.summary, self.on_progress, self.device, self.current = summary, on_progress, device, 0
+        self.failure: Exception | None = None  # what stopped the tuning (raised again outside TVM's FFI)
 
         @derived_object
         class Hook(PyMeasureCallback):
             def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
-                outer.record(runner_results)
+                outer.record(builder_results, runner_results)
 
         self.hook = Hook()
 
-    def record(self, runner_results) -> None:
+    def record(self, builder_results, runner_results) -> None:
+        built = [r for b, r in zip(builder_results, runner_results) if b.error_msg is None]
+        if self.device.remote and built and all(r.error_msg for r in built):
+            # Raised before MetaSchedule records the batch: a lost device does not eat the budget.
+            from tvmgen.rpc import RpcError
+
+            last = [ln for ln in str(built[-1].error_msg).splitlines() if ln.strip()][-1:]
+            self.failure = RpcError(f"every candidate failed on device {self.device.key!r}: {' '.join(last)}",
+                                    "the device server may have stopped; see its log, then rerun (tuning resumes)")
+            raise self.failure
         state = self.summary.tasks[self.current]
         for r in runner_results:
             state.spent += 1

@@ -127,3 +127,44 @@ def test_tune_on_the_emulated_aarch64_device(gemm, tvmgen, tmp_path, monkeypatch
     finally:
         for s in reversed(started):
             s.stop()
+
+
+def test_device_lost_mid_tuning(gemm, tmp_path, monkeypatch):
+    """A device that dies stops the tuning with exit 6 at once; the failed batch is not recorded,
+    so a rerun resumes from the trials that did run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    require_tool("cmake")
+    conv = save_onnx(single_op_models()["conv3x3"], tmp_path / "conv.onnx")
+    monkeypatch.setenv("TVMGEN_STATE_DIR", str(tmp_path / "state"))
+    tracker = rpc.start_tracker(port=19960, port_end=19989)
+    device = rpc.start_device("host", "doomed", tracker=tracker.address, work_dir=tmp_path / "w")
+    try:
+        env = dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path / "logs"))
+        proc = subprocess.Popen([sys.executable, "-m", "tvmgen", "tune", conv, "--trials", "20", "--db", tmp_path / "db",
+                                 "--key", "doomed", "--tracker", tracker.address],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        records = None
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None:  # the first task's records are written
+            found = list(Path(tmp_path / "db").glob("*/database_tuning_record.json"))
+            if found and found[0].read_text().strip():
+                records = found[0]
+                break
+            time.sleep(0.2)
+        assert records is not None, proc.communicate()[1]
+        os.killpg(device.pid, signal.SIGKILL)
+        kept = len(records.read_text().splitlines())
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 6, err
+        assert "every candidate failed on device 'doomed'" in err and "fix:" in err and "Traceback" not in err
+        assert len(records.read_text().splitlines()) <= kept + 32  # at most the batch running when it died
+        run_secs = [json.loads(line)[1][1] for line in records.read_text().splitlines()]
+        assert all(max(secs) < 1e9 for secs in run_secs)  # MetaSchedule writes 1e10 for a failed run
+    finally:
+        device.stop()
+        tracker.stop()
