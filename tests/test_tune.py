@@ -87,6 +87,9 @@ def test_database_for_another_target_is_refused(tuned, gemm, tvmgen, tmp_path):
     assert "it has records for: llvm-mcpu=" in r.stderr and "fix:" in r.stderr
     r = tvmgen("compile", gemm, "--tuning-db", tmp_path / "empty", "-o", tmp_path / "b")
     assert r.returncode == 2 and "it holds no records at all" in r.stderr
+    r = tvmgen("app", "--model", gemm, "--tuning-db", db, "-o", tmp_path / "app")  # the phone's target
+    assert r.returncode == 2 and "no records for target llvm-mattr=+neon-mtriple=aarch64-linux-android" in r.stderr
+    assert not (tmp_path / "app").exists()
 
 
 def test_unreachable_tracker(gemm, tvmgen, tmp_path):
