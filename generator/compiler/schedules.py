@@ -197,11 +197,12 @@ def _dtype_bits(sch, block) -> int:
 def _schedule_reduction(sch, block, shape: CpuShape) -> None:
     # Producers that only copy (1x1 convolution "padding", reshapes) are inlined; real padding
     # stays a separate, parallel pass (inlined, its bounds checks would sit in the inner loop).
+    padding = []
     for p in sch.get_producers(block):
         if "if_then_else" not in str(sch.get(p).body):
             sch.compute_inline(p)
         else:
-            _schedule_injective(sch, [p], shape)
+            padding.append(p)
 
     kinds = _iter_kinds(sch, block)
     loops = sch.get_loops(block)
@@ -230,6 +231,18 @@ def _schedule_reduction(sch, block, shape: CpuShape) -> None:
     sch.reorder(*outer, v_o, *reduce, *inner)
     parallel = sch.fuse(*outer, v_o) if outer else v_o
     sch.parallel(parallel)
+    # Padding (inlined, its bounds checks would sit in the innermost loop): a convolution that sums
+    # over input channels pads, in each parallel task, just the input its tile reads, while it is in
+    # cache. A depthwise one does too little work per padded value to repeat the overlapping rows:
+    # it gets a separate parallel pass, as does padding compute_at cannot place.
+    sums_channels = bool(reduce) and (_extent(sch, reduce[-1]) or 1) > 1
+    for p in padding:
+        try:
+            if not sums_channels:
+                raise _schedule_error("depthwise")
+            sch.compute_at(p, parallel, preserve_unit_loops=True)
+        except Exception:  # noqa: BLE001
+            _schedule_injective(sch, [p], shape)
 
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, parallel)
