@@ -131,9 +131,15 @@ def _is_scheduled(func) -> bool:
 
 def schedule_function(func, shape: CpuShape, name: str = ""):
     """A scheduled copy of ``func``, or None when no rule applies."""
+    sch = default_schedule(func, shape, name)
+    return None if sch is None else sch.mod["main"]
+
+
+def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
+    """The default schedule as an ``s_tir.Schedule`` (its trace can seed a tuning database), or None."""
     from tvm import s_tir
 
-    sch = s_tir.Schedule(func)
+    sch = s_tir.Schedule(func_or_mod)
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     reductions = [b for b in blocks if COMM_REDUCE in _iter_kinds(sch, b)]
     try:
@@ -147,7 +153,7 @@ def schedule_function(func, shape: CpuShape, name: str = ""):
     except Exception as e:  # noqa: BLE001 - a rule that does not fit leaves the function as TVM lowers it
         log.debug("%s: no default schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
         return None
-    return sch.mod["main"]
+    return sch
 
 
 def _iter_kinds(sch, block) -> list[int]:
