@@ -712,6 +712,10 @@ def tune(model, platform, device, trials, db_root, key, tracker, proxy, session_
         num_cores = num_cores or threads
     plat = get_platform(platform or "host")
     check_pair(plat, device)
+    if not key and plat.name != "host":
+        raise InputError(f"candidates for {plat.name} cannot be timed on this machine",
+                         "time them on the device: --key K --tracker HOST:PORT, with the device served by "
+                         "`tvmgen rpc-app` on a phone or `tvmgen rpc device --platform linux-aarch64` (qemu, here)")
     if num_cores is None:
         import psutil
 

@@ -92,6 +92,12 @@ def test_database_for_another_target_is_refused(tuned, gemm, tvmgen, tmp_path):
     assert not (tmp_path / "app").exists()
 
 
+def test_another_platform_needs_its_device(gemm, tvmgen, tmp_path):
+    r = tvmgen("tune", gemm, "--platform", "android-arm64", "--db", tmp_path / "db")
+    assert r.returncode == 2 and "candidates for android-arm64 cannot be timed on this machine" in r.stderr
+    assert "--key K --tracker" in r.stderr and not (tmp_path / "db").exists()
+
+
 def test_unreachable_tracker(gemm, tvmgen, tmp_path):
     r = tvmgen("tune", gemm, "--key", "x", "--tracker", "127.0.0.1:1", "--db", tmp_path / "db")
     assert r.returncode == 6
