@@ -217,6 +217,7 @@ class TaskState:
     weight: int
     spent: int = 0
     best_us: float | None = None  # best measured latency of one call
+    default_us: float | None = None  # tvmgen's default schedule, measured in this run
 
     @property
     def weighted_us(self) -> float | None:
@@ -270,8 +271,11 @@ def _records_by_workload(database) -> dict:
 
 def tune(mod, target, trials: int, root: Path, device: Device, num_cores: int, compiler: Path,
          on_progress=None, seed: int = 0) -> Summary:
-    """Tune every task of ``mod`` (bound weights) to ``trials`` measured candidates; returns the summary."""
+    """Tune every task of ``mod`` (bound weights) to ``trials`` measured candidates; returns the summary.
+    Each task's default schedule is measured and recorded first (``seed_default``)."""
     import tvm_ffi
+
+    from tvmgen.compiler import schedules
 
     ms = meta_schedule()
     _log_to_file()
@@ -300,9 +304,17 @@ def tune(mod, target, trials: int, root: Path, device: Device, num_cores: int, c
     progress = _ProgressCallback(summary, on_progress, device)
     if on_progress:
         on_progress(summary, None)
+    shape = schedules.cpu_shape(target)
     for i, (ctx, state) in enumerate(zip(contexts, summary.tasks)):
+        us = seed_default(ms, ctx, shape, database, build, runner, device)
+        if us is not None:  # a measured candidate like any other: it counts against --trials
+            state.default_us, state.spent = us, state.spent + 1
+            summary.new_trials += 1
+            state.best_us = us if state.best_us is None else min(state.best_us, us)
         left = trials - state.spent
         if left <= 0:
+            if us is not None and on_progress:  # the default schedule was this run's only trial
+                on_progress(summary, i, True)
             continue
         progress.current = i
         if on_progress:
@@ -325,6 +337,45 @@ def tune(mod, target, trials: int, root: Path, device: Device, num_cores: int, c
         if on_progress:
             on_progress(summary, i, True)
     return summary
+
+
+def seed_default(ms, ctx, shape, database, build, runner, device: Device) -> float | None:
+    """Measure tvmgen's default schedule of the task like any candidate and record it (once).
+
+    The database's best for the task is then never slower than what ``compile`` does without
+    it, and the search's first population starts from a good schedule. Returns its latency (us),
+    or None when it was recorded before, has no default schedule, or failed to build or run.
+    """
+    from tvmgen.compiler import schedules
+
+    sch = schedules.default_schedule(ctx.mod, shape)
+    if sch is None:
+        return None
+    trace = str(sch.trace.as_json(remove_postproc=True))
+    workload = database.commit_workload(ctx.mod)
+    for rec in database.get_top_k(workload, 1 << 30):
+        if str(rec.trace.as_json(remove_postproc=True)) == trace:
+            return None
+    args_info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+    (built,) = build.build([ms.builder.BuilderInput(sch.mod, ctx.target)])
+    if built.error_msg:
+        log.warning("task %s: the default schedule did not build: %s", ctx.task_name,
+                    " ".join(str(built.error_msg).splitlines()[-1:]))
+        return None
+    (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, "cpu", args_info)])  # CPU tasks only
+    result = future.result()
+    if result.error_msg or not result.run_secs:
+        last = " ".join([ln for ln in str(result.error_msg).splitlines() if ln.strip()][-1:])
+        if device.remote:
+            from tvmgen.rpc import RpcError
+
+            raise RpcError(f"every candidate failed on device {device.key!r}: {last}",
+                           "the device server may have stopped; see its log, then rerun (tuning resumes)")
+        log.warning("task %s: the default schedule did not run: %s", ctx.task_name, last)
+        return None
+    secs = [float(x) for x in result.run_secs]
+    database.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload, secs, ctx.target, args_info))
+    return sum(secs) / len(secs) * 1e6
 
 
 def _cost_model(ms, path: Path, num_cores: int):
@@ -471,6 +522,12 @@ def print_summary(summary: Summary, trials: int) -> None:
     line = (f"{len(summary.tasks)} tasks, {spent} trials in the database ({summary.new_trials} new)"
             + (f"; sum of the best kernel latencies ≈ {total / 1e3:.3f} ms" if total is not None else ""))
     console.print(line)
+    seeded = [t for t in summary.tasks if t.default_us is not None]
+    if seeded and total is not None:
+        default = sum(t.default_us * t.weight for t in seeded) + sum(
+            t.best_us * t.weight for t in summary.tasks if t.default_us is None and t.best_us is not None)
+        console.print(f"  tvmgen's default schedules, measured as candidates: ≈ {default / 1e3:.3f} ms "
+                      f"({default / total:.2f}x the best)")
     failed = [t.name for t in summary.tasks if t.best_us is None]
     if failed:
         console.print(f"  [yellow]![/] no working candidate yet for: {', '.join(failed)} "
