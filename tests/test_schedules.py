@@ -146,3 +146,26 @@ def test_cli_reports_kernels_and_schedules_none_gives_same_outputs(tvmgen, tmp_p
     inputs = random_inputs(a.manifest.inputs, seed=1)
     for x, y in zip(a.run(inputs), b.run(inputs)):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4 * float(np.abs(y).max()))  # summation order differs
+
+
+@pytest.mark.parametrize("mcpu,lanes,registers", [("haswell", 8, 16), ("x86-64", 4, 16)])
+def test_avx2_and_sse_tiles_run_here_and_match(mcpu, lanes, registers, tmp_path):
+    """The tiles chosen for older x86 CPUs (AVX2: 8 floats, 16 registers; SSE: 4) compile and give
+    the same results; this machine runs their code too."""
+    import tvm
+    from tvm import relax
+
+    from tvmgen.frontends.base import random_inputs
+
+    path = save_onnx(awkward_models()["conv_relu6_residual"], tmp_path / "m.onnx")
+    target = make_target({"kind": "llvm", "mcpu": mcpu})
+    assert (schedules.cpu_shape(target).lanes(32), schedules.cpu_shape(target).registers) == (lanes, registers)
+    imported = frontends.load(path, [])
+    mod = relax.transform.BindParams("main", dict(zip(imported.mod["main"].params[1:], imported.params)))(imported.mod)
+    report: dict = {}
+    ex = relax.build(mod, target, relax_pipeline=cpu.pipeline(target, report=report))
+    assert len(report["scheduled"]) >= 2 and not [f for f in report["left"] if _heavy(f)]
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    inputs = random_inputs(imported.inputs, seed=2)
+    actual = vm["main"](*[tvm.runtime.tensor(v) for v in inputs.values()]).numpy()
+    assert_close([actual], imported.reference(inputs), atol=1e-4, rtol=1e-4)

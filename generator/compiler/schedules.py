@@ -40,9 +40,15 @@ class CpuShape:
 def cpu_shape(target) -> CpuShape:
     from tvm.target import codegen
 
-    bits = int(codegen.llvm_get_vector_width(target)) or 128
-    # 32 architectural vector registers with AVX-512 and on AArch64, 16 with AVX2/SSE.
-    aarch64 = "aarch64" in str(target.attrs.get("mtriple", "")) or "arm64" in str(target.attrs.get("mtriple", ""))
+    triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
+    aarch64 = triple.startswith(("aarch64", "arm64"))
+    if triple.startswith(("x86_64", "i686", "i386")):
+        # llvm_get_vector_width reports the host's width for any x86 target: ask for the features
+        bits = 512 if codegen.target_has_features("avx512f", target) else (
+            256 if codegen.target_has_features("avx", target) else 128)
+    else:
+        bits = int(codegen.llvm_get_vector_width(target)) or 128
+    # 32 architectural vector registers with AVX-512 and on AArch64, 16 with AVX2/SSE and ARMv7.
     registers = 32 if bits >= 512 or aarch64 else 16
     return CpuShape(bits, registers)
 
