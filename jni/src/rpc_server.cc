@@ -437,6 +437,33 @@ void TrackerPut(Socket& t, const ServerOptions& o, int port, const std::string& 
   if (TrackerRecv(t) != std::to_string(kSuccess)) throw NetError("the tracker refused the device's PUT");
 }
 
+// A client connecting to this device's own port (tracker or standalone mode): accept it, check
+// the RPC magic and the key it asks for ("client:KEY ..."; an empty key too when allow_empty),
+// answer, and serve its session. False when no session was served.
+bool ServeClient(Socket& listener, const ServerOptions& o, const std::string& key, bool allow_empty,
+                 int* sessions) {
+  Socket conn(::accept(listener.fd(), nullptr, nullptr));
+  if (!conn.valid()) return false;
+  NoSigPipe(conn.fd());
+  try {
+    if (conn.RecvInt() != kRpcMagic) return false;
+    std::string client_key = conn.RecvStr(4096);
+    std::string head = client_key.substr(0, client_key.find(' '));
+    if (head != "client:" + key && !(allow_empty && head == "client:")) {
+      conn.SendInt(kCodeMismatch);
+      Log("refused a client asking for key \"%s\" (this device is \"%s\")", head.c_str() + 7, o.key.c_str());
+      return false;
+    }
+    conn.SendInt(kCodeSuccess);
+    conn.SendStr("server:" + o.key);
+    ServeSession(std::move(conn), o, client_key, ++*sessions);
+    return true;
+  } catch (const NetError& e) {
+    Log("client handshake failed: %s", e.what());
+    return false;
+  }
+}
+
 // One connected tracker: register, then accept sessions until a network error.
 void TrackerLoop(const ServerOptions& o, Socket& listener, int port, int* sessions) {
   Socket t = Connect(o.tracker_host, o.tracker_port);
@@ -473,24 +500,7 @@ void TrackerLoop(const ServerOptions& o, Socket& listener, int port, int* sessio
         }
         continue;
       }
-      Socket conn(::accept(listener.fd(), nullptr, nullptr));
-      if (!conn.valid()) continue;
-      NoSigPipe(conn.fd());
-      try {
-        if (conn.RecvInt() != kRpcMagic) continue;
-        std::string client_key = conn.RecvStr(4096);
-        if (client_key.substr(0, client_key.find(' ')) != "client:" + matchkey) {
-          conn.SendInt(kCodeMismatch);
-          Log("refused a client with a mismatched key");
-          continue;
-        }
-        conn.SendInt(kCodeSuccess);
-        conn.SendStr("server:" + o.key);
-        ServeSession(std::move(conn), o, client_key, ++*sessions);
-      } catch (const NetError& e) {
-        Log("client handshake failed: %s", e.what());
-        continue;
-      }
+      if (!ServeClient(listener, o, matchkey, false, sessions)) continue;
       break;  // re-register with a fresh match key
     }
   }
@@ -517,24 +527,7 @@ void ProxyOnce(const ServerOptions& o, int* sessions) {
 // Standalone: clients connect straight to this device (rpc.connect(host, port, key)).
 void StandaloneLoop(const ServerOptions& o, Socket& listener, int* sessions) {
   while ((o.max_sessions == 0 || *sessions < o.max_sessions) && WaitReadable(listener.fd(), o)) {
-    Socket conn(::accept(listener.fd(), nullptr, nullptr));
-    if (!conn.valid()) continue;
-    NoSigPipe(conn.fd());
-    try {
-      if (conn.RecvInt() != kRpcMagic) continue;
-      std::string client_key = conn.RecvStr(4096);
-      std::string head = client_key.substr(0, client_key.find(' '));
-      if (head != "client:" + o.key && head != "client:") {  // rpc.connect's key may be left empty
-        conn.SendInt(kCodeMismatch);
-        Log("refused a client asking for key \"%s\" (this device is \"%s\")", head.c_str() + 7, o.key.c_str());
-        continue;
-      }
-      conn.SendInt(kCodeSuccess);
-      conn.SendStr("server:" + o.key);
-      ServeSession(std::move(conn), o, client_key, ++*sessions);
-    } catch (const NetError& e) {
-      Log("client handshake failed: %s", e.what());
-    }
+    ServeClient(listener, o, o.key, true, sessions);  // rpc.connect's key may be left empty
   }
 }
 
