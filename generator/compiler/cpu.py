@@ -17,8 +17,6 @@ from pathlib import Path
 
 def prepare_passes(target) -> list:
     """Relax -> fused TIR functions: the module both ``tune`` and ``compile`` schedule."""
-    from tvm import relax
-
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     from tvmgen.compiler import schedules
@@ -46,7 +44,9 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None):
     import tvm
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    database = open_database(tuning_db, target) if tuning_db else None
+    from tvmgen import tune
+
+    database = tune.open_database(tuning_db, target) if tuning_db else None
 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenCpuPipeline")
     def _pipeline(mod, _ctx):
@@ -59,10 +59,3 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None):
                 return tvm.transform.Sequential(passes)(mod)
 
     return _pipeline
-
-
-def open_database(path: Path, target):
-    """The tuning database at ``path`` for ``target`` (implemented with ``tvmgen tune``)."""
-    from tvmgen import tune
-
-    return tune.open_database(path, target)

@@ -57,7 +57,6 @@ def cpu_shape(target) -> CpuShape:
 
 def layout_passes(target) -> list:
     """NHWC / HWIO convolutions (weights transformed at compile time)."""
-    import tvm
     from tvm import relax
 
     return [relax.transform.FoldConstant(), _ReluBoundsAsRelax(), relax.transform.ConvertLayout(
@@ -249,11 +248,7 @@ def _schedule_reduction(sch, block, shape: CpuShape) -> None:
     # it gets a separate parallel pass, as does padding compute_at cannot place.
     sums_channels = bool(reduce) and (_extent(sch, reduce[-1]) or 1) > 1
     for p in padding:
-        try:
-            if not sums_channels:
-                raise _schedule_error("depthwise")
-            sch.compute_at(p, parallel, preserve_unit_loops=True)
-        except Exception:  # noqa: BLE001
+        if not (sums_channels and _try(sch.compute_at, p, parallel, preserve_unit_loops=True)):
             _schedule_injective(sch, [p], shape)
 
     acc = sch.cache_write(block, 0, "local")
@@ -263,9 +258,7 @@ def _schedule_reduction(sch, block, shape: CpuShape) -> None:
         consumers = sch.get_consumers(acc)
         if len(consumers) != 1:
             break
-        try:
-            sch.reverse_compute_inline(consumers[0])
-        except Exception:  # noqa: BLE001 - not elementwise: it stays a separate pass
+        if not _try(sch.reverse_compute_inline, consumers[0]):  # not elementwise: a separate pass
             _schedule_injective(sch, [consumers[0]], shape)
             break
     wb = sch.get_loops(acc)[1:]
@@ -292,6 +285,16 @@ def _rows(extent: int, most: int) -> int:
     if extent <= most:
         return extent
     return min(range(4, most + 1), key=lambda r: (-(-extent // r) * r - extent, -r))
+
+
+def _try(primitive, *args, **kwargs) -> bool:
+    """Apply a schedule primitive that may not fit; whether it did. (A failed primitive leaves the
+    schedule as it was.)"""
+    try:
+        primitive(*args, **kwargs)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _schedule_error(msg: str):
