@@ -206,8 +206,8 @@ def _dtype_bits(sch, block) -> int:
 
 
 def _schedule_reduction(sch, block, shape: CpuShape) -> None:
-    # Producers that only copy (1x1 convolution "padding", reshapes) are inlined; real padding
-    # stays a separate, parallel pass (inlined, its bounds checks would sit in the inner loop).
+    # Producers that only copy (1x1 convolution "padding", reshapes) are inlined; real padding is
+    # computed per parallel task below (inlined, its bounds checks would sit in the inner loop).
     padding = []
     for p in sch.get_producers(block):
         if "if_then_else" not in str(sch.get(p).body):
@@ -232,27 +232,48 @@ def _schedule_reduction(sch, block, shape: CpuShape) -> None:
     rows_loop = next((lp for lp in reversed(spatial[:-1]) if (_extent(sch, lp) or 1) > 1), None)
     rows = _rows(_extent(sch, rows_loop), min(8, budget)) if rows_loop is not None else 1
 
-    v_o, v_i = sch.split(spatial[-1], [None, vec])
-    outer, inner = list(spatial[:-1]), [v_i]
+    wide = 1
+    if rows_loop is None and vectors == 1:
+        # A matrix-vector product (a classifier's dense layer): no rows to tile, so the tile is
+        # several vectors of one row, and each task streams contiguous runs of the weights.
+        wide = _pick(vec_ext // vec, list(range(budget, 1, -1)))
+    if wide > 1:
+        v_o, v_u, v_i = sch.split(spatial[-1], [None, wide, vec])
+        outer, inner = list(spatial[:-1]), [v_u, v_i]
+    else:
+        v_o, v_i = sch.split(spatial[-1], [None, vec])
+        outer, inner = list(spatial[:-1]), [v_i]
     if rows > 1:
         r_o, r_i = sch.split(rows_loop, [None, rows])
         # the row tile's outer part stays where the row loop was
         outer = [r_o if lp.same_as(rows_loop) else lp for lp in outer]
         inner = [r_i, v_i]
-    sch.reorder(*outer, v_o, *reduce, *inner)
-    parallel = sch.fuse(*outer, v_o) if outer else v_o
+    # Convolutions run in bands of output rows: a parallel task is a band of tiles, not one tile
+    # (fewer, larger tasks measured faster), and pads the input rows its band reads while they
+    # are in cache (the overlap with the next band is small). Without a band axis (matmul, dense),
+    # a task is one tile and pads what it reads.
+    rows_at = next((i for i, lp in enumerate(spatial) if rows_loop is not None and lp.same_as(rows_loop)),
+                   len(outer))
+    band = next((lp for lp in reversed(outer[:rows_at]) if (_extent(sch, lp) or 1) > 1), None)
+
+    if band is not None:
+        b_o, b_i = sch.split(band, [None, _band_rows(_extent(sch, band))])
+        at = outer.index(band)
+        task, serial = [*outer[:at], b_o], [b_i, *outer[at + 1:], v_o]
+    else:
+        task, serial = [*outer, v_o], []
+    sch.reorder(*task, *serial, *reduce, *inner)
+    parallel = sch.fuse(*task) if len(task) > 1 else task[0]
     sch.parallel(parallel)
-    # Padding (inlined, its bounds checks would sit in the innermost loop): a convolution that sums
-    # over input channels pads, in each parallel task, just the input its tile reads, while it is in
-    # cache. A depthwise one does too little work per padded value to repeat the overlapping rows:
-    # it gets a separate parallel pass, as does padding compute_at cannot place.
-    sums_channels = bool(reduce) and (_extent(sch, reduce[-1]) or 1) > 1
+    tile = serial[-1] if serial else parallel
     for p in padding:
-        if not (sums_channels and _try(sch.compute_at, p, parallel, preserve_unit_loops=True)):
+        if _try(sch.compute_at, p, parallel, preserve_unit_loops=True):
+            _vectorize_innermost(sch, p, lanes)
+        else:
             _schedule_injective(sch, [p], shape)
 
     acc = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(acc, parallel)
+    sch.reverse_compute_at(acc, tile)
     # Fold the epilogue (bias, activation) into the write-back of the tile.
     while True:
         consumers = sch.get_consumers(acc)
@@ -261,7 +282,7 @@ def _schedule_reduction(sch, block, shape: CpuShape) -> None:
         if not _try(sch.reverse_compute_inline, consumers[0]):  # not elementwise: a separate pass
             _schedule_injective(sch, [consumers[0]], shape)
             break
-    wb = sch.get_loops(acc)[1:]
+    wb = sch.get_loops(acc)[1 + len(serial):]
     if wb:
         inner_wb = wb[-1]
         ext = _extent(sch, inner_wb) or 1
@@ -272,8 +293,25 @@ def _schedule_reduction(sch, block, shape: CpuShape) -> None:
     sch.vectorize(v_i)
     if rows > 1:
         sch.unroll(inner[0])
+    if wide > 1:
+        sch.unroll(inner[0])
     if reduce:  # after vectorize: without its init the block is no longer a "reduction block"
         sch.decompose_reduction(block, reduce[0])
+
+
+def _band_rows(extent: int) -> int:
+    """Output rows per band: the largest divisor of ``extent`` leaving at least 16 tasks (enough
+    to balance 2-8 cores), so a band's padded input stays small enough for the L2 cache."""
+    return max([d for d in range(1, extent + 1) if extent % d == 0 and extent // d >= min(extent, 16)])
+
+
+def _vectorize_innermost(sch, block, lanes: int) -> None:
+    loops = sch.get_loops(block)
+    ext = _extent(sch, loops[-1]) or 1
+    v = _pick(ext, [lanes, lanes // 2, lanes // 4]) if ext >= 4 else 1
+    if v > 1:
+        _, li = sch.split(loops[-1], [None, v])
+        sch.vectorize(li)
 
 
 def _rows(extent: int, most: int) -> int:
