@@ -108,6 +108,22 @@ def test_builtin_model_schedules(builtin_onnx):
         script = mod[name].script()
         assert "T.parallel" in script and "T.vectorized" in script, name
         assert 'scope="local"' in script, name  # accumulators in registers, written back once
+    depthwise = [f for f in convs if "group_conv2d" in mod[f].script()]
+    assert len(depthwise) >= 9, depthwise
+    for name in depthwise:
+        # The depthwise rule: a task per output row and channel vector, padding made per window
+        # row inside the tile (no pass over the whole padded input), the 3x3 window unrolled.
+        script = mod[name].script()
+        assert re.search(r"for nn_yy_ff_0_fused in T\.parallel", script), name
+        assert "for ry in T.unroll(T.int64(3))" in script and "for rx in T.unroll(T.int64(3))" in script, name
+        pad = script.index('T.sblock("pad_temp")') if 'T.sblock("pad_temp")' in script else None
+        if pad is not None:
+            assert script.rindex("for ry in", 0, pad) > script.index("T.parallel"), name
+    for name in ("fused_conv2d2_add1_maximum1_minimum1", "fused_conv2d_add_maximum_minimum"):
+        # other convolutions: a parallel task is a band of output rows (112 rows: 16 bands of 7)
+        assert "for nn_yy_0_fused in T.parallel(T.int64(16))" in mod[name].script(), name
+    dense = mod["fused_matmul_add10"].script()  # (1, 512) x (512, 1000): a matrix-vector product
+    assert "T.parallel(T.int64(5))" in dense and "T.unroll(T.int64(25))" in dense, dense
 
 
 @pytest.mark.parametrize("platform,lanes,registers", [("host", None, None), ("linux-aarch64", 4, 32),

@@ -144,21 +144,26 @@ def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
     """The default schedule as an ``s_tir.Schedule`` (its trace can seed a tuning database), or None."""
     from tvm import s_tir
 
-    sch = s_tir.Schedule(func_or_mod)
-    blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    reductions = [b for b in blocks if COMM_REDUCE in _iter_kinds(sch, b)]
-    try:
-        if not reductions:
-            _schedule_injective(sch, blocks, shape)
-        elif len(reductions) == 1:
-            _schedule_reduction(sch, reductions[0], shape)
-        else:
-            log.debug("%s: %d reductions, left unscheduled", name, len(reductions))
+    for depthwise_rule in (True, False):  # the depthwise rule, else the general one
+        sch = s_tir.Schedule(func_or_mod)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        reductions = [b for b in blocks if COMM_REDUCE in _iter_kinds(sch, b)]
+        try:
+            if not reductions:
+                _schedule_injective(sch, blocks, shape)
+            elif len(reductions) == 1:
+                _schedule_reduction(sch, reductions[0], shape, depthwise_rule)
+            else:
+                log.debug("%s: %d reductions, left unscheduled", name, len(reductions))
+                return None
+            return sch
+        except Exception as e:  # noqa: BLE001 - a rule that does not fit leaves the function as TVM lowers it
+            if depthwise_rule and _is_depthwise_func(sch, reductions):
+                log.debug("%s: depthwise rule failed (%s), trying the general one", name, e)
+                continue
+            log.debug("%s: no default schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
             return None
-    except Exception as e:  # noqa: BLE001 - a rule that does not fit leaves the function as TVM lowers it
-        log.debug("%s: no default schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
-        return None
-    return sch
+    return None
 
 
 def _iter_kinds(sch, block) -> list[int]:
@@ -205,7 +210,16 @@ def _dtype_bits(sch, block) -> int:
     return int(sch.get(block).writes[0].source.dtype.bits)
 
 
-def _schedule_reduction(sch, block, shape: CpuShape) -> None:
+def _is_depthwise_func(sch, reductions) -> bool:
+    try:
+        loops, kinds = sch.get_loops(reductions[0]), _iter_kinds(sch, reductions[0])
+    except Exception:  # noqa: BLE001 - a schedule left half-done
+        return False
+    return _is_depthwise(sch, [lp for lp, k in zip(loops, kinds) if k == DATA_PAR],
+                         [lp for lp, k in zip(loops, kinds) if k == COMM_REDUCE])
+
+
+def _schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True) -> None:
     # Producers that only copy (1x1 convolution "padding", reshapes) are inlined; real padding is
     # computed per parallel task below (inlined, its bounds checks would sit in the inner loop).
     padding = []
@@ -225,6 +239,8 @@ def _schedule_reduction(sch, block, shape: CpuShape) -> None:
         raise _schedule_error("a full reduction")
 
     lanes = shape.lanes(_dtype_bits(sch, block))
+    if depthwise_rule and _is_depthwise(sch, spatial, reduce):
+        return _schedule_depthwise(sch, block, padding, spatial, reduce, shape)
     vec_ext = _extent(sch, spatial[-1]) or 1
     vec = _pick(vec_ext, [lanes * 2, lanes, lanes // 2, lanes // 4, 2])
     vectors = max(1, vec // lanes)
@@ -274,14 +290,7 @@ def _schedule_reduction(sch, block, shape: CpuShape) -> None:
 
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, tile)
-    # Fold the epilogue (bias, activation) into the write-back of the tile.
-    while True:
-        consumers = sch.get_consumers(acc)
-        if len(consumers) != 1:
-            break
-        if not _try(sch.reverse_compute_inline, consumers[0]):  # not elementwise: a separate pass
-            _schedule_injective(sch, [consumers[0]], shape)
-            break
+    _fold_epilogue(sch, acc, shape)
     wb = sch.get_loops(acc)[1 + len(serial):]
     if wb:
         inner_wb = wb[-1]
@@ -297,6 +306,54 @@ def _schedule_reduction(sch, block, shape: CpuShape) -> None:
         sch.unroll(inner[0])
     if reduce:  # after vectorize: without its init the block is no longer a "reduction block"
         sch.decompose_reduction(block, reduce[0])
+
+
+def _is_depthwise(sch, spatial, reduce) -> bool:
+    """NHWC depthwise convolution: a window (ry, rx) and a channel reduction of one."""
+    return len(spatial) == 4 and len(reduce) == 3 and _extent(sch, reduce[-1]) == 1 and all(
+        _extent(sch, lp) is not None for lp in spatial)
+
+
+def _schedule_depthwise(sch, block, padding, spatial, reduce, shape: CpuShape) -> None:
+    """Depthwise convolution does 9 multiply-adds per output and reads as much as it computes, so
+    its tile is small (4 pixels x 1 vector of channels), a task is one output row of one channel
+    vector, and the padded input is made per window row, just before the tile reads it (it stays
+    in registers / L1). Measured on the builtin model: 0.40 -> 0.23 ms for its nine depthwise
+    convolutions, against 0.37 with the convolution tiles."""
+    n, h, w, c = spatial
+    ry, rx, rc = reduce
+    lanes = shape.lanes(_dtype_bits(sch, block))
+    vec = _pick(_extent(sch, c), [lanes, lanes // 2, lanes // 4])
+    c_o, c_i = sch.split(c, [None, vec])
+    w_o, w_i = sch.split(w, [None, _rows(_extent(sch, w), 4)])
+    sch.reorder(n, h, c_o, w_o, ry, rx, rc, w_i, c_i)
+    parallel = sch.fuse(n, h, c_o)
+    sch.parallel(parallel)
+    for p in padding:
+        if _try(sch.compute_at, p, ry, preserve_unit_loops=True):
+            _vectorize_innermost(sch, p, lanes)
+        else:
+            _schedule_injective(sch, [p], shape)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, w_o)
+    _fold_epilogue(sch, acc, shape)
+    _vectorize_innermost(sch, acc, lanes)
+    sch.vectorize(c_i)
+    sch.unroll(w_i)
+    sch.unroll(ry)
+    sch.unroll(rx)
+    sch.decompose_reduction(block, ry)
+
+
+def _fold_epilogue(sch, acc, shape: CpuShape) -> None:
+    """Fold the epilogue (bias, activation) into the write-back of the tile ``acc``."""
+    while True:
+        consumers = sch.get_consumers(acc)
+        if len(consumers) != 1:
+            break
+        if not _try(sch.reverse_compute_inline, consumers[0]):  # not elementwise: a separate pass
+            _schedule_injective(sch, [consumers[0]], shape)
+            break
 
 
 def _band_rows(extent: int) -> int:
