@@ -191,19 +191,30 @@ def _schedule_injective(sch, blocks, shape: CpuShape) -> None:
         return
     lanes = shape.lanes(_dtype_bits(sch, out))
     inner = _extent(sch, loops[-1]) or 1
-    vec = _pick(inner, [lanes * 2, lanes, lanes // 2, lanes // 4]) if inner >= 4 else 1
+    vec = _pick(inner, [lanes * 2, lanes, lanes // 2, lanes // 4]) if inner >= 4 else inner
     if vec > 1:
         *outer, last = loops
-        lo, li = sch.split(last, [None, vec])
+        if vec < inner:
+            lo, li = sch.split(last, [None, vec])
+            outer = [*outer, lo]
+        else:
+            li = last
         sch.vectorize(li)
-        outer = [*outer, lo]
     else:
         outer = loops
-    if len(outer) > 1:
-        fused = sch.fuse(*outer)
-    else:
-        fused = outer[0]
+    if not outer:
+        return
+    # A task is a slice of the outer loops, not one vector: enough tasks to share out, few enough
+    # that each does real work (one task per element measured 2.5x slower on an input transpose).
+    at, tasks = 0, 1
+    while at < len(outer) and tasks < _INJECTIVE_TASKS:
+        tasks *= _extent(sch, outer[at]) or _INJECTIVE_TASKS
+        at += 1
+    fused = sch.fuse(*outer[:at]) if at > 1 else outer[0]
     sch.parallel(fused)
+
+
+_INJECTIVE_TASKS = 64
 
 
 def _dtype_bits(sch, block) -> int:
