@@ -868,7 +868,9 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
     if "ios-arm64" in platforms:
         _android_only(platforms, release=release, run=run_app)
         if tuning_db:
-            raise InputError("--tuning-db is not used by iOS apps yet", "leave it out for --platform ios-arm64")
+            raise InputError("--tuning-db has no ios-arm64 kernels to give: tuning times candidates on the device, "
+                             "and an iOS app cannot load uploaded code (it serves only the models linked into it)",
+                             "leave it out for --platform ios-arm64: the iOS build uses the default CPU schedules")
         return _ios_app("deploy", model, device, input_flags, package, name, out, force, team_id, install, serial, {})
     stem = model.split(":", 1)[1] if model.startswith("builtin:") else Path(model).stem
     package = package or f"org.tvmgen.{''.join(c for c in stem.lower() if c.isalnum()) or 'model'}"

@@ -309,6 +309,11 @@ def test_app_ios_metal_and_wrong_device(tvmgen, tmp_path, onnx_file):
     assert not (tmp_path / "cl").exists()
     r = tvmgen("app", "--platform", "ios-arm64", "--model", onnx_file, "--install", "-o", tmp_path / "inst")
     assert r.returncode == 3 and "cannot be built here" in r.stderr and not (tmp_path / "inst").exists()
+    (tmp_path / "db").mkdir()
+    r = tvmgen("app", "--platform", "ios-arm64", "--model", onnx_file, "--tuning-db", tmp_path / "db",
+               "-o", tmp_path / "tuned")
+    assert r.returncode == 2 and "an iOS app cannot load uploaded code" in r.stderr, r.stderr
+    assert not (tmp_path / "tuned").exists()
 
 
 # ----------------------------------------------------------------------------- the Mac tools (recorded output)

@@ -122,6 +122,9 @@ def test_builtin_model_schedules(builtin_onnx):
     for name in ("fused_conv2d2_add1_maximum1_minimum1", "fused_conv2d_add_maximum_minimum"):
         # other convolutions: a parallel task is a band of output rows (112 rows: 16 bands of 7)
         assert "for nn_yy_0_fused in T.parallel(T.int64(16))" in mod[name].script(), name
+    # the input's NCHW -> NHWC transpose: a task per output row (224), the 3 channels one vector
+    transpose = mod["transpose"].script()
+    assert "T.parallel(T.int64(224))" in transpose and "T.vectorized(T.int64(3))" in transpose, transpose
     dense = mod["fused_matmul_add10"].script()  # (1, 512) x (512, 1000): a matrix-vector product
     assert "T.parallel(T.int64(5))" in dense and "T.unroll(T.int64(25))" in dense, dense
 

@@ -293,11 +293,7 @@ def _schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True
     parallel = sch.fuse(*task) if len(task) > 1 else task[0]
     sch.parallel(parallel)
     tile = serial[-1] if serial else parallel
-    for p in padding:
-        if _try(sch.compute_at, p, parallel, preserve_unit_loops=True):
-            _vectorize_innermost(sch, p, lanes)
-        else:
-            _schedule_injective(sch, [p], shape)
+    _pad_at(sch, padding, parallel, shape, lanes)
 
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, tile)
@@ -340,11 +336,7 @@ def _schedule_depthwise(sch, block, padding, spatial, reduce, shape: CpuShape) -
     sch.reorder(n, h, c_o, w_o, ry, rx, rc, w_i, c_i)
     parallel = sch.fuse(n, h, c_o)
     sch.parallel(parallel)
-    for p in padding:
-        if _try(sch.compute_at, p, ry, preserve_unit_loops=True):
-            _vectorize_innermost(sch, p, lanes)
-        else:
-            _schedule_injective(sch, [p], shape)
+    _pad_at(sch, padding, ry, shape, lanes)
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, w_o)
     _fold_epilogue(sch, acc, shape)
@@ -354,6 +346,16 @@ def _schedule_depthwise(sch, block, padding, spatial, reduce, shape: CpuShape) -
     sch.unroll(ry)
     sch.unroll(rx)
     sch.decompose_reduction(block, ry)
+
+
+def _pad_at(sch, padding, loop, shape: CpuShape, lanes: int) -> None:
+    """Compute each padding block under ``loop`` (just the input it reads), vectorised; padding
+    compute_at cannot place gets a parallel pass of its own."""
+    for p in padding:
+        if _try(sch.compute_at, p, loop, preserve_unit_loops=True):
+            _vectorize_innermost(sch, p, lanes)
+        else:
+            _schedule_injective(sch, [p], shape)
 
 
 def _fold_epilogue(sch, acc, shape: CpuShape) -> None:
