@@ -677,7 +677,9 @@ def _tuning_db(root: Path | None, plat, device: str) -> Path | None:
 @click.option("--proxy", metavar="HOST:PORT", help="--key: reach the device through this proxy.")
 @click.option("--session-timeout", default=120, show_default=True, help="--key: seconds per measuring session.")
 @click.option("--num-cores", type=click.IntRange(min=1),
-              help="Cores the tuned code may use. [default: this machine's physical cores, or the device's threads]")
+              help="Threads the tuned code will run with: candidates timed here use this many "
+                   "(TVM_NUM_THREADS), so tune once per thread count you deploy with. "
+                   "[default: this machine's physical cores, or the device's threads]")
 @click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
 def tune(model, platform, device, trials, db_root, key, tracker, proxy, session_timeout, num_cores, input_flags):
     """Tune MODEL's operators with MetaSchedule into a database `compile --tuning-db` reuses.

@@ -18,6 +18,7 @@ counts the trials already spent and only tunes what is left (resume).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -275,8 +276,6 @@ def tune(mod, target, trials: int, root: Path, device: Device, num_cores: int, c
     Each task's default schedule is measured and recorded first (``seed_default``)."""
     import tvm_ffi
 
-    from tvmgen.compiler import schedules
-
     ms = meta_schedule()
     _log_to_file()
     database = open_database(root, target, create=True)
@@ -293,14 +292,46 @@ def tune(mod, target, trials: int, root: Path, device: Device, num_cores: int, c
         ctx = ms.TuneContext(mod=task.dispatched[0], target=ttarget, space_generator="post-order-apply",
                              search_strategy=_search(ms, trials), task_name=task.task_name,
                              logger=logging.getLogger(f"{MS_LOGGER}.tvmgen.task{i}"), rand_state=seed + i,
-                             num_threads=num_cores).clone()
+                             num_threads=_search_threads()).clone()
         spent, best = done.get(tvm_ffi.structural_hash(ctx.mod), (0, None))
         state = TaskState(task.task_name, int(task.weight), spent, None if best is None else best * 1e6)
         summary.tasks.append(state)
         contexts.append(ctx)
+    with _candidate_threads(None if device.remote else num_cores):
+        return _tune_contexts(ms, contexts, summary, database, target, trials, device, num_cores, compiler,
+                              on_progress)
+
+
+def _search_threads() -> int:
+    """The search and its cost model run here, on every core of this machine, whatever thread
+    count the candidates are timed with (with --num-cores 1 they were single-threaded, and slow)."""
+    return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def _candidate_threads(num_cores: int | None):
+    """Time local candidates with the thread count the tuned code will run with: TVM_NUM_THREADS
+    for the runner's worker processes (started inside this block). A device over RPC uses its own."""
+    if num_cores is None:
+        yield
+        return
+    before = os.environ.get("TVM_NUM_THREADS")
+    os.environ["TVM_NUM_THREADS"] = str(num_cores)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TVM_NUM_THREADS", None)
+        else:
+            os.environ["TVM_NUM_THREADS"] = before
+
+
+def _tune_contexts(ms, contexts, summary, database, target, trials, device, num_cores, compiler, on_progress):
+    from tvmgen.compiler import schedules
+
     build = builder(compiler)
     runner = _runner(ms, device)
-    cost_model = _cost_model(ms, summary.directory / "cost_model.tar", num_cores)
+    cost_model = _cost_model(ms, summary.directory / "cost_model.tar", _search_threads())
     progress = _ProgressCallback(summary, on_progress, device)
     if on_progress:
         on_progress(summary, None)

@@ -181,3 +181,25 @@ def test_device_lost_mid_tuning(gemm, tmp_path, monkeypatch):
     finally:
         device.stop()
         tracker.stop()
+
+
+def test_local_candidates_run_with_num_cores_threads(gemm, tmp_path, monkeypatch):
+    """--num-cores N: the local runner's workers (started while tuning) get TVM_NUM_THREADS=N, and
+    the caller's environment is restored afterwards; a device over RPC keeps its own."""
+    from tvmgen import frontends, tune
+    from tvmgen.compiler.platforms import host_cpu_target, make_target
+
+    seen = []
+    monkeypatch.setattr(tune, "_tune_contexts",
+                        lambda *a, **k: seen.append(os.environ.get("TVM_NUM_THREADS")) or a[2])
+    monkeypatch.setenv("TVM_NUM_THREADS", "7")
+    imported = frontends.load(gemm, [])
+    target = make_target(host_cpu_target())
+    tune.tune(imported.mod, target, 1, tmp_path / "db", tune.Device(), 1, tmp_path)
+    assert seen == ["1"] and os.environ["TVM_NUM_THREADS"] == "7"
+    monkeypatch.delenv("TVM_NUM_THREADS")
+    tune.tune(imported.mod, target, 1, tmp_path / "db", tune.Device(), 3, tmp_path)
+    assert seen[-1] == "3" and "TVM_NUM_THREADS" not in os.environ
+    remote = tune.Device(key="phone", tracker="127.0.0.1:1")
+    tune.tune(imported.mod, target, 1, tmp_path / "db", remote, 4, tmp_path)
+    assert seen[-1] is None  # over RPC the device server decides
