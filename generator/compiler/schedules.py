@@ -158,8 +158,7 @@ def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
                 return None
             return sch
         except Exception as e:  # noqa: BLE001 - a rule that does not fit leaves the function as TVM lowers it
-            if depthwise_rule and _is_depthwise_func(sch, reductions):
-                log.debug("%s: depthwise rule failed (%s), trying the general one", name, e)
+            if depthwise_rule:  # a depthwise convolution the depthwise rule does not fit: try the general one
                 continue
             log.debug("%s: no default schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
             return None
@@ -205,7 +204,7 @@ def _schedule_injective(sch, blocks, shape: CpuShape) -> None:
     if not outer:
         return
     # A task is a slice of the outer loops, not one vector: enough tasks to share out, few enough
-    # that each does real work (one task per element measured 2.5x slower on an input transpose).
+    # that each does real work (one task per element: an input transpose took 0.072 ms, not 0.027).
     at, tasks = 0, 1
     while at < len(outer) and tasks < _INJECTIVE_TASKS:
         tasks *= _extent(sch, outer[at]) or _INJECTIVE_TASKS
@@ -219,15 +218,6 @@ _INJECTIVE_TASKS = 64
 
 def _dtype_bits(sch, block) -> int:
     return int(sch.get(block).writes[0].source.dtype.bits)
-
-
-def _is_depthwise_func(sch, reductions) -> bool:
-    try:
-        loops, kinds = sch.get_loops(reductions[0]), _iter_kinds(sch, reductions[0])
-    except Exception:  # noqa: BLE001 - a schedule left half-done
-        return False
-    return _is_depthwise(sch, [lp for lp, k in zip(loops, kinds) if k == DATA_PAR],
-                         [lp for lp, k in zip(loops, kinds) if k == COMM_REDUCE])
 
 
 def _schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True) -> None:
