@@ -409,15 +409,15 @@ def seed_default(ms, ctx, shape, database, build, runner, device: Device) -> flo
     return sum(secs) / len(secs) * 1e6
 
 
-def _cost_model(ms, path: Path, num_cores: int):
+def _cost_model(ms, path: Path, threads: int):
     """MetaSchedule's XGBoost cost model, trained on the target's earlier runs when they saved it."""
-    model = ms.cost_model.XGBModel(num_tuning_cores=num_cores)
+    model = ms.cost_model.XGBModel(num_tuning_cores=threads)
     if path.is_file():
         try:
             model.load(str(path))
         except Exception as e:  # noqa: BLE001 - a damaged file costs only the head start
             log.warning("cannot load the saved cost model %s (%s); starting untrained", path, e)
-            model = ms.cost_model.XGBModel(num_tuning_cores=num_cores)
+            model = ms.cost_model.XGBModel(num_tuning_cores=threads)
     return model
 
 

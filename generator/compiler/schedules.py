@@ -297,9 +297,7 @@ def _schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True
             _, li = sch.split(inner_wb, [None, wv])
             sch.vectorize(li)
     sch.vectorize(v_i)
-    if rows > 1:
-        sch.unroll(inner[0])
-    if wide > 1:
+    if rows > 1 or wide > 1:  # the tile's rows, or a wide tile's vectors
         sch.unroll(inner[0])
     if reduce:  # after vectorize: without its init the block is no longer a "reduction block"
         sch.decompose_reduction(block, reduce[0])
