@@ -382,6 +382,7 @@ def seed_default(ms, ctx, shape, database, build, runner, device: Device) -> flo
     sch = schedules.default_schedule(ctx.mod, shape)
     if sch is None:
         return None
+    sch = schedules.with_packed_weights(sch)  # as compile applies it (and MetaSchedule to its candidates)
     trace = str(sch.trace.as_json(remove_postproc=True))
     workload = database.commit_workload(ctx.mod)
     for rec in database.get_top_k(workload, 1 << 30):

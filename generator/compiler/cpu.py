@@ -22,7 +22,7 @@ def prepare_passes(target) -> list:
     from tvmgen.compiler import schedules
 
     return (cpu.library_dispatch_passes(target) + schedules.layout_passes(target)
-            + cpu.legalize_passes(target))
+            + cpu.legalize_passes(target) + schedules.packed_weights_passes(target))
 
 
 def schedule_passes(target, database=None, report: dict | None = None) -> list:
@@ -35,7 +35,7 @@ def schedule_passes(target, database=None, report: dict | None = None) -> list:
 
         passes.append(relax.transform.MetaScheduleApplyDatabase(enable_warning=False))
     passes.append(schedules.DefaultSchedules(target, report))
-    return passes
+    return passes + schedules.fold_packed_weights_passes(target)
 
 
 def pipeline(target, tuning_db: Path | None = None, report: dict | None = None):

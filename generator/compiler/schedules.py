@@ -64,6 +64,68 @@ def layout_passes(target) -> list:
         relax.transform.FoldConstant()] if _is_cpu(target) else []
 
 
+def packed_weights_passes(target) -> list:
+    """Mark each TIR function's constant arguments (the bound weights) layout-free, so its
+    schedule may store them in the order its loops read them (``with_packed_weights``, and
+    MetaSchedule's RewriteLayout when tuning). Weights passed at run time (--separate-params)
+    are left alone: rewriting them would cost a copy on every inference."""
+    if not _is_cpu(target):
+        return []
+    import tvm
+    from tvm import relax
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenLayoutFreeConstants")
+    def _pass(mod, _ctx):
+        # As TVM's AttachAttrLayoutFreeBuffers, but for constants only (that pass also takes a
+        # function's parameters after "num_input") and keeping the functions' names.
+        call_tir = tvm.ir.Op.get("relax.call_tir")
+        free: dict = {}
+        for f in mod.functions.values():
+            if not isinstance(f, relax.Function) or not isinstance(f.body, relax.SeqExpr):
+                continue
+            for block in f.body.blocks:
+                for b in block.bindings:
+                    v = b.value
+                    if not (isinstance(v, relax.Call) and v.op.same_as(call_tir)):
+                        continue
+                    consts = {i for i, a in enumerate(v.args[1].fields) if isinstance(a, tvm.ir.expr.GenericConst)}
+                    gv = v.args[0]
+                    free[gv] = free[gv] & consts if gv in free else consts  # constant at every call
+        for gv, indices in free.items():
+            if indices:
+                mod[gv] = mod[gv].with_attr("layout_free_buffers", sorted(indices))
+        return mod
+
+    return [_pass]
+
+
+def fold_packed_weights_passes(target) -> list:
+    """After scheduling: split each weight rewrite out of its function and fold it at compile
+    time, so the artifact holds the weights already packed and runs no copy."""
+    if not _is_cpu(target):
+        return []
+    import tvm
+    from tvm import relax
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenCheckPackedWeights")
+    def _check(mod, _ctx):
+        left = sorted({gv.name_hint for gv in mod.get_global_vars() if gv.name_hint.endswith("_weight_prepack")
+                       and _called(mod, gv)})
+        if left:
+            log.warning("weights repacked at every run, not at compile time: %s", ", ".join(left))
+        return mod
+
+    return [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant(),
+            relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination(), _check]
+
+
+def _called(mod, gv) -> bool:
+    from tvm import relax
+
+    return any(isinstance(f, relax.Function) and f"{gv.name_hint}," in f.script(show_meta=False)
+               for f in mod.functions.values())
+
+
 def _is_cpu(target) -> bool:
     return target.kind.name == "llvm"
 
@@ -137,7 +199,31 @@ def _is_scheduled(func) -> bool:
 def schedule_function(func, shape: CpuShape, name: str = ""):
     """A scheduled copy of ``func``, or None when no rule applies."""
     sch = default_schedule(func, shape, name)
-    return None if sch is None else sch.mod["main"]
+    return None if sch is None else with_packed_weights(sch).mod["main"]
+
+
+def with_packed_weights(sch):
+    """The schedule with its constant weights stored in the order its loops read them.
+
+    MetaSchedule's RewriteLayout post-processing, run as MetaSchedule runs it on every tuning
+    candidate (after ``enter_postproc``, so a replay of the trace without post-processing drops
+    it): each weight marked layout-free (``packed_weights_passes``) is read through a copy in the
+    loop order, e.g. a 1x1 convolution's HWIO weights become [Cout / vector, Cin, vector], so a
+    tile streams one contiguous run instead of a vector every Cout floats. The copy is split out
+    and folded at compile time. Returns ``sch`` unchanged when the function has no such weight
+    or the rewrite does not fit."""
+    func = sch.mod["main"]
+    if not (func.attrs and func.attrs.get("layout_free_buffers")):
+        return sch
+    from tvm.s_tir.meta_schedule.postproc import RewriteLayout
+
+    trial = sch.copy()
+    trial.enter_postproc()
+    return trial if _try(RewriteLayout().apply, trial) and _has_preproc(trial) else sch
+
+
+def _has_preproc(sch) -> bool:
+    return "meta_schedule.layout_rewrite_preproc" in sch.mod["main"].script()
 
 
 def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
