@@ -57,6 +57,7 @@ class HostModel:
         if m.device == "opencl":
             self.load_opencl_backend()
         self.timings = Timings()
+        self._staged: dict = {}  # input index -> a tensor reused for inputs that are copied
         t0 = time.perf_counter()
         lib = tvm.runtime.load_module(str(self.directory / m.export["library"]))
         self.params = []
@@ -117,13 +118,11 @@ class HostModel:
         return arrays
 
     def run(self, inputs: dict[str, np.ndarray], repeat: int = 1) -> list[np.ndarray]:
-        import tvm
-
         arrays = self.check_inputs(inputs)
         result = None
         for i in range(max(1, repeat)):
             t0 = time.perf_counter()
-            args = [tvm.runtime.tensor(a, self.dev) for a in arrays]
+            args = self.device_inputs(arrays)
             out = self.vm[self.manifest.vm["entry"]](*args, *self.params)
             result = _to_numpy(out)
             ms = (time.perf_counter() - t0) * 1e3
@@ -132,6 +131,31 @@ class HostModel:
             else:
                 self.timings.runs_ms.append(ms)
         return result
+
+
+    def device_inputs(self, arrays: list[np.ndarray]) -> list:
+        """The inputs as TVM tensors on the model's device, with as little copying as possible.
+
+        On the CPU a 64-byte aligned, writable array is used in place (DLPack, no copy), as
+        onnxruntime uses a numpy input; any other array is copied into a tensor allocated on the
+        first run and reused (a fresh 600 KB tensor per run cost 0.04 ms of page faults here).
+        """
+        import tvm
+
+        tensors = []
+        for i, a in enumerate(arrays):
+            if self.dev.dlpack_device_type() == tvm.cpu().dlpack_device_type() and a.flags.writeable and a.ctypes.data % 64 == 0:
+                try:
+                    tensors.append(tvm.runtime.from_dlpack(a))
+                    continue
+                except Exception:  # noqa: BLE001 - not accepted in place: copied below
+                    pass
+            staged = self._staged.get(i)
+            if staged is None or tuple(staged.shape) != a.shape or str(staged.dtype) != str(a.dtype):
+                staged = self._staged[i] = tvm.runtime.empty(a.shape, str(a.dtype), self.dev)
+            staged.copyfrom(a)
+            tensors.append(staged)
+        return tensors
 
 
 def _to_numpy(out) -> list[np.ndarray]:

@@ -127,3 +127,40 @@ def test_savedmodel_matches_tensorflow(saved_model, keras_model, tmp_path):
     assert imported.format == "savedmodel"
     assert_close(actual, expected)
     np.testing.assert_allclose(actual[0], keras_model(inputs[imported.inputs[0].name]).numpy(), atol=1e-5)
+
+
+def test_host_runner_inputs_in_place_or_copied_give_the_same_outputs(tmp_path):
+    """HostModel.run uses a 64-byte aligned, writable CPU array in place (DLPack) and copies any
+    other into a tensor it reuses: every kind of input gives onnxruntime's outputs, a reused
+    tensor never serves a stale input, and the caller's array is left untouched."""
+    path = save_onnx(single_op_models()["conv3x3"], tmp_path / "conv.onnx")
+    imported, _, _, _ = compile_and_run(path, tmp_path)
+    model = HostModel(tmp_path / "artifact")
+    spec = imported.inputs[0]
+    rng = np.random.default_rng(5)
+
+    def aligned(values):
+        raw = np.empty(values.size + 16, np.float32)
+        start = (-raw.ctypes.data % 64) // 4
+        a = raw[start:start + values.size].reshape(values.shape)
+        a[...] = values
+        return a
+
+    def unaligned(values):
+        raw = np.empty(values.size + 16, np.float32)
+        start = (-raw.ctypes.data % 64) // 4 + 1  # 4 bytes past a 64-byte boundary
+        a = raw[start:start + values.size].reshape(values.shape)
+        a[...] = values
+        return a
+
+    for make in (aligned, unaligned, aligned, unaligned):  # twice: the reused tensor gets new values
+        x = make(rng.standard_normal(spec.shape).astype(np.float32))
+        for array in (x, np.array(x, copy=True)):
+            before = array.copy()
+            if make is unaligned and array is not x:
+                array.flags.writeable = False  # read-only: copied too
+            (actual,) = model.run({spec.name: array})
+            (expected,) = imported.reference({spec.name: before})
+            np.testing.assert_allclose(actual, expected, atol=1e-4, rtol=1e-4)
+            np.testing.assert_array_equal(array, before)
+    assert (aligned(np.zeros(4, np.float32)).ctypes.data % 64, unaligned(np.zeros(4, np.float32)).ctypes.data % 64) == (0, 4)

@@ -121,12 +121,87 @@ def test_builtin_model_schedules(builtin_onnx):
             assert script.rindex("for ry in", 0, pad) > script.index("T.parallel"), name
     for name in ("fused_conv2d2_add1_maximum1_minimum1", "fused_conv2d_add_maximum_minimum"):
         # other convolutions: a parallel task is a band of output rows (112 rows: 16 bands of 7)
-        assert "for nn_yy_0_fused in T.parallel(T.int64(16))" in mod[name].script(), name
-    # the input's NCHW -> NHWC transpose: a task per output row (224), the 3 channels one vector
-    transpose = mod["transpose"].script()
-    assert "T.parallel(T.int64(224))" in transpose and "T.vectorized(T.int64(3))" in transpose, transpose
+        assert re.search(r"for \w+_0_fused in T\.parallel\(T\.int64\(16\)\)", mod[name].script()), name
+    # no NCHW -> NHWC transpose of the input: the first convolution reads NCHW and writes NHWC
+    assert "transpose" not in done, done
+    (first,) = [f for f in convs if [int(d) for d in mod[f].params[0].shape] == [1, 3, 224, 224]]
+    assert [int(d) for d in mod[first].params[-1].shape] == [1, 112, 112, 16], first
     dense = mod["fused_matmul_add10"].script()  # (1, 512) x (512, 1000): a matrix-vector product
     assert "T.parallel(T.int64(5))" in dense and "T.unroll(T.int64(25))" in dense, dense
+
+
+def test_injective_rule_on_an_nchw_to_nhwc_transpose():
+    """A task per output row (224), the 3 channels one vector (not a task per element)."""
+    from tvm import te, topi
+
+    x = te.placeholder((1, 3, 224, 224), name="x")
+    func = te.create_prim_func([x, topi.transpose(x, [0, 2, 3, 1])])
+    shape = schedules.cpu_shape(make_target(PLATFORMS["host"].cpu_target()))
+    script = schedules.default_schedule(func, shape).mod["main"].script()
+    assert "T.parallel(224)" in script.replace("T.int64(224)", "224") and "T.vectorized(3)" in \
+        script.replace("T.int64(3)", "3"), script
+
+
+def test_first_convolution_reads_nchw_and_matches_onnxruntime(tmp_path):
+    """Layout conversion's input transpose is folded into the first convolution (odd sizes,
+    stride 2, dilation), and a transposed input used elsewhere too keeps its transpose."""
+    for name in ("conv_odd", "conv_dilated", "conv_relu6_residual"):
+        path = save_onnx(awkward_models()[name], tmp_path / f"{name}.onnx")
+        mod, done, _ = prepared_and_scheduled(path)
+        x = [int(d) for d in frontends.load(path, []).inputs[0].shape]
+        readers = sorted(f for f in done if [int(d) for d in mod[f].params[0].shape] == x)
+        # the residual model's input also feeds the add: its transpose stays for it
+        expected_readers = 2 if name == "conv_relu6_residual" else 1
+        assert len(readers) == expected_readers and any("conv2d" in f for f in readers), (name, readers)
+        assert ("transpose" in " ".join(readers)) == (name == "conv_relu6_residual"), (name, readers)
+        _, _, actual, expected = compile_and_run(path, tmp_path / name)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def _compiled_module(path, bind=True):
+    """The module as `compile` hands it to TVM's lowering: prepared, scheduled, weights folded."""
+    import tvm
+    from tvm import relax
+
+    imported = frontends.load(path, [])
+    mod = imported.mod
+    if bind:
+        weights = mod["main"].params[len(imported.inputs):]
+        mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
+    target = make_target(PLATFORMS["host"].cpu_target())
+    with target:
+        return tvm.transform.Sequential(cpu.prepare_passes(target) + cpu.schedule_passes(target))(mod)
+
+
+def _param_shapes(mod) -> dict:
+    import tvm
+
+    return {gv.name_hint: [tuple(int(d) for d in p.shape) for p in f.params]
+            for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+def test_constant_weights_are_packed_at_compile_time(builtin_onnx):
+    mod = _compiled_module(builtin_onnx)
+    shapes = _param_shapes(mod)
+    lanes = schedules.cpu_shape(make_target(PLATFORMS["host"].cpu_target())).lanes(32)
+    # the classifier (512 -> 1000, one row): each of its 5 tasks streams one contiguous block
+    (dense,) = [n for n in shapes if n.startswith("fused_matmul")]
+    w = shapes[dense][1]  # (tasks, 512, vectors per tile, vector): (5, 512, 25, 8) with AVX-512
+    assert dense.endswith("_prepacked") and len(w) == 4 and w[1] == 512 and w[0] * w[2] * w[3] == 1000, w
+    # 1x1 convolutions: [Cout / tile width, Cin, tile width] instead of HWIO's [1, 1, Cin, Cout]
+    conv = shapes["fused_conv2d18_add9_maximum9_minimum9_prepacked"]  # 7x7, 512 -> 512
+    width = 2 * lanes  # two vectors of output channels per tile
+    assert conv[1] == (512 // width, 512, width) and conv[2] == (512 // width, width), conv
+    # the copies that pack them were folded: nothing left to run at inference
+    assert not [n for n in shapes if n.endswith("_weight_prepack")], sorted(shapes)
+    assert "_weight_prepack" not in mod["main"].script(show_meta=False)
+
+
+def test_weights_passed_at_run_time_are_not_repacked(builtin_onnx):
+    """--separate-params: packing would cost a copy per inference, so the weights keep their layout."""
+    mod = _compiled_module(builtin_onnx, bind=False)
+    names = list(_param_shapes(mod))
+    assert not [n for n in names if "prepack" in n], names
 
 
 @pytest.mark.parametrize("platform,lanes,registers", [("host", None, None), ("linux-aarch64", 4, 32),

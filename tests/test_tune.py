@@ -57,6 +57,16 @@ def test_compile_applies_the_database_and_matches_onnxruntime(tuned, gemm, tvmge
     assert r.returncode == 0, r.stderr
     assert "kernels: 1 from the tuning database" in r.stderr
     assert "ok y: max abs error" in r.stderr
+    assert "has no tuned kernel" not in r.stderr
+    # both records (the default seed and MetaSchedule's candidate) read the weight packed
+    (target_dir,) = [d for d in db.iterdir() if d.is_dir()]
+    records = (target_dir / "database_tuning_record.json").read_text().splitlines()
+    assert all('"TransformLayout"' in rec for rec in records), records
+    # a database that has nothing for the model compiles with the defaults, and says so
+    conv = save_onnx(single_op_models()["conv3x3"], tmp_path / "conv.onnx")
+    r = tvmgen("compile", conv, "--tuning-db", db, "-o", tmp_path / "b")
+    assert r.returncode == 0, r.stderr
+    assert "has no tuned kernel of this model for this target" in r.stderr and "tvmgen tune" in r.stderr
 
 
 def test_tuned_convolution_matches_onnxruntime(tvmgen, tmp_path):

@@ -135,6 +135,10 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
             ex = build_executable(imported, opts, report)
         if report:
             console.print(f"  {schedule_summary(report)}")
+            if opts.tuning_db and not report.get("tuned"):
+                console.print(f"  [yellow]![/] {opts.tuning_db} has no tuned kernel of this model for this target "
+                              "(tuned for another model or input shape, or by an older tvmgen): run `tvmgen tune` "
+                              "on this model to use one")
         what = "an object archive" if opts.objects_only or opts.platform.exporter == "xcode" else "the library"
         with step(f"Exporting {what} ({opts.platform.exporter} toolchain)"):
             exported = exporter.export(ex, opts.platform, tmp, opts.objects_only)

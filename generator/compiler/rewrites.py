@@ -28,3 +28,73 @@ def tir_min_max_as_relax(mod):
 
     mod["main"] = rewrite_call(call, relax_min_max, mod["main"])
     return relax.transform.DeadCodeElimination()(mod)
+
+
+def nchw_input_into_conv(mod):
+    """``conv2d(permute_dims(x, [0, 2, 3, 1]), w, data_layout="NHWC")`` -> ``conv2d(x, w,
+    data_layout="NCHW", out_layout="NHWC")``.
+
+    Layout conversion to NHWC leaves a transpose of an NCHW model's input in front of the first
+    convolution: a pass over the whole input of its own. The convolution can read NCHW and write
+    NHWC itself (its padding step copies the input anyway), so the transpose goes.
+    """
+    from tvm import relax
+    from tvm.relax.dpl import rewrite_call
+    from tvm.relax.dpl.pattern import is_op, wildcard
+
+    x, w = wildcard(), wildcard()
+    perm = is_op("relax.permute_dims")(x)
+    conv = is_op("relax.nn.conv2d")(perm, w)
+
+    def read_nchw(expr, matches):
+        axes = matches[perm].attrs.axes
+        a = expr.attrs
+        if axes is None or [int(i) for i in axes] != [0, 2, 3, 1] or a.data_layout != "NHWC" \
+                or a.kernel_layout != "HWIO" or (a.out_layout or "NHWC") != "NHWC" or int(a.groups) != 1:
+            return expr  # only what legalize_nchw_input_conv can build
+        return relax.op.nn.conv2d(matches[x], matches[w], a.strides, a.padding, a.dilation, a.groups,
+                                  data_layout="NCHW", kernel_layout=a.kernel_layout,
+                                  out_layout=a.out_layout or "NHWC", out_dtype=_dtype_or_none(a.out_dtype))
+
+    mod["main"] = rewrite_call(conv, read_nchw, mod["main"])
+    return relax.transform.DeadCodeElimination()(mod)
+
+
+def legalize_nchw_input_conv(bb, call):
+    """LegalizeOps for ``conv2d(data_layout="NCHW", kernel_layout="HWIO", out_layout="NHWC")``,
+    groups 1 (what ``nchw_input_into_conv`` makes), which TOPI's legalization leaves alone: a
+    TE convolution that pads the NCHW input and writes NHWC. Any other conv2d is returned as is."""
+    from tvm import te, topi
+
+    a = call.attrs
+    if (a.data_layout, a.kernel_layout, a.out_layout, int(a.groups)) != ("NCHW", "HWIO", "NHWC", 1):
+        return call
+    sh, sw = (int(v) for v in a.strides)
+    dh, dw = (int(v) for v in a.dilation)
+    pt, pl, pb, pr = (int(v) for v in a.padding)
+    out_dtype = _dtype_or_none(a.out_dtype)
+
+    def conv(x, w):
+        _, channels, height, width = (int(v) for v in x.shape)
+        kh, kw, _, cout = (int(v) for v in w.shape)
+        dtype = out_dtype or x.dtype
+        padded = topi.nn.pad(x, [0, 0, pt, pl], [0, 0, pb, pr], name="pad_temp")
+        oh = (height + pt + pb - (kh - 1) * dh - 1) // sh + 1
+        ow = (width + pl + pr - (kw - 1) * dw - 1) // sw + 1
+        ry = te.reduce_axis((0, kh), name="ry")
+        rx = te.reduce_axis((0, kw), name="rx")
+        rc = te.reduce_axis((0, channels), name="rc")
+        return te.compute(
+            (x.shape[0], oh, ow, cout),
+            lambda n, y, xx, co: te.sum(
+                padded[n, rc, y * sh + ry * dh, xx * sw + rx * dw].astype(dtype) * w[ry, rx, rc, co].astype(dtype),
+                axis=[ry, rx, rc]),
+            name="conv2d_nchw_nhwc")
+
+    return bb.call_te(conv, call.args[0], call.args[1], primfunc_name_hint="conv2d")
+
+
+def _dtype_or_none(dtype):
+    """A conv2d's out_dtype attribute: None when unset (it prints as "None", "void" or "")."""
+    text = str(dtype) if dtype is not None else ""
+    return None if text in ("", "None", "void") else text

@@ -61,7 +61,7 @@ def layout_passes(target) -> list:
 
     return [relax.transform.FoldConstant(), _ReluBoundsAsRelax(), relax.transform.ConvertLayout(
         {"relax.nn.conv2d": ["NHWC", "HWIO"]}),  # pooling and elementwise ops follow their input
-        relax.transform.FoldConstant()] if _is_cpu(target) else []
+        relax.transform.FoldConstant(), _NchwInputIntoConv()] if _is_cpu(target) else []
 
 
 def packed_weights_passes(target) -> list:
@@ -143,6 +143,23 @@ def _ReluBoundsAsRelax():  # noqa: N802
     @tvm.transform.module_pass(opt_level=0, name="TvmgenReluBoundsAsRelax")
     def _pass(mod, _ctx):
         return tir_min_max_as_relax(mod)
+
+    return _pass
+
+
+def _NchwInputIntoConv():  # noqa: N802
+    """The first convolution reads an NCHW input itself (``rewrites.nchw_input_into_conv``)."""
+    import tvm
+
+    from tvm import relax
+
+    from tvmgen.compiler.rewrites import legalize_nchw_input_conv, nchw_input_into_conv
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenNchwInputIntoConv")
+    def _pass(mod, _ctx):
+        mod = nchw_input_into_conv(mod)
+        # TOPI cannot legalize it (input and output layouts differ): tvmgen's own, before TVM's
+        return relax.transform.LegalizeOps({"relax.nn.conv2d": legalize_nchw_input_conv})(mod)
 
     return _pass
 
