@@ -503,30 +503,40 @@ def bench_model(name: str, work: Path, args) -> dict:
     entry["model_file_bytes"] = model_file.stat().st_size
     progress(f"{name}: {model_file.name} {model_file.stat().st_size / 1e6:.1f} MB in {time.perf_counter() - t0:.1f}s")
 
-    artifacts = {}
+    # build name -> (variant, database, artifact); a tuned build per database (one per thread count at most)
+    builds: dict[str, tuple[str, Path | None, Path]] = {}
     for variant in args.variants:
-        progress(f"{name}: compiling ({variant}) ...")
-        out = work / f"{name}-{variant}"
+        dbs = sorted({db for db in args.tuning_dbs.values()}, key=str) if variant == "tuned" else [None]
+        for k, db in enumerate(dbs):
+            build = variant if len(dbs) == 1 else f"tuned ({tuned_label(args, db)})"
+            builds[build] = (variant, db, work / (f"{name}-{variant}" + (f"-{k}" if len(dbs) > 1 else "")))
+    artifacts = {}
+    for build, (variant, db, out) in builds.items():
+        progress(f"{name}: compiling ({build}) ...")
         try:
             comp = call_worker("compile", 1, args.verbose, model_file=model_file, artifact=out, variant=variant,
-                               tuning_db=args.tuning_db)
+                               tuning_db=db)
         except WorkerError as e:
             if variant == "default":
                 raise
-            entry["skipped"][variant] = e.summary
-            progress(f"{name}: no {variant} build, so no {variant} column for it:\n{e.summary}")
+            entry["skipped"][build] = e.summary
+            progress(f"{name}: no {build} build, so no {variant} column for it:\n{e.summary}")
             continue
-        entry["compile"][variant] = comp
-        artifacts[variant] = out
-        progress(f"{name}: {variant} compiled in {comp['compile_s']:.1f}s, {comp['artifact_bytes'] / 1e6:.2f} MB")
+        entry["compile"][build] = comp
+        artifacts[build] = out
+        progress(f"{name}: {build} compiled in {comp['compile_s']:.1f}s, {comp['artifact_bytes'] / 1e6:.2f} MB")
 
     flops = entry["model_info"].get("flops")
     for threads in args.threads:
         progress(f"{name}: {threads} thread(s): {', '.join(artifacts)} and {ref}, {args.warmup} warm-up, "
                  f"then >= {args.runs} runs each in {args.rounds} round-robin rounds ...")
         load = os.getloadavg()[0]
+        # this thread count's tuned build is the "tuned" column
+        own = {b: a for b, a in artifacts.items() if builds[b][0] != "tuned"}
+        own.update({"tuned": a for b, a in artifacts.items()
+                    if builds[b][0] == "tuned" and builds[b][1] == args.tuning_dbs.get(threads, args.tuning_dbs.get(None))})
         m = call_worker("measure", threads, args.verbose, model_file=model_file, reference=ref, threads=threads,
-                        artifacts=artifacts, warmup=args.warmup, runs=args.runs, rounds=args.rounds, min_time=args.min_time)
+                        artifacts=own, warmup=args.warmup, runs=args.runs, rounds=args.rounds, min_time=args.min_time)
         rts = m["runtimes"]
         ref_ms = rts[ref]["median_ms"]
         row = {"model": name, "label": entry["label"], "threads": threads,
@@ -534,7 +544,7 @@ def bench_model(name: str, work: Path, args) -> dict:
                "reference": ref, "reference_runtime": rts[ref]["runtime"], "reference_ms": ref_ms,
                "reference_threads_actual": rts[ref]["threads_actual"], "rounds": m["rounds"],
                "loadavg_1min_before": load, "tvmgen": {}}
-        for variant in artifacts:
+        for variant in own:
             r = rts[variant]
             row["tvmgen"][variant] = {"median_ms": r["median_ms"], "ratio": r["median_ms"] / ref_ms,
                                       "max_abs_diff": r["outputs"]["max_abs_diff"],
@@ -550,6 +560,33 @@ def bench_model(name: str, work: Path, args) -> dict:
         progress(f"{name}: {threads} thread(s): " + ", ".join(f"{k} {r['median_ms']:.2f} ms" for k, r in rts.items())
                  + f" (TVM pool: {row['tvm_threads_actual']})")
     return entry
+
+
+def tuned_label(args, db: Path) -> str:
+    """Which thread counts a tuned build is timed at, e.g. "1 thread" or "2 threads"."""
+    counts = [t for t in args.threads if args.tuning_dbs.get(t, args.tuning_dbs.get(None)) == db]
+    return (", ".join(map(str, counts)) + (" thread" if counts == [1] else " threads")) if counts else "unused"
+
+
+def parse_tuning_dbs(values: list[str], threads: list[int], error) -> dict:
+    """--tuning-db DIR (every thread count) and --tuning-db N=DIR (N threads) -> {N or None: DIR}."""
+    dbs: dict = {}
+    for value in values:
+        count, sep, path = value.partition("=")
+        key = None
+        if sep and count.strip().isdigit():
+            key = int(count)
+            if key not in threads:
+                error(f"--tuning-db {value}: {key} is not one of the thread counts measured ({threads})")
+        else:
+            path = value
+        if key in dbs:
+            error(f"--tuning-db given twice for {'every thread count' if key is None else f'{key} threads'}")
+        db = Path(path).expanduser()
+        if not db.is_dir():
+            error(f"--tuning-db {db} is not a directory (make one with: tvmgen tune MODEL --db DIR)")
+        dbs[key] = db.resolve()
+    return dbs
 
 
 def format_table(rows: list[dict], variants: list[str]) -> str:
@@ -587,8 +624,10 @@ def main() -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smoke test: 1 warm-up, 5 timed runs in 2 rounds")
     p.add_argument("--json", type=Path, metavar="OUT.json", help="also write every measurement as JSON here")
-    p.add_argument("--tuning-db", type=Path, metavar="DIR",
-                   help="add a tuned build: compile with this `tvmgen tune` database (its root directory)")
+    p.add_argument("--tuning-db", action="append", default=[], metavar="[N=]DIR",
+                   help="add a tuned column: compile with this `tvmgen tune` database (its root directory); "
+                        "N=DIR uses it for the N-thread rows only (tune once per thread count: "
+                        "--tuning-db 1=db-1t --tuning-db 2=db-2t)")
     p.add_argument("--with-unscheduled", action="store_true",
                    help="add TVM's own unscheduled pipeline (the old baseline; 20-80x slower, so slow to time)")
     p.add_argument("--runs", type=int, help="timed runs of each runtime, at least (default 50, --quick 5)")
@@ -622,14 +661,13 @@ def main() -> int:
         p.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
     args.variants = ["default"]
     skipped_columns = {}
-    if args.tuning_db:
-        if not args.tuning_db.is_dir():
-            p.error(f"--tuning-db {args.tuning_db} is not a directory (make one with: tvmgen tune MODEL --db DIR)")
+    args.tuning_dbs = parse_tuning_dbs(args.tuning_db, args.threads, p.error)
+    if args.tuning_dbs:
         if importlib.util.find_spec("tvmgen.tune") is None:
             skipped_columns["tuned"] = "tvmgen.tune is not importable in this tvmgen, so no tuned builds"
             progress(f"note: {skipped_columns['tuned']}; the tuned column is left out")
+            args.tuning_dbs = {}
         else:
-            args.tuning_db = args.tuning_db.resolve()
             args.variants.append("tuned")
     if args.with_unscheduled:
         args.variants.append("unscheduled")
@@ -690,7 +728,8 @@ def main() -> int:
                "settings": {"runs": args.runs, "rounds": args.rounds, "warmup": args.warmup,
                             "min_time_s": args.min_time,
                             "threads": args.threads, "builds": args.variants, "gemm_size": args.gemm_size,
-                            "tuning_db": str(args.tuning_db) if args.tuning_db else None,
+                            "tuning_db": {("all" if k is None else str(k)): str(v) for k, v in args.tuning_dbs.items()}
+                            or None,
                             "quick": args.quick, "seed": SEED, "atol": ATOL, "rtol": RTOL},
                "environment": {**environment(), "loadavg_start": load_start, "loadavg_end": load_end},
                "total_s": total, "rows": rows,

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, unavailable
 from tvmgen.errors import ToolMissingError
 from tvmgen.toolchains import HostCxx
@@ -46,3 +48,33 @@ def test_cpu_speed_quick_gemm(tmp_path):
     # the table on stdout, progress on stderr
     assert "gemm-128^3" in proc.stdout and "tvmgen/ref" in proc.stdout and "numpy" in proc.stdout
     assert "[bench" in proc.stderr and "[bench" not in proc.stdout
+
+
+def test_cpu_speed_takes_a_tuning_database_per_thread_count(tmp_path):
+    """--tuning-db DIR is for every row, --tuning-db N=DIR for the N-thread rows (tune per thread count)."""
+    import importlib.util
+
+    sys.path.insert(0, str(REPO / "benchmarks"))  # its benchlib
+    try:
+        spec = importlib.util.spec_from_file_location("cpu_speed", REPO / "benchmarks" / "cpu_speed.py")
+        cpu_speed = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(cpu_speed)
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    one, two = tmp_path / "db-1t", tmp_path / "db-2t"
+    one.mkdir()
+    two.mkdir()
+
+    def fail(msg):
+        raise ValueError(msg)
+
+    dbs = cpu_speed.parse_tuning_dbs([f"1={one}", f"2={two}"], [1, 2], fail)
+    assert dbs == {1: one.resolve(), 2: two.resolve()}
+    assert cpu_speed.parse_tuning_dbs([str(one)], [1, 2], fail) == {None: one.resolve()}
+    for bad, why in (([f"4={one}"], "4 is not one of the thread counts"), ([str(one), str(two)], "given twice"),
+                     ([f"1={tmp_path / 'missing'}"], "is not a directory")):
+        with pytest.raises(ValueError, match=why):
+            cpu_speed.parse_tuning_dbs(bad, [1, 2], fail)
+    args = type("Args", (), {"threads": [1, 2], "tuning_dbs": dbs})
+    assert (cpu_speed.tuned_label(args, one.resolve()), cpu_speed.tuned_label(args, two.resolve())) == \
+        ("1 thread", "2 threads")
