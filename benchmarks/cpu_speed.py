@@ -506,7 +506,7 @@ def bench_model(name: str, work: Path, args) -> dict:
     # build name -> (variant, database, artifact); a tuned build per database (one per thread count at most)
     builds: dict[str, tuple[str, Path | None, Path]] = {}
     for variant in args.variants:
-        dbs = sorted({db for db in args.tuning_dbs.values()}, key=str) if variant == "tuned" else [None]
+        dbs = sorted(set(args.tuning_dbs.values()), key=str) if variant == "tuned" else [None]
         for k, db in enumerate(dbs):
             build = variant if len(dbs) == 1 else f"tuned ({tuned_label(args, db)})"
             builds[build] = (variant, db, work / (f"{name}-{variant}" + (f"-{k}" if len(dbs) > 1 else "")))
@@ -534,7 +534,7 @@ def bench_model(name: str, work: Path, args) -> dict:
         # this thread count's tuned build is the "tuned" column
         own = {b: a for b, a in artifacts.items() if builds[b][0] != "tuned"}
         own.update({"tuned": a for b, a in artifacts.items()
-                    if builds[b][0] == "tuned" and builds[b][1] == args.tuning_dbs.get(threads, args.tuning_dbs.get(None))})
+                    if builds[b][0] == "tuned" and builds[b][1] == db_for(args, threads)})
         m = call_worker("measure", threads, args.verbose, model_file=model_file, reference=ref, threads=threads,
                         artifacts=own, warmup=args.warmup, runs=args.runs, rounds=args.rounds, min_time=args.min_time)
         rts = m["runtimes"]
@@ -562,9 +562,14 @@ def bench_model(name: str, work: Path, args) -> dict:
     return entry
 
 
+def db_for(args, threads: int) -> Path | None:
+    """The tuning database of the rows with this thread count: its own, else the one for every row."""
+    return args.tuning_dbs.get(threads, args.tuning_dbs.get(None))
+
+
 def tuned_label(args, db: Path) -> str:
     """Which thread counts a tuned build is timed at, e.g. "1 thread" or "2 threads"."""
-    counts = [t for t in args.threads if args.tuning_dbs.get(t, args.tuning_dbs.get(None)) == db]
+    counts = [t for t in args.threads if db_for(args, t) == db]
     return (", ".join(map(str, counts)) + (" thread" if counts == [1] else " threads")) if counts else "unused"
 
 

@@ -58,6 +58,7 @@ class HostModel:
             self.load_opencl_backend()
         self.timings = Timings()
         self._staged: dict = {}  # input index -> a tensor reused for inputs that are copied
+        self._in_place = m.device == "cpu"  # numpy arrays live on the CPU: usable in place there
         t0 = time.perf_counter()
         lib = tvm.runtime.load_module(str(self.directory / m.export["library"]))
         self.params = []
@@ -132,7 +133,6 @@ class HostModel:
                 self.timings.runs_ms.append(ms)
         return result
 
-
     def device_inputs(self, arrays: list[np.ndarray]) -> list:
         """The inputs as TVM tensors on the model's device, with as little copying as possible.
 
@@ -144,7 +144,7 @@ class HostModel:
 
         tensors = []
         for i, a in enumerate(arrays):
-            if self.dev.dlpack_device_type() == tvm.cpu().dlpack_device_type() and a.flags.writeable and a.ctypes.data % 64 == 0:
+            if self._in_place and a.flags.writeable and a.ctypes.data % 64 == 0:
                 try:
                     tensors.append(tvm.runtime.from_dlpack(a))
                     continue

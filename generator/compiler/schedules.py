@@ -109,21 +109,16 @@ def fold_packed_weights_passes(target) -> list:
 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenCheckPackedWeights")
     def _check(mod, _ctx):
-        left = sorted({gv.name_hint for gv in mod.get_global_vars() if gv.name_hint.endswith("_weight_prepack")
-                       and _called(mod, gv)})
+        prepacks = [gv.name_hint for gv in mod.get_global_vars() if gv.name_hint.endswith("_weight_prepack")]
+        scripts = "".join(f.script(show_meta=False) for f in mod.functions.values()
+                          if isinstance(f, relax.Function)) if prepacks else ""
+        left = sorted(name for name in prepacks if f"{name}," in scripts)  # still called
         if left:
             log.warning("weights repacked at every run, not at compile time: %s", ", ".join(left))
         return mod
 
     return [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant(),
             relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination(), _check]
-
-
-def _called(mod, gv) -> bool:
-    from tvm import relax
-
-    return any(isinstance(f, relax.Function) and f"{gv.name_hint}," in f.script(show_meta=False)
-               for f in mod.functions.values())
 
 
 def _is_cpu(target) -> bool:
@@ -150,7 +145,6 @@ def _ReluBoundsAsRelax():  # noqa: N802
 def _NchwInputIntoConv():  # noqa: N802
     """The first convolution reads an NCHW input itself (``rewrites.nchw_input_into_conv``)."""
     import tvm
-
     from tvm import relax
 
     from tvmgen.compiler.rewrites import legalize_nchw_input_conv, nchw_input_into_conv
@@ -236,11 +230,9 @@ def with_packed_weights(sch):
 
     trial = sch.copy()
     trial.enter_postproc()
-    return trial if _try(RewriteLayout().apply, trial) and _has_preproc(trial) else sch
-
-
-def _has_preproc(sch) -> bool:
-    return "meta_schedule.layout_rewrite_preproc" in sch.mod["main"].script()
+    before = len(trial.trace.insts)
+    # RewriteLayout reports success when it found nothing to rewrite: count what it added
+    return trial if _try(RewriteLayout().apply, trial) and len(trial.trace.insts) > before else sch
 
 
 def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
