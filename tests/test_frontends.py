@@ -130,9 +130,9 @@ def test_savedmodel_matches_tensorflow(saved_model, keras_model, tmp_path):
 
 
 def test_host_runner_inputs_in_place_or_copied_give_the_same_outputs(tmp_path):
-    """HostModel.run uses a 64-byte aligned, writable CPU array in place (DLPack) and copies any
-    other into a tensor it reuses: every kind of input gives onnxruntime's outputs, a reused
-    tensor never serves a stale input, and the caller's array is left untouched."""
+    """HostModel.run uses a writable CPU array in place (DLPack; any alignment, see test_inputs)
+    and copies a read-only one into a tensor it reuses: every kind of input gives onnxruntime's
+    outputs, a reused tensor never serves a stale input, and the caller's array is left untouched."""
     path = save_onnx(single_op_models()["conv3x3"], tmp_path / "conv.onnx")
     imported, _, _, _ = compile_and_run(path, tmp_path)
     model = HostModel(tmp_path / "artifact")

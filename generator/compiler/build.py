@@ -163,7 +163,9 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
             inputs=imported.inputs,
             outputs=outputs,
             params=params,
-            vm={"entry": "main", "devices": devices, "num_inputs": len(imported.inputs)},
+            vm={"entry": "main", "devices": devices, "num_inputs": len(imported.inputs),
+                # bytes each input's data must be aligned to (absent: TVM's 64)
+                **({"input_alignment": report["input_alignment"]} if "input_alignment" in report else {})},
             versions={"tvm": tvm.__version__, "tvmgen": __version__},
             created=artifact.now(),
             runtime_needs=opts.runtime_needs or {},

@@ -7,7 +7,8 @@ then applies, in order:
 
 1. the tuning database, when one is given (functions tuned by MetaSchedule);
 2. tvmgen's default schedules (``compiler.schedules``) for the functions left;
-3. TVM's lowering and finalisation.
+3. TVM's lowering and finalisation, where the kernels that read a model input stop assuming
+   64-byte alignment (``compiler.inputs``): callers pass numpy arrays without a copy.
 """
 
 from __future__ import annotations
@@ -45,13 +46,20 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None):
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     from tvmgen import tune
+    from tvmgen.compiler import inputs
 
     database = tune.open_database(tuning_db, target) if tuning_db else None
 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenCpuPipeline")
     def _pipeline(mod, _ctx):
+        lower = cpu.dataflow_lower_passes(target)
+        # After reshapes become views (an input's view is then read in place too), before the
+        # calls are made explicit.
+        at = next((i + 1 for i, p in enumerate(lower) if p.info.name == "RewriteDataflowReshape"), None)
+        if at is not None:
+            lower.insert(at, inputs.RelaxInputAlignment(report))
         passes = (prepare_passes(target) + schedule_passes(target, database, report)
-                  + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))
+                  + lower + cpu.finalize_passes(target))
         with target:
             if database is None:
                 return tvm.transform.Sequential(passes)(mod)
