@@ -86,6 +86,10 @@ def _default_out(model: str, platform: str, device: str) -> Path:
 @click.option("--schedules", "schedules", default="default", show_default=True, type=click.Choice(["default", "none"]),
               help="CPU kernels: tvmgen's default schedules (tiled, vectorised, parallel), or none: TVM's "
                    "own lowering (correct but many times slower; to rule out a scheduling problem).")
+@click.option("--cpu-features", metavar="+F[,+F...]",
+              help="Extra LLVM CPU features the compiled code may use, e.g. +dotprod: Arm's 8-bit dot product "
+                   "(Cortex-A55/A75 and later), which 8-bit matmuls then run on. The library then needs a CPU that "
+                   "has them. The host's own features are always used.")
 @click.option("--tuning-db", type=click.Path(path_type=Path),
               help="CPU kernels tuned by `tvmgen tune` (its --db root): used where the database has them.")
 @click.option("--strategy", default="patterns", show_default=True, type=click.Choice(["patterns", "cost"]),
@@ -94,7 +98,7 @@ def _default_out(model: str, platform: str, device: str) -> Path:
 @click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
 def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_inputs, tf_outputs,
             out, force, separate_params, objects_only, check, rtol, atol, seed, schedules="default", tuning_db=None,
-            strategy="patterns", feature_level=None, cost_table=None):
+            strategy="patterns", feature_level=None, cost_table=None, cpu_features=None):
     """Compile MODEL into an artifact directory (library + manifest.json).
 
     MODEL is an .onnx, .tflite, .pt2 (torch.export) or .pb (TensorFlow frozen graph) file,
@@ -105,6 +109,7 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
       tvmgen compile builtin:mobilenet --check
       tvmgen compile model.onnx --platform android-arm64 --device opencl --gpu-family adreno
       tvmgen compile mobilenet.pb --input input:1x224x224x3:float32 --platform linux-aarch64
+      tvmgen compile model-int8.onnx --platform android-arm64 --cpu-features +dotprod
     """
     from tvmgen import builtin, frontends
     from tvmgen.compiler import build
@@ -118,6 +123,8 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
         raise InputError("no model given", "tvmgen compile MODEL (try builtin:mobilenet)")
     plat = get_platform(platform)
     check_pair(plat, device)
+    if cpu_features:
+        plat = plat.with_features(cpu_features.split(","))
     overrides = [InputOverride.parse(f) for f in input_flags]
     tuning_db = _tuning_db(tuning_db, plat, device)
     out = out or _default_out(model, platform, device)

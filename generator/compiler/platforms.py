@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import platform as _platform
+import re
 from dataclasses import dataclass
 
 from tvmgen.errors import InputError
@@ -28,11 +29,24 @@ class Platform:
     devices: tuple[str, ...]
     exporter: str  # key into compiler.export.EXPORTERS
     system_lib: bool = False  # static linking (iOS cannot dlopen an uploaded library)
+    features: tuple[str, ...] = ()  # extra LLVM CPU features (compile --cpu-features), e.g. +dotprod
 
     def cpu_target(self) -> dict:
-        if self.name == "host":
-            return host_cpu_target()
-        return {"kind": "llvm", **dict(self.llvm)}
+        target = dict(host_cpu_target()) if self.name == "host" else {"kind": "llvm", **dict(self.llvm)}
+        if self.features:
+            target["mattr"] = [*target.get("mattr", []), *self.features]
+        return target
+
+    def with_features(self, features) -> Platform:
+        """This platform with extra CPU features ("+dotprod", "-avx512f"), checked for form."""
+        import dataclasses
+
+        features = tuple(f.strip() for f in features if f.strip())
+        bad = [f for f in features if not re.fullmatch(r"[+-][A-Za-z0-9][A-Za-z0-9._-]*", f)]
+        if bad:
+            raise InputError(f"CPU feature(s) {', '.join(map(repr, bad))} are not of the form +name or -name",
+                             "e.g. --cpu-features +dotprod (Arm dot product) or +dotprod,+i8mm")
+        return dataclasses.replace(self, features=self.features + features)
 
 
 @functools.lru_cache(maxsize=1)

@@ -56,12 +56,15 @@ def cpu_shape(target) -> CpuShape:
 # ------------------------------------------------------------------ Relax: layout
 
 def layout_passes(target) -> list:
-    """NHWC / HWIO convolutions (weights transformed at compile time)."""
+    """NHWC / HWIO convolutions (weights transformed at compile time); 8-bit matmuls on the
+    dot-product instructions (``compiler.int8``)."""
     from tvm import relax
+
+    from tvmgen.compiler import int8
 
     return [relax.transform.FoldConstant(), _ReluBoundsAsRelax(), relax.transform.ConvertLayout(
         {"relax.nn.conv2d": ["NHWC", "HWIO"]}),  # pooling and elementwise ops follow their input
-        relax.transform.FoldConstant(), _NchwInputIntoConv()] if _is_cpu(target) else []
+        relax.transform.FoldConstant(), int8.Int8DotProducts(target), _NchwInputIntoConv()] if _is_cpu(target) else []
 
 
 def packed_weights_passes(target) -> list:
@@ -223,9 +226,11 @@ def with_packed_weights(sch):
     tile streams one contiguous run instead of a vector every Cout floats. The copy is split out
     and folded at compile time. Returns ``sch`` unchanged when the function has no such weight
     or the rewrite does not fit."""
+    from tvmgen.compiler import int8
+
     func = sch.mod["main"]
-    if not (func.attrs and func.attrs.get("layout_free_buffers")):
-        return sch
+    if not (func.attrs and func.attrs.get("layout_free_buffers")) or int8.dot_block(sch) is not None:
+        return sch  # nothing to pack, or packed for the dot-product instruction already
     from tvm.s_tir.meta_schedule.postproc import RewriteLayout
 
     trial = sch.copy()
@@ -239,6 +244,18 @@ def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
     """The default schedule as an ``s_tir.Schedule`` (its trace can seed a tuning database), or None."""
     from tvm import s_tir
 
+    from tvmgen.compiler import int8
+
+    sch = s_tir.Schedule(func_or_mod)
+    dot = int8.dot_block(sch)
+    if dot is not None:
+        try:
+            int8.schedule_dot(sch, dot, shape.registers, lambda s, acc: _fold_epilogue(s, acc, shape),
+                              lambda s, blocks: _schedule_injective(s, blocks, shape))
+            return sch
+        except Exception as e:  # noqa: BLE001
+            log.debug("%s: no dot-product schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
+            return None
     for depthwise_rule in (True, False):  # the depthwise rule, else the general one
         sch = s_tir.Schedule(func_or_mod)
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
@@ -332,7 +349,7 @@ def _schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True
     spatial = [lp for lp, k in zip(loops, kinds) if k == DATA_PAR]
     reduce = [lp for lp, k in zip(loops, kinds) if k == COMM_REDUCE]
     if not spatial:
-        raise _schedule_error("a full reduction")
+        return _schedule_full_reduction(sch, block, reduce, shape)
 
     lanes = shape.lanes(_dtype_bits(sch, block))
     if depthwise_rule and _is_depthwise(sch, spatial, reduce):
@@ -396,6 +413,24 @@ def _schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True
         sch.unroll(inner[0])
     if reduce:  # after vectorize: without its init the block is no longer a "reduction block"
         sch.decompose_reduction(block, reduce[0])
+
+
+def _schedule_full_reduction(sch, block, reduce, shape: CpuShape) -> None:
+    """A tensor reduced to one value (the max / min a dynamically quantised model takes of each
+    activation): ``lanes`` partial results accumulated in a vector (rfactor), then combined."""
+    fused = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
+    lanes = shape.lanes(_dtype_bits(sch, block))
+    extent = _extent(sch, fused)
+    if extent is None or extent < 2 * lanes or extent % lanes:
+        raise _schedule_error("a full reduction of an odd size")
+    outer, inner = sch.split(fused, [None, lanes])
+    partial = sch.rfactor(inner, 0)  # partial[lane] = reduce over outer; the block combines lanes
+    p_outer, p_inner = sch.get_loops(partial)[-2:]
+    if not sch.get(p_inner).loop_var.same_as(sch.get(p_outer).loop_var):
+        sch.reorder(p_outer, p_inner)
+    sch.vectorize(sch.get_loops(partial)[-1])
+    init = sch.decompose_reduction(partial, p_outer)  # after vectorize, as in _schedule_reduction
+    sch.vectorize(sch.get_loops(init)[-1])
 
 
 def _is_depthwise(sch, spatial, reduce) -> bool:
