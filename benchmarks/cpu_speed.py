@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU speed: tvmgen's compiled models against onnxruntime, LiteRT and numpy/OpenBLAS on the host.
 
-For four models, all made here (nothing is downloaded):
+For five models, all made here (nothing is downloaded):
 
   builtin-mobilenet   tvmgen.builtin.mobilenet_onnx() (MobileNet v1 style, width 0.5), ONNX, 1x3x224x224
   mobilenetv2-torch   a MobileNetV2 (inverted residuals, width 1.0) written in torch, exported to ONNX
@@ -9,6 +9,9 @@ For four models, all made here (nothing is downloaded):
   keras-cnn-tflite    a small Keras CNN (Conv2D, DepthwiseConv2D, pooling, Dense) converted with
                       tf.lite.TFLiteConverter, 1x224x224x3
   gemm                an ONNX MatMul of two 1024x1024 float32 inputs (--gemm-size)
+  ffn-int8            a transformer feed-forward block (16 tokens, 768 -> 3072 -> 768, ReLU), ONNX,
+                      quantised to 8 bits by onnxruntime.quantization.quantize_dynamic (the
+                      activations quantised at run time, MatMulInteger): the dot-product path
 
 it compiles each for host/cpu with tvmgen's default schedules, optionally with a tuning database
 (--tuning-db) and with TVM's own unscheduled pipeline (--with-unscheduled), then measures the
@@ -61,6 +64,7 @@ MODELS = {
     "mobilenetv2-torch": ("torch", ".onnx", "onnxruntime"),
     "keras-cnn-tflite": ("keras", ".tflite", "litert"),
     "gemm": ("gemm", ".onnx", "numpy"),
+    "ffn-int8": ("int8", ".onnx", "onnxruntime"),
 }
 
 # tvmgen builds: name -> column label. "default" always; the others on request.
@@ -206,7 +210,39 @@ def make_gemm(path: Path, size: int) -> dict:
     return {"input": f"A, B: {n}x{n} float32", "flops": 2 * n ** 3}
 
 
-MAKERS = {"builtin": make_builtin, "torch": make_torch_mobilenetv2, "keras": make_keras_cnn}  # gemm: its size too
+def make_int8_ffn(path: Path) -> dict:
+    """A float feed-forward block, then onnxruntime's own dynamic quantiser: 8-bit weights, 8-bit
+    activations quantised per run (DynamicQuantizeLinear), int32 MatMulInteger."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    tokens, width, hidden = 16, 768, 3072
+    rng = np.random.default_rng(SEED)
+
+    def const(name, *shape, scale=1.0):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    inits = [const("w1", width, hidden, scale=width ** -0.5), const("b1", hidden, scale=0.1),
+             const("w2", hidden, width, scale=hidden ** -0.5), const("b2", width, scale=0.1)]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["o"]),
+             helper.make_node("Add", ["o", "b2"], ["y"])]
+    graph = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [tokens, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [tokens, width])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    fp32 = path.with_suffix(".fp32.onnx")
+    onnx.save(model, str(fp32))
+    quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
+    fp32.unlink()
+    return {"input": f"{tokens}x{width} float32", "quantizer": "onnxruntime.quantization.quantize_dynamic (QInt8)",
+            "macs": 2 * tokens * width * hidden}
+
+
+MAKERS = {"builtin": make_builtin, "torch": make_torch_mobilenetv2, "keras": make_keras_cnn,
+          "int8": make_int8_ffn}  # gemm: its size too
 
 
 # =========================================================================== compiling (a child per build)

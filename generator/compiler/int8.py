@@ -194,21 +194,28 @@ def pack_weights(w: np.ndarray, lanes: int) -> np.ndarray:
     return np.ascontiguousarray(w.reshape(k // 4, 4, n // lanes, lanes).transpose(2, 0, 3, 1))
 
 
+def _is_int_matmul(expr) -> bool:
+    from tvm import relax
+
+    return isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.matmul" \
+        and str(expr.attrs.out_dtype) == "int32"
+
+
 def rewrite_int8_matmuls(mod, target):
     """``mod`` with main's integer matmuls on constant weights computed by ``dot_core``."""
     from tvm import relax
 
-    if dot_product(target, "uint8") is None and dot_product(target, "int8") is None:
-        return mod
     main = mod["main"]
     var2val = relax.analysis.get_var2val(main)
+    if not any(_is_int_matmul(v) for v in var2val.values()):  # the usual case: nothing to look up
+        return mod
     rewritten = []
 
     @relax.expr_functor.mutator
     class Rewriter(relax.PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if getattr(call.op, "name", "") != "relax.matmul" or str(call.attrs.out_dtype) != "int32":
+            if not _is_int_matmul(call):
                 return call
             new = _rewrite(self.builder_, call, var2val, target)
             if new is None:
