@@ -85,6 +85,10 @@ def open_database(path: Path, target, create: bool = False):
     if create:
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "target.json").write_text(json.dumps(target_spec(target), indent=2) + "\n")
+    if target.kind.name == "llvm":  # records of 8-bit matmuls name tvmgen's dot-product intrinsics
+        from tvmgen.compiler import int8
+
+        int8.register_intrinsics(target)
     return ms.database.JSONDatabase(work_dir=str(directory), module_equality="structural")
 
 

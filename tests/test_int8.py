@@ -165,3 +165,15 @@ def test_cpu_features_flag(tvmgen, tmp_path):
                 str(tmp_path / "a64"))
     assert ok.returncode == 0, ok.output
     assert json.loads((tmp_path / "a64" / "manifest.json").read_text())["target"]["mattr"] == ["+neon", "+dotprod"]
+
+
+def test_tuned_int8_matmul_compiles_from_its_database(tvmgen, tmp_path):
+    """Tuning records of the dot-product kernel name tvmgen's tensor intrinsic: reading the
+    database registers it first, and the tuned build is exact."""
+    path = save_onnx(matmul_integer("uint8", "int8", (8, 64), 32, 3), tmp_path / "m.onnx")
+    r = tvmgen("tune", path, "--trials", "2", "--num-cores", "1", "--db", tmp_path / "db")
+    assert r.returncode == 0, r.stderr
+    tasks = int(r.stderr.split(" tasks, 2 trials each")[0].rsplit(" ", 1)[1])
+    r = tvmgen("compile", path, "--tuning-db", tmp_path / "db", "--check", "-o", tmp_path / "a")
+    assert r.returncode == 0, r.stderr
+    assert f"kernels: {tasks} from the tuning database" in r.stderr and "max abs error 0," in r.stderr

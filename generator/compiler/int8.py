@@ -60,6 +60,13 @@ def dot_product(target, a_dtype: str) -> DotProduct | None:
     return None
 
 
+def register_intrinsics(target) -> None:
+    """Register the dot-product intrinsics ``target`` may use (a tuning database's records name
+    them: reading one needs them registered first)."""
+    for a_dtype in ("uint8", "int8"):
+        dot_product(target, a_dtype)
+
+
 # LLVM's names; each takes the bytes as <N x i8> vectors. (TVM's own tensor intrinsic for
 # vpdpbusd passes <16 x i32>, which LLVM 20 and later reject, and importing TVM's intrinsics
 # loads every backend's: a minute with TensorFlow loaded. tvmgen registers its own.)
