@@ -257,7 +257,8 @@ def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
             log.debug("%s: no dot-product schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
             return None
     for depthwise_rule in (True, False):  # the depthwise rule, else the general one
-        sch = s_tir.Schedule(func_or_mod)
+        if not depthwise_rule:  # the depthwise rule did not fit: start again from the function
+            sch = s_tir.Schedule(func_or_mod)
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
         reductions = [b for b in blocks if COMM_REDUCE in _iter_kinds(sch, b)]
         try:
