@@ -55,8 +55,8 @@ def input_uses(func, num_inputs: int) -> tuple[dict, set[int]]:
                         reads.setdefault((kernel, k), set()).update(origin[arg])
                     elif inputs_in(arg):  # an input inside some other expression
                         unsafe |= inputs_in(arg)
-                rest = value.args[2:]
-                unsafe |= set().union(*(inputs_in(r) for r in rest)) if rest else set()
+                for rest in value.args[2:]:  # output types, symbolic arguments
+                    unsafe |= inputs_in(rest)
             elif op in _VIEW_OPS and isinstance(value.args[0], relax.Var) and not any(
                     inputs_in(a) for a in value.args[1:]):
                 origin[b.var] = inputs_in(value.args[0])
