@@ -89,7 +89,11 @@ def _default_out(model: str, platform: str, device: str) -> Path:
 @click.option("--cpu-features", metavar="+F[,+F...]",
               help="Extra LLVM CPU features the compiled code may use, e.g. +dotprod: Arm's 8-bit dot product "
                    "(Cortex-A55/A75 and later), which 8-bit matmuls then run on. The library then needs a CPU that "
-                   "has them. The host's own features are always used.")
+                   "has them. The host's own features are always used unless --cpu names another CPU.")
+@click.option("--cpu", "cpu_name", metavar="NAME",
+              help="The CPU (LLVM's name) the code is built for: its vector width and instructions. Default: this "
+                   "machine's CPU for --platform host (code that may not run on an older CPU), a generic NEON CPU for "
+                   "Arm platforms. E.g. haswell or x86-64-v3 (any AVX2 machine), skylake-avx512, cortex-a76.")
 @click.option("--tuning-db", type=click.Path(path_type=Path),
               help="CPU kernels tuned by `tvmgen tune` (its --db root): used where the database has them.")
 @click.option("--strategy", default="patterns", show_default=True, type=click.Choice(["patterns", "cost"]),
@@ -98,7 +102,7 @@ def _default_out(model: str, platform: str, device: str) -> Path:
 @click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
 def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_inputs, tf_outputs,
             out, force, separate_params, objects_only, check, rtol, atol, seed, schedules="default", tuning_db=None,
-            strategy="patterns", feature_level=None, cost_table=None, cpu_features=None):
+            strategy="patterns", feature_level=None, cost_table=None, cpu_features=None, cpu_name=None):
     """Compile MODEL into an artifact directory (library + manifest.json).
 
     MODEL is an .onnx, .tflite, .pt2 (torch.export) or .pb (TensorFlow frozen graph) file,
@@ -123,6 +127,8 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
         raise InputError("no model given", "tvmgen compile MODEL (try builtin:mobilenet)")
     plat = get_platform(platform)
     check_pair(plat, device)
+    if cpu_name:
+        plat = plat.with_cpu(cpu_name)
     if cpu_features:
         plat = plat.with_features(cpu_features.split(","))
     overrides = [InputOverride.parse(f) for f in input_flags]
@@ -186,11 +192,14 @@ def _check(imported, staged: Path, opts, rtol, atol, seed, scratch):
     from tvmgen.frontends.base import random_inputs
     from tvmgen.runner import HostModel, compare
 
+    from tvmgen.compiler.platforms import missing_cpu_features, target_dict
+
     host_dir = staged
-    if opts.platform.name != "host" or opts.device not in ("cpu", "cuda"):
+    if opts.platform.name != "host" or opts.device not in ("cpu", "cuda") or \
+            missing_cpu_features(target_dict(opts.platform, opts.device)):
         # The artifact cannot run here: check the same imported module built for this machine.
         host_dir = Path(scratch) / "host-check"
-        console.print(f"  [dim]{opts.platform.name}/{opts.device} cannot run here; "
+        console.print(f"  [dim]{opts.platform.name}/{opts.device} ({opts.platform.cpu_target().get('mcpu', 'generic')}) cannot run here; "
                       "checking a host/cpu build of the same model[/]")
         host_opts = build.BuildOptions(PLATFORMS["host"], "cpu", separate_params=opts.separate_params)
         build.compile_to_artifact(imported, host_opts, host_dir, True, {"name": "check"})

@@ -170,21 +170,44 @@ def _nbytes(ty) -> int:
 
 
 def op_flops(name: str, call) -> float:
-    """A FLOP estimate from the op and its shapes (multiply-adds count two)."""
+    """FLOPs of one Relax operator from its shapes and attributes (a multiply-add counts two).
+
+    Convolutions are counted in any layout: a weight tensor holds (output channels) x (input
+    channels per group) x (window) values, so an output element takes ``weights / out_channels``
+    multiply-adds whatever the layout (OIHW, HWIO, depthwise HWOI), groups, strides or dilation
+    (those two are in the output's size). A transposed convolution spreads each *input* element
+    over ``weights / in_channels`` outputs.
+    """
     out = _shape(call.ty)
     n_out = float(np.prod(out)) if out else 1.0
-    if name == "conv2d":
-        w = _shape(call.args[1].ty)  # OIHW
-        return 2.0 * n_out * (w[1] * w[2] * w[3] if len(w) == 4 else 1)
+    attrs = call.attrs
+    if name.startswith("conv") and len(call.args) >= 2:
+        w = _shape(call.args[1].ty)
+        n_w = float(np.prod(w)) if w else 0.0
+        if name.endswith("_transpose"):
+            data = _shape(call.args[0].ty)
+            c_in = _channels(data, getattr(attrs, "data_layout", None))
+            return 2.0 * float(np.prod(data)) * n_w / c_in if c_in else 0.0
+        layout = getattr(attrs, "out_layout", None) or getattr(attrs, "data_layout", None)
+        c_out = _channels(out, layout)
+        return 2.0 * n_out * n_w / c_out if c_out else 0.0
     if name in ("matmul", "batch_matmul", "dense"):
         a = _shape(call.args[0].ty)
         return 2.0 * n_out * (a[-1] if a else 1)
-    if name in ("max_pool2d", "avg_pool2d"):
-        size = call.attrs.pool_size if hasattr(call.attrs, "pool_size") else [1, 1]
-        return n_out * int(np.prod([int(s) for s in size]))
-    if name in ("mean", "sum", "adaptive_avg_pool2d"):
+    if name.startswith(("max_pool", "avg_pool")):
+        size = [int(s) for s in attrs.pool_size] if hasattr(attrs, "pool_size") else [1]
+        return n_out * float(np.prod(size))
+    if name in ("mean", "sum", "max", "min") or name.startswith("adaptive_avg_pool"):
         return float(np.prod(_shape(call.args[0].ty) or [1]))
     return n_out
+
+
+def _channels(shape: list[int], layout) -> int:
+    """The channel count of a tensor in ``layout`` (NCHW, NHWC, NCW...): where its C is."""
+    layout = str(layout) if layout is not None else ""
+    if shape and len(layout) == len(shape) and "C" in layout:
+        return shape[layout.index("C")]
+    return shape[1] if len(shape) > 1 else 0
 
 
 def _op_name(call, mod) -> tuple[str, object]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from tvmgen import artifact
-from tvmgen.compiler.platforms import PLATFORMS
+from tvmgen.compiler.platforms import PLATFORMS, host_cpu_target, missing_cpu_features
 from tvmgen.errors import InputError, TvmgenError
 
 # Devices the PyPI runtime can execute here (its OpenCL loader is off; see the OpenCL issue).
@@ -53,6 +53,14 @@ class HostModel:
                 f"{directory} targets {m.device}, which the Python TVM runtime cannot run here "
                 "(the PyPI runtime is built without OpenCL/Metal)",
                 "compile with --device cpu (or cuda on a machine with an NVIDIA GPU) to run it here",
+            )
+        missing = missing_cpu_features(m.target)
+        if missing:
+            raise InputError(
+                f"{directory} was compiled for the CPU {m.target.get('host', m.target).get('mcpu')!r}, whose "
+                f"instructions this CPU ({host_cpu_target()['mcpu']}) lacks: {', '.join(missing)}",
+                "compile it again on this machine, or for the oldest CPU it must run on "
+                "(e.g. --cpu haswell for any AVX2 machine)",
             )
         if m.device == "opencl":
             self.load_opencl_backend()

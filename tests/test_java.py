@@ -265,8 +265,7 @@ def test_run_model_cli(java_build, artifacts, tmp_path):
     inputs = make_inputs(art, seed=3)
     for k, v in inputs.items():
         v.astype("<f4").tofile(tmp_path / f"{k}.bin")
-    (tmp_path / "out").mkdir()
-    p = java(java_build, "org.tvmgen.RunModel", art, "--input", f"b={tmp_path / 'b.bin'}",
+    p = java(java_build, "org.tvmgen.RunModel", art, "--input", f"b={tmp_path / 'b.bin'}",  # -o creates out/
              "--input", f"a={tmp_path / 'a.bin'}", "--repeat", "3", "--warmup", "1", "-o", tmp_path / "out",
              props={"tvmgen.library.path": java_build["lib"]}, library_path=False)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -110,8 +110,7 @@ def test_host_runner_raw_input_and_threads(host_runtime, built, tmp_path):
     b = np.ones((2, 16, 4), np.float32)
     a.tofile(tmp_path / "a.bin")
     np.save(tmp_path / "b.npy", b)
-    out = tmp_path / "o"
-    out.mkdir()
+    out = tmp_path / "o" / "run1"  # -o creates a directory that does not exist yet
     proc = subprocess.run([str(host_runtime / "bin" / "tvmgen-run"), str(art), "-i", str(tmp_path / "a.bin"), "-i",
                            f"b={tmp_path / 'b.npy'}", "-o", str(out), "--threads", "1", "--affinity", "big"],
                           capture_output=True, text=True)

@@ -65,7 +65,20 @@ def awkward_models() -> dict:
     }
 
 
-def prepared_and_scheduled(path, platform="host"):
+# Explicit CPU targets, whatever this machine is: expectations come from the target, never the host.
+# (lanes of float32, vector registers) follow from each target's vector width, and the classifier's
+# (1, 512) x (512, 1000) matrix-vector product is tiled from them: the widest vector tile dividing
+# 1000 (8 floats; two NEON vectors), then as many such vectors per task as the registers allow
+# (registers - 4: 28 with AVX-512, 12 with AVX2) and divide 125: 1000 = tasks x vectors x 8.
+CPU_TARGETS = {
+    "avx512": ({"kind": "llvm", "mcpu": "skylake-avx512"}, (16, 32), {"tasks": 5, "vectors": 25}),
+    "avx2": ({"kind": "llvm", "mcpu": "haswell"}, (8, 16), {"tasks": 25, "vectors": 5}),
+    "neon": ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}, (4, 32),
+             {"tasks": 125, "vectors": 1}),
+}
+
+
+def prepared_and_scheduled(path, platform="host", target_spec=None):
     """The fused TIR functions of a model, scheduled as `compile` does; (module, scheduled, left)."""
     import tvm
     from tvm import relax
@@ -74,7 +87,7 @@ def prepared_and_scheduled(path, platform="host"):
     mod = imported.mod
     weights = mod["main"].params[len(imported.inputs):]
     mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
-    target = make_target(PLATFORMS[platform].cpu_target())
+    target = make_target(target_spec or PLATFORMS[platform].cpu_target())
     with target:
         mod = tvm.transform.Sequential(cpu.prepare_passes(target))(mod)
     done, left = schedules.schedule_module(mod, schedules.cpu_shape(target))
@@ -95,8 +108,12 @@ def test_awkward_shapes_match_onnxruntime_and_are_scheduled(name, tmp_path):
     assert_close(actual, expected, atol=1e-4, rtol=1e-4)
 
 
-def test_builtin_model_schedules(builtin_onnx):
-    mod, done, left = prepared_and_scheduled(builtin_onnx)
+@pytest.mark.parametrize("cpu", sorted(CPU_TARGETS))
+def test_builtin_model_schedules(builtin_onnx, cpu):
+    spec, (lanes, registers), dense_tile = CPU_TARGETS[cpu]
+    shape = schedules.cpu_shape(make_target(spec))
+    assert (shape.lanes(32), shape.registers) == (lanes, registers)
+    mod, done, left = prepared_and_scheduled(builtin_onnx, target_spec=spec)
     assert set(left) <= {"softmax"}, left  # softmax's two reductions are left to TVM (1000 values)
     convs = [f for f in done if f.startswith("fused_conv2d")]
     assert len(convs) >= 19
@@ -127,7 +144,8 @@ def test_builtin_model_schedules(builtin_onnx):
     (first,) = [f for f in convs if [int(d) for d in mod[f].params[0].shape] == [1, 3, 224, 224]]
     assert [int(d) for d in mod[first].params[-1].shape] == [1, 112, 112, 16], first
     dense = mod["fused_matmul_add10"].script()  # (1, 512) x (512, 1000): a matrix-vector product
-    assert "T.parallel(T.int64(5))" in dense and "T.unroll(T.int64(25))" in dense, dense
+    assert f"T.parallel(T.int64({dense_tile['tasks']}))" in dense, dense
+    assert (f"T.unroll(T.int64({dense_tile['vectors']}))" in dense) == (dense_tile["vectors"] > 1), dense
 
 
 def test_injective_rule_on_an_nchw_to_nhwc_transpose():
@@ -158,7 +176,7 @@ def test_first_convolution_reads_nchw_and_matches_onnxruntime(tmp_path):
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)
 
 
-def _compiled_module(path, bind=True):
+def _compiled_module(path, bind=True, target_spec=None):
     """The module as `compile` hands it to TVM's lowering: prepared, scheduled, weights folded."""
     import tvm
     from tvm import relax
@@ -168,7 +186,7 @@ def _compiled_module(path, bind=True):
     if bind:
         weights = mod["main"].params[len(imported.inputs):]
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
-    target = make_target(PLATFORMS["host"].cpu_target())
+    target = make_target(target_spec or PLATFORMS["host"].cpu_target())
     with target:
         return tvm.transform.Sequential(cpu.prepare_passes(target) + cpu.schedule_passes(target))(mod)
 
@@ -180,14 +198,15 @@ def _param_shapes(mod) -> dict:
             for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
 
 
-def test_constant_weights_are_packed_at_compile_time(builtin_onnx):
-    mod = _compiled_module(builtin_onnx)
+@pytest.mark.parametrize("cpu", ["avx512", "avx2"])
+def test_constant_weights_are_packed_at_compile_time(builtin_onnx, cpu):
+    spec, (lanes, _), dense_tile = CPU_TARGETS[cpu]
+    mod = _compiled_module(builtin_onnx, target_spec=spec)
     shapes = _param_shapes(mod)
-    lanes = schedules.cpu_shape(make_target(PLATFORMS["host"].cpu_target())).lanes(32)
-    # the classifier (512 -> 1000, one row): each of its 5 tasks streams one contiguous block
+    # the classifier (512 -> 1000, one row): each of its tasks streams one contiguous block
     (dense,) = [n for n in shapes if n.startswith("fused_matmul")]
     w = shapes[dense][1]  # (tasks, 512, vectors per tile, vector): (5, 512, 25, 8) with AVX-512
-    assert dense.endswith("_prepacked") and len(w) == 4 and w[1] == 512 and w[0] * w[2] * w[3] == 1000, w
+    assert dense.endswith("_prepacked") and w == (dense_tile["tasks"], 512, dense_tile["vectors"], 8), w
     # 1x1 convolutions: [Cout / tile width, Cin, tile width] instead of HWIO's [1, 1, Cin, Cout]
     conv = shapes["fused_conv2d18_add9_maximum9_minimum9_prepacked"]  # 7x7, 512 -> 512
     width = 2 * lanes  # two vectors of output channels per tile
@@ -242,24 +261,93 @@ def test_cli_reports_kernels_and_schedules_none_gives_same_outputs(tvmgen, tmp_p
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4 * float(np.abs(y).max()))  # summation order differs
 
 
-@pytest.mark.parametrize("mcpu,lanes,registers", [("haswell", 8, 16), ("x86-64", 4, 16)])
-def test_avx2_and_sse_tiles_run_here_and_match(mcpu, lanes, registers, tmp_path):
-    """The tiles chosen for older x86 CPUs (AVX2: 8 floats, 16 registers; SSE: 4) compile and give
-    the same results; this machine runs their code too."""
-    import tvm
-    from tvm import relax
+# x86-64 builds for CPUs other than this one. Each runs where the host has its instructions, else
+# under qemu-x86_64 emulating that CPU (QEMU 7.2 emulates AVX2, not AVX-512). The AVX2 and SSE builds
+# always run under emulation too: that proves no newer instruction slipped into them.
+X86_BUILDS = {  # name: (LLVM CPU, (lanes, registers), vector registers the code uses, qemu CPU or None)
+    "avx512": ("skylake-avx512", (16, 32), "zmm", None),
+    "avx2": ("haswell", (8, 16), "ymm", "Haswell-v4"),
+    "sse": ("x86-64", (4, 16), "xmm", "qemu64"),
+}
 
+
+@pytest.mark.parametrize("name", sorted(X86_BUILDS))
+def test_x86_builds_use_their_vector_width_and_run_on_their_cpu(name, tmp_path):
+    import platform as host_platform
+    import subprocess
+
+    from conftest import require_tool
+    from tvmgen import runtime_build
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.platforms import missing_cpu_features
     from tvmgen.frontends.base import random_inputs
+    from tvmgen.runner import HostModel
 
+    if host_platform.machine() != "x86_64":
+        pytest.skip("x86-64 builds run on an x86-64 host; the Arm build is tested under qemu-aarch64")
+    mcpu, (lanes, registers), widest, qemu_cpu = X86_BUILDS[name]
+    plat = PLATFORMS["host"].with_cpu(mcpu)
+    target = plat.cpu_target()
+    assert target["mcpu"] == mcpu
+    shape = schedules.cpu_shape(make_target(target))
+    assert (shape.lanes(32), shape.registers) == (lanes, registers)
     path = save_onnx(awkward_models()["conv_relu6_residual"], tmp_path / "m.onnx")
-    target = make_target({"kind": "llvm", "mcpu": mcpu})
-    assert (schedules.cpu_shape(target).lanes(32), schedules.cpu_shape(target).registers) == (lanes, registers)
     imported = frontends.load(path, [])
-    mod = relax.transform.BindParams("main", dict(zip(imported.mod["main"].params[1:], imported.params)))(imported.mod)
-    report: dict = {}
-    ex = relax.build(mod, target, relax_pipeline=cpu.pipeline(target, report=report))
-    assert len(report["scheduled"]) >= 2 and not [f for f in report["left"] if _heavy(f)]
-    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = tmp_path / "art"
+    compile_to_artifact(imported, BuildOptions(plat, "cpu"), out, True, {"name": name})
+    assert out.joinpath("manifest.json").read_text().count(f'"mcpu": "{mcpu}"') == 1
+    require_tool("objdump")
+    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(out / "model.so")], capture_output=True,
+                          text=True, check=True).stdout
+    used = {r for r in ("xmm", "ymm", "zmm") if f"%{r}" in code}
+    assert max(used, key=["xmm", "ymm", "zmm"].index) == widest, used
+
     inputs = random_inputs(imported.inputs, seed=2)
-    actual = vm["main"](*[tvm.runtime.tensor(v) for v in inputs.values()]).numpy()
-    assert_close([actual], imported.reference(inputs), atol=1e-4, rtol=1e-4)
+    (expected,) = imported.reference(inputs)
+    ran = False
+    if not missing_cpu_features(target):  # this CPU has the build's instructions
+        (actual,) = HostModel(out).run(inputs)
+        assert_close([actual], [expected], atol=1e-4, rtol=1e-4)
+        ran = True
+    if qemu_cpu:
+        require_tool("qemu-x86_64")
+        np.save(tmp_path / "x.npy", inputs["x"])
+        tool = runtime_build.cached_build("host") / "bin" / "tvmgen-run"
+        proc = subprocess.run(["qemu-x86_64", "-cpu", qemu_cpu, str(tool), str(out), "--input",
+                               f"x={tmp_path / 'x.npy'}", "-o", str(tmp_path / "o"), "--repeat", "1", "--warmup", "0"],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        assert_close([np.load(tmp_path / "o" / "y.npy")], [expected], atol=1e-4, rtol=1e-4)
+        ran = True
+    if not ran:
+        reason = (f"this CPU lacks {', '.join(missing_cpu_features(target))} and qemu-x86_64 cannot emulate "
+                  f"{mcpu} (QEMU has no AVX-512): the build's instructions were checked, not run")
+        print(f"skipping the run: {reason}")
+        pytest.skip(reason)
+
+
+def test_an_avx512_build_is_refused_on_an_avx2_cpu_with_the_fix(tmp_path):
+    """Checked against an explicit AVX2 CPU, so it holds on any host: `run` names the missing
+    instructions instead of stopping with SIGILL; under emulation the same library does die."""
+    from tvmgen.compiler.platforms import missing_cpu_features
+
+    avx512 = PLATFORMS["host"].with_cpu("skylake-avx512").cpu_target()
+    missing = missing_cpu_features(avx512, host_cpu="haswell")
+    assert "avx512f" in missing and "avx2" not in missing, missing
+    assert missing_cpu_features(PLATFORMS["host"].with_cpu("haswell").cpu_target(), host_cpu="skylake-avx512") == []
+    assert missing_cpu_features(PLATFORMS["linux-aarch64"].cpu_target(), host_cpu="haswell") == []  # not run here
+
+
+def test_cpu_flag(tvmgen, tmp_path):
+    path = save_onnx(awkward_models()["conv_odd"], tmp_path / "m.onnx")
+    bad = tvmgen("compile", path, "--cpu", "pentium-9000", "-o", tmp_path / "bad")
+    assert bad.returncode == 2 and "LLVM knows no CPU 'pentium-9000'" in bad.output and "--cpu haswell" in bad.output
+    assert not (tmp_path / "bad").exists()
+    ok = tvmgen("compile", path, "--cpu", "skylake-avx512", "--check", "-o", tmp_path / "a")
+    assert ok.returncode == 0, ok.output
+    from tvmgen.compiler.platforms import missing_cpu_features
+
+    if missing_cpu_features({"kind": "llvm", "mcpu": "skylake-avx512"}):  # this host lacks AVX-512
+        assert "cannot run here; checking a host/cpu build" in ok.output
+        r = tvmgen("run", tmp_path / "a")
+        assert r.returncode == 2 and "lacks: avx512" in r.output and "--cpu haswell" in r.output, r.output

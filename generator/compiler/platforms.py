@@ -30,12 +30,28 @@ class Platform:
     exporter: str  # key into compiler.export.EXPORTERS
     system_lib: bool = False  # static linking (iOS cannot dlopen an uploaded library)
     features: tuple[str, ...] = ()  # extra LLVM CPU features (compile --cpu-features), e.g. +dotprod
+    cpu: str | None = None  # LLVM CPU name (compile --cpu); the host's own CPU when None on host
 
     def cpu_target(self) -> dict:
         target = dict(host_cpu_target()) if self.name == "host" else {"kind": "llvm", **dict(self.llvm)}
+        if self.cpu:
+            target["mcpu"] = self.cpu
         if self.features:
             target["mattr"] = [*target.get("mattr", []), *self.features]
         return target
+
+    def with_cpu(self, cpu: str) -> Platform:
+        """This platform's code for the CPU LLVM calls ``cpu`` (haswell, skylake-avx512, cortex-a76)."""
+        import dataclasses
+
+        from tvm.target import codegen
+
+        triple = dict(self.llvm).get("mtriple") or f"{self.arch}-linux-gnu"
+        if not codegen.llvm_is_valid_cpu(cpu, triple):
+            raise InputError(f"LLVM knows no CPU {cpu!r} for {self.name} ({triple})",
+                             "e.g. --cpu haswell (AVX2), --cpu skylake-avx512, --cpu x86-64-v3, "
+                             "--cpu cortex-a76; this machine's is " + host_cpu_target()["mcpu"])
+        return dataclasses.replace(self, cpu=cpu)
 
     def with_features(self, features) -> Platform:
         """This platform with extra CPU features ("+dotprod", "-avx512f"), checked for form."""
@@ -55,6 +71,20 @@ def host_cpu_target() -> dict:
     import tvm
 
     return {"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu()}
+
+
+def missing_cpu_features(target: dict, host_cpu: str | None = None) -> list[str]:
+    """The CPU features an x86-64 host target's code may use that ``host_cpu`` (default: this
+    machine's CPU) lacks: code built for AVX-512 stops with an illegal instruction on an AVX2 CPU."""
+    from tvm.target import Target, codegen
+
+    cpu_part = target.get("host", target)
+    if cpu_part.get("kind") != "llvm" or cpu_part.get("mtriple") or _host_arch() != "x86_64":
+        return []
+    wanted = set(codegen.llvm_get_cpu_features(Target(cpu_part)))
+    have = set(codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": host_cpu or host_cpu_target()["mcpu"]})))
+    # the vector extensions are what differs between x86-64 servers and desktops
+    return sorted(f for f in wanted - have if f.startswith(("avx", "fma", "f16c", "bmi", "sse", "amx", "vnni")))
 
 
 def _host_arch() -> str:

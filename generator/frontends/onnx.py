@@ -67,23 +67,64 @@ def import_model(model, overrides: list[InputOverride], source: str, fmt: str) -
     mod, params = relax.frontend.detach_params(mod)
     output_names = [o.name for o in graph.output]
 
-    def reference(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        sess = ort.InferenceSession(original, opts, providers=["CPUExecutionProvider"])
-        return sess.run(None, inputs)
-
+    integer_ops = sorted({n.op_type for n in graph.node if n.op_type in INTEGER_PRODUCT_OPS})
+    if integer_ops:
+        reference, reference_name = exact_integer_reference(original), (
+            f"NumPy (onnx {_version('onnx')} reference evaluator, {', '.join(integer_ops)} exact in int64; "
+            "onnxruntime's 8-bit integer products saturate on x86-64 CPUs without VNNI)")
+    else:
+        reference, reference_name = onnxruntime_reference(original), f"onnxruntime {_version('onnxruntime')}"
     return ImportedModel(
         mod=mod,
         params=list(params.get("main", [])),
         inputs=specs,
         output_names=output_names,
         format=fmt,
-        reference_name=f"onnxruntime {_version('onnxruntime')}",
+        reference_name=reference_name,
         reference=reference,
     )
+
+
+# Integer matrix products whose onnxruntime kernels are not exact on every x86-64 CPU: without
+# VNNI, u8 x s8 products are summed in pairs into saturating 16-bit lanes (vpmaddubsw), so a
+# result can differ from the true integer product. tvmgen's kernels are exact.
+INTEGER_PRODUCT_OPS = ("MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv")
+
+
+def onnxruntime_reference(model_bytes: bytes):
+    def run(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+        return sess.run(None, inputs)
+
+    return run
+
+
+def exact_integer_reference(model_bytes: bytes):
+    """ONNX's own NumPy evaluator with integer matmuls in int64: the same answer on every CPU."""
+    from onnx.reference import ReferenceEvaluator
+    from onnx.reference.ops.op_matmul_integer import MatMulInteger
+
+    class ExactMatMulInteger(MatMulInteger):
+        def _run(self, A, B, a_zero_point=None, b_zero_point=None):
+            a, b = A.astype(np.int64), B.astype(np.int64)
+            if a_zero_point is not None:  # a scalar, or one per row of A
+                zp = a_zero_point.astype(np.int64)
+                a = a - (zp.reshape(-1, 1) if zp.ndim == 1 else zp)
+            if b_zero_point is not None:  # a scalar, or one per column of B
+                b = b - b_zero_point.astype(np.int64)
+            return ((a @ b).astype(np.int32),)
+
+    def run(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        import onnx
+
+        evaluator = ReferenceEvaluator(onnx.load_from_string(model_bytes), new_ops=[ExactMatMulInteger])
+        return [np.asarray(o) for o in evaluator.run(None, inputs)]
+
+    return run
 
 
 def check_operators(model) -> None:

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -200,6 +201,9 @@ int main(int argc, char** argv) {
       }
     }
     if (!output_dir.empty()) {
+      std::error_code ec;  // -o DIR may name a directory that does not exist yet
+      std::filesystem::create_directories(output_dir, ec);
+      if (ec) throw tvmgen::Error("cannot create the output directory " + output_dir + ": " + ec.message());
       for (size_t k = 0; k < outputs.size(); ++k) {
         tvmgen::npy::Save(output_dir + "/" + SafeName(outputs[k].name) + ".npy", outputs[k].dtype, outputs[k].shape,
                           out[k].data(), out[k].size());

@@ -190,10 +190,14 @@ public final class RunModel {
       }
     }
 
+    File dir = outputDir == null ? null : new File(outputDir);
+    if (dir != null && !dir.isDirectory() && !dir.mkdirs()) {  // -o DIR may not exist yet
+      throw new IOException("cannot create the output directory " + dir);
+    }
     for (int k = 0; k < out.length; ++k) {
       System.out.println("output " + stats(out[k]));
       if (outputDir != null) {
-        writeLittleEndian(out[k], new File(outputDir, safeName(outputs.get(k).name()) + ".bin"));
+        writeLittleEndian(out[k], new File(dir, safeName(outputs.get(k).name()) + ".bin"));
       }
     }
     Arrays.sort(runMs);
