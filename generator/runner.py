@@ -213,4 +213,25 @@ def compare(actual: list[np.ndarray], expected: list[np.ndarray], names: list[st
     return rows
 
 
+def read_input_files(flags, specs) -> dict[str, np.ndarray]:
+    """`run --input [NAME=]FILE.npy` flags as arrays by input name (no name: the next input in order)."""
+    names = [s.name for s in specs]
+    inputs = {}
+    for i, flag in enumerate(flags):
+        name, sep, path = flag.rpartition("=")
+        if not sep:
+            if i >= len(names):
+                raise InputError(f"more --input files ({len(flags)}) than model inputs ({len(names)})",
+                                 f"the model's inputs are: {', '.join(names)}")
+            name, path = names[i], flag
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"input file {p} does not exist", "pass an existing .npy file")
+        try:
+            inputs[name] = np.load(p, allow_pickle=False)
+        except Exception as e:
+            raise InputError(f"cannot read {p} as .npy ({e})", "save inputs with numpy.save") from e
+    return inputs
+
+
 __all__ = ["HostModel", "Timings", "compare", "PLATFORMS"]

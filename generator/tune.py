@@ -19,7 +19,6 @@ counts the trials already spent and only tunes what is left (resume).
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tvmgen.errors import InputError, ToolMissingError
+from tvmgen.tune_measure import Device, builder, candidate_runner, meta_schedule
 
 log = logging.getLogger("tvmgen.tune")
 
@@ -92,129 +92,7 @@ def open_database(path: Path, target, create: bool = False):
     return ms.database.JSONDatabase(work_dir=str(directory), module_equality="structural")
 
 
-# ------------------------------------------------------------------ MetaSchedule, loaded lean
-
-def meta_schedule():
-    """tvm.s_tir.meta_schedule, with only the CPU tensor intrinsics registered.
-
-    MetaSchedule imports tvm.s_tir.tensor_intrin, which parses every GPU intrinsic written in
-    TVMScript: about a minute on these machines. CPU schedules use only the x86 and Arm ones, so
-    the package is registered without its GPU modules.
-    """
-    import importlib
-    import importlib.util
-    import sys
-    import types
-
-    name = "tvm.s_tir.tensor_intrin"
-    if name not in sys.modules:
-        import tvm.s_tir
-
-        spec = importlib.util.find_spec(name)
-        package = types.ModuleType(name, "Tensor intrinsics (CPU only, loaded by tvmgen)")
-        package.__path__ = list(spec.submodule_search_locations)
-        package.__spec__ = spec
-        package.__package__ = name
-        sys.modules[name] = package
-        tvm.s_tir.tensor_intrin = package
-        for sub in ("x86", "arm_cpu"):
-            importlib.import_module(f"{name}.{sub}")
-    from tvm.s_tir import meta_schedule as ms
-
-    return ms
-
-
-def builder(compiler: Path):
-    """Builds candidates in this process, linked with the platform's compiler.
-
-    MetaSchedule's LocalBuilder starts a fresh pool of Python workers for every batch; each one
-    imports TVM again (10+ s on a busy 2-core machine) to build a function in 0.2 s.
-    """
-    import tempfile
-
-    import tvm
-    import tvm.support.cc as cc
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-    fcompile = cc.cross_compiler(str(compiler))
-
-    @derived_object
-    class InProcessBuilder(PyBuilder):
-        def build(self, build_inputs):
-            results = []
-            for item in build_inputs:
-                try:
-                    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(item.mod)
-                    path = os.path.join(tempfile.mkdtemp(prefix="tvmgen-tune-"), "candidate.so")
-                    tvm.compile(mod, target=item.target).export_library(path, fcompile=fcompile)
-                    results.append(BuilderResult(path, None))
-                except Exception as e:  # a candidate that does not build is a failed trial, not a failed run
-                    results.append(BuilderResult(None, f"{type(e).__name__}: {e}"))
-            return results
-
-    return InProcessBuilder()
-
-
-# ------------------------------------------------------------------ RPC runner pieces (run in workers)
-
-def rpc_session(_config, key: str, tracker: str | None, proxy: str | None, timeout: int):
-    from tvm import rpc
-
-    from tvmgen.rpc import tracker_summary
-
-    host, port = (tracker or proxy).rsplit(":", 1)
-    if tracker:
-        # The tracker queues a request for a key until a device has it, forever: a device that went
-        # away would hang the tuning (MetaSchedule's RPC runner waits on its workers without a limit).
-        if not tracker_summary(tracker).get(key, {}).get("total"):
-            raise RuntimeError(f"no device with key {key!r} is registered with the tracker at {tracker}")
-        return rpc.connect_tracker(host, int(port)).request(key, priority=0, session_timeout=timeout)
-    return rpc.connect(host, int(port), key=key, session_timeout=timeout)
-
-
-def rpc_alloc_arguments(session, device, args_info, alloc_repeat):
-    """Random arguments copied from here: tvmgen's device server has no random_fill_for_measure."""
-    import numpy as np
-    import tvm
-
-    rng = np.random.default_rng(0)
-    repeated = []
-    for _ in range(alloc_repeat):
-        args = []
-        for info in args_info:
-            _, dtype, shape = info
-            host = (rng.standard_normal(shape) if "float" in dtype else rng.integers(0, 8, shape)).astype(dtype)
-            t = tvm.runtime.empty(shape, dtype, device)
-            t.copyfrom(host)
-            args.append(t)
-        repeated.append(args)
-    return repeated
-
-
-def rpc_cleanup(session, remote_path):
-    if session is not None and remote_path is not None:
-        try:
-            session.remove(remote_path)
-        except Exception:  # the device may have gone; the next session starts clean anyway
-            pass
-
-
 # ------------------------------------------------------------------ tuning
-
-@dataclass
-class Device:
-    """Where candidates are timed: here (all None) or a device over RPC."""
-    key: str | None = None
-    tracker: str | None = None
-    proxy: str | None = None
-    session_timeout: int = 120
-
-    @property
-    def remote(self) -> bool:
-        return self.key is not None
-
 
 @dataclass
 class TaskState:
@@ -334,7 +212,7 @@ def _tune_contexts(ms, contexts, summary, database, target, trials, device, num_
     from tvmgen.compiler import schedules
 
     build = builder(compiler)
-    runner = _runner(ms, device)
+    runner = candidate_runner(ms, device)
     cost_model = _cost_model(ms, summary.directory / "cost_model.tar", _search_threads())
     progress = _ProgressCallback(summary, on_progress, device)
     if on_progress:
@@ -432,24 +310,6 @@ def _search(ms, trials: int):
     population = min(512, max(32, 8 * trials))
     return ms.search_strategy.EvolutionarySearch(population_size=population,
                                                  init_min_unmeasured=min(50, population // 2))
-
-
-def _runner(ms, device: Device):
-    if not device.remote:
-        return ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
-            number=3, repeat=1, min_repeat_ms=20, enable_cpu_cache_flush=False), timeout_sec=60)
-    host, port = (device.tracker or device.proxy).rsplit(":", 1)  # sessions come from rpc_session
-    return ms.runner.RPCRunner(
-        rpc_config=ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=device.key,
-                                       session_timeout_sec=device.session_timeout),
-        evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=1, min_repeat_ms=0,
-                                                   enable_cpu_cache_flush=False),
-        max_workers=1,
-        f_create_session=functools.partial(rpc_session, key=device.key, tracker=device.tracker, proxy=device.proxy,
-                                           timeout=device.session_timeout),
-        f_alloc_argument=rpc_alloc_arguments,
-        f_cleanup=rpc_cleanup,
-    )
 
 
 class _ProgressCallback:
@@ -568,3 +428,16 @@ def print_summary(summary: Summary, trials: int) -> None:
     if failed:
         console.print(f"  [yellow]![/] no working candidate yet for: {', '.join(failed)} "
                       "(they keep tvmgen's default schedules; see the log)")
+
+
+def checked_database(root: Path | None, plat, device: str) -> Path | None:
+    """--tuning-db checked before the model is imported: it must hold records for the target."""
+    if root is None:
+        return None
+    from tvmgen.compiler.platforms import make_target, target_dict
+
+    if device not in ("cpu", "nnapi"):
+        raise InputError(f"--tuning-db holds CPU kernels; --device {device} has none to take from it",
+                         "leave out --tuning-db, or use --device cpu")
+    open_database(root, make_target(target_dict(plat, device)))  # says which targets it has, if not this one
+    return root

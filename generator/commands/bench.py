@@ -1,0 +1,108 @@
+"""`tvmgen bench`: a model or a GEMM timed on an RPC device, its outputs checked against the reference."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import click
+
+from tvmgen import check as numerics, log as logs
+from tvmgen.errors import CheckError, InputError
+
+console = logs.console
+
+
+@click.command()
+@click.argument("source", metavar="MODEL|ARTIFACT", required=False)
+@click.option("--key", required=True, help="The device's key.")
+@click.option("--tracker", metavar="HOST:PORT", help="Get the device from this tracker (waits while it is busy).")
+@click.option("--proxy", metavar="HOST:PORT", help="Reach the device through this proxy.")
+@click.option("--platform", help="Compile for this platform. [default: what the device reports]")
+@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "opencl", "cuda", "metal"]),
+              help="Processor on the device (metal: the iOS app, benching the model linked into it).")
+@click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
+@click.option("--gemm", type=click.IntRange(min=1), metavar="N",
+              help="Instead of a model: time an N x N x N float32 matmul built for the device (GFLOPS).")
+@click.option("--repeat", default=10, show_default=True, help="Timed repeats on the device.")
+@click.option("--number", default=1, show_default=True, help="Runs averaged in each repeat.")
+@click.option("--min-repeat-ms", default=0, show_default=True, help="Stretch each repeat to at least this long.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the inputs (the same on host and device).")
+@click.option("--atol", default=1e-4, show_default=True, help="Fail (exit 5) above this error vs the reference...")
+@click.option("--rtol", default=1e-3, show_default=True, help="...plus this times the largest reference value.")
+@click.option("--session-timeout", default=600, show_default=True, help="Seconds the device gives this session.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the results as JSON here.")
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path), help="Write a latency histogram (PNG) here.")
+@click.option("--usb", is_flag=True, help="The phone reaches the proxy over USB: adb reverse tcp:PORT tcp:PORT first.")
+@click.option("--serial", help="--usb: the phone, when several are attached.")
+def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repeat, number, min_repeat_ms, seed,
+          atol, rtol, session_timeout, json_path, plot_path, usb, serial):
+    """Run and time a model (or --gemm N) on a remote device over TVM RPC.
+
+    Given a model, it is compiled for the device's platform first; given an artifact, its
+    architecture must match the device (checked before anything is uploaded). Cold start and
+    warm runs are timed on the device, copy-in and copy-out apart, and the outputs compared with
+    the reference runtime on the host on the same seeded inputs.
+
+    \b
+      tvmgen bench builtin:mobilenet --key phone --tracker 127.0.0.1:9190
+      tvmgen bench out/mobilenet-linux-aarch64-cpu --key phone --proxy 127.0.0.1:9090 --json r.json
+      tvmgen bench --gemm 1024 --key phone --tracker 127.0.0.1:9190
+    """
+    from tvmgen import artifact, bench as benching, builtin, frontends
+    from tvmgen.compiler import build
+    from tvmgen.compiler.platforms import check_pair, get_platform
+    from tvmgen.frontends.base import InputOverride
+
+    if (source is None) == (gemm is None):
+        raise InputError("give a MODEL or ARTIFACT to bench, or --gemm N", "tvmgen bench builtin:mobilenet --key K ...")
+    if usb:
+        from tvmgen.android import adb
+        from tvmgen.rpc import parse_address
+
+        if not proxy:
+            raise InputError("--usb works through a proxy on this machine", "pass --proxy 127.0.0.1:PORT")
+        phone = adb.choose_device(serial)
+        phone.reverse(parse_address(proxy, "proxy")[1])
+        console.print(f"  [dim]{phone.serial} reaches {proxy} over USB (adb reverse)[/]")
+    target = benching.Target(key, tracker, proxy, session_timeout)
+    with tempfile.TemporaryDirectory(prefix="tvmgen-bench-") as scratch:
+        scratch = Path(scratch)
+        reference = reference_name = None
+        artifact_dir = None
+        if source and (Path(source) / "manifest.json").is_file():
+            artifact_dir = Path(source)
+            manifest = artifact.load(artifact_dir)  # a broken artifact fails here, before any device is taken
+            reference, reference_name = numerics.artifact_reference(manifest, scratch)
+        elif source:
+            model_path = builtin.materialize(source, scratch) if source.startswith("builtin:") else Path(source)
+            with logs.step(f"Importing {source}"):
+                imported = frontends.load(model_path, [InputOverride.parse(f) for f in input_flags])
+            reference, reference_name = imported.reference, imported.reference_name
+        with logs.step(f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"):
+            remote, info = benching.connect(target)
+        if info:
+            console.print(f"  [dim]device: {info.get('platform')} ({info.get('arch')}), devices {info.get('devices')}[/]")
+        plat = get_platform(platform or info.get("platform") or "host")
+        if gemm:
+            check_pair(plat, device)
+            report = benching.bench_gemm(remote, info, gemm, plat, device, repeat, number, min_repeat_ms, scratch)
+        else:
+            if artifact_dir is None:
+                artifact_dir = scratch / "artifact"
+                build.compile_to_artifact(imported, build.BuildOptions(plat, device), artifact_dir, True,
+                                          {"name": model_path.stem, "source": source, "format": imported.format})
+            report = benching.bench_model(remote, info, artifact_dir, key, repeat, number, min_repeat_ms, seed,
+                                          reference, reference_name)
+    benching.print_report(report)
+    if json_path:
+        json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        console.print(f"results: {json_path}")
+    if plot_path:
+        benching.plot(report, plot_path)
+        console.print(f"plot: {plot_path}")
+    bad = [r["name"] for r in report.check or [] if r["max_abs"] > atol + rtol * r["ref_max"]]
+    if bad:
+        raise CheckError(f"device outputs differ from {report.reference} beyond tolerance: {', '.join(bad)}",
+                         "a compiler or device problem; compare with `tvmgen compile --check` on the host")
