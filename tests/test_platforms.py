@@ -196,3 +196,35 @@ def test_gemm_schedules_build(device, tmp_path):
         assert b"__kernel" in blob and b"get_local_id" in blob  # threadIdx-bound
     else:
         assert all(binfmt.describe(d) == ("elf", "aarch64") for d in members(tmp_path / "gemm.tar").values())
+
+
+def test_cpu_matrix_bundle_checks_every_x86_level_this_cpu_has(tmp_path):
+    """scripts/cpu_matrix.py: the bundle that checks x86-64 builds on another machine without TVM.
+    Here it runs the levels this CPU has and names the ones it lacks; the stdlib .npy reader agrees
+    with numpy."""
+    import importlib.util
+    import platform
+    import subprocess
+
+    import numpy as np
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the bundle holds x86-64 builds")
+    spec = importlib.util.spec_from_file_location("cpu_matrix", Path(__file__).parent.parent / "scripts" / "cpu_matrix.py")
+    matrix = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(matrix)
+    for a in (np.arange(6, dtype=np.float32).reshape(2, 3) / 3, np.array([[0, 255]], np.uint8),
+              np.array([-2**31, 7], np.int32)):
+        np.save(tmp_path / "a.npy", a)
+        assert matrix.read_npy(tmp_path / "a.npy")[1] == a.ravel().tolist()
+    matrix.bundle(tmp_path / "b", names=("int8",))
+    proc = subprocess.run([sys.executable, str(tmp_path / "b" / "cpu_matrix.py"), "check", str(tmp_path / "b")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    flags = Path("/proc/cpuinfo").read_text()
+    for cpu, needs in matrix.CPUS.items():
+        line = next(ln for ln in proc.stdout.splitlines() if f"int8-{cpu} " in ln)
+        if all(f" {f}" in flags for f in needs):
+            assert "ok   max abs error 0," in line, line
+        else:
+            assert "not run: this CPU lacks" in line, line
