@@ -42,19 +42,16 @@ import argparse
 import importlib.util
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import benchlib
+from benchlib import progress
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-ROOT = Path(__file__).resolve().parent.parent
 SEED = 0
 ATOL, RTOL = 1e-4, 1e-3  # the defaults of `tvmgen compile --check`
 
@@ -69,10 +66,6 @@ MODELS = {
 
 # tvmgen builds: name -> column label. "default" always; the others on request.
 VARIANTS = {"default": "tvmgen", "tuned": "tuned", "unscheduled": "unscheduled"}
-
-
-def progress(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # =========================================================================== model makers
@@ -293,18 +286,12 @@ def worker_compile(model_file: Path, out_dir: Path, variant: str, tuning_db: Pat
 
 # =========================================================================== measuring (a child per thread count)
 
-class Runtime:
+class Runtime(benchlib.Timed):
     """One way of running the model: ``run()`` does set inputs, run, fetch outputs as numpy arrays."""
 
     def __init__(self, key: str, run, version: str, threads: int):
-        self.key, self.run, self.version, self.threads = key, run, version, threads
-        self.times_ms: list[float] = []
-        self.outputs = None
-
-    def timed_run(self) -> None:
-        t0 = time.perf_counter()
-        self.outputs = self.run()
-        self.times_ms.append((time.perf_counter() - t0) * 1e3)
+        super().__init__(key, run)
+        self.version, self.threads = version, threads
 
 
 def tvm_runtime(variant: str, artifact_dir: Path, inputs: dict) -> Runtime:
@@ -371,47 +358,7 @@ def numpy_runtime(inputs: dict, threads: int) -> Runtime:
     return Runtime("numpy", lambda: [a @ b], f"numpy {np.__version__} ({blas})", actual)
 
 
-def _thread_cpu_ticks() -> int | None:
-    """CPU time (clock ticks) used so far by this process's threads other than the main one."""
-    try:
-        tids = [t for t in os.listdir("/proc/self/task") if int(t) != os.getpid()]
-    except OSError:
-        return None
-    total = 0
-    for t in tids:
-        try:
-            fields = Path(f"/proc/self/task/{t}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the thread ended
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total
-
-
-def settle(limit_s: float = 1.0) -> float:
-    """Wait until the last runtime's worker threads stop spinning; returns the seconds waited.
-
-    After a parallel run TVM's pool threads spin (sched_yield) for ~0.3 s and OpenBLAS's for
-    ~0.05 s; timing the next runtime meanwhile would measure their contention, not it.
-    """
-    t0 = time.perf_counter()
-    before = _thread_cpu_ticks()
-    if before is None:  # no /proc: wait out the longest spin seen
-        time.sleep(0.3)
-        return 0.3
-    while time.perf_counter() - t0 < limit_s:
-        time.sleep(0.03)
-        now = _thread_cpu_ticks()
-        if now == before:
-            break
-        before = now
-    return time.perf_counter() - t0
-
-
 def worker_measure(spec: dict) -> dict:
-    import math
-
-    import numpy as np
-
     from tvmgen import artifact
     from tvmgen.frontends.base import random_inputs
     from tvmgen.runner import compare
@@ -425,31 +372,13 @@ def worker_measure(spec: dict) -> dict:
                  "litert": lambda: litert_runtime(model_file, inputs, threads),
                  "numpy": lambda: numpy_runtime(inputs, threads)}[spec["reference"]]()
     runtimes = [tvm_runtime(v, d, inputs) for v, d in artifacts.items()] + [reference]
-    # Warm up, and size each runtime's block: `rounds` blocks give >= runs runs and >= min_time seconds.
-    blocks = {}
-    for r in runtimes:
-        settle()
-        for _ in range(spec["warmup"]):
-            r.timed_run()
-        typical_s = float(np.median(r.times_ms)) / 1e3 if r.times_ms else 0.0
-        wanted = max(runs, min(20 * runs, math.ceil(min_time / typical_s) if typical_s else runs))
-        blocks[r.key] = math.ceil(wanted / rounds)
-        r.times_ms.clear()
-    settled = 0.0
-    for k in range(rounds):
-        for r in runtimes[k % len(runtimes):] + runtimes[:k % len(runtimes)]:  # who goes first rotates
-            settled += settle()
-            r.run()  # untimed: the previous runtime evicted this one's weights from the caches
-            for _ in range(blocks[r.key]):
-                r.timed_run()
+    settled = benchlib.round_robin(runtimes, spec["warmup"], runs, rounds, min_time)
 
     out = {"threads_requested": threads, "rounds": rounds, "settle_s": settled, "runtimes": {}}
     names = [s.name for s in manifest.outputs]
     for r in runtimes:
-        a = np.array(r.times_ms)
-        entry = {"runtime": r.version, "threads_actual": r.threads, "median_ms": float(np.median(a)),
-                 "mean_ms": float(a.mean()), "min_ms": float(a.min()), "max_ms": float(a.max()),
-                 "p90_ms": float(np.percentile(a, 90)), "runs": len(a)}
+        entry = {"runtime": r.version, "threads_actual": r.threads,
+                 **benchlib.stats(r.times_ms, "ms", ("median", "mean", "min", "max", "p90")), "runs": len(r.times_ms)}
         if r is not reference:
             rows = compare(r.outputs, reference.outputs, names)
             worst = max(x["max_abs"] for x in rows)
@@ -463,19 +392,14 @@ def worker_measure(spec: dict) -> dict:
 def run_worker(args) -> None:
     from tvmgen.errors import TvmgenError
 
-    # Whatever TVM, TensorFlow or LiteRT print goes to stderr; stdout carries only the JSON result.
-    result_fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    spec = json.loads(args.spec)
-    try:
-        result = _work(args.worker, spec)
-    except TvmgenError as e:  # tvmgen's own errors say what to do: pass them on without a traceback
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
-    sys.stderr.flush()
-    with os.fdopen(result_fd, "w") as f:
-        f.write(json.dumps(result) + "\n")
+    def compute():  # whatever TVM, TensorFlow or LiteRT print goes to stderr
+        try:
+            return _work(args.worker, json.loads(args.spec))
+        except TvmgenError as e:  # tvmgen's own errors say what to do: pass them on without a traceback
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(e.exit_code)
+
+    benchlib.serve_worker(compute)
 
 
 def _work(mode: str, spec: dict) -> dict:
@@ -494,32 +418,14 @@ def _work(mode: str, spec: dict) -> dict:
 
 # =========================================================================== driver
 
-class WorkerError(RuntimeError):
-    def __init__(self, message: str, summary: str):
-        super().__init__(message)
-        self.summary = summary  # tvmgen's error and fix when the child raised one, else its last line
-
-
 def call_worker(mode: str, env_threads: int, verbose: bool, **spec) -> dict:
     """Run this script's ``--worker mode`` in a fresh process with the thread variables set to ``env_threads``."""
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", mode,
             "--spec", json.dumps(spec, default=str)]
-    n = str(env_threads)
-    env = dict(os.environ, TVM_NUM_THREADS=n, OMP_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n,
-               TF_CPP_MIN_LOG_LEVEL="3", TF_ENABLE_ONEDNN_OPTS="0", PYTHONUNBUFFERED="1")
-    proc = subprocess.run(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                          stderr=None if verbose else subprocess.PIPE, text=True)
-    what = f"{mode} {spec.get('variant') or spec.get('maker') or ''}".strip()
-    if proc.returncode != 0:
-        lines = (proc.stderr or "").strip().splitlines()
-        errors = [i for i, ln in enumerate(lines) if ln.startswith("error: ")]
-        summary = "\n".join(lines[errors[-1]:]) if errors else (lines[-1] if lines else "no output")
-        raise WorkerError(f"worker {what} failed (exit {proc.returncode}):\n" + "\n".join(lines[-25:]), summary)
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError) as e:
-        raise WorkerError(f"worker {what} returned no JSON result ({e}): {proc.stdout[-500:]!r}",
-                          "no JSON result") from e
+    env = benchlib.thread_env(env_threads, OPENBLAS_NUM_THREADS=str(env_threads), TF_CPP_MIN_LOG_LEVEL="3",
+                              TF_ENABLE_ONEDNN_OPTS="0")
+    what = f"worker {mode} {spec.get('variant') or spec.get('maker') or ''}".strip()
+    return benchlib.last_json(benchlib.run_step(argv, env, verbose, what), what)
 
 
 def label(name: str, args) -> str:
@@ -552,7 +458,7 @@ def bench_model(name: str, work: Path, args) -> dict:
         try:
             comp = call_worker("compile", 1, args.verbose, model_file=model_file, artifact=out, variant=variant,
                                tuning_db=db)
-        except WorkerError as e:
+        except benchlib.StepError as e:  # e.summary: tvmgen's error and fix, else the last line
             if variant == "default":
                 raise
             entry["skipped"][build] = e.summary
@@ -582,7 +488,7 @@ def bench_model(name: str, work: Path, args) -> dict:
                "loadavg_1min_before": load, "tvmgen": {}}
         for variant in own:
             r = rts[variant]
-            row["tvmgen"][variant] = {"median_ms": r["median_ms"], "ratio": r["median_ms"] / ref_ms,
+            row["tvmgen"][variant] = {"median_ms": r["median_ms"], "ratio": benchlib.ratio(r["median_ms"], ref_ms),
                                       "max_abs_diff": r["outputs"]["max_abs_diff"],
                                       "outputs_match": r["outputs"]["ok"]}
             if not r["outputs"]["ok"]:
@@ -661,10 +567,9 @@ def environment() -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = benchlib.parser(__doc__)
     p.add_argument("--quick", action="store_true", help="smoke test: 1 warm-up, 5 timed runs in 2 rounds")
-    p.add_argument("--json", type=Path, metavar="OUT.json", help="also write every measurement as JSON here")
+    benchlib.json_option(p)
     p.add_argument("--tuning-db", action="append", default=[], metavar="[N=]DIR",
                    help="add a tuned column: compile with this `tvmgen tune` database (its root directory); "
                         "N=DIR uses it for the N-thread rows only (tune once per thread count: "
@@ -678,7 +583,7 @@ def main() -> int:
                    help="time each runtime for about this many seconds too, up to 20 x --runs runs "
                         "(default 2, --quick 0): fast runtimes get a wider window against noise")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
-    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {', '.join(MODELS)}")
+    benchlib.models_option(p, MODELS)
     p.add_argument("--gemm-size", type=int, default=1024, help="N of the N x N x N GEMM (default 1024)")
     p.add_argument("--keep", type=Path, metavar="DIR", help="make models and artifacts in DIR and keep them")
     p.add_argument("-v", "--verbose", action="store_true", help="show the children's own stderr")
@@ -696,10 +601,7 @@ def main() -> int:
     args.rounds = args.rounds or (2 if args.quick else 10)
     args.min_time = args.min_time if args.min_time is not None else (0.0 if args.quick else 2.0)
     args.threads = [int(t) for t in args.threads.split(",") if t.strip()]
-    names = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in names if m not in MODELS]
-    if unknown:
-        p.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
+    names = benchlib.pick_models(args.models, MODELS, p.error)
     args.variants = ["default"]
     skipped_columns = {}
     args.tuning_dbs = parse_tuning_dbs(args.tuning_db, args.threads, p.error)
@@ -713,26 +615,16 @@ def main() -> int:
     if args.with_unscheduled:
         args.variants.append("unscheduled")
 
-    if args.keep:
-        args.keep.mkdir(parents=True, exist_ok=True)
-        work = args.keep.resolve()
-    else:
-        work = Path(tempfile.mkdtemp(prefix="tvmgen-bench-"))
-    load_start = os.getloadavg()
-    if load_start[0] > 0.5:
-        progress(f"note: load average is {load_start[0]:.2f} before starting; other processes will add noise")
-    start = time.perf_counter()
     results, failures = [], []
-    try:
+    with benchlib.work_dir(args.keep, "tvmgen-bench-") as work:
+        load_start = benchlib.load_at_start()
+        start = time.perf_counter()
         for name in names:
             try:
                 results.append(bench_model(name, work, args))
-            except WorkerError as e:
+            except benchlib.StepError as e:
                 failures.append({"model": name, "error": str(e), "summary": e.summary})
                 progress(f"{name}: FAILED\n{e}")
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
     total = time.perf_counter() - start
     load_end = os.getloadavg()
     rows = [r for m in results for r in m["rows"]]
@@ -765,19 +657,16 @@ def main() -> int:
         print(f"{f['model']}: FAILED: {f['summary']}")
 
     if args.json:
-        doc = {"benchmark": "cpu_speed", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-               "settings": {"runs": args.runs, "rounds": args.rounds, "warmup": args.warmup,
-                            "min_time_s": args.min_time,
-                            "threads": args.threads, "builds": args.variants, "gemm_size": args.gemm_size,
-                            "tuning_db": {("all" if k is None else str(k)): str(v) for k, v in args.tuning_dbs.items()}
-                            or None,
-                            "quick": args.quick, "seed": SEED, "atol": ATOL, "rtol": RTOL},
-               "environment": {**environment(), "loadavg_start": load_start, "loadavg_end": load_end},
-               "total_s": total, "rows": rows,
-               "models": [{k: v for k, v in m.items() if k != "rows"} for m in results],
-               "skipped_columns": skipped_columns, "failures": failures}
-        args.json.write_text(json.dumps(doc, indent=2) + "\n")
-        progress(f"JSON written to {args.json}")
+        benchlib.write_json(args.json, "cpu_speed", {
+            "settings": {"runs": args.runs, "rounds": args.rounds, "warmup": args.warmup, "min_time_s": args.min_time,
+                         "threads": args.threads, "builds": args.variants, "gemm_size": args.gemm_size,
+                         "tuning_db": {("all" if k is None else str(k)): str(v) for k, v in args.tuning_dbs.items()}
+                         or None,
+                         "quick": args.quick, "seed": SEED, "atol": ATOL, "rtol": RTOL},
+            "environment": {**environment(), "loadavg_start": load_start, "loadavg_end": load_end},
+            "total_s": total, "rows": rows,
+            "models": [{k: v for k, v in m.items() if k != "rows"} for m in results],
+            "skipped_columns": skipped_columns, "failures": failures})
     return 1 if failures else 0
 
 

@@ -38,36 +38,19 @@ import json
 import os
 import re
 import shutil
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import benchlib
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import environment, table  # noqa: E402
+from benchlib import environment, log, table
 
 STATS = re.compile(r"tvmgen-opencl: cache (\{.*\})")
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 def start(runner: Path, artifact: Path, work: Path, env: dict, repeat: int, tag: str) -> dict:
     """One tvmgen-run process; its timings, cache counters and wall time."""
-    timings = work / f"{tag}.json"
-    t0 = time.perf_counter()
-    proc = subprocess.run([str(runner), str(artifact), "--warmup", "0", "--repeat", str(repeat),
-                           "--timings", str(timings)], capture_output=True, text=True, env=env, timeout=1200)
-    wall = (time.perf_counter() - t0) * 1e3
-    if proc.returncode != 0:
-        raise SystemExit(f"tvmgen-run failed ({tag}):\n{proc.stderr}")
-    t = json.loads(timings.read_text())
-    m = STATS.search(proc.stderr)
+    t, stderr, wall = benchlib.tvmgen_run(runner, artifact, work, env, 0, repeat, tag)
+    m = STATS.search(stderr)
     t["cache"] = json.loads(m.group(1)) if m else None
     t["wall_ms"] = wall
     # with --warmup 0 the first timed run is the process's first: its copy-out waits for its kernels
@@ -90,15 +73,11 @@ def main() -> int:
     if args.quick:
         args.rounds, args.repeat = 1, 3
 
-    work = Path(args.keep or tempfile.mkdtemp(prefix="opencl-cache-bench-")).absolute()
-    work.mkdir(parents=True, exist_ok=True)
+    work, runner = benchlib.opencl_setup(args.runtime, args.keep, "opencl-cache-bench-", log)
     from tvmgen.builtin import materialize
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
     from tvmgen import frontends
-
-    prefix = benchlib.opencl_runtime(args.runtime, work, log)
-    runner = prefix / "bin" / "tvmgen-run"
 
     log("compiling builtin:mobilenet for opencl and cpu ...")
     imported = frontends.load(materialize("builtin:mobilenet", work), [])
@@ -138,16 +117,16 @@ def main() -> int:
     cpu = start(runner, arts["cpu"], work, env, args.repeat, "cpu")
 
     def med(rows, key):
-        return statistics.median(r[key] for r in rows)
+        return benchlib.median(r[key] for r in rows)
 
     def cmed(rows, key):
-        return statistics.median(r["cache"][key] for r in rows)
+        return benchlib.median(r["cache"][key] for r in rows)
 
     def fmt(x):
-        return f"{x:.1f}" if x >= 10 else f"{x:.3f}"
+        return benchlib.fmt_num(x, large=10, digits=3)
 
     def ratio(a, b):  # "-" where one side is (nearly) nothing: no meaningful ratio
-        return f"{a / b:.1f}x" if min(a, b) >= 0.01 else "-"
+        return benchlib.fmt_ratio(a / b if min(a, b) >= 0.01 else None, digits=1)
 
     startup = [
         ("process wall time", med(cold, "wall_ms"), med(warm, "wall_ms")),

@@ -25,33 +25,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import benchlib
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import environment, table  # noqa: E402
+from benchlib import environment, log, table
 
 KEYS = (("copy-in", "copy_in_ms"), ("run (waits for the kernels)", "run_ms"), ("copy-out", "copy_out_ms"),
         ("total", "total_ms"))
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 def one(runner: Path, artifact: Path, work: Path, env: dict, args, host_visible: bool, tag: str) -> dict:
-    timings = work / f"{tag}.json"
-    cmd = [str(runner), str(artifact), "--warmup", str(args.warmup), "--repeat", str(args.repeat),
-           "--timings", str(timings)] + (["--host-visible-inputs"] if host_visible else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
-    if proc.returncode != 0:
-        raise SystemExit(f"tvmgen-run failed ({tag}):\n{proc.stderr}")
-    t = json.loads(timings.read_text())
+    t, _, _ = benchlib.tvmgen_run(runner, artifact, work, env, args.warmup, args.repeat, tag,
+                                  ("--host-visible-inputs",) if host_visible else ())
     if t.get("host_visible_inputs") is not host_visible:
         raise SystemExit(f"{tag}: the timings say host_visible_inputs={t.get('host_visible_inputs')}")
     return t
@@ -67,15 +53,11 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="also write every number as JSON")
     args = ap.parse_args()
 
-    work = Path(args.keep or tempfile.mkdtemp(prefix="opencl-copies-bench-")).absolute()
-    work.mkdir(parents=True, exist_ok=True)
+    work, runner = benchlib.opencl_setup(args.runtime, args.keep, "opencl-copies-bench-", log)
     from tvmgen import frontends
     from tvmgen.builtin import materialize
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
-
-    prefix = benchlib.opencl_runtime(args.runtime, work, log)
-    runner = prefix / "bin" / "tvmgen-run"
 
     art = work / "mobilenet-opencl"
     if not (art / "manifest.json").is_file():
@@ -93,15 +75,13 @@ def main() -> int:
         mapped.append(one(runner, art, work, env, args, True, f"mapped{r}"))
 
     def med(rows, key):
-        return statistics.median(r[key]["median"] for r in rows)
-
-    def fmt(x):
-        return f"{x:.1f}" if x >= 10 else f"{x:.3f}"
+        return benchlib.median(r[key]["median"] for r in rows)
 
     body = []
     for name, key in KEYS:
         p, m = med(plain, key), med(mapped, key)
-        body.append([name, fmt(p), fmt(m), f"{m / p:.2f}x" if p >= 0.001 else "-"])
+        body.append([name, benchlib.fmt_num(p, large=10, digits=3), benchlib.fmt_num(m, large=10, digits=3),
+                     benchlib.fmt_ratio(m / p if p >= 0.001 else None)])
     print(f"OpenCL inputs, builtin:mobilenet: median over {args.rounds} processes of each one's median of "
           f"{args.repeat} runs (ms)")
     print(table(["stage", "plain copies", "host-visible inputs", "host-visible/plain"], body, {1, 2, 3}))

@@ -40,13 +40,12 @@ import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import benchlib
+from benchlib import StepError, last_json, progress
 
-ROOT = Path(__file__).resolve().parent.parent
 SEED = 0
 THREADS = 1
 
@@ -237,14 +236,6 @@ public final class OverheadBench {
 """
 
 
-def progress(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def child_env() -> dict:
-    return dict(os.environ, TVM_NUM_THREADS=str(THREADS), OMP_NUM_THREADS=str(THREADS), PYTHONUNBUFFERED="1")
-
-
 # =========================================================================== worker modes (child processes)
 
 def make_add_relu(path: Path) -> dict:
@@ -306,12 +297,7 @@ def _stage_stats(ns) -> dict:
     import numpy as np
 
     a = np.asarray(ns, dtype=np.float64) / 1e3
-    keys = ("copy_in", "run", "copy_out", "total")
-    out = {}
-    for j, k in enumerate(keys):
-        col = a[:, j]
-        out[k] = {"median_us": float(np.median(col)), "mean_us": float(col.mean()), "min_us": float(col.min()),
-                  "p90_us": float(np.percentile(col, 90)), "max_us": float(col.max())}
+    out = {k: benchlib.stats(a[:, j], "us") for j, k in enumerate(("copy_in", "run", "copy_out", "total"))}
     out["calls"] = int(a.shape[0])
     return out
 
@@ -365,41 +351,18 @@ def worker_python(artifact: Path, inputs_npz: Path, warmup: int, calls: int, sav
             "tvm_threads": pool, "python_vm": vm_stats, "python_hostmodel": hm}
 
 
-def run_worker(args) -> None:
-    result_fd = os.dup(1)  # stdout carries only the JSON result; whatever TVM prints goes to stderr
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+def _work(args) -> dict:
     if args.worker == "compile":
-        result = worker_compile(args.model, Path(args.work))
-    elif args.worker == "python":
-        result = worker_python(Path(args.artifact), Path(args.inputs), args.warmup_n, args.calls_n, Path(args.save))
-    else:
-        raise SystemExit(f"unknown worker {args.worker}")
-    sys.stderr.flush()
-    with os.fdopen(result_fd, "w") as f:
-        f.write(json.dumps(result) + "\n")
+        return worker_compile(args.model, Path(args.work))
+    if args.worker == "python":
+        return worker_python(Path(args.artifact), Path(args.inputs), args.warmup_n, args.calls_n, Path(args.save))
+    raise SystemExit(f"unknown worker {args.worker}")
 
 
 # =========================================================================== driver
 
-class StepError(RuntimeError):
-    pass
-
-
 def run_proc(argv: list, verbose: bool, what: str, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(a) for a in argv], env=child_env(), cwd=ROOT, stdout=subprocess.PIPE,
-                          stderr=None if verbose else subprocess.PIPE, text=True, **kw)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-25:])
-        raise StepError(f"{what} failed (exit {proc.returncode}):\n{tail}")
-    return proc
-
-
-def last_json(proc: subprocess.CompletedProcess, what: str) -> dict:
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError) as e:
-        raise StepError(f"{what} returned no JSON ({e}): {proc.stdout[-500:]!r}") from e
+    return benchlib.run_step(argv, benchlib.thread_env(THREADS), verbose, what, **kw)
 
 
 def call_worker(mode: str, verbose: bool, **kw) -> dict:
@@ -528,37 +491,24 @@ def strip_sizes(plat: str, prefix: Path, work: Path, verbose: bool) -> dict:
             if (prefix / "bin" / "tvmgen-run").is_file() else None}
 
 
-def median(xs):
-    s = sorted(xs)
-    n = len(s)
-    return None if n == 0 else (s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2)
-
-
 def summarize(rounds: list[dict]) -> dict:
     """Per stage: the median over rounds of each round's median (and the rounds' values)."""
     row = {"calls_per_round": rounds[0].get("calls"), "rounds": len(rounds)}
     for k in ("copy_in", "run", "copy_out", "total"):
         vals = [r[k]["median_us"] for r in rounds if k in r]
-        row[k] = median(vals)
+        row[k] = benchlib.median(vals)
         row[f"{k}_rounds"] = vals
     return row
-
-
-def fmt_us(v) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.1f}" if v >= 100 else f"{v:.2f}"
 
 
 def format_table(rows: list[dict], sizes: dict) -> str:
     header = ["model", "path", "calls", "copy-in us", "run us", "copy-out us", "total us", "vs C++"]
     body = []
     for r in rows:
-        total = fmt_us(r["total"]) + ("*" if r["path"] == "cpp" else "")
-        ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
+        total = benchlib.fmt_num(r["total"]) + ("*" if r["path"] == "cpp" else "")
+        ratio = benchlib.fmt_ratio(r.get("ratio"))
         body.append([SHORT[r["model"]], PATHS[r["path"]], f"{r['calls_per_round'] * r['rounds']}",
-                     fmt_us(r["copy_in"]), fmt_us(r["run"]), fmt_us(r["copy_out"]), total, ratio])
-    lines = [header, None, *body]
+                     benchlib.fmt_num(r["copy_in"]), benchlib.fmt_num(r["run"]), benchlib.fmt_num(r["copy_out"]), total, ratio])
     if sizes:
         plats = [p for p in ("host", "linux-aarch64") if p in sizes]
         cols = [f"{ARCH_LABEL[p]} B" + ("" if sizes[p]["stripped"] else " (unstripped)") for p in plats]
@@ -576,19 +526,8 @@ def format_table(rows: list[dict], sizes: dict) -> str:
                 cells.append(str(b))
             size_rows.append(["", label, "", "", "", "", *cells])
         size_rows.append(["", "total (what an app ships)", "", "", "", "", *(str(totals[p]) for p in plats)])
-        lines += [None, ["stripped size", "library", "", "", "", "", *cols], None, *size_rows]
-    width = max(len(x) for x in lines if x)
-    lines = [x + [""] * (width - len(x)) if x else x for x in lines]
-    widths = [max(len(x[i]) for x in lines if x) for i in range(width)]
-    right = set(range(2, width))
-
-    def line(cells):
-        if cells is None:
-            return "  ".join("-" * w for w in widths)
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    return "\n".join(line(x) for x in lines)
+        body += [None, ["stripped size", "library", "", "", "", "", *cols], None, *size_rows]
+    return benchlib.table(header, body, set(range(2, max(len(x) for x in [header, *body] if x))))
 
 
 def environment() -> dict:
@@ -625,17 +564,16 @@ def output_check(work: Path, name: str, model: dict) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = benchlib.parser(__doc__)
     p.add_argument("--quick", action="store_true",
                    help="smoke test: 1 round, 2000 calls (tiny model) / 5 calls (MobileNet)")
-    p.add_argument("--json", type=Path, metavar="OUT.json", help="also write every measurement as JSON here")
+    benchlib.json_option(p)
     p.add_argument("--calls", type=int, help="timed calls per round for add-relu-1x16 (default 20000, --quick 2000)")
     p.add_argument("--warmup", type=int, help="untimed calls first, add-relu-1x16 (default 5000, --quick 500)")
     p.add_argument("--mobilenet-calls", type=int, help="timed calls per round for MobileNet (default 10, --quick 5)")
     p.add_argument("--mobilenet-warmup", type=int, help="untimed MobileNet calls first (default 3, --quick 1)")
     p.add_argument("--rounds", type=int, help="fresh processes per path and model (default 5, --quick 1)")
-    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {', '.join(MODELS)}")
+    benchlib.models_option(p, MODELS)
     p.add_argument("--no-sizes", action="store_true", help="skip the aarch64 build and the library sizes")
     p.add_argument("--keep", type=Path, metavar="DIR", help="build, compile and measure in DIR and keep it")
     p.add_argument("-v", "--verbose", action="store_true", help="show the children's own stderr and cmake's output")
@@ -647,7 +585,7 @@ def main() -> int:
 
     if args.worker:
         args.warmup_n, args.calls_n = int(args.warmup_n or 0), int(args.calls_n or 0)
-        run_worker(args)
+        benchlib.serve_worker(lambda: _work(args))  # whatever TVM prints goes to stderr
         return 0
 
     q = args.quick
@@ -656,24 +594,14 @@ def main() -> int:
               args.mobilenet_calls or (5 if q else 10))
     counts = {"add-relu-1x16": tiny, "builtin-mobilenet": mobile}
     rounds = args.rounds or (1 if q else 5)
-    names = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in names if m not in MODELS]
-    if unknown:
-        p.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
+    names = benchlib.pick_models(args.models, MODELS, p.error)
 
-    if args.keep:
-        args.keep.mkdir(parents=True, exist_ok=True)
-        work = args.keep.resolve()
-    else:
-        work = Path(tempfile.mkdtemp(prefix="tvmgen-overhead-"))
     os.environ["TVM_NUM_THREADS"] = str(THREADS)  # also for anything this process starts
-    load_start = os.getloadavg()
-    if load_start[0] > 0.5:
-        progress(f"note: load average is {load_start[0]:.2f} before starting; other processes will add noise")
-    start = time.perf_counter()
     failures, models, sizes, results = [], {}, {}, {}
     prefix = classes = cpp_exe = None
-    try:
+    with benchlib.work_dir(args.keep, "tvmgen-overhead-") as work:
+        load_start = benchlib.load_at_start()
+        start = time.perf_counter()
         progress("building the host runtime (tvmgen.runtime_build.build('host'), JNI on) ...")
         try:
             prefix = build_runtime("host", work, args.verbose)
@@ -763,14 +691,11 @@ def main() -> int:
                 base[key] = row["total"]
                 mine.append(row)
             for row in mine:  # ratio: vs tvmgen-run (the table); ratio_vs_cpp_api: vs the C++ harness
-                row["ratio"] = row["total"] / base["cpp"] if base.get("cpp") else None
-                row["ratio_vs_cpp_api"] = row["total"] / base["cpp_api"] if base.get("cpp_api") else None
+                row["ratio"] = benchlib.ratio(row["total"], base.get("cpp"))
+                row["ratio_vs_cpp_api"] = benchlib.ratio(row["total"], base.get("cpp_api"))
             rows += mine
             models[name]["max_abs_diff_vs_python_vm"] = output_check(work, name, models[name])
             models[name]["per_round"] = {k: per_round[(name, k)] for k in PATHS if (name, k) in per_round}
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
     total = time.perf_counter() - start
     progress(f"done in {total:.0f}s")
 
@@ -794,15 +719,13 @@ def main() -> int:
     sys.stdout.flush()
 
     if args.json:
-        doc = {"benchmark": "runtime_overhead", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-               "settings": {"quick": q, "rounds": rounds, "threads": THREADS,
-                            "warmup_calls": {n: counts[n][0] for n in names},
-                            "timed_calls_per_round": {n: counts[n][1] for n in names}, "seed": SEED},
-               "environment": {**environment(), "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
-               "total_s": total, "rows": rows, "sizes": sizes, "models": models, "runtimes": results,
-               "failures": failures}
-        args.json.write_text(json.dumps(doc, indent=2) + "\n")
-        progress(f"JSON written to {args.json}")
+        benchlib.write_json(args.json, "runtime_overhead", {
+            "settings": {"quick": q, "rounds": rounds, "threads": THREADS,
+                         "warmup_calls": {n: counts[n][0] for n in names},
+                         "timed_calls_per_round": {n: counts[n][1] for n in names}, "seed": SEED},
+            "environment": {**environment(), "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
+            "total_s": total, "rows": rows, "sizes": sizes, "models": models, "runtimes": results,
+            "failures": failures})
     return 1 if failures else 0
 
 
