@@ -32,7 +32,7 @@ import java.nio.charset.Charset;
  * uses it runs. After {@link #close()} every method but {@code close()}, {@link #isClosed()} and
  * {@link #toString()} throws {@link IllegalStateException}.
  */
-public final class Function implements AutoCloseable {
+public final class Function extends NativeHandle {
   // Value kinds, as jni_bridge.cc numbers them.
   private static final int KIND_NONE = 0;
   private static final int KIND_INT = 1;
@@ -47,11 +47,10 @@ public final class Function implements AutoCloseable {
 
   private static final Charset UTF_8 = Charset.forName("UTF-8");
 
-  private volatile long handle;
   private final String name;
 
   Function(long handle, String name) {
-    this.handle = handle;
+    super(handle);
     this.name = name;
   }
 
@@ -200,43 +199,24 @@ public final class Function implements AutoCloseable {
   }
 
   /**
-   * Whether {@link #close()} was called.
-   *
-   * @return true once closed
-   */
-  public synchronized boolean isClosed() {
-    return handle == 0;
-  }
-
-  /**
-   * Drops this object's reference to the native function. Closing again does nothing.
-   */
-  @Override
-  public synchronized void close() {
-    if (handle != 0) {
-      long h = handle;
-      handle = 0;
-      nativeFree(h);
-    }
-  }
-
-  /**
    * The function's name.
    *
    * @return e.g. {@code Function(main)}
    */
   @Override
   public synchronized String toString() {
-    return "Function(" + name + (handle == 0 ? ", closed" : "") + ")";
+    return "Function(" + name + (isClosed() ? ", closed" : "") + ")";
   }
 
-  /** The native handle (also for a call argument: not synchronized); throws if closed. */
-  long checkOpen() {
-    long h = handle;
-    if (h == 0) {
-      throw new IllegalStateException("the function " + name + " is closed");
-    }
-    return h;
+  /** Drops this object's reference to the native function. */
+  @Override
+  void free(long h) {
+    nativeFree(h);
+  }
+
+  @Override
+  String closedMessage() {
+    return "the function " + name + " is closed";
   }
 
   // ------------------------------------------------------------------ results

@@ -40,7 +40,7 @@ import java.util.List;
  * synchronized, so one model may be shared between threads, though its runs happen one at a time.
  * After {@code close()} every method throws {@link IllegalStateException}.
  */
-public final class Model implements AutoCloseable {
+public final class Model extends NativeHandle {
   /** Thread affinity: no preference (TVM's default). */
   public static final int AFFINITY_ANY = 0;
   /** Thread affinity: big (fast) cores. */
@@ -54,14 +54,13 @@ public final class Model implements AutoCloseable {
 
   private static volatile boolean nativeLoaded;
 
-  private long handle;
   private final String directory;
   private final String deviceName;
   private final List<TensorInfo> inputs;
   private final List<TensorInfo> outputs;
 
   private Model(long handle, String directory) {
-    this.handle = handle;
+    super(handle);
     this.directory = directory;
     this.deviceName = nativeDevice(handle);
     this.inputs = tensorInfos(handle, false);
@@ -516,45 +515,27 @@ public final class Model implements AutoCloseable {
   }
 
   /**
-   * Whether {@link #close()} was called.
-   *
-   * @return true once closed
-   */
-  public synchronized boolean isClosed() {
-    return handle == 0;
-  }
-
-  /**
-   * Frees the model's native memory (library, VM, weights, inputs and outputs). Further calls on
-   * this model throw {@link IllegalStateException}; closing again does nothing.
-   */
-  @Override
-  public synchronized void close() {
-    if (handle != 0) {
-      long h = handle;
-      handle = 0;
-      nativeFree(h);
-    }
-  }
-
-  /**
    * The model's directory, device, inputs and outputs.
    *
    * @return a one-line description
    */
   @Override
   public synchronized String toString() {
-    if (handle == 0) {
+    if (isClosed()) {
       return "Model(" + directory + ", closed)";
     }
     return "Model(" + directory + " on " + deviceName + ", inputs " + inputs + ", outputs " + outputs + ")";
   }
 
-  private long checkOpen() {
-    if (handle == 0) {
-      throw new IllegalStateException("the model loaded from " + directory + " is closed");
-    }
-    return handle;
+  /** Frees the model's native memory (library, VM, weights, inputs and outputs). */
+  @Override
+  void free(long h) {
+    nativeFree(h);
+  }
+
+  @Override
+  String closedMessage() {
+    return "the model loaded from " + directory + " is closed";
   }
 
   private static void requireFloat32(List<TensorInfo> list, int index, String what) {

@@ -29,12 +29,11 @@ package org.tvmgen;
  * synchronized. After {@code close()} every method but {@link #close()}, {@link #isClosed()} and
  * {@link #toString()} throws {@link IllegalStateException}.
  */
-public final class Module implements AutoCloseable {
-  private volatile long handle;
+public final class Module extends NativeHandle {
   private final String origin;
 
   Module(long handle, String origin) {
-    this.handle = handle;
+    super(handle);
     this.origin = origin;
   }
 
@@ -103,49 +102,32 @@ public final class Module implements AutoCloseable {
   }
 
   /**
-   * Whether {@link #close()} was called.
-   *
-   * @return true once closed
-   */
-  public synchronized boolean isClosed() {
-    return handle == 0;
-  }
-
-  /**
-   * Drops this object's reference to the native module (the module itself is freed once nothing
-   * else, such as a function obtained from it, refers to it). Closing again does nothing.
-   */
-  @Override
-  public synchronized void close() {
-    if (handle != 0) {
-      long h = handle;
-      handle = 0;
-      nativeFree(h);
-    }
-  }
-
-  /**
    * Where the module came from, and its kind.
    *
    * @return a one-line description
    */
   @Override
   public synchronized String toString() {
-    return "Module(" + describe() + (handle == 0 ? ", closed" : "") + ")";
+    return "Module(" + describe() + (isClosed() ? ", closed" : "") + ")";
   }
 
   private String describe() {
-    long h = handle;
+    long h = currentHandle();
     return h == 0 ? origin : origin + " (" + nativeKind(h) + ")";
   }
 
-  /** The native handle (also for a call argument: not synchronized); throws if closed. */
-  long checkOpen() {
-    long h = handle;
-    if (h == 0) {
-      throw new IllegalStateException("the module " + origin + " is closed");
-    }
-    return h;
+  /**
+   * Drops this object's reference to the native module (the module itself is freed once nothing
+   * else, such as a function obtained from it, refers to it).
+   */
+  @Override
+  void free(long h) {
+    nativeFree(h);
+  }
+
+  @Override
+  String closedMessage() {
+    return "the module " + origin + " is closed";
   }
 
   // ------------------------------------------------------------------ native methods (jni_bridge.cc)

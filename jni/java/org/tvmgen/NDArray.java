@@ -28,8 +28,7 @@ import java.util.Arrays;
  * Methods are synchronized; after {@code close()} every method but {@code close()},
  * {@link #isClosed()} and {@link #toString()} throws {@link IllegalStateException}.
  */
-public final class NDArray implements AutoCloseable {
-  private volatile long handle;
+public final class NDArray extends NativeHandle {
   private final long[] shape;
   private final String dtype;
   private final int deviceType;
@@ -37,7 +36,7 @@ public final class NDArray implements AutoCloseable {
   private final long byteSize;
 
   NDArray(long handle) {
-    this.handle = handle;
+    super(handle);
     try {
       this.shape = nativeShape(handle);
       this.dtype = nativeDtype(handle);
@@ -371,28 +370,6 @@ public final class NDArray implements AutoCloseable {
   // ------------------------------------------------------------------ lifetime
 
   /**
-   * Whether {@link #close()} was called.
-   *
-   * @return true once closed
-   */
-  public boolean isClosed() {
-    return handle == 0;
-  }
-
-  /**
-   * Drops this object's reference to the native tensor (its memory is freed once nothing else
-   * refers to it). Closing again does nothing.
-   */
-  @Override
-  public synchronized void close() {
-    long h = handle;
-    if (h != 0) {
-      handle = 0;
-      nativeFree(h);
-    }
-  }
-
-  /**
    * The tensor's dtype, shape and device.
    *
    * @return e.g. {@code NDArray(float32[1, 1000], cpu:0)}
@@ -405,17 +382,22 @@ public final class NDArray implements AutoCloseable {
     } catch (IllegalArgumentException e) {
       dev = "device" + deviceType;
     }
-    return "NDArray(" + dtype + Arrays.toString(shape) + ", " + dev + ":" + deviceId + (handle == 0 ? ", closed" : "")
+    return "NDArray(" + dtype + Arrays.toString(shape) + ", " + dev + ":" + deviceId + (isClosed() ? ", closed" : "")
         + ")";
   }
 
-  /** The native handle (also for a call argument: not synchronized); throws if closed. */
-  long checkOpen() {
-    long h = handle;
-    if (h == 0) {
-      throw new IllegalStateException("the NDArray " + dtype + Arrays.toString(shape) + " is closed");
-    }
-    return h;
+  /**
+   * Drops this object's reference to the native tensor (its memory is freed once nothing else
+   * refers to it).
+   */
+  @Override
+  void free(long h) {
+    nativeFree(h);
+  }
+
+  @Override
+  String closedMessage() {
+    return "the NDArray " + dtype + Arrays.toString(shape) + " is closed";
   }
 
   private void copyArray(Object array, boolean in, int elementBytes, String what, String... dtypes) {
