@@ -37,7 +37,7 @@ using cl_program = struct _cl_program*;
 using cl_kernel = struct _cl_kernel*;
 using cl_event = struct _cl_event*;
 
-// Values from the Khronos cl.h (checked against it in opencl_runtime.cc when it is installed).
+// Values from the Khronos cl.h (checked against it in cl_api.cc when it is installed).
 constexpr cl_int CL_SUCCESS = 0;
 constexpr cl_int CL_DEVICE_NOT_FOUND = -1;
 constexpr cl_bool CL_TRUE = 1;

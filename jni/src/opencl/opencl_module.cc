@@ -1,0 +1,380 @@
+// tvmgen's own OpenCL support for the TVM 0.27 runtime (libtvmgen_opencl.so).
+//
+// The PyPI TVM runtime is built with OpenCL off, and an Android TVM build should not link
+// libOpenCL.so (phones without it could not even load the app). Loading this library registers,
+// through tvm-ffi globals:
+//   device_api.opencl                   a kDLOpenCL DeviceAPI (memory, copies, streams, attributes)
+//   ffi.Module.load_from_bytes.opencl   the loader of the OpenCL kernels embedded in a model library
+//   tvmgen.opencl.set_cache_dir / cache_dir / cache_stats / reset_cache_stats / info
+// libOpenCL is opened with dlopen on first use (cl_api.cc). Compiled programs are kept in an
+// on-disk cache (kernel_cache.h) so the next start skips the driver's compiler.
+//
+// This file: the kernel module (the OpenCL kernels embedded in a model library, built on first use
+// and launched), the registration of every global, and the C API.
+#include "kernel_cache.h"
+
+namespace tvmgen {
+namespace opencl {
+
+struct FunctionInfo {
+  std::string name;
+  std::vector<DLDataType> arg_types;
+  std::vector<std::string> launch_tags;
+};
+
+// Reader of the module blob TVM embeds for an OpenCL module (little-endian):
+//   string fmt; map<string, FunctionInfo> fmap; bytes code
+// string/bytes: u64 length + bytes; map: u64 count + (key, value)...; FunctionInfo: string name,
+// array<DLDataType{u8 code, u8 bits, u16 lanes}> arg_types, array<string> launch_param_tags,
+// array<i32> arg_extra_tags; array: u64 count + items.
+class BlobReader {
+ public:
+  BlobReader(const char* data, size_t size) : p_(data), end_(data + size) {}
+  const char* Take(size_t n) {
+    if (static_cast<size_t>(end_ - p_) < n) {
+      TVM_FFI_THROW(RuntimeError) << "the OpenCL module in this library is truncated or of an unknown format "
+                                  << "(was it exported by TVM 0.27?)";
+    }
+    const char* q = p_;
+    p_ += n;
+    return q;
+  }
+  template <typename T>
+  T Pod() {
+    T v;
+    std::memcpy(&v, Take(sizeof(T)), sizeof(T));
+    return v;
+  }
+  uint64_t Count() {
+    uint64_t n = Pod<uint64_t>();
+    if (n > static_cast<uint64_t>(end_ - p_)) Take(n);  // throws: more items than bytes left
+    return n;
+  }
+  std::string Str() {
+    uint64_t n = Count();
+    return std::string(Take(n), n);
+  }
+  bool Done() const { return p_ == end_; }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+// Splits TVM's OpenCL source into kernels at its "// Function: NAME" lines.
+std::unordered_map<std::string, std::string> SplitSource(const std::string& src) {
+  static const std::string marker = "// Function: ";
+  std::unordered_map<std::string, std::string> out;
+  size_t pos = src.find(marker);
+  while (pos != std::string::npos) {
+    size_t name_begin = pos + marker.size();
+    size_t eol = src.find('\n', name_begin);
+    if (eol == std::string::npos) break;
+    std::string name = src.substr(name_begin, eol - name_begin);
+    while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
+    size_t next = src.find(marker, eol + 1);
+    out[name] = src.substr(eol + 1, next == std::string::npos ? std::string::npos : next - eol - 1);
+    pos = next;
+  }
+  return out;
+}
+
+class OpenCLModule : public ffi::ModuleObj {
+ public:
+  OpenCLModule(std::string blob, std::string fmt, std::map<std::string, FunctionInfo> fmap, std::string code)
+      : blob_(std::move(blob)), fmt_(std::move(fmt)), fmap_(std::move(fmap)), code_(std::move(code)) {
+    if (fmt_ == "cl") {
+      sources_ = SplitSource(code_);
+      for (const auto& kv : fmap_) {
+        if (!sources_.count(kv.first)) {
+          // no per-kernel markers (hand-made module): build the whole source as one program
+          sources_.clear();
+          break;
+        }
+      }
+    }
+  }
+
+  ~OpenCLModule() {
+    if (!Available()) return;
+    const Api& api = cl::Get();
+    for (auto& kv : kernels_) {
+      for (cl_kernel k : kv.second) if (k) api.ReleaseKernel(k);
+    }
+    for (auto& kv : programs_) {
+      for (cl_program p : kv.second) if (p) api.ReleaseProgram(p);
+    }
+  }
+
+  const char* kind() const final { return "opencl"; }
+  int GetPropertyMask() const final { return ffi::Module::kBinarySerializable | ffi::Module::kRunnable; }
+  ffi::Bytes SaveToBytes() const final { return ffi::Bytes(blob_.data(), blob_.size()); }
+  ffi::String InspectSource(const ffi::String& format) const final {
+    return fmt_ == "cl" ? ffi::String(code_) : ffi::String();
+  }
+
+  ffi::Optional<ffi::Function> GetFunction(const ffi::String& name) final {
+    auto it = fmap_.find(std::string(name));
+    if (it == fmap_.end()) return std::nullopt;
+    const FunctionInfo* info = &it->second;
+    std::vector<size_t> sizes;
+    for (const DLDataType& t : info->arg_types) {
+      if (t.lanes != 1) TVM_FFI_THROW(RuntimeError) << "OpenCL kernel " << name << ": vector argument types are not supported";
+      sizes.push_back(t.code == kDLOpaqueHandle ? sizeof(cl_mem) : static_cast<size_t>((t.bits + 7) / 8));
+    }
+    // launch_param_tags -> index into work sizes: blockIdx.{x,y,z} 0..2, threadIdx.{x,y,z} 3..5
+    std::vector<int> slots;
+    bool dyn_shared = false;
+    int work_dim = 1;
+    for (const std::string& tag : info->launch_tags) {
+      if (tag.rfind("blockIdx.", 0) == 0 && tag.size() == 10) {
+        slots.push_back(tag[9] - 'x');
+      } else if (tag.rfind("threadIdx.", 0) == 0 && tag.size() == 11) {
+        slots.push_back(3 + tag[10] - 'x');
+      } else if (tag == "tirx.use_dyn_shared_memory" || tag == "tir.use_dyn_shared_memory") {
+        dyn_shared = true;  // OpenCL kernels declare their __local memory: the size is read and unused
+      } else {
+        slots.push_back(-1);  // other launch hints (cluster, cooperative ...): read and ignored
+      }
+      int s = slots.empty() ? -1 : slots.back();
+      if (s >= 0) work_dim = std::max(work_dim, s % 3 + 1);
+    }
+    ffi::ObjectPtr<ffi::Object> self = ffi::GetObjectPtr<ffi::Object>(this);
+    std::string fname = std::string(name);
+    return ffi::Function::FromPacked([self, this, info, sizes, slots, dyn_shared, work_dim, fname](
+                                         ffi::PackedArgs args, ffi::Any* rv) {
+      Launch(fname, *info, sizes, slots, dyn_shared, work_dim, args);
+    });
+  }
+
+ private:
+  cl_kernel Kernel(const std::string& name, int device_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& ks = kernels_[name];
+    if (ks.size() <= static_cast<size_t>(device_id)) ks.resize(device_id + 1, nullptr);
+    if (ks[device_id]) return ks[device_id];
+    const Api& api = cl::Get();
+    std::string prog_key = sources_.empty() ? std::string("\x01whole") : name;
+    auto& ps = programs_[prog_key];
+    if (ps.size() <= static_cast<size_t>(device_id)) ps.resize(device_id + 1, nullptr);
+    if (ps[device_id] == nullptr) {
+      if (fmt_ != "cl") {
+        Workspace& w = Workspace::Global();
+        DeviceInfo& dev = w.device(device_id);
+        const unsigned char* b = reinterpret_cast<const unsigned char*>(code_.data());
+        size_t len = code_.size();
+        cl_int status = CL_SUCCESS, err = CL_SUCCESS;
+        cl_program p = api.CreateProgramWithBinary(w.context(), 1, &dev.id, &len, &b, &status, &err);
+        TVMGEN_CL_CHECK(err, "clCreateProgramWithBinary (" + fmt_ + ")");
+        TVMGEN_CL_CHECK(api.BuildProgram(p, 1, &dev.id, "", nullptr, nullptr), "clBuildProgram (" + fmt_ + ")");
+        ps[device_id] = p;
+      } else {
+        ps[device_id] = BuildProgram(sources_.empty() ? code_ : sources_.at(name), device_id, "kernel " + name);
+      }
+    }
+    cl_int err = CL_SUCCESS;
+    cl_kernel k = api.CreateKernel(ps[device_id], name.c_str(), &err);
+    TVMGEN_CL_CHECK(err, "clCreateKernel(" + name + ")");
+    ks[device_id] = k;
+    return k;
+  }
+
+  void Launch(const std::string& name, const FunctionInfo& info, const std::vector<size_t>& sizes,
+              const std::vector<int>& slots, bool dyn_shared, int work_dim, ffi::PackedArgs args) {
+    size_t nargs = info.arg_types.size();
+    size_t need = nargs + slots.size() + (dyn_shared ? 1 : 0);
+    if (static_cast<size_t>(args.size()) < need) {
+      TVM_FFI_THROW(RuntimeError) << "OpenCL kernel " << name << " takes " << need << " arguments, "
+                                  << args.size() << " were given";
+    }
+    int device_id = current_device;
+    cl_kernel kernel = Kernel(name, device_id);
+    const Api& api = cl::Get();
+    std::lock_guard<std::mutex> lock(launch_mu_);  // clSetKernelArg + enqueue: one caller at a time
+    for (size_t i = 0; i < nargs; ++i) {
+      const DLDataType& t = info.arg_types[i];
+      cl_int err;
+      if (t.code == kDLOpaqueHandle) {
+        // Host code passes the buffers' data pointers (the cl_mem handles) as opaque pointers.
+        const TVMFFIAny& raw = reinterpret_cast<const TVMFFIAny*>(args.data())[i];
+        void* ptr = nullptr;
+        if (raw.type_index == ffi::TypeIndex::kTVMFFIOpaquePtr) {
+          ptr = raw.v_ptr;
+        } else if (raw.type_index == ffi::TypeIndex::kTVMFFIDLTensorPtr) {
+          ptr = static_cast<DLTensor*>(raw.v_ptr)->data;
+        } else if (auto tensor = args[i].try_cast<ffi::Tensor>()) {
+          ptr = tensor->data_ptr();
+        } else if (raw.type_index != ffi::TypeIndex::kTVMFFINone) {
+          TVM_FFI_THROW(RuntimeError) << "OpenCL kernel " << name << ": argument " << i << " should be a buffer, got "
+                                      << args[i].GetTypeKey();
+        }
+        cl_mem m = static_cast<cl_mem>(ptr);
+        err = api.SetKernelArg(kernel, static_cast<cl_uint>(i), sizeof(cl_mem), &m);
+      } else if (t.code == kDLFloat) {
+        double v = args[i].cast<double>();
+        if (t.bits == 32) {
+          float f = static_cast<float>(v);
+          err = api.SetKernelArg(kernel, static_cast<cl_uint>(i), 4, &f);
+        } else if (t.bits == 64) {
+          err = api.SetKernelArg(kernel, static_cast<cl_uint>(i), 8, &v);
+        } else {
+          TVM_FFI_THROW(RuntimeError) << "OpenCL kernel " << name << ": float" << int(t.bits) << " scalar arguments are not supported";
+        }
+      } else {
+        int64_t v = 0;
+        if (auto x = args[i].try_cast<int64_t>()) {
+          v = *x;
+        } else {
+          v = args[i].cast<bool>();
+        }
+        unsigned char buf[8];
+        if (sizes[i] == 1) { int8_t x = static_cast<int8_t>(v); std::memcpy(buf, &x, 1); }
+        else if (sizes[i] == 2) { int16_t x = static_cast<int16_t>(v); std::memcpy(buf, &x, 2); }
+        else if (sizes[i] == 4) { int32_t x = static_cast<int32_t>(v); std::memcpy(buf, &x, 4); }
+        else { std::memcpy(buf, &v, 8); }
+        err = api.SetKernelArg(kernel, static_cast<cl_uint>(i), sizes[i], buf);
+      }
+      if (err != CL_SUCCESS) {
+        TVM_FFI_THROW(RuntimeError) << "OpenCL kernel " << name << ": clSetKernelArg(" << i << ") failed: " << ErrorName(err);
+      }
+    }
+    size_t work[6] = {1, 1, 1, 1, 1, 1};
+    for (size_t j = 0; j < slots.size(); ++j) {
+      if (slots[j] < 0) continue;
+      int64_t v = args[nargs + j].cast<int64_t>();
+      if (v > 0) work[slots[j]] = static_cast<size_t>(v);  // a 0 extent (dynamic shape) launches 1
+    }
+    size_t global[3], local[3];
+    for (int d = 0; d < 3; ++d) {
+      global[d] = work[d] * work[3 + d];
+      local[d] = work[3 + d];
+    }
+    cl_command_queue q = Workspace::Global().Queue(device_id, TVMFFIEnvGetStream(kDLOpenCL, device_id));
+    cl_int err = api.EnqueueNDRangeKernel(q, kernel, static_cast<cl_uint>(work_dim), nullptr, global, local, 0,
+                                          nullptr, nullptr);
+    if (err != CL_SUCCESS) {
+      TVM_FFI_THROW(RuntimeError) << "OpenCL kernel " << name << ": launch failed: " << ErrorName(err) << " (global "
+                                  << global[0] << "x" << global[1] << "x" << global[2] << ", local " << local[0]
+                                  << "x" << local[1] << "x" << local[2] << ")";
+    }
+  }
+
+  std::string blob_, fmt_;
+  std::map<std::string, FunctionInfo> fmap_;
+  std::string code_;
+  std::unordered_map<std::string, std::string> sources_;
+  std::mutex mu_, launch_mu_;
+  std::unordered_map<std::string, std::vector<cl_program>> programs_;
+  std::unordered_map<std::string, std::vector<cl_kernel>> kernels_;
+};
+
+ffi::Module LoadFromBytes(const ffi::Bytes& bytes) {
+  std::string blob(bytes.data(), bytes.size());
+  BlobReader r(blob.data(), blob.size());
+  std::string fmt = r.Str();
+  uint64_t n = r.Count();
+  std::map<std::string, FunctionInfo> fmap;
+  for (uint64_t i = 0; i < n; ++i) {
+    std::string key = r.Str();
+    FunctionInfo info;
+    info.name = r.Str();
+    uint64_t na = r.Count();
+    for (uint64_t j = 0; j < na; ++j) {
+      DLDataType t;
+      t.code = r.Pod<uint8_t>();
+      t.bits = r.Pod<uint8_t>();
+      t.lanes = r.Pod<uint16_t>();
+      info.arg_types.push_back(t);
+    }
+    uint64_t nt = r.Count();
+    for (uint64_t j = 0; j < nt; ++j) info.launch_tags.push_back(r.Str());
+    uint64_t ne = r.Count();
+    for (uint64_t j = 0; j < ne; ++j) {
+      int32_t tag = r.Pod<int32_t>();
+      if (tag != 0) TVM_FFI_THROW(RuntimeError) << "OpenCL kernel " << key << ": argument tag " << tag << " is not supported";
+    }
+    fmap[key] = std::move(info);
+  }
+  std::string code = r.Str();
+  if (!r.Done()) {
+    TVM_FFI_THROW(RuntimeError) << "the OpenCL module in this library has trailing bytes: unknown format "
+                                << "(was it exported by TVM 0.27?)";
+  }
+  if (fmt != "cl" && fmt != "xclbin" && fmt != "awsxclbin" && fmt != "aocx") {
+    TVM_FFI_THROW(RuntimeError) << "OpenCL module format \"" << fmt << "\" is not supported";
+  }
+  auto node = ffi::make_object<OpenCLModule>(std::move(blob), std::move(fmt), std::move(fmap), std::move(code));
+  return ffi::Module(node);
+}
+
+std::string InfoJson() {
+  std::ostringstream o;
+  Workspace& w = Workspace::Global();
+  bool ok = w.TryInit();
+  o << "{\"library\": \"" << JsonEscape(LoadedPath()) << "\", \"available\": " << (ok ? "true" : "false");
+  if (ok) {
+    o << ", \"platform\": \"" << JsonEscape(w.platform_name()) << "\", \"devices\": [";
+    for (size_t i = 0; i < w.num_devices(); ++i) {
+      const DeviceInfo& d = w.device(static_cast<int>(i));
+      o << (i ? ", " : "") << "{\"name\": \"" << JsonEscape(d.name) << "\", \"driver\": \"" << JsonEscape(d.driver)
+        << "\", \"version\": \"" << JsonEscape(d.version) << "\"}";
+    }
+    o << "]";
+  } else {
+    try {
+      w.Init();
+    } catch (const ffi::Error& e) {
+      o << ", \"error\": \"" << JsonEscape(e.message()) << "\"";
+    }
+  }
+  o << "}";
+  return o.str();
+}
+
+void PrintStatsAtExit() {
+  std::fprintf(stderr, "tvmgen-opencl: cache %s\n", KernelCache::Global().StatsJson().c_str());
+}
+
+struct Registration {
+  Registration() {
+    auto set = [](const char* name, ffi::Function f) { ffi::Function::SetGlobal(name, std::move(f), true); };
+    set("device_api.opencl", ffi::Function::FromTyped([]() -> void* {
+          return static_cast<DeviceAPI*>(GlobalDeviceAPI());
+        }));
+    set("ffi.Module.load_from_bytes.opencl", ffi::Function::FromTyped(LoadFromBytes));
+    set("tvmgen.opencl.set_cache_dir",
+        ffi::Function::FromTyped([](ffi::String dir) { KernelCache::Global().SetDir(std::string(dir)); }));
+    set("tvmgen.opencl.cache_dir", ffi::Function::FromTyped([]() { return ffi::String(KernelCache::Global().Dir()); }));
+    set("tvmgen.opencl.cache_stats",
+        ffi::Function::FromTyped([]() { return ffi::String(KernelCache::Global().StatsJson()); }));
+    set("tvmgen.opencl.reset_cache_stats", ffi::Function::FromTyped([]() { KernelCache::Global().ResetStats(); }));
+    set("tvmgen.opencl.info", ffi::Function::FromTyped([]() { return ffi::String(InfoJson()); }));
+    if (LogOn()) std::atexit(PrintStatsAtExit);
+  }
+};
+Registration registration;
+
+}  // namespace opencl
+}  // namespace tvmgen
+
+// ------------------------------------------------------------------ C API (for apps and JNI)
+extern "C" {
+/*! \brief Set the kernel cache directory ("" turns the cache off). Returns 0. */
+__attribute__((visibility("default"))) int TVMGenOpenCLSetCacheDir(const char* dir) {
+  tvmgen::opencl::KernelCache::Global().SetDir(dir ? dir : "");
+  return 0;
+}
+/*!
+ * \brief Copy the cache statistics (JSON) into buf (size n, NUL-terminated, truncated if needed).
+ * \return the length of the full JSON string.
+ */
+__attribute__((visibility("default"))) size_t TVMGenOpenCLCacheStats(char* buf, size_t n) {
+  std::string s = tvmgen::opencl::KernelCache::Global().StatsJson();
+  if (buf && n) {
+    size_t k = std::min(n - 1, s.size());
+    std::memcpy(buf, s.data(), k);
+    buf[k] = '\0';
+  }
+  return s.size();
+}
+}
