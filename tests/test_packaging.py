@@ -34,9 +34,16 @@ def test_editable_install_finds_repo_dirs():
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    import shutil
+
+    # Built from a copy without the checkout's build/ and egg-info: setuptools reuses build/lib and
+    # never removes a file from it, so a deleted source would still be shipped.
+    source = tmp_path_factory.mktemp("src") / "tvmgen"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "out", "*.egg-info",
+                                                                "__pycache__", ".pytest_cache"))
     dist = tmp_path_factory.mktemp("dist")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
-                    str(REPO)], check=True, capture_output=True)
+                    str(source)], check=True, capture_output=True)
     (whl,) = dist.glob("tvmgen-*.whl")
     return whl
 
