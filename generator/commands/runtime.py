@@ -76,8 +76,10 @@ def embed(source, platform, abi, device, input_flags, out, force):
                 except TvmgenError:
                     console.print("  [dim]no Android NDK here: the bundle gets the object archive (model.tar) "
                                   "and the command that links it[/]")
+            from tvmgen.commands.compile import compile as compile_cmd
+
             ctx = click.get_current_context()
-            ctx.invoke(compile, model_arg=source, platform=target, device=device, input_flags=input_flags,
+            ctx.invoke(compile_cmd, model_arg=source, platform=target, device=device, input_flags=input_flags,
                        out=artifact_dir, force=True, objects_only=objects_only)
         with artifact.staging(out, force) as staged:
             notes = embedding.write_bundle(artifact_dir, platform, abi, staged, scratch / "build")
