@@ -47,7 +47,11 @@ def output_specs(mod, names: list[str]) -> list[TensorSpec]:
 
 def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict | None = None):
     """Run TVM: bind or keep weights, lower with the target's pipeline, build. CPU builds fill
-    ``report`` with the functions tuned, given tvmgen's default schedules, or left unscheduled."""
+    ``report`` with the functions tuned, given tvmgen's default schedules, or left unscheduled.
+
+    tvmgen's CPU pipeline never refuses a model TVM's own pipeline compiles: when it fails, the
+    build is tried again without the layout conversion, then with TVM's own pipeline, and
+    ``report["fallback"]`` says which pipeline built it and why the first failed."""
     from tvm import relax
 
     target = make_target(target_dict(opts.platform, opts.device, opts.gpu_family))
@@ -55,32 +59,86 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
     if not opts.separate_params and imported.params:
         weights = mod["main"].params[len(imported.inputs):]
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
-    try:
-        with target:
-            pipeline = _pipeline(target, opts, report)
-        return relax.build(mod, target, relax_pipeline=pipeline,
-                           system_lib=True if opts.platform.system_lib else None)
-    except TvmgenError:  # tvmgen's own (e.g. a tuning database without this target): already says what to do
-        raise
-    except Exception as e:
-        lines = [ln for ln in str(e).splitlines() if ln.strip()]
-        raise CompileError(
-            f"TVM failed to build for {opts.platform.name}/{opts.device}: {type(e).__name__}: "
-            f"{lines[-1] if lines else ''}",
-            "run with -vv and see the log file for TVM's full message; try --device cpu to isolate a GPU scheduling problem",
-        ) from e
+    report = {} if report is None else report
+    failures: list[tuple[str, Exception]] = []
+    for name, make_pipeline in _pipelines(target, opts, report):
+        report.clear()
+        try:
+            with target:
+                pipeline = make_pipeline()
+            ex = relax.build(mod, target, relax_pipeline=pipeline,
+                             system_lib=True if opts.platform.system_lib else None)
+        except TvmgenError:  # tvmgen's own (e.g. a tuning database without this target): already says what to do
+            raise
+        except Exception as e:  # noqa: BLE001 - TVM raises many kinds; each becomes a CompileError below
+            log.info("the build with %s failed", name, exc_info=True)
+            failures.append((name, e))
+            continue
+        if failures:
+            first, error = failures[0]
+            report["fallback"] = {"pipeline": name, "failed": first,
+                                  "cause": tvm_error_summary(error, getattr(imported, "nodes", ()))}
+            log.warning("%s failed (%s); built with %s", first, report["fallback"]["cause"], name)
+        return ex
+    name, error = failures[-1]
+    raise CompileError(
+        f"TVM failed to build for {opts.platform.name}/{opts.device}: "
+        f"{tvm_error_summary(error, getattr(imported, 'nodes', ()))}",
+        "the log file (-vv prints it too) has TVM's full message; if TVM cannot lower an operator, "
+        "`tvmgen compile --help` lists the ways round it (--const, custom operators); "
+        "try --device cpu to isolate a GPU scheduling problem",
+    ) from error
 
 
-def _pipeline(target, opts: BuildOptions, report: dict | None):
+# The model operators each Relax operator comes from, where the names differ beyond case and "_".
+MODEL_OPERATORS = {
+    "conv2d": ("Conv", "CONV_2D", "DEPTHWISE_CONV_2D"),
+    "conv2d_transpose": ("ConvTranspose", "TRANSPOSE_CONV", "Convolution2DTransposeBias"),
+    "matmul": ("MatMul", "Gemm", "FULLY_CONNECTED", "BATCH_MATMUL"),
+    "max_pool2d": ("MaxPool", "MAX_POOL_2D"),
+    "avg_pool2d": ("AveragePool", "AVERAGE_POOL_2D"),
+    "resize2d": ("Resize", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"),
+    "prelu": ("PRelu", "PRELU"),
+}
+
+
+def tvm_error_summary(error: Exception, nodes=()) -> str:
+    """The first meaningful line of a TVM error, and the Relax operator it names with the model
+    nodes that operator comes from: never TVM's "# Metadata omitted" trailer."""
+    import re
+
+    lines = [ln.strip() for ln in str(error).splitlines()]
+    noise = ("# Metadata omitted", "Traceback", "File \"", "Offending call", "^")
+    meaningful = [ln for ln in lines if ln and not ln.startswith(noise)]
+    first = next((ln for ln in meaningful if not ln.startswith("R.")), meaningful[0] if meaningful else "")
+    text = f"{type(error).__name__}: {first}" if first else type(error).__name__
+    op = re.search(r"R\.((?:[a-z0-9_]+\.)*([a-z0-9_]+))\(", str(error))
+    if op:
+        text += f" (operator R.{op.group(1)}"
+        short = op.group(2)
+        kinds = {k.lower().replace("_", "") for k in MODEL_OPERATORS.get(short, ())} | {short.replace("_", "")}
+        names = [name for kind, name in nodes if kind.lower().replace("_", "") in kinds]
+        if names:
+            shown = ", ".join(repr(n) for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            text += f", from the model's {nodes[[n for _, n in nodes].index(names[0])][0]} node {shown}"
+        text += ")"
+    return text
+
+
+def _pipelines(target, opts: BuildOptions, report: dict) -> list:
+    """(name, () -> pipeline) to try in order: CPU builds fall back one step at a time."""
     from tvm import relax
 
     from tvmgen.compiler import cpu
 
     if opts.device == "metal":
-        return metal_pipeline(target)
+        return [("TVM's GPU pipeline without dlight's Matmul rule", lambda: metal_pipeline(target))]
     if target.kind.name == "llvm" and opts.schedules:
-        return cpu.pipeline(target, opts.tuning_db, report)
-    return relax.get_default_pipeline(target)
+        return [("tvmgen's CPU pipeline", lambda: cpu.pipeline(target, opts.tuning_db, report)),
+                ("tvmgen's CPU pipeline without the NHWC layout conversion",
+                 lambda: cpu.pipeline(target, opts.tuning_db, report, layout=False)),
+                ("TVM's own pipeline (kernels unscheduled: slow)", lambda: relax.get_default_pipeline(target))]
+    return [("TVM's own pipeline", lambda: relax.get_default_pipeline(target))]
 
 
 def metal_pipeline(target):
@@ -133,7 +191,11 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
         with step(f"Compiling for {opts.platform.name}/{opts.device} with TVM {tvm.__version__}"):
             report: dict = {}
             ex = build_executable(imported, opts, report)
-        if report:
+        if report.get("fallback"):
+            fb = report["fallback"]
+            console.print(f"  [yellow]![/] {fb['failed']} failed: {fb['cause']}\n"
+                          f"    built with {fb['pipeline']} instead; please report this with the log file")
+        if report.get("scheduled") is not None or report.get("tuned"):
             console.print(f"  {schedule_summary(report)}")
             if opts.tuning_db and not report.get("tuned"):
                 console.print(f"  [yellow]![/] {opts.tuning_db} has no tuned kernel of this model for this target "

@@ -16,14 +16,27 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def prepare_passes(target) -> list:
-    """Relax -> fused TIR functions: the module both ``tune`` and ``compile`` schedule."""
+def prepare_passes(target, layout: bool = True) -> list:
+    """Relax -> fused TIR functions: the module both ``tune`` and ``compile`` schedule.
+    ``layout=False`` leaves the model's layouts as they are (the fallback when the layout
+    conversion breaks a model, see ``compiler.build``)."""
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     from tvmgen.compiler import schedules
 
-    return (cpu.library_dispatch_passes(target) + schedules.layout_passes(target)
-            + cpu.legalize_passes(target) + schedules.packed_weights_passes(target))
+    return (cpu.library_dispatch_passes(target) + (schedules.layout_passes(target) if layout else [])
+            + legalize_passes() + schedules.packed_weights_passes(target))
+
+
+def legalize_passes() -> list:
+    """TVM's CPU legalization, with tvmgen's lowering of the operators TOPI lowers badly or not
+    at all in the layouts the CPU pipeline uses (``compiler.conv_transpose``)."""
+    from tvm import relax
+
+    from tvmgen.compiler import conv_transpose
+
+    return [relax.transform.LegalizeOps(conv_transpose.legalize_map()), relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()]
 
 
 def schedule_passes(target, database=None, report: dict | None = None) -> list:
@@ -39,7 +52,7 @@ def schedule_passes(target, database=None, report: dict | None = None) -> list:
     return passes + schedules.fold_packed_weights_passes(target)
 
 
-def pipeline(target, tuning_db: Path | None = None, report: dict | None = None):
+def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, layout: bool = True):
     """A Relax pipeline for ``relax.build`` on CPU targets; ``report`` gets which functions were
     tuned, given a default schedule, or left (see ``schedules.DefaultSchedules``)."""
     import tvm
@@ -58,7 +71,7 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None):
         at = next((i + 1 for i, p in enumerate(lower) if p.info.name == "RewriteDataflowReshape"), None)
         if at is not None:
             lower.insert(at, inputs.RelaxInputAlignment(report))
-        passes = (prepare_passes(target) + schedule_passes(target, database, report)
+        passes = (prepare_passes(target, layout) + schedule_passes(target, database, report)
                   + lower + cpu.finalize_passes(target))
         with target:
             if database is None:

@@ -63,7 +63,8 @@ def layout_passes(target) -> list:
     from tvmgen.compiler import int8
 
     return [relax.transform.FoldConstant(), _ReluBoundsAsRelax(), relax.transform.ConvertLayout(
-        {"relax.nn.conv2d": ["NHWC", "HWIO"]}),  # pooling and elementwise ops follow their input
+        {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv2d_transpose": ["NHWC", "IOHW"]}),
+        # pooling and elementwise ops follow their input; transposed convolutions: conv_transpose
         relax.transform.FoldConstant(), int8.Int8DotProducts(target), _NchwInputIntoConv()] if _is_cpu(target) else []
 
 

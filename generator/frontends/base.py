@@ -125,6 +125,8 @@ class ImportedModel:
     # Runs the same model in its reference runtime: inputs by name -> outputs in order.
     reference: Callable[[dict[str, np.ndarray]], list[np.ndarray]] = field(repr=False)
     notes: list[str] = field(default_factory=list)
+    # (operator kind, node name) of the model's operators, for errors that name the node
+    nodes: list[tuple[str, str]] = field(default_factory=list)
 
 
 def random_inputs(specs: Sequence[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:

@@ -82,6 +82,7 @@ def import_model(model, overrides: list[InputOverride], source: str, fmt: str) -
         format=fmt,
         reference_name=reference_name,
         reference=reference,
+        nodes=[(n.op_type, n.name or (n.output[0] if n.output else "?")) for n in graph.node],
     )
 
 

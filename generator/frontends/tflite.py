@@ -129,4 +129,5 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
     from importlib.metadata import version
 
     return ImportedModel(mod=mod, params=params, inputs=specs, output_names=output_names, format="tflite",
-                         reference_name=f"LiteRT {version('ai-edge-litert')}", reference=reference)
+                         reference_name=f"LiteRT {version('ai-edge-litert')}", reference=reference,
+                         nodes=[(name, out) for _, name, out in operators(model)])
