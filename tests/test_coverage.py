@@ -149,3 +149,161 @@ def test_a_pipeline_step_that_breaks_a_model_falls_back_instead_of_failing(tmp_p
     assert report["scheduled"], report  # the other kernels still get tvmgen's schedules
     inputs = random_inputs(imported.inputs, seed=1)
     assert_close(HostModel(out).run(inputs), imported.reference(inputs))
+
+
+# ----------------------------------------------------------------------------- LSTM / GRU
+
+def _rnn_torch(kind: str, bidirectional: bool, batch_first: bool, path):
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = getattr(torch.nn, kind)(12, 16, num_layers=2, bidirectional=bidirectional,
+                                               batch_first=batch_first)
+            self.head = torch.nn.Linear(32 if bidirectional else 16, 3)
+
+        def forward(self, x):
+            return self.head(self.rnn(x)[0])
+
+    torch.manual_seed(5)
+    x = torch.randn((2, 6, 12) if batch_first else (6, 2, 12))
+    torch.onnx.export(Net().eval(), x, str(path), opset_version=17, dynamo=False)
+    return path
+
+
+@pytest.mark.parametrize("kind,bidirectional,batch_first",
+                         [("LSTM", True, True), ("LSTM", False, False), ("GRU", False, False), ("GRU", True, True)])
+def test_pytorch_lstm_gru_match_onnxruntime(kind, bidirectional, batch_first, tmp_path):
+    """PyTorch's exports (GRU with linear_before_reset=1): two layers, unrolled by tvmgen."""
+    path = _rnn_torch(kind, bidirectional, batch_first, tmp_path / f"{kind}.onnx")
+    _, _, actual, expected = compile_and_run(path, tmp_path)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-4)
+
+
+def _onnx_rnn(kind: str, **attrs):
+    """An ONNX LSTM/GRU with every optional input: bias, initial state(s), LSTM peepholes;
+    all outputs (Y, Y_h[, Y_c]) returned."""
+    from onnx import helper
+
+    rng = np.random.default_rng(2)
+    gates = {"LSTM": 4, "GRU": 3}[kind]
+    hidden, seq, batch, size = 5, 4, 3, 6
+    nd = 2 if attrs.get("direction") == "bidirectional" else 1
+    layout = attrs.get("layout", 0)
+    x_shape = [seq, batch, size] if layout == 0 else [batch, seq, size]
+    state = [nd, batch, hidden] if layout == 0 else [batch, nd, hidden]
+    inits = [_w(rng, "W", nd, gates * hidden, size), _w(rng, "R", nd, gates * hidden, hidden),
+             _w(rng, "B", nd, 2 * gates * hidden)]
+    names = ["x", "W", "R", "B", "", "h0"]
+    inputs = [_vi("x", x_shape), _vi("h0", state)]
+    outs = ["y", "yh"]
+    if kind == "LSTM":
+        names += ["c0", "P"]
+        inputs.append(_vi("c0", state))
+        inits.append(_w(rng, "P", nd, 3 * hidden))
+        outs.append("yc")
+    node = helper.make_node(kind, names, outs, hidden_size=hidden, **attrs)
+    return onnx_model([node], inputs, [_vi(o, None) for o in outs], inits)
+
+
+@pytest.mark.parametrize("kind,attrs", [
+    ("LSTM", dict(direction="reverse", clip=0.8)),
+    ("LSTM", dict(direction="bidirectional", layout=1)),
+    ("GRU", dict(direction="forward", linear_before_reset=0)),
+    ("GRU", dict(direction="bidirectional", linear_before_reset=1, clip=1.5)),
+], ids=["lstm-reverse-clip-peepholes", "lstm-bidirectional-layout1", "gru-reset-after", "gru-bidirectional-clip"])
+def test_onnx_lstm_gru_every_option_match_onnxruntime(kind, attrs, tmp_path):
+    path = save_onnx(_onnx_rnn(kind, **attrs), tmp_path / "rnn.onnx")
+    if attrs.get("layout"):  # onnxruntime has no batch-first recurrent layers: ONNX's own evaluator
+        from onnx.reference import ReferenceEvaluator
+
+        from tvmgen import frontends
+        from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+        from tvmgen.compiler.platforms import PLATFORMS
+        from tvmgen.frontends.base import random_inputs
+        from tvmgen.runner import HostModel
+
+        imported = frontends.load(path, [])
+        compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), tmp_path / "a", True, {"name": "rnn"})
+        inputs = random_inputs(imported.inputs, seed=3)
+        actual = HostModel(tmp_path / "a").run(inputs)
+        expected = ReferenceEvaluator(str(path)).run(None, inputs)
+    else:
+        imported, _, actual, expected = compile_and_run(path, tmp_path)
+    assert len(actual) == len(imported.output_names) == (3 if kind == "LSTM" else 2)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_lstm_with_a_free_sequence_length_names_the_fix(tvmgen, tmp_path):
+    model = _onnx_rnn("LSTM")
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "frames"
+    path = save_onnx(model, tmp_path / "rnn.onnx")
+    r = tvmgen("compile", path, "-o", tmp_path / "out")
+    assert r.returncode == 2, r.output
+    assert "dynamic dimensions" in r.output and "--input x:Nx3x6" in r.output
+    r = tvmgen("compile", path, "--input", "x:7x3x6", "-o", tmp_path / "out", "--check")
+    assert r.returncode == 0, r.output
+    assert "ok y:" in r.output.replace("ok  ", "ok ") or "ok y" in r.output
+
+
+def test_packed_weights_never_lose_part_of_a_weight(tmp_path):
+    """TVM's RewriteLayout sizes a weight's packed copy from one of its reads: the GRU gate
+    function reads its bias at two offsets and got a copy of half the bias (wrong outputs, found
+    by the GRU tests). tvmgen keeps a function's weights as they are when a copy would be lossy."""
+    import tvm
+    from tvm import relax, s_tir
+    from tvm.s_tir.meta_schedule.postproc import RewriteLayout
+
+    from tvmgen import frontends
+    from tvmgen.compiler import cpu, schedules
+    from tvmgen.compiler.platforms import PLATFORMS, make_target
+
+    path = _rnn_torch("GRU", False, False, tmp_path / "gru.onnx")
+    imported = frontends.load(path, [])
+    mod = relax.transform.BindParams("main", dict(zip(imported.mod["main"].params[1:], imported.params)))(imported.mod)
+    target = make_target(PLATFORMS["host"].cpu_target())
+    with target:
+        mod = tvm.transform.Sequential(cpu.prepare_passes(target))(mod)
+    gates = [gv for gv in mod.get_global_vars() if "sigmoid" in gv.name_hint and "matmul" not in gv.name_hint]
+    assert gates, [gv.name_hint for gv in mod.get_global_vars()]
+    sch = s_tir.Schedule(mod[gates[0]])
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    schedules._schedule_injective(sch, blocks, schedules.cpu_shape(target))
+    sch.enter_postproc()
+    RewriteLayout().apply(sch)
+    assert not schedules._lossless(sch)  # the lossy copy TVM makes is recognised
+
+
+# ----------------------------------------------------------------------------- TFLite
+
+def _sparse_fp16_tflite(path):
+    """Pruned weights stored sparse and in float16: DENSIFY -> DEQUANTIZE -> CONV_2D /
+    FULLY_CONNECTED, as in MediaPipe's sparse detectors. TVM's importer alone fails on it with
+    "TypeError: a bytes-like object is required, not 'int'"."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    inp = tf.keras.Input((4, 4, 8), batch_size=1)
+    conv, dense = tf.keras.layers.Conv2D(16, 3, padding="same"), tf.keras.layers.Dense(32)
+    model = tf.keras.Model(inp, dense(tf.keras.layers.Flatten()(conv(inp))))
+    for layer in (conv, dense):
+        w, b = layer.get_weights()
+        w[rng.random(w.shape) < 0.85] = 0
+        layer.set_weights([w, b])
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.EXPERIMENTAL_SPARSITY, tf.lite.Optimize.DEFAULT]
+    converter.target_spec.supported_types = [tf.float16]
+    path.write_bytes(converter.convert())
+    return path
+
+
+def test_sparse_fp16_tflite_weights_import_and_match_litert(tmp_path):
+    from tvmgen.frontends.tflite import operators, read_model
+
+    path = _sparse_fp16_tflite(tmp_path / "sparse16.tflite")
+    kinds = [name for _, name, _ in operators(read_model(path)[1])]
+    assert "DENSIFY" in kinds and "DEQUANTIZE" in kinds, kinds
+    imported, _, actual, expected = compile_and_run(path, tmp_path)
+    assert imported.reference_name.startswith("LiteRT")
+    assert_close(actual, expected, atol=1e-4, rtol=1e-4)

@@ -78,7 +78,7 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
             first, error = failures[0]
             report["fallback"] = {"pipeline": name, "failed": first,
                                   "cause": tvm_error_summary(error, getattr(imported, "nodes", ()))}
-            log.warning("%s failed (%s); built with %s", first, report["fallback"]["cause"], name)
+            log.info("%s failed (%s); built with %s", first, report["fallback"]["cause"], name)
         return ex
     name, error = failures[-1]
     raise CompileError(

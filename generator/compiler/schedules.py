@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import numpy as np
+
 log = logging.getLogger("tvmgen.compiler.schedules")
 
 DATA_PAR, COMM_REDUCE = 0, 2  # tvm IterVar kinds
@@ -234,11 +236,28 @@ def with_packed_weights(sch):
         return sch  # nothing to pack, or packed for the dot-product instruction already
     from tvm.s_tir.meta_schedule.postproc import RewriteLayout
 
+    if not any(COMM_REDUCE in _iter_kinds(sch, b) for b in sch.get_child_blocks(sch.get_sblock("root"))):
+        return sch  # elementwise: nothing gained, and see _lossless below
     trial = sch.copy()
     trial.enter_postproc()
     before = len(trial.trace.insts)
     # RewriteLayout reports success when it found nothing to rewrite: count what it added
-    return trial if _try(RewriteLayout().apply, trial) and len(trial.trace.insts) > before else sch
+    if not (_try(RewriteLayout().apply, trial) and len(trial.trace.insts) > before):
+        return sch
+    return trial if _lossless(trial) else sch
+
+
+def _lossless(sch) -> bool:
+    """Whether every packed copy holds all of its weight. TVM's RewriteLayout derives the packed
+    layout from one read of the buffer: a weight read at two offsets (a GRU's bias, read for
+    two gates as ``b[i]`` and ``b[i + 24]``) got a copy of half its size, and wrong results."""
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        b = sch.get(block)
+        if b.annotations.get("meta_schedule.layout_rewrite_preproc"):
+            sizes = {int(np.prod([int(d) for d in r.source.shape])) for r in [*b.reads, *b.writes]}
+            if len(sizes) != 1:
+                return False
+    return True
 
 
 def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):

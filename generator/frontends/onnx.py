@@ -48,9 +48,12 @@ def import_model(model, overrides: list[InputOverride], source: str, fmt: str) -
                 for d in t.shape.dim]
         raw.append((vi.name, dims, _np_dtype(t.elem_type)))
     specs = resolve_inputs(raw, overrides)
-    check_operators(model)
 
     model = simplify(model, specs)
+    from tvmgen.frontends import onnx_ops
+
+    model = onnx_ops.expand(model)  # operators TVM's importer lacks (LSTM, GRU, registered ones)
+    check_operators(model)
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
@@ -132,9 +135,11 @@ def check_operators(model) -> None:
     """Name every operator TVM cannot import, with the nodes that use it, before importing."""
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
+    from tvmgen.frontends.onnx_ops import _graphs
+
     supported = set(_get_convert_map()) | {"Constant", "If"}
     bad: dict[str, list[str]] = {}
-    for i, node in enumerate(model.graph.node):
+    for i, node in enumerate(n for g in _graphs(model.graph) for n in g.node):  # If branches too
         if node.op_type not in supported:
             bad.setdefault(node.op_type if not node.domain else f"{node.domain}.{node.op_type}", []).append(
                 node.name or f"#{i}")
@@ -143,8 +148,8 @@ def check_operators(model) -> None:
                          for op, nodes in bad.items())
         raise ModelError(
             f"unsupported operator(s) for TVM 0.27's ONNX frontend: {desc}",
-            "replace these operators in the source model (or export with a different opset), "
-            "then compile again",
+            "replace these operators in the source model (or export with a different opset), or register "
+            "an expansion for them (TVMGEN_CUSTOM_OPS, see the README's \"Custom operators\"), then compile again",
         )
 
 

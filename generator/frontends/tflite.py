@@ -64,7 +64,9 @@ def check_operators(model) -> None:
     except Exception as e:  # the converter's constructor is internal API: fall back to TVM's own check
         log.debug("could not read TVM's TFLite convert map: %s", e)
         supported = None
-    supported_custom = {"CUSTOM:TFLite_Detection_PostProcess"}
+    from tvmgen.frontends.tflite_ops import supported_custom
+
+    supported_custom = supported_custom()
     bad: dict[str, list[str]] = {}
     for i, name, out in operators(model):
         if name.startswith("CUSTOM:"):
@@ -77,7 +79,8 @@ def check_operators(model) -> None:
         custom = [n for n in bad if n.startswith("CUSTOM:")]
         desc = "; ".join(f"{op} (operators: {', '.join(nodes[:5])}{' …' if len(nodes) > 5 else ''})"
                          for op, nodes in bad.items())
-        hint = ("custom operators need the framework that defined them; re-convert the model with builtin "
+        hint = ("custom operators need the framework that defined them: register a converter for them "
+                "(TVMGEN_CUSTOM_OPS, see the README's \"Custom operators\"), or re-convert the model with builtin "
                 "operators only (TFLiteConverter without custom ops / SELECT_TF_OPS)" if custom else
                 "TVM 0.27's TFLite frontend lacks these operators; convert the source model to ONNX instead, "
                 "or replace them")
@@ -100,7 +103,10 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
     check_operators(model)
     output_names = [sub.Tensors(int(i)).Name().decode() for i in sub.OutputsAsNumpy()]
     try:
-        mod = from_tflite(model, {s.name: s.shape for s in specs}, {s.name: s.dtype for s in specs})
+        from tvmgen.frontends.tflite_ops import converter_class
+
+        mod = from_tflite(model, {s.name: s.shape for s in specs}, {s.name: s.dtype for s in specs},
+                          op_converter=converter_class(buf))
     except Exception as e:
         lines = [ln for ln in str(e).splitlines() if ln.strip()]
         raise ModelError(f"TVM's TFLite importer failed on {path}: {type(e).__name__}: {lines[-1] if lines else ''}",
