@@ -307,3 +307,89 @@ def test_sparse_fp16_tflite_weights_import_and_match_litert(tmp_path):
     imported, _, actual, expected = compile_and_run(path, tmp_path)
     assert imported.reference_name.startswith("LiteRT")
     assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- --const
+
+def vad_like_model():
+    """A voice-activity detector's shape: an LSTM per sample rate inside an If on a scalar int64
+    ``sr`` input (what TVM 0.27 refused twice: no LSTM, and the branch on a model input)."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(4)
+
+    def branch(tag):
+        node = helper.make_node("LSTM", ["x", f"W{tag}", f"R{tag}", f"B{tag}"], [f"y{tag}"], hidden_size=4)
+        squeeze = helper.make_node("Squeeze", [f"y{tag}", "one"], [f"out{tag}"])
+        return helper.make_graph([node, squeeze], f"sr_{tag}", [], [_vi(f"out{tag}", None)],
+                                 [_w(rng, f"W{tag}", 1, 16, 3), _w(rng, f"R{tag}", 1, 16, 4), _w(rng, f"B{tag}", 1, 32)])
+
+    from onnx import numpy_helper
+
+    nodes = [helper.make_node("Equal", ["sr", "k16000"], ["is16k"]),
+             helper.make_node("If", ["is16k"], ["y"], then_branch=branch("a"), else_branch=branch("b"))]
+    inits = [numpy_helper.from_array(np.array(16000, np.int64), "k16000"),
+             numpy_helper.from_array(np.array([1], np.int64), "one")]
+    return onnx_model(nodes, [_vi("x", [5, 1, 3]), helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                      [_vi("y", None)], inits)
+
+
+def test_const_binds_an_input_and_folds_the_branch(tvmgen, tmp_path):
+    import json
+
+    import onnxruntime as ort
+
+    path = save_onnx(vad_like_model(), tmp_path / "vad.onnx")
+    r = tvmgen("compile", path, "--const", "sr=16000", "-o", tmp_path / "a16", "--check")
+    assert r.returncode == 0, r.output
+    assert "constants: sr=16000" in r.output and "1 input(s) left" in r.output
+    manifest = json.loads((tmp_path / "a16" / "manifest.json").read_text())
+    assert [i["name"] for i in manifest["inputs"]] == ["x"]
+    assert manifest["model"]["constants"] == {"sr": 16000}
+
+    from tvmgen.runner import HostModel
+
+    x = np.random.default_rng(0).standard_normal((5, 1, 3)).astype(np.float32)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for rate, out in ((16000, "a16"), (8000, "a8")):
+        if out == "a8":
+            assert tvmgen("compile", path, "--const", "sr=8000", "-o", tmp_path / out).returncode == 0
+        got = HostModel(tmp_path / out).run({"x": x})[0]
+        want = sess.run(None, {"x": x, "sr": np.array(rate, np.int64)})[0]
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+    assert not np.allclose(HostModel(tmp_path / "a16").run({"x": x})[0], HostModel(tmp_path / "a8").run({"x": x})[0])
+
+
+def test_const_errors_name_the_inputs(tvmgen, tmp_path):
+    path = save_onnx(vad_like_model(), tmp_path / "vad.onnx")
+    r = tvmgen("compile", path, "--const", "rate=16000", "-o", tmp_path / "o")
+    assert r.returncode == 2 and "not among the model's inputs" in r.output and "x, sr" in r.output, r.output
+    r = tvmgen("compile", path, "--const", "sr=fast", "-o", tmp_path / "o")
+    assert r.returncode == 2 and "not a number" in r.output, r.output
+    r = tvmgen("compile", path, "--const", "sr", "-o", tmp_path / "o")
+    assert r.returncode == 2 and "NAME=VALUE" in r.output, r.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_const_on_a_pytorch_program_binds_in_relax(tmp_path):
+    """Formats imported whole (torch.export, TFLite) bind the input in Relax; the reference gets it."""
+    import torch
+
+    from tvmgen import frontends
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.runner import HostModel
+
+    class Scale(torch.nn.Module):
+        def forward(self, x, gain):
+            return torch.relu(x) * gain
+
+    path = tmp_path / "scale.pt2"
+    torch.export.save(torch.export.export(Scale(), (torch.randn(2, 3), torch.ones(3))), str(path))
+    imported = frontends.load(path, [], consts={"gain": "0.5,2,-1"})
+    assert [s.name for s in imported.inputs] == ["x"] and imported.constants == {"gain": [0.5, 2.0, -1.0]}
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), tmp_path / "a", True, {"name": "s"})
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    got = HostModel(tmp_path / "a").run({"x": x})[0]
+    np.testing.assert_allclose(got, np.maximum(x, 0) * np.array([0.5, 2, -1], np.float32), rtol=1e-6)
+    np.testing.assert_allclose(imported.reference({"x": x})[0], got, rtol=1e-6)

@@ -31,6 +31,10 @@ def _default_out(model: str, platform: str, device: str) -> Path:
               type=click.Choice(["adreno", "mali", "generic"]), help="OpenCL GPU family (with --device opencl).")
 @click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]",
               help="Set or override an input's shape/dtype, e.g. input:1x224x224x3:float32. Repeatable.")
+@click.option("--const", "const_flags", multiple=True, metavar="NAME=VALUE",
+              help="Bind a model input to a value at compile time (a number, or one per element, comma-separated), "
+                   "e.g. --const sr=16000: what depends on it folds (an If on it keeps one branch); the artifact has "
+                   "one input fewer and its manifest lists the constant.")
 @click.option("--inputs", "tf_inputs", metavar="NAMES", help="TensorFlow: comma-separated input node names.")
 @click.option("--outputs", "tf_outputs", metavar="NAMES", help="TensorFlow: comma-separated output node names.")
 @click.option("-o", "--out", type=click.Path(path_type=Path),
@@ -62,7 +66,8 @@ def _default_out(model: str, platform: str, device: str) -> Path:
 @click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
 def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_inputs, tf_outputs,
             out, force, separate_params, objects_only, check, rtol, atol, seed, schedules="default", tuning_db=None,
-            strategy="patterns", feature_level=None, cost_table=None, cpu_features=None, cpu_name=None):
+            strategy="patterns", feature_level=None, cost_table=None, cpu_features=None, cpu_name=None,
+            const_flags=()):
     """Compile MODEL into an artifact directory (library + manifest.json).
 
     MODEL is an .onnx, .tflite, .pt2 (torch.export) or .pb (TensorFlow frozen graph) file,
@@ -78,7 +83,7 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
     from tvmgen import builtin, frontends
     from tvmgen.compiler import build
     from tvmgen.compiler.platforms import check_pair, get_platform
-    from tvmgen.frontends.base import InputOverride
+    from tvmgen.frontends.base import InputOverride, parse_consts
 
     model = model_opt or model_arg
     if model_arg and model_opt and model_arg != model_opt:
@@ -92,6 +97,7 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
     if cpu_features:
         plat = plat.with_features(cpu_features.split(","))
     overrides = [InputOverride.parse(f) for f in input_flags]
+    consts = parse_consts(const_flags)
     tuning_db = tuning.checked_database(tuning_db, plat, device)
     out = out or _default_out(model, platform, device)
     if out.exists() and not force:  # fail before minutes of work, not after
@@ -103,8 +109,8 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
         else:
             model_path = Path(model)
         with logs.step(f"Importing {model_path.name if not model.startswith('builtin:') else model}"):
-            imported = frontends.load(model_path, overrides,
-                                      input_names=_split(tf_inputs), output_names=_split(tf_outputs))
+            imported = frontends.load(model_path, overrides, input_names=_split(tf_inputs),
+                                      output_names=_split(tf_outputs), consts=consts)
         for note in imported.notes:
             console.print(f"  [dim]{note}[/]")
         model_info = {
@@ -113,6 +119,10 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
             "format": imported.format,
             "sha256": _hash_model(model_path),
         }
+        if imported.constants:
+            model_info["constants"] = imported.constants  # inputs bound by --const: not inputs of the artifact
+            console.print(f"  constants: {', '.join(f'{n}={v}' for n, v in imported.constants.items())} "
+                          f"(bound at compile time; {len(imported.inputs)} input(s) left)")
         to_build, needs = imported, None
         if device == "nnapi":
             if separate_params:

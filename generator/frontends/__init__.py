@@ -38,7 +38,9 @@ def detect_format(path: Path) -> str:
 
 
 def load(path: Path, overrides: list[InputOverride], input_names: list[str] | None = None,
-         output_names: list[str] | None = None) -> ImportedModel:
+         output_names: list[str] | None = None, consts: dict[str, str] | None = None) -> ImportedModel:
+    """Import a model; ``consts`` (from --const) binds inputs to values at compile time: ONNX and
+    TensorFlow before the import (so branches on them fold), the others in Relax."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"model file {path} does not exist", "check the path (relative paths are from the current directory)")
@@ -49,4 +51,11 @@ def load(path: Path, overrides: list[InputOverride], input_names: list[str] | No
         raise InputError("--inputs/--outputs name TensorFlow graph nodes and apply only to .pb and SavedModel",
                          "use --input NAME:SHAPE:DTYPE to set shapes for other formats")
     frontend = importlib.import_module(f"tvmgen.frontends.{module}")
-    return frontend.load(path, overrides, input_names=input_names, output_names=output_names)
+    if module in ("onnx", "tensorflow"):
+        return frontend.load(path, overrides, input_names=input_names, output_names=output_names, consts=consts)
+    imported = frontend.load(path, overrides, input_names=input_names, output_names=output_names)
+    if consts:
+        from tvmgen.frontends.base import bind_inputs
+
+        imported = bind_inputs(imported, consts)
+    return imported

@@ -66,6 +66,59 @@ class InputOverride:
         return cls(name, shape, dtype)
 
 
+def parse_consts(flags) -> dict[str, str]:
+    """--const NAME=VALUE flags -> {name: value text}; the value is a number or a comma list."""
+    consts = {}
+    for text in flags or ():
+        name, sep, value = text.rpartition("=")
+        if not sep or not name or not value.strip():
+            raise InputError(f"cannot read --const {text!r}",
+                             "write it as NAME=VALUE, e.g. --const sr=16000 or --const scale=0.5,0.5,0.5")
+        consts[name] = value
+    return consts
+
+
+def const_value(name: str, text: str, shape, dtype: str) -> np.ndarray:
+    """The value of ``--const name=text`` for an input of ``shape`` and ``dtype``: one number fills
+    the shape, a comma list gives every element in order."""
+    try:
+        values = [float(v) if dtype.startswith("float") else int(float(v)) for v in text.split(",")]
+    except ValueError as e:
+        raise InputError(f"--const {name}={text}: not a number or comma-separated numbers",
+                         "e.g. --const sample_rate=16000") from e
+    dims = [d if isinstance(d, (int, np.integer)) and d > 0 else None for d in shape]
+    if len(values) == 1 and None not in dims:
+        return np.full(dims, values[0], dtype=dtype)
+    size = int(np.prod([d for d in dims if d], dtype=np.int64)) if dims else 1
+    if None in dims or len(values) != size:
+        raise InputError(f"--const {name}: {len(values)} value(s) for an input of shape "
+                         f"{_dims_text(shape)} ({size} elements)",
+                         "give one value to fill it, or one per element (and fix dynamic sizes with --input)")
+    return np.asarray(values, dtype=dtype).reshape(dims)
+
+
+def bind_inputs(imported: "ImportedModel", consts: dict[str, str]) -> "ImportedModel":
+    """Relax-level --const for frontends that import first: the inputs become constants of
+    ``main`` (folded at compile time), the reference gets their values."""
+    import tvm
+    from tvm import relax
+
+    names = [s.name for s in imported.inputs]
+    unknown = [n for n in consts if n not in names]
+    if unknown:
+        raise InputError(f"--const names {', '.join(map(repr, unknown))}, not among the model's inputs",
+                         f"the model's inputs are: {', '.join(names) or '(none)'}")
+    params = imported.mod["main"].params
+    values = {s.name: const_value(s.name, consts[s.name], s.shape, s.dtype) for s in imported.inputs if s.name in consts}
+    bindings = {params[names.index(n)]: tvm.runtime.tensor(v) for n, v in values.items()}
+    imported.mod = relax.transform.BindParams("main", bindings)(imported.mod)
+    imported.inputs = [s for s in imported.inputs if s.name not in consts]
+    run = imported.reference
+    imported.reference = lambda inputs: run({**inputs, **values})
+    imported.constants = {n: v.tolist() for n, v in values.items()}
+    return imported
+
+
 # A model's own view of an input: dimensions may be None or a symbol name when dynamic.
 RawInput = tuple[str, Sequence[int | str | None], str]
 
@@ -127,6 +180,8 @@ class ImportedModel:
     notes: list[str] = field(default_factory=list)
     # (operator kind, node name) of the model's operators, for errors that name the node
     nodes: list[tuple[str, str]] = field(default_factory=list)
+    # inputs bound at compile time by --const: name -> value (nested lists)
+    constants: dict = field(default_factory=dict)
 
 
 def random_inputs(specs: Sequence[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tvmgen.errors import ModelError
-from tvmgen.frontends.base import ImportedModel, InputOverride, resolve_inputs
+from tvmgen.errors import InputError, ModelError
+from tvmgen.frontends.base import ImportedModel, InputOverride, const_value, resolve_inputs
 
 log = logging.getLogger("tvmgen.frontends.onnx")
 
@@ -30,12 +30,33 @@ def read_model(path: Path):
     return model
 
 
-def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
-    return import_model(read_model(path), overrides, source=str(path), fmt="onnx")
+def load(path: Path, overrides: list[InputOverride], consts=None, **_) -> ImportedModel:
+    return import_model(read_model(path), overrides, source=str(path), fmt="onnx", consts=consts)
 
 
-def import_model(model, overrides: list[InputOverride], source: str, fmt: str) -> ImportedModel:
+def bind_consts(model, consts: dict[str, str]) -> dict:
+    """--const: each named graph input becomes an initializer (so onnxslim folds what depends on
+    it, an ``If`` on a sample rate included); returns the values bound."""
+    from onnx import numpy_helper
+
+    inputs = {vi.name: vi for vi in model.graph.input}
+    unknown = [n for n in consts if n not in inputs]
+    if unknown:
+        raise InputError(f"--const names {', '.join(map(repr, unknown))}, not among the model's inputs",
+                         f"the model's inputs are: {', '.join(inputs) or '(none)'}")
+    values = {}
+    for name, text in consts.items():
+        t = inputs[name].type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in t.shape.dim]
+        values[name] = const_value(name, text, dims, _np_dtype(t.elem_type))
+        model.graph.input.remove(inputs[name])
+        model.graph.initializer.append(numpy_helper.from_array(values[name], name))
+    return values
+
+
+def import_model(model, overrides: list[InputOverride], source: str, fmt: str, consts=None) -> ImportedModel:
     """Shared by the ONNX and TensorFlow frontends (TensorFlow arrives here through tf2onnx)."""
+    bound = bind_consts(model, consts) if consts else {}
     original = model.SerializeToString()
     graph = model.graph
     initializers = {i.name for i in graph.initializer}
@@ -86,6 +107,7 @@ def import_model(model, overrides: list[InputOverride], source: str, fmt: str) -
         reference_name=reference_name,
         reference=reference,
         nodes=[(n.op_type, n.name or (n.output[0] if n.output else "?")) for n in graph.node],
+        constants={n: v.tolist() for n, v in bound.items()},
     )
 
 

@@ -69,7 +69,7 @@ def read_graph_def(path: Path):
     return gd
 
 
-def load(path: Path, overrides: list[InputOverride], input_names=None, output_names=None) -> ImportedModel:
+def load(path: Path, overrides: list[InputOverride], input_names=None, output_names=None, consts=None) -> ImportedModel:
     tf, tf2onnx = _import_tf()
     notes = []
     if path.is_dir():
@@ -110,8 +110,9 @@ def load(path: Path, overrides: list[InputOverride], input_names=None, output_na
     except Exception as e:
         raise ModelError(f"tf2onnx could not convert {path.name}: {type(e).__name__}: {str(e).strip()[:300]}",
                          "check the input/output names (--inputs/--outputs) and that the graph is frozen") from e
+    consts = {(_tensor(n) if _tensor(n) in ins else n): v for n, v in (consts or {}).items()}
     imported = onnx_frontend.import_model(model, overrides, source=str(path),
-                                          fmt="savedmodel" if path.is_dir() else "tensorflow")
+                                          fmt="savedmodel" if path.is_dir() else "tensorflow", consts=consts)
     imported.notes[:0] = notes + [f"converted with tf2onnx {tf2onnx.__version__} (opset {OPSET})"]
     imported.reference_name += " (on the tf2onnx conversion)"
     return imported
