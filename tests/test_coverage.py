@@ -3,6 +3,8 @@ reference runtime (onnxruntime for ONNX), and scheduled rather than left as TVM 
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 
@@ -393,3 +395,134 @@ def test_const_on_a_pytorch_program_binds_in_relax(tmp_path):
     got = HostModel(tmp_path / "a").run({"x": x})[0]
     np.testing.assert_allclose(got, np.maximum(x, 0) * np.array([0.5, 2, -1], np.float32), rtol=1e-6)
     np.testing.assert_allclose(imported.reference({"x": x})[0], got, rtol=1e-6)
+
+
+def _transpose_conv_tflite(padding: str, stride: int):
+    """A Keras Conv2DTranspose (random bias) as TFLite: the builtin TRANSPOSE_CONV model,
+    and the same layer as MediaPipe's custom Convolution2DTransposeBias (inputs: data, OHWI
+    weights, bias; options: padding, stride_w, stride_h as int32)."""
+    import flatbuffers
+    import tensorflow as tf
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    rng = np.random.default_rng(9)
+    inp = tf.keras.Input((6, 6, 4), batch_size=1)  # even: MediaPipe's SAME output = TFLite's (12 x 12)
+    layer = tf.keras.layers.Conv2DTranspose(3, 3 if padding == "same" else 2, strides=stride, padding=padding)
+    model = tf.keras.Model(inp, layer(inp))  # no activation: TFLite would fuse it into TRANSPOSE_CONV
+    w, _ = layer.get_weights()
+    layer.set_weights([rng.standard_normal(w.shape).astype(np.float32), rng.standard_normal(3).astype(np.float32)])
+    builtin = tf.lite.TFLiteConverter.from_keras_model(model).convert()
+
+    m = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(builtin, 0))
+    sub = m.subgraphs[0]
+    op = next(o for o in sub.operators if max(m.operatorCodes[o.opcodeIndex].builtinCode,
+                                              m.operatorCodes[o.opcodeIndex].deprecatedBuiltinCode) == 67)
+    shape_t, weights_t, data_t = op.inputs[:3]
+    bias_t = op.inputs[3] if len(op.inputs) > 3 and op.inputs[3] >= 0 else None
+    assert bias_t is not None, "TFLite kept no bias input"
+    code = fb.OperatorCodeT()
+    code.builtinCode = code.deprecatedBuiltinCode = 32  # CUSTOM
+    code.customCode = "Convolution2DTransposeBias"
+    code.version = 1
+    m.operatorCodes.append(code)
+    op.opcodeIndex = len(m.operatorCodes) - 1
+    op.inputs = [data_t, weights_t, bias_t]
+    op.builtinOptionsType, op.builtinOptions = 0, None
+    op.customOptions = list(struct.pack("<iii", 1 if padding == "same" else 2, stride, stride))
+    op.customOptionsFormat = 0
+    b = flatbuffers.Builder(1024)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    return builtin, bytes(b.Output())
+
+
+@pytest.mark.parametrize("padding,stride", [("same", 2), ("valid", 2)])
+def test_mediapipe_convolution2d_transpose_bias(padding, stride, tmp_path):
+    """tvmgen's converter of the custom operator, checked against LiteRT running the same layer
+    as its builtin TRANSPOSE_CONV, and the NumPy reference of MediaPipe's kernel against both."""
+    from tvmgen import custom_ops
+    from tvmgen.frontends import tflite_ops
+    from tvmgen.frontends.tflite import operators, read_model
+
+    builtin, custom = _transpose_conv_tflite(padding, stride)
+    (tmp_path / "builtin.tflite").write_bytes(builtin)
+    path = tmp_path / "custom.tflite"
+    path.write_bytes(custom)
+    assert ("CUSTOM:Convolution2DTransposeBias" in [n for _, n, _ in operators(read_model(path)[1])])
+    reference = frontends_load(tmp_path / "builtin.tflite")
+    imported = frontends_load(path)
+    inputs = {s.name: np.random.default_rng(2).standard_normal(s.shape).astype(np.float32) for s in imported.inputs}
+    expected = reference.reference(inputs)
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.runner import HostModel
+
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), tmp_path / "a", True, {"name": "c"})
+    actual = HostModel(tmp_path / "a").run(inputs)
+    assert actual[0].shape == expected[0].shape == ((1, 12, 12, 3) if padding == "same" else (1, 12, 12, 3))
+    assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+    # the NumPy statement of MediaPipe's kernel agrees
+    import tensorflow as tf
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    m = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(custom, 0))
+    op = next(o for o in m.subgraphs[0].operators if m.operatorCodes[o.opcodeIndex].customCode)
+    value = {i: m.buffers[m.subgraphs[0].tensors[i].buffer].data for i in op.inputs[1:]}
+    w = np.frombuffer(bytes(value[op.inputs[1]]), np.float32).reshape(m.subgraphs[0].tensors[op.inputs[1]].shape)
+    bias = np.frombuffer(bytes(value[op.inputs[2]]), np.float32)
+    numpy_out = tflite_ops.transpose_conv_bias_numpy(next(iter(inputs.values())), w, bias, bytes(op.customOptions))
+    np.testing.assert_allclose(numpy_out, expected[0], atol=1e-4, rtol=1e-4)
+    assert "Convolution2DTransposeBias" in custom_ops.TFLITE
+    del tf
+
+
+def frontends_load(path):
+    from tvmgen import frontends
+
+    return frontends.load(path, [])
+
+
+USER_OPS = '''
+import numpy as np
+from onnx import helper
+from tvmgen.custom_ops import onnx_op
+
+
+@onnx_op("HardSwishish", domain="com.example")
+def hard_swishish(node, ctx):
+    """x * clip(x + 3, 0, 6) / 6, from standard operators."""
+    three, six, zero = ctx.constant(np.float32(3)), ctx.constant(np.float32(6)), ctx.constant(np.float32(0))
+    s, c, m = ctx.name("s"), ctx.name("c"), ctx.name("m")
+    return [helper.make_node("Add", [node.input[0], three], [s]),
+            helper.make_node("Clip", [s, zero, six], [c]),
+            helper.make_node("Mul", [node.input[0], c], [m]),
+            helper.make_node("Div", [m, six], [node.output[0]])]
+'''
+
+
+def test_a_user_registered_operator(tvmgen, tmp_path):
+    """TVMGEN_CUSTOM_OPS names a file whose @onnx_op expansion tvmgen uses; without it the
+    operator is refused with the way to register it."""
+    import json
+
+    from onnx import helper
+
+    model = onnx_model([helper.make_node("HardSwishish", ["x"], ["y"], domain="com.example")],
+                       [_vi("x", [2, 8])], [_vi("y", [2, 8])])
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    path = save_onnx(model, tmp_path / "m.onnx")
+    r = tvmgen("compile", path, "-o", tmp_path / "a")
+    assert r.returncode == 2 and "com.example.HardSwishish" in r.output and "TVMGEN_CUSTOM_OPS" in r.output, r.output
+    ops = tmp_path / "my_ops.py"
+    ops.write_text(USER_OPS)
+    r = tvmgen("compile", path, "-o", tmp_path / "a", "--check", extra_env={"TVMGEN_CUSTOM_OPS": str(ops)})
+    assert r.returncode == 0, r.output
+    assert "expansion of com.example.HardSwishish" in r.output
+    from tvmgen.runner import HostModel
+
+    x = np.linspace(-5, 5, 16, dtype=np.float32).reshape(2, 8)
+    np.testing.assert_allclose(HostModel(tmp_path / "a").run({"x": x})[0], x * np.clip(x + 3, 0, 6) / 6, rtol=1e-6)
+    assert json.loads((tmp_path / "a" / "manifest.json").read_text())["inputs"][0]["name"] == "x"
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise RuntimeError('boom')\n")
+    r = tvmgen("compile", path, "-o", tmp_path / "b", extra_env={"TVMGEN_CUSTOM_OPS": str(bad)})
+    assert r.returncode == 2 and "bad.py failed" in r.output and "boom" in r.output, r.output

@@ -77,8 +77,9 @@ def needs_expansion(model) -> bool:
     return any(_key(n) in ONNX for g in _graphs(model.graph) for n in g.node)
 
 
-def expand(model):
-    """The model with every registered operator replaced; unchanged when there is none."""
+def expand(model, expanded: set | None = None):
+    """The model with every registered operator replaced; unchanged when there is none.
+    ``expanded`` (if given) gets the operator keys replaced."""
     import onnx
     from onnx import numpy_helper
 
@@ -105,6 +106,8 @@ def expand(model):
             if entry is None:
                 rewritten.append(node)
                 continue
+            if expanded is not None:
+                expanded.add(_key(node))
             try:
                 rewritten.extend(entry.fn(node, ctx))
             except ModelError:
