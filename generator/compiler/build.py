@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from tvmgen import __version__, artifact
+from tvmgen import __version__, artifact, kernels
 from tvmgen.compiler import export as exporter
 from tvmgen.compiler.platforms import DL_DEVICE_TYPES, Platform, make_target, target_dict
 from tvmgen.errors import CompileError, TvmgenError
@@ -65,7 +65,7 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
         report.clear()
         try:
             with target:
-                pipeline = make_pipeline()
+                pipeline = kernels.capture(make_pipeline(), report)  # report["module"]: for kernels.json
             ex = relax.build(mod, target, relax_pipeline=pipeline,
                              system_lib=True if opts.platform.system_lib else None)
         except TvmgenError:  # tvmgen's own (e.g. a tuning database without this target): already says what to do
@@ -201,6 +201,7 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
                 console.print(f"  [yellow]![/] {opts.tuning_db} has no tuned kernel of this model for this target "
                               "(tuned for another model or input shape, or by an older tvmgen): run `tvmgen tune` "
                               "on this model to use one")
+        kernels.record(tmp, report.pop("module", None), imported.params, model_info.get("source"))
         what = "an object archive" if opts.objects_only or opts.platform.exporter == "xcode" else "the library"
         with step(f"Exporting {what} ({opts.platform.exporter} toolchain)"):
             exported = exporter.export(ex, opts.platform, tmp, opts.objects_only)

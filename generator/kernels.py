@@ -1,0 +1,208 @@
+"""What a compiled model is made of, recorded at compile time in the artifact's ``kernels.json``.
+
+The library holds only machine code, so what the profiler and ``tvmgen inspect`` need to know
+about its kernels is taken from the Relax module that TVM turns into the library (the last step
+of the pipeline, captured by :func:`capture`):
+
+- each kernel (fused TIR function): the Relax operators it came from, its kind (conv2d,
+  depthwise, matmul, elementwise, copies/layout, other), FLOPs per call (TVM's
+  ``estimate_tir_flops`` on the kernel's TIR) and calls per run;
+- the constants (weights after folding) by the kernel that reads them;
+- the VM's memory plan: every ``alloc_storage`` of ``main`` (the activations' workspace).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("tvmgen.kernels")
+FILE = "kernels.json"
+KINDS = ("conv2d", "depthwise", "matmul", "elementwise", "copies/layout", "other")
+# Block names (TOPI's compute names) that say what a kernel does, strongest first.
+_BLOCK_KINDS = (("depthwise", ("depthwise", "group_conv")), ("conv2d", ("conv",)),
+                ("matmul", ("matmul", "dense", "T_matmul_NT", "batch_matmul")))
+_LAYOUT_OPS = {"transpose", "reshape", "layout_transform", "concat", "split", "strided_slice", "squeeze",
+               "expand_dims", "broadcast_to", "flatten", "take", "gather", "copy", "pad", "tile", "repeat"}
+_REDUCTION_OPS = {"mean", "sum", "max", "min", "softmax", "log_softmax", "max_pool2d", "avg_pool2d",
+                  "adaptive_avg_pool2d", "argmax", "argmin", "layer_norm", "prod", "variance", "std"}
+
+
+def capture(pipeline, into: dict):
+    """``pipeline`` wrapped so that the module it returns is kept in ``into["module"]``."""
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenCaptureFinal")
+    def _capture(mod, ctx):
+        mod = pipeline(mod)
+        into["module"] = mod
+        return mod
+
+    return _capture
+
+
+def describe(mod) -> dict:
+    """The kernel table, constants and memory plan of a built Relax module (see the module doc)."""
+    from tvm import ir, relax, tirx
+
+    kernels = {}
+    for gv, func in mod.functions.items():
+        if isinstance(func, tirx.PrimFunc):
+            name = gv.name_hint
+            ops = relax_ops(name)
+            flops = _flops(func)
+            kernels[name] = {"name": name, "ops": ops, "kind": kernel_kind(ops, _block_names(func), flops),
+                             "flops": flops, "calls": 0}
+    constants, storages = [], []
+    main = next((f for gv, f in mod.functions.items() if gv.name_hint == "main"), None)
+    if isinstance(main, relax.Function):
+        def visit(expr):
+            if not isinstance(expr, relax.Call):
+                return
+            op = getattr(expr.op, "name", None)
+            if op == "relax.vm.alloc_storage" and isinstance(expr.args[0], relax.ShapeExpr):
+                size = 1
+                for d in expr.args[0].values:
+                    size *= int(d)
+                storages.append(size)
+            callee = getattr(expr.op, "name_hint", None)
+            if callee in kernels:
+                kernels[callee]["calls"] += 1
+                for i, a in enumerate(expr.args):
+                    if isinstance(a, ir.Constant) and isinstance(a.ty, relax.TensorType) and a.ty.shape is not None:
+                        shape = [int(d) for d in a.ty.shape.values]
+                        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(str(a.ty.dtype)).itemsize
+                        constants.append({"kernel": callee, "arg": i, "shape": shape,
+                                          "dtype": str(a.ty.dtype), "bytes": nbytes})
+        relax.analysis.post_order_visit(main.body, visit)
+    return {"kernels": sorted(kernels.values(), key=lambda k: -k["flops"] * max(k["calls"], 1)),
+            "constants": constants,
+            "memory_plan": {"storages": storages, "bytes": sum(storages)}}
+
+
+def weights_summary(params, source: str | None = None) -> dict:
+    """Bytes of the model's weights as imported, by dtype, and of the model file: TVM folds fp16
+    weights to fp32 (the importer's casts, TFLite's DEQUANTIZE), so the library can be bigger."""
+    by_dtype: dict[str, int] = {}
+    for p in params or []:
+        arr = p.numpy() if hasattr(p, "numpy") else p
+        by_dtype[str(arr.dtype)] = by_dtype.get(str(arr.dtype), 0) + int(arr.nbytes)
+    path = Path(source) if source and not source.startswith("builtin:") else None
+    return {"bytes": sum(by_dtype.values()), "by_dtype": by_dtype,
+            "model_file_bytes": path.stat().st_size if path and path.is_file() else None}
+
+
+def record(directory: Path, mod, params, source: str | None) -> None:
+    """Write ``kernels.json`` for the module a build produced. The artifact is complete without it
+    (profiles then name kernels without FLOPs): a module it cannot describe is logged, not fatal."""
+    if mod is None:
+        return
+    try:
+        table = describe(mod)
+    except Exception:  # noqa: BLE001 - TVM objects this table does not know: the build itself is fine
+        log.info("no kernels.json: the built module could not be described", exc_info=True)
+        return
+    table["source_weights"] = weights_summary(params, source)
+    (Path(directory) / FILE).write_text(json.dumps(table, indent=1) + "\n")
+
+
+def load(directory: Path) -> dict | None:
+    """The artifact's kernel table, or None for artifacts compiled before tvmgen recorded one."""
+    path = Path(directory) / FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+# ------------------------------------------------------------------ names and kinds
+
+def _known_ops() -> set[str]:
+    import tvm
+
+    return {n.rsplit(".", 1)[-1] for n in tvm.ir.Op.list_op_names() if n.startswith("relax.")}
+
+
+_KNOWN: set[str] | None = None
+
+
+def relax_ops(kernel: str) -> list[str]:
+    """The Relax operators a fused kernel's name lists: ``fused_conv2d14_add7_maximum7_prepacked``
+    -> conv2d, add, maximum (TVM names a fused function after its operators, each numbered)."""
+    global _KNOWN
+    if _KNOWN is None:
+        _KNOWN = _known_ops()
+    base = re.sub(r"_kernel\d*$", "", kernel)  # a GPU kernel of the function
+    base = re.sub(r"^fused_", "", base)
+    tokens = [t for t in base.split("_") if t]
+    ops, i = [], 0
+    while i < len(tokens):
+        for j in range(len(tokens), i, -1):  # the longest run of tokens naming a known operator
+            cand = re.sub(r"\d+$", "", "_".join(tokens[i:j]))
+            if cand in _KNOWN or cand in _LAYOUT_OPS | _REDUCTION_OPS:
+                ops.append(cand)
+                i = j
+                break
+        else:  # a word that is no operator (tvmgen's "prepacked", "weight"...): skipped
+            i += 1
+    return ops or [re.sub(r"\d+$", "", base)]
+
+
+def kernel_kind(ops: list[str], blocks: list[str] = (), flops: float | None = None) -> str:
+    """One of KINDS, from the kernel's compute blocks (TOPI names them) and its operators."""
+    text = " ".join(blocks).lower()
+    for kind, words in _BLOCK_KINDS:
+        if any(w.lower() in text for w in words):
+            return kind
+    if any(o.startswith("conv") for o in ops):
+        return "conv2d"
+    if any(o in ("matmul", "dense", "linear") for o in ops):
+        return "matmul"
+    if ops and all(o in _LAYOUT_OPS for o in ops):
+        return "copies/layout"
+    if any(o in _REDUCTION_OPS for o in ops):
+        return "other"
+    if flops == 0:
+        return "copies/layout"
+    return "elementwise"
+
+
+def kind_of(name: str, table: dict | None) -> tuple[list[str], str, float | None]:
+    """(ops, kind, FLOPs per call) of a kernel by name: from the table when recorded, else its name."""
+    for k in (table or {}).get("kernels", []):
+        if k["name"] == name:
+            return k["ops"], k["kind"], k["flops"]
+    ops = relax_ops(name)
+    return ops, kernel_kind(ops), None
+
+
+def _flops(func) -> float:
+    import tvm
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return float(estimate_tir_flops(tvm.IRModule({"main": func})))
+    except Exception:  # noqa: BLE001 - a kernel TVM cannot count (dynamic loops): unknown, shown as "-"
+        return 0.0
+
+
+def _block_names(func) -> list[str]:
+    from tvm import s_tir
+
+    try:
+        sch = s_tir.Schedule(func)
+    except Exception:  # noqa: BLE001 - a function without blocks (already lowered): names only
+        return []
+    names = []
+
+    def walk(block):
+        for child in sch.get_child_blocks(block):
+            names.append(sch.get(child).name_hint)
+            walk(child)
+
+    try:
+        walk(sch.get_sblock("root"))
+    except Exception:  # noqa: BLE001 - no root block
+        return names
+    return names

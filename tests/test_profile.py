@@ -1,0 +1,183 @@
+"""Where the time and memory go: the per-kernel profile, the memory figures and the size report
+(kernels.json, tvmgen run --profile, tvmgen inspect --size), checked against the whole run's time,
+analytic FLOP counts, the ELF file and what the kernel reports for the process."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import TVMGEN, onnx_model, save_onnx
+
+# conv 3->32 (stride 2), depthwise 3x3, 1x1 conv 32->64, global pool, matmul with fp16 weights (cast to fp32)
+H = 112
+
+
+def small_cnn():
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def w(name, *shape, dtype=np.float32):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.1).astype(dtype), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=32),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("GlobalAveragePool", ["r3"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Cast", ["w4h"], ["w4"], to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["f", "w4"], ["y"]),
+    ]
+    inits = [w("w1", 32, 3, 3, 3), w("b1", 32), w("w2", 32, 1, 3, 3), w("b2", 32), w("w3", 64, 32, 1, 1), w("b3", 64),
+             w("w4h", 64, 100, dtype=np.float16)]
+    return onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, H, H])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 100])], inits)
+
+
+@pytest.fixture(scope="module")
+def art(tmp_path_factory):
+    d = tmp_path_factory.mktemp("profile")
+    model = save_onnx(small_cnn(), d / "cnn.onnx")
+    out = d / "cnn-host-cpu"
+    r = subprocess.run([*TVMGEN, "compile", str(model), "-o", str(out)], capture_output=True, text=True,
+                       env=dict(os.environ, TVMGEN_LOG_DIR=str(d / "logs")), timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out
+
+
+def cli(*args, check=True):
+    r = subprocess.run([*TVMGEN, *map(str, args)], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, COLUMNS="200"))
+    assert not check or r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def test_kernel_table_kinds_flops_and_memory_plan(art):
+    table = json.loads((art / "kernels.json").read_text())
+    by_kind = {}
+    for k in table["kernels"]:
+        by_kind.setdefault(k["kind"], []).append(k)
+    assert {"conv2d", "depthwise", "matmul"} <= set(by_kind), by_kind.keys()
+    # the 1x1 convolution: 2 * 56*56 * 32 * 64 multiply-adds, plus its bias and relu per output
+    pointwise = max(by_kind["conv2d"], key=lambda k: k["flops"])
+    analytic = 2 * (H // 2) ** 2 * 32 * 64
+    assert analytic <= pointwise["flops"] <= analytic * 1.1, pointwise
+    assert "conv2d" in pointwise["ops"] and pointwise["calls"] == 1
+    dw = by_kind["depthwise"][0]
+    assert 2 * (H // 2) ** 2 * 32 * 9 <= dw["flops"] <= 2 * (H // 2) ** 2 * 32 * 9 * 1.2
+    # activations: the largest (1x56x56x64 fp32) must fit in what the VM planned
+    assert table["memory_plan"]["bytes"] >= (H // 2) ** 2 * 64 * 4
+    assert table["source_weights"]["model_file_bytes"] > 0
+
+
+def test_run_profile_adds_up_to_the_whole_run(art, tmp_path):
+    r = cli("run", art, "--profile", "--json", "--repeat", "30", "--plot", tmp_path / "top.png")
+    p = json.loads(r.stdout)["profile"]
+    # what the profiled kernels took in a run is the run: within 10% of the plain run's median
+    assert 0.9 <= p["kernels_median_ms"] / p["whole_run_ms"] <= 1.1, (p["kernels_median_ms"], p["whole_run_ms"])
+    rows = [k for k in p["kernels"] if k["kind"] != "vm"]
+    assert [k["total_ms"] for k in rows] == sorted((k["total_ms"] for k in rows), reverse=True)
+    assert {k["kind"] for k in p["kinds"]} >= {"conv2d", "depthwise", "matmul"}
+    assert abs(sum(k["total_ms"] for k in p["kinds"]) - p["profiled_ms"]) < 1e-6
+    conv = next(k for k in rows if k["kind"] == "conv2d")
+    assert conv["calls"] == 1 and conv["gflops"] > 0.05 and conv["ops"][0] == "conv2d"
+    assert abs(conv["mean_us"] / 1e3 - conv["total_ms"]) < 1e-9
+    assert (tmp_path / "top.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = cli("run", art, "--profile", "--repeat", "3").stdout
+    assert "GFLOP/s" in text and "depthwise" in text and "peak resident memory (VmHWM)" in text
+
+
+def test_plot_without_profile_is_refused(art, tmp_path):
+    r = cli("run", art, "--plot", tmp_path / "x.png", check=False)
+    assert r.returncode != 0 and "add --profile" in r.stdout + r.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM is Linux/Android's")
+def test_peak_memory_matches_the_kernels_accounting(art):
+    # the child's own peak as the kernel accounts it (wait4's rusage) against what it reported
+    proc = subprocess.Popen([*TVMGEN, "run", str(art), "--json", "--repeat", "3"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    mem = json.loads(out)["memory"]
+    os_peak = usage.ru_maxrss * 1024  # kB on Linux
+    assert mem["after_load_peak_bytes"] <= mem["overall_peak_bytes"] <= os_peak
+    assert os_peak - mem["overall_peak_bytes"] < 16 * 2**20  # only printing the JSON came after the last reading
+    weights = json.loads(cli("inspect", art, "--json").stdout)["memory"]["weights_bytes"]
+    assert mem["model_after_load_bytes"] >= weights  # the constants are resident once loaded
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM is Linux/Android's")
+def test_resident_memory_in_process_equals_getrusage():
+    from tvmgen import memory
+
+    rm = memory.ResidentMemory()
+    rm.mark_before_load()
+    block = np.ones(64 * 2**20 // 8)  # 64 MB touched
+    rm.mark_loaded()
+    del block
+    rm.mark_end()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    assert abs(rm.overall_peak - peak) < 2**20
+    assert rm.to_json()["model_after_load_bytes"] >= 60 * 2**20
+
+
+def test_inspect_memory_and_size(art):
+    import shutil
+
+    d = json.loads(cli("inspect", art, "--json", "--size").stdout)
+    mem, size = d["memory"], d["size"]
+    table = json.loads((art / "kernels.json").read_text())
+    assert mem["weights_bytes"] == size["weights_total"] == sum(c["bytes"] for c in table["constants"])
+    assert 0 < mem["code_bytes"] < mem["library_bytes"]
+    assert mem["planned_workspace_bytes"] == table["memory_plan"]["bytes"]
+    kernels = {k["kernel"] for k in size["code"]}
+    assert {k["name"] for k in table["kernels"] if k["calls"]} <= kernels
+    # the fp16 matmul weights were folded to fp32: reported as growth
+    growth = d["weights_growth"]
+    assert growth["model_file_bytes"] == (art.parent / "cnn.onnx").stat().st_size
+    assert growth["ratio"] == pytest.approx(mem["weights_bytes"] / growth["model_file_bytes"]) and growth["ratio"] > 1.2
+    if shutil.which("readelf"):  # our ELF reader against binutils'
+        out = subprocess.run(["readelf", "-SW", str(art / "model.so")], capture_output=True, text=True).stdout
+        text = next(ln for ln in out.splitlines() if " .text " in ln).split()
+        assert int(text[text.index(".text") + 4], 16) <= mem["code_bytes"]
+    text = cli("inspect", art, "--size").stdout
+    assert "weights by tensor" in text and "code by kernel" in text and "planned by the VM" in text
+
+
+def test_relax_ops_from_kernel_names():
+    from tvmgen import kernels
+
+    assert kernels.relax_ops("fused_conv2d14_add7_maximum7_minimum7_prepacked") == ["conv2d", "add", "maximum",
+                                                                                  "minimum"]
+    assert kernels.relax_ops("fused_max_pool2d3_layout_transform1") == ["max_pool2d", "layout_transform"]
+    assert kernels.relax_ops("fused_matmul_add_kernel") == ["matmul", "add"]
+    assert kernels.kernel_kind(["transpose", "reshape"]) == "copies/layout"
+    assert kernels.kernel_kind(["add", "relu"]) == "elementwise"
+
+
+def test_profile_table_from_counts():
+    from tvmgen.profile import VM_ROW, Profile
+
+    table = {"kernels": [{"name": "k_conv", "ops": ["conv2d"], "kind": "conv2d", "flops": 2e6, "calls": 1}]}
+    counts = {"k_conv": [10, 10_000_000], "fused_add": [20, 2_000_000], "vm.builtin.alloc_tensor": [30, 300_000]}
+    p = Profile.from_counts(counts, runs=10, whole_run_ms=1.25, table=table)
+    assert [r["name"] for r in p.rows] == ["k_conv", "fused_add", VM_ROW]
+    conv = p.rows[0]
+    assert conv["total_ms"] == pytest.approx(1.0) and conv["share"] == pytest.approx(0.8)
+    assert conv["gflops"] == pytest.approx(2e6 / 1e-3 / 1e9)
+    assert p.rows[1]["calls"] == 2 and p.rows[1]["mean_us"] == pytest.approx(100)
+    assert p.kernels_ms == pytest.approx(1.2)
+    assert Profile.from_json(json.loads(json.dumps(p.to_json()))).rows == p.rows
+    assert "conv2d" in p.table() and sys.getsizeof(p.table()) > 0
