@@ -66,7 +66,7 @@ def android_context(kind: str, package: str, app_name: str, model_name: str, dev
                     rpc_port: int = 9090, rpc_key: str = "android") -> dict:
     """Everything the Android templates use: the only place their values are decided."""
     from tvmgen import __version__
-    from tvmgen.android.tools import COMPILE_SDK
+    from tvmgen.android.downloads import AGP_VERSION, COMPILE_SDK, GRADLE_VERSION, NDK_VERSION
 
     check_package(package)
     return {
@@ -74,7 +74,7 @@ def android_context(kind: str, package: str, app_name: str, model_name: str, dev
         "model_name": model_name, "device": device,
         "model_devices": [device] + (["cpu"] if device != "cpu" else []),
         "abis": abis, "min_sdk": 24, "compile_sdk": COMPILE_SDK, "target_sdk": COMPILE_SDK,
-        "agp_version": "8.5.2", "gradle_version": "8.7", "ndk_version": "27.2.12479018",
+        "agp_version": AGP_VERSION, "gradle_version": GRADLE_VERSION, "ndk_version": NDK_VERSION,
         "version_code": 1, "version_name": "1.0", "tvm_source_dir": tvm_source_dir, "tvmgen_version": __version__,
         # the RPC app's defaults (what `tvmgen rpc-app` was given)
         "default_mode": rpc_mode, "default_address": rpc_address, "default_port": rpc_port, "default_key": rpc_key,

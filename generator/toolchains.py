@@ -18,16 +18,16 @@ log = logging.getLogger("tvmgen.toolchains")
 
 
 def run(argv: list[str], cwd: str | Path | None = None, check: bool = True,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        env: dict[str, str] | None = None, input: str | None = None) -> subprocess.CompletedProcess:
     """The one seam for subprocess calls: logs the command and its output.
 
     ``env`` adds variables for this child only; their values are never logged (secrets travel
-    this way, never in argv).
+    this way, never in argv). ``input`` is written to the child's stdin (answers to its prompts).
     """
     log.debug("run: %s (cwd=%s)", " ".join(map(str, argv)), cwd or os.getcwd())
     if env:
         log.debug("environment for %s: %s (values not logged)", Path(str(argv[0])).name, ", ".join(sorted(env)))
-    proc = subprocess.run(list(map(str, argv)), cwd=cwd, capture_output=True, text=True,
+    proc = subprocess.run(list(map(str, argv)), cwd=cwd, capture_output=True, text=True, input=input,
                           env={**os.environ, **env} if env else None)
     if proc.stdout:
         log.debug("stdout: %s", proc.stdout.rstrip())
@@ -143,8 +143,11 @@ class AndroidNdk(Tool):
                         f"point {var} at an unpacked Android NDK (r25 or newer), or unset it",
                     )
                 return root
-        sdk = os.environ.get("ANDROID_HOME") or os.environ.get("ANDROID_SDK_ROOT")
-        if sdk and (Path(sdk) / "ndk").is_dir():
+        from tvmgen.android import downloads
+
+        # the SDK's ndk/<version> folders: the environment's SDK, else the one `tvmgen doctor --install` made
+        sdk = os.environ.get("ANDROID_HOME") or os.environ.get("ANDROID_SDK_ROOT") or downloads.sdk_dir()
+        if (Path(sdk) / "ndk").is_dir():
             versions = sorted(
                 (p for p in (Path(sdk) / "ndk").iterdir() if p.is_dir()),
                 key=lambda p: tuple(int(x) if x.isdigit() else 0 for x in p.name.split(".")),
@@ -162,8 +165,8 @@ class AndroidNdk(Tool):
         root = self.ndk_root()
         if root is None:
             raise ToolMissingError(
-                "Android NDK not found: none of " + ", ".join(NDK_ENV_VARS) + " is set",
-                "install the NDK (sdkmanager 'ndk;27.2.12479018') and set ANDROID_NDK_HOME to it, "
+                "Android NDK not found: none of " + ", ".join(NDK_ENV_VARS) + " is set, and tvmgen's SDK has none",
+                "tvmgen doctor --install (or install the NDK: sdkmanager 'ndk;27.2.12479018', and set ANDROID_NDK_HOME), "
                 "or use --objects-only to write an object archive that the app build links later",
             )
         host_tag = {"Linux": "linux-x86_64", "Darwin": "darwin-x86_64", "Windows": "windows-x86_64"}[platform.system()]

@@ -443,8 +443,9 @@ def _exe(path: Path, body: str) -> None:
 def _doctor(tmp_path, env_extra: dict) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in (
         "ANDROID_HOME", "ANDROID_SDK_ROOT", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "TVM_NDK_CC", "TVM_SOURCE_DIR",
-        "TVMGEN_AAPT", "TVMGEN_ZIPALIGN", "TVMGEN_APKSIGNER")}
-    env.update(TVMGEN_LOG_DIR=str(tmp_path / "logs"), **env_extra)
+        "TVMGEN_AAPT", "TVMGEN_ZIPALIGN", "TVMGEN_APKSIGNER", "GRADLE_HOME")}
+    # tvmgen's own downloads (tvmgen doctor --install) live elsewhere: an empty data directory here
+    env.update(TVMGEN_LOG_DIR=str(tmp_path / "logs"), TVMGEN_DATA_DIR=str(tmp_path / "tvmgen-data"), **env_extra)
     return subprocess.run([sys.executable, "-m", "tvmgen", "doctor", "--json"], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=120)
 
@@ -467,8 +468,10 @@ def test_doctor_ready_with_a_complete_sdk(tmp_path):
     (tvm / "CMakeLists.txt").write_text("project(tvm)\n")
     (tvm / "python" / "tvm").mkdir(parents=True)
     (tvm / "python" / "tvm" / "libinfo.py").write_text('__version__ = "0.27.0"\n')
+    _exe(tmp_path / "gradle" / "bin" / "gradle", "echo 'Gradle 8.7'")
 
-    env = {"ANDROID_HOME": str(sdk), "ANDROID_NDK_HOME": str(ndk), "TVM_SOURCE_DIR": str(tvm)}
+    env = {"ANDROID_HOME": str(sdk), "ANDROID_NDK_HOME": str(ndk), "TVM_SOURCE_DIR": str(tvm),
+           "GRADLE_HOME": str(tmp_path / "gradle")}
     proc = _doctor(tmp_path, env)
     report = json.loads(proc.stdout)
     rows = {c["name"]: c for c in report["checks"]}
@@ -477,7 +480,8 @@ def test_doctor_ready_with_a_complete_sdk(tmp_path):
     assert rows["Android SDK"]["version"] == "android-34, build-tools 34.0.0"
     assert rows["apksigner"]["path"] == str(bt / "apksigner") and rows["aapt"]["version"] == "0.2-10932466"
     assert rows["adb"]["version"] == "34.0.5-10900879" and "38011FDJH00AB3 (Pixel 6): device" in rows["adb"]["detail"]
-    assert rows["TVM source tree"]["version"] == "0.27.0"
+    assert rows["TVM source tree"]["version"] == "0.27.0" and rows["TVM source tree"]["source"] == "yours ($TVM_SOURCE_DIR)"
+    assert rows["Gradle"]["version"] == "8.7" and rows["Android NDK"]["source"] == "yours ($ANDROID_NDK_HOME)"
 
     env.pop("TVM_SOURCE_DIR")
     proc = _doctor(tmp_path, env)

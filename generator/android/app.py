@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tvmgen import toolchains
-from tvmgen.android import adb, doctor, signing, tools
+from tvmgen.android import adb, doctor, downloads, signing, tools
 from tvmgen.errors import TvmgenError
 from tvmgen.log import step
 
@@ -47,7 +47,7 @@ def build_apk(project: Path, opts: AppOptions) -> Path:
     """Gradle build, zipalign, sign (v2 + v3), verify: the signed APK's path."""
     gradle = tools.Gradle(project).verify()
     task = "assembleRelease"
-    env = {"TVM_SOURCE_DIR": os.environ.get("TVM_SOURCE_DIR", "")}
+    env = build_env()
     with step(f"Building the APK with Gradle ({task})"):
         proc = toolchains.run([str(gradle), "--no-daemon", "-p", str(project), task], cwd=project, check=False,
                               env=env)
@@ -101,9 +101,21 @@ def install_and_run(apk: Path, opts: AppOptions, results_dir: Path) -> dict | No
     return json.loads(local.read_text())
 
 
+def build_env() -> dict[str, str]:
+    """What Gradle needs to find: the SDK, the JDK and the TVM source, yours or tvmgen's download."""
+    sdk, tvm = tools.sdk_root(), downloads.tvm_source_dir()
+    env = {"TVM_SOURCE_DIR": str(tvm or "")}
+    if sdk is not None and not any(os.environ.get(v) for v in tools.SDK_ENV_VARS):
+        env["ANDROID_HOME"] = str(sdk)
+    if not os.environ.get("JAVA_HOME"):
+        env["JAVA_HOME"] = str(tools.Jdk().verify())
+    return env
+
+
 def summary_of_missing(missing: list[doctor.Check], project: Path) -> str:
     lines = [f"  - {c.name}: {c.detail or 'not found'}" + (f"\n    fix: {c.fix}" if c.fix else "") for c in missing]
     finish = (f"cd {project} && ANDROID_HOME=... TVM_SOURCE_DIR=... gradle assembleRelease   "
-              "(or run this tvmgen command again once `tvmgen doctor` says ready)")
+              "(or run this tvmgen command again with --yes: tvmgen downloads what is missing; "
+              "`tvmgen doctor --install` does only that)")
     return "the project is rendered but no APK was built; missing here:\n" + "\n".join(lines) + \
         f"\n  to finish: {finish}"

@@ -1,7 +1,8 @@
 """The Android tools, one class each: ``verify()`` finds the tool or says how to install it.
 
-Lookup order: the tool's environment variable (JAVA_HOME, ANDROID_HOME, ...), then PATH, then
-known install places (Debian's /usr/lib/android-sdk, Android Studio's ~/Android/Sdk). Every
+Lookup order: the tool's environment variable (JAVA_HOME, ANDROID_HOME, ...), then the SDK
+`tvmgen doctor --install` put in tvmgen's data directory, then PATH, then known install places
+(Debian's /usr/lib/android-sdk, Android Studio's ~/Android/Sdk). Every
 subprocess goes through ``run`` below, which tests replace with a recording fake (the seam).
 """
 
@@ -17,13 +18,15 @@ from pathlib import Path
 from typing import Callable
 
 from tvmgen import toolchains
+from tvmgen.android import downloads
+from tvmgen.android.downloads import BUILD_TOOLS, COMPILE_SDK
 from tvmgen.errors import ToolMissingError
 
 log = logging.getLogger("tvmgen.android")
 
-# The SDK platform the app templates compile against; minSdk is toolchains.ANDROID_MIN_API (24).
-COMPILE_SDK = 34
-BUILD_TOOLS = "34.0.0"
+# The SDK platform the app templates compile against (COMPILE_SDK, BUILD_TOOLS: android.downloads);
+# minSdk is toolchains.ANDROID_MIN_API (24).
+INSTALL_HINT = "tvmgen doctor --install"
 SDK_ENV_VARS = ("ANDROID_HOME", "ANDROID_SDK_ROOT")
 # Debian's packages (aapt, zipalign, apksigner, adb) install here; Android Studio's SDK lives in the home dir.
 KNOWN_SDK_PLACES = (Path("/usr/lib/android-sdk"), Path.home() / "Android" / "Sdk", Path.home() / "Library" / "Android" / "sdk")
@@ -41,7 +44,12 @@ def run(argv: list, cwd: str | Path | None = None, env: dict[str, str] | None = 
 
 
 def sdk_root() -> Path | None:
-    """The Android SDK: $ANDROID_HOME, $ANDROID_SDK_ROOT, then the known places."""
+    """The Android SDK: $ANDROID_HOME, $ANDROID_SDK_ROOT, tvmgen's download, then the known places."""
+    return _chosen_sdk() or next((p for p in KNOWN_SDK_PLACES if p.is_dir()), None)
+
+
+def _chosen_sdk() -> Path | None:
+    """The SDK named by the environment, else the one tvmgen installed; None when neither."""
     for var in SDK_ENV_VARS:
         if os.environ.get(var):
             root = Path(os.environ[var])
@@ -49,11 +57,17 @@ def sdk_root() -> Path | None:
                 raise ToolMissingError(f"{var}={root} is not a directory",
                                        f"point {var} at an Android SDK (the folder holding platforms/ and build-tools/), or unset it")
             return root
-    return next((p for p in KNOWN_SDK_PLACES if p.is_dir()), None)
+    ours = downloads.sdk_dir()
+    return ours if (ours / "platforms").is_dir() or (ours / "build-tools").is_dir() else None
 
 
 def _version_key(name: str) -> tuple:
     return tuple(int(x) if x.isdigit() else -1 for x in re.split(r"[.-]", name))
+
+
+def version_at_least(version: str, minimum: str) -> bool:
+    """'8.10.2' >= '8.7' compares numerically, part by part."""
+    return _version_key(version) >= _version_key(minimum)
 
 
 class AndroidTool(toolchains.Tool):
@@ -75,10 +89,11 @@ class AndroidTool(toolchains.Tool):
         self._version: str | None = None
 
     def _find(self) -> Path:
-        # $TOOL_VAR, then the SDK that $ANDROID_HOME names, then PATH, then the known SDK places.
+        # $TOOL_VAR, then the SDK that $ANDROID_HOME names (or tvmgen's), then PATH, then the known SDK places.
         found = self._from_env_or_path()
         if found is None:
-            found = self._from_sdk([sdk_root()] if any(os.environ.get(v) for v in SDK_ENV_VARS) else [])
+            chosen = _chosen_sdk()
+            found = self._from_sdk([chosen] if chosen else [])
         if found is None:
             found = self._from_env_or_path(*self.commands) or self._from_sdk(KNOWN_SDK_PLACES)
         if found is None:
@@ -233,8 +248,8 @@ class AndroidSdk(AndroidTool):
 
     name = "Android SDK"
     env_var = "ANDROID_HOME"
-    install = (f"install the command-line tools, then: sdkmanager 'platforms;android-{COMPILE_SDK}' "
-               f"'build-tools;{BUILD_TOOLS}' and set ANDROID_HOME")
+    install = (f"{INSTALL_HINT} (or install the command-line tools, then: sdkmanager "
+               f"'platforms;android-{COMPILE_SDK}' 'build-tools;{BUILD_TOOLS}' and set ANDROID_HOME)")
 
     def _find(self) -> Path:
         root = sdk_root()
@@ -265,7 +280,7 @@ class AndroidSdk(AndroidTool):
             missing.append(f"'build-tools;{BUILD_TOOLS}'")
         if missing:
             raise ToolMissingError(f"the Android SDK at {root} lacks {' and '.join(missing)}",
-                                   f"sdkmanager --sdk_root={root} {' '.join(missing)}")
+                                   f"sdkmanager --sdk_root={root} {' '.join(missing)} (or: {INSTALL_HINT})")
 
     def version(self) -> str | None:
         platforms, tools = self.platforms(), self.build_tools()
@@ -274,11 +289,12 @@ class AndroidSdk(AndroidTool):
 
 
 class Gradle(AndroidTool):
-    """The project's gradlew when there is a project, else ``gradle`` on PATH."""
+    """The project's gradlew when there is a project, else $GRADLE_HOME, tvmgen's download, ``gradle`` on PATH."""
 
     name = "Gradle"
     env_var = "GRADLE_HOME"
-    install = "apt-get install gradle, or use the gradlew wrapper of a generated app (it downloads Gradle)"
+    install = f"{INSTALL_HINT} (downloads Gradle {downloads.GRADLE_VERSION}), or set GRADLE_HOME to a Gradle " \
+              f"{downloads.GRADLE_VERSION} or newer"
     version_argv = ("--version",)
     version_re = r"Gradle (\S+)"
 
@@ -291,11 +307,22 @@ class Gradle(AndroidTool):
             return self.project / "gradlew"
         if os.environ.get("GRADLE_HOME") and (Path(os.environ["GRADLE_HOME"]) / "bin" / "gradle").is_file():
             return Path(os.environ["GRADLE_HOME"]) / "bin" / "gradle"
+        ours = downloads.gradle_home() / "bin" / "gradle"
+        if ours.is_file():
+            return ours
         found = shutil.which("gradle")
         if found is None:
-            raise ToolMissingError("Gradle not found (no gradlew in the project, $GRADLE_HOME or gradle on PATH)",
-                                   self.install)
+            raise ToolMissingError("Gradle not found (no gradlew in the project, $GRADLE_HOME, tvmgen's download "
+                                   f"at {downloads.gradle_home()} or gradle on PATH)", self.install)
         return Path(found)
+
+    def require(self) -> str:
+        """Raise unless this Gradle is at least the version the app templates name; the detail otherwise."""
+        version = self.version()
+        if version and not version_at_least(version, downloads.GRADLE_VERSION):
+            raise ToolMissingError(f"Gradle {version} at {self.verify()} is older than {downloads.GRADLE_VERSION}, "
+                                   f"which Android Gradle Plugin {downloads.AGP_VERSION} needs", self.install)
+        return ""
 
     def version(self) -> str | None:
         # A wrapper's version is in its properties; running gradlew would download Gradle.

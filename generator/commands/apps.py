@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-import os
 from pathlib import Path
 
 import click
 
 from tvmgen import log as logs, nnapi, tune as tuning
+from tvmgen.android import downloads as pins
 from tvmgen.errors import InputError, ToolMissingError, TvmgenError
 
 console = logs.console
@@ -50,6 +50,45 @@ def _finish_app(project: Path, opts, artifacts_ok: bool):
         results = android_app.install_and_run(apk, opts, project / "results")
         if results is not None:
             click.echo(json.dumps(results, indent=2))
+
+
+def _interactive() -> bool:
+    """A person at a terminal can answer a question (never in CI, tests or a pipe)."""
+    return sys.stdin.isatty() and console.is_terminal
+
+
+def _show_plan(plan) -> None:
+    console.print(f"The APK build lacks these; tvmgen downloads them into {pins.data_dir()}:")
+    for line in plan.lines():
+        console.print(f"  - {line}", markup=False)
+
+
+def _set_up_android(yes: bool) -> None:
+    """Before an Android app is made: download what the APK build lacks, with --yes or after asking once.
+
+    Without --yes and without a terminal to ask on, nothing is downloaded: the command goes on and,
+    after rendering, lists what is missing with the fix for each (as before).
+    """
+    from tvmgen.android import install
+
+    try:
+        plan = install.make_plan()
+    except TvmgenError:
+        if yes:
+            raise
+        return  # e.g. ANDROID_HOME names no directory: reported with its fix after rendering
+    if plan.empty():
+        return
+    if not yes:
+        if not _interactive():
+            return
+        _show_plan(plan)
+        if not click.confirm("Download them now? (`tvmgen doctor --install` does the same later)", default=True,
+                             err=True):
+            return
+    else:
+        _show_plan(plan)
+    install.install(plan, yes=yes, interactive=_interactive())
 
 
 def _android_only(platforms=(), release=False, run=False):
@@ -96,6 +135,10 @@ _app_common = [
     click.option("--serial", help="The phone, when several are attached (adb devices; iOS: the devicectl device id)."),
     click.option("--team-id", help="iOS: the Apple developer team that signs the app (DEVELOPMENT_TEAM); "
                                    "needed where it is built (macOS with Xcode)."),
+    click.option("-y", "--yes", is_flag=True,
+                 help="Android: download whatever the APK build lacks (as `tvmgen doctor --install`) without "
+                      "asking, accepting the Android SDK licences. Without it tvmgen asks once at a terminal, "
+                      "and elsewhere only lists what is missing."),
 ]
 
 
@@ -126,15 +169,18 @@ def _with(options):
               help="CPU kernels tuned by `tvmgen tune` for the phone (as for compile); used by the CPU builds.")
 @_with(_app_common)
 def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strategy, feature_level, cost_table,
-        tuning_db, platforms, package, name, out, force, release, keystore, key_alias, install, serial, team_id):
+        tuning_db, platforms, package, name, out, force, release, keystore, key_alias, install, serial, team_id, yes):
     """Model -> Android app project -> signed APK -> phone (or, with --platform ios-arm64, an iOS app).
 
     Compiles the model for each ABI (and a CPU fallback for --device opencl or nnapi), renders the app from
     templates/android_deploy, and where the Android SDK, NDK and a TVM source tree are present builds
     it with Gradle, zipaligns, signs (apksigner v2 + v3), verifies, installs and launches it.
-    Elsewhere it stops after rendering and says what is missing (`tvmgen doctor` lists it all).
+    What is missing (command-line tools, SDK platform and build-tools, NDK, CMake, Gradle, the TVM
+    source) tvmgen downloads into its data directory: with --yes, or after asking once at a terminal.
+    Otherwise it stops after rendering and says what is missing (`tvmgen doctor` lists it all).
 
     \b
+      tvmgen app --model mobilenet.pb --device opencl --yes
       tvmgen app --model mobilenet.pb --input input:1x224x224x3 --device opencl
       tvmgen app --model builtin:mobilenet --install --run --serial R58M123
       tvmgen app --platform ios-arm64 --model builtin:mobilenet --device metal --team-id AB12CD34EF
@@ -166,6 +212,7 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
         raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
     opts = _app_options("deploy", package, name, platforms, release, keystore, key_alias, install, run_app, serial,
                         iterations=iterations)
+    _set_up_android(yes)  # before compiling: a downloaded NDK links the model
     try:
         AndroidNdk().verify()
         linked = True
@@ -191,7 +238,7 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
 
         with artifact.staging(out, force) as staged:
             ctx = apps.android_context("deploy", package, name, stem, device, opts.abis,
-                                       tvm_source_dir=os.environ.get("TVM_SOURCE_DIR", ""))
+                                       tvm_source_dir=_tvm_source_dir())
             with logs.step("Rendering the Android project (templates/android_deploy)"):
                 apps.create_android_project("deploy", staged, ctx, artifacts)
     console.print(f"[green]✓[/] Android project: [bold]{out}[/]")
@@ -218,7 +265,7 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
                    "in proxy mode on 127.0.0.1 (no shared Wi-Fi needed).")
 @_with([o for o in _app_common if o is not _platforms_option])  # rpc-app's --platform is the OS
 def rpc_app(target_os, platforms, mode, address, port, key, model, device, usb, package, name, out, force, release,
-            keystore, key_alias, install, serial, team_id):
+            keystore, key_alias, install, serial, team_id, yes):
     """The RPC app: the phone becomes a device for `tvmgen bench`.
 
     Renders templates/android_rpc (the native device server from jni/, packaged and watched by a
@@ -244,9 +291,10 @@ def rpc_app(target_os, platforms, mode, address, port, key, model, device, usb, 
         raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
     opts = _app_options("rpc", package, name, platforms, release, keystore, key_alias, install, False, serial,
                         usb=usb, rpc={"mode": mode, "address": address, "port": port, "key": key})
+    _set_up_android(yes)
     with artifact.staging(out, force) as staged:
         ctx = apps.android_context("rpc", package, name, "-", "cpu", opts.abis,
-                                   tvm_source_dir=os.environ.get("TVM_SOURCE_DIR", ""), rpc_mode=mode,
+                                   tvm_source_dir=_tvm_source_dir(), rpc_mode=mode,
                                    rpc_address=address, rpc_port=port, rpc_key=key)
         with logs.step("Rendering the Android RPC app (templates/android_rpc)"):
             apps.create_android_project("rpc", staged, ctx, {})
@@ -257,20 +305,48 @@ def rpc_app(target_os, platforms, mode, address, port, key, model, device, usb, 
     _finish_app(out, opts, artifacts_ok=True)
 
 
+def _tvm_source_dir() -> str:
+    return str(pins.tvm_source_dir() or "")
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on stdout.")
-def doctor(as_json):
+@click.option("--install", "install_missing", is_flag=True,
+              help="First download what the APK build lacks into tvmgen's data directory ($TVMGEN_DATA_DIR, "
+                   f"default ~/.local/share/tvmgen): the Android command-line tools; with their sdkmanager "
+                   f"{', '.join(pins.SDK_PACKAGES)}; Gradle {pins.GRADLE_VERSION}; the TVM {pins.TVM_TAG} source "
+                   "(git, shallow, with submodules). Downloads are checked against pinned "
+                   "SHA-256 values and resume after an interruption; what is here and usable is not fetched again; "
+                   "your ANDROID_HOME, ANDROID_NDK_HOME, TVM_SOURCE_DIR and GRADLE_HOME are used as they are.")
+@click.option("-y", "--yes", is_flag=True,
+              help="With --install: accept the Android SDK licences without showing them (they are written to the "
+                   "log file). Without it, --install shows them and asks at a terminal, and stops elsewhere.")
+def doctor(as_json, install_missing, yes):
     """Check the tools the Android app build needs, with the fix for each one missing.
 
+    Each row says where the tool came from (yours: an environment variable, PATH or a known
+    place; or tvmgen's download) and its version.
+
     \b
-    Exit code: 0 when `tvmgen app` can build an APK here (JDK, Android SDK platform and
-    build-tools, NDK, TVM source tree, apksigner, zipalign, aapt all usable);
-    3 (missing tool) otherwise. adb, Gradle on PATH, qemu, the cross compiler, OpenCL and
-    Xcode are reported but do not change the exit code.
+    Exit code: 0 when `tvmgen app` can build an APK here (JDK, Gradle 8.7 or newer, Android
+    SDK platform and build-tools, NDK, TVM source tree, apksigner, zipalign, aapt all usable);
+    3 (missing tool) otherwise, also when a download fails. CMake, adb, qemu, the cross
+    compiler, OpenCL and Xcode are reported but do not change the exit code.
     """
     from tvmgen.android import doctor as doc
+    from tvmgen.android import install
     from tvmgen.errors import ToolMissingError
 
+    if yes and not install_missing:
+        raise InputError("--yes answers the questions --install asks", "use `tvmgen doctor --install --yes`")
+    if install_missing:
+        plan = install.make_plan()
+        if plan.empty():
+            console.print("[green]✓[/] nothing to download: what the APK build needs is here")
+        else:
+            _show_plan(plan)
+            install.install(plan, yes=yes, interactive=_interactive())
+            console.print("[green]✓[/] installed")
     found = doc.checks()
     if as_json:
         click.echo(json.dumps(doc.as_json(found), indent=2))
