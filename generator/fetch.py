@@ -76,6 +76,8 @@ def fetch(url: str, sha256: str | None, dest: Path, what: str) -> Path:
                 resumes += 1
                 log.warning("%s: the transfer broke off at %d bytes (%s); resuming", what, after, e)
                 continue
+            if after == 0:
+                part.unlink(missing_ok=True)
             raise DownloadError(f"downloading {what} from {url} broke off ({e}); {after} bytes kept in {part}",
                                 "run the command again: it resumes from there; or " +
                                 manual_hint(url, sha256, dest)) from None

@@ -197,6 +197,10 @@ def test_an_old_gradle_on_path_is_replaced_and_yours_win(tmp_path, monkeypatch):
     assert plan.sdk == sdk and plan.packages == ["build-tools;34.0.0", "ndk;27.2.12479018", "cmake;3.22.1"]
     monkeypatch.setenv("ANDROID_NDK_HOME", str(tmp_path / "my-ndk"))
     assert "ndk;27.2.12479018" not in install.make_plan().packages
+    (bin_dir / "bin").mkdir()
+    shutil.copy2(bin_dir / "gradle", bin_dir / "bin" / "gradle")
+    monkeypatch.setenv("GRADLE_HOME", str(bin_dir))  # yours, even if old: kept (doctor says it is too old)
+    assert not install.make_plan().gradle
 
 
 # ----------------------------------------------------------------------------- the commands

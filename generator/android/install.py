@@ -113,7 +113,9 @@ def make_plan() -> Plan:
         plan = Plan(sdk=user_sdk or downloads.sdk_dir())
         plan.packages = missing_packages(plan.sdk)
         plan.sdkmanager = sdkmanager_in(plan.sdk)
-    plan.gradle = not gradle_usable()
+    # GRADLE_HOME is yours and wins (doctor says when it is too old); a Gradle on PATH gives way to tvmgen's
+    yours = os.environ.get("GRADLE_HOME") and (Path(os.environ["GRADLE_HOME"]) / "bin" / "gradle").is_file()
+    plan.gradle = not yours and not gradle_usable()
     plan.tvm = downloads.tvm_source_dir() is None
     return plan
 
