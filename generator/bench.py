@@ -152,7 +152,7 @@ def check_linked(manifest: artifact.Manifest, info: dict, key: str) -> None:
 
 
 def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, number: int, min_repeat_ms: int,
-                seed: int, reference=None, reference_name: str | None = None) -> Report:
+                seed: int, reference=None, reference_name: str | None = None, profile: bool = False) -> Report:
     import tvm
     from tvm import relax
 
@@ -173,6 +173,9 @@ def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, numb
             remote.upload(str(directory / manifest.export["library"]), target=lib_name)
             report.cold["upload"] = (time.perf_counter() - t0) * 1e3
     inputs = random_inputs(manifest.inputs, seed)
+    resident = _device_memory(remote)
+    memory = {"source": "the device server's /proc/self/status",
+              "before_load_bytes": resident["rss_bytes"]} if resident else None
     with step("Loading on the device and running once (cold start)"), guard("loading and running the model"):
         t0 = time.perf_counter()
         lib = remote.system_lib() if linked else remote.load_module(lib_name)
@@ -184,6 +187,8 @@ def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, numb
             loaded = tvm.runtime.load_param_dict((directory / manifest.params["file"]).read_bytes())
             params = [tvm.runtime.tensor(loaded[n].numpy(), dev) for n in manifest.params["names"]]
         t2 = time.perf_counter()
+        if memory:
+            memory["after_load_peak_bytes"] = _device_memory(remote)["peak_bytes"]
         args = [tvm.runtime.tensor(inputs[s.name], dev) for s in manifest.inputs]
         t3 = time.perf_counter()
         out = vm[manifest.vm["entry"]](*args, *params)
@@ -206,10 +211,41 @@ def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, numb
             _ = [o.numpy() for o in _tensors(out)]
             report.copy_out_ms.append((time.perf_counter() - t0) * 1e3)
         del fresh
+    if profile:
+        with step(f"Profiling {repeat} runs kernel by kernel on the device"), guard("profiling the model"):
+            report.extra["profile"] = _profile_on_device(remote, vm, manifest, directory, dev, repeat,
+                                                         [*args, *params]).to_json()
+    if memory:
+        memory["overall_peak_bytes"] = _device_memory(remote)["peak_bytes"]
+        report.extra["memory"] = memory
     if reference is not None:
         report.reference = reference_name
         report.check = compare(outputs, reference(inputs), [s.name for s in manifest.outputs])
     return report
+
+
+def _device_memory(remote) -> dict | None:
+    """The device server's resident memory now ({rss_bytes, peak_bytes}); None from a server without it."""
+    try:
+        f = remote.get_function("tvmgen.resident_memory")
+    except Exception:  # noqa: BLE001 - TVM's own server, or an older tvmgen: no memory figures
+        return None
+    return json.loads(f())
+
+
+def _profile_on_device(remote, vm, manifest: artifact.Manifest, directory: Path, dev, runs: int, args: list):
+    """Each kernel timed on the device by its own clock (``tvmgen.profile_vm`` in libtvmgen_runtime)."""
+    from tvmgen import kernels, profile
+
+    try:
+        f = remote.get_function("tvmgen.profile_vm")
+    except Exception as e:  # noqa: BLE001 - not tvmgen's device server, or an older one
+        raise InputError("the device server cannot profile (no tvmgen.profile_vm): it is not tvmgen's, or older",
+                         "start tvmgen's device server (tvmgen rpc device), rebuilt by this tvmgen") from e
+    from tvmgen.compiler.platforms import DL_DEVICE_TYPES
+
+    result = json.loads(f(vm.module, manifest.vm["entry"], runs, DL_DEVICE_TYPES[manifest.device], 0, *args))
+    return profile.Profile.from_device(result, kernels.load(directory), manifest.device)
 
 
 def _tensors(out) -> list:
@@ -312,6 +348,11 @@ def print_report(r: Report) -> None:
                           f"{s['p50']:>10.3f}{s['p90']:>10.3f}{s['max']:>10.3f}")
     if "gflops" in r.extra:
         console.print(f"  {r.extra['gflops']:.2f} GFLOPS (median)")
+    m = r.extra.get("memory")
+    if m:
+        console.print(f"  device peak resident memory (VmHWM): after load {m['after_load_peak_bytes'] / 2**20:.1f} MB, "
+                      f"overall {m['overall_peak_bytes'] / 2**20:.1f} MB ({m['before_load_bytes'] / 2**20:.1f} MB before "
+                      "loading)")
     if r.check is not None:
         for row in r.check:
             console.print(f"  outputs vs {r.reference}: {row['name']} max abs error {row['max_abs']:.3g}")

@@ -63,6 +63,15 @@ class Profile:
         profile.kernels_median_ms = kernels_median_ms if kernels_median_ms is not None else profile.kernels_ms
         return profile
 
+    @classmethod
+    def from_device(cls, d: dict, table: dict | None, device: str) -> Profile:
+        """From what the device's profiler returns (``tvmgen.profile_vm``; ``tvmgen-run --profile`` wraps
+        it in ``{"device", "arch", "profile"}``)."""
+        p = d.get("profile", d)
+        clock = "device" if device == "cpu" else "device host"  # a GPU's kernels: the host's view of them
+        return cls.from_counts(p["counts"], p["runs"], p["whole_run_ms"], table, device, clock,
+                               kernels_median_ms=p["kernels_median_ms"])
+
     @property
     def kernels_ms(self) -> float:
         """The kernels' time per run (the VM's builtins not included)."""

@@ -33,11 +33,14 @@ console = logs.console
 @click.option("--rtol", default=1e-3, show_default=True, help="...plus this times the largest reference value.")
 @click.option("--session-timeout", default=600, show_default=True, help="Seconds the device gives this session.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the results as JSON here.")
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path), help="Write a latency histogram (PNG) here.")
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path),
+              help="Write a latency histogram (PNG) here; with --profile, the slowest kernels' bar chart.")
+@click.option("--profile", is_flag=True, help="Also time each kernel on the device (--repeat runs): a table per "
+                                             "kernel and kind (JSON: profile).")
 @click.option("--usb", is_flag=True, help="The phone reaches the proxy over USB: adb reverse tcp:PORT tcp:PORT first.")
 @click.option("--serial", help="--usb: the phone, when several are attached.")
 def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repeat, number, min_repeat_ms, seed,
-          atol, rtol, session_timeout, json_path, plot_path, usb, serial):
+          atol, rtol, session_timeout, json_path, plot_path, usb, serial, profile):
     """Run and time a model (or --gemm N) on a remote device over TVM RPC.
 
     Given a model, it is compiled for the device's platform first; given an artifact, its
@@ -57,6 +60,8 @@ def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repe
 
     if (source is None) == (gemm is None):
         raise InputError("give a MODEL or ARTIFACT to bench, or --gemm N", "tvmgen bench builtin:mobilenet --key K ...")
+    if profile and gemm:
+        raise InputError("--profile times a model's kernels; --gemm is one kernel, timed already", "leave out --profile")
     if usb:
         from tvmgen.android import adb
         from tvmgen.rpc import parse_address
@@ -94,13 +99,22 @@ def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repe
                 build.compile_to_artifact(imported, build.BuildOptions(plat, device), artifact_dir, True,
                                           {"name": model_path.stem, "source": source, "format": imported.format})
             report = benching.bench_model(remote, info, artifact_dir, key, repeat, number, min_repeat_ms, seed,
-                                          reference, reference_name)
+                                          reference, reference_name, profile=profile)
     benching.print_report(report)
+    kernel_profile = None
+    if "profile" in report.extra:
+        from tvmgen.profile import Profile
+
+        kernel_profile = Profile.from_json(report.extra["profile"])
+        click.echo(kernel_profile.table())
     if json_path:
         json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
         console.print(f"results: {json_path}")
     if plot_path:
-        benching.plot(report, plot_path)
+        if kernel_profile:
+            kernel_profile.plot(plot_path)
+        else:
+            benching.plot(report, plot_path)
         console.print(f"plot: {plot_path}")
     bad = [r["name"] for r in report.check or [] if r["max_abs"] > atol + rtol * r["ref_max"]]
     if bad:

@@ -265,6 +265,7 @@ struct Model::Impl {
   DLDevice dev{kDLCPU, 0};
   ffi::Optional<ffi::Module> lib, vm;
   ffi::Function main, copy_from_bytes, copy_to_bytes;
+  std::string entry = "main";
   std::vector<ffi::Tensor> input_tensors, params;
   std::vector<bool> input_set;
   std::vector<ffi::Tensor> results;
@@ -387,11 +388,10 @@ std::unique_ptr<Model> Model::Load(const std::string& dir_in, const LoadOptions&
     for (int64_t& v : values) init_args.emplace_back(v);
     ffi::Any ignored;
     m.vm.value()->GetFunction("vm_initialization").value().CallPacked(init_args.data(), init_args.size(), &ignored);
-    std::string entry = "main";
     auto entry_it = vm_info.find(ffi::String("entry"));
-    if (entry_it != vm_info.end()) entry = std::string((*entry_it).second.cast<ffi::String>());
-    auto f = m.vm.value()->GetFunction(entry);
-    if (!f.has_value()) throw Error("the model library has no function " + entry);
+    if (entry_it != vm_info.end()) m.entry = std::string((*entry_it).second.cast<ffi::String>());
+    auto f = m.vm.value()->GetFunction(m.entry);
+    if (!f.has_value()) throw Error("the model library has no function " + m.entry);
     m.main = *f;
   } catch (const ffi::Error& e) {
     throw Error("cannot create the VM for " + m.device + " from " + library + ": " + e.what());
@@ -533,6 +533,28 @@ void Model::GetOutput(int index, void* data, size_t nbytes) {
     throw Error("copying output \"" + t.name + "\" from " + m.device + " failed: " + e.what());
   }
   m.timings.copy_out_ms += MsSince(t0);
+}
+
+std::string Model::Profile(int runs) {
+  Impl& m = *impl_;
+  for (size_t i = 0; i < m.inputs.size(); ++i) {
+    if (!m.input_set[i]) throw Error("input \"" + m.inputs[i].name + "\" was never set: call SetInput first");
+  }
+  auto profile = ffi::Function::GetGlobal("tvmgen.profile_vm");  // profiler.cc, when built in
+  if (!profile.has_value()) throw Error("this runtime was built without the profiler (jni/src/profiler.cc)");
+  ffi::Module vm = m.vm.value();
+  ffi::String entry(m.entry);
+  int64_t n = runs, type = m.dev.device_type, id = m.dev.device_id;
+  std::vector<ffi::AnyView> args{vm, entry, n, type, id};  // views: the values above outlive the call
+  for (const ffi::Tensor& t : m.input_tensors) args.emplace_back(t);
+  for (const ffi::Tensor& t : m.params) args.emplace_back(t);
+  ffi::Any ret;
+  try {
+    profile->CallPacked(args.data(), static_cast<int32_t>(args.size()), &ret);
+  } catch (const ffi::Error& e) {
+    throw Error(std::string("profiling the model on ") + m.device + " failed: " + e.what());
+  }
+  return std::string(ret.cast<ffi::String>());
 }
 
 }  // namespace tvmgen

@@ -29,6 +29,7 @@ const char* kUsage =
     "  --affinity big|little|any which CPU cores to use (default any)\n"
     "  --host-visible-inputs     OpenCL: inputs in host-visible (mapped) buffers, copied with memcpy\n"
     "  --timings FILE            write the timings JSON to FILE (default: stdout)\n"
+    "  --profile FILE            also time each kernel over --repeat runs; the profile JSON to FILE\n"
     "  -h, --help                this text\n";
 
 struct Stats {
@@ -99,7 +100,7 @@ std::vector<char> ReadInput(const std::string& path, const tvmgen::TensorInfo& t
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir, output_dir, timings_file;
+  std::string dir, output_dir, timings_file, profile_file;
   std::vector<std::string> input_flags;
   int warmup = 1, repeat = 10;
   bool host_visible_inputs = false;
@@ -134,6 +135,8 @@ int main(int argc, char** argv) {
         host_visible_inputs = true;
       } else if (a == "--timings") {
         timings_file = value("--timings");
+      } else if (a == "--profile") {
+        profile_file = value("--profile");
       } else if (!a.empty() && a[0] == '-') {
         return Usage("unknown option " + a);
       } else if (dir.empty()) {
@@ -154,7 +157,9 @@ int main(int argc, char** argv) {
     tvmgen::LoadOptions load_options;
     load_options.threads = threads;
     load_options.host_visible_inputs = host_visible_inputs;
+    tvmgen::ResidentMemory before_load = tvmgen::ReadResidentMemory();
     auto model = tvmgen::Model::Load(dir, load_options);
+    tvmgen::ResidentMemory after_load = tvmgen::ReadResidentMemory();
     if (host_visible_inputs && !model->host_visible_inputs()) {
       std::fprintf(stderr, "tvmgen-run: --host-visible-inputs ignored: the model runs on %s, not opencl\n",
                    model->device().c_str());
@@ -209,6 +214,14 @@ int main(int argc, char** argv) {
                           out[k].data(), out[k].size());
       }
     }
+    if (!profile_file.empty()) {
+      std::string profile = model->Profile(repeat);
+      std::ofstream f(profile_file);
+      f << "{\"device\": \"" << model->device() << "\", \"arch\": \"" << tvmgen::RuntimeArch()
+        << "\", \"profile\": " << profile << "}\n";
+      if (!f) throw tvmgen::Error("cannot write " + profile_file);
+    }
+    tvmgen::ResidentMemory end = tvmgen::ReadResidentMemory();
     const tvmgen::Timings& t = model->timings();
     std::ostringstream js;
     js << "{\"device\": \"" << model->device() << "\", \"arch\": \"" << tvmgen::RuntimeArch() << "\", "
@@ -216,12 +229,18 @@ int main(int argc, char** argv) {
        << "\"load_ms\": " << t.load_ms << ", \"init_ms\": " << t.init_ms << ", \"first_run_ms\": " << t.first_run_ms
        << ", \"warmup\": " << warmup << ", \"runs\": " << repeat << ", \"copy_in_ms\": " << copy_in.Json()
        << ", \"run_ms\": " << run.Json() << ", \"copy_out_ms\": " << copy_out.Json()
-       << ", \"total_ms\": " << total.Json() << "}\n";
+       << ", \"total_ms\": " << total.Json() << ", \"memory\": {\"source\": \"/proc/self/status\", "
+       << "\"before_load_bytes\": " << before_load.rss_bytes << ", \"after_load_peak_bytes\": " << after_load.peak_bytes
+       << ", \"overall_peak_bytes\": " << end.peak_bytes << "}}\n";
     std::fprintf(stderr,
                  "tvmgen-run: %s on %s (%s): load %.1f ms, init %.1f ms, first run %.1f ms; median of %d: "
                  "copy-in %.3f ms, run %.3f ms, copy-out %.3f ms\n",
                  dir.c_str(), model->device().c_str(), tvmgen::RuntimeArch(), t.load_ms, t.init_ms, t.first_run_ms,
                  repeat, copy_in.Median(), run.Median(), copy_out.Median());
+    if (end.peak_bytes > 0) {
+      std::fprintf(stderr, "tvmgen-run: peak resident memory (VmHWM): after load %.1f MB, overall %.1f MB\n",
+                   after_load.peak_bytes / 1048576.0, end.peak_bytes / 1048576.0);
+    }
     if (timings_file.empty()) {
       std::fputs(js.str().c_str(), stdout);
     } else {

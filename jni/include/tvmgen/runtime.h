@@ -70,6 +70,13 @@ struct LoadOptions {
   bool host_visible_inputs = false;
 };
 
+/*! \brief The process's resident memory (VmRSS, and its peak VmHWM, from /proc/self/status; 0 elsewhere). */
+struct ResidentMemory {
+  int64_t rss_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+ResidentMemory ReadResidentMemory();
+
 /*! \brief Apply thread-pool settings (runtime.config_threadpool). */
 void ConfigureThreads(const ThreadOptions& options);
 
@@ -120,6 +127,14 @@ class Model {
   void GetOutput(int index, void* data, size_t nbytes);
 
   const Timings& timings() const;
+
+  /*!
+   * \brief Run the model `runs` times plain and `runs` times with every VM call timed (interleaved),
+   * on the inputs set so far. Returns JSON: runs, clock, whole_run_ms (median plain run),
+   * kernels_median_ms (the kernels' sum in the median profiled run) and counts {name: [calls, total_ns]}
+   * over the profiled runs. Needs profiler.cc in the library (Error otherwise).
+   */
+  std::string Profile(int runs);
 
  private:
   Model();
