@@ -66,7 +66,7 @@ def _mb(n) -> str:
 
 
 def _memory_rows(f: dict, growth: dict | None) -> list[tuple[str, str]]:
-    rows = [("weights", f"{_mb(f['weights_bytes'])}, {f['weights_in']}"),
+    rows = [("weight bytes", f"{_mb(f['weights_bytes'])}, {f['weights_in']}"),
             ("code", f"{_mb(f['code_bytes'])} of machine code in {f['library_bytes']:,} bytes of library"
              if f["code_bytes"] is not None else _mb(None)),
             ("workspace", f"{_mb(f['planned_workspace_bytes'])} planned by the VM for activations"
