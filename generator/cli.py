@@ -40,7 +40,8 @@ def cli(ctx, verbose):
     \b
     On a phone:
       tvmgen doctor                                  which Android tools are here, and the fix for the rest
-      tvmgen app --model mobilenet.pb --device opencl            model -> signed APK (where the SDK/NDK are)
+      tvmgen app --model mobilenet.pb --device opencl --yes      model -> signed APK (--yes: downloads the
+                                                               SDK, NDK, Gradle and TVM source it lacks)
       tvmgen rpc tracker --detach; tvmgen bench MODEL --key K --tracker 127.0.0.1:9190
 
     Every run writes a log file; its path is printed when something fails.
