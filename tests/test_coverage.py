@@ -258,7 +258,7 @@ def test_packed_weights_never_lose_part_of_a_weight(tmp_path):
     from tvm.s_tir.meta_schedule.postproc import RewriteLayout
 
     from tvmgen import frontends
-    from tvmgen.compiler import cpu, schedules
+    from tvmgen.compiler import cpu, schedule_rules, schedules
     from tvmgen.compiler.platforms import PLATFORMS, make_target
 
     path = _rnn_torch("GRU", False, False, tmp_path / "gru.onnx")
@@ -271,7 +271,7 @@ def test_packed_weights_never_lose_part_of_a_weight(tmp_path):
     assert gates, [gv.name_hint for gv in mod.get_global_vars()]
     sch = s_tir.Schedule(mod[gates[0]])
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    schedules._schedule_injective(sch, blocks, schedules.cpu_shape(target))
+    schedule_rules.schedule_injective(sch, blocks, schedules.cpu_shape(target))
     sch.enter_postproc()
     RewriteLayout().apply(sch)
     assert not schedules._lossless(sch)  # the lossy copy TVM makes is recognised
