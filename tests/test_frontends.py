@@ -78,6 +78,53 @@ def test_separate_params_give_same_outputs(builtin_onnx, tmp_path):
     assert_close(actual, expected, atol=1e-5)
 
 
+def test_fp16_tflite_weights_stay_fp16_with_separate_params(tmp_path):
+    """A TFLite model with fp16 weights (DEQUANTIZE to fp32): folded into the library they double;
+    with --separate-params they go to model.params as fp16 and are cast as the model runs, and the
+    outputs still match LiteRT. (TVM's TFLite importer keeps weights as graph constants: before
+    tvmgen lifted them, --separate-params wrote a model.params main did not take, and the run failed.)"""
+    import tensorflow as tf
+    import tvm
+
+    tf.keras.utils.set_random_seed(0)
+    layers = tf.keras.layers
+    model = tf.keras.Sequential([tf.keras.Input((16, 16, 3), batch_size=1), layers.Conv2D(32, 3, activation="relu"),
+                                 layers.Conv2D(64, 3, activation="relu"), layers.GlobalAveragePooling2D(),
+                                 layers.Dense(40)])  # weights of 1.7, 36.9 and 5.1 KB in fp16
+    conv = tf.lite.TFLiteConverter.from_keras_model(model)
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    conv.target_spec.supported_types = [tf.float16]
+    path = tmp_path / "cnn_fp16.tflite"
+    path.write_bytes(conv.convert())
+    folded = tmp_path / "folded"
+    imported = frontends.load(path, [])
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), folded, True, {"name": "f"})
+    _, inputs, actual, expected = compile_and_run(path, tmp_path, separate_params=True)
+    assert_close(actual, expected)
+    art = tmp_path / "artifact"
+    params = tvm.runtime.load_param_dict((art / "model.params").read_bytes())
+    weights = {n: p.numpy() for n, p in params.items()}
+    assert weights and all(w.dtype == np.float16 for w in weights.values()), {n: w.dtype for n, w in weights.items()}
+    fp16_bytes = sum(w.nbytes for w in weights.values())
+    # the library lost the weights it had folded to fp32 (twice the fp16 bytes)
+    assert (folded / "model.so").stat().st_size - (art / "model.so").stat().st_size > 1.5 * fp16_bytes
+    np.testing.assert_allclose(HostModel(folded).run(inputs)[0], actual[0], rtol=1e-5, atol=1e-6)
+
+
+def test_pt2_with_separate_params(torch_pt2, tmp_path):
+    """PyTorch's importer also leaves the weights as constants: --separate-params lifts them into
+    model.params, and the library no longer holds them."""
+    import tvm
+
+    _, _, actual, expected = compile_and_run(torch_pt2, tmp_path, separate_params=True)
+    assert_close(actual, expected)
+    art = tmp_path / "artifact"
+    weights = [w.numpy() for w in tvm.runtime.load_param_dict((art / "model.params").read_bytes()).values()]
+    assert weights and sum(w.nbytes for w in weights) > 10_000
+    largest = max(weights, key=lambda w: w.nbytes)
+    assert largest.tobytes() not in (art / "model.so").read_bytes()
+
+
 def test_tflite_matches_litert(tflite_model, tmp_path):
     imported, _, actual, expected = compile_and_run(tflite_model, tmp_path)
     assert imported.reference_name.startswith("LiteRT")

@@ -40,7 +40,9 @@ def _default_out(model: str, platform: str, device: str) -> Path:
 @click.option("-o", "--out", type=click.Path(path_type=Path),
               help="Artifact directory to write. [default: out/<model>-<platform>-<device>]")
 @click.option("--force", is_flag=True, help="Replace the output directory if it exists.")
-@click.option("--separate-params", is_flag=True, help="Write weights to model.params instead of into the library.")
+@click.option("--separate-params", is_flag=True,
+              help="Write weights to model.params instead of into the library. fp16 weights stay fp16 there "
+                   "(cast to fp32 as the model runs) instead of being folded into fp32 constants twice the size.")
 @click.option("--objects-only", is_flag=True,
               help="Write an object archive (model.tar) for the app build to link, instead of linking here.")
 @click.option("--check", is_flag=True, help="Compare outputs with the reference runtime on seeded random inputs.")

@@ -74,7 +74,7 @@ def _memory_rows(f: dict, growth: dict | None) -> list[tuple[str, str]]:
     if growth and growth["ratio"] > 1.2:
         rows.append(("weights growth", f"{growth['ratio']:.1f}x the model file ({growth['model_file_bytes'] / 1e6:.2f} "
                      "MB): fp16 weights become fp32 when TVM folds their casts (or TFLite's DEQUANTIZE); "
-                     "--separate-params keeps the library itself small"))
+                     "compile with --separate-params to keep them fp16 in model.params (cast as the model runs)"))
     return rows
 
 

@@ -184,6 +184,10 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
     if it raises, nothing is left at ``out_dir``."""
     import tvm
 
+    from tvmgen.frontends.base import weights_as_params
+
+    if opts.separate_params:
+        imported = weights_as_params(imported)
     outputs = output_specs(imported.mod, imported.output_names)
     exporter.linker(opts.platform, opts.objects_only)  # a missing toolchain fails now, not after the build
     tspec = target_dict(opts.platform, opts.device, opts.gpu_family)

@@ -119,6 +119,51 @@ def bind_inputs(imported: "ImportedModel", consts: dict[str, str]) -> "ImportedM
     return imported
 
 
+LIFT_MIN_BYTES = 1024  # smaller constants (scalars, shapes, short vectors) stay in the graph, where they fold
+
+
+def weights_as_params(imported: "ImportedModel") -> "ImportedModel":
+    """--separate-params for every frontend: weights the importer left inside ``main`` as constants
+    (TVM's TFLite and PyTorch importers do) become parameters after the existing ones, in the order
+    they are met, so they go to model.params instead of into the library. A weight stored as fp16
+    (TFLite's DEQUANTIZE, a half-precision export) stays fp16 there, and its cast to fp32 runs with
+    the model instead of being folded into a constant twice the size."""
+    import tvm
+    from tvm import relax
+
+    main = imported.mod["main"]
+    lifted: list = []
+    seen: dict = {}
+
+    @relax.expr_functor.mutator
+    class Lift(relax.PyExprMutator):
+        def visit_generic_const_(self, op):  # TVM 0.27's name for a Relax constant
+            data = op.value
+            if not hasattr(data, "shape") or not hasattr(data, "dtype"):
+                return op
+            dtype = str(data.dtype)
+            bits = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}.get(dtype)
+            if bits is None or int(np.prod([int(d) for d in data.shape])) * bits // 8 < LIFT_MIN_BYTES:
+                return op
+            for c, var in seen.values():
+                if c.same_as(op):
+                    return var
+            var = relax.Var(f"weight_{len(lifted)}", op.ty)
+            seen[len(lifted)] = (op, var)
+            lifted.append((var, data))
+            return var
+
+    body = Lift(imported.mod).visit_expr(main.body)
+    if not lifted:
+        return imported
+    func = relax.Function(list(main.params) + [v for v, _ in lifted], body, main.ret_ty, main.is_pure,
+                          main.attrs, main.span)
+    imported.mod = tvm.IRModule({**{gv: f for gv, f in imported.mod.functions.items() if gv.name_hint != "main"},
+                                 imported.mod.get_global_var("main"): func}, attrs=imported.mod.attrs)
+    imported.params = list(imported.params) + [d for _, d in lifted]
+    return imported
+
+
 # A model's own view of an input: dimensions may be None or a symbol name when dynamic.
 RawInput = tuple[str, Sequence[int | str | None], str]
 

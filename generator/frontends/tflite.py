@@ -117,7 +117,10 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
     params = []
     if mod["main"].attrs is not None and "params" in mod["main"].attrs:
         mod, detached = relax.frontend.detach_params(mod)
-        params = list(detached.get("main", []))
+        # TVM's TFLite importer records the weights there but keeps them as constants in the graph:
+        # they are parameters only when main takes them (--separate-params lifts the constants)
+        if len(mod["main"].params) > len(specs):
+            params = list(detached.get("main", []))
 
     from tvmgen.frontends.tflite_ops import NOT_IN_LITERT
 
