@@ -24,6 +24,7 @@ from conftest import REPO, onnx_model, unavailable
 JAVA_SRC = REPO / "tests" / "java"
 EXTRA_RUNS = 4  # ModelCheck runs the model 3 times (float[], ByteBuffer, Tensor), then EXTRA_RUNS more
 ATOL = 1e-5
+PROFILE_RUNS = 30  # ModelCheck's Model.profile(runs)
 
 
 
@@ -179,7 +180,8 @@ def checked(java_build, artifacts, tmp_path_factory):
             for k, v in inputs.items():
                 v.astype("<f4").tofile(work / "in" / f"{k}.bin")
             expected = HostModel(artifacts[name]).run(inputs)
-            p = java(java_build, "ModelCheck", artifacts[name], work / "in", work / "out", EXTRA_RUNS)
+            p = java(java_build, "ModelCheck", artifacts[name], work / "in", work / "out", EXTRA_RUNS,
+                     props={"modelcheck.profile.runs": PROFILE_RUNS})
             assert p.returncode == 0, f"ModelCheck failed on {name}:\n{p.stdout}\n{p.stderr}"
             assert_no_jni_warnings(p)
             cache[name] = (work / "out", inputs, expected)
@@ -246,9 +248,14 @@ def test_errors_become_java_exceptions(checked):
     assert errors["bad_threads"][0] == tvmgen_exc and "thread count" in errors["bad_threads"][1]
     assert errors["output_before_run"] == (tvmgen_exc, "no outputs yet: call Run first")
     assert errors["run_without_inputs"][0] == tvmgen_exc and "was never set" in errors["run_without_inputs"][1]
+    cls, msg = errors["profile_without_inputs"]
+    assert cls == tvmgen_exc and 'input "input" was never set' in msg, (cls, msg)
+    assert errors["profile_zero_runs"] == ("java.lang.IllegalArgumentException",
+                                           "profile: runs must be at least 1, got 0")
     assert errors["still_works"] == ("none", ""), "the model stopped working after failed calls"
 
-    for check in ("closed_run", "closed_set_input", "closed_get_output", "closed_inputs", "closed_timings"):
+    for check in ("closed_run", "closed_set_input", "closed_get_output", "closed_inputs", "closed_timings",
+                  "closed_profile", "closed_memory"):
         cls, msg = errors[check]
         assert cls == illegal_state and "is closed" in msg, (check, cls, msg)
     assert errors["closed_is_closed"] == ("none", "")
@@ -266,6 +273,64 @@ def test_timings(checked):
     assert f"({runs} runs)" in (out / "timings.txt").read_text()
 
 
+def test_profile_names_the_models_kernels(checked, artifacts):
+    """Model.profile(20): the runtime's JSON, parsed by org.tvmgen.Profile; its kernels are those the
+    artifact's kernels.json records, called as often as it says, and add up to the whole run."""
+    from tvmgen import kernels
+
+    out, _, _ = checked("mobilenet")
+    raw = json.loads((out / "profile.json").read_text())
+    assert raw["runs"] == PROFILE_RUNS and raw["clock"] == "device"
+    rows = [ln.split("\t") for ln in (out / "profile.tsv").read_text().splitlines()]
+    # Profile.entries(): every function the VM called, as the runtime counted them, slowest first
+    assert {r[0]: int(r[1]) for r in rows} == {name: c[0] for name, c in raw["counts"].items()}
+    for name, calls, total_ms, builtin in rows:
+        assert abs(float(total_ms) - raw["counts"][name][1] / 1e6) < 1e-9
+        assert builtin == ("true" if name.startswith(("vm.", "runtime.")) else "false"), name
+    totals = [float(r[2]) for r in rows]
+    assert totals == sorted(totals, reverse=True)
+
+    table = kernels.load(artifacts["mobilenet"])
+    expected = {k["name"]: k["calls"] for k in table["kernels"] if k["calls"]}
+    got = {r[0]: int(r[1]) for r in rows if r[3] == "false"}
+    assert set(got) == set(expected), (sorted(got), sorted(expected))
+    assert got == {name: calls * PROFILE_RUNS for name, calls in expected.items()}
+    kinds = {k["kind"] for k in table["kernels"] if k["name"] in got}
+    assert {"conv2d", "depthwise"} <= kinds, kinds
+    # the kernels of the median profiled run are the run: within 10% of the median plain run
+    assert 0.9 <= raw["kernels_median_ms"] / raw["whole_run_ms"] <= 1.1, (raw["kernels_median_ms"],
+                                                                         raw["whole_run_ms"])
+    text = (out / "profile.txt").read_text()
+    assert text.startswith(f"profile: {PROFILE_RUNS} runs (device clock), whole run ") and rows[0][0] in text
+    # profiling runs the VM directly: the model's own run count is unchanged
+    assert (out / "runs_after_profile.txt").read_text() == (out / "runs.txt").read_text()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM is Linux/Android's")
+def test_memory_is_what_the_os_reports(checked, artifacts):
+    """Model.memory(): the JVM's own VmHWM, read by Java from /proc/self/status around the call, brackets
+    the overall peak; the after-load peak precedes it and covers the weights."""
+    from tvmgen import artifact, memory
+
+    out, _, _ = checked("mobilenet")
+    m = json.loads((out / "memory.json").read_text())
+    hwm_before, hwm_after = (int(v) for v in (out / "proc_hwm.txt").read_text().split("\t"))
+    assert m["source"] == "/proc/self/status"
+    assert 0 < hwm_before <= m["overall_peak_bytes"] <= hwm_after, (hwm_before, m, hwm_after)
+    assert hwm_after - hwm_before < 8 * 2**20  # the two readings are of the same moment, give or take
+    assert 0 < m["before_load_bytes"] and 0 < m["rss_bytes"] <= m["overall_peak_bytes"]
+    assert 0 < m["after_load_peak_bytes"] <= m["overall_peak_bytes"]
+    assert m["model_after_load_bytes"] == m["after_load_peak_bytes"] - m["before_load_bytes"]
+    assert m["model_overall_bytes"] == m["overall_peak_bytes"] - m["before_load_bytes"]
+    art = artifacts["mobilenet"]
+    weights = memory.footprint(art, artifact.load(art))["weights_bytes"]
+    assert weights > 2**20 and m["model_after_load_bytes"] >= weights, (m, weights)  # resident once loaded
+    mb = 2**20
+    assert (out / "memory.txt").read_text().startswith(
+        f"peak resident memory (VmHWM): after load {m['after_load_peak_bytes'] / mb:.1f} MB, "
+        f"overall {m['overall_peak_bytes'] / mb:.1f} MB")
+
+
 def test_run_model_cli(java_build, artifacts, tmp_path):
     """org.tvmgen.RunModel with raw .bin inputs, the library named by -Dtvmgen.library.path only."""
     from tvmgen.runner import HostModel
@@ -276,7 +341,7 @@ def test_run_model_cli(java_build, artifacts, tmp_path):
         v.astype("<f4").tofile(tmp_path / f"{k}.bin")
     p = java(java_build, "org.tvmgen.RunModel", art, "--input", f"b={tmp_path / 'b.bin'}",  # -o creates out/
              "--input", f"a={tmp_path / 'a.bin'}", "--repeat", "3", "--warmup", "1", "-o", tmp_path / "out",
-             props={"tvmgen.library.path": java_build["lib"]}, library_path=False)
+             "--profile", tmp_path / "profile.json", props={"tvmgen.library.path": java_build["lib"]}, library_path=False)
     assert p.returncode == 0, p.stdout + p.stderr
     assert_no_jni_warnings(p)
     expected = HostModel(art).run(inputs)
@@ -288,6 +353,12 @@ def test_run_model_cli(java_build, artifacts, tmp_path):
     summary = json.loads(lines[-1])
     assert summary["device"] == "cpu" and summary["repeat"] == 3 and summary["warmup"] == 1
     assert summary["timings"]["runs"] == 4 and summary["median_run_ms"] > 0
+    mem = summary["memory"]  # tvmgen-run's keys
+    assert 0 < mem["after_load_peak_bytes"] <= mem["overall_peak_bytes"] and mem["before_load_bytes"] > 0
+    profile = json.loads((tmp_path / "profile.json").read_text())  # tvmgen-run --profile's layout
+    assert profile["device"] == "cpu" and profile["profile"]["runs"] == 3
+    assert any(not k.startswith("vm.") and "matmul" in k for k in profile["profile"]["counts"]), profile
+    assert "RunModel: profile: 3 runs (device clock)" in p.stderr and "peak resident memory (VmHWM)" in p.stderr
 
 
 def test_run_model_pseudo_random_and_library_dir(java_build, artifacts, tmp_path):

@@ -129,22 +129,206 @@ def test_rendering_is_strict_and_deterministic(tmp_path, artifacts):
         apps.render("android_deploy", tmp_path / "c", ctx)
 
 
-def test_app_native_part_builds_on_the_host(tmp_path, artifacts):
-    """The app's CMake (the same file Gradle's externalNativeBuild calls) against the host runtime."""
+@pytest.fixture(scope="module")
+def host_app(tmp_path_factory, artifacts):
+    """An OpenCL deploy project whose CPU fallback asset is a host (x86_64/aarch64) artifact, its native
+    part built on the host with the app's CMake (the same file Gradle's externalNativeBuild calls)."""
     require_tool("cmake")
-    out = render(tmp_path, artifacts)
     import tvm
 
+    d = tmp_path_factory.mktemp("host-app")
+    imported = frontends.load(save_onnx(single_op_models()["softmax"], d / "m.onnx"), [])
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), d / "host-cpu", True, {"name": "m"})
+    out = render(d, {"opencl": artifacts["opencl"], "cpu": d / "host-cpu"})
     site = Path(tvm.__file__).resolve().parent.parent
-    build = tmp_path / "build"
+    build = d / "build"
     subprocess.run(["cmake", "-S", out / "app/src/main/cpp", "-B", build, f"-DTVMGEN_TVM_PREBUILT={site}",
                     "-DTVMGEN_BUILD_TOOLS=OFF"], check=True, capture_output=True)
     r = subprocess.run(["cmake", "--build", build, "-j2"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    built = {p.name for p in build.rglob("*.so")}
+    return {"project": out, "build": build}
+
+
+def test_app_native_part_builds_on_the_host(host_app):
+    """The app's CMake (the same file Gradle's externalNativeBuild calls) against the host runtime."""
+    built = {p.name for p in host_app["build"].rglob("*.so")}
     assert {"libtvmgen_runtime.so", "libtvmgen_opencl.so"} <= built
     if shutil.which("javac"):
         assert {"libtvmgen_jni.so", "libtvmgen_jni_bridge.so"} <= built
+
+
+# Just enough of the Android API, with its real signatures, for the deploy app's MainActivity to compile
+# against, and to run on a desktop JVM: assets from a directory, intent extras from system properties,
+# the UI thread is the caller's, finish() ends the run. TvmgenHostLauncher starts the activity.
+ANDROID_STUBS = {
+    "android/content/Context.java": """package android.content;
+public abstract class Context {}
+""",
+    "android/content/Intent.java": """package android.content;
+public class Intent {
+  private static String extra(String name) { return System.getProperty("extra." + name); }
+  public boolean hasExtra(String name) { return extra(name) != null; }
+  public int getIntExtra(String name, int def) { String v = extra(name); return v == null ? def : Integer.parseInt(v); }
+  public boolean getBooleanExtra(String name, boolean def) {
+    String v = extra(name); return v == null ? def : Boolean.parseBoolean(v);
+  }
+  public String getStringExtra(String name) { return extra(name); }
+}
+""",
+    "android/content/res/AssetManager.java": """package android.content.res;
+import java.io.*;
+public final class AssetManager {
+  private final File root;
+  public AssetManager(File root) { this.root = root; }
+  public String[] list(String path) throws IOException { return new File(root, path).list(); }
+  public InputStream open(String name) throws IOException { return new FileInputStream(new File(root, name)); }
+}
+""",
+    "android/os/Bundle.java": "package android.os;\npublic final class Bundle {}\n",
+    "android/os/Build.java": """package android.os;
+public class Build { public static class VERSION { public static final int SDK_INT = 34; } }
+""",
+    "android/util/Log.java": """package android.util;
+public final class Log {
+  public static int i(String tag, String msg) { System.out.println(tag + ": " + msg); return 0; }
+  public static int e(String tag, String msg) { System.err.println(tag + ": " + msg); return 0; }
+}
+""",
+    "android/view/View.java": """package android.view;
+public class View {
+  public View(android.content.Context context) {}
+  public void setPadding(int left, int top, int right, int bottom) {}
+}
+""",
+    "android/widget/TextView.java": """package android.widget;
+public class TextView extends android.view.View {
+  public TextView(android.content.Context context) { super(context); }
+  public void setTextIsSelectable(boolean selectable) {}
+  public final void append(CharSequence text) {}
+}
+""",
+    "android/widget/ScrollView.java": """package android.widget;
+public class ScrollView extends android.view.View {
+  public ScrollView(android.content.Context context) { super(context); }
+  public void addView(android.view.View child) {}
+}
+""",
+    "android/system/ErrnoException.java": """package android.system;
+public final class ErrnoException extends Exception {}
+""",
+    "android/system/Os.java": """package android.system;
+public final class Os {
+  public static void setenv(String name, String value, boolean overwrite) throws ErrnoException {}
+}
+""",
+    "android/app/Activity.java": """package android.app;
+import java.io.File;
+public class Activity extends android.content.Context {
+  static File root;
+  static final java.util.concurrent.CountDownLatch finished = new java.util.concurrent.CountDownLatch(1);
+  protected void onCreate(android.os.Bundle state) {}
+  public void setContentView(android.view.View view) {}
+  public android.content.Intent getIntent() { return new android.content.Intent(); }
+  public final void runOnUiThread(Runnable action) { action.run(); }
+  public File getFilesDir() { return dir("files"); }
+  public File getCacheDir() { return dir("cache"); }
+  public File getExternalFilesDir(String type) { return dir("external"); }
+  public android.content.res.AssetManager getAssets() { return new android.content.res.AssetManager(dir("assets")); }
+  public void finish() { finished.countDown(); }
+  private static File dir(String name) { File d = new File(root, name); d.mkdirs(); return d; }
+  static void start(Activity activity) { activity.onCreate(null); }
+}
+""",
+    "android/app/TvmgenHostLauncher.java": """package android.app;
+/** java android.app.TvmgenHostLauncher ROOT ACTIVITY_CLASS: ROOT holds assets/; files/ and external/ are made. */
+public final class TvmgenHostLauncher {
+  public static void main(String[] args) throws Exception {
+    Activity.root = new java.io.File(args[0]);
+    Activity.start((Activity) Class.forName(args[1]).getDeclaredConstructor().newInstance());
+    if (!Activity.finished.await(120, java.util.concurrent.TimeUnit.SECONDS)) throw new AssertionError("no finish()");
+  }
+}
+""",
+}
+
+
+def compile_app_java(project: Path, package: str, into: Path) -> Path:
+    """javac (Java 8 API) the rendered MainActivity with the project's own copy of the Java API (what
+    Gradle's main.java.srcDirs adds) and ANDROID_STUBS; returns the classes directory."""
+    require_tool("javac")
+    stubs = into / "stubs"
+    for rel, text in ANDROID_STUBS.items():
+        (stubs / rel).parent.mkdir(parents=True, exist_ok=True)
+        (stubs / rel).write_text(text)
+    sources = [*stubs.rglob("*.java"), *(project / "tvmgen-jni/java/org/tvmgen").glob("*.java"),
+               project / "app/src/main/java" / package.replace(".", "/") / "MainActivity.java"]
+    classes = into / "classes"
+    r = subprocess.run(["javac", "--release", "8", "-Xlint:-options", "-encoding", "UTF-8", "-d", classes, *sources],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return classes
+
+
+def test_app_java_compiles_for_every_device(tmp_path, artifacts):
+    """The activity of each variant (OpenCL with CPU fallback, CPU, NNAPI) compiles against the Java API."""
+    for device in ("opencl", "cpu", "nnapi"):
+        ctx = apps.android_context("deploy", "org.example.app", "A", "m", device, ["arm64-v8a"])
+        out = tmp_path / device
+        apps.create_android_project("deploy", out, ctx, {d: artifacts["cpu"] for d in ctx["model_devices"]})
+        src = (out / "app/src/main/java/org/example/app/MainActivity.java").read_text()
+        assert '\\"memory\\": " + memory.toJson()' in src and 'getBooleanExtra("profile", false)' in src
+        compile_app_java(out, "org.example.app", tmp_path / f"{device}-java")
+    readme = (out / "README.md").read_text()
+    for key in ("after_load_peak_bytes", "overall_peak_bytes", "--ez profile true", "kernels_median_ms"):
+        assert key in readme, key
+
+
+def run_app_on_host(host_app, tmp_path, **extras) -> dict:
+    """The rendered app's MainActivity on this JVM (ANDROID_STUBS), its native part the host build."""
+    require_tool("java")
+    project = host_app["project"]
+    classes = compile_app_java(project, "org.example.mobilenet", tmp_path)
+    root = tmp_path / "device"
+    shutil.copytree(project / "app/src/main/assets", root / "assets")
+    jni = next(host_app["build"].rglob("libtvmgen_jni.so"))
+    props = [f"-Dextra.{k}={str(v).lower()}" for k, v in {"iterations": 3, "exit": True, **extras}.items()]
+    r = subprocess.run(["java", f"-Djava.library.path={jni.parent}", *props, "-cp", classes,
+                        "android.app.TvmgenHostLauncher", root, "org.example.mobilenet.MainActivity"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    import json
+
+    results = json.loads((root / "external/tvmgen-results.json").read_text())
+    assert "error" not in results, results
+    return results, r.stdout
+
+
+def test_app_results_have_memory_and_profile(host_app, tmp_path):
+    """tvmgen-results.json from the real activity: the OpenCL (android-arm64) artifact cannot load here,
+    so it falls back to the host CPU artifact; memory after load and overall; the profile when asked."""
+    results, log = run_app_on_host(host_app, tmp_path / "plain")
+    assert results["artifact"] == "model-cpu" and results["device"] == "cpu"
+    assert results["fallback"].startswith("model-opencl could not start: ")
+    assert results["iterations"] == 3 and results["timings"]["runs"] == 3 + 2  # + the default warm-up
+    mem = results["memory"]
+    assert set(mem) == {"source", "before_load_bytes", "after_load_peak_bytes", "overall_peak_bytes", "rss_bytes",
+                        "model_after_load_bytes", "model_overall_bytes"}
+    if os.path.exists("/proc/self/status"):
+        assert mem["source"] == "/proc/self/status"
+        assert 0 < mem["before_load_bytes"] and 0 < mem["after_load_peak_bytes"] <= mem["overall_peak_bytes"]
+        assert 0 < mem["rss_bytes"] <= mem["overall_peak_bytes"]
+        assert mem["model_overall_bytes"] == mem["overall_peak_bytes"] - mem["before_load_bytes"]
+        assert "peak resident memory (VmHWM): after load " in log
+    assert results["profile"] is None
+
+    results, log = run_app_on_host(host_app, tmp_path / "profiled", profile=True)
+    p = results["profile"]
+    assert p["runs"] == 3 and p["whole_run_ms"] > 0 and p["kernels_median_ms"] > 0
+    kernels = [name for name in p["counts"] if not name.startswith(("vm.", "runtime."))]
+    assert kernels and any("softmax" in k for k in kernels), p["counts"]
+    assert all(p["counts"][k][0] % 3 == 0 for k in kernels)  # every kernel once (or n times) per profiled run
+    assert f"profile: 3 runs (device clock), whole run " in log
+    assert results["timings"]["runs"] == 3 + 2  # profiling leaves the model's own run count alone
 
 
 def render_rpc(tmp_path, package="org.tvmgen.rpc"):

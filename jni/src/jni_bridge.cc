@@ -246,6 +246,28 @@ jdoubleArray JNICALL TimingsOf(JNIEnv* env, jclass, jlong handle) {
   });
 }
 
+jstring JNICALL ProfileOf(JNIEnv* env, jclass, jlong handle, jint runs) {
+  return Guard<jstring>(env, nullptr, [&]() -> jstring {
+    if (runs < 1) throw tvmgen::Error("profile: runs must be at least 1, got " + std::to_string(runs));
+    std::string json = ModelOf(handle)->Profile(static_cast<int>(runs));
+    jstring s = env->NewStringUTF(json.c_str());  // kernel names are ASCII; NewStringUTF reads modified UTF-8
+    if (s == nullptr) throw tvmgen::Error("out of memory returning the profile");  // OutOfMemoryError kept
+    return s;
+  });
+}
+
+// {VmRSS, VmHWM} of this process (tvmgen::ReadResidentMemory: /proc/self/status; zeros elsewhere).
+jlongArray JNICALL ResidentMemoryOf(JNIEnv* env, jclass) {
+  return Guard<jlongArray>(env, nullptr, [&] {
+    tvmgen::ResidentMemory m = tvmgen::ReadResidentMemory();
+    jlong values[2] = {static_cast<jlong>(m.rss_bytes), static_cast<jlong>(m.peak_bytes)};
+    jlongArray arr = env->NewLongArray(2);
+    if (arr == nullptr) return arr;  // OutOfMemoryError pending
+    env->SetLongArrayRegion(arr, 0, 2, values);
+    return arr;
+  });
+}
+
 void JNICALL ConfigureThreads(JNIEnv* env, jclass, jint threads, jint affinity) {
   GuardVoid(env, [&] {
     tvmgen::ThreadOptions options;
@@ -684,6 +706,8 @@ const JNINativeMethod kMethods[] = {
     TVMGEN_NATIVE("nativeGetOutputFloats", "(JI[F)V", GetOutputFloats),
     TVMGEN_NATIVE("nativeGetOutputBuffer", "(JILjava/nio/ByteBuffer;II)V", GetOutputBuffer),
     TVMGEN_NATIVE("nativeTimings", "(J)[D", TimingsOf),
+    TVMGEN_NATIVE("nativeProfile", "(JI)Ljava/lang/String;", ProfileOf),
+    TVMGEN_NATIVE("nativeResidentMemory", "()[J", ResidentMemoryOf),
     TVMGEN_NATIVE("nativeConfigureThreads", "(II)V", ConfigureThreads),
     TVMGEN_NATIVE("nativeRuntimeArch", "()Ljava/lang/String;", RuntimeArch),
 };

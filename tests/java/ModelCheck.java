@@ -7,7 +7,9 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.file.Files;
 import java.util.List;
+import org.tvmgen.Memory;
 import org.tvmgen.Model;
+import org.tvmgen.Profile;
 import org.tvmgen.Tensor;
 import org.tvmgen.TensorInfo;
 import org.tvmgen.TvmgenException;
@@ -22,8 +24,12 @@ import org.tvmgen.TvmgenException;
  *
  * IN_DIR holds NAME.bin per input (float32, little-endian). OUT_DIR receives
  * float_K.bin / array_K.bin / buffer_K.bin / tensor_K.bin per output (float[] via getOutputFloats,
- * float[] via getOutput, ByteBuffer, Tensor), info.txt, timings.json, runs.txt and errors.tsv
- * (check, exception class or "none", message).
+ * float[] via getOutput, ByteBuffer, Tensor), info.txt, timings.json, runs.txt, errors.tsv
+ * (check, exception class or "none", message), and from Model.profile / Model.memory:
+ * profile.json (the runtime's JSON), profile.tsv (name, calls, total ms, builtin, as Profile parsed
+ * it), profile.txt, runs_after_profile.txt, memory.json and proc_hwm.txt (this JVM's VmHWM in bytes
+ * read by Java from /proc/self/status just before and just after Model.memory()).
+ * The system property modelcheck.profile.runs sets the profiled runs (default 20).
  */
 public final class ModelCheck {
   private static PrintWriter errors;
@@ -119,7 +125,24 @@ public final class ModelCheck {
     write(new File(out, "timings.txt"), model.timings().toString());
     write(new File(out, "runs.txt"), Integer.toString(runs));
 
-    // 4. errors
+    // 4. per-kernel profile, then the resident memory (after load, and overall after the profile's runs)
+    Profile profile = model.profile(Integer.getInteger("modelcheck.profile.runs", 20));
+    write(new File(out, "profile.json"), profile.toJson());
+    write(new File(out, "profile.txt"), profile.toString());
+    try (PrintWriter w = new PrintWriter(new File(out, "profile.tsv"), "UTF-8")) {
+      for (Profile.Entry e : profile.entries()) {
+        w.println(e.name() + "\t" + e.calls() + "\t" + e.totalMs() + "\t" + e.isBuiltin());
+      }
+    }
+    write(new File(out, "runs_after_profile.txt"), Integer.toString(model.timings().runs()));
+    long hwmBefore = procStatus("VmHWM");
+    Memory memory = model.memory();
+    long hwmAfter = procStatus("VmHWM");
+    write(new File(out, "memory.json"), memory.toJson());
+    write(new File(out, "memory.txt"), memory.toString());
+    write(new File(out, "proc_hwm.txt"), hwmBefore + "\t" + hwmAfter);
+
+    // 5. errors
     final TensorInfo first = inputs.get(0);
     final int firstElems = (int) first.elementCount();
     check("wrong_size", () -> model.setInput(0, new float[firstElems - 1]));
@@ -141,12 +164,14 @@ public final class ModelCheck {
     try (Model fresh = Model.load(dir)) {
       check("output_before_run", () -> fresh.getOutputFloats(0));
       check("run_without_inputs", fresh::run);
+      check("profile_without_inputs", () -> fresh.profile(1));
     }
     // the good calls still work after the failed ones
     model.setInput(0, data[0]);
     model.run();
     runs++;
     check("still_works", () -> model.getOutputFloats(0));
+    check("profile_zero_runs", () -> model.profile(0));
 
     model.close();
     model.close();  // closing twice is harmless
@@ -155,6 +180,8 @@ public final class ModelCheck {
     check("closed_get_output", () -> model.getOutputFloats(0));
     check("closed_inputs", model::inputs);
     check("closed_timings", model::timings);
+    check("closed_profile", () -> model.profile(1));
+    check("closed_memory", model::memory);
     check("closed_is_closed", () -> {
       if (!model.isClosed()) {
         throw new AssertionError("isClosed() is false after close()");
@@ -173,6 +200,20 @@ public final class ModelCheck {
       result = t.getClass().getName() + "\t" + String.valueOf(t.getMessage()).replace('\n', ' ').replace('\t', ' ');
     }
     errors.println(name + "\t" + result);
+  }
+
+  /** A /proc/self/status field in bytes (the kernel writes kB), read here by Java itself; 0 if absent. */
+  private static long procStatus(String key) throws IOException {
+    File status = new File("/proc/self/status");
+    if (!status.isFile()) {
+      return 0;
+    }
+    for (String line : Files.readAllLines(status.toPath())) {
+      if (line.startsWith(key + ":")) {
+        return Long.parseLong(line.substring(key.length() + 1).trim().split("\\s+")[0]) * 1024;
+      }
+    }
+    return 0;
   }
 
   private static String join(long[] shape) {

@@ -22,6 +22,8 @@ import java.util.List;
  *   model.run();
  *   float[] probs = model.getOutputFloats(0);
  *   System.out.println(model.timings().toJson());
+ *   System.out.println(model.profile(20));     // the slowest kernels, see Profile
+ *   System.out.println(model.memory());        // peak resident memory after load and overall
  * }
  * }</pre>
  *
@@ -58,10 +60,14 @@ public final class Model extends NativeHandle {
   private final String deviceName;
   private final List<TensorInfo> inputs;
   private final List<TensorInfo> outputs;
+  private final long beforeLoadBytes;
+  private final long afterLoadPeakBytes;
 
-  private Model(long handle, String directory) {
+  private Model(long handle, String directory, long beforeLoadBytes, long afterLoadPeakBytes) {
     super(handle);
     this.directory = directory;
+    this.beforeLoadBytes = beforeLoadBytes;
+    this.afterLoadPeakBytes = afterLoadPeakBytes;
     this.deviceName = nativeDevice(handle);
     this.inputs = tensorInfos(handle, false);
     this.outputs = tensorInfos(handle, true);
@@ -179,9 +185,11 @@ public final class Model extends NativeHandle {
       throw new NullPointerException("dir");
     }
     loadNativeLibrary();
+    long[] before = nativeResidentMemory();  // as tvmgen-run: VmRSS before, VmHWM after (load + VM init)
     long h = nativeLoad(dir, threads, affinity);
+    long[] after = nativeResidentMemory();
     try {
-      return new Model(h, dir);
+      return new Model(h, dir, before[0], after[1]);
     } catch (RuntimeException | Error e) {
       nativeFree(h);
       throw e;
@@ -501,7 +509,7 @@ public final class Model extends NativeHandle {
     return out;
   }
 
-  // ------------------------------------------------------------------ timings, lifetime
+  // ------------------------------------------------------------------ timings, profile, memory, lifetime
 
   /**
    * The runtime's timings so far.
@@ -512,6 +520,42 @@ public final class Model extends NativeHandle {
   public synchronized Timings timings() {
     double[] t = nativeTimings(checkOpen());
     return new Timings(t[0], t[1], t[2], t[3], t[4], t[5], (int) t[6]);
+  }
+
+  /**
+   * Times every kernel of the model: runs it {@code runs} times plain and {@code runs} times with
+   * every call the VM makes timed (interleaved, after one warm-up run), on the inputs set so far.
+   *
+   * <p>The kernels' time in the median profiled run ({@link Profile#kernelsMedianMs()}) is what the
+   * kernels account for of a run, to compare with the median plain run ({@link Profile#wholeRunMs()}).
+   * Neither {@link #timings()} nor the outputs of the latest {@link #run()} change.
+   *
+   * @param runs profiled runs (and as many plain ones), at least 1
+   * @return the profile
+   * @throws IllegalArgumentException if {@code runs} is less than 1
+   * @throws TvmgenException if an input was never set, a run fails, or the native runtime was built
+   *     without its profiler (jni/src/profiler.cc)
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized Profile profile(int runs) {
+    long h = checkOpen();
+    if (runs < 1) {
+      throw new IllegalArgumentException("profile: runs must be at least 1, got " + runs);
+    }
+    return new Profile(nativeProfile(h, runs));
+  }
+
+  /**
+   * The process's resident memory: before and just after this model was loaded, and now. Call it
+   * after the runs for the overall peak, as {@code tvmgen-run} reports it.
+   *
+   * @return a snapshot (zeros where /proc/self/status does not exist)
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized Memory memory() {
+    checkOpen();
+    long[] now = nativeResidentMemory();
+    return new Memory(beforeLoadBytes, afterLoadPeakBytes, now[1], now[0]);
   }
 
   /**
@@ -601,6 +645,11 @@ public final class Model extends NativeHandle {
   private static native void nativeGetOutputBuffer(long handle, int index, ByteBuffer out, int position, int length);
 
   private static native double[] nativeTimings(long handle);
+
+  private static native String nativeProfile(long handle, int runs);
+
+  /** {VmRSS, VmHWM} in bytes, from the runtime's ReadResidentMemory (zeros without /proc/self/status). */
+  private static native long[] nativeResidentMemory();
 
   private static native void nativeConfigureThreads(int threads, int affinity);
 

@@ -31,11 +31,14 @@ import java.util.Locale;
  *   --affinity big|little|any which CPU cores to use (default any)
  *   --lib PATH                the JNI library file or its directory (default: -Dtvmgen.library.path,
  *                             else java.library.path)
+ *   --profile FILE            also time each kernel over --repeat runs ({@link Model#profile(int)});
+ *                             {"device", "arch", "profile"} to FILE, as tvmgen-run --profile writes it
  * </pre>
  *
  * <p>Output statistics go to standard output, one line per output; the last line is one JSON
  * object: device, arch, warmup, repeat, the median and minimum run time of the timed runs, and the
- * runtime's {@link Timings#toJson()} under "timings". Exit status: 0, 1 on a runtime error, 2 on a
+ * runtime's {@link Timings#toJson()} under "timings", and the peak resident memory after load and
+ * overall ({@link Memory#toJson()}) under "memory". Exit status: 0, 1 on a runtime error, 2 on a
  * usage error.
  */
 public final class RunModel {
@@ -50,6 +53,7 @@ public final class RunModel {
       + "  --threads N               CPU threads (default: one per core)\n"
       + "  --affinity big|little|any which CPU cores to use (default any)\n"
       + "  --lib PATH                the JNI library (libtvmgen_jni.so) or its directory\n"
+      + "  --profile FILE            also time each kernel over --repeat runs; the profile JSON to FILE\n"
       + "  -h, --help                this text\n";
 
   private RunModel() {}
@@ -73,6 +77,7 @@ public final class RunModel {
     String dir = null;
     String outputDir = null;
     String lib = null;
+    String profileFile = null;
     List<String> inputFlags = new ArrayList<String>();
     int warmup = 1;
     int repeat = 10;
@@ -107,6 +112,8 @@ public final class RunModel {
           }
         } else if (a.equals("--lib")) {
           lib = value(args, ++i, a);
+        } else if (a.equals("--profile")) {
+          profileFile = value(args, ++i, a);
         } else if (a.startsWith("-")) {
           return usage("unknown option " + a);
         } else if (dir == null) {
@@ -132,7 +139,7 @@ public final class RunModel {
         Model.loadNativeLibrary(lib);
       }
       try (Model model = Model.load(dir, threads, affinity)) {
-        return runModel(model, inputFlags, outputDir, warmup, repeat);
+        return runModel(model, inputFlags, outputDir, warmup, repeat, profileFile);
       }
     } catch (TvmgenException e) {
       System.err.println("RunModel: error: " + e.getMessage());
@@ -143,8 +150,8 @@ public final class RunModel {
     }
   }
 
-  private static int runModel(Model model, List<String> inputFlags, String outputDir, int warmup, int repeat)
-      throws IOException {
+  private static int runModel(Model model, List<String> inputFlags, String outputDir, int warmup, int repeat,
+                              String profileFile) throws IOException {
     List<TensorInfo> inputs = model.inputs();
     Tensor[] in = new Tensor[inputs.size()];
     for (int k = 0; k < inputFlags.size(); ++k) {
@@ -201,13 +208,25 @@ public final class RunModel {
       }
     }
     Arrays.sort(runMs);
+    if (profileFile != null) {  // as tvmgen-run: after the timed runs, before the overall memory peak
+      Profile profile = model.profile(repeat);
+      try (OutputStream os = new FileOutputStream(profileFile)) {
+        os.write(("{\"device\": \"" + model.device().deviceName() + "\", \"arch\": \"" + Model.runtimeArch()
+            + "\", \"profile\": " + profile.toJson() + "}\n").getBytes("UTF-8"));
+      }
+      System.err.println("RunModel: " + profile);
+    }
+    Memory memory = model.memory();
     Timings t = model.timings();
     System.out.println(String.format(Locale.ROOT,
         "{\"device\": \"%s\", \"arch\": \"%s\", \"warmup\": %d, \"repeat\": %d, \"median_run_ms\": %.4f, "
-            + "\"min_run_ms\": %.4f, \"timings\": %s}",
+            + "\"min_run_ms\": %.4f, \"timings\": %s, \"memory\": %s}",
         model.device().deviceName(), Model.runtimeArch(), warmup, repeat, runMs[runMs.length / 2], runMs[0],
-        t.toJson()));
+        t.toJson(), memory.toJson()));
     System.err.println("RunModel: " + model.directory() + " on " + model.device() + ": " + t);
+    if (memory.isAvailable()) {
+      System.err.println("RunModel: " + memory);
+    }
     return 0;
   }
 
