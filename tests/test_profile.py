@@ -275,3 +275,87 @@ def test_bench_profile_over_rpc(devices, key, art, tmp_path):
     mem = res["memory"]
     assert 0 < mem["before_load_bytes"] <= mem["after_load_peak_bytes"] <= mem["overall_peak_bytes"]
     assert "GFLOP/s" in r.stdout and "device peak resident memory" in r.stderr
+
+
+# ------------------------------------------------------------------ OpenCL on PoCL: the device's event timestamps
+
+def test_launching_function_from_opencl_kernel_names():
+    from tvmgen.profile import launching_function
+
+    seen = {"fused_add": [1, 0], "fused_add_relu": [1, 0], "softmax": [1, 0], "vm.builtin.alloc_tensor": [1, 0]}
+    assert launching_function("fused_add_relu_kernel", seen) == "fused_add_relu"
+    assert launching_function("fused_add_kernel", seen) == "fused_add"
+    assert launching_function("softmax_kernel_1", seen) == "softmax"
+    assert launching_function("softmax_kernel2", seen) == "softmax"
+    assert launching_function("mean_kernel", seen) == "mean"  # not seen: the suffix is stripped
+    assert launching_function("odd_name", seen) == "odd_name"
+
+
+@pytest.fixture(scope="module")
+def opencl_art(tmp_path_factory, host_runtime):
+    """builtin:mobilenet compiled for --device opencl, after checking that PoCL (or another OpenCL
+    platform) is there: missing, the test is skipped, and fails under CI=true."""
+    from conftest import unavailable
+
+    code = ("import ctypes, sys, tvm; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
+            "print(tvm.get_global_func('tvmgen.opencl.info')())")
+    lib = host_runtime / "lib" / "libtvmgen_opencl.so"
+    proc = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not info["available"]:
+        unavailable(f"no OpenCL platform here ({info.get('error')}); install PoCL: apt-get install pocl-opencl-icd")
+    d = tmp_path_factory.mktemp("profile-ocl")
+    out = d / "mobilenet-opencl"
+    r = subprocess.run([*TVMGEN, "compile", "builtin:mobilenet", "--device", "opencl", "-o", str(out)],
+                       capture_output=True, text=True, env=dict(os.environ, TVMGEN_LOG_DIR=str(d / "logs")),
+                       timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out
+
+
+def test_tvmgen_run_profile_on_opencl_uses_event_timestamps(opencl_art, host_runtime, tmp_path):
+    """tvmgen-run --profile on PoCL: every kernel's time is its OpenCL event's (CL_PROFILING_COMMAND_START
+    to END), one row per fused function as on the CPU, adding up to the whole run."""
+    from tvmgen import kernels
+    from tvmgen.profile import OPENCL_EVENTS, Profile, launching_function
+
+    env = dict(os.environ, TVMGEN_OPENCL_CACHE_DIR=str(tmp_path / "cl-cache"))
+    runs = 5
+    proc = subprocess.run([str(host_runtime / "bin" / "tvmgen-run"), str(opencl_art), "--repeat", str(runs),
+                           "--profile", str(tmp_path / "p.json")], capture_output=True, text=True, env=env,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads((tmp_path / "p.json").read_text())
+    raw = d["profile"]
+    assert d["device"] == "opencl" and raw["clock"] == OPENCL_EVENTS and raw["runs"] == runs
+    table = kernels.load(opencl_art)
+    p = Profile.from_device(d, table, "opencl")
+    print(f"OpenCL events: kernels {p.kernels_median_ms:.1f} ms of a {p.whole_run_ms:.1f} ms run (median of {runs})")
+    # the acceptance criterion: the kernels' device time adds up to the whole run's within 10%
+    assert 0.9 <= p.kernels_median_ms / p.whole_run_ms <= 1.1, (p.kernels_median_ms, p.whole_run_ms)
+    assert p.clock == OPENCL_EVENTS and "OpenCL event timestamps" in p.table()
+    assert all(r["kind"] != "vm" for r in p.rows)  # no host-timed rows: builtins stay in host_counts
+    # rows are the model's fused functions (those the VM called), not OpenCL kernel names
+    host = raw["host_counts"]
+    called = {n for n in host if not n.startswith(("vm.", "runtime."))}
+    assert set(raw["counts"]) == called and called <= {k["name"] for k in table["kernels"]}
+    assert not any(n.endswith("_kernel") for n in raw["counts"])
+    assert {r["kind"] for r in p.rows} >= {"conv2d", "depthwise", "matmul"}
+    # calls: as many as the VM made, each launching its kernels once; every event is in some row
+    by_name = {k["name"]: k for k in table["kernels"]}
+    for name, (calls, _) in raw["counts"].items():
+        assert calls == host[name][0] == runs * by_name[name]["calls"], name
+    for kernel, (launches, _) in raw["opencl_kernels"].items():
+        assert launches == host[launching_function(kernel, host)][0], kernel
+    assert sum(ns for _, ns in raw["counts"].values()) == sum(ns for _, ns in raw["opencl_kernels"].values())
+    # the host's clock around the same calls saw only the launches: far less than the device's time
+    host_ns = sum(host[n][1] for n in called)
+    assert host_ns < 0.25 * sum(ns for _, ns in raw["counts"].values()), host_ns
+    # tvmgen run (Python) on OpenCL takes the same event times
+    r = subprocess.run([*TVMGEN, "run", str(opencl_art), "--repeat", "1", "--profile", "--json"], capture_output=True,
+                       text=True, timeout=900,
+                       env=dict(env, TVMGEN_OPENCL_BACKEND=str(host_runtime / "lib" / "libtvmgen_opencl.so")))
+    assert r.returncode == 0, r.stderr
+    py = json.loads(r.stdout)["profile"]
+    assert py["clock"] == OPENCL_EVENTS and {k["name"] for k in py["kernels"]} == called

@@ -2,6 +2,11 @@
 // include/tvmgen/runtime.h). The profile is the Relax VM's instrument hook timing every call the VM
 // makes with the device's steady clock; it is registered as the global tvmgen.profile_vm, which
 // Model::Profile and RPC clients (`tvmgen bench --profile`) call, so runtime.cc does not link to it.
+// On OpenCL (libtvmgen_opencl loaded) the kernels' times are the device's own event timestamps
+// instead (tvmgen.opencl.profiling / kernel_times): launches are asynchronous, so the host's clock
+// around a call would only time the launch.
+#include <tvm/ffi/container/array.h>
+#include <tvm/ffi/container/map.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/module.h>
@@ -45,6 +50,65 @@ bool IsBuiltin(const std::string& name) {
   return name.rfind("vm.", 0) == 0 || name.rfind("runtime.", 0) == 0;
 }
 
+constexpr const char* kOpenCLEventsClock = "device (OpenCL events)";
+
+// The VM function that launched an OpenCL kernel. TVM's codegen names a PrimFunc's kernels after it:
+// "<func>_kernel", further ones "<func>_kernel_1" / "<func>_kernel1". The longest VM function the
+// hook saw that fits wins; otherwise the suffix is stripped.
+std::string LaunchingFunction(const std::string& kernel, const std::map<std::string, std::pair<int64_t, int64_t>>& seen) {
+  auto suffix_ok = [](const std::string& rest) {  // "_kernel", "_kernel1", "_kernel_1"
+    static const std::string k = "_kernel";
+    if (rest.compare(0, k.size(), k) != 0) return false;
+    size_t i = k.size();
+    if (i < rest.size() && rest[i] == '_') ++i;
+    if (i == rest.size()) return i == k.size();  // "_kernel_" alone is no suffix
+    for (; i < rest.size(); ++i) {
+      if (rest[i] < '0' || rest[i] > '9') return false;
+    }
+    return true;
+  };
+  std::string best;
+  for (const auto& [name, c] : seen) {
+    if (IsBuiltin(name) || name.size() <= best.size() || kernel.compare(0, name.size(), name) != 0) continue;
+    if (suffix_ok(kernel.substr(name.size()))) best = name;
+  }
+  if (!best.empty()) return best;
+  size_t at = kernel.rfind("_kernel");
+  if (at != std::string::npos && at > 0 && suffix_ok(kernel.substr(at))) return kernel.substr(0, at);
+  return kernel;
+}
+
+// libtvmgen_opencl's profiling globals, when that library is loaded.
+struct OpenCLEvents {
+  ffi::Function profiling, kernel_times;
+  static bool Find(DLDevice dev, OpenCLEvents* out) {
+    if (dev.device_type != kDLOpenCL) return false;
+    auto p = ffi::Function::GetGlobal("tvmgen.opencl.profiling");
+    auto t = ffi::Function::GetGlobal("tvmgen.opencl.kernel_times");
+    if (!p.has_value() || !t.has_value()) return false;
+    out->profiling = *p;
+    out->kernel_times = *t;
+    return true;
+  }
+  // {kernel: (launches, ns)} since the last call.
+  std::map<std::string, std::pair<int64_t, int64_t>> Take() const {
+    std::map<std::string, std::pair<int64_t, int64_t>> out;
+    auto m = kernel_times().cast<ffi::Map<ffi::String, ffi::Array<int64_t>>>();
+    for (const auto& kv : m) out[std::string(kv.first)] = {kv.second[0], kv.second[1]};
+    return out;
+  }
+};
+
+void CountsJson(std::ostringstream& js, const std::map<std::string, std::pair<int64_t, int64_t>>& counts) {
+  js << "{";
+  bool first = true;
+  for (const auto& [name, c] : counts) {
+    js << (first ? "" : ", ") << JsonString(name) << ": [" << c.first << ", " << c.second << "]";
+    first = false;
+  }
+  js << "}";
+}
+
 }  // namespace
 
 ResidentMemory ReadResidentMemory() {
@@ -63,11 +127,8 @@ namespace {
 
 std::string ProfileVm(ffi::Module vm, const ffi::Function& entry, const std::vector<ffi::AnyView>& args, int runs,
                       DLDevice dev) {
-  struct Count {
-    int64_t calls = 0;
-    int64_t ns = 0;
-  };
-  std::map<std::string, Count> counts;
+  using Counts = std::map<std::string, std::pair<int64_t, int64_t>>;  // name -> (calls, total ns)
+  Counts counts;  // every call the VM made, timed by this process's clock
   std::vector<Clock::time_point> started;
   int64_t kernel_ns = 0;
   // The VM calls this before and after each call instruction: (func, symbol, before, ret, args...).
@@ -79,9 +140,9 @@ std::string ProfileVm(ffi::Module vm, const ffi::Function& entry, const std::vec
       auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started.back()).count();
       started.pop_back();
       std::string name(a[1].cast<ffi::String>());
-      Count& c = counts[name];
-      c.calls += 1;
-      c.ns += elapsed;
+      auto& c = counts[name];
+      c.first += 1;
+      c.second += elapsed;
       if (!IsBuiltin(name)) kernel_ns += elapsed;
     }
     *rv = static_cast<int64_t>(0);
@@ -92,6 +153,11 @@ std::string ProfileVm(ffi::Module vm, const ffi::Function& entry, const std::vec
   auto wait = [&]() {
     if (dev.device_type != kDLCPU && sync.has_value()) (*sync)(dev, static_cast<int64_t>(0));
   };
+  // OpenCL: the profiled runs go to a profiling queue and each kernel's time is its event's
+  // END - START; the plain runs stay on the ordinary queue.
+  OpenCLEvents events;
+  bool use_events = OpenCLEvents::Find(dev, &events);
+  Counts launches;  // OpenCL kernel -> (launches, event ns)
   std::vector<double> plain_ms, kernel_ms;
   ffi::Any ret;
   entry.CallPacked(args.data(), static_cast<int32_t>(args.size()), &ret);  // warm-up
@@ -101,6 +167,10 @@ std::string ProfileVm(ffi::Module vm, const ffi::Function& entry, const std::vec
     entry.CallPacked(args.data(), static_cast<int32_t>(args.size()), &ret);
     wait();
     plain_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (use_events) {
+      events.profiling(true);  // throws, naming the device, where the driver refuses profiling
+      events.Take();           // nothing from before this run
+    }
     (*set_instrument)(instrument);
     kernel_ns = 0;
     try {
@@ -108,22 +178,63 @@ std::string ProfileVm(ffi::Module vm, const ffi::Function& entry, const std::vec
       wait();
     } catch (...) {
       (*set_instrument)(ffi::Function(nullptr));
+      if (use_events) {
+        try {
+          events.Take();
+          events.profiling(false);
+        } catch (...) {
+        }
+      }
       throw;
     }
     (*set_instrument)(ffi::Function(nullptr));
-    kernel_ms.push_back(kernel_ns / 1e6);
+    if (use_events) {
+      Counts run;
+      try {
+        run = events.Take();
+      } catch (...) {
+        try {
+          events.profiling(false);
+        } catch (...) {
+        }
+        throw;
+      }
+      events.profiling(false);
+      int64_t ns = 0;
+      for (const auto& [k, c] : run) {
+        launches[k].first += c.first;
+        launches[k].second += c.second;
+        ns += c.second;
+      }
+      kernel_ms.push_back(ns / 1e6);
+    } else {
+      kernel_ms.push_back(kernel_ns / 1e6);
+    }
   }
   std::ostringstream js;
   js.precision(10);
-  js << "{\"runs\": " << runs << ", \"clock\": \"" << (dev.device_type == kDLCPU ? "device" : "device host")
-     << "\", \"whole_run_ms\": " << Median(plain_ms) << ", \"kernels_median_ms\": " << Median(kernel_ms)
-     << ", \"counts\": {";
-  bool first = true;
-  for (const auto& [name, c] : counts) {
-    js << (first ? "" : ", ") << JsonString(name) << ": [" << c.calls << ", " << c.ns << "]";
-    first = false;
+  const char* clock = use_events ? kOpenCLEventsClock : dev.device_type == kDLCPU ? "device" : "device host";
+  js << "{\"runs\": " << runs << ", \"clock\": \"" << clock << "\", \"whole_run_ms\": " << Median(plain_ms)
+     << ", \"kernels_median_ms\": " << Median(kernel_ms) << ", \"counts\": ";
+  if (use_events) {
+    // One row per VM function (as on the CPU): the calls the VM made to it, its kernels' event time.
+    Counts rows;
+    for (const auto& [kernel, c] : launches) {
+      std::string fn = LaunchingFunction(kernel, counts);
+      auto it = counts.find(fn);
+      auto& row = rows[fn];
+      row.first = it != counts.end() ? it->second.first : std::max(row.first, c.first);
+      row.second += c.second;
+    }
+    CountsJson(js, rows);
+    js << ", \"opencl_kernels\": ";  // each OpenCL kernel: (launches, event ns)
+    CountsJson(js, launches);
+    js << ", \"host_counts\": ";  // every VM call timed by the host's clock (launch costs, builtins)
+    CountsJson(js, counts);
+  } else {
+    CountsJson(js, counts);
   }
-  js << "}}";
+  js << "}";
   return js.str();
 }
 

@@ -57,6 +57,11 @@ bool ResolveAll(void* h, Api* a, std::string* missing) {
   a->EnqueueMapBuffer = reinterpret_cast<decltype(a->EnqueueMapBuffer)>(dlsym(h, "clEnqueueMapBuffer"));
   a->EnqueueUnmapMemObject =
       reinterpret_cast<decltype(a->EnqueueUnmapMemObject)>(dlsym(h, "clEnqueueUnmapMemObject"));
+  // optional: only the profiling mode needs them (it says which one is missing)
+  a->GetEventProfilingInfo =
+      reinterpret_cast<decltype(a->GetEventProfilingInfo)>(dlsym(h, "clGetEventProfilingInfo"));
+  a->WaitForEvents = reinterpret_cast<decltype(a->WaitForEvents)>(dlsym(h, "clWaitForEvents"));
+  a->ReleaseEvent = reinterpret_cast<decltype(a->ReleaseEvent)>(dlsym(h, "clReleaseEvent"));
   return ok;
 }
 
@@ -143,10 +148,12 @@ const char* ErrorName(cl_int err) {
     case -4: return "CL_MEM_OBJECT_ALLOCATION_FAILURE";
     case -5: return "CL_OUT_OF_RESOURCES";
     case -6: return "CL_OUT_OF_HOST_MEMORY";
+    case -7: return "CL_PROFILING_INFO_NOT_AVAILABLE";
     case -11: return "CL_BUILD_PROGRAM_FAILURE";
     case -30: return "CL_INVALID_VALUE";
     case -33: return "CL_INVALID_DEVICE";
     case -34: return "CL_INVALID_CONTEXT";
+    case -35: return "CL_INVALID_QUEUE_PROPERTIES";
     case -36: return "CL_INVALID_COMMAND_QUEUE";
     case -38: return "CL_INVALID_MEM_OBJECT";
     case -42: return "CL_INVALID_BINARY";
@@ -161,6 +168,7 @@ const char* ErrorName(cl_int err) {
     case -53: return "CL_INVALID_WORK_DIMENSION";
     case -54: return "CL_INVALID_WORK_GROUP_SIZE";
     case -55: return "CL_INVALID_WORK_ITEM_SIZE";
+    case -58: return "CL_INVALID_EVENT";
     case -61: return "CL_INVALID_BUFFER_SIZE";
     case -63: return "CL_INVALID_GLOBAL_WORK_SIZE";
     case -1001: return "CL_PLATFORM_NOT_FOUND_KHR";
@@ -205,6 +213,12 @@ constexpr auto k_CL_PROGRAM_BUILD_LOG = tvmgen::cl::CL_PROGRAM_BUILD_LOG;
 constexpr auto k_CL_SUCCESS = tvmgen::cl::CL_SUCCESS;
 constexpr auto k_CL_TRUE = tvmgen::cl::CL_TRUE;
 constexpr auto k_CL_DEVICE_NOT_FOUND = tvmgen::cl::CL_DEVICE_NOT_FOUND;
+constexpr auto k_CL_PROFILING_INFO_NOT_AVAILABLE = tvmgen::cl::CL_PROFILING_INFO_NOT_AVAILABLE;
+constexpr auto k_CL_INVALID_QUEUE_PROPERTIES = tvmgen::cl::CL_INVALID_QUEUE_PROPERTIES;
+constexpr auto k_CL_DEVICE_QUEUE_PROPERTIES = tvmgen::cl::CL_DEVICE_QUEUE_PROPERTIES;
+constexpr auto k_CL_QUEUE_PROFILING_ENABLE = tvmgen::cl::CL_QUEUE_PROFILING_ENABLE;
+constexpr auto k_CL_PROFILING_COMMAND_START = tvmgen::cl::CL_PROFILING_COMMAND_START;
+constexpr auto k_CL_PROFILING_COMMAND_END = tvmgen::cl::CL_PROFILING_COMMAND_END;
 }  // namespace tvmgen_cl_check
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -237,6 +251,12 @@ static_assert(k_CL_PROGRAM_BUILD_LOG == CL_PROGRAM_BUILD_LOG, "cl_api.h: CL_PROG
 static_assert(k_CL_SUCCESS == CL_SUCCESS, "cl_api.h: CL_SUCCESS");
 static_assert(k_CL_TRUE == CL_TRUE, "cl_api.h: CL_TRUE");
 static_assert(k_CL_DEVICE_NOT_FOUND == CL_DEVICE_NOT_FOUND, "cl_api.h: CL_DEVICE_NOT_FOUND");
+static_assert(k_CL_PROFILING_INFO_NOT_AVAILABLE == CL_PROFILING_INFO_NOT_AVAILABLE, "cl_api.h: CL_PROFILING_INFO_NOT_AVAILABLE");
+static_assert(k_CL_INVALID_QUEUE_PROPERTIES == CL_INVALID_QUEUE_PROPERTIES, "cl_api.h: CL_INVALID_QUEUE_PROPERTIES");
+static_assert(k_CL_DEVICE_QUEUE_PROPERTIES == CL_DEVICE_QUEUE_PROPERTIES, "cl_api.h: CL_DEVICE_QUEUE_PROPERTIES");
+static_assert(k_CL_QUEUE_PROFILING_ENABLE == CL_QUEUE_PROFILING_ENABLE, "cl_api.h: CL_QUEUE_PROFILING_ENABLE");
+static_assert(k_CL_PROFILING_COMMAND_START == CL_PROFILING_COMMAND_START, "cl_api.h: CL_PROFILING_COMMAND_START");
+static_assert(k_CL_PROFILING_COMMAND_END == CL_PROFILING_COMMAND_END, "cl_api.h: CL_PROFILING_COMMAND_END");
 }  // namespace tvmgen_cl_check
 #endif
 #endif

@@ -27,6 +27,7 @@ using cl_device_info = cl_uint;
 using cl_program_info = cl_uint;
 using cl_program_build_info = cl_uint;
 using cl_context_properties = intptr_t;
+using cl_profiling_info = cl_uint;
 
 using cl_platform_id = struct _cl_platform_id*;
 using cl_device_id = struct _cl_device_id*;
@@ -40,6 +41,8 @@ using cl_event = struct _cl_event*;
 // Values from the Khronos cl.h (checked against it in cl_api.cc when it is installed).
 constexpr cl_int CL_SUCCESS = 0;
 constexpr cl_int CL_DEVICE_NOT_FOUND = -1;
+constexpr cl_int CL_PROFILING_INFO_NOT_AVAILABLE = -7;
+constexpr cl_int CL_INVALID_QUEUE_PROPERTIES = -35;
 constexpr cl_bool CL_TRUE = 1;
 constexpr cl_device_type CL_DEVICE_TYPE_CPU = 1 << 1;
 constexpr cl_device_type CL_DEVICE_TYPE_GPU = 1 << 2;
@@ -55,6 +58,7 @@ constexpr cl_device_info CL_DEVICE_MAX_WORK_ITEM_SIZES = 0x1005;
 constexpr cl_device_info CL_DEVICE_MAX_CLOCK_FREQUENCY = 0x100C;
 constexpr cl_device_info CL_DEVICE_GLOBAL_MEM_SIZE = 0x101F;
 constexpr cl_device_info CL_DEVICE_LOCAL_MEM_SIZE = 0x1023;
+constexpr cl_device_info CL_DEVICE_QUEUE_PROPERTIES = 0x102A;  // CL_DEVICE_QUEUE_ON_HOST_PROPERTIES in 2.0
 constexpr cl_device_info CL_DEVICE_NAME = 0x102B;
 constexpr cl_device_info CL_DEVICE_VENDOR = 0x102C;
 constexpr cl_device_info CL_DRIVER_VERSION = 0x102D;
@@ -62,6 +66,9 @@ constexpr cl_device_info CL_DEVICE_VERSION = 0x102F;
 constexpr cl_context_properties CL_CONTEXT_PLATFORM = 0x1084;
 constexpr cl_mem_flags CL_MEM_READ_WRITE = 1 << 0;
 constexpr cl_mem_flags CL_MEM_ALLOC_HOST_PTR = 1 << 4;
+constexpr cl_command_queue_properties CL_QUEUE_PROFILING_ENABLE = 1 << 1;
+constexpr cl_profiling_info CL_PROFILING_COMMAND_START = 0x1282;
+constexpr cl_profiling_info CL_PROFILING_COMMAND_END = 0x1283;
 constexpr cl_map_flags CL_MAP_READ = 1 << 0;
 constexpr cl_map_flags CL_MAP_WRITE = 1 << 1;
 constexpr cl_program_info CL_PROGRAM_NUM_DEVICES = 0x1162;
@@ -106,6 +113,10 @@ struct Api {
   void* (*EnqueueMapBuffer)(cl_command_queue, cl_mem, cl_bool, cl_map_flags, size_t, size_t, cl_uint,
                             const cl_event*, cl_event*, cl_int*);
   cl_int (*EnqueueUnmapMemObject)(cl_command_queue, cl_mem, void*, cl_uint, const cl_event*, cl_event*);
+  // Optional: the profiling mode (tvmgen.opencl.profiling) needs them and names the missing one.
+  cl_int (*GetEventProfilingInfo)(cl_event, cl_profiling_info, size_t, void*, size_t*);
+  cl_int (*WaitForEvents)(cl_uint, const cl_event*);
+  cl_int (*ReleaseEvent)(cl_event);
 };
 
 /*!

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <tvm/ffi/any.h>
 #include <tvm/ffi/container/array.h>
+#include <tvm/ffi/container/map.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/cast.h>
 #include <tvm/ffi/container/tensor.h>
@@ -91,7 +92,9 @@ struct DeviceInfo {
   std::vector<size_t> max_work_items;
   cl_ulong local_mem = 0, global_mem = 0;
   cl_uint compute_units = 0, clock_mhz = 0;
-  cl_command_queue queue = nullptr;
+  cl_command_queue queue = nullptr;             // the default queue: one of these two
+  cl_command_queue plain_queue = nullptr;       // created with the workspace
+  cl_command_queue profiling_queue = nullptr;   // CL_QUEUE_PROFILING_ENABLE, created on first use
 };
 
 inline std::string DeviceString(const Api& api, cl_device_id d, cl_device_info what) {
@@ -164,6 +167,134 @@ class Workspace {
     return device(id).queue;
   }
 
+  // ---------------------------------------------------------------- profiling mode
+  // Off by default. On: every device's queue (and each stream created while it is on) has
+  // CL_QUEUE_PROFILING_ENABLE and each kernel launch records an event, read by TakeKernelTimes.
+  // Switching finishes the current queues: call it between runs, not during one.
+  bool profiling() const { return profiling_.load(std::memory_order_relaxed); }
+
+  // The queue properties for new queues / streams.
+  cl_command_queue_properties queue_properties() const { return profiling() ? CL_QUEUE_PROFILING_ENABLE : 0; }
+
+  // Returns the previous setting. Throws, naming the device and driver, where profiling is refused.
+  bool SetProfiling(bool on) {
+    Init();
+    std::lock_guard<std::mutex> lock(mu_);
+    bool was = profiling();
+    if (was == on) return was;
+    const Api& api = cl::Get();
+    if (on) {
+      if (!api.GetEventProfilingInfo || !api.WaitForEvents || !api.ReleaseEvent) {
+        TVM_FFI_THROW(RuntimeError) << "OpenCL profiling: " << LoadedPath() << " lacks "
+                                    << (!api.GetEventProfilingInfo ? "clGetEventProfilingInfo"
+                                        : !api.WaitForEvents        ? "clWaitForEvents"
+                                                                    : "clReleaseEvent")
+                                    << ": per-kernel device times cannot be read with this OpenCL library";
+      }
+      for (DeviceInfo& d : devices_) {
+        cl_command_queue_properties supported = 0;
+        cl_int e = api.GetDeviceInfo(d.id, CL_DEVICE_QUEUE_PROPERTIES, sizeof(supported), &supported, nullptr);
+        if (e == CL_SUCCESS && !(supported & CL_QUEUE_PROFILING_ENABLE)) {
+          TVM_FFI_THROW(RuntimeError) << "OpenCL device " << d.name << " (driver " << d.driver << ", platform "
+                                      << platform_name_ << ") does not support profiling command queues "
+                                      << "(CL_QUEUE_PROFILING_ENABLE): per-kernel device times are not available";
+        }
+      }
+    }
+    // Each device keeps its plain queue and, once profiling was first switched on, a profiling queue:
+    // switching finishes the current one and makes the other the default (no queue is recreated).
+    for (DeviceInfo& d : devices_) {
+      if (on && d.profiling_queue == nullptr) {
+        cl_int err = CL_SUCCESS;
+        d.profiling_queue = api.CreateCommandQueue(context_, d.id, CL_QUEUE_PROFILING_ENABLE, &err);
+        if (err != CL_SUCCESS) {
+          d.profiling_queue = nullptr;
+          TVM_FFI_THROW(RuntimeError) << "OpenCL device " << d.name << " (driver " << d.driver << ", platform "
+                                      << platform_name_ << ") refused a command queue with "
+                                      << "CL_QUEUE_PROFILING_ENABLE: clCreateCommandQueue failed: " << ErrorName(err)
+                                      << " (" << err << ")";
+        }
+      }
+    }
+    for (DeviceInfo& d : devices_) {
+      TVMGEN_CL_CHECK(api.Finish(d.queue), "clFinish (before switching profiling)");
+      d.queue = on ? d.profiling_queue : d.plain_queue;
+    }
+    profiling_.store(on);
+    return was;
+  }
+
+  // Streams (CreateStream) made while profiling was on: their launches record events too. A stream
+  // made before has no CL_QUEUE_PROFILING_ENABLE and its launches are not timed.
+  void NoteStream(void* stream, bool created) {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    if (created && profiling()) {
+      profiling_streams_.insert(stream);
+    } else if (!created) {
+      profiling_streams_.erase(stream);
+    }
+  }
+
+  // Whether a launch on this stream (nullptr: the device's queue) records an event now.
+  bool Timed(void* stream) {
+    if (!profiling()) return false;
+    if (stream == nullptr) return true;
+    std::lock_guard<std::mutex> lock(events_mu_);
+    return profiling_streams_.count(stream) != 0;
+  }
+
+  // Called by a kernel launch in profiling mode: the launch's event, kept until TakeKernelTimes.
+  void RecordEvent(const std::string& kernel, int device_id, cl_event event) {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    events_.push_back({kernel, device_id, event});
+  }
+
+  struct KernelTime {
+    int64_t launches = 0;
+    int64_t ns = 0;  // sum of CL_PROFILING_COMMAND_END - CL_PROFILING_COMMAND_START
+  };
+
+  // Waits for every recorded launch, reads its device timestamps, releases the events and returns
+  // the totals per kernel name. Throws (after releasing them all) when the driver gives no times.
+  std::map<std::string, KernelTime> TakeKernelTimes() {
+    std::vector<Event> events;
+    {
+      std::lock_guard<std::mutex> lock(events_mu_);
+      events.swap(events_);
+    }
+    std::map<std::string, KernelTime> out;
+    if (events.empty()) return out;
+    const Api& api = cl::Get();
+    std::string error;
+    std::vector<cl_event> handles;
+    for (const Event& e : events) handles.push_back(e.event);
+    cl_int err = api.WaitForEvents(static_cast<cl_uint>(handles.size()), handles.data());
+    if (err != CL_SUCCESS) error = std::string("clWaitForEvents failed: ") + ErrorName(err) + " (" + std::to_string(err) + ")";
+    for (const Event& e : events) {
+      if (error.empty()) {
+        cl_ulong start = 0, end = 0;
+        cl_int e1 = api.GetEventProfilingInfo(e.event, CL_PROFILING_COMMAND_START, sizeof(start), &start, nullptr);
+        cl_int e2 = api.GetEventProfilingInfo(e.event, CL_PROFILING_COMMAND_END, sizeof(end), &end, nullptr);
+        if (e1 != CL_SUCCESS || e2 != CL_SUCCESS) {
+          cl_int bad = e1 != CL_SUCCESS ? e1 : e2;
+          const DeviceInfo& d = devices_[e.device_id];
+          error = "clGetEventProfilingInfo(" + std::string(e1 != CL_SUCCESS ? "CL_PROFILING_COMMAND_START"
+                                                                             : "CL_PROFILING_COMMAND_END") +
+                  ") for kernel " + e.kernel + " failed: " + ErrorName(bad) + " (" + std::to_string(bad) +
+                  "): OpenCL device " + d.name + " (driver " + d.driver + ", platform " + platform_name_ +
+                  ") gives no event timestamps";
+        } else {
+          KernelTime& k = out[e.kernel];
+          k.launches += 1;
+          k.ns += end >= start ? static_cast<int64_t>(end - start) : 0;
+        }
+      }
+      api.ReleaseEvent(e.event);
+    }
+    if (!error.empty()) TVM_FFI_THROW(RuntimeError) << "OpenCL profiling: " << error;
+    return out;
+  }
+
   // Sizes of live buffers (for workspace reuse).
   std::mutex mem_mu;
   std::unordered_map<void*, size_t> sizes;
@@ -222,7 +353,7 @@ class Workspace {
       api.GetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(cl_ulong), &info.global_mem, nullptr);
       api.GetDeviceInfo(d, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof(cl_uint), &info.compute_units, nullptr);
       api.GetDeviceInfo(d, CL_DEVICE_MAX_CLOCK_FREQUENCY, sizeof(cl_uint), &info.clock_mhz, nullptr);
-      info.queue = api.CreateCommandQueue(context_, d, 0, &err);
+      info.queue = info.plain_queue = api.CreateCommandQueue(context_, d, 0, &err);
       TVMGEN_CL_CHECK(err, "clCreateCommandQueue");
       devices_.push_back(std::move(info));
     }
@@ -233,7 +364,17 @@ class Workspace {
     }
   }
 
+  struct Event {
+    std::string kernel;
+    int device_id;
+    cl_event event;
+  };
+
   std::mutex mu_;
+  std::atomic<bool> profiling_{false};
+  std::mutex events_mu_;
+  std::vector<Event> events_;
+  std::unordered_set<void*> profiling_streams_;
   bool initialized_ = false;
   std::string init_error_;
   cl_context context_ = nullptr;

@@ -128,13 +128,18 @@ class OpenCLDeviceAPI final : public DeviceAPI {
   TVMStreamHandle CreateStream(DLDevice dev) final {
     Workspace& w = Workspace::Global();
     cl_int err = CL_SUCCESS;
-    cl_command_queue q = cl::Get().CreateCommandQueue(w.context(), w.device(dev.device_id).id, 0, &err);
+    // In profiling mode its kernels record events too: the stream needs the same property.
+    cl_command_queue q =
+        cl::Get().CreateCommandQueue(w.context(), w.device(dev.device_id).id, w.queue_properties(), &err);
     TVMGEN_CL_CHECK(err, "clCreateCommandQueue");
+    w.NoteStream(q, true);
     return q;
   }
 
   void FreeStream(DLDevice dev, TVMStreamHandle stream) final {
-    if (stream != nullptr) cl::Get().ReleaseCommandQueue(static_cast<cl_command_queue>(stream));
+    if (stream == nullptr) return;
+    Workspace::Global().NoteStream(stream, false);
+    cl::Get().ReleaseCommandQueue(static_cast<cl_command_queue>(stream));
   }
 
   void SyncStreamFromTo(DLDevice dev, TVMStreamHandle src, TVMStreamHandle dst) final {

@@ -6,6 +6,7 @@
 //   device_api.opencl                   a kDLOpenCL DeviceAPI (memory, copies, streams, attributes)
 //   ffi.Module.load_from_bytes.opencl   the loader of the OpenCL kernels embedded in a model library
 //   tvmgen.opencl.set_cache_dir / cache_dir / cache_stats / reset_cache_stats / info
+//   tvmgen.opencl.profiling / kernel_times   per-kernel device times from OpenCL event timestamps
 // libOpenCL is opened with dlopen on first use (cl_api.cc). Compiled programs are kept in an
 // on-disk cache (kernel_cache.h) so the next start skips the driver's compiler.
 //
@@ -249,9 +250,15 @@ class OpenCLModule : public ffi::ModuleObj {
       global[d] = work[d] * work[3 + d];
       local[d] = work[3 + d];
     }
-    cl_command_queue q = Workspace::Global().Queue(device_id, TVMFFIEnvGetStream(kDLOpenCL, device_id));
+    Workspace& w = Workspace::Global();
+    void* stream = TVMFFIEnvGetStream(kDLOpenCL, device_id);
+    cl_command_queue q = w.Queue(device_id, stream);
+    // Profiling mode: the launch's event carries the device's start/end timestamps (TakeKernelTimes).
+    cl_event event = nullptr;
+    bool profiling = w.Timed(stream);
     cl_int err = api.EnqueueNDRangeKernel(q, kernel, static_cast<cl_uint>(work_dim), nullptr, global, local, 0,
-                                          nullptr, nullptr);
+                                          nullptr, profiling ? &event : nullptr);
+    if (err == CL_SUCCESS && event != nullptr) w.RecordEvent(name, device_id, event);
     if (err != CL_SUCCESS) {
       TVM_FFI_THROW(RuntimeError) << "OpenCL kernel " << name << ": launch failed: " << ErrorName(err) << " (global "
                                   << global[0] << "x" << global[1] << "x" << global[2] << ", local " << local[0]
@@ -349,6 +356,17 @@ struct Registration {
         ffi::Function::FromTyped([]() { return ffi::String(KernelCache::Global().StatsJson()); }));
     set("tvmgen.opencl.reset_cache_stats", ffi::Function::FromTyped([]() { KernelCache::Global().ResetStats(); }));
     set("tvmgen.opencl.info", ffi::Function::FromTyped([]() { return ffi::String(InfoJson()); }));
+    // Profiling mode: profiling(on) -> the previous setting; kernel_times() -> {kernel: [launches, ns]}
+    // from the device's event timestamps of every launch since the last call (waits for them).
+    set("tvmgen.opencl.profiling",
+        ffi::Function::FromTyped([](bool on) { return Workspace::Global().SetProfiling(on); }));
+    set("tvmgen.opencl.kernel_times", ffi::Function::FromTyped([]() {
+          ffi::Map<ffi::String, ffi::Array<int64_t>> out;
+          for (const auto& [name, t] : Workspace::Global().TakeKernelTimes()) {
+            out.Set(ffi::String(name), ffi::Array<int64_t>{t.launches, t.ns});
+          }
+          return out;
+        }));
     if (LogOn()) std::atexit(PrintStatsAtExit);
   }
 };
