@@ -242,6 +242,26 @@ def test_no_opencl_library_gives_clear_error(runtime, arts, tmp_path):
     assert "Traceback" not in err and "Segmentation" not in err
 
 
+def test_a_vendor_icd_named_as_the_library_says_to_use_the_loader(runtime, arts, tmp_path):
+    """A vendor ICD (NVIDIA's libnvidia-opencl.so exports only clIcdGetPlatformIDsKHR and
+    clGetExtensionFunctionAddress) named by TVMGEN_OPENCL_LIBRARY: the error says it is a driver
+    and how to reach it through the ICD loader."""
+    from tvmgen import artifact
+
+    src = tmp_path / "icd.c"
+    src.write_text("int clIcdGetPlatformIDsKHR(unsigned n, void** p, unsigned* k) { return -1001; }\n"
+                   "void* clGetExtensionFunctionAddress(const char* name) { return 0; }\n")
+    icd = tmp_path / "libvendor-opencl.so"
+    cc = subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(icd), str(src)], capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    art = arts[("softmax", "opencl")]
+    inputs = random_inputs(artifact.load(art).inputs, seed=3)
+    rc, _, _, err = run_tool(runtime, art, tmp_path, inputs, env={"TVMGEN_OPENCL_LIBRARY": str(icd)})
+    assert rc != 0
+    assert f"{icd}: lacks clGetPlatformIDs" in err, err
+    assert "not the ICD loader" in err and "libOpenCL.so.1" in err and "OCL_ICD_VENDORS" in err, err
+
+
 def test_bench_over_rpc_on_opencl(opencl_lib, tmp_path, monkeypatch):
     """`tvmgen bench --device opencl` against the native device server, which loads libtvmgen_opencl."""
     import json

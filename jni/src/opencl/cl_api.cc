@@ -79,6 +79,13 @@ Loaded& State() {
       std::string missing;
       if (!ResolveAll(h, &s->api, &missing)) {
         tried += "\n  " + path + ": lacks " + missing;
+        // A vendor's ICD (NVIDIA's libnvidia-opencl.so, for one) exports only the ICD entry points:
+        // it is loaded through the ICD loader, not opened directly.
+        if (dlsym(h, "clIcdGetPlatformIDsKHR") != nullptr) {
+          tried += " (it is an OpenCL ICD, a vendor driver, not the ICD loader: set TVMGEN_OPENCL_LIBRARY to the "
+                   "loader, libOpenCL.so.1, and register the driver with a file naming it in /etc/OpenCL/vendors/*.icd "
+                   "or in a directory named by OCL_ICD_VENDORS)";
+        }
         dlclose(h);
         continue;
       }
