@@ -235,3 +235,9 @@ def read_input_files(flags, specs) -> dict[str, np.ndarray]:
 
 
 __all__ = ["HostModel", "Timings", "compare", "PLATFORMS"]
+
+
+def output_file_name(name: str) -> str:
+    """The file an output named `name` is written to (NAME.npy), as tvmgen run and tvmgen-run name it:
+    characters other than letters, digits, '-', '_' and '.' become '_' ("Identity:0" -> "Identity_0")."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) + ".npy"

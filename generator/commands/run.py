@@ -142,7 +142,7 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
     if output_dir:
         output_dir.mkdir(parents=True, exist_ok=True)
         for spec, arr in zip(manifest.outputs, outputs):
-            np.save(output_dir / f"{_safe(spec.name)}.npy", arr)
+            np.save(output_dir / runner.output_file_name(spec.name), arr)
 
     summary = {
         "threads": int(tvm.get_global_func("runtime.NumThreads")()),
@@ -174,6 +174,3 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
     if output_dir:
         console.print(f"outputs written to {output_dir}/")
 
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)

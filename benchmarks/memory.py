@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Peak resident memory of tvmgen against onnxruntime and LiteRT, on the zoo's models.
+
+Each engine runs each model in a process of its own, which reads the kernel's own accounting
+(VmRSS, and its high-water mark VmHWM, in /proc/self/status) before the model is loaded, once it
+is loaded and ready, and after the runs, as LiteRT's benchmark_model reports its init and overall
+peaks. The figure compared is what the model added to the process: the peak minus the resident
+memory before loading, so the interpreter and the libraries' own code do not count.
+
+Engines: tvmgen's C++ runner (`tvmgen-run`, what a device runs), tvmgen through Python
+(`HostModel`), and the model's reference runtime (onnxruntime for ONNX, LiteRT for TFLite), each
+with one thread.
+
+    .venv/bin/python benchmarks/memory.py                               # the default models (~5 min)
+    .venv/bin/python benchmarks/memory.py --models mobilenet_v2 --json mem.json
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
+
+MODELS = ("mobilenet_v2", "efficientnet_b0", "resnet18", "keras_mobilenet_v2", "keras_mobilenet_v2_int8",
+          "det_head_tflite", "audio_rnn")
+RUNS = 10
+MB = 1024 * 1024
+
+
+def status() -> dict[str, int]:
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def measure_in_this_process(engine: str, model: Path, artifact: Path) -> dict:
+    """Load and run one engine here (a child process of its own); the three readings."""
+    from tvmgen.artifact import load as load_manifest
+    from tvmgen.frontends.base import random_inputs
+
+    inputs = random_inputs(load_manifest(artifact).inputs, seed=0)
+    if engine == "tvmgen (Python)":
+        import tvm
+
+        from tvmgen.runner import HostModel
+
+        tvm.runtime.tensor(np.zeros(1, np.float32), tvm.cpu())  # TVM's libraries loaded before the first reading
+        before = status()["VmRSS"]
+        m = HostModel(artifact)
+        loaded = status()["VmHWM"]
+        run = lambda: m.run(inputs)  # noqa: E731
+    elif model.suffix == ".tflite":
+        from ai_edge_litert.interpreter import Interpreter
+
+        before = status()["VmRSS"]
+        interp = Interpreter(model_path=str(model), num_threads=1)
+        interp.allocate_tensors()
+        loaded = status()["VmHWM"]
+
+        def run():
+            for d in interp.get_input_details():
+                interp.set_tensor(d["index"], inputs[d["name"]])
+            interp.invoke()
+            return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
+    else:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+        before = status()["VmRSS"]
+        sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+        loaded = status()["VmHWM"]
+        run = lambda: sess.run(None, inputs)  # noqa: E731
+    for _ in range(RUNS):
+        run()
+    return {"before_load_bytes": before, "after_load_peak_bytes": loaded, "overall_peak_bytes": status()["VmHWM"]}
+
+
+def measure_cpp(runner: Path, artifact: Path, work: Path) -> dict:
+    """tvmgen-run's own readings (its timings JSON: the same /proc/self/status fields)."""
+    from tvmgen.artifact import load as load_manifest
+    from tvmgen.frontends.base import random_inputs
+
+    args = []
+    for i, (name, arr) in enumerate(random_inputs(load_manifest(artifact).inputs, seed=0).items()):
+        np.save(work / f"in{i}.npy", arr)
+        args += ["--input", f"{name}={work / f'in{i}.npy'}"]
+    timings = work / "timings.json"
+    proc = subprocess.run([str(runner), str(artifact), *args, "--repeat", str(RUNS), "--threads", "1", "--timings", str(timings),
+                           "-o", str(work / "out")], capture_output=True, text=True,
+                          env=benchlib.thread_env(1), timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"tvmgen-run failed: {proc.stderr.strip()[-300:]}")
+    mem = json.loads(timings.read_text())["memory"]
+    return {k: mem[k] for k in ("before_load_bytes", "after_load_peak_bytes", "overall_peak_bytes")}
+
+
+def child(engine: str, model: str, artifact: str) -> None:
+    print(json.dumps(measure_in_this_process(engine, Path(model), Path(artifact))))
+
+
+def in_child(engine: str, model: Path, artifact: Path) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--child", engine, str(model), str(artifact)],
+                          capture_output=True, text=True, env=benchlib.thread_env(1), timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{engine} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1][:300]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def added(reading: dict, key: str) -> float:
+    return (reading[key] - reading["before_load_bytes"]) / MB
+
+
+def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        return child(*sys.argv[2:])
+    import zoo
+
+    p = benchlib.parser(__doc__)
+    benchlib.models_option(p, MODELS)
+    p.add_argument("--keep", type=Path, help="work directory to keep (models, artifacts)")
+    benchlib.json_option(p)
+    args = p.parse_args()
+    models = benchlib.pick_models(args.models, zoo.MODELS, p.error)
+    work = Path(args.keep or tempfile.mkdtemp(prefix="tvmgen-memory-")).absolute()
+    work.mkdir(parents=True, exist_ok=True)
+    benchlib.progress("building the host runtime (cmake) ...")
+    from tvmgen import runtime_build
+
+    runner = runtime_build.build("host", work / "rt-host", jni=False) / "bin" / "tvmgen-run"
+    rows, results = [], []
+    for i, name in enumerate(models, 1):
+        benchlib.progress(f"[{i}/{len(models)}] {name}: build, compile, measure")
+        path, flags = zoo.build(name, work)
+        artifact = work / f"{name}-host"
+        proc = subprocess.run([sys.executable, "-m", "tvmgen", "compile", str(path), "-o", str(artifact), "--force",
+                               *flags], capture_output=True, text=True)
+        if proc.returncode != 0:
+            benchlib.log(f"  {name}: compile failed: {zoo._last_error(proc)}")
+            continue
+        if flags:  # a --const input: the reference would need it too; tvmgen alone is not a comparison
+            benchlib.log(f"  {name}: skipped (compiled with {' '.join(flags)})")
+            continue
+        reference = "LiteRT" if path.suffix == ".tflite" else "onnxruntime"
+        readings = {"tvmgen-run (C++)": measure_cpp(runner, artifact, Path(tempfile.mkdtemp(dir=work))),
+                    "tvmgen (Python)": in_child("tvmgen (Python)", path, artifact),
+                    reference: in_child(reference, path, artifact)}
+        weights = sum(f.stat().st_size for f in artifact.iterdir() if f.suffix in (".so", ".params"))
+        results.append({"model": name, "reference": reference, "artifact_bytes": weights, "readings": readings})
+        ref = readings[reference]
+        for engine, r in readings.items():
+            rows.append([name, engine, f"{added(r, 'after_load_peak_bytes'):.1f}",
+                         f"{added(r, 'overall_peak_bytes'):.1f}",
+                         benchlib.fmt_ratio(benchlib.ratio(added(r, "overall_peak_bytes"),
+                                                           added(ref, "overall_peak_bytes")))])
+        rows.append(None)
+    header = ["model", "engine", "after load MB", "overall MB", "overall / ref"]
+    print("tvmgen peak resident memory (what loading and running the model added to its process: VmHWM minus "
+          f"VmRSS before loading, /proc/self/status; 1 thread, {RUNS} runs)")
+    print(benchlib.table(header, rows[:-1] if rows and rows[-1] is None else rows, right={2, 3, 4}))
+    if args.json:
+        benchlib.write_json(args.json, "memory", {"runs": RUNS, "rows": results})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,443 @@
+#!/usr/bin/env python3
+"""The project's model zoo: real mobile architectures, built here with random weights, compiled,
+checked against their reference runtime and timed against it.
+
+Nothing is downloaded: the PyTorch classifiers are defined in zoo_nets.py (exported to ONNX),
+keras.applications builds the Keras ones (weights=None, converted to TFLite), the heads and the
+audio models are defined below. Each model is
+imported, compiled for every target asked for, checked on seeded inputs against its reference
+(onnxruntime for ONNX, LiteRT for TFLite) and, on host/cpu, timed against that reference at one
+thread (medians, round robin, in one child process per model).
+
+Targets: host (host/cpu; timed), aarch64 (linux-aarch64/cpu run by tvmgen-run under qemu-aarch64;
+checked, not timed: emulated), opencl (host/opencl run by tvmgen-run on the machine's OpenCL
+driver, PoCL here; checked).
+
+    .venv/bin/python benchmarks/zoo.py                          # every model, host (~15 min on 2 cores)
+    .venv/bin/python benchmarks/zoo.py --targets host,aarch64,opencl
+    .venv/bin/python benchmarks/zoo.py --models seg_head,audio_rnn --json zoo.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
+
+from zoo_nets import NAMES as TORCH_NETS  # noqa: E402
+
+KERAS = {"keras_mobilenet_v2": "MobileNetV2", "keras_mobilenet_v3_small": "MobileNetV3Small"}
+OTHERS = ("keras_mobilenet_v2_int8", "seg_head", "det_head_tflite", "audio_rnn", "vad_if")
+MODELS = (*TORCH_NETS, *KERAS, *OTHERS)
+TARGETS = {"host": ("host", "cpu"), "aarch64": ("linux-aarch64", "cpu"), "opencl": ("host", "opencl")}
+# what each model adds to the coverage (the table's last column)
+WHAT = {"mobilenet_v3_small": "hard-swish, squeeze-excitation", "efficientnet_b0": "SiLU, squeeze-excitation",
+        "shufflenet_v2_x1_0": "channel shuffle, split", "squeezenet1_1": "concat, ceil-mode pooling",
+        "keras_mobilenet_v2_int8": "full-integer TFLite", "seg_head": "ConvTranspose, Resize, PRelu, SE",
+        "det_head_tflite": "TRANSPOSE_CONV, RESIZE_BILINEAR, PRELU", "audio_rnn": "Conv1d, GRU, LSTM",
+        "vad_if": "LSTM in If, --const sr=16000"}
+
+
+# =========================================================================== models
+
+def _onnx_from_torch(module, example, path: Path) -> Path:
+    import torch
+
+    with torch.no_grad():
+        torch.onnx.export(module.eval(), example, str(path), opset_version=17, dynamo=False)
+    return path
+
+
+def build(name: str, work: Path) -> tuple[Path, list[str]]:
+    """The model file, and extra `tvmgen compile` flags it needs."""
+    import torch
+
+    torch.manual_seed(0)
+    if name in TORCH_NETS:
+        import zoo_nets
+
+        return _onnx_from_torch(zoo_nets.build(name), torch.randn(1, 3, 224, 224), work / f"{name}.onnx"), []
+    if name in KERAS or name == "keras_mobilenet_v2_int8":
+        return _keras_tflite(name, work), []
+    if name == "seg_head":
+        return _onnx_from_torch(_SegHead(), torch.randn(1, 3, 128, 128), work / "seg_head.onnx"), []
+    if name == "det_head_tflite":
+        return _det_head(work), []
+    if name == "audio_rnn":
+        return _onnx_from_torch(_AudioRnn(), torch.randn(1, 40, 50), work / "audio_rnn.onnx"), []
+    if name == "vad_if":
+        return _vad_if(work), ["--const", "sr=16000"]
+    raise SystemExit(f"unknown model {name}")
+
+
+def _keras_tflite(name: str, work: Path) -> Path:
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(0)
+    app = getattr(tf.keras.applications, KERAS.get(name, "MobileNetV2"))
+    # a fixed batch of 1, as a phone build needs (keras.applications alone leaves it dynamic)
+    model = app(input_tensor=tf.keras.Input((224, 224, 3), batch_size=1), weights=None, include_top=True)
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    if name.endswith("_int8"):  # full-integer: int8 weights and activations, float input/output
+        rng = np.random.default_rng(0)
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = lambda: ([rng.random((1, 224, 224, 3), np.float32)] for _ in range(8))
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    path = work / f"{name}.tflite"
+    path.write_bytes(converter.convert())
+    return path
+
+
+def _torch_modules():
+    import torch
+    from torch import nn
+
+    class SqueezeExcite(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Conv2d(c, c // 4, 1), nn.Conv2d(c // 4, c, 1)
+
+        def forward(self, x):
+            return x * torch.sigmoid(self.fc2(torch.relu(self.fc1(x.mean((2, 3), keepdim=True)))))
+
+    class SegHead(nn.Module):
+        """An encoder-decoder segmenter: strided convs with PReLU / hard-swish and SE, then
+        transposed convolutions and a bilinear resize back to the input size."""
+
+        def __init__(self):
+            super().__init__()
+            self.enc = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.PReLU(16), nn.Conv2d(16, 16, 3, 1, 1, groups=16),
+                                     nn.Conv2d(16, 32, 1), nn.Hardswish(), nn.Conv2d(32, 64, 3, 2, 1), nn.PReLU(64),
+                                     SqueezeExcite(64), nn.Conv2d(64, 96, 3, 2, 1), nn.Hardswish())
+            self.dec = nn.Sequential(nn.ConvTranspose2d(96, 48, 4, 2, 1), nn.PReLU(48),
+                                     nn.ConvTranspose2d(48, 24, 2, 2), nn.ReLU(), nn.Conv2d(24, 1, 1))
+
+        def forward(self, x):
+            y = self.dec(self.enc(x))
+            return torch.sigmoid(nn.functional.interpolate(y, size=x.shape[2:], mode="bilinear", align_corners=False))
+
+    class AudioRnn(nn.Module):
+        """A keyword-spotting shape: a 1-D conv frontend over 40 mel bands, a GRU, an LSTM, a classifier."""
+
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv1d(40, 64, 3, padding=1)
+            self.gru = nn.GRU(64, 64, batch_first=True)
+            self.lstm = nn.LSTM(64, 48, batch_first=True, bidirectional=True)
+            self.out = nn.Linear(96, 12)
+
+        def forward(self, x):  # x: [batch, mel, frames]
+            y = torch.relu(self.conv(x)).transpose(1, 2)
+            y = self.lstm(self.gru(y)[0])[0]
+            return self.out(y[:, -1])
+
+    return SegHead, AudioRnn
+
+
+def _SegHead():  # noqa: N802
+    return _torch_modules()[0]()
+
+
+def _AudioRnn():  # noqa: N802
+    return _torch_modules()[1]()
+
+
+def _det_head(work: Path) -> Path:
+    """A TFLite detector/segmenter head: PReLU backbone, Conv2DTranspose and bilinear upsampling."""
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(0)
+    L = tf.keras.layers
+    inp = tf.keras.Input((128, 128, 3), batch_size=1)
+    x = L.PReLU(shared_axes=[1, 2])(L.Conv2D(16, 3, 2, padding="same")(inp))
+    x = L.DepthwiseConv2D(5, 2, padding="same")(x)
+    skip = x = L.PReLU(shared_axes=[1, 2])(L.Conv2D(32, 1)(x))
+    x = L.PReLU(shared_axes=[1, 2])(L.Conv2D(64, 3, 2, padding="same")(x))
+    x = L.Conv2DTranspose(32, 2, 2)(x)
+    x = L.Concatenate()([x, skip])
+    x = L.UpSampling2D(4, interpolation="bilinear")(L.Conv2D(4, 1)(x))
+    path = work / "det_head_tflite.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(tf.keras.Model(inp, x)).convert())
+    return path
+
+
+def _vad_if(work: Path) -> Path:
+    """A voice-activity detector's control flow: one LSTM per sample rate in an If on ``sr``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+
+    def w(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.3, name)
+
+    def branch(tag):
+        nodes = [helper.make_node("LSTM", ["x", f"W{tag}", f"R{tag}", f"B{tag}"], [f"y{tag}"], hidden_size=32),
+                 helper.make_node("Squeeze", [f"y{tag}", "one"], [f"out{tag}"])]
+        return helper.make_graph(nodes, f"sr_{tag}", [], [helper.make_tensor_value_info(f"out{tag}", 1, None)],
+                                 [w(f"W{tag}", 1, 128, 64), w(f"R{tag}", 1, 128, 32), w(f"B{tag}", 1, 256)])
+
+    nodes = [helper.make_node("Equal", ["sr", "k16000"], ["is16k"]),
+             helper.make_node("If", ["is16k"], ["y"], then_branch=branch("a"), else_branch=branch("b"))]
+    graph = helper.make_graph(nodes, "vad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 1, 64]),
+                                             helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array(16000, np.int64), "k16000"),
+                               numpy_helper.from_array(np.array([1], np.int64), "one")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = work / "vad_if.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+# =========================================================================== one model (child process)
+
+def reference_runner(path: Path, consts: dict, threads: int = 1):
+    """The reference runtime, loaded once: inputs -> outputs."""
+    if path.suffix == ".tflite":
+        from ai_edge_litert.interpreter import Interpreter
+
+        interp = Interpreter(model_path=str(path), num_threads=threads)
+        interp.allocate_tensors()
+        ins, outs = interp.get_input_details(), interp.get_output_details()
+
+        def run_litert(inputs):
+            for d in ins:
+                interp.set_tensor(d["index"], inputs[d["name"]])
+            interp.invoke()
+            return [interp.get_tensor(d["index"]) for d in outs]
+        return run_litert
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = threads
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    return lambda inputs: sess.run(None, {**inputs, **consts})
+
+
+def _consts(flags: list[str], path: Path) -> dict:
+    """--const flags as the reference's extra inputs (dtype from the model)."""
+    import onnx
+
+    if not flags:
+        return {}
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in onnx.load(str(path)).graph.input}
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    return {n: np.array(float(v), tensor_dtype_to_np_dtype(types[n]))
+            for n, v in (f.split("=", 1) for f in flags[1::2])}
+
+
+def max_error(actual, expected) -> float:
+    return max(float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)))) if a.size else 0.0
+               for a, e in zip(actual, expected))
+
+
+def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict) -> dict:
+    from tvmgen.frontends.base import random_inputs
+
+    row = {"model": name, "what": WHAT.get(name, "classifier"), "targets": {}}
+    t0 = time.perf_counter()
+    path, flags = build(name, work)
+    row["format"] = "tflite" if path.suffix == ".tflite" else "onnx"
+    row["build_s"] = time.perf_counter() - t0
+    consts = _consts(flags, path)
+    for target in targets:
+        platform, device = TARGETS[target]
+        out = work / f"{name}-{target}"
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "tvmgen", "compile", str(path), "--platform", platform,
+                               "--device", device, "-o", str(out), "--force", *flags],
+                              capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
+        cell = {"compile_s": time.perf_counter() - t0}
+        row["targets"][target] = cell
+        if proc.returncode != 0:
+            cell.update(status="compile failed", error=_last_error(proc))
+            continue
+        from tvmgen.artifact import load
+
+        manifest = load(out)
+        inputs = random_inputs(manifest.inputs, seed=0)
+        expected = reference_runner(path, consts)(inputs)
+        try:
+            actual, timing = _run_target(target, out, inputs, work, runs, runtimes)
+        except Exception as e:  # noqa: BLE001 - reported in the table
+            cell.update(status="run failed", error=f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}")
+            continue
+        err = max_error(actual, expected)
+        scale = max(float(np.max(np.abs(e))) for e in expected) or 1.0
+        tol = 1e-4 + (2e-3 if "int8" in name else 1e-3) * scale
+        if "int8" in name:  # requantisation may round one step differently: one output quantum
+            tol = max(tol, 0.05 * scale)
+        cell.update(status="ok" if err <= tol else "MISMATCH", max_error=err, tolerance=tol)
+        if timing is not None:
+            cell.update(timing)
+    return row
+
+
+def _last_error(proc) -> str:
+    lines = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip().startswith("error:")]
+    return (lines[-1] if lines else (proc.stderr.strip().splitlines() or ["?"])[-1])[:300]
+
+
+def _run_target(target: str, artifact: Path, inputs: dict, work: Path, runs: int, runtimes: dict):
+    if target == "host":
+        from tvmgen.runner import HostModel
+
+        model = HostModel(artifact)
+        actual = model.run(inputs)
+        return actual, None
+    runner = runtimes[target]
+    tmp = Path(tempfile.mkdtemp(dir=work))
+    args = []
+    for n, arr in inputs.items():
+        np.save(tmp / f"in{len(args)}.npy", arr)
+        args += ["--input", f"{n}={tmp / f'in{len(args)}.npy'}"]
+    cmd = [str(runner), str(artifact), *args, "-o", str(tmp / "out")]
+    if target == "aarch64":
+        cmd = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip() or f"exit {proc.returncode}")
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    from tvmgen.runner import output_file_name
+
+    return [np.load(tmp / "out" / output_file_name(o["name"])) for o in manifest["outputs"]], None
+
+
+def time_host(name: str, work: Path, runs: int) -> dict:
+    """tvmgen vs the reference at one thread, round robin, medians (in this child: TVM_NUM_THREADS=1)."""
+    from tvmgen.frontends.base import random_inputs
+    from tvmgen.runner import HostModel
+
+    path = next(p for p in work.iterdir() if p.stem == name and p.suffix in (".onnx", ".tflite"))
+    flags = build_flags(name)
+    model = HostModel(work / f"{name}-host")
+    inputs = random_inputs(model.manifest.inputs, seed=0)
+    ref = reference_runner(path, _consts(flags, path))
+    timed = [benchlib.Timed("tvmgen", lambda: model.run(inputs)), benchlib.Timed("reference", lambda: ref(inputs))]
+    benchlib.round_robin(timed, warmup=3, runs=runs, rounds=3, min_time=0.2)
+    return {t.key: benchlib.median(t.times_ms) for t in timed}
+
+
+def build_flags(name: str) -> list[str]:
+    return ["--const", "sr=16000"] if name == "vad_if" else []
+
+
+# =========================================================================== table
+
+def format_table(rows: list[dict], targets: list[str]) -> str:
+    header = ["model", "format", "adds", *[f"{t}" for t in targets], "max error (host)", "tvmgen ms", "ref ms", "ratio"]
+    body = []
+    for r in rows:
+        cells = [r["model"], r.get("format", "-"), r.get("what", "")]
+        for t in targets:
+            c = r.get("targets", {}).get(t, {})
+            cells.append(c.get("status", "-"))
+        host = r.get("targets", {}).get("host", {})
+        cells.append(f"{host['max_error']:.1e}" if "max_error" in host else "-")
+        tv, ref = r.get("tvmgen_ms"), r.get("reference_ms")
+        cells += [benchlib.fmt_num(tv) if tv else "-", benchlib.fmt_num(ref) if ref else "-",
+                  benchlib.fmt_ratio(benchlib.ratio(tv, ref)) if tv and ref else "-"]
+        body.append(cells)
+    return benchlib.table(header, body, right={len(header) - 4, len(header) - 3, len(header) - 2, len(header) - 1})
+
+
+def geomean(values):
+    values = [v for v in values if v]
+    return float(np.exp(np.mean(np.log(values)))) if values else None
+
+
+def main() -> None:
+    p = benchlib.parser(__doc__)
+    benchlib.models_option(p, MODELS)
+    p.add_argument("--targets", default="host", help="comma-separated: host, aarch64, opencl [default: host]")
+    p.add_argument("--runs", type=int, default=20, help="timed runs per engine and round [default: 20]")
+    p.add_argument("--keep", type=Path, help="work directory to keep (models, artifacts)")
+    p.add_argument("--one", help=argparse_hidden())
+    p.add_argument("--runtimes", help=argparse_hidden())
+    benchlib.json_option(p)
+    args = p.parse_args()
+    if args.one:
+        return _child(args)
+    models = benchlib.pick_models(args.models, MODELS, p.error)
+    targets = [t for t in args.targets.split(",") if t]
+    bad = [t for t in targets if t not in TARGETS]
+    if bad:
+        p.error(f"unknown target(s) {', '.join(bad)}; choose from {', '.join(TARGETS)}")
+    work = Path(args.keep or tempfile.mkdtemp(prefix="tvmgen-zoo-")).absolute()
+    work.mkdir(parents=True, exist_ok=True)
+    runtimes = _runtimes(targets, work)
+    rows = []
+    for i, name in enumerate(models, 1):
+        benchlib.progress(f"[{i}/{len(models)}] {name}: build, compile ({', '.join(targets)}), check")
+        proc = subprocess.run([sys.executable, __file__, "--one", name, "--targets", ",".join(targets),
+                               "--keep", str(work), "--runs", str(args.runs),
+                               "--runtimes", json.dumps({k: str(v) for k, v in runtimes.items()})],
+                              capture_output=True, text=True, env=benchlib.thread_env(1))
+        try:
+            row = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            row = {"model": name, "targets": {t: {"status": "crashed"} for t in targets},
+                   "error": (proc.stderr.strip().splitlines() or ["?"])[-1][:300]}
+        rows.append(row)
+        for t, c in row.get("targets", {}).items():
+            if c.get("status") != "ok":
+                benchlib.log(f"  {name} {t}: {c.get('status')}: {c.get('error', '')}")
+    print(format_table(rows, targets))
+    ratios = [r["tvmgen_ms"] / r["reference_ms"] for r in rows if r.get("tvmgen_ms") and r.get("reference_ms")]
+    gm = geomean(ratios)
+    passed = sum(all(c.get("status") == "ok" for c in r["targets"].values()) for r in rows)
+    print(f"\n{passed}/{len(rows)} models pass on every target; tvmgen / reference at 1 thread, geometric mean: "
+          f"{gm:.2f}x" if gm else f"\n{passed}/{len(rows)} models pass on every target")
+    if args.json:
+        benchlib.write_json(args.json, "zoo", {"targets": targets, "rows": rows, "geomean_ratio": gm})
+    sys.exit(0 if passed == len(rows) else 1)
+
+
+def argparse_hidden():
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+def _runtimes(targets: list[str], work: Path) -> dict:
+    from tvmgen import runtime_build
+
+    found = {}
+    if "aarch64" in targets:
+        benchlib.progress("building the aarch64 runtime (cmake, cross g++) ...")
+        found["aarch64"] = runtime_build.build("linux-aarch64", work / "rt-aarch64", jni=False) / "bin" / "tvmgen-run"
+    if "opencl" in targets:
+        found["opencl"] = benchlib.opencl_runtime(None, work, benchlib.progress) / "bin" / "tvmgen-run"
+    return found
+
+
+def _child(args) -> None:
+    work = Path(args.keep)
+    runtimes = {k: Path(v) for k, v in json.loads(args.runtimes or "{}").items()}
+    targets = [t for t in args.targets.split(",") if t]
+
+    def compute():
+        row = run_one(args.one, targets, work, args.runs, runtimes)
+        if row["targets"].get("host", {}).get("status") == "ok":
+            t = time_host(args.one, work, args.runs)
+            row.update(tvmgen_ms=t["tvmgen"], reference_ms=t["reference"])
+        return row
+
+    print(json.dumps(compute()))
+
+
+if __name__ == "__main__":
+    main()
