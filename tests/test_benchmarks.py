@@ -78,3 +78,25 @@ def test_cpu_speed_takes_a_tuning_database_per_thread_count(tmp_path):
     args = type("Args", (), {"threads": [1, 2], "tuning_dbs": dbs})
     assert (cpu_speed.tuned_label(args, one.resolve()), cpu_speed.tuned_label(args, two.resolve())) == \
         ("1 thread", "2 threads")
+
+
+def test_memory_benchmark_on_a_tflite_head(tmp_path):
+    """benchmarks/memory.py on one small model: every engine measured in its own process, readings in
+    the order the kernel produces them, and the model's weights resident in tvmgen's peak."""
+    try:
+        HostCxx().verify()
+    except ToolMissingError as e:
+        unavailable(str(e))
+    out = tmp_path / "mem.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "memory.py"), "--models", "det_head_tflite",
+                           "--keep", str(tmp_path / "work"), "--json", str(out)],
+                          capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "det_head_tflite" in proc.stdout and "LiteRT" in proc.stdout
+    [row] = json.loads(out.read_text())["rows"]
+    assert set(row["readings"]) == {"tvmgen-run (C++)", "tvmgen (Python)", "LiteRT"}
+    for engine, r in row["readings"].items():
+        assert 0 < r["before_load_bytes"] <= r["after_load_peak_bytes"] <= r["overall_peak_bytes"], (engine, r)
+    weights = row["artifact_bytes"]
+    cpp = row["readings"]["tvmgen-run (C++)"]
+    assert cpp["overall_peak_bytes"] - cpp["before_load_bytes"] >= 0.5 * weights, (cpp, weights)
