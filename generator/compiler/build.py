@@ -127,18 +127,26 @@ def tvm_error_summary(error: Exception, nodes=()) -> str:
 
 def _pipelines(target, opts: BuildOptions, report: dict) -> list:
     """(name, () -> pipeline) to try in order: CPU builds fall back one step at a time."""
+    import tvm
     from tvm import relax
 
-    from tvmgen.compiler import cpu
+    from tvmgen.compiler import conv_transpose, cpu, rewrites
 
     if opts.device == "metal":
-        return [("TVM's GPU pipeline without dlight's Matmul rule", lambda: metal_pipeline(target))]
+        return [("TVM's GPU pipeline without dlight's Matmul rule",
+                 lambda: tvm.transform.Sequential([metal_pipeline(target), rewrites.short_kernel_names()]))]
     if target.kind.name == "llvm" and opts.schedules:
         return [("tvmgen's CPU pipeline", lambda: cpu.pipeline(target, opts.tuning_db, report)),
                 ("tvmgen's CPU pipeline without the NHWC layout conversion",
                  lambda: cpu.pipeline(target, opts.tuning_db, report, layout=False)),
                 ("TVM's own pipeline (kernels unscheduled: slow)", lambda: relax.get_default_pipeline(target))]
-    return [("TVM's own pipeline", lambda: relax.get_default_pipeline(target))]
+    # GPU targets: TVM's own pipeline, after tvmgen's lowering of transposed convolutions (TVM's is
+    # NCHW-only) and with kernel names short enough for every driver; then TVM's pipeline alone
+    return [("TVM's own pipeline, transposed convolutions lowered by tvmgen",
+             lambda: tvm.transform.Sequential([conv_transpose.lower_only_pass(), relax.get_default_pipeline(target),
+                                               rewrites.short_kernel_names()])),
+            ("TVM's own pipeline", lambda: tvm.transform.Sequential([relax.get_default_pipeline(target),
+                                                                      rewrites.short_kernel_names()]))]
 
 
 def metal_pipeline(target):

@@ -94,3 +94,31 @@ def legalize(bb, call):
 
 def legalize_map() -> dict:
     return {"relax.nn.conv2d_transpose": legalize}
+
+
+def lower_only_pass():
+    """A module pass lowering ``relax.nn.conv2d_transpose`` with ``legalize`` and leaving every other
+    operator to the pipeline after it: TVM's GPU pipelines legalize the rest as usual (and their
+    own conv2d_transpose legalization, NCHW only, fails on TFLite's NHWC transposed convolutions)."""
+    import tvm
+    from tvm import relax
+
+    op = tvm.ir.Op.get("relax.nn.conv2d_transpose")
+
+    @relax.expr_functor.mutator
+    class Lower(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if isinstance(call.op, tvm.ir.Op) and call.op.same_as(op):
+                return legalize(self.builder_, call)
+            return call
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenLowerConvTranspose")
+    def _pass(mod, _ctx):
+        lower = Lower(mod)  # its builder holds the module, and gets the TIR functions legalize emits
+        for gv, func in list(mod.functions.items()):
+            if isinstance(func, relax.Function):
+                lower.builder_.update_func(gv, lower.visit_expr(func))
+        return lower.builder_.get()
+
+    return _pass
