@@ -22,6 +22,11 @@ def build(name: str) -> nn.Module:
     net = {"mobilenet_v2": mobilenet_v2, "mobilenet_v3_small": mobilenet_v3_small, "efficientnet_b0": efficientnet_b0,
            "shufflenet_v2_x1_0": shufflenet_v2, "mnasnet1_0": mnasnet, "squeezenet1_1": squeezenet,
            "resnet18": resnet18}[name]()
+    return randomise(net)
+
+
+def randomise(net: nn.Module) -> nn.Module:
+    """He-normal convolution and linear weights, random batch-norm statistics; eval mode."""
     g = torch.Generator().manual_seed(1)
     for m in net.modules():
         if isinstance(m, (nn.Conv2d, nn.Linear)):
