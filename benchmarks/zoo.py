@@ -312,20 +312,34 @@ def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict
         except Exception as e:  # noqa: BLE001 - reported in the table
             cell.update(status="run failed", error=f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}")
             continue
-        err = max_error(actual, expected)
-        scale = max(float(np.max(np.abs(e))) for e in expected) or 1.0
-        tol = 1e-4 + (2e-3 if "int8" in name else 1e-3) * scale
-        if "int8" in name:  # requantisation may round one step differently: one output quantum
-            tol = max(tol, 0.05 * scale)
-        # the check means something only if another input moves the outputs well beyond the tolerance
-        moved = max_error(reference_runner(path, consts)(random_inputs(manifest.inputs, seed=1)), expected)
-        status = "ok" if err <= tol else "MISMATCH"
-        if moved <= 10 * tol:
-            status = "VACUOUS"  # the model's outputs do not depend on its input: fix the model, not tvmgen
-        cell.update(status=status, max_error=err, tolerance=tol, input_sensitivity=moved)
+        other = reference_runner(path, consts)(random_inputs(manifest.inputs, seed=1))
+        if "int8" in name:
+            cell.update(_int8_check(actual, expected, other))
+        else:
+            err = max_error(actual, expected)
+            tol = 1e-4 + 1e-3 * (max(float(np.max(np.abs(e))) for e in expected) or 1.0)
+            # the check means something only if another input moves the outputs well beyond the tolerance
+            moved = max_error(other, expected)
+            status = "VACUOUS" if moved <= 10 * tol else "ok" if err <= tol else "MISMATCH"
+            cell.update(status=status, max_error=err, tolerance=tol, input_sensitivity=moved)
         if timing is not None:
             cell.update(timing)
     return row
+
+
+def _int8_check(actual, expected, other) -> dict:
+    """Full-integer models. TVM 0.27's TFLite importer runs them as dequantize -> float operator ->
+    quantize, LiteRT with integer kernels: the two round differently at every layer, and over a deep
+    network the outputs drift apart by a few output quanta (quantum = the output's range / 255).
+    Passing: the mean difference is at most 2 quanta and the top class is the same; the check is
+    VACUOUS when another input moves the reference by no more than that."""
+    q = max(float(e.max() - e.min()) for e in expected) / 255 or 1.0
+    mean_err = max(float(np.mean(np.abs(a.astype(np.float64) - e))) for a, e in zip(actual, expected))
+    moved = max(float(np.mean(np.abs(o.astype(np.float64) - e))) for o, e in zip(other, expected))
+    top1 = all(int(np.argmax(a)) == int(np.argmax(e)) for a, e in zip(actual, expected))
+    status = "VACUOUS" if moved <= 2 * q else "ok" if mean_err <= 2 * q and top1 else "MISMATCH"
+    return {"status": status, "max_error": max_error(actual, expected), "mean_error_quanta": mean_err / q,
+            "same_top1": top1, "tolerance": 2 * q, "input_sensitivity_quanta": moved / q}
 
 
 def _last_error(proc) -> str:
