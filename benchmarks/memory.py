@@ -34,57 +34,39 @@ RUNS = 10
 MB = 1024 * 1024
 
 
-def status() -> dict[str, int]:
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0]) * 1024
-    return out
-
-
 def measure_in_this_process(engine: str, model: Path, artifact: Path) -> dict:
-    """Load and run one engine here (a child process of its own); the three readings."""
+    """Load and run one engine here (a child process of its own); the three readings
+    (``tvmgen.memory.ResidentMemory``, as ``tvmgen run`` takes them)."""
+    import zoo
+
     from tvmgen.artifact import load as load_manifest
     from tvmgen.frontends.base import random_inputs
+    from tvmgen.memory import ResidentMemory
 
     inputs = random_inputs(load_manifest(artifact).inputs, seed=0)
+    # the engine's libraries are loaded before the first reading: only the model's memory counts
     if engine == "tvmgen (Python)":
         import tvm
 
         from tvmgen.runner import HostModel
 
-        tvm.runtime.tensor(np.zeros(1, np.float32), tvm.cpu())  # TVM's libraries loaded before the first reading
-        before = status()["VmRSS"]
-        m = HostModel(artifact)
-        loaded = status()["VmHWM"]
-        run = lambda: m.run(inputs)  # noqa: E731
+        tvm.runtime.tensor(np.zeros(1, np.float32), tvm.cpu())
     elif model.suffix == ".tflite":
-        from ai_edge_litert.interpreter import Interpreter
-
-        before = status()["VmRSS"]
-        interp = Interpreter(model_path=str(model), num_threads=1)
-        interp.allocate_tensors()
-        loaded = status()["VmHWM"]
-
-        def run():
-            for d in interp.get_input_details():
-                interp.set_tensor(d["index"], inputs[d["name"]])
-            interp.invoke()
-            return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
+        import ai_edge_litert.interpreter  # noqa: F401
     else:
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-        before = status()["VmRSS"]
-        sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
-        loaded = status()["VmHWM"]
-        run = lambda: sess.run(None, inputs)  # noqa: E731
+        import onnxruntime  # noqa: F401
+    memory = ResidentMemory()
+    memory.mark_before_load()
+    if engine == "tvmgen (Python)":
+        run = HostModel(artifact).run
+    else:
+        run = zoo.reference_runner(model, {}, threads=1)
+    memory.mark_loaded()
     for _ in range(RUNS):
-        run()
-    return {"before_load_bytes": before, "after_load_peak_bytes": loaded, "overall_peak_bytes": status()["VmHWM"]}
+        run(inputs)
+    memory.mark_end()
+    readings = memory.to_json()
+    return {k: readings[k] for k in ("before_load_bytes", "after_load_peak_bytes", "overall_peak_bytes")}
 
 
 def measure_cpp(runner: Path, artifact: Path, work: Path) -> dict:

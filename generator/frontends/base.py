@@ -132,8 +132,7 @@ def weights_as_params(imported: "ImportedModel") -> "ImportedModel":
     from tvm import relax
 
     main = imported.mod["main"]
-    lifted: list = []
-    seen: dict = {}
+    lifted: list = []  # (constant, its parameter), in the order met; a constant used twice is lifted once
 
     @relax.expr_functor.mutator
     class Lift(relax.PyExprMutator):
@@ -145,22 +144,21 @@ def weights_as_params(imported: "ImportedModel") -> "ImportedModel":
             bits = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}.get(dtype)
             if bits is None or int(np.prod([int(d) for d in data.shape])) * bits // 8 < LIFT_MIN_BYTES:
                 return op
-            for c, var in seen.values():
-                if c.same_as(op):
+            for const, var in lifted:
+                if const.same_as(op):
                     return var
             var = relax.Var(f"weight_{len(lifted)}", op.ty)
-            seen[len(lifted)] = (op, var)
-            lifted.append((var, data))
+            lifted.append((op, var))
             return var
 
     body = Lift(imported.mod).visit_expr(main.body)
     if not lifted:
         return imported
-    func = relax.Function(list(main.params) + [v for v, _ in lifted], body, main.ret_ty, main.is_pure,
+    func = relax.Function(list(main.params) + [v for _, v in lifted], body, main.ret_ty, main.is_pure,
                           main.attrs, main.span)
     imported.mod = tvm.IRModule({**{gv: f for gv, f in imported.mod.functions.items() if gv.name_hint != "main"},
                                  imported.mod.get_global_var("main"): func}, attrs=imported.mod.attrs)
-    imported.params = list(imported.params) + [d for _, d in lifted]
+    imported.params = list(imported.params) + [c.value for c, _ in lifted]
     return imported
 
 

@@ -56,7 +56,9 @@ def operators(model) -> list[tuple[int, str, str]]:
     return ops
 
 
-def check_operators(model) -> None:
+def check_operators(model, ops: list[tuple[int, str, str]]) -> None:
+    """Refuse, naming them and their nodes, the operators of ``ops`` (``operators(model)``) that
+    neither TVM's TFLite frontend nor tvmgen's registry converts."""
     from tvm.relax.frontend.tflite.tflite_frontend import ExprTable, OperatorConverter
 
     try:
@@ -68,7 +70,7 @@ def check_operators(model) -> None:
 
     supported_custom = supported_custom()
     bad: dict[str, list[str]] = {}
-    for i, name, out in operators(model):
+    for i, name, out in ops:
         if name.startswith("CUSTOM:"):
             ok = name in supported_custom
         else:
@@ -100,7 +102,8 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
         dims = [int(d) if d > 0 else None for d in (sig if not isinstance(sig, int) else [])]
         raw.append((t.Name().decode(), dims, TENSOR_TYPES.get(t.Type(), f"tflite-type-{t.Type()}")))
     specs = resolve_inputs(raw, overrides)
-    check_operators(model)
+    ops = operators(model)
+    check_operators(model, ops)
     output_names = [sub.Tensors(int(i)).Name().decode() for i in sub.OutputsAsNumpy()]
     try:
         from tvmgen.frontends.tflite_ops import converter_class
@@ -124,7 +127,7 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
 
     from tvmgen.frontends.tflite_ops import NOT_IN_LITERT
 
-    unrunnable = sorted({name.split(":", 1)[1] for _, name, _ in operators(model) if name.startswith("CUSTOM:")}
+    unrunnable = sorted({name.split(":", 1)[1] for _, name, _ in ops if name.startswith("CUSTOM:")}
                         & NOT_IN_LITERT)
 
     def reference(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -152,4 +155,4 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
 
     return ImportedModel(mod=mod, params=params, inputs=specs, output_names=output_names, format="tflite",
                          reference_name=f"LiteRT {version('ai-edge-litert')}", reference=reference,
-                         nodes=[(name, out) for _, name, out in operators(model)])
+                         nodes=[(name, out) for _, name, out in ops])
