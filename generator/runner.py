@@ -33,10 +33,33 @@ class Timings:
         }
 
 
+def install_parallel_pool(library: Path, threads: int = 0) -> tuple[str, int]:
+    """Switch a loaded model library's parallel loops to tvmgen's launcher (jni/src/parallel/parallel_pool.cc).
+
+    Returns ("tvmgen", its thread count), or ("tvm", TVM's pool size) for a library without it
+    (compiled by an older tvmgen). Call it after TVM has loaded the library: TVM's loader sets the
+    pointer this overwrites.
+    """
+    import ctypes
+    import os
+
+    try:
+        lib = ctypes.CDLL(str(library), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        install = lib.tvmgen_parallel_install
+        slot = ctypes.c_void_p.in_dll(lib, "__TVMBackendParallelLaunch")
+    except (OSError, AttributeError, ValueError):
+        import tvm
+
+        return "tvm", int(tvm.get_global_func("runtime.NumThreads")())
+    install.restype, install.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]
+    return "tvmgen", int(install(ctypes.addressof(slot), int(threads)))
+
+
 class HostModel:
     """An artifact loaded into the Python Relax VM; inputs and outputs as numpy arrays."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, threads: int = 0):
+        """``threads``: CPU threads for parallel kernels; 0: $TVM_NUM_THREADS, else one per big core."""
         import tvm
         from tvm import relax
 
@@ -71,6 +94,7 @@ class HostModel:
         self._alignment = m.vm.get("input_alignment") or [64] * len(m.inputs)
         t0 = time.perf_counter()
         lib = tvm.runtime.load_module(str(self.directory / m.export["library"]))
+        self.parallel, self.threads = install_parallel_pool(self.directory / m.export["library"], threads)
         self.params = []
         if m.params:
             blob = (self.directory / m.params["file"]).read_bytes()

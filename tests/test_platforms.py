@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import struct
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from conftest import require_tool, save_onnx, single_op_models
 from tvmgen import binfmt, frontends, toolchains
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+from tvmgen.compiler.export import parallel_pool_source
 from tvmgen.compiler.platforms import PLATFORMS, check_pair, target_dict
 from tvmgen.errors import InputError, ToolMissingError
 
@@ -59,11 +61,14 @@ def test_android_objects_only_per_abi(conv_model, tmp_path, monkeypatch, platfor
         monkeypatch.setenv(k, v)
     out, m = build(conv_model, tmp_path, platform, objects_only=True)
     objs = members(out / "model.tar")
+    # the parallel launcher travels as source, which the link command compiles with the objects
+    assert objs.pop("parallel_pool.cc") == parallel_pool_source().read_bytes()
     assert objs and all(n.endswith(".o") for n in objs)
     for name, data in objs.items():
         assert binfmt.describe(data) == ("elf", arch), name
         assert elf_type(data) == 1
     assert m.export["kind"] == "objects" and "clang++ -shared" in m.export["finish_command"]
+    assert m.export["finish_command"].endswith("objs/*.o objs/parallel_pool.cc")
     assert m.abi == PLATFORMS[platform].abi
 
 
@@ -109,6 +114,8 @@ def test_android_arm64_links_with_ndk_layout(conv_model, tmp_path, monkeypatch):
     data = (out / "model.so").read_bytes()
     assert binfmt.describe(data) == ("elf", "aarch64") and elf_type(data) == 3
     assert m.target["mtriple"] == "aarch64-linux-android"
+    dynamic = subprocess.run(["nm", "-D", "--defined-only", str(out / "model.so")], capture_output=True, text=True)
+    assert "tvmgen_parallel_install" in dynamic.stdout  # the parallel launcher is linked in
 
 
 @pytest.mark.skipif(os.environ.get("TVMGEN_TEST_NDK") != "1",

@@ -102,7 +102,8 @@ def _print_sizes(sizes: dict, top: int = 15) -> None:
 @click.option("-o", "--output-dir", type=click.Path(path_type=Path), help="Write each output as NAME.npy here.")
 @click.option("--repeat", default=10, show_default=True, help="Timed runs after the first.")
 @click.option("--seed", default=0, show_default=True, help="Seed for inputs not given.")
-@click.option("--threads", type=click.IntRange(min=1), help="CPU threads for TVM's thread pool. [default: TVM's choice]")
+@click.option("--threads", type=click.IntRange(min=1),
+              help="CPU threads for parallel kernels. [default: $TVM_NUM_THREADS, else one per big core]")
 @click.option("--json", "as_json", is_flag=True, help="Print timings and output summaries as JSON.")
 @click.option("--profile", is_flag=True,
               help="Also time each kernel (--repeat runs with the VM's instrument hook): a table per kernel and kind.")
@@ -110,7 +111,7 @@ def _print_sizes(sizes: dict, top: int = 15) -> None:
               help="With --profile: a bar chart of the slowest kernels (PNG) here.")
 def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, profile, plot_path):
     """Run a host artifact with TVM's Relax VM, write outputs, print timings and peak memory."""
-    if threads:  # read once, when TVM's thread pool starts: set before TVM is loaded
+    if threads:  # also for TVM's own pool (older artifacts), which reads it once when it starts
         os.environ["TVM_NUM_THREADS"] = str(threads)
     from tvmgen import artifact, kernels, memory, profile as profiling
     from tvmgen.errors import InputError
@@ -130,7 +131,7 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
     resident = memory.ResidentMemory()
     resident.mark_before_load()
     with logs.step(f"Loading {artifact_dir}"):
-        model = HostModel(artifact_dir)
+        model = HostModel(artifact_dir, threads=threads or 0)
     resident.mark_loaded()
     with logs.step(f"Running {1 + repeat} times"):
         outputs = model.run(inputs, repeat=1 + repeat)
@@ -145,7 +146,8 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
             np.save(output_dir / runner.output_file_name(spec.name), arr)
 
     summary = {
-        "threads": int(tvm.get_global_func("runtime.NumThreads")()),
+        "threads": model.threads,
+        "thread_pool": model.parallel,
         "timings": model.timings.summary(),
         "outputs": [{"name": s.name, "shape": list(a.shape), "dtype": str(a.dtype),
                      "min": float(a.min()), "max": float(a.max()), "mean": float(a.mean()),

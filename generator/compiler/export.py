@@ -7,8 +7,16 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tvmgen import toolchains
+from tvmgen import resources, toolchains
 from tvmgen.compiler.platforms import Platform
+
+# tvmgen's parallel launcher (jni/src/parallel/parallel_pool.cc), compiled into every model library
+# linked here; tvmgen's runtimes switch the library to it after loading it (runner.HostModel, Model::Load).
+POOL_FLAGS = ["-O2", "-std=c++17", "-fvisibility=hidden", "-fno-exceptions", "-fno-rtti"]
+
+
+def parallel_pool_source() -> Path:
+    return resources.jni_dir() / "src" / "parallel" / "parallel_pool.cc"
 
 
 @dataclass
@@ -35,18 +43,21 @@ def export(ex, platform: Platform, directory: Path, objects_only: bool) -> Expor
 
     if platform.exporter == "xcode":
         return _export_ios(ex, directory)
-    if objects_only:
-        ex.export_library(str(directory / "model.tar"))
+    pool = [str(parallel_pool_source())]
+    if objects_only:  # the archive carries the launcher's source; the link command compiles it
+        ex.export_library(str(directory / "model.tar"), addons=pool)
         return Exported("objects", "model.tar", _link_command(platform))
     compiler = linker(platform, objects_only)
-    options = ["-static-libstdc++"] if platform.exporter == "ndk" else None
-    ex.export_library(str(directory / "model.so"), fcompile=cc.cross_compiler(str(compiler), options=options))
+    options = POOL_FLAGS + (["-static-libstdc++"] if platform.exporter == "ndk" else [])
+    ex.export_library(str(directory / "model.so"), fcompile=cc.cross_compiler(str(compiler), options=options),
+                      addons=pool)
     return Exported("shared", "model.so")
 
 
 def _link_command(platform: Platform) -> str:
     clang = f"{toolchains.ANDROID_CLANG_PREFIX.get(platform.abi, 'CXX')}{toolchains.ANDROID_MIN_API}-clang++"
-    return f"mkdir objs && tar -xf model.tar -C objs && {clang} -shared -fPIC -o model.so objs/*.o"
+    return (f"mkdir objs && tar -xf model.tar -C objs && {clang} -shared -fPIC {' '.join(POOL_FLAGS)} "
+            f"-o model.so objs/*.o objs/{parallel_pool_source().name}")
 
 
 def _export_ios(ex, directory: Path) -> Exported:

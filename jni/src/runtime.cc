@@ -241,11 +241,27 @@ const char* RuntimeArch() {
 #endif
 }
 
-void ConfigureThreads(const ThreadOptions& options) {
+// Point a loaded model library's parallel loops at the launcher tvmgen links into it
+// (jni/src/parallel/parallel_pool.cc). Returns its thread count, 0 when the library has none.
+int InstallParallelPool(const std::string& library, int threads) {
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (handle == nullptr) return 0;
+  auto install = reinterpret_cast<int (*)(void**, int)>(dlsym(handle, "tvmgen_parallel_install"));
+  auto slot = static_cast<void**>(dlsym(handle, "__TVMBackendParallelLaunch"));
+  const int n = install != nullptr && slot != nullptr ? install(slot, threads) : 0;
+  dlclose(handle);  // the reference RTLD_NOLOAD took; TVM keeps its own
+  return n;
+}
+
+void CheckThreadOptions(const ThreadOptions& options) {
   if (options.threads < 0) throw Error("thread count must be >= 0, got " + std::to_string(options.threads));
   if (options.affinity < -1 || options.affinity > 1) {
     throw Error("affinity must be 1 (big cores), -1 (little cores) or 0, got " + std::to_string(options.affinity));
   }
+}
+
+void ConfigureThreads(const ThreadOptions& options) {
+  CheckThreadOptions(options);
   Global("runtime.config_threadpool")(options.affinity, options.threads);
 }
 
@@ -271,6 +287,8 @@ struct Model::Impl {
   std::vector<ffi::Tensor> results;
   bool copied_in_since_run = false, copied_out_since_run = false;
   bool host_visible_inputs = false;
+  int threads = 0;
+  std::string thread_pool = "tvm";
   Timings timings;
 
   // scope "global.host": a host-visible OpenCL buffer (libtvmgen_opencl), see LoadOptions.
@@ -396,7 +414,15 @@ std::unique_ptr<Model> Model::Load(const std::string& dir_in, const LoadOptions&
   } catch (const ffi::Error& e) {
     throw Error("cannot create the VM for " + m.device + " from " + library + ": " + e.what());
   }
-  if (threads.threads != 0 || threads.affinity != 0) ConfigureThreads(threads);
+  CheckThreadOptions(threads);
+  if (!linked_in && threads.affinity == 0) {
+    m.threads = InstallParallelPool(library, threads.threads);
+    if (m.threads > 0) m.thread_pool = "tvmgen";
+  }
+  if (m.threads == 0) {  // TVM's pool
+    if (threads.threads != 0 || threads.affinity != 0) ConfigureThreads(threads);
+    m.threads = Global("runtime.NumThreads")().cast<int>();
+  }
   m.copy_from_bytes = Global("runtime.TVMTensorCopyFromBytes");
   m.copy_to_bytes = Global("runtime.TVMTensorCopyToBytes");
   m.host_visible_inputs = options.host_visible_inputs && m.dev.device_type == kDLOpenCL;
@@ -430,6 +456,8 @@ const std::vector<TensorInfo>& Model::outputs() const { return impl_->outputs; }
 const std::string& Model::device() const { return impl_->device; }
 const Timings& Model::timings() const { return impl_->timings; }
 bool Model::host_visible_inputs() const { return impl_->host_visible_inputs; }
+int Model::threads() const { return impl_->threads; }
+const std::string& Model::thread_pool() const { return impl_->thread_pool; }
 
 int Model::InputIndex(const std::string& name) const {
   for (size_t i = 0; i < impl_->inputs.size(); ++i) {

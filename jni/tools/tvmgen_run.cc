@@ -25,8 +25,9 @@ const char* kUsage =
     "  -o, --output-dir DIR      write each output as NAME.npy in DIR\n"
     "  --warmup N                untimed runs before the timed ones (default 1)\n"
     "  --repeat N                timed runs (default 10)\n"
-    "  --threads N               CPU threads (default: one per core)\n"
-    "  --affinity big|little|any which CPU cores to use (default any)\n"
+    "  --threads N               CPU threads (default: $TVM_NUM_THREADS, else one per big core)\n"
+    "  --affinity big|little|any pin TVM's thread pool to these cores (default any: tvmgen's own\n"
+    "                            launcher, unpinned; see ThreadOptions in tvmgen/runtime.h)\n"
     "  --host-visible-inputs     OpenCL: inputs in host-visible (mapped) buffers, copied with memcpy\n"
     "  --timings FILE            write the timings JSON to FILE (default: stdout)\n"
     "  --profile FILE            also time each kernel over --repeat runs; the profile JSON to FILE\n"
@@ -226,6 +227,7 @@ int main(int argc, char** argv) {
     std::ostringstream js;
     js << "{\"device\": \"" << model->device() << "\", \"arch\": \"" << tvmgen::RuntimeArch() << "\", "
        << "\"host_visible_inputs\": " << (model->host_visible_inputs() ? "true" : "false") << ", "
+       << "\"threads\": " << model->threads() << ", \"thread_pool\": \"" << model->thread_pool() << "\", "
        << "\"load_ms\": " << t.load_ms << ", \"init_ms\": " << t.init_ms << ", \"first_run_ms\": " << t.first_run_ms
        << ", \"warmup\": " << warmup << ", \"runs\": " << repeat << ", \"copy_in_ms\": " << copy_in.Json()
        << ", \"run_ms\": " << run.Json() << ", \"copy_out_ms\": " << copy_out.Json()
@@ -233,9 +235,9 @@ int main(int argc, char** argv) {
        << "\"before_load_bytes\": " << before_load.rss_bytes << ", \"after_load_peak_bytes\": " << after_load.peak_bytes
        << ", \"overall_peak_bytes\": " << end.peak_bytes << "}}\n";
     std::fprintf(stderr,
-                 "tvmgen-run: %s on %s (%s): load %.1f ms, init %.1f ms, first run %.1f ms; median of %d: "
+                 "tvmgen-run: %s on %s (%s, threads: %d): load %.1f ms, init %.1f ms, first run %.1f ms; median of %d: "
                  "copy-in %.3f ms, run %.3f ms, copy-out %.3f ms\n",
-                 dir.c_str(), model->device().c_str(), tvmgen::RuntimeArch(), t.load_ms, t.init_ms, t.first_run_ms,
+                 dir.c_str(), model->device().c_str(), tvmgen::RuntimeArch(), model->threads(), t.load_ms, t.init_ms, t.first_run_ms,
                  repeat, copy_in.Median(), run.Median(), copy_out.Median());
     if (end.peak_bytes > 0) {
       std::fprintf(stderr, "tvmgen-run: peak resident memory (VmHWM): after load %.1f MB, overall %.1f MB\n",

@@ -52,9 +52,16 @@ struct Timings {
  */
 void LoadBackend(const std::string& device);
 
-/*! \brief CPU thread-pool settings, applied by Model::Load (or ConfigureThreads). */
+/*!
+ * \brief CPU thread settings, applied by Model::Load.
+ *
+ * With affinity 0 a model library compiled by tvmgen runs its parallel loops on its own launcher
+ * (jni/src/parallel/parallel_pool.cc: threads claim chunks, so a descheduled thread does not hold up a
+ * kernel) with `threads` threads. A big/little affinity, or a library without that launcher, uses TVM's
+ * thread pool (runtime.config_threadpool), which pins its threads to those cores.
+ */
 struct ThreadOptions {
-  int threads = 0;  // 0: TVM's default (one per core)
+  int threads = 0;  // 0: $TVM_NUM_THREADS, else one per physical core among the big cores
   // TVM's AffinityMode: 1 = big cores, -1 = little cores, 0 = no preference.
   int affinity = 0;
 };
@@ -77,7 +84,7 @@ struct ResidentMemory {
 };
 ResidentMemory ReadResidentMemory();
 
-/*! \brief Apply thread-pool settings (runtime.config_threadpool). */
+/*! \brief Apply settings to TVM's thread pool (runtime.config_threadpool); see ThreadOptions. */
 void ConfigureThreads(const ThreadOptions& options);
 
 /*!
@@ -113,6 +120,9 @@ class Model {
   const std::vector<TensorInfo>& outputs() const;
   /*! \brief The device the model runs on: cpu, opencl, cuda, ... */
   const std::string& device() const;
+  /*! \brief CPU threads for parallel loops, and whose pool runs them: "tvmgen" or "tvm". */
+  int threads() const;
+  const std::string& thread_pool() const;
   /*! \brief Whether the inputs are host-visible buffers (LoadOptions::host_visible_inputs on OpenCL). */
   bool host_visible_inputs() const;
   /*! \brief Index of the input called `name`; throws Error listing the inputs when unknown. */

@@ -1,0 +1,238 @@
+"""tvmgen's parallel launcher (jni/src/parallel/parallel_pool.cc), linked into every model library.
+
+The launcher is called the way TVM's generated code calls it (a lambda, its closure, num_task), here
+through ctypes with Python lambdas; then models run on it from Python and from tvmgen-run, against
+one thread and against TVM's own pool. How it holds up when other processes hold the cores is
+measured by benchmarks/zoo.py --contended (timing, so not here).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import require_tool
+from tvmgen.compiler.export import POOL_FLAGS, parallel_pool_source
+
+ENV = ctypes.c_void_p  # TVMParallelGroupEnv*: {void* sync_handle; int32_t num_task}
+LAMBDA = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ENV, ctypes.c_void_p)
+LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, LAMBDA, ctypes.c_void_p, ctypes.c_int)
+
+
+def num_task(penv) -> int:
+    return ctypes.cast(penv, ctypes.POINTER(ctypes.c_int32))[2]  # after the 8-byte pointer
+
+
+@pytest.fixture(scope="module")
+def pool_library(tmp_path_factory):
+    """The launcher alone, built with the flags tvmgen links it into model libraries with."""
+    require_tool("g++")
+    out = tmp_path_factory.mktemp("pool") / "libpool.so"
+    subprocess.run(["g++", "-shared", "-fPIC", *POOL_FLAGS, "-o", str(out), str(parallel_pool_source())], check=True)
+    return out
+
+
+def launcher(pool_library, threads):
+    """Install into a stand-in slot (what __TVMBackendParallelLaunch is in a model library)."""
+    lib = ctypes.CDLL(str(pool_library))
+    lib.tvmgen_parallel_install.restype = ctypes.c_int
+    slot = ctypes.c_void_p(0)
+    n = lib.tvmgen_parallel_install(ctypes.byref(slot), threads)
+    assert slot.value, "install did not set the slot"
+    return n, ctypes.cast(slot, LAUNCH)
+
+
+def test_library_needs_only_libc(pool_library):
+    needed = subprocess.run(["readelf", "-d", str(pool_library)], capture_output=True, text=True).stdout
+    libs = sorted(line.split("[")[1].rstrip("]") for line in needed.splitlines() if "(NEEDED)" in line)
+    assert not [n for n in libs if "stdc++" in n or "gcc_s" in n], libs
+    exported = subprocess.run(["nm", "-D", "--defined-only", str(pool_library)], capture_output=True, text=True).stdout
+    assert [line.split()[-1] for line in exported.splitlines()] == ["tvmgen_parallel_install"]
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_every_chunk_runs_once_per_launch(pool_library, threads):
+    n, launch = launcher(pool_library, threads)
+    assert n == threads
+    seen, tids = [], set()
+    lock = threading.Lock()
+
+    @LAMBDA
+    def body(task_id, penv, cdata):
+        with lock:
+            seen.append((task_id, num_task(penv), cdata))
+            tids.add(threading.get_native_id())
+        return 0
+
+    for i in range(300):
+        seen.clear()
+        assert launch(body, ctypes.c_void_p(1000 + i), 0) == 0
+        assert sorted(t for t, _, _ in seen) == list(range(2 * threads)), i  # two chunks per thread
+        assert {(k, c) for _, k, c in seen} == {(2 * threads, 1000 + i)}
+    assert len(tids) >= 2, "the workers never ran a chunk"
+
+
+def test_error_sync_and_nested_launches(pool_library):
+    _, launch = launcher(pool_library, 2)
+
+    @LAMBDA
+    def failing(task_id, penv, cdata):
+        return -1 if task_id == 3 else 0
+
+    assert launch(failing, None, 0) != 0
+    inner = []
+
+    @LAMBDA
+    def leaf(task_id, penv, cdata):
+        inner.append((task_id, num_task(penv)))
+        return 0
+
+    @LAMBDA
+    def outer(task_id, penv, cdata):
+        return launch(leaf, None, 0)  # a launch inside a chunk runs there, as one task
+
+    assert launch(outer, None, 0) == 0
+    assert sorted(inner) == [(0, 1)] * 4
+    inner.clear()
+    # a launch asking for a task count (code that may synchronise its tasks) runs as one task
+    assert launch(leaf, None, 2) == 0 and inner == [(0, 1)]
+
+
+def test_one_thread_runs_on_the_caller(pool_library):
+    n, launch = launcher(pool_library, 1)
+    tids = []
+
+    @LAMBDA
+    def body(task_id, penv, cdata):
+        tids.append((threading.get_native_id(), task_id, num_task(penv)))
+        return 0
+
+    assert n == 1 and launch(body, None, 0) == 0
+    assert tids == [(threading.get_native_id(), 0, 1)]
+
+
+def test_default_thread_count_follows_tvm_num_threads(pool_library):
+    code = ("import ctypes,sys; lib=ctypes.CDLL(sys.argv[1]); s=ctypes.c_void_p(0); "
+            "print(lib.tvmgen_parallel_install(ctypes.byref(s), 0))")
+    for env, want in (({"TVM_NUM_THREADS": "3"}, 3), ({"OMP_NUM_THREADS": "5"}, 5)):
+        out = subprocess.run([sys.executable, "-c", code, str(pool_library)], capture_output=True, text=True,
+                             env={"PATH": "/usr/bin:/bin", **env}, check=True).stdout
+        assert int(out) == want
+
+
+# ------------------------------------------------------------------ models on it
+
+@pytest.fixture(scope="module")
+def mobilenet(tmp_path_factory):
+    from tvmgen import frontends
+    from tvmgen.builtin import materialize
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.platforms import PLATFORMS
+
+    d = tmp_path_factory.mktemp("par")
+    out = d / "mobilenet"
+    compile_to_artifact(frontends.load(materialize("builtin:mobilenet", d), []),
+                        BuildOptions(PLATFORMS["host"], "cpu"), out, True, {"name": "mobilenet"})
+    return out
+
+
+def _run_in_child(artifact: Path, threads: int, extra: str = "") -> dict:
+    """HostModel in a process of its own (TVM's pool reads its size once per process)."""
+    code = f"""
+import json, sys
+import numpy as np
+from tvmgen.runner import HostModel
+from tvmgen.frontends.base import random_inputs
+m = HostModel(sys.argv[1], threads={threads})
+{extra}
+x = random_inputs(m.manifest.inputs, seed=3)
+out = m.run(x)[0]
+np.save(sys.argv[2], out)
+print(json.dumps({{"pool": m.parallel, "threads": m.threads}}))
+"""
+    npy = artifact.parent / f"out-{threads}-{abs(hash(extra))}.npy"
+    proc = subprocess.run([sys.executable, "-c", code, str(artifact), str(npy)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "out": np.load(npy)}
+
+
+def test_model_outputs_equal_on_one_two_and_three_threads(mobilenet):
+    runs = {t: _run_in_child(mobilenet, t) for t in (1, 2, 3)}
+    for t, r in runs.items():
+        assert (r["pool"], r["threads"]) == ("tvmgen", t)
+    # the same chunks of the same loops, whoever runs them: bit-identical
+    np.testing.assert_array_equal(runs[2]["out"], runs[1]["out"])
+    np.testing.assert_array_equal(runs[3]["out"], runs[1]["out"])
+
+
+def test_library_without_the_launcher_uses_tvms_pool(mobilenet, tmp_path, monkeypatch):
+    """An artifact from a tvmgen before the launcher: its library has no tvmgen_parallel_install."""
+    from tvmgen import frontends
+    from tvmgen.builtin import materialize
+    from tvmgen.compiler import export
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.platforms import PLATFORMS
+
+    def tvms_own_export(ex, platform, directory, objects_only):
+        ex.export_library(str(directory / "model.so"))
+        return export.Exported("shared", "model.so")
+
+    monkeypatch.setattr(export, "export", tvms_own_export)
+    old = tmp_path / "old"
+    compile_to_artifact(frontends.load(materialize("builtin:mobilenet", tmp_path), []),
+                        BuildOptions(PLATFORMS["host"], "cpu"), old, True, {"name": "mobilenet"})
+    nm = subprocess.run(["nm", "-D", str(old / "model.so")], capture_output=True, text=True).stdout
+    assert "tvmgen_parallel_install" not in nm and "__TVMBackendParallelLaunch" in nm
+    r = _run_in_child(old, 2)
+    assert r["pool"] == "tvm"
+    np.testing.assert_array_equal(r["out"], _run_in_child(mobilenet, 2)["out"])
+
+
+def test_models_unloaded_while_workers_wait(mobilenet):
+    """Dropping a model unloads its library: its pool's workers must stop before their code goes."""
+    code = """
+import gc, sys
+from tvmgen.runner import HostModel
+from tvmgen.frontends.base import random_inputs
+for i in range(8):
+    m = HostModel(sys.argv[1], threads=2)
+    m.run(random_inputs(m.manifest.inputs, seed=i))
+    del m
+    gc.collect()
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code, str(mobilenet)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_tvmgen_run_reports_the_pool(mobilenet, tmp_path):
+    from tvmgen import runtime_build
+
+    require_tool("cmake")
+    prefix = runtime_build.cached_build("host")
+    from tvmgen import artifact
+    from tvmgen.frontends.base import random_inputs
+
+    want = _run_in_child(mobilenet, 1)["out"]
+    (spec,) = artifact.load(mobilenet).inputs
+    np.save(tmp_path / "x.npy", random_inputs([spec], seed=3)[spec.name])  # the child's input
+    for extra, pool, threads in ((["--threads", "2"], "tvmgen", 2), (["--threads", "3"], "tvmgen", 3),
+                                 (["--threads", "1", "--affinity", "big"], "tvm", 1)):
+        out = tmp_path / "-".join(extra)
+        proc = subprocess.run([str(prefix / "bin" / "tvmgen-run"), str(mobilenet), "-i", str(tmp_path / "x.npy"),
+                               "-o", str(out), "--repeat", "2",
+                               *extra], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        timings = json.loads(proc.stdout)
+        assert (timings["thread_pool"], timings["threads"]) == (pool, threads), extra
+        assert f"threads: {threads})" in proc.stderr
+        got = np.load(next(out.glob("*.npy")))
+        np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
