@@ -423,10 +423,14 @@ def main() -> None:
     p.add_argument("--keep", type=Path, help="work directory to keep (models, artifacts)")
     p.add_argument("--one", help=argparse_hidden())
     p.add_argument("--runtimes", help=argparse_hidden())
+    p.add_argument("--build-only", help=argparse_hidden())  # benchmarks/speed.py: make one model file in --keep
     benchlib.json_option(p)
     args = p.parse_args()
     if args.one:
         return _child(args)
+    if args.build_only:
+        print(build(args.build_only, Path(args.keep))[0])
+        return
     models = benchlib.pick_models(args.models, MODELS, p.error)
     targets = [t for t in args.targets.split(",") if t]
     bad = [t for t in targets if t not in TARGETS]

@@ -37,13 +37,15 @@ def install_parallel_pool(library: Path, threads: int = 0) -> tuple[str, int]:
     """Switch a loaded model library's parallel loops to tvmgen's launcher (jni/src/parallel/parallel_pool.cc).
 
     Returns ("tvmgen", its thread count), or ("tvm", TVM's pool size) for a library without it
-    (compiled by an older tvmgen). Call it after TVM has loaded the library: TVM's loader sets the
-    pointer this overwrites.
+    (compiled by an older tvmgen) or when $TVMGEN_THREAD_POOL is "tvm". Call it after TVM has loaded
+    the library: TVM's loader sets the pointer this overwrites.
     """
     import ctypes
     import os
 
     try:
+        if os.environ.get("TVMGEN_THREAD_POOL", "tvmgen") == "tvm":
+            raise OSError("TVM's own thread pool asked for")
         lib = ctypes.CDLL(str(library), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
         install = lib.tvmgen_parallel_install
         slot = ctypes.c_void_p.in_dll(lib, "__TVMBackendParallelLaunch")

@@ -9,7 +9,10 @@ measured by benchmarks/zoo.py --contended (timing, so not here).
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
+import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -39,9 +42,23 @@ def pool_library(tmp_path_factory):
     return out
 
 
-def launcher(pool_library, threads):
-    """Install into a stand-in slot (what __TVMBackendParallelLaunch is in a model library)."""
-    lib = ctypes.CDLL(str(pool_library))
+_copies = itertools.count()
+
+
+def launcher(pool_library, threads, min_us=0):
+    """A fresh copy of the launcher (its settings are read when it loads), installed into a stand-in
+    slot (what __TVMBackendParallelLaunch is in a model library). ``min_us`` 0: every loop is split."""
+    copy = pool_library.with_name(f"libpool-{next(_copies)}.so")
+    shutil.copyfile(pool_library, copy)
+    old = os.environ.get("TVMGEN_PARALLEL_MIN_US")
+    os.environ["TVMGEN_PARALLEL_MIN_US"] = str(min_us)
+    try:
+        lib = ctypes.CDLL(str(copy))
+    finally:
+        if old is None:
+            del os.environ["TVMGEN_PARALLEL_MIN_US"]
+        else:
+            os.environ["TVMGEN_PARALLEL_MIN_US"] = old
     lib.tvmgen_parallel_install.restype = ctypes.c_int
     slot = ctypes.c_void_p(0)
     n = lib.tvmgen_parallel_install(ctypes.byref(slot), threads)
@@ -103,6 +120,32 @@ def test_error_sync_and_nested_launches(pool_library):
     inner.clear()
     # a launch asking for a task count (code that may synchronise its tasks) runs as one task
     assert launch(leaf, None, 2) == 0 and inner == [(0, 1)]
+
+
+def test_small_loops_run_on_the_caller(pool_library):
+    """Each loop's first two calls run alone and are timed; one under TVMGEN_PARALLEL_MIN_US stays alone."""
+    import time
+
+    _, launch = launcher(pool_library, 2, min_us=1000)
+    calls = {"small": [], "large": []}
+
+    def body(kind, pause_s):
+        @LAMBDA
+        def run(task_id, penv, cdata):
+            calls[kind].append((task_id, num_task(penv), threading.get_native_id()))
+            if num_task(penv) == 1:
+                time.sleep(pause_s)  # the loop's whole work, alone
+            return 0
+        return run
+
+    small, large = body("small", 0), body("large", 0.005)  # well under and over 1 ms alone
+    for _ in range(5):
+        assert launch(small, None, 0) == 0 and launch(large, None, 0) == 0
+    me = threading.get_native_id()
+    assert calls["small"] == [(0, 1, me)] * 5
+    assert calls["large"][:2] == [(0, 1, me)] * 2  # measured
+    assert sorted(t for t, _, _ in calls["large"][2:]) == sorted(list(range(4)) * 3)  # then split
+    assert {k for _, k, _ in calls["large"][2:]} == {4}
 
 
 def test_one_thread_runs_on_the_caller(pool_library):

@@ -30,12 +30,14 @@ def prepare_passes(target, layout: bool = True) -> list:
 
 def legalize_passes() -> list:
     """TVM's CPU legalization, with tvmgen's lowering of the operators TOPI lowers badly or not
-    at all in the layouts the CPU pipeline uses (``compiler.conv_transpose``)."""
+    at all in the layouts the CPU pipeline uses (``compiler.conv_transpose``), and sigmoid in
+    vectors (``rewrites.legalize_sigmoid``)."""
     from tvm import relax
 
-    from tvmgen.compiler import conv_transpose
+    from tvmgen.compiler import conv_transpose, rewrites
 
-    return [relax.transform.LegalizeOps(conv_transpose.legalize_map()), relax.transform.AnnotateTIROpPattern(),
+    custom = {**conv_transpose.legalize_map(), "relax.sigmoid": rewrites.legalize_sigmoid}
+    return [relax.transform.LegalizeOps(custom), relax.transform.AnnotateTIROpPattern(),
             relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()]
 
 

@@ -94,6 +94,53 @@ def legalize_nchw_input_conv(bb, call):
     return bb.call_te(conv, call.args[0], call.args[1], primfunc_name_hint="conv2d")
 
 
+def legalize_sigmoid(bb, call):
+    """LegalizeOps for ``relax.sigmoid`` on CPUs: ``1 / (1 + exp(-x))`` with ``exp`` written out
+    (``vector_exp``) for float32, so a vectorised loop computes it in vectors. TVM's own lowering
+    calls LLVM's ``exp``, which LLVM turns into one libm call per lane: a vectorised SiLU
+    (``x * sigmoid(x)``, EfficientNet's activation) still spent most of its time in ``expf``.
+    Other types keep TOPI's lowering."""
+    from tvm import te, topi
+
+    x = call.args[0]
+    if str(x.ty.dtype) != "float32":
+        return bb.call_te(topi.sigmoid, x, primfunc_name_hint="tir_sigmoid")
+
+    def sigmoid(t):
+        one = _f32(1.0)
+        return te.compute(t.shape, lambda *i: one / (one + vector_exp(-t(*i))), name="sigmoid", tag="elemwise")
+
+    return bb.call_te(sigmoid, x, primfunc_name_hint="sigmoid")
+
+
+def _f32(value: float):
+    from tvm import tirx
+
+    return tirx.const(value, "float32")
+
+
+# ln 2 in two parts: the high part has few significant bits, so n * high is exact for |n| < 2^9
+_LN2_HIGH, _LN2_LOW = 0.693145751953125, 1.4286068203094172e-06
+
+
+def vector_exp(x):
+    """``exp(x)`` for a float32 expression, from operations that vectorise (floor, multiply-add,
+    integer shift): ``exp(x) = 2^n * exp(r)`` with ``n = round(x / ln 2)`` and ``|r| <= ln 2 / 2``,
+    ``exp(r)`` by its Taylor series to degree 7 (truncation error below 6e-9, relative), ``2^n``
+    built in the exponent bits. ``x`` is clamped to [-87, 88], where ``2^n`` is a normal float:
+    the result saturates at exp(88) ~ 1.7e38 and exp(-87) ~ 1.6e-38 instead of reaching inf / 0."""
+    from tvm import tirx
+
+    # Written out, not Let-bound (TVM's FLOP estimate cannot read Let): LLVM merges the repeats.
+    x = tirx.max(tirx.min(x, _f32(88.0)), _f32(-87.0))
+    n = tirx.floor(x * _f32(1.4426950408889634) + _f32(0.5))
+    r = x - n * _f32(_LN2_HIGH) - n * _f32(_LN2_LOW)
+    poly = _f32(1.0 / 5040.0)
+    for k in (720, 120, 24, 6, 2, 1, 1):  # Horner: 1 + r (1 + r (1/2 + r (1/6 + ...)))
+        poly = poly * r + _f32(1.0 / k)
+    return poly * tirx.reinterpret("float32", tirx.shift_left(n.astype("int32") + 127, 23))
+
+
 def _dtype_or_none(dtype):
     """A conv2d's out_dtype attribute: None when unset (it prints as "None", "void" or "")."""
     text = str(dtype) if dtype is not None else ""

@@ -214,9 +214,20 @@ def _pad_at(sch, padding, loop, shape: CpuShape, lanes: int) -> None:
 
 
 def fold_epilogue(sch, acc, shape: CpuShape) -> None:
-    """Fold the epilogue (bias, activation) into the write-back of the tile ``acc``."""
+    """Fold the epilogue (bias, activation) into the write-back of the tile ``acc``.
+
+    An activation that reads its input twice (SiLU / swish ``x * sigmoid(x)``, GELU, hard-swish) is
+    a diamond: the value has two consumers, one of them (``sigmoid(x)``) feeding the other. Such a
+    branch is inlined into its consumer first, leaving one elementwise consumer to fold; left as
+    it was, the whole activation ran as TVM lowers it (one thread, no vectors): EfficientNet-B0's
+    first expanding 1x1 convolution took 3.9 ms, 0.6 of it the convolution."""
     while True:
         consumers = sch.get_consumers(acc)
+        if len(consumers) > 1:
+            for c in consumers:
+                if sch.get_consumers(c):  # an intermediate, not the function's output
+                    try_(sch.compute_inline, c)
+            consumers = sch.get_consumers(acc)
         if len(consumers) != 1:
             break
         if not try_(sch.reverse_compute_inline, consumers[0]):  # not elementwise: a separate pass

@@ -153,13 +153,15 @@ def _NchwInputIntoConv():  # noqa: N802
     import tvm
     from tvm import relax
 
-    from tvmgen.compiler.rewrites import legalize_nchw_input_conv, nchw_input_into_conv
+    from tvmgen.compiler.rewrites import legalize_nchw_input_conv, legalize_sigmoid, nchw_input_into_conv
 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenNchwInputIntoConv")
     def _pass(mod, _ctx):
         mod = nchw_input_into_conv(mod)
-        # TOPI cannot legalize it (input and output layouts differ): tvmgen's own, before TVM's
-        return relax.transform.LegalizeOps({"relax.nn.conv2d": legalize_nchw_input_conv})(mod)
+        # TOPI cannot legalize it (input and output layouts differ): tvmgen's own, before TVM's.
+        # (This legalizes every operator: tvmgen's other CPU lowerings, as cpu.legalize_passes.)
+        return relax.transform.LegalizeOps({"relax.nn.conv2d": legalize_nchw_input_conv,
+                                            "relax.sigmoid": legalize_sigmoid})(mod)
 
     return _pass
 

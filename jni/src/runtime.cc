@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -244,6 +245,8 @@ const char* RuntimeArch() {
 // Point a loaded model library's parallel loops at the launcher tvmgen links into it
 // (jni/src/parallel/parallel_pool.cc). Returns its thread count, 0 when the library has none.
 int InstallParallelPool(const std::string& library, int threads) {
+  const char* choice = std::getenv("TVMGEN_THREAD_POOL");  // "tvm": keep TVM's pool
+  if (choice != nullptr && std::string(choice) == "tvm") return 0;
   void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_NOLOAD);
   if (handle == nullptr) return 0;
   auto install = reinterpret_cast<int (*)(void**, int)>(dlsym(handle, "tvmgen_parallel_install"));

@@ -57,8 +57,8 @@ void LoadBackend(const std::string& device);
  *
  * With affinity 0 a model library compiled by tvmgen runs its parallel loops on its own launcher
  * (jni/src/parallel/parallel_pool.cc: threads claim chunks, so a descheduled thread does not hold up a
- * kernel) with `threads` threads. A big/little affinity, or a library without that launcher, uses TVM's
- * thread pool (runtime.config_threadpool), which pins its threads to those cores.
+ * kernel) with `threads` threads. A big/little affinity, a library without that launcher or
+ * TVMGEN_THREAD_POOL=tvm in the environment uses TVM's thread pool (runtime.config_threadpool).
  */
 struct ThreadOptions {
   int threads = 0;  // 0: $TVM_NUM_THREADS, else one per physical core among the big cores

@@ -13,8 +13,12 @@
 // `tvmgen_parallel_install` (called by tvmgen's runtimes once TVM has loaded the library) points the
 // library's launcher at this one.
 //
+// A loop whose first calls take under TVMGEN_PARALLEL_MIN_US (default 10) microseconds on one thread
+// runs on the caller alone from then on: splitting it would cost more than it saves.
+//
 // Settings (environment, read once): TVMGEN_PARALLEL_SPIN_US: how long an idle worker spins before
-// it sleeps (default 200); TVMGEN_PARALLEL_CHUNKS: chunks per thread (default 2); TVM_NUM_THREADS
+// it sleeps (default 200); TVMGEN_PARALLEL_CHUNKS: chunks per thread (default 2);
+// TVMGEN_PARALLEL_MIN_US (0: split every loop); TVM_NUM_THREADS
 // (or OMP_NUM_THREADS): the thread count when the runtime passes 0, else one thread per physical core
 // among the fastest cores this process may use (the big cores of a phone).
 //
@@ -106,6 +110,7 @@ class Pool {
  public:
   Pool()
       : spin_ns_(int64_t(EnvInt("TVMGEN_PARALLEL_SPIN_US", 200)) * 1000),
+        min_parallel_ns_(int64_t(EnvInt("TVMGEN_PARALLEL_MIN_US", 10)) * 1000),
         chunks_per_thread_(EnvInt("TVMGEN_PARALLEL_CHUNKS", kChunksPerThread)) {
     if (chunks_per_thread_ < 1) chunks_per_thread_ = 1;
     if (chunks_per_thread_ > 256) chunks_per_thread_ = 256;
@@ -153,6 +158,12 @@ class Pool {
     }
     pthread_mutex_lock(&launch_mu_);  // one launch at a time from different app threads
     in_launch_ = true;
+    if (RunsAlone(fn, cdata)) {
+      const int result = alone_result_;
+      in_launch_ = false;
+      pthread_mutex_unlock(&launch_mu_);
+      return result;
+    }
     const int per = chunks_per_thread_;
     fn_ = fn;
     cdata_ = cdata;
@@ -185,6 +196,43 @@ class Pool {
   }
 
  private:
+  // Loops too small to be worth splitting run on the caller alone: each loop's first kMeasuredCalls
+  // calls run alone and are timed; below min_parallel_ns (the fastest of them) it stays alone.
+  struct LoopInfo {
+    ParallelLambda fn;
+    int calls;
+    int64_t fastest_ns;
+  };
+  static constexpr int kMeasuredCalls = 2;
+  static constexpr int kLoopSlots = 4096;
+
+  // Under launch_mu_. True when the loop ran here (its result in alone_result_).
+  bool RunsAlone(ParallelLambda fn, void* cdata) {
+    if (min_parallel_ns_ <= 0) return false;
+    LoopInfo* info = nullptr;
+    const uintptr_t h = (reinterpret_cast<uintptr_t>(fn) >> 4) * 0x9E3779B97F4A7C15ull;
+    for (int probe = 0; probe < 16 && info == nullptr; ++probe) {
+      LoopInfo& slot = loops_[(h + probe) % kLoopSlots];
+      if (slot.fn == fn || slot.fn == nullptr) {
+        if (slot.fn == nullptr) slot = LoopInfo{fn, 0, INT64_MAX};
+        info = &slot;
+      }
+    }
+    if (info == nullptr) return false;  // table full: split it
+    ParallelGroupEnv env{nullptr, 1};
+    if (info->calls >= kMeasuredCalls) {
+      if (info->fastest_ns >= min_parallel_ns_) return false;
+      alone_result_ = fn(0, &env, cdata);
+      return true;
+    }
+    const int64_t t0 = NowNs();
+    alone_result_ = fn(0, &env, cdata);
+    const int64_t took = NowNs() - t0;
+    if (took < info->fastest_ns) info->fastest_ns = took;
+    ++info->calls;
+    return true;
+  }
+
   struct alignas(64) Range {
     std::atomic<uint64_t> v{0};  // epoch (32 bits) | end (16) | next unclaimed chunk (16)
   };
@@ -246,7 +294,10 @@ class Pool {
   }
 
   const int64_t spin_ns_;
+  const int64_t min_parallel_ns_;
   int chunks_per_thread_;
+  LoopInfo loops_[kLoopSlots] = {};
+  int alone_result_ = 0;
   std::atomic<int> threads_{1};
   pthread_t workers_[kMaxThreads];
   WorkerArg args_[kMaxThreads];
