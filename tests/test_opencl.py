@@ -326,7 +326,8 @@ def test_zoo_models_that_needed_gpu_path_fixes(runtime, opencl_lib, tmp_path, mo
     model's NHWC TRANSPOSE_CONV failed to build ("CodeGenVM cannot emit this Relax operator"; tvmgen
     lowers it first, compiler.conv_transpose, for every layout: det_head_tflite, and seg_head's NCHW
     ConvTranspose); fusion named an unrolled LSTM step's kernel with 200+ characters, which PoCL's
-    kernel cache cannot put in a file name (it asserted: vad_if; tvmgen shortens kernel names)."""
+    kernel cache cannot put in a file name (it asserted: vad_if, whose LSTM is one kernel now; the
+    shortening is tested with an unrolled LSTM in test_recurrent.py)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     import zoo
 

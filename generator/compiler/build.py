@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tvmgen import __version__, artifact, kernels
-from tvmgen.compiler import export as exporter
+from tvmgen.compiler import export as exporter, recurrent
 from tvmgen.compiler.platforms import DL_DEVICE_TYPES, Platform, make_target, target_dict
 from tvmgen.errors import CompileError, TvmgenError
 from tvmgen.frontends.base import ImportedModel, TensorSpec
@@ -59,6 +59,8 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
     if not opts.separate_params and imported.params:
         weights = mod["main"].params[len(imported.inputs):]
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
+    if target.kind.name != "llvm":
+        mod = recurrent.gpu_variants(mod)  # fused LSTM/GRU kernels: their GPU form
     report = {} if report is None else report
     failures: list[tuple[str, Exception]] = []
     for name, make_pipeline in _pipelines(target, opts, report):

@@ -67,7 +67,8 @@ def layout_passes(target) -> list:
     return [relax.transform.FoldConstant(), _ReluBoundsAsRelax(), relax.transform.ConvertLayout(
         {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv2d_transpose": ["NHWC", "IOHW"]}),
         # pooling and elementwise ops follow their input; transposed convolutions: conv_transpose
-        relax.transform.FoldConstant(), int8.Int8DotProducts(target), _NchwInputIntoConv()] if _is_cpu(target) else []
+        relax.transform.FoldConstant(), int8.Int8DotProducts(target), _PadConvChannels(target),
+        _NchwInputIntoConv()] if _is_cpu(target) else []
 
 
 def packed_weights_passes(target) -> list:
@@ -144,6 +145,21 @@ def _ReluBoundsAsRelax():  # noqa: N802
     @tvm.transform.module_pass(opt_level=0, name="TvmgenReluBoundsAsRelax")
     def _pass(mod, _ctx):
         return tir_min_max_as_relax(mod)
+
+    return _pass
+
+
+def _PadConvChannels(target):  # noqa: N802
+    """Convolutions compute whole vectors of output channels (``rewrites.pad_conv_output_channels``)."""
+    import tvm
+
+    from tvmgen.compiler.rewrites import pad_conv_output_channels
+
+    lanes = cpu_shape(target).lanes(32)
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenPadConvChannels")
+    def _pass(mod, _ctx):
+        return pad_conv_output_channels(mod, lanes)
 
     return _pass
 

@@ -76,6 +76,7 @@ def import_model(model, overrides: list[InputOverride], source: str, fmt: str, c
     expanded: set = set()
     model = onnx_ops.expand(model, expanded)  # operators TVM's importer lacks (LSTM, GRU, registered ones)
     custom = sorted(k for k in expanded if "." in k)  # a custom domain: onnxruntime cannot run the original
+    onnx_ops.register_converters()  # the fused LSTM/GRU nodes the expansion writes
     check_operators(model)
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx

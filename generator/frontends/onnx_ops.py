@@ -3,9 +3,11 @@
 ``expand(model)`` rewrites every registered node, in the main graph and in the branches and
 bodies of control flow (an ``If`` on a sample rate holding an LSTM), before the import.
 
-LSTM and GRU are unrolled over their sequence, which must have a fixed length (set the input's
-shape with ``--input``): the input projection of all steps is one matrix product, then each
-step is a matrix product with the recurrent weights and the gate arithmetic. Directions
+LSTM and GRU need a fixed sequence length (set the input's shape with ``--input``). A layer
+whose gates fit 256 GPU threads (4H or 3H <= 256), without peepholes or ``clip``, becomes one
+kernel per direction (``TvmgenLSTM`` / ``TvmgenGRU`` nodes, converted by ``register_converters``
+into ``compiler/recurrent.py``'s kernels); other layers are unrolled over their sequence: each
+step a matrix product with the input and one with the recurrent weights, and the gate arithmetic. Directions
 forward, reverse and bidirectional, both layouts, peepholes, ``clip``, GRU's
 ``linear_before_reset``; the default activations only (sigmoid, tanh), as every exporter writes.
 """
@@ -226,6 +228,40 @@ def _outputs(e: _Emit, node, per_dir_steps, per_dir_last, layout: int, batch: in
         e("Transpose", [y], outs[k + 1], perm=[1, 0, 2]) if layout else e("Identity", [y], outs[k + 1])
 
 
+# One kernel per direction (compiler/recurrent.py) where its GPU variant fits one pass of a work-group
+# of 256 threads, a thread per gate; larger layers, peepholes and clip are unrolled.
+FUSED_DOMAIN = "ai.tvmgen"
+FUSED_MAX_GATES = 256
+
+
+def _fused(e: _Emit, node, kind: str, directions, layout, seq, batch, hidden, inputs_per_dir, lbr=0):
+    """Each direction as one TvmgenLSTM / TvmgenGRU node; the ONNX outputs assembled from them."""
+    from onnx import helper
+
+    x = node.input[0] if layout == 0 else e("Transpose", [node.input[0]], perm=[1, 0, 2])  # [S, B, I]
+    width = e.ctx.shape(node.input[0])[2]
+    ys, last_h, last_c = [], [], []
+    for d, direction in enumerate(directions):
+        reverse = direction == "reverse"
+        y, c = e.ctx.name(f"{e.hint}_y"), e.ctx.name(f"{e.hint}_c")
+        e.nodes.append(helper.make_node(f"Tvmgen{kind}", [x, *inputs_per_dir[d]], [y, c][:2 if kind == "LSTM" else 1],
+                                        domain=FUSED_DOMAIN, S=seq, B=batch, I=width, H=hidden,
+                                        reverse=int(reverse), linear_before_reset=int(lbr)))
+        ys.append(e("Unsqueeze", [y, e.const(np.array([1], np.int64), "axis")]))  # [S, 1, B, H]
+        last_h.append(e("Gather", [y, e.const(np.array([0 if reverse else seq - 1], np.int64), "t")], axis=0))
+        last_c.append(e("Unsqueeze", [c, e.const(np.array([0], np.int64), "axis")]) if kind == "LSTM" else None)
+    outs = list(node.output) + [""] * 3
+    if outs[0]:
+        y = e("Concat", ys, axis=1) if len(ys) > 1 else ys[0]
+        e("Transpose", [y], outs[0], perm=[2, 0, 1, 3]) if layout else e("Identity", [y], outs[0])
+    for k, last in enumerate([last_h, last_c] if kind == "LSTM" else [last_h]):
+        if not outs[k + 1]:
+            continue
+        y = e("Concat", last, axis=0) if len(last) > 1 else last[0]  # [D, B, H]
+        e("Transpose", [y], outs[k + 1], perm=[1, 0, 2]) if layout else e("Identity", [y], outs[k + 1])
+    return e.nodes
+
+
 @onnx_op("LSTM")
 def lstm(node, ctx: Context):
     a, directions, layout, seq, batch, hidden, W, R, B = _recurrent_setup(node, ctx, 4)
@@ -235,6 +271,12 @@ def lstm(node, ctx: Context):
     e = _Emit(ctx, node.name or "lstm")
     clip = a.get("clip")
     H = hidden
+    if peep is None and clip is None and 4 * H <= FUSED_MAX_GATES:
+        per_dir = [[e.const(W[d].T.astype(np.float32), "w"), e.const(R[d].T.astype(np.float32), "r"),
+                    e.const((B[d][:4 * H] + B[d][4 * H:]).astype(np.float32), "b"),
+                    _initial(e, node, 5, d, batch, H, layout), _initial(e, node, 6, d, batch, H, layout)]
+                   for d in range(len(directions))]
+        return _fused(e, node, "LSTM", directions, layout, seq, batch, H, per_dir)
     all_steps, last_h, last_c = [], [], []
     for d, direction in enumerate(directions):
         w_t = e.const(W[d].T.astype(np.float32), "w")  # [I, 4H], gates i, o, f, c
@@ -272,6 +314,11 @@ def gru(node, ctx: Context):
     e = _Emit(ctx, node.name or "gru")
     clip, H = a.get("clip"), hidden
     before_reset = int(a.get("linear_before_reset", 0))
+    if clip is None and 3 * H <= FUSED_MAX_GATES:
+        per_dir = [[e.const(W[d].T.astype(np.float32), "w"), e.const(R[d].T.astype(np.float32), "r"),
+                    e.const(B[d][:3 * H].astype(np.float32), "wb"), e.const(B[d][3 * H:].astype(np.float32), "rb"),
+                    _initial(e, node, 5, d, batch, H, layout)] for d in range(len(directions))]
+        return _fused(e, node, "GRU", directions, layout, seq, batch, H, per_dir, before_reset)
     all_steps, last_h = [], []
     for d, direction in enumerate(directions):
         wb, rb = B[d][:3 * H], B[d][3 * H:]
@@ -299,3 +346,33 @@ def gru(node, ctx: Context):
         last_h.append(h)
     _outputs(e, node, all_steps, last_h, layout, batch, H)
     return e.nodes
+
+
+def register_converters() -> None:
+    """Teach TVM's ONNX importer the fused recurrent nodes (idempotent)."""
+    from tvm import relax
+    from tvm.relax.frontend.onnx import onnx_frontend
+
+    from tvmgen.compiler import recurrent
+
+    if getattr(onnx_frontend._get_convert_map, "tvmgen", False):
+        return
+
+    def converter(kind):
+        class Fused(onnx_frontend.OnnxOpConverter):
+            @classmethod
+            def _impl_v1(cls, bb, inputs, attr, params):
+                sp = recurrent.spec(kind, attr["S"], attr["B"], attr["I"], attr["H"], bool(attr["reverse"]),
+                                    attr.get("linear_before_reset", 0))
+                outs = recurrent.emit(bb, sp, list(inputs))
+                return relax.Tuple(outs) if len(outs) > 1 else outs[0]
+        Fused.__name__ = f"Tvmgen{kind.upper()}"
+        return Fused
+
+    original = onnx_frontend._get_convert_map
+
+    def convert_map():
+        return {**original(), "TvmgenLSTM": converter("lstm"), "TvmgenGRU": converter("gru")}
+
+    convert_map.tvmgen = True
+    onnx_frontend._get_convert_map = convert_map

@@ -1,0 +1,214 @@
+"""LSTM and GRU as one kernel per direction (compiler/recurrent.py), on the CPU and on OpenCL (PoCL).
+
+The kernels are checked against NumPy statements of ONNX's LSTM / GRU equations in float64, every
+variant (reverse, batch > 1, GRU's linear_before_reset 0 and 1); then whole ONNX models, where
+tvmgen picks the fused kernel or the unrolled steps, against onnxruntime or ONNX's own evaluator.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from conftest import onnx_model, save_onnx, unavailable
+from test_frontends import assert_close
+
+CASES = [("lstm", 0, False, 9, 1, 6, 5), ("lstm", 0, True, 7, 2, 5, 64), ("gru", 0, False, 8, 1, 6, 7),
+         ("gru", 1, True, 6, 2, 4, 85), ("gru", 0, True, 5, 3, 4, 5), ("gru", 1, False, 9, 1, 3, 16)]
+
+# Compiles each case's kernel for one device and compares it with NumPy; prints one JSON line per case.
+KERNEL_CHECK = textwrap.dedent('''
+    import json, sys
+    import numpy as np
+    import tvm
+    from tvmgen.compiler import recurrent
+    from tvmgen.runner import HostModel
+
+    gpu = sys.argv[1] == "opencl"
+    if gpu:
+        HostModel.load_opencl_backend()
+        info = json.loads(tvm.get_global_func("tvmgen.opencl.info")())
+        if not info["available"]:
+            print(json.dumps({"unavailable": info.get("error", "?")}))
+            sys.exit(0)
+    sig = lambda x: 1 / (1 + np.exp(-x))
+
+    def reference(kind, lbr, reverse, X, W, R, wb, rb, h, c):
+        H = R.shape[1]
+        ys = [None] * len(X)
+        for t in (range(len(X) - 1, -1, -1) if reverse else range(len(X))):
+            if kind == "lstm":
+                g = X[t] @ W.T + h @ R.T + wb + rb
+                c = sig(g[:, 2 * H:3 * H]) * c + sig(g[:, :H]) * np.tanh(g[:, 3 * H:])
+                h = sig(g[:, H:2 * H]) * np.tanh(c)
+            else:
+                gx = X[t] @ W.T + wb
+                z = sig(gx[:, :H] + h @ R[:H].T + rb[:H])
+                r = sig(gx[:, H:2 * H] + h @ R[H:2 * H].T + rb[H:2 * H])
+                rec = r * (h @ R[2 * H:].T + rb[2 * H:]) if lbr else (r * h) @ R[2 * H:].T + rb[2 * H:]
+                n = np.tanh(gx[:, 2 * H:] + rec)
+                h = (1 - z) * n + z * h
+            ys[t] = h
+        return np.stack(ys), c
+
+    rng = np.random.default_rng(0)
+    for kind, lbr, reverse, S, B, I, H in json.loads(sys.argv[2]):
+        sp = recurrent.spec(kind, S, B, I, H, reverse, lbr)
+        target = (tvm.target.Target({"kind": "opencl"}, host={"kind": "llvm"}) if gpu
+                  else tvm.target.Target({"kind": "llvm"}))
+        func = recurrent.kernel(sp, gpu=gpu).with_attr("global_symbol", "main")
+        lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
+        path = sys.argv[3] + f"/{kind}{lbr}{int(reverse)}{H}.so"
+        lib.export_library(path)
+        run = tvm.runtime.load_module(path)["main"]
+        G = (4 if kind == "lstm" else 3) * H
+        f32 = lambda *shape, s=1.0: (rng.standard_normal(shape) * s).astype("float32")
+        X, W, R, wb, rb, h0, c0 = f32(S, B, I), f32(G, I, s=0.3), f32(G, H, s=0.3), f32(G, s=0.1), f32(G, s=0.1), \\
+            f32(B, H), f32(B, H)
+        dev = tvm.opencl() if gpu else tvm.cpu()
+        t = lambda a: tvm.runtime.tensor(np.ascontiguousarray(a), dev)
+        Y, C = t(np.zeros((S, B, H), "float32")), t(np.zeros((B, H), "float32"))
+        if kind == "lstm":
+            run(t(X), t(W.T), t(R.T), t(wb + rb), t(h0), t(c0), Y, C)
+        else:
+            run(t(X), t(W.T), t(R.T), t(wb), t(rb), t(h0), Y)
+        ys, c = reference(kind, lbr, reverse, X, W, R, wb, rb, h0.astype(float), c0.astype(float))
+        err = float(np.abs(Y.numpy() - ys).max())
+        if kind == "lstm":
+            err = max(err, float(np.abs(C.numpy() - c).max()))
+        print(json.dumps({"case": [kind, lbr, reverse, S, B, I, H], "max_error": err,
+                          "moved": float(np.abs(ys).max())}))
+''')
+
+
+@pytest.mark.parametrize("device", ["cpu", "opencl"])
+def test_kernels_match_numpy(device, tmp_path):
+    proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK, device, json.dumps(CASES), str(tmp_path)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if rows and "unavailable" in rows[0]:
+        unavailable(f"no OpenCL device: {rows[0]['unavailable']}")
+    assert [r["case"] for r in rows] == [list(c) for c in CASES]
+    for r in rows:
+        assert r["moved"] > 0.1, r  # the states are not all zero: the comparison means something
+        assert r["max_error"] < 2e-5, r  # float32 with a rational tanh (3e-7) against float64
+
+
+def _vi(name, shape):
+    from onnx import TensorProto, helper
+
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _lstm_model(hidden: int, peepholes: bool):
+    """A bidirectional batch-first LSTM with initial states and every output."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    seq, batch, size = 6, 2, 5
+    w = lambda name, *shape: numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+    inits = [w("W", 2, 4 * hidden, size), w("R", 2, 4 * hidden, hidden), w("B", 2, 8 * hidden)]
+    names = ["x", "W", "R", "B", "", "h0", "c0"]
+    if peepholes:
+        inits.append(w("P", 2, 3 * hidden))
+        names.append("P")
+    node = helper.make_node("LSTM", names, ["y", "yh", "yc"], hidden_size=hidden, direction="bidirectional", layout=1)
+    return onnx_model([node], [_vi("x", [batch, seq, size]), _vi("h0", [batch, 2, hidden]),
+                               _vi("c0", [batch, 2, hidden])], [_vi(o, None) for o in ("y", "yh", "yc")], inits)
+
+
+@pytest.mark.parametrize("hidden,peepholes,fused", [(8, False, True), (80, False, False), (8, True, False)],
+                         ids=["fused", "unrolled-over-256-gates", "unrolled-peepholes"])
+def test_onnx_lstm_fused_or_unrolled(hidden, peepholes, fused, tmp_path):
+    from onnx.reference import ReferenceEvaluator
+
+    from tvmgen import frontends, kernels
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.frontends.base import random_inputs
+    from tvmgen.runner import HostModel
+
+    path = save_onnx(_lstm_model(hidden, peepholes), tmp_path / "lstm.onnx")
+    imported = frontends.load(path, [])
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), tmp_path / "a", True, {"name": "lstm"})
+    names = [k["name"] for k in kernels.load(tmp_path / "a")["kernels"]]
+    assert (sum(n.startswith("tvmgen_lstm") for n in names) == 2) == fused, names  # one per direction
+    inputs = random_inputs(imported.inputs, seed=3)
+    actual = HostModel(tmp_path / "a").run(inputs)
+    expected = ReferenceEvaluator(str(path)).run(None, inputs)  # onnxruntime has no batch-first LSTM
+    assert len(actual) == 3
+    assert_close(actual, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_pytorch_gru_lstm_on_opencl_match_onnxruntime(tmp_path):
+    """The GPU variants inside a model: Conv1d, GRU (linear_before_reset 1), bidirectional LSTM."""
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv1d(10, 16, 3, padding=1)
+            self.gru = torch.nn.GRU(16, 20, batch_first=True)
+            self.lstm = torch.nn.LSTM(20, 12, batch_first=True, bidirectional=True)
+
+        def forward(self, x):
+            return self.lstm(self.gru(torch.relu(self.conv(x)).transpose(1, 2))[0])[0]
+
+    torch.manual_seed(0)
+    path = tmp_path / "rnn.onnx"
+    torch.onnx.export(Net().eval(), torch.randn(1, 10, 15), str(path), opset_version=17, dynamo=False)
+    code = textwrap.dedent('''
+        import json, sys
+        import numpy as np, onnxruntime as ort, tvm
+        from tvmgen import kernels
+        from tvmgen.runner import HostModel
+        from tvmgen.frontends.base import random_inputs
+        HostModel.load_opencl_backend()
+        info = json.loads(tvm.get_global_func("tvmgen.opencl.info")())
+        if not info["available"]:
+            print(json.dumps({"unavailable": info.get("error", "?")})); sys.exit(0)
+        m = HostModel(sys.argv[2])
+        x = random_inputs(m.manifest.inputs, seed=1)
+        got = m.run(x)[0]
+        want = ort.InferenceSession(sys.argv[1]).run(None, x)[0]
+        names = [k["name"] for k in kernels.load(sys.argv[2])["kernels"]]
+        print(json.dumps({"err": float(np.abs(got - want).max()), "scale": float(np.abs(want).max()),
+                          "fused": sorted(n for n in names if n.startswith("tvmgen_"))}))
+    ''')
+    art = tmp_path / "ocl"
+    p = subprocess.run([sys.executable, "-m", "tvmgen", "compile", str(path), "--device", "opencl", "-o", str(art)],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    proc = subprocess.run([sys.executable, "-c", code, str(path), str(art)], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "unavailable" in r:
+        unavailable(f"no OpenCL device: {r['unavailable']}")
+    assert r["fused"] == ["tvmgen_gru", "tvmgen_lstm", "tvmgen_lstm1"]
+    assert r["scale"] > 0.05 and r["err"] < 1e-5 + 1e-4 * r["scale"], r
+
+
+def test_unrolled_lstm_on_opencl_gets_short_kernel_names(tmp_path):
+    """An LSTM with peepholes stays unrolled; fusion names a step's kernel after its 20-odd operators,
+    which PoCL's kernel cache cannot put in a file name: tvmgen shortens such names (rewrites.py)."""
+    import re
+
+    from tvmgen import kernels
+    from tvmgen.compiler.rewrites import KERNEL_NAME_LIMIT
+
+    path = save_onnx(_lstm_model(8, peepholes=True), tmp_path / "lstm.onnx")
+    art = tmp_path / "ocl"
+    p = subprocess.run([sys.executable, "-m", "tvmgen", "compile", str(path), "--device", "opencl", "-o", str(art)],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    names = [k["name"] for k in kernels.load(art)["kernels"]]
+    assert not [n for n in names if n.startswith("tvmgen_lstm")]
+    assert max(map(len, names)) <= KERNEL_NAME_LIMIT, names
+    assert [n for n in names if re.search(r"_[0-9a-f]{8}$", n) and len(n) == KERNEL_NAME_LIMIT], names  # shortened
