@@ -5,7 +5,7 @@ about its kernels is taken from the Relax module that TVM turns into the library
 of the pipeline, captured by :func:`capture`):
 
 - each kernel (fused TIR function): the Relax operators it came from, its kind (conv2d,
-  depthwise, matmul, elementwise, copies/layout, other), FLOPs per call (TVM's
+  depthwise, matmul, recurrent, elementwise, copies/layout, other), FLOPs per call (TVM's
   ``estimate_tir_flops`` on the kernel's TIR) and calls per run;
 - the constants (weights after folding) by the kernel that reads them;
 - the VM's memory plan: every ``alloc_storage`` of ``main`` (the activations' workspace).
@@ -22,10 +22,11 @@ import numpy as np
 
 log = logging.getLogger("tvmgen.kernels")
 FILE = "kernels.json"
-KINDS = ("conv2d", "depthwise", "matmul", "elementwise", "copies/layout", "other")
+KINDS = ("conv2d", "depthwise", "matmul", "recurrent", "elementwise", "copies/layout", "other")
 # Block names (TOPI's compute names) that say what a kernel does, strongest first.
 _BLOCK_KINDS = (("depthwise", ("depthwise", "group_conv")), ("conv2d", ("conv",)),
-                ("matmul", ("matmul", "dense", "T_matmul_NT", "batch_matmul")))
+                ("matmul", ("matmul", "dense", "T_matmul_NT", "batch_matmul")),
+                ("recurrent", ("recurrence",)))  # compiler/recurrent.py's LSTM / GRU kernels
 _LAYOUT_OPS = {"transpose", "reshape", "layout_transform", "concat", "split", "strided_slice", "squeeze",
                "expand_dims", "broadcast_to", "flatten", "take", "gather", "copy", "pad", "tile", "repeat"}
 _REDUCTION_OPS = {"mean", "sum", "max", "min", "softmax", "log_softmax", "max_pool2d", "avg_pool2d",

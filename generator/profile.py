@@ -174,7 +174,8 @@ class Profile:
         except ImportError as e:
             raise InputError("--plot needs matplotlib", "pip install matplotlib") from e
         rows = [r for r in self.rows if r["kind"] != "vm"][:top][::-1]
-        colours = dict(zip(kernel_table.KINDS, ("#3572a5", "#6a9f3a", "#c9503c", "#8e6bb8", "#d9a441", "#888888")))
+        colours = dict(zip(kernel_table.KINDS, ("#3572a5", "#6a9f3a", "#c9503c", "#2a9d8f", "#8e6bb8", "#d9a441",
+                                                "#888888")))
         fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.6))
         ax.barh([_short(r["name"]) for r in rows], [r["total_ms"] for r in rows],
                 color=[colours.get(r["kind"], "#888888") for r in rows])
