@@ -146,7 +146,9 @@ public final class Model extends NativeHandle {
   }
 
   /**
-   * Reconfigures TVM's CPU thread pool for every model in this process.
+   * Reconfigures TVM's CPU thread pool for every model in this process that uses it (loaded with a
+   * big or little affinity, or compiled by a tvmgen without its own parallel launcher; see
+   * {@link #load(String, int, int)}).
    *
    * @param threads the number of threads; 0 for TVM's default (one per core)
    * @param affinity {@link #AFFINITY_BIG}, {@link #AFFINITY_LITTLE} or {@link #AFFINITY_ANY}
@@ -160,7 +162,7 @@ public final class Model extends NativeHandle {
   // ------------------------------------------------------------------ loading
 
   /**
-   * Loads an artifact directory with TVM's default CPU threading.
+   * Loads an artifact directory with the default CPU threading (see {@link #load(String, int, int)}).
    *
    * @param dir the directory {@code tvmgen compile} wrote
    * @return the loaded model; close it when done
@@ -172,10 +174,14 @@ public final class Model extends NativeHandle {
   }
 
   /**
-   * Loads an artifact directory and configures the CPU thread pool.
+   * Loads an artifact directory and sets its CPU threads.
+   *
+   * <p>With {@link #AFFINITY_ANY} the model's parallel loops run on the launcher tvmgen links into the
+   * model library: threads take chunks of each loop, so a thread another app holds up does not stall
+   * a kernel. A big or little affinity uses TVM's thread pool instead, which pins its threads.
    *
    * @param dir the directory {@code tvmgen compile} wrote
-   * @param threads CPU threads; 0 for TVM's default (one per core)
+   * @param threads CPU threads; 0 for {@code TVM_NUM_THREADS}, else one per physical big core
    * @param affinity {@link #AFFINITY_BIG}, {@link #AFFINITY_LITTLE} or {@link #AFFINITY_ANY}
    * @return the loaded model; close it when done
    * @throws TvmgenException if the artifact cannot be loaded or the thread settings are invalid
