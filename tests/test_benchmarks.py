@@ -100,3 +100,22 @@ def test_memory_benchmark_on_a_tflite_head(tmp_path):
     weights = row["artifact_bytes"]
     cpp = row["readings"]["tvmgen-run (C++)"]
     assert cpp["overall_peak_bytes"] - cpp["before_load_bytes"] >= 0.5 * weights, (cpp, weights)
+
+
+def test_speed_quiet_and_busy_on_one_zoo_model(tmp_path):
+    """benchmarks/speed.py on the zoo's voice-activity detector at 1 and 2 threads: both phases timed for
+    both engines, the outputs checked, tvmgen's own launcher with the thread count asked for."""
+    out = tmp_path / "speed.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "speed.py"), "--models", "vad_if",
+                           "--threads", "1,2", "--runs", "3", "--work", str(tmp_path / "work"), "--json", str(out)],
+                          capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["benchmark"] == "speed" and [r["threads"] for r in doc["rows"]] == [1, 2]
+    for row in doc["rows"]:
+        assert row["outputs"] == "ok" and row["reference"] == "onnxruntime"
+        assert (row["thread_pool"], row["tvmgen_threads"]) == ("tvmgen", row["threads"])
+        for phase in ("quiet", "contended"):
+            assert row[phase]["tvmgen"] > 0 and row[phase]["reference"] > 0
+    assert set(doc["summary"]) == {"1", "2"}
+    assert "vad_if" in proc.stdout and "geometric mean" in proc.stdout
