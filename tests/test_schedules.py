@@ -351,3 +351,133 @@ def test_cpu_flag(tvmgen, tmp_path):
         assert "cannot run here; checking a host/cpu build" in ok.output
         r = tvmgen("run", tmp_path / "a")
         assert r.returncode == 2 and "lacks: avx512" in r.output and "--cpu haswell" in r.output, r.output
+
+
+# ------------------------------------------------------------------ SiLU, squeeze-excitation, odd channels
+
+def _conv_models() -> dict:
+    """Small models with EfficientNet's and ShuffleNet's patterns (random weights)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(11)
+
+    def vi(name, shape):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    def w(name, *shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    node = helper.make_node
+    silu_se = [  # conv -> SiLU -> squeeze-excitation (mean, 1x1 conv, SiLU, 1x1 conv, sigmoid, scale)
+        node("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]), node("Sigmoid", ["c1"], ["s1"]),
+        node("Mul", ["c1", "s1"], ["a1"]), node("GlobalAveragePool", ["a1"], ["p"]),
+        node("Conv", ["p", "W2", "B2"], ["c2"]), node("Sigmoid", ["c2"], ["s2"]), node("Mul", ["c2", "s2"], ["a2"]),
+        node("Conv", ["a2", "W3", "B3"], ["c3"]), node("Sigmoid", ["c3"], ["s3"]), node("Mul", ["a1", "s3"], ["y"])]
+    odd = [  # ShuffleNet's branch: 1x1 conv to 58 channels, depthwise 3x3 stride 2, 1x1 conv to 116
+        node("Conv", ["x", "W1", "B1"], ["c1"]), node("Relu", ["c1"], ["r1"]),
+        node("Conv", ["r1", "W2", "B2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2], group=58),
+        node("Conv", ["c2", "W3", "B3"], ["y"])]
+    # 3x3, 128 -> 256 channels on 5x5 pixels: 1.2 MB of weights, more channels than pixels
+    big = [node("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]), node("Relu", ["c1"], ["y"])]
+    return {
+        "silu_se": onnx_model(silu_se, [vi("x", [1, 8, 12, 12])], [vi("y", [1, 32, 12, 12])],
+                              [w("W1", 32, 8, 3, 3), w("B1", 32), w("W2", 8, 32, 1, 1), w("B2", 8),
+                               w("W3", 32, 8, 1, 1), w("B3", 32)]),
+        "odd_channels": onnx_model(odd, [vi("x", [1, 24, 10, 10])], [vi("y", [1, 116, 5, 5])],
+                                   [w("W1", 58, 24, 1, 1), w("B1", 58), w("W2", 58, 1, 3, 3), w("B2", 58),
+                                    w("W3", 116, 58, 1, 1), w("B3", 116)]),
+        "large_weights": onnx_model(big, [vi("x", [1, 128, 5, 5])], [vi("y", [1, 256, 5, 5])],
+                                    [w("W1", 256, 128, 3, 3, scale=0.05), w("B1", 256)]),
+    }
+
+
+def test_silu_and_squeeze_excitation_fold_into_the_convolution(tmp_path):
+    """x * sigmoid(x) after a convolution is part of its tile's write-back (not TVM's serial loops),
+    and sigmoid is tvmgen's vectorisable one (no T.sigmoid, whose exp is a libm call per lane)."""
+    path = save_onnx(_conv_models()["silu_se"], tmp_path / "silu_se.onnx")
+    mod, done, left = prepared_and_scheduled(path)
+    assert not [f for f in left if "conv" in f], left
+    (first,) = [f for f in done if [int(d) for d in mod[f].params[0].shape] == [1, 8, 12, 12]]  # reads the input
+    script = mod[first].script()
+    assert "sigmoid" in first and "tir_sigmoid" not in first, first
+    blocks = re.findall(r'T\.sblock\("(\w+)"\)', script)
+    assert not [b for b in blocks if b.startswith(("T_multiply", "compute", "sigmoid", "T_add"))], blocks
+    assert "T.sigmoid" not in "".join(mod[f].script() for f in done), "TVM's sigmoid left"
+    _, _, actual, expected = compile_and_run(path, tmp_path)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_vector_exp_and_sigmoid_match_numpy():
+    """rewrites.vector_exp: float32 accuracy over the whole range, saturating (never inf / nan) outside it."""
+    import tvm
+    from tvm import te
+
+    from tvmgen.compiler.rewrites import vector_exp
+
+    n = 1 << 16
+    x = te.placeholder((n,), "float32", name="x")
+    one = tvm.tirx.const(1.0, "float32")
+    e = te.compute((n,), lambda i: vector_exp(x[i]), name="e")
+    s = te.compute((n,), lambda i: one / (one + vector_exp(-x[i])), name="s")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([x, e, s]))
+    for name in ("e", "s"):
+        _, inner = sch.split(sch.get_loops(sch.get_sblock(name))[0], [None, 8])
+        sch.vectorize(inner)
+    f = tvm.compile(sch.mod, target=make_target(PLATFORMS["host"].cpu_target()))
+    values = np.concatenate([np.linspace(-120, 120, n // 2), np.random.default_rng(0).standard_normal(n // 2) * 8])
+    values = values.astype(np.float32)
+    out_e, out_s = (tvm.runtime.tensor(np.zeros(n, np.float32)) for _ in range(2))
+    f(tvm.runtime.tensor(values), out_e, out_s)
+    exact = np.exp(values.astype(np.float64))
+    inside = (values > -87) & (values < 88)
+    assert np.max(np.abs(out_e.numpy() - exact)[inside] / exact[inside]) < 3e-7
+    assert np.all(np.isfinite(out_e.numpy())) and np.all(out_e.numpy() > 0)
+    sigmoid = 1 / (1 + np.exp(-values.astype(np.float64)))
+    assert np.max(np.abs(out_s.numpy() - sigmoid)) < 2e-7
+    assert np.all((out_s.numpy() >= 0) & (out_s.numpy() <= 1))
+
+
+@pytest.mark.parametrize("cpu", sorted(CPU_TARGETS))
+def test_odd_channel_counts_are_padded_to_whole_vectors(cpu, tmp_path):
+    """58 and 116 output channels (ShuffleNet): the convolutions, depthwise included, compute zero
+    channels up to whole vectors and slice them off in the same kernel."""
+    spec, (lanes, _), _ = CPU_TARGETS[cpu]
+    path = save_onnx(_conv_models()["odd_channels"], tmp_path / "odd.onnx")
+    mod, done, left = prepared_and_scheduled(path, target_spec=spec)
+    assert not [f for f in left if "conv" in f], left
+    convs = sorted(f for f in done if "conv2d" in f)
+    assert len(convs) == 3, done
+    # each convolution by its weights (HWIO): 1x1 24 -> 58, depthwise 3x3 on 58, 1x1 58 -> 116
+    widths = {tuple(int(d) for d in mod[f].params[1].shape[:3]): (f, int(mod[f].params[1].shape[3])) for f in convs}
+    assert sorted(widths) == [(1, 1, 24), (1, 1, 58), (3, 3, 1)], widths
+    for key, real in (((1, 1, 24), 58), ((3, 3, 1), 58), ((1, 1, 58), 116)):
+        f, width = widths[key]
+        if real % lanes == 0:  # 116 on NEON: whole vectors already, nothing added
+            assert width == real and "strided_slice" not in f, (f, width)
+        else:
+            assert width % lanes == 0 and real < width < real + 2 * lanes, (f, width)
+            assert "strided_slice" in f, f  # the slice is part of the convolution's kernel
+    if cpu == "avx2":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_large_weights_make_channel_blocks_the_tasks(tmp_path):
+    """A convolution with more weights than activations: a task is a block of output channels over
+    every pixel (each weight read once), the padded input made once before; a small one keeps
+    bands of rows."""
+    path = save_onnx(_conv_models()["large_weights"], tmp_path / "big.onnx")
+    shape = schedules.cpu_shape(make_target(PLATFORMS["host"].cpu_target()))
+    mod, done, _ = prepared_and_scheduled(path)
+    (conv,) = [f for f in done if "conv2d" in f]
+    script = mod[conv].script()
+    tasks = 256 // (2 * shape.lanes(32))  # two vectors of channels per tile
+    parallel = re.findall(r"(\w+) in T\.parallel\(T\.int64\((\d+)\)\)", script)
+    # the padding's own pass, then the channel blocks (the convolution reads NCHW: "co", not "ff")
+    assert len(parallel) == 2 and parallel[1][1] == str(tasks) and parallel[1][0].endswith("_0"), parallel
+    _, _, actual, expected = compile_and_run(path, tmp_path)
+    assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+    small = save_onnx(awkward_models()["conv_relu6_residual"], tmp_path / "small.onnx")
+    mod, done, _ = prepared_and_scheduled(small)
+    first = [f for f in done if "conv2d" in f and [int(d) for d in mod[f].params[1].shape][:2] == [3, 3]]
+    assert first and re.search(r"_fused in T\.parallel", mod[first[0]].script()), first  # bands of rows

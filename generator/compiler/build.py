@@ -181,6 +181,8 @@ def schedule_summary(report: dict) -> str:
     if report.get("tuned"):
         parts.append(f"{len(report['tuned'])} from the tuning database")
     parts.append(f"{len(report.get('scheduled', []))} tvmgen defaults")
+    if report.get("handwritten"):
+        parts.append(f"{len(report['handwritten'])} tvmgen kernels ({', '.join(report['handwritten'][:4])})")
     left = report.get("left", [])
     if left:
         shown = ", ".join(left[:4]) + (f", +{len(left) - 4} more" if len(left) > 4 else "")
