@@ -439,8 +439,9 @@ def test_vector_exp_and_sigmoid_match_numpy():
 
 @pytest.mark.parametrize("cpu", sorted(CPU_TARGETS))
 def test_odd_channel_counts_are_padded_to_whole_vectors(cpu, tmp_path):
-    """58 and 116 output channels (ShuffleNet): the convolutions, depthwise included, compute zero
-    channels up to whole vectors and slice them off in the same kernel."""
+    """58 and 116 output channels (ShuffleNet): the 1x1 convolutions compute zero channels up to whole
+    vectors and slice them off in the same kernel; the depthwise one is left as it is (padded, it
+    raced on two threads: rewrites.pad_conv_output_channels)."""
     spec, (lanes, _), _ = CPU_TARGETS[cpu]
     path = save_onnx(_conv_models()["odd_channels"], tmp_path / "odd.onnx")
     mod, done, left = prepared_and_scheduled(path, target_spec=spec)
@@ -452,7 +453,7 @@ def test_odd_channel_counts_are_padded_to_whole_vectors(cpu, tmp_path):
     assert sorted(widths) == [(1, 1, 24), (1, 1, 58), (3, 3, 1)], widths
     for key, real in (((1, 1, 24), 58), ((3, 3, 1), 58), ((1, 1, 58), 116)):
         f, width = widths[key]
-        if real % lanes == 0:  # 116 on NEON: whole vectors already, nothing added
+        if real % lanes == 0 or key == (3, 3, 1):  # 116 on NEON: whole vectors already; depthwise: as it is
             assert width == real and "strided_slice" not in f, (f, width)
         else:
             assert width % lanes == 0 and real < width < real + 2 * lanes, (f, width)
