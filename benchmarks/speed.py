@@ -25,8 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib  # noqa: E402
 import zoo  # noqa: E402
@@ -88,17 +86,10 @@ def time_model(name: str, work: Path, threads: int, runs: int) -> dict:
 def check_outputs(name: str, actual, expected) -> str:
     """The zoo's criterion (zoo.py): "ok" or "MISMATCH (error)"; int8 models in output quanta."""
     if "int8" in name:
-        q = max(float(e.max() - e.min()) for e in expected) / 255 or 1.0
-        mean = max(float(np.mean(np.abs(a.astype(np.float64) - e))) for a, e in zip(actual, expected))
-        same = all(int(np.argmax(a)) == int(np.argmax(e)) for a, e in zip(actual, expected))
+        mean, q, same = zoo.int8_difference(actual, expected)
         return "ok" if mean <= 2 * q and same else f"MISMATCH ({mean / q:.1f} quanta)"
     err = zoo.max_error(actual, expected)
-    tol = 1e-4 + 1e-3 * (max(float(np.max(np.abs(e))) for e in expected) or 1.0)
-    return "ok" if err <= tol else f"MISMATCH ({err:.1e})"
-
-
-def geomean(values):
-    return zoo.geomean([v for v in values if v])
+    return "ok" if err <= zoo.tolerance(expected) else f"MISMATCH ({err:.1e})"
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -107,11 +98,11 @@ def summarise(rows: list[dict]) -> dict:
         sel = [r for r in rows if r["threads"] == threads and "quiet" in r]
         s = {}
         for phase in PHASES:
-            s[f"{phase}_ratio"] = geomean([r[phase]["tvmgen"] / r[phase]["reference"] for r in sel])
+            s[f"{phase}_ratio"] = zoo.geomean([r[phase]["tvmgen"] / r[phase]["reference"] for r in sel])
             s[f"{phase}_worst"] = max(((r[phase]["tvmgen"] / r[phase]["reference"], r["model"]) for r in sel),
                                       default=None)
         for engine in ("tvmgen", "reference"):
-            s[f"{engine}_slowdown"] = geomean([r["contended"][engine] / r["quiet"][engine] for r in sel])
+            s[f"{engine}_slowdown"] = zoo.geomean([r["contended"][engine] / r["quiet"][engine] for r in sel])
         out[threads] = s
     return out
 

@@ -316,8 +316,7 @@ def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict
         if "int8" in name:
             cell.update(_int8_check(actual, expected, other))
         else:
-            err = max_error(actual, expected)
-            tol = 1e-4 + 1e-3 * (max(float(np.max(np.abs(e))) for e in expected) or 1.0)
+            err, tol = max_error(actual, expected), tolerance(expected)
             # the check means something only if another input moves the outputs well beyond the tolerance
             moved = max_error(other, expected)
             status = "VACUOUS" if moved <= 10 * tol else "ok" if err <= tol else "MISMATCH"
@@ -327,16 +326,27 @@ def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict
     return row
 
 
+def tolerance(expected) -> float:
+    """The float models' tolerance: that of `tvmgen compile --check` (1e-4 + 1e-3 x the largest output)."""
+    return 1e-4 + 1e-3 * (max(float(np.max(np.abs(e))) for e in expected) or 1.0)
+
+
+def int8_difference(actual, expected) -> tuple[float, float, bool]:
+    """(mean difference, one output quantum (range / 255), same top class) of a full-integer model."""
+    q = max(float(e.max() - e.min()) for e in expected) / 255 or 1.0
+    mean_err = max(float(np.mean(np.abs(a.astype(np.float64) - e))) for a, e in zip(actual, expected))
+    top1 = all(int(np.argmax(a)) == int(np.argmax(e)) for a, e in zip(actual, expected))
+    return mean_err, q, top1
+
+
 def _int8_check(actual, expected, other) -> dict:
     """Full-integer models. TVM 0.27's TFLite importer runs them as dequantize -> float operator ->
     quantize, LiteRT with integer kernels: the two round differently at every layer, and over a deep
     network the outputs drift apart by a few output quanta (quantum = the output's range / 255).
     Passing: the mean difference is at most 2 quanta and the top class is the same; the check is
     VACUOUS when another input moves the reference by no more than that."""
-    q = max(float(e.max() - e.min()) for e in expected) / 255 or 1.0
-    mean_err = max(float(np.mean(np.abs(a.astype(np.float64) - e))) for a, e in zip(actual, expected))
+    mean_err, q, top1 = int8_difference(actual, expected)
     moved = max(float(np.mean(np.abs(o.astype(np.float64) - e))) for o, e in zip(other, expected))
-    top1 = all(int(np.argmax(a)) == int(np.argmax(e)) for a, e in zip(actual, expected))
     status = "VACUOUS" if moved <= 2 * q else "ok" if mean_err <= 2 * q and top1 else "MISMATCH"
     return {"status": status, "max_error": max_error(actual, expected), "mean_error_quanta": mean_err / q,
             "same_top1": top1, "tolerance": 2 * q, "input_sensitivity_quanta": moved / q}

@@ -319,7 +319,7 @@ def test_zoo_models_on_two_threads_match_the_reference(zoo_artifacts, name, pool
         m = HostModel(sys.argv[1], threads=2)
         x = random_inputs(m.manifest.inputs, seed=0)
         want = zoo.reference_runner(Path(sys.argv[2]), {})(x)
-        tol = 1e-4 + 1e-3 * max(float(abs(w).max()) for w in want)
+        tol = zoo.tolerance(want)
         print(json.dumps({"pool": m.parallel, "threads": m.threads, "tol": tol,
                           "errors": [zoo.max_error(m.run(x), want) for _ in range(5)]}))
     ''')
