@@ -83,3 +83,53 @@ def step(title: str):
     elapsed = time.perf_counter() - start
     console.print(f"[green]✓[/] {title} [dim]({elapsed:.1f}s)[/]")
     log.info("%s done in %.2fs", title, elapsed)
+
+
+# Lines TVM 0.27's C++ runtime prints for every texture-scoped constant of an executable it saves or
+# loads (--gpu-family adreno): hundreds per model, and nothing for a user to act on.
+TVM_SCOPE_NOISE = (b"Scope Saving:", b"Scope Loaded:")
+
+
+@contextlib.contextmanager
+def filtered_stderr(drop=TVM_SCOPE_NOISE):
+    """Drop the lines of file descriptor 2 (where C++ libraries write) that contain any of ``drop``
+    while the block runs; everything else passes through, a line without its newline after 50 ms."""
+    import select
+    import threading
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def pump() -> None:
+        pending = b""
+        while True:
+            ready, _, _ = select.select([read_end], [], [], 0.05)
+            if not ready:
+                if pending and not any(d in pending for d in drop):
+                    os.write(saved, pending)
+                    pending = b""
+                continue
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            out = b"".join(line + b"\n" for line in lines if not any(d in line for d in drop))
+            if out:
+                os.write(saved, out)
+        if pending and not any(d in pending for d in drop):
+            os.write(saved, pending)
+
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # the pipe's last writer closes: the pump reads to the end and stops
+        thread.join(timeout=5)
+        os.close(read_end)
+        os.close(saved)

@@ -11,6 +11,7 @@ import numpy as np
 from tvmgen import artifact
 from tvmgen.compiler.platforms import PLATFORMS, host_cpu_target, missing_cpu_features
 from tvmgen.errors import InputError, TvmgenError
+from tvmgen.log import filtered_stderr
 
 # Devices the PyPI runtime can execute here (its OpenCL loader is off; see the OpenCL issue).
 HOST_RUNNABLE = {"cpu": "cpu", "cuda": "cuda"}
@@ -95,7 +96,8 @@ class HostModel:
         self._in_place = m.device == "cpu"
         self._alignment = m.vm.get("input_alignment") or [64] * len(m.inputs)
         t0 = time.perf_counter()
-        lib = tvm.runtime.load_module(str(self.directory / m.export["library"]))
+        with filtered_stderr():  # TVM's per-constant "Scope Loaded" lines of texture builds
+            lib = tvm.runtime.load_module(str(self.directory / m.export["library"]))
         self.parallel, self.threads = install_parallel_pool(self.directory / m.export["library"], threads)
         self.params = []
         if m.params:
@@ -106,7 +108,11 @@ class HostModel:
         self.dev = tvm.device(runnable[m.device], 0)
         if m.device != "cpu":
             self.params = [p.copyto(self.dev) for p in self.params]
-        self.vm = relax.VirtualMachine(lib, self.dev)
+        # one device per entry of the manifest's vm.devices before the host (texture builds have one per
+        # memory scope); the VM appends the host itself
+        gpu_entries = [d for d in m.vm.get("devices", []) if d.get("dl_device_type") != 1]
+        with filtered_stderr():
+            self.vm = relax.VirtualMachine(lib, [self.dev] * len(gpu_entries) if len(gpu_entries) > 1 else self.dev)
         t2 = time.perf_counter()
         self.timings.load_ms, self.timings.init_ms = (t1 - t0) * 1e3, (t2 - t1) * 1e3
 

@@ -156,7 +156,9 @@ def target_dict(platform: Platform, device: str, gpu_family: str = "generic") ->
         if gpu_family not in GPU_FAMILIES:
             raise InputError(f"unknown GPU family {gpu_family!r}", f"use one of: {', '.join(GPU_FAMILIES)}")
         gpu = {"kind": "opencl"}
-        if gpu_family != "generic":
+        if gpu_family == "adreno":  # TVM's Adreno schedules, with texture (image) memory
+            gpu.update(device="adreno", keys=["adreno", "opencl", "gpu", "texture"])
+        elif gpu_family != "generic":
             gpu["device"] = gpu_family
     elif device == "metal":
         gpu = {"kind": "metal"}

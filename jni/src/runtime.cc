@@ -23,6 +23,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
+#include <streambuf>
 #include <sstream>
 
 namespace tvmgen {
@@ -30,6 +32,38 @@ namespace ffi = tvm::ffi;
 namespace json = tvm::ffi::json;
 
 namespace {
+
+// TVM 0.27 logs a warning line for every texture-scoped constant an executable saves or loads ("Scope
+// Loaded:global.texture-weight"): hundreds of lines per --gpu-family adreno model. This filter, installed
+// on std::cerr (where TVM's LOG writes) while the library and its VM load, drops exactly those lines.
+class ScopeLogFilter : public std::streambuf {
+ public:
+  ScopeLogFilter() : out_(std::cerr.rdbuf()) { std::cerr.rdbuf(this); }
+  ~ScopeLogFilter() override {
+    Flush();
+    std::cerr.rdbuf(out_);
+  }
+
+ protected:
+  int overflow(int c) override {
+    if (c == traits_type::eof()) return 0;
+    line_ += static_cast<char>(c);
+    if (c == '\n') Flush();
+    return c;
+  }
+
+ private:
+  void Flush() {
+    if (!line_.empty() && line_.find("Scope Loaded:") == std::string::npos &&
+        line_.find("Scope Saving:") == std::string::npos) {
+      out_->sputn(line_.data(), static_cast<std::streamsize>(line_.size()));
+    }
+    line_.clear();
+  }
+  std::streambuf* out_;
+  std::string line_;
+};
+
 
 using Clock = std::chrono::steady_clock;
 double MsSince(Clock::time_point t0) {
@@ -365,6 +399,7 @@ std::unique_ptr<Model> Model::Load(const std::string& dir_in, const LoadOptions&
   m.dev = DLDevice{static_cast<DLDeviceType>(Int(Field(main_dev, "dl_device_type", "vm.devices[0]"), "dl_device_type")),
                    static_cast<int>(Int(Field(main_dev, "id", "vm.devices[0]"), "id"))};
   LoadBackend(m.device);
+  ScopeLogFilter quiet_scopes;  // until the VM is created
   try {
     m.lib = linked_in ? SystemLibrary() : ffi::Module::LoadFromFile(library);
   } catch (const ffi::Error& e) {

@@ -62,6 +62,15 @@ bool ResolveAll(void* h, Api* a, std::string* missing) {
       reinterpret_cast<decltype(a->GetEventProfilingInfo)>(dlsym(h, "clGetEventProfilingInfo"));
   a->WaitForEvents = reinterpret_cast<decltype(a->WaitForEvents)>(dlsym(h, "clWaitForEvents"));
   a->ReleaseEvent = reinterpret_cast<decltype(a->ReleaseEvent)>(dlsym(h, "clReleaseEvent"));
+  // optional: only texture memory needs them (it says which one is missing)
+  a->CreateImage = reinterpret_cast<decltype(a->CreateImage)>(dlsym(h, "clCreateImage"));
+  a->EnqueueReadImage = reinterpret_cast<decltype(a->EnqueueReadImage)>(dlsym(h, "clEnqueueReadImage"));
+  a->EnqueueWriteImage = reinterpret_cast<decltype(a->EnqueueWriteImage)>(dlsym(h, "clEnqueueWriteImage"));
+  a->EnqueueCopyImage = reinterpret_cast<decltype(a->EnqueueCopyImage)>(dlsym(h, "clEnqueueCopyImage"));
+  a->EnqueueCopyImageToBuffer =
+      reinterpret_cast<decltype(a->EnqueueCopyImageToBuffer)>(dlsym(h, "clEnqueueCopyImageToBuffer"));
+  a->EnqueueCopyBufferToImage =
+      reinterpret_cast<decltype(a->EnqueueCopyBufferToImage)>(dlsym(h, "clEnqueueCopyBufferToImage"));
   return ok;
 }
 
@@ -226,6 +235,16 @@ constexpr auto k_CL_DEVICE_QUEUE_PROPERTIES = tvmgen::cl::CL_DEVICE_QUEUE_PROPER
 constexpr auto k_CL_QUEUE_PROFILING_ENABLE = tvmgen::cl::CL_QUEUE_PROFILING_ENABLE;
 constexpr auto k_CL_PROFILING_COMMAND_START = tvmgen::cl::CL_PROFILING_COMMAND_START;
 constexpr auto k_CL_PROFILING_COMMAND_END = tvmgen::cl::CL_PROFILING_COMMAND_END;
+constexpr auto k_CL_INVALID_MEM_OBJECT = tvmgen::cl::CL_INVALID_MEM_OBJECT;
+constexpr auto k_CL_DEVICE_IMAGE2D_MAX_WIDTH = tvmgen::cl::CL_DEVICE_IMAGE2D_MAX_WIDTH;
+constexpr auto k_CL_DEVICE_IMAGE2D_MAX_HEIGHT = tvmgen::cl::CL_DEVICE_IMAGE2D_MAX_HEIGHT;
+constexpr auto k_CL_DEVICE_IMAGE_SUPPORT = tvmgen::cl::CL_DEVICE_IMAGE_SUPPORT;
+constexpr auto k_CL_DEVICE_EXTENSIONS = tvmgen::cl::CL_DEVICE_EXTENSIONS;
+constexpr auto k_CL_DEVICE_IMAGE_MAX_ARRAY_SIZE = tvmgen::cl::CL_DEVICE_IMAGE_MAX_ARRAY_SIZE;
+constexpr auto k_CL_RGBA = tvmgen::cl::CL_RGBA;
+constexpr auto k_CL_HALF_FLOAT = tvmgen::cl::CL_HALF_FLOAT;
+constexpr auto k_CL_FLOAT = tvmgen::cl::CL_FLOAT;
+constexpr auto k_CL_MEM_OBJECT_IMAGE2D_ARRAY = tvmgen::cl::CL_MEM_OBJECT_IMAGE2D_ARRAY;
 }  // namespace tvmgen_cl_check
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -264,6 +283,18 @@ static_assert(k_CL_DEVICE_QUEUE_PROPERTIES == CL_DEVICE_QUEUE_PROPERTIES, "cl_ap
 static_assert(k_CL_QUEUE_PROFILING_ENABLE == CL_QUEUE_PROFILING_ENABLE, "cl_api.h: CL_QUEUE_PROFILING_ENABLE");
 static_assert(k_CL_PROFILING_COMMAND_START == CL_PROFILING_COMMAND_START, "cl_api.h: CL_PROFILING_COMMAND_START");
 static_assert(k_CL_PROFILING_COMMAND_END == CL_PROFILING_COMMAND_END, "cl_api.h: CL_PROFILING_COMMAND_END");
+static_assert(k_CL_INVALID_MEM_OBJECT == CL_INVALID_MEM_OBJECT, "cl_api.h: CL_INVALID_MEM_OBJECT");
+static_assert(k_CL_DEVICE_IMAGE2D_MAX_WIDTH == CL_DEVICE_IMAGE2D_MAX_WIDTH, "cl_api.h: CL_DEVICE_IMAGE2D_MAX_WIDTH");
+static_assert(k_CL_DEVICE_IMAGE2D_MAX_HEIGHT == CL_DEVICE_IMAGE2D_MAX_HEIGHT, "cl_api.h: CL_DEVICE_IMAGE2D_MAX_HEIGHT");
+static_assert(k_CL_DEVICE_IMAGE_SUPPORT == CL_DEVICE_IMAGE_SUPPORT, "cl_api.h: CL_DEVICE_IMAGE_SUPPORT");
+static_assert(k_CL_DEVICE_EXTENSIONS == CL_DEVICE_EXTENSIONS, "cl_api.h: CL_DEVICE_EXTENSIONS");
+static_assert(k_CL_DEVICE_IMAGE_MAX_ARRAY_SIZE == CL_DEVICE_IMAGE_MAX_ARRAY_SIZE, "cl_api.h: CL_DEVICE_IMAGE_MAX_ARRAY_SIZE");
+static_assert(k_CL_RGBA == CL_RGBA, "cl_api.h: CL_RGBA");
+static_assert(k_CL_HALF_FLOAT == CL_HALF_FLOAT, "cl_api.h: CL_HALF_FLOAT");
+static_assert(k_CL_FLOAT == CL_FLOAT, "cl_api.h: CL_FLOAT");
+static_assert(k_CL_MEM_OBJECT_IMAGE2D_ARRAY == CL_MEM_OBJECT_IMAGE2D_ARRAY, "cl_api.h: CL_MEM_OBJECT_IMAGE2D_ARRAY");
+static_assert(sizeof(tvmgen::cl::cl_image_desc) == sizeof(::cl_image_desc), "cl_api.h: cl_image_desc");
+static_assert(sizeof(tvmgen::cl::cl_image_format) == sizeof(::cl_image_format), "cl_api.h: cl_image_format");
 }  // namespace tvmgen_cl_check
 #endif
 #endif

@@ -28,6 +28,9 @@ using cl_program_info = cl_uint;
 using cl_program_build_info = cl_uint;
 using cl_context_properties = intptr_t;
 using cl_profiling_info = cl_uint;
+using cl_channel_order = cl_uint;
+using cl_channel_type = cl_uint;
+using cl_mem_object_type = cl_uint;
 
 using cl_platform_id = struct _cl_platform_id*;
 using cl_device_id = struct _cl_device_id*;
@@ -38,11 +41,24 @@ using cl_program = struct _cl_program*;
 using cl_kernel = struct _cl_kernel*;
 using cl_event = struct _cl_event*;
 
+struct cl_image_format {
+  cl_channel_order image_channel_order;
+  cl_channel_type image_channel_data_type;
+};
+
+struct cl_image_desc {  // OpenCL 1.2 (2.0 names the last member mem_object: same layout)
+  cl_mem_object_type image_type;
+  size_t image_width, image_height, image_depth, image_array_size, image_row_pitch, image_slice_pitch;
+  cl_uint num_mip_levels, num_samples;
+  cl_mem buffer;
+};
+
 // Values from the Khronos cl.h (checked against it in cl_api.cc when it is installed).
 constexpr cl_int CL_SUCCESS = 0;
 constexpr cl_int CL_DEVICE_NOT_FOUND = -1;
 constexpr cl_int CL_PROFILING_INFO_NOT_AVAILABLE = -7;
 constexpr cl_int CL_INVALID_QUEUE_PROPERTIES = -35;
+constexpr cl_int CL_INVALID_MEM_OBJECT = -38;
 constexpr cl_bool CL_TRUE = 1;
 constexpr cl_device_type CL_DEVICE_TYPE_CPU = 1 << 1;
 constexpr cl_device_type CL_DEVICE_TYPE_GPU = 1 << 2;
@@ -56,6 +72,9 @@ constexpr cl_device_info CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS = 0x1003;
 constexpr cl_device_info CL_DEVICE_MAX_WORK_GROUP_SIZE = 0x1004;
 constexpr cl_device_info CL_DEVICE_MAX_WORK_ITEM_SIZES = 0x1005;
 constexpr cl_device_info CL_DEVICE_MAX_CLOCK_FREQUENCY = 0x100C;
+constexpr cl_device_info CL_DEVICE_IMAGE2D_MAX_WIDTH = 0x1011;
+constexpr cl_device_info CL_DEVICE_IMAGE2D_MAX_HEIGHT = 0x1012;
+constexpr cl_device_info CL_DEVICE_IMAGE_SUPPORT = 0x1016;
 constexpr cl_device_info CL_DEVICE_GLOBAL_MEM_SIZE = 0x101F;
 constexpr cl_device_info CL_DEVICE_LOCAL_MEM_SIZE = 0x1023;
 constexpr cl_device_info CL_DEVICE_QUEUE_PROPERTIES = 0x102A;  // CL_DEVICE_QUEUE_ON_HOST_PROPERTIES in 2.0
@@ -63,6 +82,12 @@ constexpr cl_device_info CL_DEVICE_NAME = 0x102B;
 constexpr cl_device_info CL_DEVICE_VENDOR = 0x102C;
 constexpr cl_device_info CL_DRIVER_VERSION = 0x102D;
 constexpr cl_device_info CL_DEVICE_VERSION = 0x102F;
+constexpr cl_device_info CL_DEVICE_EXTENSIONS = 0x1030;
+constexpr cl_device_info CL_DEVICE_IMAGE_MAX_ARRAY_SIZE = 0x1041;
+constexpr cl_channel_order CL_RGBA = 0x10B5;
+constexpr cl_channel_type CL_HALF_FLOAT = 0x10DD;
+constexpr cl_channel_type CL_FLOAT = 0x10DE;
+constexpr cl_mem_object_type CL_MEM_OBJECT_IMAGE2D_ARRAY = 0x10F3;
 constexpr cl_context_properties CL_CONTEXT_PLATFORM = 0x1084;
 constexpr cl_mem_flags CL_MEM_READ_WRITE = 1 << 0;
 constexpr cl_mem_flags CL_MEM_ALLOC_HOST_PTR = 1 << 4;
@@ -117,6 +142,18 @@ struct Api {
   cl_int (*GetEventProfilingInfo)(cl_event, cl_profiling_info, size_t, void*, size_t*);
   cl_int (*WaitForEvents)(cl_uint, const cl_event*);
   cl_int (*ReleaseEvent)(cl_event);
+  // Optional (OpenCL 1.2 images): texture memory ("global.texture*" scopes) needs them and names the missing one.
+  cl_mem (*CreateImage)(cl_context, cl_mem_flags, const cl_image_format*, const cl_image_desc*, void*, cl_int*);
+  cl_int (*EnqueueReadImage)(cl_command_queue, cl_mem, cl_bool, const size_t*, const size_t*, size_t, size_t, void*,
+                             cl_uint, const cl_event*, cl_event*);
+  cl_int (*EnqueueWriteImage)(cl_command_queue, cl_mem, cl_bool, const size_t*, const size_t*, size_t, size_t,
+                              const void*, cl_uint, const cl_event*, cl_event*);
+  cl_int (*EnqueueCopyImage)(cl_command_queue, cl_mem, cl_mem, const size_t*, const size_t*, const size_t*, cl_uint,
+                             const cl_event*, cl_event*);
+  cl_int (*EnqueueCopyImageToBuffer)(cl_command_queue, cl_mem, cl_mem, const size_t*, const size_t*, size_t, cl_uint,
+                                     const cl_event*, cl_event*);
+  cl_int (*EnqueueCopyBufferToImage)(cl_command_queue, cl_mem, cl_mem, size_t, const size_t*, const size_t*, cl_uint,
+                                     const cl_event*, cl_event*);
 };
 
 /*!

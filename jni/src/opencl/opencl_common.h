@@ -92,6 +92,12 @@ struct DeviceInfo {
   std::vector<size_t> max_work_items;
   cl_ulong local_mem = 0, global_mem = 0;
   cl_uint compute_units = 0, clock_mhz = 0;
+  std::string extensions;                       // CL_DEVICE_EXTENSIONS, space separated
+  bool image_support = false;                   // CL_DEVICE_IMAGE_SUPPORT
+  size_t image2d_max_width = 0, image2d_max_height = 0, image_max_array = 0;
+  bool HasExtension(const std::string& ext) const {
+    return (" " + extensions + " ").find(" " + ext + " ") != std::string::npos;
+  }
   cl_command_queue queue = nullptr;             // the default queue: one of these two
   cl_command_queue plain_queue = nullptr;       // created with the workspace
   cl_command_queue profiling_queue = nullptr;   // CL_QUEUE_PROFILING_ENABLE, created on first use
@@ -113,6 +119,55 @@ inline std::string PlatformString(const Api& api, cl_platform_id p, cl_platform_
   api.GetPlatformInfo(p, what, n, &s[0], nullptr);
   while (!s.empty() && s.back() == '\0') s.pop_back();
   return s;
+}
+
+// ------------------------------------------------------------------ texture memory
+// TVM's texture scopes keep an N-d tensor whose last axis has 4 elements (one RGBA pixel) in a 2-d
+// image array. The axes before the last are split in three runs, in order: array layers (depth),
+// rows (height) and columns (width); where the runs split depends on the scope:
+//   global.texture         [..., H, W, 4]: the last axis before the pixel is the width, the one before the height
+//   global.texture-nhwc    [N, C, H, W, 4]: N layers, C rows, H*W columns
+//   global.texture-weight  [O, ...,  4]: one layer, O rows, the rest columns
+// The element order is the tensor's row-major order, so host bytes copy to the image unchanged.
+struct ImageInfo {
+  size_t width = 1, height = 1, depth = 1;
+  size_t pixel_bytes = 16;  // 4 channels
+  size_t bytes() const { return width * height * depth * pixel_bytes; }
+};
+
+inline bool IsTextureScope(const std::string& scope) { return scope.rfind("global.texture", 0) == 0; }
+
+// Throws for scopes other than global, global.host and the three texture scopes.
+inline ImageInfo TextureShape(const std::string& scope, int ndim, const int64_t* shape, DLDataType dtype) {
+  if (ndim < 2 || shape[ndim - 1] != 4) {
+    std::ostringstream o;
+    for (int i = 0; i < ndim; ++i) o << (i ? "x" : "") << shape[i];
+    TVM_FFI_THROW(RuntimeError) << "OpenCL texture memory (" << scope << ") holds tensors whose last axis is 4 "
+                                << "(one RGBA pixel); this one is " << o.str();
+  }
+  if (dtype.code != kDLFloat || (dtype.bits != 32 && dtype.bits != 16) || dtype.lanes != 1) {
+    TVM_FFI_THROW(RuntimeError) << "OpenCL texture memory (" << scope << ") holds float32 or float16 tensors, not "
+                                << "code " << int(dtype.code) << " bits " << int(dtype.bits) << " lanes " << dtype.lanes;
+  }
+  int split;  // axes [0, split-1) -> depth, [split-1, split) -> height, [split, ndim-1) -> width
+  if (scope == "global.texture") {
+    split = ndim - 2;
+  } else if (scope == "global.texture-nhwc") {
+    split = 2;
+  } else if (scope == "global.texture-weight") {
+    split = 1;
+  } else {
+    TVM_FFI_THROW(RuntimeError) << "unknown OpenCL texture memory scope \"" << scope << "\"";
+  }
+  ImageInfo info;
+  for (int i = 0; i < ndim - 1; ++i) {
+    size_t n = static_cast<size_t>(shape[i]);
+    if (i < split - 1) info.depth *= n;
+    else if (i < split) info.height *= n;
+    else info.width *= n;
+  }
+  info.pixel_bytes = 4 * (dtype.bits / 8);
+  return info;
 }
 
 // The OpenCL platform in use: GPUs when any platform has one, otherwise the first platform's
@@ -302,6 +357,19 @@ class Workspace {
   // to and from them map the buffer (clEnqueueMapBuffer + memcpy) instead of Read/WriteBuffer.
   std::unordered_set<void*> host_visible;
   std::multimap<size_t, void*> free_workspace;  // per process; one device in practice
+  // Images (texture memory scopes): DLTensor::data is the image's cl_mem, as for buffers.
+  std::unordered_map<void*, ImageInfo> images;
+  bool IsImage(const void* mem) {
+    std::lock_guard<std::mutex> lock(mem_mu);
+    return images.count(const_cast<void*>(mem)) != 0;
+  }
+  bool FindImage(const void* mem, ImageInfo* out) {
+    std::lock_guard<std::mutex> lock(mem_mu);
+    auto it = images.find(const_cast<void*>(mem));
+    if (it == images.end()) return false;
+    *out = it->second;
+    return true;
+  }
 
  private:
   void DoInit() {
@@ -353,6 +421,14 @@ class Workspace {
       api.GetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(cl_ulong), &info.global_mem, nullptr);
       api.GetDeviceInfo(d, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof(cl_uint), &info.compute_units, nullptr);
       api.GetDeviceInfo(d, CL_DEVICE_MAX_CLOCK_FREQUENCY, sizeof(cl_uint), &info.clock_mhz, nullptr);
+      info.extensions = DeviceString(api, d, CL_DEVICE_EXTENSIONS);
+      cl_bool images = 0;
+      if (api.GetDeviceInfo(d, CL_DEVICE_IMAGE_SUPPORT, sizeof(images), &images, nullptr) == CL_SUCCESS && images) {
+        info.image_support = true;
+        api.GetDeviceInfo(d, CL_DEVICE_IMAGE2D_MAX_WIDTH, sizeof(size_t), &info.image2d_max_width, nullptr);
+        api.GetDeviceInfo(d, CL_DEVICE_IMAGE2D_MAX_HEIGHT, sizeof(size_t), &info.image2d_max_height, nullptr);
+        api.GetDeviceInfo(d, CL_DEVICE_IMAGE_MAX_ARRAY_SIZE, sizeof(size_t), &info.image_max_array, nullptr);
+      }
       info.queue = info.plain_queue = api.CreateCommandQueue(context_, d, 0, &err);
       TVMGEN_CL_CHECK(err, "clCreateCommandQueue");
       devices_.push_back(std::move(info));

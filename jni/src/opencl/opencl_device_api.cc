@@ -74,16 +74,56 @@ class OpenCLDeviceAPI final : public DeviceAPI {
 
   void* AllocDataSpace(DLDevice dev, int ndim, const int64_t* shape, DLDataType dtype,
                        ffi::Optional<ffi::String> mem_scope) final {
-    bool host_visible = mem_scope.has_value() && mem_scope.value() == "global.host";
-    if (mem_scope.has_value() && !mem_scope.value().empty() && mem_scope.value() != "global" && !host_visible) {
-      TVM_FFI_THROW(RuntimeError) << "tvmgen's OpenCL runtime supports buffer memory only, not the memory scope \""
-                                  << mem_scope.value() << "\" (texture memory, used by --gpu-family adreno): "
-                                  << "compile with --gpu-family generic";
+    std::string scope = mem_scope.has_value() ? std::string(mem_scope.value()) : std::string();
+    bool host_visible = scope == "global.host";
+    if (IsTextureScope(scope)) return AllocImage(dev, TextureShape(scope, ndim, shape, dtype), dtype, scope);
+    if (!scope.empty() && scope != "global" && !host_visible) {
+      TVM_FFI_THROW(RuntimeError) << "tvmgen's OpenCL runtime supports the memory scopes global, global.host and "
+                                  << "global.texture*, not \"" << scope << "\"";
     }
     size_t n = 1;
     for (int i = 0; i < ndim; ++i) n *= static_cast<size_t>(shape[i]);
     size_t nbytes = n * ((dtype.bits * dtype.lanes + 7) / 8);
     return AllocBuffer(dev, nbytes, host_visible);
+  }
+
+  // A 2-d image array (RGBA, float32 or float16 channels) for a texture-scoped tensor.
+  void* AllocImage(DLDevice dev, const ImageInfo& info, DLDataType dtype, const std::string& scope) {
+    Workspace& w = Workspace::Global();
+    const DeviceInfo& d = w.device(dev.device_id);
+    const Api& api = cl::Get();
+    if (!api.CreateImage) {
+      TVM_FFI_THROW(RuntimeError) << "OpenCL texture memory: " << LoadedPath() << " lacks clCreateImage (OpenCL 1.2): "
+                                  << "compile with --gpu-family generic";
+    }
+    if (!d.image_support) {
+      TVM_FFI_THROW(RuntimeError) << "OpenCL device " << d.name << " (driver " << d.driver << ") has no image "
+                                  << "support, which this model's texture memory (" << scope << ", --gpu-family adreno) "
+                                  << "needs: compile with --gpu-family generic";
+    }
+    if (info.width > d.image2d_max_width || info.height > d.image2d_max_height || info.depth > d.image_max_array) {
+      TVM_FFI_THROW(RuntimeError) << "OpenCL texture memory: a " << info.width << "x" << info.height << "x"
+                                  << info.depth << " image (" << scope << ") exceeds device " << d.name
+                                  << "'s limits (" << d.image2d_max_width << "x" << d.image2d_max_height << ", "
+                                  << d.image_max_array << " layers): compile with --gpu-family generic";
+    }
+    cl_image_format format{CL_RGBA, dtype.bits == 16 ? CL_HALF_FLOAT : CL_FLOAT};
+    cl_image_desc desc{};
+    desc.image_type = CL_MEM_OBJECT_IMAGE2D_ARRAY;
+    desc.image_width = info.width;
+    desc.image_height = info.height;
+    desc.image_array_size = info.depth;
+    cl_int err = CL_SUCCESS;
+    cl_mem m = api.CreateImage(w.context(), CL_MEM_READ_WRITE, &format, &desc, nullptr, &err);
+    if (err != CL_SUCCESS || m == nullptr) {
+      TVM_FFI_THROW(RuntimeError) << "OpenCL: creating a " << info.width << "x" << info.height << "x" << info.depth
+                                  << " RGBA " << (dtype.bits == 16 ? "half" : "float") << " image (" << scope
+                                  << ") on " << d.name << " failed: " << ErrorName(err);
+    }
+    std::lock_guard<std::mutex> lock(w.mem_mu);
+    w.sizes[m] = info.bytes();
+    w.images[m] = info;
+    return m;
   }
 
   void FreeDataSpace(DLDevice dev, void* ptr) final {
@@ -93,16 +133,17 @@ class OpenCLDeviceAPI final : public DeviceAPI {
       std::lock_guard<std::mutex> lock(w.mem_mu);
       w.sizes.erase(ptr);
       w.host_visible.erase(ptr);
+      w.images.erase(ptr);
     }
     // Kernels using the buffer may still be queued: OpenCL keeps it alive until they finish.
     cl::Get().ReleaseMemObject(static_cast<cl_mem>(ptr));
   }
 
   size_t GetDataSize(const DLTensor& arr, ffi::Optional<ffi::String> mem_scope) final {
-    if (mem_scope.has_value() && !mem_scope.value().empty() && mem_scope.value() != "global" &&
-        mem_scope.value() != "global.host") {
-      TVM_FFI_THROW(RuntimeError) << "tvmgen's OpenCL runtime does not support the memory scope \""
-                                  << mem_scope.value() << "\" (compile with --gpu-family generic)";
+    std::string scope = mem_scope.has_value() ? std::string(mem_scope.value()) : std::string();
+    if (IsTextureScope(scope)) return TextureShape(scope, arr.ndim, arr.shape, arr.dtype).bytes();
+    if (!scope.empty() && scope != "global" && scope != "global.host") {
+      TVM_FFI_THROW(RuntimeError) << "tvmgen's OpenCL runtime does not support the memory scope \"" << scope << "\"";
     }
     size_t n = 1;
     for (int i = 0; i < arr.ndim; ++i) n *= static_cast<size_t>(arr.shape[i]);
@@ -200,6 +241,59 @@ class OpenCLDeviceAPI final : public DeviceAPI {
     return true;
   }
 
+  // Copies where one side (or both) is an image: the whole image, from or to compact bytes.
+  void CopyImage(const void* from, size_t from_offset, const ImageInfo* from_img, void* to, size_t to_offset,
+                 const ImageInfo* to_img, size_t nbytes, DLDevice dev_from, DLDevice dev_to, bool from_cl, bool to_cl,
+                 TVMStreamHandle stream) {
+    const Api& api = cl::Get();
+    Workspace& w = Workspace::Global();
+    const ImageInfo& img = from_img ? *from_img : *to_img;
+    if ((from_img && from_offset != 0) || (to_img && to_offset != 0) || nbytes != img.bytes() ||
+        (from_img && to_img && from_img->bytes() != to_img->bytes())) {
+      TVM_FFI_THROW(RuntimeError) << "OpenCL texture copy: images are copied whole (" << img.bytes() << " bytes), not "
+                                  << nbytes << " bytes at offsets " << from_offset << " / " << to_offset;
+    }
+    if (!api.EnqueueReadImage || !api.EnqueueWriteImage || !api.EnqueueCopyImage || !api.EnqueueCopyImageToBuffer ||
+        !api.EnqueueCopyBufferToImage) {
+      TVM_FFI_THROW(RuntimeError) << "OpenCL texture copy: " << LoadedPath() << " lacks the OpenCL 1.2 image copies";
+    }
+    const size_t origin[3] = {0, 0, 0};
+    const size_t region[3] = {img.width, img.height, img.depth};
+    const size_t row = img.width * img.pixel_bytes, slice = row * img.height;
+    cl_command_queue q = w.Queue(from_cl ? dev_from.device_id : dev_to.device_id, stream);
+    cl_mem src = static_cast<cl_mem>(const_cast<void*>(from)), dst = static_cast<cl_mem>(to);
+    if (from_img && to_img) {
+      if (from_img->width != to_img->width || from_img->height != to_img->height || from_img->depth != to_img->depth) {
+        // same bytes, other image shape (another texture scope): through a buffer
+        cl_int err = CL_SUCCESS;
+        cl_mem tmp = api.CreateBuffer(w.context(), CL_MEM_READ_WRITE, nbytes, nullptr, &err);
+        TVMGEN_CL_CHECK(err, "clCreateBuffer (image to image copy)");
+        const size_t to_region[3] = {to_img->width, to_img->height, to_img->depth};
+        cl_int e1 = api.EnqueueCopyImageToBuffer(q, src, tmp, origin, region, 0, 0, nullptr, nullptr);
+        cl_int e2 = e1 == CL_SUCCESS ? api.EnqueueCopyBufferToImage(q, tmp, dst, 0, origin, to_region, 0, nullptr, nullptr) : e1;
+        cl_int e3 = api.Finish(q);
+        api.ReleaseMemObject(tmp);
+        TVMGEN_CL_CHECK(e1 != CL_SUCCESS ? e1 : e2 != CL_SUCCESS ? e2 : e3, "image to image copy");
+      } else {
+        TVMGEN_CL_CHECK(api.EnqueueCopyImage(q, src, dst, origin, origin, region, 0, nullptr, nullptr), "clEnqueueCopyImage");
+      }
+    } else if (from_img && to_cl) {
+      TVMGEN_CL_CHECK(api.EnqueueCopyImageToBuffer(q, src, dst, origin, region, to_offset, 0, nullptr, nullptr),
+                      "clEnqueueCopyImageToBuffer");
+    } else if (to_img && from_cl) {
+      TVMGEN_CL_CHECK(api.EnqueueCopyBufferToImage(q, src, dst, from_offset, origin, region, 0, nullptr, nullptr),
+                      "clEnqueueCopyBufferToImage");
+    } else if (from_img) {
+      TVMGEN_CL_CHECK(api.EnqueueReadImage(q, src, CL_TRUE, origin, region, row, slice, static_cast<char*>(to) + to_offset,
+                                           0, nullptr, nullptr), "clEnqueueReadImage (device to host)");
+    } else {
+      TVMGEN_CL_CHECK(api.EnqueueWriteImage(q, dst, CL_TRUE, origin, region, row, slice,
+                                            static_cast<const char*>(from) + from_offset, 0, nullptr, nullptr),
+                      "clEnqueueWriteImage (host to device)");
+    }
+    if (from_cl && to_cl && dev_from.device_id != dev_to.device_id) TVMGEN_CL_CHECK(api.Finish(q), "clFinish");
+  }
+
   void Copy(const void* from, size_t from_offset, void* to, size_t to_offset, size_t nbytes, DLDevice dev_from,
             DLDevice dev_to, TVMStreamHandle stream) {
     if (nbytes == 0) return;
@@ -208,6 +302,14 @@ class OpenCLDeviceAPI final : public DeviceAPI {
     bool from_cl = dev_from.device_type == kDLOpenCL, to_cl = dev_to.device_type == kDLOpenCL;
     bool from_host = dev_from.device_type == kDLCPU || dev_from.device_type == kDLCUDAHost;
     bool to_host = dev_to.device_type == kDLCPU || dev_to.device_type == kDLCUDAHost;
+    ImageInfo from_img, to_img;
+    bool from_image = from_cl && w.FindImage(from, &from_img);
+    bool to_image = to_cl && w.FindImage(to, &to_img);
+    if (from_image || to_image) {
+      CopyImage(from, from_offset, from_image ? &from_img : nullptr, to, to_offset, to_image ? &to_img : nullptr,
+                nbytes, dev_from, dev_to, from_cl, to_cl, stream);
+      return;
+    }
     if (from_cl && to_cl) {
       cl_command_queue q = w.Queue(dev_from.device_id, stream);
       TVMGEN_CL_CHECK(api.EnqueueCopyBuffer(q, static_cast<cl_mem>(const_cast<void*>(from)), static_cast<cl_mem>(to),

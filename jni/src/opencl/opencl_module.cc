@@ -14,6 +14,9 @@
 // and launched), the registration of every global, and the C API.
 #include "kernel_cache.h"
 
+#include <condition_variable>
+#include <thread>
+
 namespace tvmgen {
 namespace opencl {
 
@@ -21,7 +24,49 @@ struct FunctionInfo {
   std::string name;
   std::vector<DLDataType> arg_types;
   std::vector<std::string> launch_tags;
+  std::vector<bool> image_args;  // parameters declared image2d*_t in the kernel's source (texture memory)
 };
+
+// Which parameters of kernel `name` the OpenCL source declares as images ("__kernel void name(...)").
+std::vector<bool> ImageParams(const std::string& src, const std::string& name) {
+  std::vector<bool> out;
+  size_t pos = src.find("__kernel void " + name + "(");
+  if (pos == std::string::npos) return out;
+  size_t begin = pos + 15 + name.size(), end = src.find(')', begin);
+  if (end == std::string::npos) return out;
+  std::string params = src.substr(begin, end - begin);
+  size_t start = 0;
+  while (start <= params.size()) {
+    size_t comma = params.find(',', start);
+    std::string p = params.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    out.push_back(p.find("image1d") != std::string::npos || p.find("image2d") != std::string::npos ||
+                  p.find("image3d") != std::string::npos);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// IEEE half from float (round to nearest even), for float16 scalar kernel arguments.
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xFFu, mant = x & 0x7FFFFFu;
+  if (exp == 0xFFu) return static_cast<uint16_t>(sign | 0x7C00u | (mant ? 0x200u : 0u));  // inf / nan
+  int e = static_cast<int>(exp) - 127 + 15;
+  if (e >= 31) return static_cast<uint16_t>(sign | 0x7C00u);                             // overflow: inf
+  if (e <= 0) {                                                                           // subnormal or 0
+    if (e < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000u;
+    uint32_t shift = static_cast<uint32_t>(14 - e);
+    uint32_t h = mant >> shift, rest = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (h & 1u))) ++h;
+    return static_cast<uint16_t>(sign | h);
+  }
+  uint32_t h = (static_cast<uint32_t>(e) << 10) | (mant >> 13), rest = mant & 0x1FFFu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent: still right
+  return static_cast<uint16_t>(sign | h);
+}
 
 // Reader of the module blob TVM embeds for an OpenCL module (little-endian):
 //   string fmt; map<string, FunctionInfo> fmap; bytes code
@@ -93,10 +138,15 @@ class OpenCLModule : public ffi::ModuleObj {
           break;
         }
       }
+      for (auto& kv : fmap_) {
+        kv.second.image_args = ImageParams(sources_.empty() ? code_ : sources_.at(kv.first), kv.first);
+        for (bool b : kv.second.image_args) has_images_ |= b;
+      }
     }
   }
 
   ~OpenCLModule() {
+    for (auto& kv : prebuilds_) kv.second->Stop();
     if (!Available()) return;
     const Api& api = cl::Get();
     for (auto& kv : kernels_) {
@@ -120,6 +170,7 @@ class OpenCLModule : public ffi::ModuleObj {
     const FunctionInfo* info = &it->second;
     std::vector<size_t> sizes;
     for (const DLDataType& t : info->arg_types) {
+      // TVM's host code passes scalars as 64-bit values: a vector cannot reach a kernel (TVM's codegen refuses it)
       if (t.lanes != 1) TVM_FFI_THROW(RuntimeError) << "OpenCL kernel " << name << ": vector argument types are not supported";
       sizes.push_back(t.code == kDLOpaqueHandle ? sizeof(cl_mem) : static_cast<size_t>((t.bits + 7) / 8));
     }
@@ -169,6 +220,8 @@ class OpenCLModule : public ffi::ModuleObj {
         TVMGEN_CL_CHECK(err, "clCreateProgramWithBinary (" + fmt_ + ")");
         TVMGEN_CL_CHECK(api.BuildProgram(p, 1, &dev.id, "", nullptr, nullptr), "clBuildProgram (" + fmt_ + ")");
         ps[device_id] = p;
+      } else if (!sources_.empty() && BuildThreads() > 1) {
+        ps[device_id] = Prebuilt(device_id).Take(name);  // built in parallel with the module's other kernels
       } else {
         ps[device_id] = BuildProgram(sources_.empty() ? code_ : sources_.at(name), device_id, "kernel " + name);
       }
@@ -210,6 +263,7 @@ class OpenCLModule : public ffi::ModuleObj {
                                       << args[i].GetTypeKey();
         }
         cl_mem m = static_cast<cl_mem>(ptr);
+        if (has_images_ && ptr != nullptr && i < info.image_args.size()) CheckMemoryKind(name, i, info.image_args[i], ptr);
         err = api.SetKernelArg(kernel, static_cast<cl_uint>(i), sizeof(cl_mem), &m);
       } else if (t.code == kDLFloat) {
         double v = args[i].cast<double>();
@@ -218,6 +272,9 @@ class OpenCLModule : public ffi::ModuleObj {
           err = api.SetKernelArg(kernel, static_cast<cl_uint>(i), 4, &f);
         } else if (t.bits == 64) {
           err = api.SetKernelArg(kernel, static_cast<cl_uint>(i), 8, &v);
+        } else if (t.bits == 16) {
+          uint16_t h = FloatToHalf(static_cast<float>(v));
+          err = api.SetKernelArg(kernel, static_cast<cl_uint>(i), 2, &h);
         } else {
           TVM_FFI_THROW(RuntimeError) << "OpenCL kernel " << name << ": float" << int(t.bits) << " scalar arguments are not supported";
         }
@@ -266,6 +323,131 @@ class OpenCLModule : public ffi::ModuleObj {
     }
   }
 
+  // ---------------------------------------------------------------- parallel program builds
+  // The driver compiles one program at a time per call, and a model has tens of kernels, each its own
+  // program: built lazily one by one, a cold start (empty cache) spends the sum of their compile times
+  // in the first run. So the first kernel needed on a device starts BuildThreads() threads that build
+  // (or load from the cache) every kernel's program; a launch takes its program when ready, and builds
+  // it itself when no thread has started it yet. TVMGEN_OPENCL_BUILD_THREADS=1: one at a time, lazily.
+  static int BuildThreads() {
+    static int n = [] {
+      const char* v = std::getenv("TVMGEN_OPENCL_BUILD_THREADS");
+      if (v && *v) return std::max(1, std::atoi(v));
+      return static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+    }();
+    return n;
+  }
+
+  class Prebuild {
+   public:
+    Prebuild(const OpenCLModule* m, int device_id) : m_(m), device_id_(device_id) {
+      for (const auto& kv : m->fmap_) names_.push_back(kv.first);
+      for (const std::string& n : names_) state_[n] = Slot{};
+      int threads = std::min<int>(BuildThreads(), static_cast<int>(names_.size()));
+      for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+    }
+    ~Prebuild() {
+      Stop();
+      for (auto& kv : state_) {  // built, never launched
+        if (kv.second.program) cl::Get().ReleaseProgram(kv.second.program);
+      }
+    }
+
+    void Stop() {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+      }
+      for (std::thread& t : threads_) if (t.joinable()) t.join();
+    }
+
+    // The program of kernel `name`: waits for a thread building it, or builds it here. Throws its
+    // build error. The caller owns the program from then on.
+    cl_program Take(const std::string& name) {
+      std::unique_lock<std::mutex> lock(mu_);
+      Slot& slot = state_.at(name);
+      if (slot.state == kPending) {
+        slot.state = kBuilding;
+        lock.unlock();
+        Build(name);
+        lock.lock();
+      }
+      cv_.wait(lock, [&] { return slot.state == kDone; });
+      if (!slot.error.empty()) TVM_FFI_THROW(RuntimeError) << slot.error;
+      cl_program p = slot.program;
+      slot.program = nullptr;
+      return p;
+    }
+
+   private:
+    enum { kPending, kBuilding, kDone };
+    struct Slot {
+      int state = kPending;
+      cl_program program = nullptr;
+      std::string error;
+    };
+
+    void Work() {
+      for (;;) {
+        std::string name;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          while (next_ < names_.size() && state_[names_[next_]].state != kPending) ++next_;
+          if (stop_ || next_ >= names_.size()) return;
+          name = names_[next_];
+          state_[name].state = kBuilding;
+        }
+        Build(name);
+      }
+    }
+
+    void Build(const std::string& name) {
+      cl_program p = nullptr;
+      std::string error;
+      try {
+        p = BuildProgram(m_->sources_.at(name), device_id_, "kernel " + name);
+      } catch (const ffi::Error& e) {
+        error = e.message();
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      Slot& slot = state_[name];
+      slot.program = p;
+      slot.error = error;
+      slot.state = kDone;
+      cv_.notify_all();
+    }
+
+    const OpenCLModule* m_;
+    int device_id_;
+    std::vector<std::string> names_;
+    std::unordered_map<std::string, Slot> state_;
+    size_t next_ = 0;
+    bool stop_ = false;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<std::thread> threads_;
+  };
+
+  Prebuild& Prebuilt(int device_id) {  // with mu_ held
+    auto& p = prebuilds_[device_id];
+    if (!p) p = std::make_unique<Prebuild>(this, device_id);
+    return *p;
+  }
+
+  // A texture kernel's image parameter must get an image and a buffer parameter a buffer (a driver
+  // given the wrong kind may crash): e.g. a texture view made by another allocator than tvmgen's.
+  static void CheckMemoryKind(const std::string& name, size_t i, bool want_image, void* ptr) {
+    bool is_image = Workspace::Global().IsImage(ptr);
+    if (want_image == is_image) return;
+    TVM_FFI_THROW(RuntimeError) << "OpenCL kernel " << name << ": argument " << i << " is declared as "
+                                << (want_image ? "an image (texture memory)" : "a buffer") << " but got "
+                                << (is_image ? "an image" : "a buffer") << (want_image ?
+                                   ": texture-scoped tensors must be allocated by tvmgen's OpenCL runtime (its "
+                                   "device API, or the VM's allocator DeviceAllocator.opencl)" : "");
+  }
+
+  std::map<int, std::unique_ptr<Prebuild>> prebuilds_;  // per device; joined before the programs are released
+  bool has_images_ = false;
   std::string blob_, fmt_;
   std::map<std::string, FunctionInfo> fmap_;
   std::string code_;
@@ -274,6 +456,20 @@ class OpenCLModule : public ffi::ModuleObj {
   std::unordered_map<std::string, std::vector<cl_program>> programs_;
   std::unordered_map<std::string, std::vector<cl_kernel>> kernels_;
 };
+
+// Half-precision kernels (--precision fp16) need cl_khr_fp16: checked when the model is loaded, so the
+// error names the cause instead of a driver's build log on the first run. Where OpenCL itself is
+// missing, nothing is said here: the first use gives that error.
+void CheckHalfPrecision() {
+  Workspace& w = Workspace::Global();
+  if (!w.TryInit()) return;
+  const DeviceInfo& d = w.device(0);
+  if (d.HasExtension("cl_khr_fp16")) return;
+  TVM_FFI_THROW(RuntimeError) << "this model was compiled with --precision fp16, but OpenCL device " << d.name
+                              << " (driver " << d.driver << ", platform " << w.platform_name()
+                              << ") lacks cl_khr_fp16 (half precision): compile it with --precision fp32 for "
+                              << "this device";
+}
 
 ffi::Module LoadFromBytes(const ffi::Bytes& bytes) {
   std::string blob(bytes.data(), bytes.size());
@@ -310,6 +506,7 @@ ffi::Module LoadFromBytes(const ffi::Bytes& bytes) {
   if (fmt != "cl" && fmt != "xclbin" && fmt != "awsxclbin" && fmt != "aocx") {
     TVM_FFI_THROW(RuntimeError) << "OpenCL module format \"" << fmt << "\" is not supported";
   }
+  if (fmt == "cl" && code.find("cl_khr_fp16 : enable") != std::string::npos) CheckHalfPrecision();
   auto node = ffi::make_object<OpenCLModule>(std::move(blob), std::move(fmt), std::move(fmap), std::move(code));
   return ffi::Module(node);
 }
@@ -324,7 +521,9 @@ std::string InfoJson() {
     for (size_t i = 0; i < w.num_devices(); ++i) {
       const DeviceInfo& d = w.device(static_cast<int>(i));
       o << (i ? ", " : "") << "{\"name\": \"" << JsonEscape(d.name) << "\", \"driver\": \"" << JsonEscape(d.driver)
-        << "\", \"version\": \"" << JsonEscape(d.version) << "\"}";
+        << "\", \"version\": \"" << JsonEscape(d.version) << "\", \"fp16\": "
+        << (d.HasExtension("cl_khr_fp16") ? "true" : "false") << ", \"images\": " << (d.image_support ? "true" : "false")
+        << ", \"extensions\": \"" << JsonEscape(d.extensions) << "\"}";
     }
     o << "]";
   } else {

@@ -1,0 +1,192 @@
+"""OpenCL texture (image) memory in libtvmgen_opencl, on PoCL.
+
+TVM's Adreno schedules keep tensors in the memory scopes global.texture, global.texture-nhwc and
+global.texture-weight (2-d image arrays, RGBA pixels). Checked here: the runtime's images hold a
+tensor in the layout TVM's generated kernels read (a TVM-compiled kernel reads every scope back
+exactly), copies between host, buffers and images, the refusal of a buffer where a kernel declares an
+image, and tvmgen's legalization of grouped NCHWc convolutions (TVM's divides by zero on depthwise).
+TVM 0.27 alone writes images wrongly (its vectorizer scalarizes texture stores: each iteration of the
+channel loop writes a whole pixel); tvmgen's TIR pipeline for textures fixes that (adreno.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from test_opencl import opencl_lib, runtime  # noqa: F401 - fixtures (the host runtime, an OpenCL platform)
+
+SCOPES = ("global.texture", "global.texture-nhwc", "global.texture-weight")
+
+SCRIPT = r"""
+import ctypes, json, sys
+import numpy as np
+import tvm
+from tvm.script import tirx as T
+ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+from tvmgen.compiler import adreno
+from tvmgen.compiler.platforms import PLATFORMS, make_target, target_dict
+
+mode, work = sys.argv[2], sys.argv[3]
+dev = tvm.opencl(0)
+rng = np.random.default_rng(0)
+out = {}
+for scope in ("global.texture", "global.texture-nhwc", "global.texture-weight"):
+    shape = (2, 3, 5, 7, 4)
+    a = rng.standard_normal(shape).astype("float32")
+    if mode == "copies":
+        img = tvm.runtime.empty(shape, "float32", dev, mem_scope=scope)
+        img.copyfrom(a)                                    # host -> image
+        buf = tvm.runtime.empty(shape, "float32", dev)
+        buf.copyfrom(img)                                  # image -> buffer
+        img2 = tvm.runtime.empty(shape, "float32", dev, mem_scope=scope)
+        img2.copyfrom(buf)                                 # buffer -> image
+        img3 = tvm.runtime.empty(shape, "float32", dev, mem_scope=scope)
+        img3.copyfrom(img2)                                # image -> image
+        out[scope] = [bool(np.array_equal(t.numpy(), a)) for t in (img, buf, img2, img3)]
+        continue
+    n0, n1, n2, n3, _ = shape
+
+    @T.prim_func(s_tir=True)
+    def kernel(A: T.Buffer(shape, "float32", scope=scope), B: T.Buffer(shape, "float32", scope=scope),
+               C: T.Buffer(shape, "float32")):
+        T.func_attr({"global_symbol": "kernel", "tirx.noalias": True})
+        for i in T.thread_binding(n0 * n1, thread="blockIdx.x"):
+            for j in T.thread_binding(n2 * n3, thread="threadIdx.x"):
+                for c in T.vectorized(4):
+                    with T.sblock("read"):  # image -> buffer, scaled
+                        C[i // n1, i % n1, j // n3, j % n3, c] = A[i // n1, i % n1, j // n3, j % n3, c] * T.float32(2)
+                for c in T.vectorized(4):
+                    with T.sblock("write"):  # image -> image
+                        B[i // n1, i % n1, j // n3, j % n3, c] = A[i // n1, i % n1, j // n3, j % n3, c]
+
+    target = make_target(target_dict(PLATFORMS["host"], "opencl", "adreno"))
+    lib = tvm.tirx.build(tvm.IRModule({"kernel": kernel}), target=target, pipeline=adreno.register_tir_pipeline())
+    path = f"{work}/{scope}.so"
+    lib.export_library(path)
+    lib = tvm.runtime.load_module(path)
+    A = tvm.runtime.empty(shape, "float32", dev, mem_scope=scope)
+    A.copyfrom(a)
+    B = tvm.runtime.empty(shape, "float32", dev, mem_scope=scope)
+    C = tvm.runtime.empty(shape, "float32", dev)
+    lib["kernel"](A, B, C)
+    r = {"read": float(np.abs(C.numpy() - 2 * a).max()), "write": float(np.abs(B.numpy() - a).max())}
+    try:
+        lib["kernel"](C, B, C)  # a buffer where the kernel declares an image
+        r["refused"] = ""
+    except Exception as e:  # noqa: BLE001
+        r["refused"] = str(e)
+    out[scope] = r
+print(json.dumps(out))
+"""
+
+
+def _run(opencl_lib, mode: str, tmp_path) -> dict:  # noqa: F811
+    script = tmp_path / "texture_check.py"  # a file: TVMScript reads the kernel's source
+    script.write_text(SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), str(opencl_lib), mode, str(tmp_path)], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_images_copy_exactly_between_host_buffers_and_images(opencl_lib, tmp_path):  # noqa: F811
+    r = _run(opencl_lib, "copies", tmp_path)
+    assert set(r) == set(SCOPES)
+    for scope, ok in r.items():
+        assert ok == [True, True, True, True], (scope, "host->image, image->buffer, buffer->image, image->image", ok)
+
+
+@pytest.fixture(scope="module")
+def kernels(opencl_lib, tmp_path_factory) -> dict:  # noqa: F811
+    return _run(opencl_lib, "kernels", tmp_path_factory.mktemp("tex"))
+
+
+def test_tvm_kernels_read_images_in_the_runtimes_layout(kernels):
+    # every pixel where TVM's codegen looks for it: the flattening of each scope agrees
+    for scope in SCOPES:
+        assert kernels[scope]["read"] == 0.0, (scope, kernels[scope])
+
+
+def test_a_buffer_for_an_image_argument_is_refused(kernels):
+    for scope in SCOPES:
+        msg = kernels[scope]["refused"]
+        assert "argument 0 is declared as an image (texture memory) but got a buffer" in msg, msg
+
+
+def test_tvm_kernels_write_images(kernels):
+    # TVM 0.27 alone writes every pixel as its last channel: adreno.retype_texture_stores fixes that
+    for scope in SCOPES:
+        assert kernels[scope]["write"] == 0.0, (scope, kernels[scope])
+
+
+def test_grouped_nchwc_convolution_matches_numpy():
+    """tvmgen's legalization of grouped / depthwise convolutions in NCHW4c / OIHW4o, on the CPU."""
+    import tvm
+    from tvm import te
+
+    from tvmgen.compiler.adreno import grouped_conv2d_nchwc
+
+    rng = np.random.default_rng(1)
+    for cin, cout, groups, stride in ((16, 16, 16, 1), (16, 16, 16, 2), (16, 32, 2, 1), (8, 16, 2, 1)):
+        x = rng.standard_normal((1, cin, 9, 9)).astype("float32")
+        w = rng.standard_normal((cout, cin // groups, 3, 3)).astype("float32")
+        xc = x.reshape(1, cin // 4, 4, 9, 9).transpose(0, 1, 3, 4, 2)            # NCHW4c
+        wc = w.reshape(cout // 4, 4, cin // groups, 3, 3).transpose(0, 2, 3, 4, 1)  # OIHW4o
+        data = te.placeholder(xc.shape, name="data")
+        kernel = te.placeholder(wc.shape, name="kernel")
+        out = grouped_conv2d_nchwc(data, kernel, (stride, stride), (1, 1, 1, 1), (1, 1), groups)
+        f = tvm.tirx.build(te.create_prim_func([data, kernel, out]), target="llvm")
+        res = tvm.runtime.empty([int(d) for d in out.shape], "float32", tvm.cpu())
+        f(tvm.runtime.tensor(xc), tvm.runtime.tensor(wc), res)
+        got = res.numpy().transpose(0, 1, 4, 2, 3).reshape(1, cout, *res.shape[2:4])
+        # reference: grouped convolution, NCHW, padding 1
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        oh = (9 + 2 - 3) // stride + 1
+        ref = np.zeros((1, cout, oh, oh), "float32")
+        per_in, per_out = cin // groups, cout // groups
+        for o in range(cout):
+            g = o // per_out
+            for y in range(oh):
+                for xx in range(oh):
+                    patch = xp[0, g * per_in:(g + 1) * per_in, y * stride:y * stride + 3, xx * stride:xx * stride + 3]
+                    ref[0, o, y, xx] = (patch * w[o]).sum()
+        np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4, err_msg=f"{cin}->{cout} groups {groups} stride {stride}")
+
+
+@pytest.mark.parametrize("name", ["conv3x3", "conv1x1", "conv_depthwise"])
+def test_adreno_models_run_in_texture_memory(runtime, opencl_lib, tmp_path, monkeypatch, name):  # noqa: F811
+    """--gpu-family adreno end to end: the model's kernels take images (TVM's texture schedules, not
+    a buffer fallback), the VM's storage views become images through tvmgen's allocator, texture
+    weights are uploaded as images, and tvmgen-run (C++) and the Python VM match onnxruntime."""
+    import onnxruntime as ort
+
+    from conftest import save_onnx, single_op_models
+    from tvmgen import frontends
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.runner import HostModel
+
+    path = save_onnx(single_op_models()[name], tmp_path / f"{name}.onnx")
+    art = tmp_path / "adreno"
+    report = compile_to_artifact(frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "adreno"), art,
+                                 True, {"name": name})
+    assert report.target["keys"] == ["adreno", "opencl", "gpu", "texture"]
+    lib = (art / "model.so").read_bytes()
+    assert b"image2d_array_t" in lib and b"write_imagef" in lib, "built without texture memory"
+    assert len(report.vm["devices"]) > 2  # one OpenCL entry per memory scope, then the host
+    x = np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype("float32")
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    np.save(tmp_path / "x.npy", x)
+    proc = subprocess.run([str(runtime / "bin" / "tvmgen-run"), str(art), "-i", f"x={tmp_path / 'x.npy'}", "-o",
+                           str(tmp_path / "out"), "--repeat", "2"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "Scope Loaded" not in proc.stderr  # TVM's per-constant log lines are filtered out
+    got = np.load(next((tmp_path / "out").glob("*.npy")))
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+    monkeypatch.setenv("TVMGEN_OPENCL_BACKEND", str(opencl_lib))
+    np.testing.assert_allclose(np.asarray(HostModel(art).run({"x": x})[0]), want, atol=1e-4, rtol=1e-4)
