@@ -42,6 +42,7 @@ class Manifest:
     created: str = ""
     schema_version: int = SCHEMA_VERSION
     runtime_needs: dict = field(default_factory=dict)  # e.g. {"nnapi": {library, loader, min_android_api}}
+    precision: str = "fp32"  # "fp16": weights and activations in float16; inputs/outputs stay float32
 
     def to_json(self) -> dict:
         return {
@@ -61,6 +62,7 @@ class Manifest:
             "vm": self.vm,
             "files": self.files,
             **({"runtime_needs": self.runtime_needs} if self.runtime_needs else {}),
+            "precision": self.precision,
         }
 
     @classmethod
@@ -78,6 +80,7 @@ class Manifest:
             vm=d["vm"], params=d.get("params"), files=d.get("files", {}), versions=d.get("versions", {}),
             created=d.get("created", ""), schema_version=d["schema_version"],
             runtime_needs=d.get("runtime_needs", {}),
+            precision=d.get("precision", "fp32"),  # manifests written before --precision: fp32
         )
 
 

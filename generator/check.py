@@ -10,9 +10,28 @@ from tvmgen.errors import CheckError, TvmgenError
 console = logs.console
 
 
-def check_against_reference(imported, staged: Path, opts, rtol: float, atol: float, seed: int, scratch) -> None:
+# --check's tolerances when --rtol/--atol are not given: (rtol, atol), the limit on the largest error
+# being atol + rtol * (largest reference value). fp16 builds are compared with the same fp32
+# reference (onnxruntime...), so their limit is sized for half precision: float16 keeps 11
+# significant bits (a rounding error of up to 2^-11 ~ 4.9e-4 of a value each time a value is
+# stored), and every stored activation and weight rounds again, so a few layers deep the error is a
+# few times that: rtol 1e-2 is ~20 float16 roundings of the largest output; atol 1e-3 covers
+# outputs that are all near 0. A wrong kernel is still caught: its errors are of the order of the
+# values themselves. (Convolutions and matmuls sum in float32: the error does not grow with K.)
+TOLERANCES = {"fp32": (1e-3, 1e-4), "fp16": (1e-2, 1e-3)}
+
+
+def tolerances(precision: str, rtol: float | None = None, atol: float | None = None) -> tuple[float, float]:
+    """(rtol, atol) for an artifact of ``precision``: the user's where given, else TOLERANCES'."""
+    default_rtol, default_atol = TOLERANCES.get(precision, TOLERANCES["fp32"])
+    return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
+
+
+def check_against_reference(imported, staged: Path, opts, rtol: float | None, atol: float | None, seed: int,
+                            scratch) -> None:
     """`compile --check`: run the staged artifact (or, when it cannot run here, a host build of the
-    same model) and the reference runtime on seeded inputs; raising keeps the artifact from being written."""
+    same model) and the reference runtime on seeded inputs; raising keeps the artifact from being written.
+    ``rtol`` / ``atol`` None: the defaults for the build's precision (TOLERANCES)."""
     from tvmgen.compiler import build
     from tvmgen.compiler.platforms import PLATFORMS
     from tvmgen.frontends.base import random_inputs
@@ -27,10 +46,14 @@ def check_against_reference(imported, staged: Path, opts, rtol: float, atol: flo
         host_dir = Path(scratch) / "host-check"
         console.print(f"  [dim]{opts.platform.name}/{opts.device} ({opts.platform.cpu_target().get('mcpu', 'generic')}) cannot run here; "
                       "checking a host/cpu build of the same model[/]")
-        host_opts = build.BuildOptions(PLATFORMS["host"], "cpu", separate_params=opts.separate_params)
+        host_opts = build.BuildOptions(PLATFORMS["host"], "cpu", separate_params=opts.separate_params,
+                                       precision=getattr(opts, "precision", "fp32"))  # fp16: x86 emulates it
         build.compile_to_artifact(imported, host_opts, host_dir, True, {"name": "check"})
+    precision = getattr(opts, "precision", "fp32")
+    rtol, atol = tolerances(precision, rtol, atol)
     inputs = random_inputs(imported.inputs, seed)
-    with logs.step(f"Checking against {imported.reference_name}"):
+    suffix = f" ({precision} build)" if precision != "fp32" else ""
+    with logs.step(f"Checking against {imported.reference_name}{suffix}"):
         actual = HostModel(host_dir).run(inputs)
         expected = imported.reference(inputs)
     rows = compare(actual, expected, imported.output_names)

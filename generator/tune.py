@@ -1,9 +1,11 @@
 """`tvmgen tune`: MetaSchedule tuning of a model's operators, into a database `compile` reuses.
 
-The tasks are the fused TIR functions of the module ``compiler.cpu.prepare_passes`` makes, the
-same module ``compile`` schedules, so ``MetaScheduleApplyDatabase`` finds them there. Candidates
-are built here with the platform's own linker and timed either here (LocalRunner) or on a device
-over RPC (the project's tracker or proxy and native device server).
+The tasks are the fused TIR functions of the module ``compile`` schedules: for CPU targets the one
+``compiler.cpu.prepare_passes`` makes, for OpenCL the one ``compiler.gpu.prepare_passes`` makes
+(TVM's generic GPU pipeline before dlight), so ``MetaScheduleApplyDatabase`` finds them there.
+Candidates are built here with the platform's own linker (GPU ones: the OpenCL source inside a host
+library) and timed either here (LocalRunner, CPU only) or on a device over RPC (the project's
+tracker or proxy and native device server, which loads libtvmgen_opencl for OpenCL).
 
 A database is a directory per target under one root (the default is the user's state dir)::
 
@@ -11,6 +13,9 @@ A database is a directory per target under one root (the default is the user's s
     ROOT/<target name>/database_workload.json   MetaSchedule's JSONDatabase
     ROOT/<target name>/database_tuning_record.json
     ROOT/<target name>/cost_model.tar             the XGBoost cost model, for the next run
+
+GPU target names carry their host's name (``opencl-host-llvm-mattr=+neon-mtriple=aarch64-linux-android``):
+the kernels of a phone's GPU and those of this machine's OpenCL are timed on different devices.
 
 ``--trials N`` is a budget per task. Every measured candidate is a record, so a second run
 counts the trials already spent and only tunes what is left (resume).
@@ -44,23 +49,43 @@ def default_root() -> Path:
     return Path(base) if base else Path(state) / "tvmgen" / "tuning"
 
 
+def is_gpu(target) -> bool:
+    return target.kind.name != "llvm"
+
+
+def _kind_defaults(kind: str) -> dict:
+    from tvm.target import Target
+
+    return dict(Target({"kind": kind}).export())
+
+
 def target_spec(target) -> dict:
-    """The target as the dict `compile` builds it from (no num-cores: that is a tuning-only attribute)."""
+    """The target as the dict `compile` builds it from (no num-cores: that is a tuning-only attribute).
+    A GPU target leaves out the attributes its kind has anyway and keeps its host (a nested dict)."""
     spec = {}
+    defaults = _kind_defaults(target.kind.name) if is_gpu(target) else {}
     for k, v in dict(target.export()).items():
         if k in ("tag", "keys", "num-cores", "host") or k.startswith("feature."):  # derived or tuning-only
             continue
+        if k != "kind" and k in defaults and str(defaults[k]) == str(v):
+            continue
         spec[k] = [str(x) for x in v] if not isinstance(v, (str, int, float, bool)) else v
+    if is_gpu(target) and target.host is not None:
+        spec["host"] = target_spec(target.host)
     return spec
 
 
 def target_name(target) -> str:
-    """A directory name for the target, e.g. llvm-mcpu=znver4 or llvm-mattr=+neon-mtriple=aarch64-linux-gnu."""
+    """A directory name for the target, e.g. llvm-mcpu=znver4 or llvm-mattr=+neon-mtriple=aarch64-linux-gnu;
+    a GPU's ends with its host's: opencl-host-llvm-mcpu=znver4."""
     spec = target_spec(target)
+    spec.pop("host", None)
     parts = [str(spec.pop("kind"))]
     for k in sorted(spec):
         v = spec[k]
         parts.append(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}")
+    if is_gpu(target) and target.host is not None:
+        parts += ["host", target_name(target.host)]
     return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", "-".join(parts))
 
 
@@ -122,19 +147,32 @@ class Summary:
 
 
 def prepare(mod, target):
-    """The module compile schedules: TVM's preparation and tvmgen's layout passes (compiler.cpu)."""
+    """The module compile schedules: TVM's preparation and tvmgen's layout passes (compiler.cpu);
+    for a GPU, TVM's generic GPU pipeline up to dlight (compiler.gpu), after the GPU forms of
+    recurrent layers (as compiler.build makes them)."""
     import tvm
 
-    from tvmgen.compiler import cpu
+    from tvmgen.compiler import cpu, gpu, recurrent
 
+    if is_gpu(target):
+        if not gpu.tunable(target):
+            raise InputError(f"tuning does not handle {target_name(target)}: TVM builds it with its own pipeline",
+                             "tune --device opencl with --gpu-family generic or mali, or --device cpu")
+        mod = recurrent.gpu_variants(mod)
+        with target:
+            return tvm.transform.Sequential(gpu.prepare_passes(target))(mod)
     with target:
         return tvm.transform.Sequential(cpu.prepare_passes(target))(mod)
 
 
 def tuning_target(target, num_cores: int):
-    """MetaSchedule needs the core count of the machine that runs the candidates."""
+    """MetaSchedule needs the core count of the machine that runs the candidates (CPU); a GPU
+    target is used as it is, with its host (its thread limits, e.g. max_threads_per_block, bound
+    the search's thread tiles)."""
     from tvm.target import Target
 
+    if is_gpu(target):
+        return target
     return Target({**target_spec(target), "num-cores": num_cores})
 
 
@@ -217,7 +255,7 @@ def _tune_contexts(ms, contexts, summary, database, target, trials, device, num_
     progress = _ProgressCallback(summary, on_progress, device)
     if on_progress:
         on_progress(summary, None)
-    shape = schedules.cpu_shape(target)
+    shape = None if is_gpu(target) else schedules.cpu_shape(target)
     for i, (ctx, state) in enumerate(zip(contexts, summary.tasks)):
         us = seed_default(ms, ctx, shape, database, build, runner, device)
         if us is not None:  # a measured candidate like any other: it counts against --trials
@@ -235,7 +273,8 @@ def _tune_contexts(ms, contexts, summary, database, target, trials, device, num_
         try:
             ms.tune.tune_tasks(tasks=[ctx], task_weights=[1.0], work_dir=str(summary.directory),
                                max_trials_global=left, max_trials_per_task=left, num_trials_per_iter=min(left, 32),
-                               builder=build, runner=runner, database=database, cost_model=cost_model,
+                               builder=build, runner=runner, cost_model=cost_model,
+                               database=database if shape is not None else _search_view(database),
                                measure_callbacks=[progress.hook,
                                                   *ms.measure_callback.MeasureCallback.create("default")],
                                task_scheduler="round-robin")
@@ -252,19 +291,42 @@ def _tune_contexts(ms, contexts, summary, database, target, trials, device, num_
     return summary
 
 
+def default_schedule(ctx, shape):
+    """The schedule ``compile`` gives the task without a database: tvmgen's default (CPU, ``shape``
+    is the CPU's) or dlight's (GPU, ``shape`` None); None when there is none, or (GPU) when its
+    trace does not replay into the same function (a record must replay)."""
+    from tvmgen.compiler import gpu, schedules
+
+    if shape is not None:
+        sch = schedules.default_schedule(ctx.mod, shape)
+        return None if sch is None else schedules.with_packed_weights(sch)  # as compile (and MetaSchedule) does
+    import tvm
+    from tvm import s_tir
+
+    try:
+        sch = gpu.default_schedule(ctx.mod, ctx.target)
+        if sch is None:
+            return None
+        replay = s_tir.Schedule(ctx.mod)
+        sch.trace.apply_to_schedule(replay, remove_postproc=False)
+        tvm.ir.assert_structural_equal(replay.mod, sch.mod)
+    except Exception as e:  # noqa: BLE001 - the seed is a head start, not a requirement
+        log.info("task %s: dlight's schedule is not a replayable record (%s)", ctx.task_name, e)
+        return None
+    return sch
+
+
 def seed_default(ms, ctx, shape, database, build, runner, device: Device) -> float | None:
-    """Measure tvmgen's default schedule of the task like any candidate and record it (once).
+    """Measure the default schedule of the task (tvmgen's on CPU, dlight's on GPU) like any
+    candidate and record it (once).
 
     The database's best for the task is then never slower than what ``compile`` does without
     it, and the search's first population starts from a good schedule. Returns its latency (us),
     or None when it was recorded before, has no default schedule, or failed to build or run.
     """
-    from tvmgen.compiler import schedules
-
-    sch = schedules.default_schedule(ctx.mod, shape)
+    sch = default_schedule(ctx, shape)
     if sch is None:
         return None
-    sch = schedules.with_packed_weights(sch)  # as compile applies it (and MetaSchedule to its candidates)
     trace = str(sch.trace.as_json(remove_postproc=True))
     workload = database.commit_workload(ctx.mod)
     for rec in database.get_top_k(workload, 1 << 30):
@@ -276,7 +338,8 @@ def seed_default(ms, ctx, shape, database, build, runner, device: Device) -> flo
         log.warning("task %s: the default schedule did not build: %s", ctx.task_name,
                     " ".join(str(built.error_msg).splitlines()[-1:]))
         return None
-    (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, "cpu", args_info)])  # CPU tasks only
+    dev_type = "cpu" if shape is not None else ctx.target.kind.name  # as MetaSchedule names it for its candidates
+    (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, dev_type, args_info)])
     result = future.result()
     if result.error_msg or not result.run_secs:
         last = " ".join([ln for ln in str(result.error_msg).splitlines() if ln.strip()][-1:])
@@ -290,6 +353,42 @@ def seed_default(ms, ctx, shape, database, build, runner, device: Device) -> flo
     secs = [float(x) for x in result.run_secs]
     database.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload, secs, ctx.target, args_info))
     return sum(secs) / len(secs) * 1e6
+
+
+def _search_view(database):
+    """The database as MetaSchedule's GPU search sees it: without dlight's seeds, which are records
+    (``compile`` applies the best one, so a tuned kernel is never slower than dlight's) but not
+    search material. Its search replays the best records and runs its post-processors on them,
+    and RewriteUnboundBlock aborts the whole search on some of dlight's schedules ("Unsupported
+    case, where blockIdx is bound but threadIdx is not", seen on a mean); a schedule without
+    sampled decisions would give its mutators nothing to change anyway."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.database import PyDatabase
+
+    def searched(record) -> bool:
+        return any(inst.kind.name.startswith("Sample") for inst in record.trace.insts)
+
+    @derived_object
+    class SearchView(PyDatabase):
+        def has_workload(self, mod):
+            return database.has_workload(mod)
+
+        def commit_workload(self, mod):
+            return database.commit_workload(mod)
+
+        def commit_tuning_record(self, record):
+            database.commit_tuning_record(record)
+
+        def get_top_k(self, workload, top_k):
+            return [r for r in database.get_top_k(workload, 1 << 30) if searched(r)][:top_k]
+
+        def get_all_tuning_records(self):
+            return database.get_all_tuning_records()
+
+        def __len__(self):
+            return len(database)
+
+    return SearchView()
 
 
 def _cost_model(ms, path: Path, threads: int):
@@ -419,25 +518,57 @@ def print_summary(summary: Summary, trials: int) -> None:
             + (f"; sum of the best kernel latencies ≈ {total / 1e3:.3f} ms" if total is not None else ""))
     console.print(line)
     seeded = [t for t in summary.tasks if t.default_us is not None]
+    gpu = not summary.target.startswith("llvm")
+    defaults = "TVM's default GPU schedules (dlight)" if gpu else "tvmgen's default schedules"
     if seeded and total is not None:
         default = sum(t.default_us * t.weight for t in seeded) + sum(
             t.best_us * t.weight for t in summary.tasks if t.default_us is None and t.best_us is not None)
-        console.print(f"  tvmgen's default schedules, measured as candidates: ≈ {default / 1e3:.3f} ms "
+        console.print(f"  {defaults}, measured as candidates: ≈ {default / 1e3:.3f} ms "
                       f"({default / total:.2f}x the best)")
     failed = [t.name for t in summary.tasks if t.best_us is None]
     if failed:
         console.print(f"  [yellow]![/] no working candidate yet for: {', '.join(failed)} "
-                      "(they keep tvmgen's default schedules; see the log)")
+                      f"(they keep {defaults}; see the log)")
 
 
-def checked_database(root: Path | None, plat, device: str) -> Path | None:
-    """--tuning-db checked before the model is imported: it must hold records for the target."""
-    if root is None:
-        return None
+def database_target(plat, device: str, gpu_family: str = "generic"):
+    """The target whose records ``compile --device DEVICE`` looks up, or None where a database does not
+    apply (Metal, CUDA, Adreno's texture pipeline)."""
+    from tvmgen.compiler import gpu
     from tvmgen.compiler.platforms import make_target, target_dict
 
-    if device not in ("cpu", "nnapi"):
-        raise InputError(f"--tuning-db holds CPU kernels; --device {device} has none to take from it",
-                         "leave out --tuning-db, or use --device cpu")
-    open_database(root, make_target(target_dict(plat, device)))  # says which targets it has, if not this one
+    if device not in ("cpu", "nnapi", "opencl"):
+        return None
+    target = make_target(target_dict(plat, device, gpu_family))
+    return target if not is_gpu(target) or gpu.tunable(target) else None
+
+
+def has_records(root: Path, target) -> bool:
+    return (Path(root) / target_name(target) / "database_tuning_record.json").is_file()
+
+
+def checked_database(root: Path | None, plat, device: str, gpu_family: str = "generic",
+                     also: tuple | list = ()) -> Path | None:
+    """--tuning-db checked before the model is imported: it must hold records for the target (for one
+    of them, where the command also builds for the devices ``also``, as `app` adds a CPU build)."""
+    if root is None:
+        return None
+    usable = [t for t in (database_target(plat, d, gpu_family) for d in (device, *also)) if t is not None]
+    if not usable:
+        family = f" --gpu-family {gpu_family}" if device == "opencl" else ""
+        raise InputError(f"--tuning-db holds CPU and OpenCL kernels; --device {device}{family} has none to take "
+                         "from it",
+                         "leave out --tuning-db, or use --device cpu, or --device opencl with --gpu-family generic "
+                         "or mali")
+    if not any(has_records(root, t) for t in usable):
+        open_database(root, usable[0])  # says which targets it has
     return root
+
+
+def database_for(root: Path | None, plat, device: str, gpu_family: str = "generic") -> Path | None:
+    """``root`` where it holds records for this device's target, else None: for commands that build
+    for several devices from one database (`app`: the GPU build and its CPU fallback)."""
+    if root is None:
+        return None
+    target = database_target(plat, device, gpu_family)
+    return root if target is not None and has_records(root, target) else None

@@ -79,6 +79,13 @@ class Device:
     tracker: str | None = None
     proxy: str | None = None
     session_timeout: int = 120
+    gpu: bool = False  # candidates are GPU kernels (OpenCL): timed until a run lasts min_repeat_ms
+
+    @property
+    def min_repeat_ms(self) -> int:
+        """A GPU kernel of a small model takes microseconds, near the launch cost and the timer's
+        resolution: it is run until a measurement lasts this long (a CPU candidate once, as before)."""
+        return 10 if self.gpu else 0
 
     @property
     def remote(self) -> bool:
@@ -96,8 +103,22 @@ def rpc_session(_config, key: str, tracker: str | None, proxy: str | None, timeo
         # away would hang the tuning (MetaSchedule's RPC runner waits on its workers without a limit).
         if not tracker_summary(tracker).get(key, {}).get("total"):
             raise RuntimeError(f"no device with key {key!r} is registered with the tracker at {tracker}")
-        return rpc.connect_tracker(host, int(port)).request(key, priority=0, session_timeout=timeout)
-    return rpc.connect(host, int(port), key=key, session_timeout=timeout)
+        session = rpc.connect_tracker(host, int(port)).request(key, priority=0, session_timeout=timeout)
+    else:
+        session = rpc.connect(host, int(port), key=key, session_timeout=timeout)
+    _no_kernel_cache(session)
+    return session
+
+
+def _no_kernel_cache(session) -> None:
+    """Each candidate's OpenCL kernels are built once: the device's kernel cache (libtvmgen_opencl's)
+    is turned off for the session rather than filled with them, and set back by ``rpc_cleanup`` (a
+    server that does not fork a process per session, e.g. in an app, keeps its cache)."""
+    try:
+        session._tvmgen_kernel_cache = str(session.get_function("tvmgen.opencl.cache_dir")())
+        session.get_function("tvmgen.opencl.set_cache_dir")("")
+    except Exception:  # no OpenCL backend there (a CPU device), or not tvmgen's server
+        pass
 
 
 def rpc_alloc_arguments(session, device, args_info, alloc_repeat):
@@ -120,6 +141,12 @@ def rpc_alloc_arguments(session, device, args_info, alloc_repeat):
 
 
 def rpc_cleanup(session, remote_path):
+    cache = getattr(session, "_tvmgen_kernel_cache", None)
+    if cache:
+        try:
+            session.get_function("tvmgen.opencl.set_cache_dir")(cache)
+        except Exception:  # the device may have gone
+            pass
     if session is not None and remote_path is not None:
         try:
             session.remove(remote_path)
@@ -136,7 +163,7 @@ def candidate_runner(ms, device: Device):
     return ms.runner.RPCRunner(
         rpc_config=ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=device.key,
                                        session_timeout_sec=device.session_timeout),
-        evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=1, min_repeat_ms=0,
+        evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=1, min_repeat_ms=device.min_repeat_ms,
                                                    enable_cpu_cache_flush=False),
         max_workers=1,
         f_create_session=functools.partial(rpc_session, key=device.key, tracker=device.tracker, proxy=device.proxy,

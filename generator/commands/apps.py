@@ -11,6 +11,7 @@ import click
 
 from tvmgen import log as logs, nnapi, tune as tuning
 from tvmgen.android import downloads as pins
+from tvmgen.compiler import precision as precisions
 from tvmgen.errors import InputError, ToolMissingError, TvmgenError
 
 console = logs.console
@@ -166,10 +167,14 @@ def _with(options):
 @click.option("--feature-level", type=click.IntRange(1, 8), help="--device nnapi: highest NNAPI feature level.")
 @click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
 @click.option("--tuning-db", type=click.Path(path_type=Path),
-              help="CPU kernels tuned by `tvmgen tune` for the phone (as for compile); used by the CPU builds.")
+              help="CPU or OpenCL kernels tuned by `tvmgen tune` on the phone (as for compile); each build uses "
+                   "the kernels the database has for its target.")
+@click.option("--precision", default="fp32", show_default=True, type=click.Choice(precisions.PRECISIONS),
+              help=precisions.HELP + " Applies to the --device build; the CPU fallback of a GPU app stays fp32.")
 @_with(_app_common)
 def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strategy, feature_level, cost_table,
-        tuning_db, platforms, package, name, out, force, release, keystore, key_alias, install, serial, team_id, yes):
+        tuning_db, platforms, package, name, out, force, release, keystore, key_alias, install, serial, team_id, yes,
+        precision="fp32"):
     """Model -> Android app project -> signed APK -> phone (or, with --platform ios-arm64, an iOS app).
 
     Compiles the model for each ABI (and a CPU fallback for --device opencl or nnapi), renders the app from
@@ -193,6 +198,9 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
 
     if kind == "rpc":
         raise InputError("--kind rpc builds the RPC app, which takes no model", "use `tvmgen rpc-app --platform android`")
+    if precision != "fp32" and (device == "nnapi" or "ios-arm64" in platforms):
+        raise InputError(f"--precision {precision} is for Android --device cpu or opencl builds "
+                         "(NNAPI drivers choose their own precision; the iOS app builds fp32)", "leave out --precision")
     if "ios-arm64" in platforms:
         _android_only(platforms, release=release, run=run_app)
         if tuning_db:
@@ -206,7 +214,8 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
     apps.check_package(package)
     for p in platforms:
         check_pair(PLATFORMS[p], device)
-    tuning_db = tuning.checked_database(tuning_db, PLATFORMS[platforms[0]], "cpu")
+    tuning_db = tuning.checked_database(tuning_db, PLATFORMS[platforms[0]], device, gpu_family,
+                                        also=["cpu"] if device != "cpu" else [])
     out = out or Path("out") / f"{stem}-android-{device}-app"
     if out.exists() and not force:
         raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
@@ -232,7 +241,11 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
                 to_build, needs = nnapi.partition_and_generate(imported, feature_level, strategy, cost_table)
             build.compile_to_artifact(to_build, build.BuildOptions(PLATFORMS[platforms[0]], dev, gpu_family,
                                                                    objects_only=not linked, runtime_needs=needs,
-                                                                   tuning_db=tuning_db if dev != "opencl" else None),
+                                                                   tuning_db=tuning.database_for(
+                                                                       tuning_db, PLATFORMS[platforms[0]], dev,
+                                                                       gpu_family),
+                                                                   # the CPU fallback of a GPU app: fp32, runs anywhere
+                                                                   precision=precision if dev == device else "fp32"),
                                       artifacts[dev], True, {"name": stem, "source": model, "format": imported.format})
         from tvmgen import artifact
 

@@ -29,8 +29,10 @@ console = logs.console
 @click.option("--number", default=1, show_default=True, help="Runs averaged in each repeat.")
 @click.option("--min-repeat-ms", default=0, show_default=True, help="Stretch each repeat to at least this long.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the inputs (the same on host and device).")
-@click.option("--atol", default=1e-4, show_default=True, help="Fail (exit 5) above this error vs the reference...")
-@click.option("--rtol", default=1e-3, show_default=True, help="...plus this times the largest reference value.")
+@click.option("--atol", type=float, default=None,
+              help="Fail (exit 5) above this error vs the reference... [default: 1e-4, fp16 builds 1e-3]")
+@click.option("--rtol", type=float, default=None,
+              help="...plus this times the largest reference value. [default: 1e-3, fp16 builds 1e-2]")
 @click.option("--session-timeout", default=600, show_default=True, help="Seconds the device gives this session.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the results as JSON here.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path),
@@ -116,6 +118,12 @@ def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repe
         else:
             benching.plot(report, plot_path)
         console.print(f"plot: {plot_path}")
+    from tvmgen.check import tolerances
+
+    precision = "fp32"  # of the artifact benched (bench compiles models at fp32)
+    if artifact_dir is not None and (artifact_dir / "manifest.json").is_file():
+        precision = json.loads((artifact_dir / "manifest.json").read_text()).get("precision", "fp32")
+    rtol, atol = tolerances(precision, rtol, atol)
     bad = [r["name"] for r in report.check or [] if r["max_abs"] > atol + rtol * r["ref_max"]]
     if bad:
         raise CheckError(f"device outputs differ from {report.reference} beyond tolerance: {', '.join(bad)}",

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from tvmgen import check as numerics, log as logs, nnapi, tune as tuning
+from tvmgen.compiler import precision as precisions
 from tvmgen.errors import InputError
 
 console = logs.console
@@ -46,8 +47,10 @@ def _default_out(model: str, platform: str, device: str) -> Path:
 @click.option("--objects-only", is_flag=True,
               help="Write an object archive (model.tar) for the app build to link, instead of linking here.")
 @click.option("--check", is_flag=True, help="Compare outputs with the reference runtime on seeded random inputs.")
-@click.option("--rtol", default=1e-3, show_default=True, help="--check: tolerance relative to the largest reference value.")
-@click.option("--atol", default=1e-4, show_default=True, help="--check: absolute tolerance.")
+@click.option("--rtol", type=float, default=None,
+              help="--check: tolerance relative to the largest reference value. [default: 1e-3; 1e-2 with --precision fp16]")
+@click.option("--atol", type=float, default=None,
+              help="--check: absolute tolerance. [default: 1e-4; 1e-3 with --precision fp16]")
 @click.option("--seed", default=0, show_default=True, help="--check: seed for the random inputs.")
 @click.option("--schedules", "schedules", default="default", show_default=True, type=click.Choice(["default", "none"]),
               help="CPU kernels: tvmgen's default schedules (tiled, vectorised, parallel), or none: TVM's "
@@ -61,15 +64,17 @@ def _default_out(model: str, platform: str, device: str) -> Path:
                    "machine's CPU for --platform host (code that may not run on an older CPU), a generic NEON CPU for "
                    "Arm platforms. E.g. haswell or x86-64-v3 (any AVX2 machine), skylake-avx512, cortex-a76.")
 @click.option("--tuning-db", type=click.Path(path_type=Path),
-              help="CPU kernels tuned by `tvmgen tune` (its --db root): used where the database has them.")
+              help="CPU or OpenCL kernels tuned by `tvmgen tune` (its --db root): used where the database has them.")
 @click.option("--strategy", default="patterns", show_default=True, type=click.Choice(["patterns", "cost"]),
               help="--device nnapi: how to place operators (as for `tvmgen partition`).")
 @click.option("--feature-level", type=click.IntRange(1, 8), help="--device nnapi: highest NNAPI feature level.")
 @click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
+@click.option("--precision", default="fp32", show_default=True, type=click.Choice(precisions.PRECISIONS),
+              help=precisions.HELP)
 def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_inputs, tf_outputs,
             out, force, separate_params, objects_only, check, rtol, atol, seed, schedules="default", tuning_db=None,
             strategy="patterns", feature_level=None, cost_table=None, cpu_features=None, cpu_name=None,
-            const_flags=()):
+            const_flags=(), precision="fp32"):
     """Compile MODEL into an artifact directory (library + manifest.json).
 
     MODEL is an .onnx, .tflite, .pt2 (torch.export) or .pb (TensorFlow frozen graph) file,
@@ -100,7 +105,10 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
         plat = plat.with_features(cpu_features.split(","))
     overrides = [InputOverride.parse(f) for f in input_flags]
     consts = parse_consts(const_flags)
-    tuning_db = tuning.checked_database(tuning_db, plat, device)
+    tuning_db = tuning.checked_database(tuning_db, plat, device, gpu_family)
+    if precision != "fp32" and device == "nnapi":
+        raise InputError(f"--precision {precision} does not apply to --device nnapi: the NNAPI parts keep the "
+                         "model's float32 (NNAPI drivers choose their own precision)", "leave out --precision")
     out = out or _default_out(model, platform, device)
     if out.exists() and not force:  # fail before minutes of work, not after
         raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
@@ -132,7 +140,7 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
                                  "weights as constants", "leave out --separate-params")
             to_build, needs = nnapi.partition_and_generate(imported, feature_level, strategy, cost_table)
         opts = build.BuildOptions(plat, device, gpu_family, separate_params, objects_only, runtime_needs=needs,
-                                  schedules=schedules == "default", tuning_db=tuning_db)
+                                  schedules=schedules == "default", tuning_db=tuning_db, precision=precision)
         verify = (lambda staged: numerics.check_against_reference(imported, staged, opts, rtol, atol, seed,
                                                                   scratch)) if check else None
         manifest = build.compile_to_artifact(to_build, opts, out, force, model_info, verify=verify)

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tvmgen import __version__, artifact, kernels
-from tvmgen.compiler import export as exporter, recurrent
+from tvmgen.compiler import adreno, export as exporter, recurrent
 from tvmgen.compiler.platforms import DL_DEVICE_TYPES, Platform, make_target, target_dict
 from tvmgen.errors import CompileError, TvmgenError
 from tvmgen.frontends.base import ImportedModel, TensorSpec
-from tvmgen.log import console, step
+from tvmgen.log import console, filtered_stderr, step
 
 log = logging.getLogger("tvmgen.compiler")
 
@@ -26,6 +26,7 @@ class BuildOptions:
     tuning_db: Path | None = None  # a `tvmgen tune` database (CPU targets)
     schedules: bool = True  # False: TVM's own pipeline, unscheduled on CPU (for comparisons)
     runtime_needs: dict | None = None  # what the device runtime needs beyond TVM's core (NNAPI), for the manifest
+    precision: str = "fp32"  # "fp16": float16 weights and activations (compiler/precision.py)
 
 
 def output_specs(mod, names: list[str]) -> list[TensorSpec]:
@@ -61,6 +62,10 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
     if target.kind.name != "llvm":
         mod = recurrent.gpu_variants(mod)  # fused LSTM/GRU kernels: their GPU form
+    if opts.precision != "fp32":
+        from tvmgen.compiler import precision
+
+        mod = precision.apply(mod, opts.precision)  # interface stays float32
     report = {} if report is None else report
     failures: list[tuple[str, Exception]] = []
     for name, make_pipeline in _pipelines(target, opts, report):
@@ -69,7 +74,8 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
             with target:
                 pipeline = kernels.capture(make_pipeline(), report)  # report["module"]: for kernels.json
             ex = relax.build(mod, target, relax_pipeline=pipeline,
-                             system_lib=True if opts.platform.system_lib else None)
+                             system_lib=True if opts.platform.system_lib else None,
+                             **({"tir_pipeline": adreno.register_tir_pipeline()} if "texture" in target.keys else {}))
         except TvmgenError:  # tvmgen's own (e.g. a tuning database without this target): already says what to do
             raise
         except Exception as e:  # noqa: BLE001 - TVM raises many kinds; each becomes a CompileError below
@@ -142,13 +148,29 @@ def _pipelines(target, opts: BuildOptions, report: dict) -> list:
                 ("tvmgen's CPU pipeline without the NHWC layout conversion",
                  lambda: cpu.pipeline(target, opts.tuning_db, report, layout=False)),
                 ("TVM's own pipeline (kernels unscheduled: slow)", lambda: relax.get_default_pipeline(target))]
-    # GPU targets: TVM's own pipeline, after tvmgen's lowering of transposed convolutions (TVM's is
-    # NCHW-only) and with kernel names short enough for every driver; then TVM's pipeline alone
+    if "texture" in target.keys:  # --gpu-family adreno: texture memory, else Adreno schedules on buffers
+
+        def _adreno(texture: bool):
+            return tvm.transform.Sequential([conv_transpose.lower_only_pass(), adreno.pipeline(target, texture),
+                                             rewrites.short_kernel_names()])
+
+        def _generic():
+            from tvm.relax.backend import gpu_generic
+
+            return tvm.transform.Sequential([conv_transpose.lower_only_pass(), gpu_generic.get_default_pipeline(target),
+                                             rewrites.short_kernel_names()])
+
+        return [("TVM's Adreno pipeline with texture memory", lambda: _adreno(True)),
+                ("TVM's Adreno pipeline with buffer memory", lambda: _adreno(False)),
+                ("TVM's generic GPU pipeline", _generic)]
+    # GPU targets: TVM's own pipeline (compiler.gpu: a `tvmgen tune` database first where it applies,
+    # then dlight), after tvmgen's lowering of transposed convolutions (TVM's is NCHW-only) and with
+    # kernel names short enough for every driver; then without tvmgen's lowering
+    from tvmgen.compiler import gpu
+
     return [("TVM's own pipeline, transposed convolutions lowered by tvmgen",
-             lambda: tvm.transform.Sequential([conv_transpose.lower_only_pass(), relax.get_default_pipeline(target),
-                                               rewrites.short_kernel_names()])),
-            ("TVM's own pipeline", lambda: tvm.transform.Sequential([relax.get_default_pipeline(target),
-                                                                      rewrites.short_kernel_names()]))]
+             lambda: gpu.pipeline(target, opts.tuning_db, report)),
+            ("TVM's own pipeline", lambda: gpu.pipeline(target, opts.tuning_db, report, lower_conv_transpose=False))]
 
 
 def metal_pipeline(target):
@@ -217,17 +239,23 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
                 console.print(f"  [yellow]![/] {opts.tuning_db} has no tuned kernel of this model for this target "
                               "(tuned for another model or input shape, or by an older tvmgen): run `tvmgen tune` "
                               "on this model to use one")
-        kernels.record(tmp, report.pop("module", None), imported.params, model_info.get("source"))
+        final = report.pop("module", None)
+        kernels.record(tmp, final, imported.params, model_info.get("source"))
         what = "an object archive" if opts.objects_only or opts.platform.exporter == "xcode" else "the library"
         with step(f"Exporting {what} ({opts.platform.exporter} toolchain)"):
-            exported = exporter.export(ex, opts.platform, tmp, opts.objects_only)
+            with filtered_stderr():  # TVM's per-constant "Scope Saving" lines of texture builds
+                exported = exporter.export(ex, opts.platform, tmp, opts.objects_only)
         params = None
         if opts.separate_params:
             names = [f"p{i}" for i in range(len(imported.params))]
             blob = tvm.runtime.save_param_dict(dict(zip(names, imported.params)))
             (tmp / "model.params").write_bytes(blob)
             params = {"file": "model.params", "names": names, "count": len(names)}
-        devices = [{"name": opts.device, "dl_device_type": DL_DEVICE_TYPES[opts.device], "id": 0, "alloc_type": 2}]
+        # One entry per virtual device of the module (texture builds have one per memory scope, all
+        # the same GPU), then the host: the VM indexes them in that order.
+        vdevices = max(1, len(final.global_infos.get("vdevice", ())) if final is not None else 1)
+        devices = [{"name": opts.device, "dl_device_type": DL_DEVICE_TYPES[opts.device], "id": 0, "alloc_type": 2}
+                   for _ in range(vdevices if DL_DEVICE_TYPES[opts.device] != DL_DEVICE_TYPES["cpu"] else 1)]
         if DL_DEVICE_TYPES[opts.device] != DL_DEVICE_TYPES["cpu"]:  # the VM keeps shapes and scalars on the host
             devices.append({"name": "cpu", "dl_device_type": DL_DEVICE_TYPES["cpu"], "id": 0, "alloc_type": 2})
         manifest = artifact.Manifest(
@@ -248,6 +276,7 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
             versions={"tvm": tvm.__version__, "tvmgen": __version__},
             created=artifact.now(),
             runtime_needs=opts.runtime_needs or {},
+            precision=opts.precision,
         )
         artifact.write_manifest(tmp, manifest)
         if verify is not None:

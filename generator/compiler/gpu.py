@@ -1,0 +1,137 @@
+"""The GPU pipeline (OpenCL, generic family): TVM's ``gpu_generic`` pipeline, with a ``tvmgen tune``
+database applied before dlight's default schedules.
+
+TVM 0.27's generic GPU pipeline is: library dispatch, legalisation and fusion, dlight's
+``ApplyDefaultSchedule`` (Matmul, GEMV, Reduction, GeneralReduction, Fallback), dataflow lowering,
+finalisation. ``prepare_passes`` is everything before dlight (after tvmgen's lowering of transposed
+convolutions): the module ``tvmgen tune --device opencl`` extracts its tasks from, so
+``MetaScheduleApplyDatabase`` finds them here. Then, in order:
+
+1. the tuning database, when one is given (functions tuned by MetaSchedule on the device);
+2. dlight's default rules for the functions left (TVM's own GPU schedules, what an untuned build gets);
+3. TVM's lowering and finalisation, and kernel names short enough for every driver.
+
+Targets whose TVM pipeline is another one (Adreno's texture pipeline, CUDA's) keep TVM's own pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+log = logging.getLogger("tvmgen.compiler")
+
+
+def tunable(target) -> bool:
+    """Whether ``target`` is built with TVM's generic GPU pipeline here (so a database applies):
+    OpenCL, except the Adreno family, which TVM gives a pipeline of its own."""
+    return target.kind.name == "opencl" and "adreno" not in [str(k) for k in target.keys]
+
+
+def prepare_passes(target, lower_conv_transpose: bool = True) -> list:
+    """Relax -> fused TIR functions, unscheduled: the module both ``tune`` and ``compile`` schedule."""
+    from tvm.relax.backend.gpu_generic import pipeline as generic
+
+    from tvmgen.compiler import conv_transpose
+
+    legalize = [p for p in generic.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
+    return (([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
+            + generic.library_dispatch_passes(target) + legalize)
+
+
+def default_rules() -> list:
+    """dlight's GPU rules, in the order TVM's generic pipeline applies them."""
+    from tvm.s_tir import dlight as dl
+
+    return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+
+
+def default_schedule(mod, target):
+    """dlight's schedule of a task (an IRModule with ``main``), as ``compile`` gives it without a
+    database: a traced ``Schedule`` (its trace replays into a tuning record), or None."""
+    from tvm.s_tir.dlight.base.transform import _apply_rules
+
+    with target:
+        space = _apply_rules(mod["main"], target, default_rules(), tunable=False)
+    return space[0] if space else None
+
+
+def _scheduled(mod) -> set[str]:
+    import tvm
+
+    return {gv.name_hint for gv, f in mod.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and f.attrs.get("tirx.is_scheduled", False)}
+
+
+def _unscheduled(mod) -> set[str]:
+    import tvm
+
+    return {gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)} - _scheduled(mod)
+
+
+def schedule_passes(target, database=None, report: dict | None = None) -> list:
+    """The tuning database first (when given), then dlight's rules; ``report`` gets
+    ``{"tuned", "scheduled", "left"}`` (names) when a database is given, as the CPU pipeline reports."""
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import dlight as dl
+
+    if database is None:
+        return [dl.ApplyDefaultSchedule(*default_rules())]
+    seen: dict = {}
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenGpuBeforeDatabase")
+    def _before(mod, _ctx):
+        seen["before"] = _unscheduled(mod)
+        return mod
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenGpuFromDatabase")
+    def _tuned(mod, _ctx):
+        seen["tuned"] = seen["before"] & _scheduled(mod)
+        seen["after"] = _unscheduled(mod)
+        return mod
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenGpuDefaults")
+    def _defaults(mod, _ctx):
+        left = _unscheduled(mod)
+        done = seen["after"] - left
+        log.info("GPU schedules: %d from the tuning database, %d dlight defaults, %d left", len(seen["tuned"]),
+                 len(done), len(left))
+        if report is not None:
+            report.update(tuned=sorted(seen["tuned"]), scheduled=sorted(done), left=sorted(left))
+        return mod
+
+    return [_before, relax.transform.MetaScheduleApplyDatabase(enable_warning=False), _tuned,
+            dl.ApplyDefaultSchedule(*default_rules()), _defaults]
+
+
+def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, lower_conv_transpose: bool = True):
+    """A Relax pipeline for ``relax.build`` on GPU targets: ``prepare_passes``, the database and
+    dlight (``schedule_passes``), TVM's lowering, short kernel names. Targets TVM builds with
+    another pipeline (``tunable`` false) get that one, the database unused."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.backend.gpu_generic import pipeline as generic
+
+    from tvmgen.compiler import conv_transpose, rewrites
+
+    if not tunable(target):
+        if tuning_db:
+            log.info("the tuning database is not used for %s: TVM builds it with its own pipeline", target.kind.name)
+        return tvm.transform.Sequential(([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
+                                        + [relax.get_default_pipeline(target), rewrites.short_kernel_names()])
+    from tvmgen import tune
+
+    database = tune.open_database(tuning_db, target) if tuning_db else None
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenGpuPipeline")
+    def _pipeline(mod, _ctx):
+        passes = (prepare_passes(target, lower_conv_transpose) + schedule_passes(target, database, report)
+                  + generic.dataflow_lower_passes(target) + generic.finalize_passes(target))
+        with target:
+            if database is None:
+                return tvm.transform.Sequential(passes)(mod)
+            with database:
+                return tvm.transform.Sequential(passes)(mod)
+
+    return tvm.transform.Sequential([_pipeline, rewrites.short_kernel_names()])
