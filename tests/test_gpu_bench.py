@@ -1,0 +1,117 @@
+"""benchmarks/gpu.py: the GPU benchmark, end to end on PoCL (builtin model, cpu + opencl rows).
+
+Builds once (--build-only into a work directory), runs --quick in both phases, then --run-only on the
+same directory in a Python that cannot import tvm or tvmgen (no site-packages; only numpy on
+PYTHONPATH), as on a GPU machine that has python3 + numpy only. Skipped (reason printed) without an
+OpenCL platform. About 1.5-2 minutes on 2 cores (PoCL compiles the kernels in the cold start).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, require_tool, unavailable
+
+GPU = REPO / "benchmarks" / "gpu.py"
+COLUMNS = ["model", "device", "precision", "cold first run ms", "warm first run ms", "cold/warm", "init ms",
+           "kernels built / hits", "steady ms", "copy-in ms", "copy-out ms", "steady x cpu", "max abs err", "status"]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    """A work directory filled by --build-only, after checking that an OpenCL platform exists."""
+    require_tool("cmake")
+    w = tmp_path_factory.mktemp("gpu-bench")
+    proc = subprocess.run([sys.executable, str(GPU), "--build-only", "--work", str(w)], capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plan = json.loads((w / "plan.json").read_text())
+    assert [r["id"] for r in plan["rows"]] == ["cpu", "opencl"], plan["rows"]
+    assert all("error" not in r for r in plan["rows"]), plan["rows"]
+    assert not list(w.rglob("*.o")) and not (w / "build").exists()
+    code = ("import ctypes, sys, tvm; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
+            "print(tvm.get_global_func('tvmgen.opencl.info')())")
+    proc = subprocess.run([sys.executable, "-c", code, str(w / "runtime" / "lib" / "libtvmgen_opencl.so")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not info["available"]:
+        unavailable(f"no OpenCL platform here ({info.get('error', 'unknown')}); install PoCL: "
+                    "apt-get install pocl-opencl-icd")
+    return w
+
+
+def parse_table(stdout: str) -> dict[str, dict[str, str]]:
+    """device -> {column: cell} from gpu.py's table (columns are two or more spaces apart)."""
+    lines = stdout.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("model "))
+    header = re.split(r"\s{2,}", lines[start].strip())
+    assert header == COLUMNS, header
+    rows = {}
+    for ln in lines[start + 2:]:
+        if not ln.startswith("builtin:"):
+            break
+        cells = re.split(r"\s{2,}", ln.strip())
+        rows[cells[1]] = dict(zip(header, cells))
+    return rows
+
+
+def check_rows(stdout: str) -> None:
+    rows = parse_table(stdout)
+    assert set(rows) == {"cpu", "opencl"}, stdout
+    for device, row in rows.items():
+        assert row["status"] == "ok", stdout
+        assert row["precision"] == "fp32"
+        for col in ("cold first run ms", "warm first run ms", "init ms", "steady ms", "copy-in ms", "copy-out ms"):
+            assert float(row[col]) >= 0, (device, col, row[col])
+        assert float(row["cold/warm"].rstrip("x")) > 0
+        assert float(row["max abs err"]) < 1e-4, (device, row["max abs err"])
+    built, hits = (int(x) for x in rows["opencl"]["kernels built / hits"].split("/"))
+    assert built > 0 and hits == built, rows["opencl"]  # cold: all built from source; warm: all from the cache
+    assert float(rows["opencl"]["steady x cpu"].rstrip("x")) > 0
+    assert "OpenCL: " in stdout and "platform" in stdout  # the platform / device / driver line
+
+
+def test_quick_end_to_end(work):
+    """Both phases (the build reused from the work directory), one start each, one timed run."""
+    out = work / "quick.json"
+    proc = subprocess.run([sys.executable, str(GPU), "--quick", "--work", str(work), "--json", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    print(proc.stdout)
+    check_rows(proc.stdout)
+    doc = json.loads(out.read_text())
+    opencl = next(r for r in doc["rows"] if r["id"] == "opencl")
+    assert opencl["cold"][0]["cache"]["hits"] == 0 and opencl["warm"][0]["cache"]["misses"] == 0
+
+
+def test_run_only_without_tvm(work, tmp_path):
+    """--run-only in a Python where tvm and tvmgen cannot be imported: site-packages off (-S -s), numpy
+    alone on PYTHONPATH."""
+    site = tmp_path / "site"
+    site.mkdir()
+    np_dir = Path(np.__file__).resolve().parent
+    for p in np_dir.parent.iterdir():  # numpy and the wheel's bundled libraries (numpy.libs)
+        if p.name == "numpy" or p.name.startswith("numpy.libs"):
+            (site / p.name).symlink_to(p)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+    env["PYTHONPATH"] = str(site)
+    py = [sys.executable, "-S", "-s"]
+    probe = ("import importlib.util as u, numpy; "
+             "print([m for m in ('tvm', 'tvm_ffi', 'tvmgen') if u.find_spec(m) is not None])")
+    proc = subprocess.run([*py, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", proc.stdout  # nothing of TVM is importable there
+    proc = subprocess.run([*py, str(GPU), "--run-only", "--work", str(work), "--quick"], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    print(proc.stdout)
+    check_rows(proc.stdout)
