@@ -27,6 +27,22 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def opencl_info(lib: Path) -> dict:
+    """`tvmgen.opencl.info()` of the libtvmgen_opencl at ``lib`` (platform, devices with their fp16 and
+    image support), read in a separate process; skips (fails under CI=true) when no OpenCL device is found."""
+    import json
+
+    code = ("import ctypes, sys, tvm; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
+            "print(tvm.get_global_func('tvmgen.opencl.info')())")
+    proc = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not info["available"]:
+        unavailable(f"no OpenCL platform here ({info.get('error', 'unknown')}); install PoCL: "
+                    "apt-get install pocl-opencl-icd")
+    return info
+
+
 def require_tool(name: str) -> None:
     import shutil
 

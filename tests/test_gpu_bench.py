@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, require_tool, unavailable
+from conftest import REPO, opencl_info, require_tool
 
 GPU = REPO / "benchmarks" / "gpu.py"
 COLUMNS = ["model", "device", "precision", "cold first run ms", "warm first run ms", "cold/warm", "init ms",
@@ -37,15 +37,7 @@ def work(tmp_path_factory) -> Path:
     assert [r["id"] for r in plan["rows"]] == ["cpu", "opencl"], plan["rows"]
     assert all("error" not in r for r in plan["rows"]), plan["rows"]
     assert not list(w.rglob("*.o")) and not (w / "build").exists()
-    code = ("import ctypes, sys, tvm; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
-            "print(tvm.get_global_func('tvmgen.opencl.info')())")
-    proc = subprocess.run([sys.executable, "-c", code, str(w / "runtime" / "lib" / "libtvmgen_opencl.so")],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
-    if not info["available"]:
-        unavailable(f"no OpenCL platform here ({info.get('error', 'unknown')}); install PoCL: "
-                    "apt-get install pocl-opencl-icd")
+    opencl_info(w / "runtime" / "lib" / "libtvmgen_opencl.so")
     return w
 
 

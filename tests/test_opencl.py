@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, require_tool, save_onnx, single_op_models, unavailable
+from conftest import REPO, opencl_info, require_tool, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS
@@ -24,10 +24,6 @@ from tvmgen.frontends.base import random_inputs
 
 SINGLE_OPS = ("conv3x3", "conv_depthwise", "gemm", "softmax", "two_outputs")
 STATS = re.compile(r"tvmgen-opencl: cache (\{.*\})")
-
-
-def _require_opencl(reason: str) -> None:
-    unavailable(f"no OpenCL platform here ({reason}); install PoCL: apt-get install pocl-opencl-icd")
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +41,7 @@ def runtime(tmp_path_factory) -> Path:
 def opencl_lib(runtime) -> Path:
     """libtvmgen_opencl, after checking (in a separate process) that it finds an OpenCL device."""
     lib = runtime / "lib" / "libtvmgen_opencl.so"
-    code = ("import ctypes, sys, tvm; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
-            "print(tvm.get_global_func('tvmgen.opencl.info')())")
-    proc = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
-    if not info["available"]:
-        _require_opencl(info.get("error", "unknown"))
+    opencl_info(lib)
     return lib
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import TVMGEN, onnx_model, save_onnx
+from conftest import TVMGEN, onnx_model, opencl_info, save_onnx
 from test_opencl import opencl_lib, runtime  # noqa: F401 - fixtures (host runtime, an OpenCL platform)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -214,10 +214,7 @@ def test_fp16_on_opencl_runs_or_names_the_missing_extension(built, tmp_path, run
     r = cli("compile", built["model"], "--device", "opencl", "--platform", "host", "--precision", "fp16",
             "-o", tmp_path / "fp16", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    code = ("import ctypes, sys, tvm; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
-            "print(tvm.get_global_func('tvmgen.opencl.info')())")
-    info = json.loads(subprocess.run([sys.executable, "-c", code, str(opencl_lib)], capture_output=True, text=True,
-                                     timeout=300).stdout.strip().splitlines()[-1])
+    info = opencl_info(opencl_lib)
     x = np.random.default_rng(3).standard_normal((1, 8, 16, 16)).astype("float32")
     np.save(tmp_path / "x.npy", x)
     proc = subprocess.run([str(runtime / "bin" / "tvmgen-run"), str(tmp_path / "fp16"), "-i", f"x={tmp_path / 'x.npy'}",

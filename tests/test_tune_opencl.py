@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import onnx_model, require_tool, save_onnx, unavailable
+from conftest import onnx_model, opencl_info, require_tool, save_onnx
 from tvmgen import rpc
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -51,15 +51,7 @@ def opencl_runtime() -> Path:
 
     require_tool("cmake")
     prefix = runtime_build.cached_build("host")
-    lib = prefix / "lib" / "libtvmgen_opencl.so"
-    code = ("import ctypes, sys, tvm; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
-            "print(tvm.get_global_func('tvmgen.opencl.info')())")
-    proc = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
-    if not info["available"]:
-        unavailable(f"no OpenCL platform here ({info.get('error', 'unknown')}); install PoCL: "
-                    "apt-get install pocl-opencl-icd")
+    opencl_info(prefix / "lib" / "libtvmgen_opencl.so")
     return prefix
 
 

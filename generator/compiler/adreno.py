@@ -100,7 +100,6 @@ def legalize_passes(target, texture: bool = True) -> list:
 def pipeline(target, texture: bool = True):
     """The whole Relax pipeline for an Adreno target (texture memory or buffers)."""
     import tvm
-    from tvm import relax
     from tvm.relax.backend import gpu_generic
 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenAdrenoPipeline")

@@ -202,7 +202,7 @@ def schedule_summary(report: dict) -> str:
     parts = []
     if report.get("tuned"):
         parts.append(f"{len(report['tuned'])} from the tuning database")
-    parts.append(f"{len(report.get('scheduled', []))} tvmgen defaults")
+    parts.append(f"{len(report.get('scheduled', []))} {report.get('defaults', 'tvmgen defaults')}")
     if report.get("handwritten"):
         parts.append(f"{len(report['handwritten'])} tvmgen kernels ({', '.join(report['handwritten'][:4])})")
     left = report.get("left", [])

@@ -98,7 +98,8 @@ def schedule_passes(target, database=None, report: dict | None = None) -> list:
         log.info("GPU schedules: %d from the tuning database, %d dlight defaults, %d left", len(seen["tuned"]),
                  len(done), len(left))
         if report is not None:
-            report.update(tuned=sorted(seen["tuned"]), scheduled=sorted(done), left=sorted(left))
+            report.update(tuned=sorted(seen["tuned"]), scheduled=sorted(done), left=sorted(left),
+                          defaults="dlight defaults")
         return mod
 
     return [_before, relax.transform.MetaScheduleApplyDatabase(enable_warning=False), _tuned,
