@@ -32,12 +32,22 @@ std::string ProgramBinary(const Api& api, cl_program prog, cl_device_id dev) {
   return "";
 }
 
+// Options for clBuildProgram: TVMGEN_OPENCL_BUILD_OPTIONS (e.g. "-cl-mad-enable"), else none. They
+// are part of the cache key.
+const std::string& BuildOptions() {
+  static const std::string options = [] {
+    const char* v = std::getenv("TVMGEN_OPENCL_BUILD_OPTIONS");
+    return std::string(v ? v : "");
+  }();
+  return options;
+}
+
 cl_program BuildProgram(const std::string& source, int device_id, const std::string& what) {
   Workspace& w = Workspace::Global();
   const Api& api = cl::Get();
   DeviceInfo& dev = w.device(device_id);
   KernelCache& cache = KernelCache::Global();
-  const std::string options;
+  const std::string& options = BuildOptions();
   std::string key = KernelCache::Key(Sha256Hex(source), dev, options);
   std::string path;
   auto t0 = std::chrono::steady_clock::now();
