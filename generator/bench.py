@@ -181,7 +181,8 @@ def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, numb
         lib = remote.system_lib() if linked else remote.load_module(lib_name)
         t1 = time.perf_counter()
         dev = remote.device(DL_DEVICE_TYPES[manifest.device], 0)
-        vm = relax.VirtualMachine(lib, dev)
+        gpu_entries = [d for d in manifest.vm.get("devices", []) if d.get("dl_device_type") != DL_DEVICE_TYPES["cpu"]]
+        vm = relax.VirtualMachine(lib, [dev] * len(gpu_entries) if len(gpu_entries) > 1 else dev)  # textures: one per scope
         params = []
         if manifest.params:
             loaded = tvm.runtime.load_param_dict((directory / manifest.params["file"]).read_bytes())
