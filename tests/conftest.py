@@ -43,6 +43,25 @@ def opencl_info(lib: Path) -> dict:
     return info
 
 
+@pytest.fixture(scope="session")
+def ocl_runtime(tmp_path_factory) -> Path:
+    """The host runtime (tvmgen-run, libtvmgen_runtime, libtvmgen_opencl) built from jni/, once per session."""
+    from tvmgen import runtime_build
+
+    require_tool("cmake")
+    prefix = runtime_build.build("host", tmp_path_factory.mktemp("ocl-rt"), jni=False)
+    assert (prefix / "lib" / "libtvmgen_opencl.so").is_file()
+    return prefix
+
+
+@pytest.fixture(scope="session")
+def opencl_lib(ocl_runtime) -> Path:
+    """libtvmgen_opencl, after checking (in a separate process) that it finds an OpenCL device."""
+    lib = ocl_runtime / "lib" / "libtvmgen_opencl.so"
+    opencl_info(lib)
+    return lib
+
+
 def require_tool(name: str) -> None:
     import shutil
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, opencl_info, require_tool, save_onnx, single_op_models
+from conftest import REPO, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS
@@ -27,22 +27,9 @@ STATS = re.compile(r"tvmgen-opencl: cache (\{.*\})")
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory) -> Path:
-    """The host runtime (tvmgen-run, libtvmgen_runtime, libtvmgen_opencl) built from jni/."""
-    from tvmgen import runtime_build
-
-    require_tool("cmake")
-    prefix = runtime_build.build("host", tmp_path_factory.mktemp("ocl-rt"), jni=False)
-    assert (prefix / "lib" / "libtvmgen_opencl.so").is_file()
-    return prefix
-
-
-@pytest.fixture(scope="module")
-def opencl_lib(runtime) -> Path:
-    """libtvmgen_opencl, after checking (in a separate process) that it finds an OpenCL device."""
-    lib = runtime / "lib" / "libtvmgen_opencl.so"
-    opencl_info(lib)
-    return lib
+def runtime(ocl_runtime) -> Path:
+    """The host runtime (tvmgen-run, libtvmgen_runtime, libtvmgen_opencl) built from jni/ (conftest)."""
+    return ocl_runtime
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from conftest import TVMGEN, onnx_model, opencl_info, save_onnx
-from test_opencl import opencl_lib, runtime  # noqa: F401 - fixtures (host runtime, an OpenCL platform)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -205,7 +204,7 @@ if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
 
 
-def test_fp16_on_opencl_runs_or_names_the_missing_extension(built, tmp_path, runtime, opencl_lib):  # noqa: F811
+def test_fp16_on_opencl_runs_or_names_the_missing_extension(built, tmp_path, ocl_runtime, opencl_lib):
     """On a device with cl_khr_fp16 the fp16 OpenCL build matches the fp32 CPU build within fp16
     tolerances; on one without (PoCL on x86) tvmgen-run refuses it at load, naming the extension and
     the fix, instead of a driver's build log on the first run."""
@@ -217,7 +216,7 @@ def test_fp16_on_opencl_runs_or_names_the_missing_extension(built, tmp_path, run
     info = opencl_info(opencl_lib)
     x = np.random.default_rng(3).standard_normal((1, 8, 16, 16)).astype("float32")
     np.save(tmp_path / "x.npy", x)
-    proc = subprocess.run([str(runtime / "bin" / "tvmgen-run"), str(tmp_path / "fp16"), "-i", f"x={tmp_path / 'x.npy'}",
+    proc = subprocess.run([str(ocl_runtime / "bin" / "tvmgen-run"), str(tmp_path / "fp16"), "-i", f"x={tmp_path / 'x.npy'}",
                            "-o", str(tmp_path / "out"), "--repeat", "1"], capture_output=True, text=True, timeout=600)
     if info["devices"][0]["fp16"]:
         assert proc.returncode == 0, proc.stderr

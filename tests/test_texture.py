@@ -19,7 +19,6 @@ import sys
 import numpy as np
 import pytest
 
-from test_opencl import opencl_lib, runtime  # noqa: F401 - fixtures (the host runtime, an OpenCL platform)
 
 SCOPES = ("global.texture", "global.texture-nhwc", "global.texture-weight")
 
@@ -86,7 +85,7 @@ print(json.dumps(out))
 """
 
 
-def _run(opencl_lib, mode: str, tmp_path) -> dict:  # noqa: F811
+def _run(opencl_lib, mode: str, tmp_path) -> dict:
     script = tmp_path / "texture_check.py"  # a file: TVMScript reads the kernel's source
     script.write_text(SCRIPT)
     proc = subprocess.run([sys.executable, str(script), str(opencl_lib), mode, str(tmp_path)], capture_output=True,
@@ -95,7 +94,7 @@ def _run(opencl_lib, mode: str, tmp_path) -> dict:  # noqa: F811
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_images_copy_exactly_between_host_buffers_and_images(opencl_lib, tmp_path):  # noqa: F811
+def test_images_copy_exactly_between_host_buffers_and_images(opencl_lib, tmp_path):
     r = _run(opencl_lib, "copies", tmp_path)
     assert set(r) == set(SCOPES)
     for scope, ok in r.items():
@@ -103,7 +102,7 @@ def test_images_copy_exactly_between_host_buffers_and_images(opencl_lib, tmp_pat
 
 
 @pytest.fixture(scope="module")
-def kernels(opencl_lib, tmp_path_factory) -> dict:  # noqa: F811
+def kernels(opencl_lib, tmp_path_factory) -> dict:
     return _run(opencl_lib, "kernels", tmp_path_factory.mktemp("tex"))
 
 
@@ -160,7 +159,7 @@ def test_grouped_nchwc_convolution_matches_numpy():
 
 
 @pytest.mark.parametrize("name", ["conv3x3", "conv1x1", "conv_depthwise"])
-def test_adreno_models_run_in_texture_memory(runtime, opencl_lib, tmp_path, monkeypatch, name):  # noqa: F811
+def test_adreno_models_run_in_texture_memory(ocl_runtime, opencl_lib, tmp_path, monkeypatch, name):
     """--gpu-family adreno end to end: the model's kernels take images (TVM's texture schedules, not
     a buffer fallback), the VM's storage views become images through tvmgen's allocator, texture
     weights are uploaded as images, and tvmgen-run (C++) and the Python VM match onnxruntime."""
@@ -183,7 +182,7 @@ def test_adreno_models_run_in_texture_memory(runtime, opencl_lib, tmp_path, monk
     x = np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype("float32")
     want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
     np.save(tmp_path / "x.npy", x)
-    proc = subprocess.run([str(runtime / "bin" / "tvmgen-run"), str(art), "-i", f"x={tmp_path / 'x.npy'}", "-o",
+    proc = subprocess.run([str(ocl_runtime / "bin" / "tvmgen-run"), str(art), "-i", f"x={tmp_path / 'x.npy'}", "-o",
                            str(tmp_path / "out"), "--repeat", "2"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "Scope Loaded" not in proc.stderr  # TVM's per-constant log lines are filtered out
@@ -193,7 +192,7 @@ def test_adreno_models_run_in_texture_memory(runtime, opencl_lib, tmp_path, monk
     np.testing.assert_allclose(np.asarray(HostModel(art).run({"x": x})[0]), want, atol=1e-4, rtol=1e-4)
 
 
-def test_bench_over_rpc_runs_a_texture_artifact(opencl_lib, tmp_path, monkeypatch):  # noqa: F811
+def test_bench_over_rpc_runs_a_texture_artifact(opencl_lib, tmp_path, monkeypatch):
     """`tvmgen bench ARTIFACT` of a --gpu-family adreno build on the native device server: the remote VM
     gets one OpenCL device per memory scope, and the outputs match the reference."""
     from conftest import save_onnx, single_op_models
