@@ -150,8 +150,12 @@ def test_android_opencl_adreno(conv_model, tmp_path):
     out, m = build(conv_model, tmp_path, "android-arm64", device="opencl", gpu_family="adreno", objects_only=True)
     blob = b"".join(members(out / "model.tar").values())
     assert b"__kernel" in blob  # OpenCL C source for the device runtime to compile
-    assert m.target == {"kind": "opencl", "device": "adreno", "host": target_dict(PLATFORMS["android-arm64"], "cpu")}
-    assert [(d["name"], d["dl_device_type"]) for d in m.vm["devices"]] == [("opencl", 4), ("cpu", 1)]
+    assert b"image2d_array_t" in blob  # texture memory: TVM's Adreno schedules
+    assert m.target == {"kind": "opencl", "device": "adreno", "keys": ["adreno", "opencl", "gpu", "texture"],
+                        "host": target_dict(PLATFORMS["android-arm64"], "cpu")}
+    # one OpenCL entry per memory scope the module uses (buffers and textures), then the host
+    names = [(d["name"], d["dl_device_type"]) for d in m.vm["devices"]]
+    assert len(names) >= 3 and set(names[:-1]) == {("opencl", 4)} and names[-1] == ("cpu", 1), names
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["target"]["host"]["mtriple"] == "aarch64-linux-android"
 
