@@ -227,3 +227,24 @@ def test_fp16_on_opencl_runs_or_names_the_missing_extension(built, tmp_path, ocl
         assert proc.returncode != 0
         assert "compiled with --precision fp16" in proc.stderr and "lacks cl_khr_fp16" in proc.stderr, proc.stderr
         assert "--precision fp32" in proc.stderr and "build log" not in proc.stderr
+
+
+def test_fp16_adreno_build_then_check(tmp_path):
+    """--precision fp16 with --gpu-family adreno and --check: the texture build, then --check's host build
+    of the same imported model (which once failed after the GPU passes had changed shared nodes)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
+    model = onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
+                       [numpy_helper.from_array((rng.standard_normal((16, 8, 3, 3)) * 0.3).astype(np.float32), "W"),
+                        numpy_helper.from_array(np.array(0, np.float32), "lo"),
+                        numpy_helper.from_array(np.array(6, np.float32), "hi")])
+    path = save_onnx(model, tmp_path / "conv_relu6.onnx")
+    r = cli("compile", path, "--device", "opencl", "--gpu-family", "adreno", "--precision", "fp16", "--check",
+            "-o", tmp_path / "out", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok y:" in r.stdout + r.stderr and "(fp16 build)" in r.stdout + r.stderr
+    assert b"image2d_array_t" in (tmp_path / "out" / "model.so").read_bytes()
