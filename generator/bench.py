@@ -158,7 +158,7 @@ def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, numb
 
     from tvmgen.compiler.platforms import DL_DEVICE_TYPES
     from tvmgen.frontends.base import random_inputs
-    from tvmgen.runner import compare
+    from tvmgen.runner import compare, vm_devices
 
     manifest = artifact.load(directory)
     check_compatible(manifest, directory, info, key)
@@ -181,8 +181,7 @@ def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, numb
         lib = remote.system_lib() if linked else remote.load_module(lib_name)
         t1 = time.perf_counter()
         dev = remote.device(DL_DEVICE_TYPES[manifest.device], 0)
-        gpu_entries = [d for d in manifest.vm.get("devices", []) if d.get("dl_device_type") != DL_DEVICE_TYPES["cpu"]]
-        vm = relax.VirtualMachine(lib, [dev] * len(gpu_entries) if len(gpu_entries) > 1 else dev)  # textures: one per scope
+        vm = relax.VirtualMachine(lib, vm_devices(manifest, dev))
         params = []
         if manifest.params:
             loaded = tvm.runtime.load_param_dict((directory / manifest.params["file"]).read_bytes())

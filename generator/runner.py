@@ -108,11 +108,8 @@ class HostModel:
         self.dev = tvm.device(runnable[m.device], 0)
         if m.device != "cpu":
             self.params = [p.copyto(self.dev) for p in self.params]
-        # one device per entry of the manifest's vm.devices before the host (texture builds have one per
-        # memory scope); the VM appends the host itself
-        gpu_entries = [d for d in m.vm.get("devices", []) if d.get("dl_device_type") != 1]
         with filtered_stderr():
-            self.vm = relax.VirtualMachine(lib, [self.dev] * len(gpu_entries) if len(gpu_entries) > 1 else self.dev)
+            self.vm = relax.VirtualMachine(lib, vm_devices(m, self.dev))
         t2 = time.perf_counter()
         self.timings.load_ms, self.timings.init_ms = (t1 - t0) * 1e3, (t2 - t1) * 1e3
 
@@ -267,6 +264,13 @@ def read_input_files(flags, specs) -> dict[str, np.ndarray]:
 
 
 __all__ = ["HostModel", "Timings", "compare", "PLATFORMS"]
+
+
+def vm_devices(manifest, dev):
+    """What ``relax.VirtualMachine`` takes for ``dev``: one device per non-host entry of the manifest's
+    ``vm.devices`` (texture builds have one per memory scope); the VM appends the host itself."""
+    n = sum(1 for d in manifest.vm.get("devices", []) if d.get("dl_device_type") != 1)
+    return [dev] * n if n > 1 else dev
 
 
 def output_file_name(name: str) -> str:

@@ -157,19 +157,14 @@ def _pipelines(target, opts: BuildOptions, report: dict) -> list:
                 ("TVM's own pipeline (kernels unscheduled: slow)", lambda: relax.get_default_pipeline(target))]
     if "texture" in target.keys:  # --gpu-family adreno: texture memory, else Adreno schedules on buffers
 
-        def _adreno(texture: bool):
-            return tvm.transform.Sequential([conv_transpose.lower_only_pass(), adreno.pipeline(target, texture),
-                                             rewrites.short_kernel_names()])
+        from tvm.relax.backend import gpu_generic
 
-        def _generic():
-            from tvm.relax.backend import gpu_generic
+        def _with_tvmgen_passes(pipeline):  # transposed convolutions lowered first, kernel names shortened after
+            return tvm.transform.Sequential([conv_transpose.lower_only_pass(), pipeline, rewrites.short_kernel_names()])
 
-            return tvm.transform.Sequential([conv_transpose.lower_only_pass(), gpu_generic.get_default_pipeline(target),
-                                             rewrites.short_kernel_names()])
-
-        return [("TVM's Adreno pipeline with texture memory", lambda: _adreno(True)),
-                ("TVM's Adreno pipeline with buffer memory", lambda: _adreno(False)),
-                ("TVM's generic GPU pipeline", _generic)]
+        return [("TVM's Adreno pipeline with texture memory", lambda: _with_tvmgen_passes(adreno.pipeline(target, True))),
+                ("TVM's Adreno pipeline with buffer memory", lambda: _with_tvmgen_passes(adreno.pipeline(target, False))),
+                ("TVM's generic GPU pipeline", lambda: _with_tvmgen_passes(gpu_generic.get_default_pipeline(target)))]
     # GPU targets: TVM's own pipeline (compiler.gpu: a `tvmgen tune` database first where it applies,
     # then dlight), after tvmgen's lowering of transposed convolutions (TVM's is NCHW-only) and with
     # kernel names short enough for every driver; then without tvmgen's lowering
