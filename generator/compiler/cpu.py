@@ -22,22 +22,30 @@ def prepare_passes(target, layout: bool = True) -> list:
     conversion breaks a model, see ``compiler.build``)."""
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    from tvmgen.compiler import schedules
+    from tvmgen.compiler import int8, schedules
 
-    return (cpu.library_dispatch_passes(target) + (schedules.layout_passes(target) if layout else [])
+    # quantised convolutions and matmuls on the 8-bit values first: the layout passes fold the
+    # weights' dequantize into float constants
+    return (cpu.library_dispatch_passes(target) + [int8.QuantisedDotProducts(target)]
+            + (schedules.layout_passes(target) if layout else [])
             + legalize_passes() + schedules.packed_weights_passes(target))
 
 
+def legalize_map() -> dict:
+    """tvmgen's lowering of the operators TOPI lowers badly or not at all in the layouts the CPU
+    pipeline uses (``compiler.conv_transpose``), sigmoid in vectors (``rewrites.legalize_sigmoid``)
+    and quantize without divisions (``int8.legalize_quantize``)."""
+    from tvmgen.compiler import conv_transpose, int8, rewrites
+
+    return {**conv_transpose.legalize_map(), "relax.sigmoid": rewrites.legalize_sigmoid,
+            "relax.quantize": int8.legalize_quantize}
+
+
 def legalize_passes() -> list:
-    """TVM's CPU legalization, with tvmgen's lowering of the operators TOPI lowers badly or not
-    at all in the layouts the CPU pipeline uses (``compiler.conv_transpose``), and sigmoid in
-    vectors (``rewrites.legalize_sigmoid``)."""
+    """TVM's CPU legalization, with tvmgen's own where it has one (``legalize_map``)."""
     from tvm import relax
 
-    from tvmgen.compiler import conv_transpose, rewrites
-
-    custom = {**conv_transpose.legalize_map(), "relax.sigmoid": rewrites.legalize_sigmoid}
-    return [relax.transform.LegalizeOps(custom), relax.transform.AnnotateTIROpPattern(),
+    return [relax.transform.LegalizeOps(legalize_map()), relax.transform.AnnotateTIROpPattern(),
             relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()]
 
 

@@ -137,20 +137,31 @@ def _operand(expr, var2val):
     return None
 
 
-def _constant(expr, var2val):
+def _constant(expr, var2val, kinds: str = "iu"):
     """The value of a constant expression (constants, casts, subtractions: how the importer
-    spells ``int32(w) - w_zero``) as a numpy array, or None."""
+    spells ``int32(w) - w_zero``; transposes and reshapes) as a numpy array (int64 for integers),
+    or None. ``kinds``: the numpy dtype kinds accepted ("f" for float scales)."""
     import tvm
     from tvm import relax
 
     value = var2val.get(expr, expr) if isinstance(expr, relax.Var) else expr
     if isinstance(value, tvm.ir.expr.GenericConst):
         data = value.value.numpy()
-        return data.astype(np.int64) if data.dtype.kind in "iu" else None
+        if data.dtype.kind not in kinds:
+            return None
+        return data.astype(np.int64) if data.dtype.kind in "iu" else data
     if not isinstance(value, relax.Call):
         return None
     op = getattr(value.op, "name", "")
-    args = [_constant(a, var2val) for a in value.args] if op in ("relax.astype", "relax.subtract") else [None]
+    if op in ("relax.permute_dims", "relax.reshape"):
+        data = _constant(value.args[0], var2val, kinds)
+        if data is None:
+            return None
+        if op == "relax.reshape":
+            return data.reshape([int(d) for d in value.ty.shape.values])
+        axes = value.attrs.axes
+        return data.transpose([int(a) for a in axes] if axes is not None else None)
+    args = [_constant(a, var2val, kinds) for a in value.args] if op in ("relax.astype", "relax.subtract") else [None]
     if any(a is None for a in args):
         return None
     if op == "relax.astype":
@@ -158,13 +169,9 @@ def _constant(expr, var2val):
     return args[0] - args[1]
 
 
-def _weights(expr, var2val, b_dtype: str):
-    """A constant [K, N] integer weight -> (w' as b_dtype, c) with w = w' + c, ``c`` an int64
-    shift per column (zero where a column fits as it is); None if it is not constant or a
-    column's values span more than 256."""
-    w = _constant(expr, var2val)
-    if w is None or w.ndim != 2:
-        return None
+def _weights(w: np.ndarray, b_dtype: str):
+    """A [K, N] integer weight -> (w' as b_dtype, c) with w = w' + c, ``c`` an int64 shift per
+    column (zero where a column fits as it is); None if a column's values span more than 256."""
     lo, hi = _INT8[b_dtype]
     wmin, wmax = w.min(axis=0), w.max(axis=0)
     if np.any(wmax - wmin > hi - lo):
@@ -173,23 +180,26 @@ def _weights(expr, var2val, b_dtype: str):
     return (w - c).astype(b_dtype), c
 
 
-def dot_core(m: int, k: int, n: int, dot: DotProduct):
-    """The TIR function ``C[m, n] = sum_k int32(A[m, k]) * int32(B[k, n])`` with B packed as
-    [n / lanes, k / 4, lanes, 4]."""
+def dot_core(lead, k: int, n: int, dot: DotProduct):
+    """The TIR function ``C[..., n] = sum_k int32(A[..., k]) * int32(B[k, n])`` with B packed as
+    [n / lanes, k / 4, lanes, 4]; ``lead``: the leading dimensions (an int: one). A and C keep the
+    model's shape (e.g. NHWC): a reshape between the core and its epilogue would stop the epilogue
+    fusing into it, a slice of the first channels does not."""
     from tvm import te, tirx
 
     def i64(v: int):  # Relax's legalised functions use 64-bit shapes; FuseTIR compares them
         return tirx.const(v, "int64")
 
     lanes = dot.lanes
-    a = te.placeholder((i64(m), i64(k)), dot.a_dtype, "A")
+    lead = [lead] if isinstance(lead, int) else list(lead)
+    a = te.placeholder((*[i64(d) for d in lead], i64(k)), dot.a_dtype, "A")
     b = te.placeholder((i64(n // lanes), i64(k // 4), i64(lanes), i64(4)), dot.b_dtype, "B")
     ko = te.reduce_axis((i64(0), i64(k // 4)), "ko")
     ki = te.reduce_axis((i64(0), i64(4)), "ki")
     c = te.compute(
-        (i64(m), i64(n)),
-        lambda i, j: te.sum(a[i, ko * 4 + ki].astype("int32") * b[j // lanes, ko, j % lanes, ki].astype("int32"),
-                            axis=[ko, ki]),
+        (*[i64(d) for d in lead], i64(n)),
+        lambda *ij: te.sum(a[(*ij[:-1], ko * 4 + ki)].astype("int32")
+                           * b[ij[-1] // lanes, ko, ij[-1] % lanes, ki].astype("int32"), axis=[ko, ki]),
         name="int8_dot", attrs={DOT_ANNOTATION: dot.intrin})
     func = te.create_prim_func([a, b, c]).without_attr("global_symbol")  # private, as call_te makes it
     return func.with_attr("op_pattern", _OUT_EWISE_FUSABLE)
@@ -240,41 +250,55 @@ def rewrite_int8_matmuls(mod, target):
 
 
 def _rewrite(bb, call, var2val, target):
-    from tvm import relax
-
     lhs = _operand(call.args[0], var2val)
-    rhs_const = call.args[1]
     if lhs is None:
         return None
     a8, a_zero = lhs
+    w = _constant(call.args[1], var2val)
+    if w is None or w.ndim != 2:
+        return None
+    return _dot(bb, a8, a_zero, w, target)
+
+
+def _dot(bb, a8, a_zero, w: np.ndarray, target):
+    """``(int32(a8) - a_zero) @ w`` (``a8`` [..., K] 8-bit, ``w`` a constant [K, N] integer array,
+    ``a_zero`` a scalar int32 expression or None) on ``dot_core``: an int32 expression of shape
+    [..., N], or None where the target has no instruction for it or the sizes do not fit."""
+    from tvm import relax
+
     dot = dot_product(target, str(a8.ty.dtype))
     if dot is None:
         return None
-    packed = _weights(rhs_const, var2val, dot.b_dtype)
+    shape = [int(d) for d in a8.ty.shape.values]
+    k, n = w.shape
+    if shape[-1] != k or k % 4:
+        return None
+    # N short of whole instructions: zero columns up to a multiple of the lanes, sliced off after
+    # (their sums are 0 and never read)
+    n_pad = -(-n // dot.lanes) * dot.lanes
+    if n_pad != n:
+        w = np.concatenate([w, np.zeros((k, n_pad - n), w.dtype)], axis=1)
+    packed = _weights(w, dot.b_dtype)
     if packed is None:
         return None
     w, c = packed
-    shape = [int(d) for d in a8.ty.shape.values]
-    k, n = w.shape
-    if shape[-1] != k or k % 4 or n % dot.lanes:
-        return None
-    m = int(np.prod(shape[:-1]))
     # the activations in the instruction's type: the other signedness is 128 away
     a = a8
     shift = 0
     if str(a8.ty.dtype) != dot.a_dtype:
         shift = 128 if dot.a_dtype == "uint8" else -128
         a = relax.op.astype(relax.op.add(relax.op.astype(a8, "int32"), relax.const(shift, "int32")), dot.a_dtype)
-    if len(shape) != 2:
-        a = relax.op.reshape(a, (m, k))
     if not isinstance(a, relax.Var):  # read by the core and the row sums: computed once
         a = bb.emit(a)
-    core = bb.add_func(dot_core(m, k, n, dot), "int8_dot")
+    core = bb.add_func(dot_core(shape[:-1], k, n_pad, dot), "int8_dot")
     # Nested expressions, no var-to-var bindings: the mutator's normaliser binds the parts.
     out = relax.call_tir(core, relax.Tuple([a, relax.const(pack_weights(w, dot.lanes))]),
-                         relax.TensorType((m, n), "int32"))
+                         relax.TensorType((*shape[:-1], n_pad), "int32"))
+    if n_pad != n:
+        out = relax.op.strided_slice(out, axes=[len(shape) - 1], begin=[0], end=[n])
+        w, c = w[:, :n], c[:n]
     if c.any():
-        rows = relax.op.sum(relax.op.astype(a, "int32"), axis=[1], keepdims=True)
+        rows = relax.op.sum(relax.op.astype(a, "int32"), axis=[len(shape) - 1], keepdims=True)
         out = relax.op.add(out, relax.op.multiply(rows, relax.const(c.astype(np.int32))))
     zero = a_zero
     if shift:
@@ -282,9 +306,121 @@ def _rewrite(bb, call, var2val, target):
     if zero is not None:
         colsum = w.astype(np.int64).sum(axis=0) + c * k
         out = relax.op.subtract(out, relax.op.multiply(zero, relax.const(colsum.astype(np.int32))))
-    if len(shape) != 2:
-        out = relax.op.reshape(out, (*shape[:-1], n))
     return out
+
+
+# ------------------------------------------------------------------ Relax: quantised (QDQ) models
+
+def _dequantize(expr, var2val):
+    """``dequantize(x, scale, zero, axis)`` -> the call, or None."""
+    from tvm import relax
+
+    value = var2val.get(expr, expr) if isinstance(expr, relax.Var) else expr
+    if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.dequantize" \
+            and str(value.attrs.out_dtype) == "float32":
+        return value
+    return None
+
+
+def _per_column(values: np.ndarray, ndim: int, axis: int, column_axis: int, n: int):
+    """A dequantize parameter (a scalar, or one value per index of ``axis``) as one value per
+    column, when that axis is the column axis; None otherwise."""
+    values = np.asarray(values).reshape(-1)
+    if values.size == 1:
+        return np.full(n, values[0])
+    if values.size == n and axis % ndim == column_axis % ndim:
+        return values
+    return None
+
+
+def _quantised_product(bb, call, var2val, target):
+    """A float 1x1 convolution (NHWC, HWIO, stride 1, no padding) or matmul whose operands are
+    ``dequantize(x8, sx, zx)`` (8-bit activations, one scale and zero point) and ``dequantize(w8,
+    sw, zw)`` (constant weights, a scale and zero point per output column) -> ``float(dot(x8, w8 -
+    zw) - zx * colsum) * (sx * sw)``, or None."""
+    from tvm import relax
+
+    name = getattr(call.op, "name", "")
+    x, w = call.args[0], call.args[1]
+    if str(call.ty.dtype) != "float32":
+        return None
+    if name == "relax.nn.conv2d":
+        at = call.attrs
+        wshape = [int(d) for d in w.ty.shape.values]
+        if (str(at.data_layout), str(at.kernel_layout), str(at.out_layout)) != ("NHWC", "HWIO", "NHWC") \
+                or int(at.groups) != 1 or any(int(v) != 1 for v in (*at.strides, *at.dilation)) \
+                or any(int(v) != 0 for v in at.padding) or wshape[:2] != [1, 1]:
+            return None
+    elif name != "relax.matmul" or len(w.ty.shape.values) != 2:
+        return None
+    dx, dw = _dequantize(x, var2val), _dequantize(w, var2val)
+    if dx is None or dw is None or str(dx.args[0].ty.dtype) not in _INT8:
+        return None
+    sx, zx = _constant(dx.args[1], var2val, "f"), _constant(dx.args[2], var2val)
+    w8 = _constant(dw.args[0], var2val)
+    sw, zw = _constant(dw.args[1], var2val, "f"), _constant(dw.args[2], var2val)
+    if any(v is None for v in (sx, zx, w8, sw, zw)) or sx.size != 1 or zx.size != 1:
+        return None
+    wdims = w8.ndim
+    w8 = w8.reshape(-1, w8.shape[-1])  # [K, N]: a 1x1 HWIO kernel, or the matmul's weights
+    n = w8.shape[1]
+    sw = _per_column(sw, wdims, int(dw.attrs.axis), -1, n)
+    zw = _per_column(zw, wdims, int(dw.attrs.axis), -1, n)
+    if sw is None or zw is None:
+        return None
+    a_zero = relax.const(int(zx.reshape(-1)[0]), "int32") if int(zx.reshape(-1)[0]) else None
+    out = _dot(bb, dx.args[0], a_zero, w8 - zw.astype(np.int64), target)
+    if out is None:
+        return None
+    scale = (np.float32(sx.reshape(-1)[0]) * sw.astype(np.float32)).astype(np.float32)
+    return relax.op.multiply(relax.op.astype(out, "float32"), relax.const(scale))
+
+
+def rewrite_quantised_products(mod, target):
+    """``mod`` with main's quantised 1x1 convolutions and matmuls (``_quantised_product``)
+    computed on the 8-bit values by ``dot_core``, instead of in float on dequantised copies."""
+    from tvm import relax
+
+    if not any(isinstance(f, relax.Function) for f in mod.functions.values()) or "main" not in \
+            [gv.name_hint for gv in mod.get_global_vars()]:
+        return mod
+    main = mod["main"]
+    var2val = relax.analysis.get_var2val(main)
+    names = ("relax.nn.conv2d", "relax.matmul")
+    if not any(isinstance(v, relax.Call) and getattr(v.op, "name", "") in names and _dequantize(v.args[0], var2val) is not None
+               for v in var2val.values()):
+        return mod
+    rewritten = []
+
+    @relax.expr_functor.mutator
+    class Rewriter(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if getattr(call.op, "name", "") not in names:
+                return call
+            new = _quantised_product(self.builder_, call, var2val, target)
+            if new is None:
+                return call
+            rewritten.append(new)
+            return new
+
+    rw = Rewriter(mod)
+    new_main = rw.visit_expr(main)
+    mod = rw.builder_.get()
+    mod.update_func(mod.get_global_var("main"), new_main)
+    if rewritten:
+        log.info("int8: %d quantised convolution(s)/matmul(s) on the dot-product instruction", len(rewritten))
+    return relax.transform.DeadCodeElimination()(mod)
+
+
+def QuantisedDotProducts(target):  # noqa: N802 - a pass, named like TVM's
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenQuantisedDotProducts")
+    def _pass(mod, _ctx):
+        return rewrite_quantised_products(mod, target)
+
+    return _pass
 
 
 def Int8DotProducts(target):  # noqa: N802 - a pass, named like TVM's
@@ -340,19 +476,21 @@ def schedule_dot(sch, block, registers: int, fold_epilogue, schedule_injective) 
     for p in sch.get_producers(block):  # e.g. a signedness shift fused in: a pass of its own
         schedule_injective(sch, [p])
     _inline_side_terms(sch, block)
-    i, j, ko, ki = sch.get_loops(block)
+    # The tile's rows come from the last leading dimension (an image's columns), the others are
+    # outer loops: a tile split across rows of a fused NHW loop could not be tensorized.
+    *outer, i, j, ko, ki = sch.get_loops(block)
     m = int(sch.get(i).extent)
-    b_buf = [r.source for r in sch.get(block).reads if len(r.source.shape) == 4][0]
+    b_buf = sch.get(block).reads[-1].source  # the packed weights: dot_core reads A, then B
     lanes = int(b_buf.shape[2])
     col_blocks = int(b_buf.shape[0])
-    rows = next(r for r in (4, 3, 2, 1) if m % r == 0)
+    rows = next(r for r in (4, 7, 3, 2, 1) if m % r == 0 and (r - 1) * 2 < registers - 4)
     budget = max(1, (registers - 4) // rows)
     cols = next(c for c in range(min(budget, col_blocks), 0, -1) if col_blocks % c == 0)
     jo, ji = sch.split(j, [None, lanes])
     i_o, i_i = sch.split(i, [None, rows])
     j_o, j_i = sch.split(jo, [None, cols])
-    sch.reorder(j_o, i_o, ko, i_i, j_i, ji, ki)
-    task = sch.fuse(j_o, i_o)
+    sch.reorder(j_o, *outer, i_o, ko, i_i, j_i, ji, ki)
+    task = sch.fuse(j_o, *outer, i_o)
     sch.parallel(task)
     acc = sch.cache_write(block, 0, "global")  # the tile: a small array LLVM keeps in registers
     sch.reverse_compute_at(acc, task)
@@ -365,3 +503,39 @@ def schedule_dot(sch, block, registers: int, fold_epilogue, schedule_injective) 
     init = sch.decompose_reduction(block, ko)
     sch.vectorize(sch.get_loops(init)[-1])
     sch.tensorize(ji, intrin)
+
+
+# ------------------------------------------------------------------ Relax: quantize, legalised
+
+def legalize_quantize(bb, call):
+    """``relax.quantize`` as TVM lowers it (``clip(round(x / scale) + zero)``), but multiplying by
+    the reciprocal of a constant scale: a vector division takes about ten times as long as a
+    multiplication (AVX-512: one per ~10 cycles), and a quantised model quantises every activation
+    (MobileNetV2's 112 x 112 x 96 layer: 1.2 million divisions). ``x * (1 / s)`` is within an ulp
+    of ``x / s``; the rounded result differs only where ``x / s`` is that close to a half, as it
+    already may from the reference runtime's own fixed-point arithmetic."""
+    from tvm import te, tirx
+    from tvm.relax.transform.legalize_ops import qdq
+
+    scale, zero = call.args[1], call.args[2]
+    s = _constant(scale, {}, "f")
+    if s is None or s.size != 1 or float(s.reshape(-1)[0]) == 0.0:
+        return qdq._quantize(bb, call)
+    inverse = float(np.float32(1.0) / np.float32(s.reshape(-1)[0]))
+    out_dtype = str(call.attrs.out_dtype)
+    z = _constant(zero, {}) if zero is not None else None
+
+    def compute(data, zp):
+        def value(*idx):
+            if z is not None and z.size == 1:
+                zp_value = tirx.const(int(z.reshape(-1)[0]), "int32")
+            elif len(zp.shape) == 0 or all(int(d) == 1 for d in zp.shape):
+                zp_value = zp[(0,) * len(zp.shape)]
+            else:
+                zp_value = zp[idx[int(call.attrs.axis)]]
+            scaled = data[idx] * tirx.const(inverse, str(data.dtype))
+            rounded = (te.round(scaled) if "int" in out_dtype else scaled) + zp_value.astype(str(data.dtype))
+            return qdq.clip_cast(rounded, out_dtype)
+        return te.compute(data.shape, value, name="quantized")
+
+    return bb.call_te(compute, call.args[0], zero, primfunc_name_hint="quantize")

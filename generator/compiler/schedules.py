@@ -65,9 +65,9 @@ def layout_passes(target) -> list:
     dot-product instructions (``compiler.int8``)."""
     from tvm import relax
 
-    from tvmgen.compiler import int8
+    from tvmgen.compiler import conv1d, int8
 
-    return [relax.transform.FoldConstant(), _ReluBoundsAsRelax(), relax.transform.ConvertLayout(
+    return [conv1d.Conv1dAsConv2d(), relax.transform.FoldConstant(), _ReluBoundsAsRelax(), relax.transform.ConvertLayout(
         {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv2d_transpose": ["NHWC", "IOHW"]}),
         # pooling and elementwise ops follow their input; transposed convolutions: conv_transpose
         relax.transform.FoldConstant(), int8.Int8DotProducts(target), _PadConvChannels(target),
@@ -172,15 +172,15 @@ def _NchwInputIntoConv():  # noqa: N802
     import tvm
     from tvm import relax
 
-    from tvmgen.compiler.rewrites import legalize_nchw_input_conv, legalize_sigmoid, nchw_input_into_conv
+    from tvmgen.compiler import cpu
+    from tvmgen.compiler.rewrites import legalize_nchw_input_conv, nchw_input_into_conv
 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenNchwInputIntoConv")
     def _pass(mod, _ctx):
         mod = nchw_input_into_conv(mod)
         # TOPI cannot legalize it (input and output layouts differ): tvmgen's own, before TVM's.
-        # (This legalizes every operator: tvmgen's other CPU lowerings, as cpu.legalize_passes.)
-        return relax.transform.LegalizeOps({"relax.nn.conv2d": legalize_nchw_input_conv,
-                                            "relax.sigmoid": legalize_sigmoid})(mod)
+        # (This legalizes every operator: tvmgen's other CPU lowerings too, cpu.legalize_map.)
+        return relax.transform.LegalizeOps({**cpu.legalize_map(), "relax.nn.conv2d": legalize_nchw_input_conv})(mod)
 
     return _pass
 
