@@ -22,11 +22,11 @@ def prepare_passes(target, layout: bool = True) -> list:
     conversion breaks a model, see ``compiler.build``)."""
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    from tvmgen.compiler import int8, schedules
+    from tvmgen.compiler import divisions, int8, schedules
 
     # quantised convolutions and matmuls on the 8-bit values first: the layout passes fold the
     # weights' dequantize into float constants
-    return (cpu.library_dispatch_passes(target) + [int8.QuantisedDotProducts(target)]
+    return (cpu.library_dispatch_passes(target) + [int8.QuantisedDotProducts(target), divisions.DivideByConstants()]
             + (schedules.layout_passes(target) if layout else [])
             + legalize_passes() + schedules.packed_weights_passes(target))
 

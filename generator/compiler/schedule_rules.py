@@ -280,10 +280,13 @@ def fold_epilogue(sch, acc, shape: CpuShape) -> None:
     while True:
         consumers = sch.get_consumers(acc)
         if len(consumers) > 1:
+            inlined = False
             for c in consumers:
                 if sch.get_consumers(c):  # an intermediate, not the function's output
-                    try_(sch.compute_inline, c)
+                    inlined = try_(sch.compute_inline, c) or inlined
             consumers = sch.get_consumers(acc)
+            if len(consumers) > 1 and inlined:  # hard-swish x * relu6(x + 3) * (1/6): two rounds
+                continue
         if len(consumers) != 1:
             break
         if not try_(sch.reverse_compute_inline, consumers[0]):  # not elementwise: a separate pass
