@@ -33,12 +33,12 @@ def prepare_passes(target, layout: bool = True) -> list:
 
 def legalize_map() -> dict:
     """tvmgen's lowering of the operators TOPI lowers badly or not at all in the layouts the CPU
-    pipeline uses (``compiler.conv_transpose``), sigmoid in vectors (``rewrites.legalize_sigmoid``)
-    and quantize without divisions (``int8.legalize_quantize``)."""
-    from tvmgen.compiler import conv_transpose, int8, rewrites
+    pipeline uses (``compiler.conv_transpose``), sigmoid in vectors (``rewrites.legalize_sigmoid``),
+    quantize without divisions (``int8.legalize_quantize``) and softmax (``compiler.softmax``)."""
+    from tvmgen.compiler import conv_transpose, int8, rewrites, softmax
 
     return {**conv_transpose.legalize_map(), "relax.sigmoid": rewrites.legalize_sigmoid,
-            "relax.quantize": int8.legalize_quantize}
+            "relax.quantize": int8.legalize_quantize, "relax.nn.softmax": softmax.legalize_softmax}
 
 
 def legalize_passes() -> list:

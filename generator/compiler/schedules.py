@@ -307,6 +307,15 @@ def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
         except Exception as e:  # noqa: BLE001
             log.debug("%s: no dot-product schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
             return None
+    from tvmgen.compiler import softmax
+
+    if softmax.is_softmax(sch):  # tvmgen's lowering of softmax: its own schedule
+        try:
+            softmax.schedule_softmax(sch, shape.lanes(32))
+            return sch
+        except Exception as e:  # noqa: BLE001
+            log.debug("%s: no softmax schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
+            return None
     for depthwise_rule in (True, False):  # the depthwise rule, else the general one
         if not depthwise_rule:  # the depthwise rule did not fit: start again from the function
             sch = s_tir.Schedule(func_or_mod)
