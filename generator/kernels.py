@@ -25,7 +25,7 @@ FILE = "kernels.json"
 KINDS = ("conv2d", "depthwise", "matmul", "recurrent", "elementwise", "copies/layout", "other")
 # Block names (TOPI's compute names) that say what a kernel does, strongest first.
 _BLOCK_KINDS = (("depthwise", ("depthwise", "group_conv")), ("conv2d", ("conv",)),
-                ("matmul", ("matmul", "dense", "T_matmul_NT", "batch_matmul")),
+                ("matmul", ("matmul", "dense", "T_matmul_NT", "batch_matmul", "int8_dot")),
                 ("recurrent", ("recurrence",)))  # compiler/recurrent.py's LSTM / GRU kernels
 _LAYOUT_OPS = {"transpose", "reshape", "layout_transform", "concat", "split", "strided_slice", "squeeze",
                "expand_dims", "broadcast_to", "flatten", "take", "gather", "copy", "pad", "tile", "repeat"}
@@ -55,7 +55,7 @@ def describe(mod) -> dict:
         if isinstance(func, tirx.PrimFunc):
             name = gv.name_hint
             ops = relax_ops(name)
-            flops = _flops(func)
+            flops = _flops(func) or _dot_flops(func)
             kernels[name] = {"name": name, "ops": ops, "kind": kernel_kind(ops, _block_names(func), flops),
                              "flops": flops, "calls": 0}
     constants, storages = [], []
@@ -186,6 +186,23 @@ def _flops(func) -> float:
         return float(estimate_tir_flops(tvm.IRModule({"main": func})))
     except Exception:  # noqa: BLE001 - a kernel TVM cannot count (dynamic loops): unknown, shown as "-"
         return 0.0
+
+
+def _dot_flops(func) -> float:
+    """FLOPs of an 8-bit dot-product kernel (``compiler.int8``), which TVM cannot count once it is
+    tensorized: 2 x rows x K x N from its packed weights [N / lanes, K / 4, lanes, 4] and its
+    8-bit activations [..., K]; 0 for any other kernel."""
+    params = [p.ty for p in func.params if hasattr(p.ty, "shape") and hasattr(p.ty, "dtype")]  # BufferType
+    eight = [b for b in params if str(b.dtype) in ("int8", "uint8")]
+    packed = [b for b in eight if len(b.shape) == 4 and int(b.shape[-1]) == 4]
+    acts = [b for b in eight if b not in packed]
+    if len(packed) != 1 or len(acts) != 1:
+        return 0.0
+    w, a = [int(d) for d in packed[0].shape], [int(d) for d in acts[0].shape]
+    k, n = w[1] * 4, w[0] * w[2]
+    if a[-1] != k:
+        return 0.0
+    return 2.0 * float(np.prod(a[:-1])) * k * n
 
 
 def _block_names(func) -> list[str]:

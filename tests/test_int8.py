@@ -256,6 +256,10 @@ def test_quantised_matmul_on_the_dot_product_matches_the_integer_product(a_dtype
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-5)
     np.testing.assert_allclose(got, imported.reference({"x": x})[0], rtol=1e-4, atol=1e-4)  # onnxruntime
     assert len(dot_functions(path)) == (1 if HOST_HAS_DOT else 0)
+    if HOST_HAS_DOT:  # the profile's table: a matmul, its FLOPs counted on the padded columns
+        table = json.loads((out / "kernels.json").read_text())["kernels"]
+        (dot,) = [k for k in table if "int8_dot" in k["name"]]
+        assert dot["kind"] == "matmul" and dot["flops"] == 2 * 6 * 64 * 48, dot
 
 
 def keras_int8_model(tmp_path):
