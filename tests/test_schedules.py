@@ -482,3 +482,103 @@ def test_large_weights_make_channel_blocks_the_tasks(tmp_path):
     mod, done, _ = prepared_and_scheduled(small)
     first = [f for f in done if "conv2d" in f and [int(d) for d in mod[f].params[1].shape][:2] == [3, 3]]
     assert first and re.search(r"_fused in T\.parallel", mod[first[0]].script()), first  # bands of rows
+
+
+# ------------------------------------------------------------------ concatenations, pooling, large weights
+
+def _fire_and_pool_models() -> dict:
+    """SqueezeNet's fire module (convolutions concatenated, then a ceil_mode max pool) on awkward
+    shapes, a concatenation whose input is read elsewhere too, and poolings with padding."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+
+    def vi(name, shape):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+    node = helper.make_node
+    fire = [
+        node("Conv", ["x", "Ws", "Bs"], ["s0"]), node("Relu", ["s0"], ["s"]),  # squeeze: 6 -> 5
+        node("Conv", ["s", "Wa", "Ba"], ["a0"]), node("Relu", ["a0"], ["a"]),  # expand 1x1: 7
+        node("Conv", ["s", "Wb", "Bb"], ["b0"], pads=[1, 1, 1, 1]), node("Relu", ["b0"], ["b"]),  # 3x3: 9
+        node("Conv", ["s", "Wc", "Bc"], ["c"], pads=[1, 1, 1, 1]),  # 3x3: 9 more, no activation
+        node("Concat", ["a", "b", "c"], ["cat"], axis=1),  # 25 channels, made in place
+        node("MaxPool", ["cat"], ["y1"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),  # 9x10 -> 4x5
+        node("Conv", ["s", "Wd"], ["d"]),
+        node("Concat", ["d", "s"], ["y2"], axis=1),  # s is read by the convolutions too: a copy
+    ]
+    pools = [  # NHWC after the convolution, padded windows
+        node("Conv", ["x", "Wp", "Bp"], ["p"], pads=[1, 1, 1, 1]),
+        node("MaxPool", ["p"], ["y1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        node("AveragePool", ["p"], ["y2"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        node("AveragePool", ["p"], ["y3"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1, count_include_pad=1),
+    ]
+    return {
+        "fire": onnx_model(fire, [vi("x", [1, 6, 9, 10])], [vi("y1", [1, 25, 4, 5]), vi("y2", [1, 9, 9, 10])],
+                           [w("Ws", 5, 6, 1, 1), w("Bs", 5), w("Wa", 7, 5, 1, 1), w("Ba", 7), w("Wb", 9, 5, 3, 3),
+                            w("Bb", 9), w("Wc", 9, 5, 3, 3), w("Bc", 9), w("Wd", 4, 5, 1, 1)]),
+        "pools": onnx_model(pools, [vi("x", [1, 6, 13, 10])],
+                            [vi("y1", [1, 20, 7, 5]), vi("y2", [1, 20, 7, 5]), vi("y3", [1, 20, 7, 5])],
+                            [w("Wp", 20, 6, 3, 3), w("Bp", 20)]),
+    }
+
+
+def test_concatenated_kernels_write_their_slices_in_place(tmp_path):
+    """A concatenation of kernels' outputs that nothing else reads is no copy: one kernel runs the
+    producers, each writing its channels of the concatenation (rewrites.concat_in_place); a
+    concatenation of a value read elsewhere keeps its copy. Results as onnxruntime's."""
+    path = save_onnx(_fire_and_pool_models()["fire"], tmp_path / "fire.onnx")
+    mod = _compiled_module(path)
+    names = list(_param_shapes(mod))
+    merged = [n for n in names if n.startswith("fused_conv") and "concatenate" in n]
+    assert len(merged) == 1 and merged[0].count("conv2d") == 3, names
+    assert [int(d) for d in mod[merged[0]].params[-1].shape] == [1, 9, 10, 25]  # NHWC, all 25 channels
+    copies = [n for n in names if "concatenate" in n and n not in merged]
+    assert len(copies) == 1, names  # concat(d, s) (with the transpose to NCHW): s has other readers
+    main = mod["main"].script(show_meta=False)
+    assert f"{merged[0]}," in main and f"{copies[0]}," in main
+    _, _, actual, expected = compile_and_run(path, tmp_path)
+    assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_pooling_reads_its_input_without_a_padded_copy(tmp_path):
+    """Max and average pooling with padded windows (and a ceil_mode window past the edge) compute
+    their padding in the window loop: no padded copy of the input (schedule_rules._is_pool)."""
+    path = save_onnx(_fire_and_pool_models()["pools"], tmp_path / "pools.onnx")
+    mod, done, left = prepared_and_scheduled(path)
+    pools = [f for f in done if "pool" in f]
+    assert len(pools) == 3 and not [f for f in left if "pool" in f], (done, left)
+    for f in pools:
+        assert "pad_temp" not in mod[f].script(), f
+    _, _, actual, expected = compile_and_run(path, tmp_path)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2"])
+def test_large_weights_tiles_have_as_many_rows_as_registers_hold(cpu, tmp_path):
+    """A weight-stationary convolution (13 x 13 pixels, 1x1 256 -> 512: 512 KB of weights) reads its
+    block of weights once per tile: 13 rows per tile with AVX-512's 32 registers (2 vectors each:
+    26 accumulators), at most 6 with AVX2's 16."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(9)
+    model = onnx_model([helper.make_node("Conv", ["x", "W", "B"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256, 13, 13])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 512, 13, 13])],
+                       [numpy_helper.from_array((rng.standard_normal((512, 256, 1, 1)) * 0.05).astype(np.float32), "W"),
+                        numpy_helper.from_array(rng.standard_normal(512).astype(np.float32), "B")])
+    path = save_onnx(model, tmp_path / "wide.onnx")
+    spec = CPU_TARGETS[cpu][0]
+    mod, done, _ = prepared_and_scheduled(path, target_spec=spec)
+    (conv,) = [f for f in done if "conv2d" in f]
+    script = mod[conv].script()
+    unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
+    assert unrolled and max(unrolled) == (13 if cpu == "avx512" else 5), unrolled
+    lanes = CPU_TARGETS[cpu][1][0]  # channel blocks of two vectors are the tasks
+    assert re.search(rf"\w+_0 in T\.parallel\(T\.int64\({512 // (2 * lanes)}\)\)", script), script
+    if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)

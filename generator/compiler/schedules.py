@@ -111,7 +111,8 @@ def packed_weights_passes(target) -> list:
 
 def fold_packed_weights_passes(target) -> list:
     """After scheduling: split each weight rewrite out of its function and fold it at compile
-    time, so the artifact holds the weights already packed and runs no copy."""
+    time, so the artifact holds the weights already packed and runs no copy; then the kernels
+    feeding a concatenation write into it directly (``_ConcatInPlace``)."""
     if not _is_cpu(target):
         return []
     import tvm
@@ -128,7 +129,22 @@ def fold_packed_weights_passes(target) -> list:
         return mod
 
     return [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant(),
-            relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination(), _check]
+            relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination(), _check,
+            _ConcatInPlace()]
+
+
+def _ConcatInPlace():  # noqa: N802
+    """After scheduling: the kernels that make a concatenation's inputs write their slices of it
+    directly, and the copy goes (``rewrites.concat_in_place``)."""
+    import tvm
+
+    from tvmgen.compiler.rewrites import concat_in_place
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenConcatInPlace")
+    def _pass(mod, _ctx):
+        return concat_in_place(mod)
+
+    return _pass
 
 
 def _is_cpu(target) -> bool:
