@@ -317,6 +317,23 @@ def test_full_integer_tflite_model_on_dot_products_matches_litert_and_the_float_
     moved = np.abs(imported.reference({name: xs[0]})[0] - imported.reference({name: xs[1]})[0]).max()
     assert moved > 4 * q  # the comparison means something: inputs move the outputs by more than it allows
     assert len(dot_functions(path)) == (3 if HOST_HAS_DOT else 0)
+    # the depthwise convolution reads the 8-bit tensor (a quarter of the bytes), on any CPU
+    assert depthwise_inputs(path) == ["int8"]
+
+
+def depthwise_inputs(path) -> list[str]:
+    """The element types of the activations each depthwise convolution of the prepared module reads."""
+    import tvm
+    from tvm import relax
+
+    imported = frontends.load(path, [])
+    with HOST:
+        mod = tvm.transform.Sequential(cpu.prepare_passes(HOST))(imported.mod)
+    types = []
+    for f in mod.functions.values():
+        if isinstance(f, tvm.tirx.PrimFunc) and "group_conv2d" in f.script(show_meta=False):
+            types.append(str(f.params[0].ty.dtype))
+    return types
 
 
 def test_quantised_matmul_on_aarch64_sdot_under_qemu(tmp_path):

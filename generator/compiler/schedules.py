@@ -307,6 +307,15 @@ def _lossless(sch) -> bool:
     return True
 
 
+def _inline_dequantize(sch) -> None:
+    """An 8-bit input dequantised as it is read (``int8._depthwise_from_8bit``): inlined first."""
+    from tvmgen.compiler import int8
+
+    for b in sch.get_child_blocks(sch.get_sblock("root")):
+        if sch.get(b).name_hint == int8.INLINE_DEQUANTIZE:
+            rules.try_(sch.compute_inline, b)
+
+
 def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
     """The default schedule as an ``s_tir.Schedule`` (its trace can seed a tuning database), or None."""
     from tvm import s_tir
@@ -323,6 +332,7 @@ def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
         except Exception as e:  # noqa: BLE001
             log.debug("%s: no dot-product schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
             return None
+    _inline_dequantize(sch)
     from tvmgen.compiler import softmax
 
     if softmax.is_softmax(sch):  # tvmgen's lowering of softmax: its own schedule
@@ -335,6 +345,7 @@ def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
     for depthwise_rule in (True, False):  # the depthwise rule, else the general one
         if not depthwise_rule:  # the depthwise rule did not fit: start again from the function
             sch = s_tir.Schedule(func_or_mod)
+            _inline_dequantize(sch)
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
         reductions = [b for b in blocks if rules.COMM_REDUCE in rules.iter_kinds(sch, b)]
         try:
