@@ -14,7 +14,7 @@ Every artifact runs through the C++ runner tvmgen-run, each start a fresh proces
   max abs err      against the CPU (LLVM) build of the same model, on one fixed random input (seed 0)
 
 Rows: each model x device (cpu for reference; opencl, the generic GPU family, always; opencl-adreno
-with --gpu-family adreno; cuda with --cuda) x precision (fp32; fp16 too with --precision fp16). A row
+with --gpu-family adreno and/or desktop; cuda with --cuda) x precision (fp32; fp16 too with --precision fp16). A row
 whose build or run fails says why and the benchmark goes on.
 
 Two phases, since the GPU machine has no TVM Python package (python3 + numpy only):
@@ -108,8 +108,11 @@ def variants(args) -> list[dict]:
     """The rows per model: cpu (the reference), then the GPU devices asked for, in each precision."""
     precisions = ["fp32"] + (["fp16"] if "fp16" in args.precision.split(",") else [])
     gpus = [("opencl", "generic")]
-    if args.gpu_family == "adreno":
-        gpus.append(("opencl", "adreno"))
+    for family in args.gpu_family.split(","):
+        if family in ("adreno", "desktop"):
+            gpus.append(("opencl", family))
+        elif family != "generic":
+            raise SystemExit(f"--gpu-family: unknown family {family!r} (generic, adreno, desktop)")
     if args.cuda:
         gpus.append(("cuda", None))
     out = [] if args.no_cpu else [{"id": "cpu", "device": "cpu", "family": None, "precision": "fp32"}]
@@ -575,8 +578,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--zoo", action="store_true", help="the zoo's models (benchmarks/zoo.py) instead of builtin:mobilenet")
     ap.add_argument("--models", help="with --zoo: comma-separated subset")
-    ap.add_argument("--gpu-family", choices=["generic", "adreno"], default="generic",
-                    help="adreno: add opencl rows compiled with --gpu-family adreno")
+    ap.add_argument("--gpu-family", default="generic",
+                    help="comma-separated: adreno and/or desktop add opencl rows compiled with that --gpu-family")
     ap.add_argument("--precision", default="fp32", help="fp16: add rows compiled with --precision fp16")
     ap.add_argument("--cuda", action="store_true", help="add cuda rows (nvcc compiles the kernels here)")
     ap.add_argument("--cuda-arch", default="sm_90", help="with --cuda: the GPU architecture [sm_90: H100/H200]")

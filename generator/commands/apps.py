@@ -156,7 +156,7 @@ def _with(options):
 @click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "opencl", "nnapi", "metal"]),
               help="Where the model runs on the phone (opencl falls back to CPU on the phone when absent; "
                    "metal: iOS).")
-@click.option("--gpu-family", default="generic", show_default=True, type=click.Choice(["adreno", "mali", "generic"]),
+@click.option("--gpu-family", default="generic", show_default=True, type=click.Choice(["adreno", "mali", "generic", "desktop"]),
               help="OpenCL GPU family (with --device opencl): adreno uses texture (image) memory.")
 @click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
 @click.option("--kind", default="deploy", show_default=True, type=click.Choice(["deploy", "rpc"]),

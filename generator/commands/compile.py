@@ -29,9 +29,10 @@ def _default_out(model: str, platform: str, device: str) -> Path:
               type=click.Choice(["cpu", "opencl", "metal", "cuda", "nnapi"]),
               help="Processor on the platform that runs the model.")
 @click.option("--gpu-family", default="generic", show_default=True,
-              type=click.Choice(["adreno", "mali", "generic"]),
+              type=click.Choice(["adreno", "mali", "generic", "desktop"]),
               help="OpenCL GPU family (with --device opencl): adreno keeps tensors in texture (image) memory "
-                   "with TVM's Adreno schedules; mali and generic use buffers.")
+                   "with TVM's Adreno schedules; mali and generic use buffers; desktop (NVIDIA/AMD/Intel PC "
+                   "GPUs) uses the larger convolution tiles TVM gives CUDA.")
 @click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]",
               help="Set or override an input's shape/dtype, e.g. input:1x224x224x3:float32. Repeatable.")
 @click.option("--const", "const_flags", multiple=True, metavar="NAME=VALUE",

@@ -21,7 +21,7 @@ console = logs.console
 @click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "opencl"]),
               help="Processor to tune for: cpu (MetaSchedule's CPU rules) or opencl (its GPU rules: thread-bound "
                    "tiles, shared-memory fetches; timed on an OpenCL device over RPC, --key).")
-@click.option("--gpu-family", default="generic", show_default=True, type=click.Choice(["generic", "mali"]),
+@click.option("--gpu-family", default="generic", show_default=True, type=click.Choice(["generic", "mali", "desktop"]),
               help="--device opencl: the OpenCL family, as for compile (adreno builds use TVM's texture "
                    "pipeline, which tuning does not cover).")
 @click.option("--trials", default=64, show_default=True, type=click.IntRange(min=1),

@@ -16,7 +16,7 @@ from tvmgen.errors import InputError
 # DLPack device types (dlpack.h): what the runtime passes to vm_initialization.
 DL_DEVICE_TYPES = {"cpu": 1, "cuda": 2, "opencl": 4, "metal": 8, "nnapi": 1}  # NNAPI parts are called from the CPU
 
-GPU_FAMILIES = ("adreno", "mali", "generic")
+GPU_FAMILIES = ("adreno", "mali", "generic", "desktop")
 
 
 @dataclass(frozen=True)
