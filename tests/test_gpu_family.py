@@ -62,3 +62,46 @@ def test_cli_accepts_desktop_and_names_the_families(tvmgen, tmp_path):
     assert r.returncode == 2 and "desktop" in r.output and not (tmp_path / "x").exists()
     r = tvmgen("compile", "--help")
     assert "desktop" in r.output
+
+
+def test_short_reductions_get_a_thread_per_output():
+    """Which functions the small-reduction rule takes: a depthwise convolution (9 products per
+    output) and a pooling window, not a 1x1 convolution over 256 channels nor a 1000-wide softmax."""
+    from tvm import te, topi
+
+    def func(out, *ins):
+        return te.create_prim_func([*ins, out])
+
+    x = te.placeholder((1, 32, 28, 28), "float32", "x")
+    w = te.placeholder((32, 1, 3, 3), "float32", "w")
+    dw = topi.nn.depthwise_conv2d_nchw(x, w, 1, 1, 1)
+    assert gpu._short_reductions(func(dw, x, w))
+    pool = topi.nn.pool2d(x, (3, 3), (2, 2), (1, 1), (0, 0, 0, 0), "max")
+    assert gpu._short_reductions(func(pool, x))
+    x2 = te.placeholder((1, 256, 14, 14), "float32", "x2")
+    w2 = te.placeholder((64, 256, 1, 1), "float32", "w2")
+    assert not gpu._short_reductions(func(topi.nn.conv2d_nchw(x2, w2, 1, 0, 1), x2, w2))
+    s = te.placeholder((4, 1000), "float32", "s")
+    assert not gpu._short_reductions(func(topi.nn.softmax(s), s))
+    tiny = te.placeholder((1, 8, 3, 3), "float32", "tiny")  # 8 outputs: too few threads to bother
+    assert not gpu._short_reductions(func(topi.nn.pool2d(tiny, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), "max"), tiny))
+
+
+@pytest.mark.parametrize("family", ["generic", "desktop"])
+def test_depthwise_convolution_without_local_memory_reductions_on_pocl(ocl_runtime, opencl_lib, tmp_path, family):
+    """Depthwise convolutions: one thread per output (no work-group tree reduction through local
+    memory, which dlight's reduction rules made of 9 products); the result matches onnxruntime."""
+    import onnxruntime as ort
+
+    path = save_onnx(single_op_models()["conv_depthwise"], tmp_path / "dw.onnx")
+    art = tmp_path / family
+    compile_to_artifact(frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", family), art, True,
+                        {"name": "dw"})
+    assert b"red_buf" not in (art / "model.so").read_bytes()
+    x = np.random.default_rng(3).standard_normal((1, 8, 16, 16)).astype("float32")
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    np.save(tmp_path / "x.npy", x)
+    proc = subprocess.run([str(ocl_runtime / "bin" / "tvmgen-run"), str(art), "-i", f"x={tmp_path / 'x.npy'}", "-o",
+                           str(tmp_path / "out"), "--repeat", "2"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(np.load(next((tmp_path / "out").glob("*.npy"))), want, atol=1e-4, rtol=1e-4)

@@ -46,7 +46,61 @@ def default_rules(target=None) -> list:
     from tvm.s_tir import dlight as dl
 
     matmul = desktop_matmul() if is_desktop(target) else dl.gpu.Matmul()
-    return [matmul, dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+    small = [small_reductions()] if target is None or target.kind.name == "opencl" else []
+    return [matmul, dl.gpu.GEMV(), *small, dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+
+
+SMALL_REDUCTION = 64  # reduction extents up to this are summed by one thread (a 7 x 7 window)
+
+
+def small_reductions():
+    """A dlight rule for functions whose reductions are short (depthwise convolutions: 9 or 25
+    products per output; pooling windows; a 7 x 7 global average): one thread per output, the
+    reduction a loop in that thread, the padding and the epilogue inlined (dlight's Fallback
+    schedule). dlight's Reduction / GeneralReduction rules, which such functions reach otherwise,
+    give every output a work-group of 256 threads that add 9 products through a tree in local
+    memory, with a barrier per level: CUDA does that tree with warp shuffles, OpenCL with local
+    memory, and the depthwise convolutions were where MobileNets' OpenCL builds lost most to CUDA's on
+    the same GPU. OpenCL targets only (phones included); CUDA keeps TVM's schedules, the reference
+    the OpenCL builds are measured against."""
+    from tvm import tirx
+    from tvm.s_tir import dlight as dl
+
+    class SmallReductions(dl.gpu.Fallback):
+        def apply(self, func, target, tunable):
+            if not isinstance(func, tirx.PrimFunc) or not _short_reductions(func):
+                return None
+            return super().apply(func, target, tunable)
+
+    return SmallReductions()
+
+
+def _short_reductions(func) -> bool:
+    """Whether ``func`` has reductions and each covers at most SMALL_REDUCTION elements per output,
+    with enough outputs (at least 256) to keep a GPU's threads busy."""
+    from tvm import s_tir, tirx
+
+    try:
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except Exception:  # noqa: BLE001 - not a block function: not ours
+        return False
+    found = False
+    for b in blocks:
+        block = sch.get(b)
+        extents = {"spatial": 1, "reduce": 1}
+        for iv in block.iter_vars:
+            if not isinstance(iv.dom.extent, tirx.IntImm):
+                return False
+            kind = {tirx.IterVar.DataPar: "spatial", tirx.IterVar.CommReduce: "reduce"}.get(int(iv.iter_type))
+            if kind is None:
+                return False
+            extents[kind] *= int(iv.dom.extent)
+        if any(int(iv.iter_type) == tirx.IterVar.CommReduce for iv in block.iter_vars):
+            if extents["reduce"] > SMALL_REDUCTION or extents["spatial"] < 256:
+                return False
+            found = True
+    return found
 
 
 def is_desktop(target) -> bool:
