@@ -582,3 +582,73 @@ def test_large_weights_tiles_have_as_many_rows_as_registers_hold(cpu, tmp_path):
     if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
         _, _, actual, expected = compile_and_run(path, tmp_path)
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+# ------------------------------------------------------------------ L1 chunks, wider band tiles
+
+def _stationary_3x3_model():
+    """A late-stage 3x3 convolution on awkward pixels: 5 x 6 output, 3x3 x 264 -> 512 (4.9 MB of
+    weights, more channels than pixels: weight-stationary), residual add and ReLU fused."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(11)
+    node = helper.make_node
+    return onnx_model([node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]), node("Add", ["c", "r"], ["s"]),
+                       node("Relu", ["s"], ["y"])],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 264, 5, 6]),
+                       helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 512, 5, 6])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 512, 5, 6])],
+                      [numpy_helper.from_array((rng.standard_normal((512, 264, 3, 3)) * 0.02).astype(np.float32), "W"),
+                       numpy_helper.from_array(rng.standard_normal(512).astype(np.float32), "B")])
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
+def test_large_weights_reduction_runs_in_chunks_that_fit_l1(cpu, tmp_path):
+    """A weight-stationary convolution whose block of weights is larger than L1 runs its input
+    channels in chunks (a power of two dividing them, window x chunk x tile channels <= 32 KB),
+    each over all the task's pixels, with the accumulators' init before the first chunk. With 32
+    registers the tile is 4 vectors of channels (AVX-512: 64, NEON: 16) x 7 rows at most; AVX2
+    keeps 2 vectors. 264 input channels: chunks of 8 (264 = 33 x 8). Results as onnxruntime's."""
+    path = save_onnx(_stationary_3x3_model(), tmp_path / "late.onnx")
+    spec, (lanes, registers), _ = CPU_TARGETS[cpu]
+    mod, done, _ = prepared_and_scheduled(path, target_spec=spec)
+    (conv,) = [f for f in done if "conv2d" in f]
+    script = mod[conv].script()
+    vectors = 4 if registers >= 32 else 2
+    tile = lanes * vectors
+    assert re.search(rf"\w+_0 in T\.parallel\(T\.int64\({512 // tile}\)\)", script), script
+    window_bytes = 9 * tile * 4
+    chunk = max(c for c in (1, 2, 4, 8, 16, 32, 64) if c * window_bytes <= 32 * 1024 and 264 % c == 0)
+    assert chunk == 8, chunk  # 264 = 33 x 8 on each target
+    # the chunks outside the rows: for rc_0, nn, yy, xx_0, ry, rx, rc_1 in T.grid(33, ..., 8)
+    assert re.search(r"for rc_0, \w+, \w+, \w+, ry, rx, rc_1 in T\.grid\(T\.int64\(33\),.*T\.int64\(8\)\)", script), script
+    assert re.search(r"T\.sblock\(\"\w+_init\"\)", script.split("for rc_0")[0])  # accumulators zeroed once
+    if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
+def test_band_tiles_have_up_to_14_rows(cpu, tmp_path):
+    """A convolution in bands of rows: tiles of up to 14 rows x 2 vectors with 32 registers (28
+    accumulators: a weight vector feeds 14 multiply-adds, not 8), 6 with AVX2's 16. On an awkward
+    width of 30 (no divisor from 4 to 14 but 5, 6, 10): the largest divisor. Matches onnxruntime."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(12)
+    model = onnx_model([helper.make_node("Conv", ["x", "W", "B"], ["y"], pads=[1, 1, 1, 1])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 20, 9, 30])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 9, 30])],
+                       [numpy_helper.from_array((rng.standard_normal((64, 20, 3, 3)) * 0.1).astype(np.float32), "W"),
+                        numpy_helper.from_array(rng.standard_normal(64).astype(np.float32), "B")])
+    path = save_onnx(model, tmp_path / "band.onnx")
+    spec, (lanes, registers), _ = CPU_TARGETS[cpu]
+    mod, done, _ = prepared_and_scheduled(path, target_spec=spec)
+    (conv,) = [f for f in done if "conv2d" in f]
+    script = mod[conv].script()
+    unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
+    assert unrolled and max(unrolled) == (10 if registers >= 32 else 6), unrolled
+    assert re.search(r"_fused in T\.parallel", script)  # still bands of rows
+    if cpu == "avx512":
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)

@@ -136,8 +136,19 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     has_band = rows_loop is not None and any(
         (_extent(sch, lp) or 1) > 1 for lp in spatial[:next(i for i, lp in enumerate(spatial) if lp.same_as(rows_loop))])
     stationary = has_band and _weight_stationary(sch, spatial_extents, reduce, block, vec)
-    # Up to 8 rows per tile; as many as the registers hold when the weights stay put (see there).
-    rows = _rows(_extent(sch, rows_loop), budget if stationary else min(8, budget)) if rows_loop is not None else 1
+    windowed = not pool and int(np.prod([_extent(sch, lp) or 1 for lp in reduce[:-1]])) > 1  # 3x3, not 1x1
+    if stationary and windowed and shape.registers >= 32 and vec_ext % (lanes * 4) == 0 and \
+            vec_ext // (lanes * 4) >= _STATIONARY_TASKS:
+        # Four vectors of channels (7 rows x 4 vectors with 32 registers): each input value
+        # broadcast feeds four multiply-adds, not two (ResNet-18's last stage, see _weight_chunk).
+        # 1x1 convolutions (SqueezeNet's classifier) keep two vectors and up to 13 rows.
+        vec, vectors = lanes * 4, 4
+        budget = max(1, (shape.registers - 4) // vectors)
+    # Up to 8 rows per tile, 14 for a convolution with a window (3x3: 28 accumulators of two
+    # vectors with 32 registers, 6 with AVX2's 16); all the registers hold when the weights stay
+    # put (see there). 1x1 convolutions, matmuls and pooling keep 8 (not measured faster).
+    most = budget if stationary else min(_MAX_ROWS if windowed and reduce else 8, budget)
+    rows = _rows(_extent(sch, rows_loop), most) if rows_loop is not None else 1
 
     wide = 1
     if rows_loop is None and vectors == 1:
@@ -163,6 +174,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
                    len(outer))
     band = next((lp for lp in reversed(outer[:rows_at]) if (_extent(sch, lp) or 1) > 1), None)
 
+    chunk = None
     if band is not None and stationary:
         # More weights than activations (the last stages of a CNN, a classifier convolution): a
         # task is a block of output channels over every pixel, so each weight is read from memory
@@ -171,28 +183,35 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         for p in padding:
             schedule_injective(sch, [p], shape)
         padding = []
+        chunk = _weight_chunk(sch, reduce, vec, _dtype_bits(sch, block)) if windowed else None
+        if chunk is not None:
+            # the reduction in chunks whose weights fit L1, each chunk over all the task's pixels
+            c_o, c_i = sch.split(reduce[-1], [None, chunk])
+            chunk, reduce = c_o, [*reduce[:-1], c_i]
     elif band is not None:
         b_o, b_i = sch.split(band, [None, _band_rows(_extent(sch, band))])
         at = outer.index(band)
         task, serial = [*outer[:at], b_o], [b_i, *outer[at + 1:], v_o]
     else:
         task, serial = [*outer, v_o], []
-    sch.reorder(*task, *serial, *reduce, *inner)
+    sch.reorder(*task, *([chunk] if chunk is not None else []), *serial, *reduce, *inner)
     parallel = sch.fuse(*task) if len(task) > 1 else task[0]
     sch.parallel(parallel)
     tile = serial[-1] if serial else parallel
     _pad_at(sch, padding, parallel, shape, lanes)
 
     acc = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(acc, tile)
+    sch.reverse_compute_at(acc, parallel if chunk is not None else tile)
     fold_epilogue(sch, acc, shape)
-    wb = sch.get_loops(acc)[1 + len(serial):]
+    wb = sch.get_loops(acc)[1 + (0 if chunk is not None else len(serial)):]
     if wb:
         _vectorize_loop(sch, wb[-1], lanes, [lanes * 2, lanes, lanes // 2, lanes // 4])
     sch.vectorize(v_i)
     if rows > 1 or wide > 1:  # the tile's rows, or a wide tile's vectors
         sch.unroll(inner[0])
-    if reduce:  # after vectorize: without its init the block is no longer a "reduction block"
+    if chunk is not None:
+        sch.decompose_reduction(block, chunk)
+    elif reduce:  # after vectorize: without its init the block is no longer a "reduction block"
         sch.decompose_reduction(block, reduce[0])
 
 
@@ -211,6 +230,31 @@ def _is_pool(sch, block) -> bool:
 # core's share of the L2 cache on the CPUs tvmgen targets).
 _STATIONARY_WEIGHT_BYTES = 512 * 1024
 _STATIONARY_TASKS = 8  # channel blocks enough to share between cores
+
+
+_MAX_ROWS = 14  # rows of a windowed convolution's register tile, at most (registers permitting)
+_L1_WEIGHT_BYTES = 32 * 1024  # a weight-stationary task's chunk of weights, at most
+
+
+def _weight_chunk(sch, reduce, vec: int, bits: int) -> int | None:
+    """Input channels per chunk of a weight-stationary convolution's reduction, or None when the
+    task's block of weights (window x input channels x ``vec`` channels) fits L1 already.
+
+    Such a task computes every output pixel of its channel block; with the whole reduction inside
+    each tile of rows, it re-read its 590 KB block (ResNet-18's last stage, 3x3x512 x 32 channels)
+    from L2 once per output row. In chunks of input channels whose weights fit L1 (8 channels:
+    3x3x8 x 64 channels = 18 KB), each chunk runs over all the task's rows (the accumulators of
+    the other rows wait in a small local buffer), so each weight comes from memory once and from
+    L1 after. The chunk is a power of two dividing the channels."""
+    channels = _extent(sch, reduce[-1]) if reduce else None
+    window = int(np.prod([_extent(sch, lp) or 1 for lp in reduce[:-1]]))
+    per_channel = window * vec * bits // 8
+    if not channels or channels * per_channel <= _L1_WEIGHT_BYTES:
+        return None
+    chunk = 1 << max(0, (_L1_WEIGHT_BYTES // per_channel).bit_length() - 1)
+    while chunk > 1 and channels % chunk:
+        chunk //= 2
+    return chunk if 1 < chunk < channels else None
 
 
 def _weight_stationary(sch, spatial_extents: list[int], reduce, block, vec: int) -> bool:
