@@ -14,8 +14,9 @@ from __future__ import annotations
 def conv1d_as_conv2d(mod):
     """``conv1d(x, w)`` (NCW, OIW) -> ``squeeze(conv2d(expand_dims(x, 2), expand_dims(w, 2)), 2)``."""
     from tvm import relax
-    from tvm.relax.dpl import rewrite_call
     from tvm.relax.dpl.pattern import is_op, wildcard
+
+    from tvmgen.compiler.rewrites import rewrite_functions
 
     x, w = wildcard(), wildcard()
     pattern = is_op("relax.nn.conv1d")(x, w)
@@ -32,17 +33,10 @@ def conv1d_as_conv2d(mod):
                                data_layout="NCHW", kernel_layout="OIHW", out_dtype=out_dtype)
         return relax.op.squeeze(y, [2])
 
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            mod[gv] = rewrite_call(pattern, rewrite, func)
-    return mod
+    return rewrite_functions(mod, pattern, rewrite)
 
 
 def Conv1dAsConv2d():  # noqa: N802 - a pass, named like TVM's
-    import tvm
+    from tvmgen.compiler.rewrites import module_pass
 
-    @tvm.transform.module_pass(opt_level=0, name="TvmgenConv1dAsConv2d")
-    def _pass(mod, _ctx):
-        return conv1d_as_conv2d(mod)
-
-    return _pass
+    return module_pass("TvmgenConv1dAsConv2d", conv1d_as_conv2d)

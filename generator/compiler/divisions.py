@@ -17,8 +17,9 @@ def divide_by_constants(mod):
     """``divide(x, c)`` (float ``x``, ``c`` a float constant with no zero) -> ``multiply(x, 1 / c)``."""
     import tvm
     from tvm import relax
-    from tvm.relax.dpl import rewrite_call
     from tvm.relax.dpl.pattern import is_const, is_op, wildcard
+
+    from tvmgen.compiler.rewrites import rewrite_functions
 
     x, c = wildcard(), is_const()
     pattern = is_op("relax.divide")(x, c)
@@ -36,17 +37,10 @@ def divide_by_constants(mod):
             return expr
         return relax.op.multiply(matches[x], relax.const(inverse, str(value.dtype)))
 
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            mod[gv] = rewrite_call(pattern, rewrite, func)
-    return mod
+    return rewrite_functions(mod, pattern, rewrite)
 
 
 def DivideByConstants():  # noqa: N802 - a pass, named like TVM's
-    import tvm
+    from tvmgen.compiler.rewrites import module_pass
 
-    @tvm.transform.module_pass(opt_level=0, name="TvmgenDivideByConstants")
-    def _pass(mod, _ctx):
-        return divide_by_constants(mod)
-
-    return _pass
+    return module_pass("TvmgenDivideByConstants", divide_by_constants)

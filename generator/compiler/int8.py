@@ -227,27 +227,37 @@ def rewrite_int8_matmuls(mod, target):
     var2val = relax.analysis.get_var2val(main)
     if not any(_is_int_matmul(v) for v in var2val.values()):  # the usual case: nothing to look up
         return mod
+    mod, count = _rewrite_main_calls(mod, _is_int_matmul, lambda bb, call: _rewrite(bb, call, var2val, target))
+    if count:
+        log.info("int8: %d matmul(s) on the dot-product instruction", count)
+    return relax.transform.DeadCodeElimination()(mod)
+
+
+def _rewrite_main_calls(mod, wanted, rewrite):
+    """``mod`` with each call of main for which ``wanted(call)`` replaced by ``rewrite(builder,
+    call)`` where that gives an expression (None: left as it is); and how many were replaced. The
+    functions the rewrites add with the builder are added to the module."""
+    from tvm import relax
+
     rewritten = []
 
     @relax.expr_functor.mutator
     class Rewriter(relax.PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if not _is_int_matmul(call):
+            if not wanted(call):
                 return call
-            new = _rewrite(self.builder_, call, var2val, target)
+            new = rewrite(self.builder_, call)
             if new is None:
                 return call
             rewritten.append(new)
             return new
 
     rw = Rewriter(mod)
-    new_main = rw.visit_expr(main)
-    mod = rw.builder_.get()  # with the dot_core functions added
+    new_main = rw.visit_expr(mod["main"])
+    mod = rw.builder_.get()  # with the functions the rewrites added
     mod.update_func(mod.get_global_var("main"), new_main)
-    if rewritten:
-        log.info("int8: %d matmul(s) on the dot-product instruction", len(rewritten))
-    return relax.transform.DeadCodeElimination()(mod)
+    return mod, len(rewritten)
 
 
 def _rewrite(bb, call, var2val, target):
@@ -429,26 +439,10 @@ def rewrite_quantised_products(mod, target):
     if not any(isinstance(v, relax.Call) and getattr(v.op, "name", "") in names and _dequantize(v.args[0], var2val) is not None
                for v in var2val.values()):
         return mod
-    rewritten = []
-
-    @relax.expr_functor.mutator
-    class Rewriter(relax.PyExprMutator):
-        def visit_call_(self, call):
-            call = super().visit_call_(call)
-            if getattr(call.op, "name", "") not in names:
-                return call
-            new = _quantised_product(self.builder_, call, var2val, target)
-            if new is None:
-                return call
-            rewritten.append(new)
-            return new
-
-    rw = Rewriter(mod)
-    new_main = rw.visit_expr(main)
-    mod = rw.builder_.get()
-    mod.update_func(mod.get_global_var("main"), new_main)
-    if rewritten:
-        log.info("int8: %d quantised convolution(s)/matmul(s) on the dot-product instruction", len(rewritten))
+    mod, count = _rewrite_main_calls(mod, lambda call: getattr(call.op, "name", "") in names,
+                                     lambda bb, call: _quantised_product(bb, call, var2val, target))
+    if count:
+        log.info("int8: %d quantised convolution(s)/matmul(s) on the dot-product instruction", count)
     return relax.transform.DeadCodeElimination()(mod)
 
 

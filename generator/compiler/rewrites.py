@@ -396,3 +396,26 @@ def concat_in_place(mod):
 
         bb.update_func(fgv, Rewrite(bb.get()).visit_expr(fn))
     return relax.transform.DeadCodeElimination()(bb.get()) if merged else mod
+
+
+def rewrite_functions(mod, pattern, rewrite):
+    """``mod`` with ``rewrite`` (``relax.dpl.rewrite_call``'s callback) applied to every match of
+    ``pattern`` in each of its Relax functions."""
+    from tvm import relax
+    from tvm.relax.dpl import rewrite_call
+
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            mod[gv] = rewrite_call(pattern, rewrite, func)
+    return mod
+
+
+def module_pass(name: str, fn):
+    """``fn(mod) -> mod`` as a TVM module pass named ``name``."""
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def _pass(mod, _ctx):
+        return fn(mod)
+
+    return _pass
