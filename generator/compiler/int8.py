@@ -333,6 +333,18 @@ def _dequantize(expr, var2val):
     return None
 
 
+def _activations(expr, var2val):
+    """``dequantize(x8, sx, zx)`` of 8-bit activations with one scale and zero point ->
+    (x8, sx as a float, zx as an int), or None."""
+    dx = _dequantize(expr, var2val)
+    if dx is None or str(dx.args[0].ty.dtype) not in _INT8:
+        return None
+    sx, zx = _constant(dx.args[1], var2val, "f"), _constant(dx.args[2], var2val)
+    if sx is None or zx is None or sx.size != 1 or zx.size != 1:
+        return None
+    return dx.args[0], float(sx.reshape(-1)[0]), int(zx.reshape(-1)[0])
+
+
 def _per_column(values: np.ndarray, ndim: int, axis: int, column_axis: int, n: int):
     """A dequantize parameter (a scalar, or one value per index of ``axis``) as one value per
     column, when that axis is the column axis; None otherwise."""
@@ -366,13 +378,13 @@ def _quantised_product(bb, call, var2val, target):
             return None
     elif name != "relax.matmul" or len(w.ty.shape.values) != 2:
         return None
-    dx, dw = _dequantize(x, var2val), _dequantize(w, var2val)
-    if dx is None or dw is None or str(dx.args[0].ty.dtype) not in _INT8:
+    acts, dw = _activations(x, var2val), _dequantize(w, var2val)
+    if acts is None or dw is None:
         return None
-    sx, zx = _constant(dx.args[1], var2val, "f"), _constant(dx.args[2], var2val)
+    x8, sx, zx = acts
     w8 = _constant(dw.args[0], var2val)
     sw, zw = _constant(dw.args[1], var2val, "f"), _constant(dw.args[2], var2val)
-    if any(v is None for v in (sx, zx, w8, sw, zw)) or sx.size != 1 or zx.size != 1:
+    if any(v is None for v in (w8, sw, zw)):
         return None
     wdims = w8.ndim
     w8 = w8.reshape(-1, w8.shape[-1])  # [K, N]: a 1x1 HWIO kernel, or the matmul's weights
@@ -381,11 +393,11 @@ def _quantised_product(bb, call, var2val, target):
     zw = _per_column(zw, wdims, int(dw.attrs.axis), -1, n)
     if sw is None or zw is None:
         return None
-    a_zero = relax.const(int(zx.reshape(-1)[0]), "int32") if int(zx.reshape(-1)[0]) else None
-    out = _dot(bb, dx.args[0], a_zero, w8 - zw.astype(np.int64), target)
+    a_zero = relax.const(zx, "int32") if zx else None
+    out = _dot(bb, x8, a_zero, w8 - zw.astype(np.int64), target)
     if out is None:
         return None
-    scale = (np.float32(sx.reshape(-1)[0]) * sw.astype(np.float32)).astype(np.float32)
+    scale = (np.float32(sx) * sw.astype(np.float32)).astype(np.float32)
     return relax.op.multiply(relax.op.astype(out, "float32"), relax.const(scale))
 
 
@@ -400,12 +412,10 @@ def _depthwise_from_8bit(bb, call, var2val):
 
     at = call.attrs
     x, w = call.args[0], call.args[1]
-    dx = _dequantize(x, var2val)
-    if dx is None or str(dx.args[0].ty.dtype) not in _INT8:
+    acts = _activations(x, var2val)
+    if acts is None:
         return None
-    sx, zx = _constant(dx.args[1], var2val, "f"), _constant(dx.args[2], var2val)
-    if sx is None or zx is None or sx.size != 1 or zx.size != 1:
-        return None
+    x8, scale, zero = acts
     xshape, wshape = [int(d) for d in x.ty.shape.values], [int(d) for d in w.ty.shape.values]
     layouts = (str(at.data_layout), str(at.out_layout or at.data_layout))
     channels = xshape[3] if len(xshape) == 4 else 0
@@ -415,14 +425,13 @@ def _depthwise_from_8bit(bb, call, var2val):
         w = bb.emit(relax.op.permute_dims(w, [0, 1, 3, 2]))  # -> HWIO [kh, kw, 1, C]: folded at compile time
     elif not (str(at.kernel_layout) == "HWIO" and wshape[2:] == [1, channels]):
         return None
-    scale, zero = float(sx.reshape(-1)[0]), float(zx.reshape(-1)[0])
 
     def conv(x8, weights):
-        data = te.compute(x8.shape, lambda *i: (x8(*i).astype("float32") - zero) * scale, name=INLINE_DEQUANTIZE)
+        data = te.compute(x8.shape, lambda *i: (x8(*i).astype("float32") - float(zero)) * scale, name=INLINE_DEQUANTIZE)
         return topi.nn.conv(data, weights, [int(v) for v in at.strides], [int(v) for v in at.padding],
                             [int(v) for v in at.dilation], channels, "NHWC", "HWIO", "float32")
 
-    return bb.call_te(conv, dx.args[0], w, primfunc_name_hint="conv2d")
+    return bb.call_te(conv, x8, w, primfunc_name_hint="conv2d")
 
 
 def rewrite_quantised_products(mod, target):
