@@ -133,6 +133,9 @@ def test_builtin_model_schedules(builtin_onnx, cpu):
         script = mod[name].script()
         assert re.search(r"for nn_yy_ff_0_fused in T\.parallel", script), name
         assert "for ry in T.unroll(T.int64(3))" in script and "for rx in T.unroll(T.int64(3))" in script, name
+        # a tile of 8 output pixels where the row has a multiple of 8 (112, 56), else 7 (28, 14, 7)
+        width = int(mod[name].params[-1].shape[2])
+        assert f"for xx_1 in T.unroll(T.int64({8 if width % 8 == 0 else 7}))" in script, (name, width)
         pad = script.index('T.sblock("pad_temp")') if 'T.sblock("pad_temp")' in script else None
         if pad is not None:
             assert script.rindex("for ry in", 0, pad) > script.index("T.parallel"), name
