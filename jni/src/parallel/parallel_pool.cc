@@ -13,7 +13,7 @@
 // `tvmgen_parallel_install` (called by tvmgen's runtimes once TVM has loaded the library) points the
 // library's launcher at this one.
 //
-// A loop whose first calls take under TVMGEN_PARALLEL_MIN_US (default 10) microseconds on one thread
+// A loop whose first calls take under TVMGEN_PARALLEL_MIN_US (default 5) microseconds on one thread
 // runs on the caller alone from then on: splitting it would cost more than it saves.
 //
 // Settings (environment, read once): TVMGEN_PARALLEL_SPIN_US: how long an idle worker spins before
@@ -110,7 +110,7 @@ class Pool {
  public:
   Pool()
       : spin_ns_(int64_t(EnvInt("TVMGEN_PARALLEL_SPIN_US", 200)) * 1000),
-        min_parallel_ns_(int64_t(EnvInt("TVMGEN_PARALLEL_MIN_US", 10)) * 1000),
+        min_parallel_ns_(int64_t(EnvInt("TVMGEN_PARALLEL_MIN_US", 5)) * 1000),
         chunks_per_thread_(EnvInt("TVMGEN_PARALLEL_CHUNKS", kChunksPerThread)) {
     if (chunks_per_thread_ < 1) chunks_per_thread_ = 1;
     if (chunks_per_thread_ > 256) chunks_per_thread_ = 256;
