@@ -30,6 +30,13 @@ import benchlib  # noqa: E402
 import zoo  # noqa: E402
 
 PHASES = ("quiet", "contended")
+# Rounds (blocks per engine, alternating) and seconds per engine in each phase. With busy loops on
+# every core, an engine's thread spends stretches alone on a core and stretches sharing one; in 3
+# long blocks one such stretch could decide a median (ShuffleNet at one thread once measured 2.2x
+# its quiet time against onnxruntime's 1.0x in the same run). 12 shorter blocks over twice the time
+# give both engines the same mix.
+ROUNDS = {"quiet": 3, "contended": 12}
+MIN_TIME_S = {"quiet": 0.5, "contended": 1.0}
 
 
 def prepare(name: str, work: Path) -> tuple[Path, Path]:
@@ -74,7 +81,7 @@ def time_model(name: str, work: Path, threads: int, runs: int) -> dict:
         timed = [benchlib.Timed("tvmgen", lambda: model.run(inputs)), benchlib.Timed("reference", lambda: ref(inputs))]
         busy = hogs() if phase == "contended" else []
         try:
-            benchlib.round_robin(timed, warmup=3, runs=runs, rounds=3, min_time=0.5)
+            benchlib.round_robin(timed, warmup=3, runs=runs, rounds=ROUNDS[phase], min_time=MIN_TIME_S[phase])
         finally:
             for p in busy:
                 p.kill()
