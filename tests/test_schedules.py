@@ -442,28 +442,48 @@ def test_vector_exp_and_sigmoid_match_numpy():
 
 @pytest.mark.parametrize("cpu", sorted(CPU_TARGETS))
 def test_odd_channel_counts_are_padded_to_whole_vectors(cpu, tmp_path):
-    """58 and 116 output channels (ShuffleNet): the 1x1 convolutions compute zero channels up to whole
-    vectors and slice them off in the same kernel; the depthwise one is left as it is (padded, it
-    raced on two threads: rewrites.pad_conv_output_channels)."""
+    """ShuffleNet's branch, 1x1 conv to 58 channels, depthwise 3x3, 1x1 conv to 116: the chain through
+    the depthwise convolution runs on 58 channels rounded up to whole vectors, with no slice or pad
+    (zero filters in the first two, zero input channels in the last: rewrites.pad_depthwise_chains);
+    the last convolution's 116 outputs are padded and sliced off in its kernel
+    (rewrites.pad_conv_output_channels) where 116 is not whole vectors."""
     spec, (lanes, _), _ = CPU_TARGETS[cpu]
     path = save_onnx(_conv_models()["odd_channels"], tmp_path / "odd.onnx")
     mod, done, left = prepared_and_scheduled(path, target_spec=spec)
     assert not [f for f in left if "conv" in f], left
     convs = sorted(f for f in done if "conv2d" in f)
     assert len(convs) == 3, done
+    padded = -(-58 // lanes) * lanes
+    assert padded > 58
     # each convolution by its weights (HWIO): 1x1 24 -> 58, depthwise 3x3 on 58, 1x1 58 -> 116
     widths = {tuple(int(d) for d in mod[f].params[1].shape[:3]): (f, int(mod[f].params[1].shape[3])) for f in convs}
-    assert sorted(widths) == [(1, 1, 24), (1, 1, 58), (3, 3, 1)], widths
-    for key, real in (((1, 1, 24), 58), ((3, 3, 1), 58), ((1, 1, 58), 116)):
+    assert sorted(widths) == [(1, 1, 24), (1, 1, padded), (3, 3, 1)], widths
+    for key in ((1, 1, 24), (3, 3, 1)):
         f, width = widths[key]
-        if real % lanes == 0 or key == (3, 3, 1):  # 116 on NEON: whole vectors already; depthwise: as it is
-            assert width == real and "strided_slice" not in f, (f, width)
-        else:
-            assert width % lanes == 0 and real < width < real + 2 * lanes, (f, width)
-            assert "strided_slice" in f, f  # the slice is part of the convolution's kernel
+        assert width == padded and "strided_slice" not in f and "pad" not in f.replace("prepacked", ""), (f, width)
+    f, width = widths[(1, 1, padded)]
+    if 116 % lanes == 0:  # NEON: whole vectors already
+        assert width == 116 and "strided_slice" not in f, (f, width)
+    else:
+        assert width % lanes == 0 and 116 < width < 116 + 2 * lanes and "strided_slice" in f, (f, width)
     if cpu == "avx2":  # once: compile_and_run builds for this host, whatever the parameter
         _, _, actual, expected = compile_and_run(path, tmp_path)
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_a_depthwise_chain_whose_steps_are_used_elsewhere_is_left_unpadded(tmp_path):
+    """The chain rewrite pads only values nothing else reads: here the first ReLU is also a model
+    output, so the depthwise convolution keeps its 58 channels, and both outputs match onnxruntime."""
+    import onnx
+
+    model = _conv_models()["odd_channels"]
+    model.graph.output.append(onnx.helper.make_tensor_value_info("r1", onnx.TensorProto.FLOAT, [1, 58, 10, 10]))
+    path = save_onnx(model, tmp_path / "odd2.onnx")
+    mod, done, _ = prepared_and_scheduled(path)
+    (dw,) = [f for f in done if "conv2d" in f and int(mod[f].params[1].shape[2]) == 1]
+    assert int(mod[dw].params[1].shape[3]) == 58, dw
+    _, _, actual, expected = compile_and_run(path, tmp_path)
+    assert_close(actual, expected, atol=1e-4, rtol=1e-4)
 
 
 def test_large_weights_make_channel_blocks_the_tasks(tmp_path):

@@ -169,16 +169,17 @@ def _ReluBoundsAsRelax():  # noqa: N802
 
 
 def _PadConvChannels(target):  # noqa: N802
-    """Convolutions compute whole vectors of output channels (``rewrites.pad_conv_output_channels``)."""
+    """Convolutions compute whole vectors of output channels (``rewrites.pad_depthwise_chains``,
+    ``rewrites.pad_conv_output_channels``)."""
     import tvm
 
-    from tvmgen.compiler.rewrites import pad_conv_output_channels
+    from tvmgen.compiler.rewrites import pad_conv_output_channels, pad_depthwise_chains
 
     lanes = cpu_shape(target).lanes(32)
 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenPadConvChannels")
     def _pass(mod, _ctx):
-        return pad_conv_output_channels(mod, lanes)
+        return pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes)
 
     return _pass
 
