@@ -79,15 +79,8 @@ def pad_depthwise_chains(mod, lanes: int):
     from tvm.relax.dpl import rewrite_call
     from tvm.relax.dpl.pattern import is_const, is_op, wildcard
 
-    uses: dict = {}
-    value_var: dict = {}
-    for block in mod["main"].body.blocks:
-        for b in block.bindings:
-            value_var[b.value] = b.var
-            for v in relax.analysis.free_vars(b.value):
-                uses[v] = uses.get(v, 0) + 1
-    for v in relax.analysis.free_vars(mod["main"].body.body):
-        uses[v] = uses.get(v, 0) + 1
+    single = single_use_vars(mod["main"])
+    value_var = {b.value: b.var for block in mod["main"].body.blocks for b in block.bindings}
 
     def act(x):
         return is_op("relax.nn.relu")(x) | is_op("relax.clip")(x, wildcard(), wildcard())
@@ -132,7 +125,7 @@ def pad_depthwise_chains(mod, lanes: int):
         ca, ba, d, bd = m[conv_a], m[bias_a], m[dw], m[bias_d]
         aa, ad = m.get(act_a), m.get(act_d)
         steps = [ca, ba, aa, d, bd] + ([ad] if ad is not None else [])
-        if any(value_var.get(e) is None or uses.get(value_var[e], 0) != 1 for e in steps):
+        if any(value_var.get(e) not in single for e in steps):
             return expr
         if not all(nhwc_hwio(c) for c in (ca, d, expr)) or int(ca.attrs.groups) != 1 or int(expr.attrs.groups) != 1:
             return expr
@@ -440,16 +433,9 @@ def concat_in_place(mod):
     for fgv, fn in list(mod.functions.items()):
         if not isinstance(fn, relax.Function):
             continue
-        bindings = {}
-        uses: dict = {}
-        for block in getattr(fn.body, "blocks", []):
-            for b in block.bindings:
-                if isinstance(b, relax.VarBinding):
-                    bindings[b.var] = (b.value, block)
-                for v in relax.analysis.free_vars(b.value) if isinstance(b, relax.VarBinding) else []:
-                    uses[v] = uses.get(v, 0) + 1
-        for v in relax.analysis.free_vars(fn.body.body):
-            uses[v] = uses.get(v, 0) + 2
+        bindings = {b.var: (b.value, block) for block in getattr(fn.body, "blocks", []) for b in block.bindings
+                    if isinstance(b, relax.VarBinding)}
+        single = single_use_vars(fn)
         rewrites = {}
         for var, (value, block) in bindings.items():
             if not is_call_tir(value) or not value.args[0].name_hint.startswith("concatenate"):
@@ -459,7 +445,7 @@ def concat_in_place(mod):
             if not isinstance(concat, tirx.PrimFunc) or len(args) < 2 or len(concat.params) != len(args) + 1:
                 continue
             made = [bindings.get(a) if isinstance(a, relax.Var) else None for a in args]
-            if any(m is None or not is_call_tir(m[0]) or not m[1].same_as(block) or uses.get(a, 0) != 1
+            if any(m is None or not is_call_tir(m[0]) or not m[1].same_as(block) or a not in single
                    or not isinstance(m[0].ty, relax.TensorType) for a, m in zip(args, made)):
                 continue
             names = [m[0].args[0].name_hint for m in made]
@@ -492,6 +478,21 @@ def concat_in_place(mod):
 
         bb.update_func(fgv, Rewrite(bb.get()).visit_expr(fn))
     return relax.transform.DeadCodeElimination()(bb.get()) if merged else mod
+
+
+def single_use_vars(fn) -> set:
+    """The variables of Relax function ``fn`` that exactly one binding reads and its result does not:
+    the values a rewrite may replace without computing them twice."""
+    from tvm import relax
+
+    uses: dict = {}
+    for block in getattr(fn.body, "blocks", []):
+        for b in block.bindings:
+            if isinstance(b, relax.VarBinding):
+                for v in relax.analysis.free_vars(b.value):
+                    uses[v] = uses.get(v, 0) + 1
+    returned = relax.analysis.free_vars(fn.body.body)
+    return {v for v, n in uses.items() if n == 1 and not any(v.same_as(r) for r in returned)}
 
 
 def rewrite_functions(mod, pattern, rewrite):

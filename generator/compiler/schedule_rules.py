@@ -312,8 +312,9 @@ def _schedule_depthwise(sch, block, padding, spatial, reduce, shape: CpuShape) -
     """Depthwise convolution does 9 multiply-adds per output and reads as much as it computes, so
     its tile is small (8 pixels x 1 vector of channels: 8 accumulators, within the 16 registers of
     AVX2 and ARMv7), a task is one output row of one channel vector, and the padded input is made
-    per window row, just before the tile reads it (it stays in registers / L1). Measured on the builtin model: 0.40 ->
-    0.23 ms for its nine depthwise convolutions, against 0.37 with the convolution tiles."""
+    per window row, just before the tile reads it (it stays in registers / L1). Measured on the
+    builtin model: 0.40 -> 0.23 ms for its nine depthwise convolutions, against 0.37 with the
+    convolution tiles."""
     n, h, w, c = spatial
     ry, rx, rc = reduce
     lanes = shape.lanes(_dtype_bits(sch, block))

@@ -136,15 +136,9 @@ def fold_packed_weights_passes(target) -> list:
 def _ConcatInPlace():  # noqa: N802
     """After scheduling: the kernels that make a concatenation's inputs write their slices of it
     directly, and the copy goes (``rewrites.concat_in_place``)."""
-    import tvm
+    from tvmgen.compiler.rewrites import concat_in_place, module_pass
 
-    from tvmgen.compiler.rewrites import concat_in_place
-
-    @tvm.transform.module_pass(opt_level=0, name="TvmgenConcatInPlace")
-    def _pass(mod, _ctx):
-        return concat_in_place(mod)
-
-    return _pass
+    return module_pass("TvmgenConcatInPlace", concat_in_place)
 
 
 def _is_cpu(target) -> bool:
@@ -157,49 +151,35 @@ def _ReluBoundsAsRelax():  # noqa: N802
     The ONNX and TFLite importers lower Clip / ReLU6 to prebuilt TIR functions, which layout
     conversion cannot see through: it would wrap every activation in two transposes.
     """
-    import tvm
+    from tvmgen.compiler.rewrites import module_pass, tir_min_max_as_relax
 
-    from tvmgen.compiler.rewrites import tir_min_max_as_relax
-
-    @tvm.transform.module_pass(opt_level=0, name="TvmgenReluBoundsAsRelax")
-    def _pass(mod, _ctx):
-        return tir_min_max_as_relax(mod)
-
-    return _pass
+    return module_pass("TvmgenReluBoundsAsRelax", tir_min_max_as_relax)
 
 
 def _PadConvChannels(target):  # noqa: N802
     """Convolutions compute whole vectors of output channels (``rewrites.pad_depthwise_chains``,
     ``rewrites.pad_conv_output_channels``)."""
-    import tvm
-
-    from tvmgen.compiler.rewrites import pad_conv_output_channels, pad_depthwise_chains
+    from tvmgen.compiler.rewrites import module_pass, pad_conv_output_channels, pad_depthwise_chains
 
     lanes = cpu_shape(target).lanes(32)
-
-    @tvm.transform.module_pass(opt_level=0, name="TvmgenPadConvChannels")
-    def _pass(mod, _ctx):
-        return pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes)
-
-    return _pass
+    return module_pass("TvmgenPadConvChannels",
+                       lambda mod: pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes))
 
 
 def _NchwInputIntoConv():  # noqa: N802
     """The first convolution reads an NCHW input itself (``rewrites.nchw_input_into_conv``)."""
-    import tvm
     from tvm import relax
 
     from tvmgen.compiler import cpu
-    from tvmgen.compiler.rewrites import legalize_nchw_input_conv, nchw_input_into_conv
+    from tvmgen.compiler.rewrites import legalize_nchw_input_conv, module_pass, nchw_input_into_conv
 
-    @tvm.transform.module_pass(opt_level=0, name="TvmgenNchwInputIntoConv")
-    def _pass(mod, _ctx):
+    def _pass(mod):
         mod = nchw_input_into_conv(mod)
         # TOPI cannot legalize it (input and output layouts differ): tvmgen's own, before TVM's.
         # (This legalizes every operator: tvmgen's other CPU lowerings too, cpu.legalize_map.)
         return relax.transform.LegalizeOps({**cpu.legalize_map(), "relax.nn.conv2d": legalize_nchw_input_conv})(mod)
 
-    return _pass
+    return module_pass("TvmgenNchwInputIntoConv", _pass)
 
 
 # ------------------------------------------------------------------ TIR: schedules
