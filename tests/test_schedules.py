@@ -675,3 +675,47 @@ def test_band_tiles_have_up_to_14_rows(cpu, tmp_path):
     if cpu == "avx512":
         _, _, actual, expected = compile_and_run(path, tmp_path)
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def _ragged_models() -> dict:
+    """Output widths whose register tile would end part-full: a first convolution (3 -> 64, 3x3
+    stride 2, no padding: 103 -> 51 = 3 x 17 pixels) and a 1x1 convolution on 13 x 13 pixels."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(13)
+
+    def conv(name, x, y, w, **attrs):
+        return onnx_model([helper.make_node("Conv", ["x", "W", "B"], ["c"], **attrs), helper.make_node("Relu", ["c"], ["y"])],
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)],
+                          [numpy_helper.from_array((rng.standard_normal(w) * 0.1).astype(np.float32), "W"),
+                           numpy_helper.from_array(rng.standard_normal(w[0]).astype(np.float32), "B")])
+
+    return {"first_conv_51": conv("first", [1, 3, 5, 103], [1, 64, 2, 51], (64, 3, 3, 3), strides=[2, 2]),
+            "pointwise_13": conv("pointwise", [1, 16, 13, 13], [1, 64, 13, 13], (64, 16, 1, 1))}
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
+@pytest.mark.parametrize("name", ["first_conv_51", "pointwise_13"])
+def test_ragged_widths_get_whole_register_tiles(cpu, name, tmp_path):
+    """A width with no divisor from 4 to the preferred rows gets a divisor up to what the registers
+    hold (13 rows of 2 vectors with 32 registers), else 3 or 2 rows, before a tile whose last one
+    is partial: that one is guarded by a condition on every row inside the reduction loop
+    (SqueezeNet's first convolution: 52 GFLOP/s in guarded tiles of 14, 129 in tiles of 3). With
+    AVX2's 16 registers (6 rows) a prime 13 still ends part-full. Results as onnxruntime's."""
+    path = save_onnx(_ragged_models()[name], tmp_path / f"{name}.onnx")
+    spec, (_, registers), _ = CPU_TARGETS[cpu]
+    mod, done, _ = prepared_and_scheduled(path, target_spec=spec)
+    (conv,) = [f for f in done if "conv2d" in f]
+    script = mod[conv].script()
+    rows = max(int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script))
+    budget = (registers - 4) // 2  # rows of two vectors of channels (64 = 2 x 32, 2 x 16, 2 x 8 values)
+    if name == "first_conv_51":  # 51 = 3 x 17: no divisor from 4 to 14
+        assert rows == 3 and "T.where" not in script, script
+    elif budget >= 13:  # 13 rows fit the registers
+        assert rows == 13 and "T.where" not in script, script
+    else:  # AVX2: 13 is prime and more than 6 rows: the tile that wastes least, guarded
+        assert rows == 5 and "T.where" in script, script
+    if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
