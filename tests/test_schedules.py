@@ -747,3 +747,33 @@ def test_transposes_to_nchw_run_in_blocks(cpu, tmp_path):
     if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
         _, _, actual, expected = compile_and_run(path, tmp_path)
         assert_close(actual, expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
+def test_odd_vector_counts_tile_three_vectors_of_channels(cpu, tmp_path):
+    """48 output channels are 3 vectors with AVX-512: the tile is rows x 3 vectors, the vectors an
+    unrolled loop of their own around one vectorised vector (a single vector of 48 floats LLVM
+    scalarised), so each input value loaded feeds 3 multiply-adds; AVX2 and NEON tile 2 vectors
+    (6 and 12 of them). Results as onnxruntime's."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(14)
+    model = onnx_model([helper.make_node("Conv", ["x", "W", "B"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 48, 14, 14])],
+                       [numpy_helper.from_array((rng.standard_normal((48, 16, 1, 1)) * 0.1).astype(np.float32), "W"),
+                        numpy_helper.from_array(rng.standard_normal(48).astype(np.float32), "B")])
+    path = save_onnx(model, tmp_path / "pointwise48.onnx")
+    spec, (lanes, registers), _ = CPU_TARGETS[cpu]
+    mod, done, _ = prepared_and_scheduled(path, target_spec=spec)
+    (conv,) = [f for f in done if "conv2d" in f]
+    script = mod[conv].script()
+    unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
+    vectorized = {int(n) for n in re.findall(r"in T\.vectorized\(T\.int64\((\d+)\)\)", script)}
+    if (48 // lanes) % 2:  # an odd number of vectors: rows (7 of 14) x 3 vectors of `lanes`
+        assert sorted(set(unrolled)) == [3, 7] and lanes in vectorized, script
+    else:  # two vectors in one vectorised loop, rows only unrolled
+        assert 3 not in unrolled and 2 * lanes in vectorized, script
+    if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
