@@ -580,24 +580,36 @@ def test_pooling_reads_its_input_without_a_padded_copy(tmp_path):
     assert_close(actual, expected, atol=1e-5, rtol=1e-5)
 
 
+def _one_conv(x, y, w, seed: int, relu: bool = False, scale: float = 0.1, **attrs):
+    """A model of one convolution with a bias (random weights, ``w``'s shape, times ``scale``),
+    then a ReLU if asked."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c" if relu else "y"], **attrs)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    return onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)],
+                      [numpy_helper.from_array((rng.standard_normal(w) * scale).astype(np.float32), "W"),
+                       numpy_helper.from_array(rng.standard_normal(w[0]).astype(np.float32), "B")])
+
+
+def _scheduled_conv(path, cpu: str) -> str:
+    """The script of the model's one scheduled convolution kernel, for ``CPU_TARGETS[cpu]``."""
+    mod, done, _ = prepared_and_scheduled(path, target_spec=CPU_TARGETS[cpu][0])
+    (conv,) = [f for f in done if "conv2d" in f]
+    return mod[conv].script()
+
+
 @pytest.mark.parametrize("cpu", ["avx512", "avx2"])
 def test_large_weights_tiles_have_as_many_rows_as_registers_hold(cpu, tmp_path):
     """A weight-stationary convolution (13 x 13 pixels, 1x1 256 -> 512: 512 KB of weights) reads its
     block of weights once per tile: 13 rows per tile with AVX-512's 32 registers (2 vectors each:
     26 accumulators), at most 6 with AVX2's 16."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(9)
-    model = onnx_model([helper.make_node("Conv", ["x", "W", "B"], ["y"])],
-                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256, 13, 13])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 512, 13, 13])],
-                       [numpy_helper.from_array((rng.standard_normal((512, 256, 1, 1)) * 0.05).astype(np.float32), "W"),
-                        numpy_helper.from_array(rng.standard_normal(512).astype(np.float32), "B")])
+    model = _one_conv([1, 256, 13, 13], [1, 512, 13, 13], (512, 256, 1, 1), seed=9, scale=0.05)
     path = save_onnx(model, tmp_path / "wide.onnx")
-    spec = CPU_TARGETS[cpu][0]
-    mod, done, _ = prepared_and_scheduled(path, target_spec=spec)
-    (conv,) = [f for f in done if "conv2d" in f]
-    script = mod[conv].script()
+    script = _scheduled_conv(path, cpu)
     unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
     assert unrolled and max(unrolled) == (13 if cpu == "avx512" else 5), unrolled
     lanes = CPU_TARGETS[cpu][1][0]  # channel blocks of two vectors are the tasks
@@ -656,19 +668,10 @@ def test_band_tiles_have_up_to_14_rows(cpu, tmp_path):
     """A convolution in bands of rows: tiles of up to 14 rows x 2 vectors with 32 registers (28
     accumulators: a weight vector feeds 14 multiply-adds, not 8), 6 with AVX2's 16. On an awkward
     width of 30 (no divisor from 4 to 14 but 5, 6, 10): the largest divisor. Matches onnxruntime."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(12)
-    model = onnx_model([helper.make_node("Conv", ["x", "W", "B"], ["y"], pads=[1, 1, 1, 1])],
-                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 20, 9, 30])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 9, 30])],
-                       [numpy_helper.from_array((rng.standard_normal((64, 20, 3, 3)) * 0.1).astype(np.float32), "W"),
-                        numpy_helper.from_array(rng.standard_normal(64).astype(np.float32), "B")])
+    model = _one_conv([1, 20, 9, 30], [1, 64, 9, 30], (64, 20, 3, 3), seed=12, pads=[1, 1, 1, 1])
     path = save_onnx(model, tmp_path / "band.onnx")
-    spec, (lanes, registers), _ = CPU_TARGETS[cpu]
-    mod, done, _ = prepared_and_scheduled(path, target_spec=spec)
-    (conv,) = [f for f in done if "conv2d" in f]
-    script = mod[conv].script()
+    registers = CPU_TARGETS[cpu][1][1]
+    script = _scheduled_conv(path, cpu)
     unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
     assert unrolled and max(unrolled) == (10 if registers >= 32 else 6), unrolled
     assert re.search(r"_fused in T\.parallel", script)  # still bands of rows
@@ -680,19 +683,9 @@ def test_band_tiles_have_up_to_14_rows(cpu, tmp_path):
 def _ragged_models() -> dict:
     """Output widths whose register tile would end part-full: a first convolution (3 -> 64, 3x3
     stride 2, no padding: 103 -> 51 = 3 x 17 pixels) and a 1x1 convolution on 13 x 13 pixels."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(13)
-
-    def conv(name, x, y, w, **attrs):
-        return onnx_model([helper.make_node("Conv", ["x", "W", "B"], ["c"], **attrs), helper.make_node("Relu", ["c"], ["y"])],
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)],
-                          [numpy_helper.from_array((rng.standard_normal(w) * 0.1).astype(np.float32), "W"),
-                           numpy_helper.from_array(rng.standard_normal(w[0]).astype(np.float32), "B")])
-
-    return {"first_conv_51": conv("first", [1, 3, 5, 103], [1, 64, 2, 51], (64, 3, 3, 3), strides=[2, 2]),
-            "pointwise_13": conv("pointwise", [1, 16, 13, 13], [1, 64, 13, 13], (64, 16, 1, 1))}
+    return {"first_conv_51": _one_conv([1, 3, 5, 103], [1, 64, 2, 51], (64, 3, 3, 3), seed=13, relu=True,
+                                       strides=[2, 2]),
+            "pointwise_13": _one_conv([1, 16, 13, 13], [1, 64, 13, 13], (64, 16, 1, 1), seed=13, relu=True)}
 
 
 @pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
@@ -704,10 +697,8 @@ def test_ragged_widths_get_whole_register_tiles(cpu, name, tmp_path):
     (SqueezeNet's first convolution: 52 GFLOP/s in guarded tiles of 14, 129 in tiles of 3). With
     AVX2's 16 registers (6 rows) a prime 13 still ends part-full. Results as onnxruntime's."""
     path = save_onnx(_ragged_models()[name], tmp_path / f"{name}.onnx")
-    spec, (_, registers), _ = CPU_TARGETS[cpu]
-    mod, done, _ = prepared_and_scheduled(path, target_spec=spec)
-    (conv,) = [f for f in done if "conv2d" in f]
-    script = mod[conv].script()
+    registers = CPU_TARGETS[cpu][1][1]
+    script = _scheduled_conv(path, cpu)
     rows = max(int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script))
     budget = (registers - 4) // 2  # rows of two vectors of channels (64 = 2 x 32, 2 x 16, 2 x 8 values)
     if name == "first_conv_51":  # 51 = 3 x 17: no divisor from 4 to 14
@@ -755,19 +746,10 @@ def test_odd_vector_counts_tile_three_vectors_of_channels(cpu, tmp_path):
     unrolled loop of their own around one vectorised vector (a single vector of 48 floats LLVM
     scalarised), so each input value loaded feeds 3 multiply-adds; AVX2 and NEON tile 2 vectors
     (6 and 12 of them). Results as onnxruntime's."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(14)
-    model = onnx_model([helper.make_node("Conv", ["x", "W", "B"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
-                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 48, 14, 14])],
-                       [numpy_helper.from_array((rng.standard_normal((48, 16, 1, 1)) * 0.1).astype(np.float32), "W"),
-                        numpy_helper.from_array(rng.standard_normal(48).astype(np.float32), "B")])
+    model = _one_conv([1, 16, 14, 14], [1, 48, 14, 14], (48, 16, 1, 1), seed=14, relu=True)
     path = save_onnx(model, tmp_path / "pointwise48.onnx")
-    spec, (lanes, registers), _ = CPU_TARGETS[cpu]
-    mod, done, _ = prepared_and_scheduled(path, target_spec=spec)
-    (conv,) = [f for f in done if "conv2d" in f]
-    script = mod[conv].script()
+    lanes = CPU_TARGETS[cpu][1][0]
+    script = _scheduled_conv(path, cpu)
     unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
     vectorized = {int(n) for n in re.findall(r"in T\.vectorized\(T\.int64\((\d+)\)\)", script)}
     if (48 // lanes) % 2:  # an odd number of vectors: rows (7 of 14) x 3 vectors of `lanes`
