@@ -123,7 +123,7 @@ def _transposed_axis(sch, block, loops) -> int | None:
         return None
     for read in b.reads:
         index = [r.min for r in read.region]
-        if not index or int(np.prod([int(r.extent) if hasattr(r.extent, "value") else 0 for r in read.region])) != 1:
+        if not index or any(getattr(r.extent, "value", 0) != 1 for r in read.region):  # one element per read
             continue
         last = index[-1]
         hit = next((i for i, a in enumerate(axes[:-1]) if last.same_as(a)), None)
@@ -181,9 +181,6 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     # Up to 8 rows per tile, 14 for a convolution with a window (3x3: 28 accumulators of two
     # vectors with 32 registers, 6 with AVX2's 16); all the registers hold when the weights stay
     # put (see there). 1x1 convolutions, matmuls and pooling keep 8 (not measured faster).
-    most = budget if stationary else min(_MAX_ROWS if windowed and reduce else 8, budget)
-    rows = _rows(_extent(sch, rows_loop), most, budget) if rows_loop is not None else 1
-
     across = 1
     if rows_loop is not None and vectors == 1 and vec == lanes and not stationary:
         # An odd number of vectors of channels (144 = 9 x 16, 48 = 3 x 16): a tile of rows x one
@@ -192,10 +189,10 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         # a third as much: MobileNetV2's 1x1 24 -> 144 at 56 x 56, 0.217 -> 0.180 ms; MnasNet's
         # 16 -> 48 at 112 x 112, 0.208 -> 0.187 ms (one thread, medians of 3 x 300 runs).
         across = _pick(vec_ext // vec, [3, 5, 7])
-        if across > 1:
-            budget = max(1, (shape.registers - 4) // across)
-            most = min(most, budget)
-            rows = _rows(_extent(sch, rows_loop), most, budget)
+        budget = max(1, (shape.registers - 4) // across)
+    most = budget if stationary else min(_MAX_ROWS if windowed and reduce else 8, budget)
+    rows = _rows(_extent(sch, rows_loop), most, budget) if rows_loop is not None else 1
+
     wide = 1
     if rows_loop is None and vectors == 1:
         # A matrix-vector product (a classifier's dense layer): no rows to tile, so the tile is
