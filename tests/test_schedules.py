@@ -759,3 +759,40 @@ def test_odd_vector_counts_tile_three_vectors_of_channels(cpu, tmp_path):
     if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
         _, _, actual, expected = compile_and_run(path, tmp_path)
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["avx512", "avx2", "neon"])
+def test_weight_stationary_rows_prefetch_the_next_block_of_weights(arch, tmp_path):
+    """A weight-stationary 1x1 convolution (7 x 7 pixels, 192 -> 1152: 884 KB of weights) runs a
+    task per block of output channels. Its rows after the first prefetch the next task's block,
+    a share each: together every cache line of it, at addresses inside the packed weights."""
+    import tvm
+    from tvm import relax
+
+    model = _one_conv([1, 192, 7, 7], [1, 1152, 7, 7], (1152, 192, 1, 1), seed=3, relu=True)
+    path = save_onnx(model, tmp_path / "late.onnx")
+    imported = frontends.load(path, [])
+    mod = relax.transform.BindParams("main", dict(zip(imported.mod["main"].params[1:], imported.params)))(imported.mod)
+    target = make_target(CPU_TARGETS[arch][0])
+    with target:
+        mod = tvm.transform.Sequential(cpu.prepare_passes(target) + cpu.schedule_passes(target))(mod)
+    (script,) = [f.script() for gv, f in mod.functions.items()
+                 if "conv2d" in gv.name_hint and isinstance(f, tvm.tirx.PrimFunc)]
+    lanes = CPU_TARGETS[arch][1][0]
+    block = 192 * 2 * lanes  # a task: two vectors of channels by the 192 input channels
+    tasks = 1152 // (2 * lanes)
+    task = re.search(rf"(\w+) in T\.parallel\(T\.int64\({tasks}\)\)", script)
+    assert task, script
+    rows = re.search(r"for (\w+) in T\.serial\(T\.int64\((\d+)\), annotations=\{\"tvmgen\.prefetch_next_weights\"", script)
+    assert rows and int(rows[2]) == 7, script
+    lines = re.search(r"for line in range\(T\.int64\((\d+)\)\)", script)
+    assert lines, script
+    per_line = 64 // 4
+    assert int(lines[1]) * (7 - 1) * per_line >= block > (int(lines[1]) - 1) * (7 - 1) * per_line
+    (hint,) = [ln for ln in script.splitlines() if "T.prefetch" in ln]
+    t = task[1]
+    assert f"param_0_global[{t} + T.int64(1), " in hint and f"T.int64({block - 1})" in hint, hint
+    assert re.search(rf"if {rows[1]} >= T\.int64\(1\) and {t} \+ T\.int64\(1\) < T\.int64\({tasks}\)", script), script
+    if arch == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)

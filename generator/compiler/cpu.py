@@ -59,7 +59,10 @@ def schedule_passes(target, database=None, report: dict | None = None) -> list:
 
         passes.append(relax.transform.MetaScheduleApplyDatabase(enable_warning=False))
     passes.append(schedules.DefaultSchedules(target, report))
-    return passes + schedules.fold_packed_weights_passes(target)
+    from tvmgen.compiler import prefetch
+
+    # the prefetches address the packed weights: after they are folded
+    return passes + schedules.fold_packed_weights_passes(target) + [prefetch.PrefetchNextWeights()]
 
 
 def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, layout: bool = True):

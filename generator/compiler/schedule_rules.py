@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tvmgen.compiler import prefetch
+
 if TYPE_CHECKING:
     from tvmgen.compiler.schedules import CpuShape
 
@@ -227,6 +229,9 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
             schedule_injective(sch, [p], shape)
         padding = []
         chunk = _weight_chunk(sch, reduce, vec, _dtype_bits(sch, block)) if windowed else None
+        rows_of_task = next((lp for lp in serial if (_extent(sch, lp) or 1) > 1), None)
+        if chunk is None and rows_of_task is not None:  # its rows after the first fetch the next block's weights
+            sch.annotate(rows_of_task, prefetch.ANNOTATION, 1)
         if chunk is not None:
             # the reduction in chunks whose weights fit L1, each chunk over all the task's pixels
             c_o, c_i = sch.split(reduce[-1], [None, chunk])
