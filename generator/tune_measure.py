@@ -53,6 +53,8 @@ def builder(compiler: Path):
     from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
+    from tvmgen.compiler import stack_tiles
+
     fcompile = cc.cross_compiler(str(compiler))
 
     @derived_object
@@ -63,7 +65,9 @@ def builder(compiler: Path):
                 try:
                     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(item.mod)
                     path = os.path.join(tempfile.mkdtemp(prefix="tvmgen-tune-"), "candidate.so")
-                    tvm.compile(mod, target=item.target).export_library(path, fcompile=fcompile)
+                    # as `compile` builds (register tiles on the stack: ``stack_tiles``)
+                    pipeline = stack_tiles.register_tir_pipeline() if item.target.kind.name == "llvm" else "default"
+                    tvm.compile(mod, target=item.target, tir_pipeline=pipeline).export_library(path, fcompile=fcompile)
                     results.append(BuilderResult(path, None))
                 except Exception as e:  # a candidate that does not build is a failed trial, not a failed run
                     results.append(BuilderResult(None, f"{type(e).__name__}: {e}"))

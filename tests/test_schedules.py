@@ -796,3 +796,41 @@ def test_weight_stationary_rows_prefetch_the_next_block_of_weights(arch, tmp_pat
     if arch == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
         _, _, actual, expected = compile_and_run(path, tmp_path)
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["avx512", "neon"])
+def test_small_buffers_are_on_the_stack_and_large_ones_in_the_workspace(arch, tmp_path):
+    """tvmgen's TIR pipeline puts a kernel's allocations of up to 4 KB (its register tile) on the
+    stack, where LLVM keeps a tile in registers; TVM's own lowering calls the workspace allocator
+    for every buffer but a "global" one under 1 KB. Larger buffers (a band's padded input rows)
+    stay in the workspace."""
+    import tvm
+    from tvm import s_tir, tirx
+
+    from tvmgen.compiler import stack_tiles
+
+    model = _one_conv([1, 16, 20, 20], [1, 32, 20, 20], (32, 16, 3, 3), seed=3, relu=True, pads=[1, 1, 1, 1])
+    mod, done, _ = prepared_and_scheduled(save_onnx(model, tmp_path / "c.onnx"), target_spec=CPU_TARGETS[arch][0])
+    (conv,) = [f for f in done if "conv2d" in f]
+    kernel = tvm.IRModule({"main": mod[conv].with_attr("global_symbol", "main")})
+    lowered = kernel
+    for p in [s_tir.transform.LowerInitBlock(), s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+              s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
+              s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer()]:
+        lowered = p(lowered)
+    sizes = {}  # bytes of each allocation, by whether TVM 0.27 would put it on the stack itself
+    for line in lowered["main"].script().splitlines():
+        m = re.search(r"= T\.alloc_(buffer|local)\(\(T\.int64\((\d+)\),\)", line)
+        if m:
+            sizes.setdefault("global" if m[1] == "buffer" else "local", []).append(int(m[2]) * 4)
+    tiles = [b for b in sizes.get("local", []) if b <= stack_tiles.STACK_BYTES]
+    large = [b for kind in sizes.values() for b in kind if b > stack_tiles.STACK_BYTES]
+    small_global = [b for b in sizes.get("global", []) if b < 1024]
+    assert tiles and large, sizes  # the tile, and the band's padded input rows (4 KB and more)
+
+    def workspace_calls(pipeline):
+        ll = tvm.tirx.build(kernel, target=make_target(CPU_TARGETS[arch][0]), pipeline=pipeline).inspect_source("ll")
+        return len(re.findall(r"= load ptr, ptr @__TVMBackendAllocWorkspace", ll))
+
+    assert workspace_calls(stack_tiles.register_tir_pipeline()) == len(large), sizes
+    assert workspace_calls("s_tir") == sum(len(v) for v in sizes.values()) - len(small_global), sizes

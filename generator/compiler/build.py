@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tvmgen import __version__, artifact, kernels
-from tvmgen.compiler import adreno, export as exporter, recurrent
+from tvmgen.compiler import adreno, export as exporter, recurrent, stack_tiles
 from tvmgen.compiler.platforms import DL_DEVICE_TYPES, Platform, make_target, target_dict
 from tvmgen.errors import CompileError, TvmgenError
 from tvmgen.frontends.base import ImportedModel, TensorSpec
@@ -82,7 +82,8 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
                 pipeline = kernels.capture(make_pipeline(), report)  # report["module"]: for kernels.json
             ex = relax.build(mod, target, relax_pipeline=pipeline,
                              system_lib=True if opts.platform.system_lib else None,
-                             **({"tir_pipeline": adreno.register_tir_pipeline()} if "texture" in target.keys else {}))
+                             **({"tir_pipeline": adreno.register_tir_pipeline()} if "texture" in target.keys else
+                                {"tir_pipeline": stack_tiles.register_tir_pipeline()} if target.kind.name == "llvm" else {}))
         except TvmgenError:  # tvmgen's own (e.g. a tuning database without this target): already says what to do
             raise
         except Exception as e:  # noqa: BLE001 - TVM raises many kinds; each becomes a CompileError below
