@@ -151,3 +151,28 @@ def test_an_input_written_in_place_keeps_the_promise():
     with tvm.target.Target("llvm"):
         mod = relax_input_alignment(mod, report)
     assert report["input_alignment"] == [TVM_ALIGNMENT, 4]
+
+
+def test_outputs_are_copies_the_next_run_leaves_alone_and_wrong_inputs_are_refused(compiled):
+    """Each run's outputs are numpy arrays of their own (copied out through DLPack): a second run
+    with other inputs leaves the first run's arrays as they were. The checks made once per model
+    still refuse a wrong shape, a wrong dtype and an unknown name, each with its cause."""
+    from tvmgen.errors import InputError
+
+    imported, artifact = compiled
+    model = HostModel(artifact)
+    rng = np.random.default_rng(7)
+    first_in = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in imported.inputs}
+    second_in = {n: v + 1 for n, v in first_in.items()}
+    first = model.run(first_in)
+    kept = [a.copy() for a in first]
+    second = model.run(second_in)
+    for a, k, b, exp in zip(first, kept, second, imported.reference(second_in)):
+        np.testing.assert_array_equal(a, k)  # not overwritten by the second run
+        np.testing.assert_allclose(b, exp, atol=1e-4, rtol=1e-4)
+        assert not np.shares_memory(a, b)
+    x = first_in["x"]
+    for bad, cause in [({**first_in, "x": x[:, :, :16]}, "has shape"), ({**first_in, "x": x.astype(np.float64)}, "has dtype"),
+                       ({**first_in, "extra": x}, "unknown input name")]:
+        with pytest.raises(InputError, match=cause):
+            model.run(bad)
