@@ -65,8 +65,7 @@ def builder(compiler: Path):
                 try:
                     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(item.mod)
                     path = os.path.join(tempfile.mkdtemp(prefix="tvmgen-tune-"), "candidate.so")
-                    # as `compile` builds (register tiles on the stack: ``stack_tiles``)
-                    pipeline = stack_tiles.register_tir_pipeline() if item.target.kind.name == "llvm" else "default"
+                    pipeline = stack_tiles.tir_pipeline(item.target)  # as `compile` builds
                     tvm.compile(mod, target=item.target, tir_pipeline=pipeline).export_library(path, fcompile=fcompile)
                     results.append(BuilderResult(path, None))
                 except Exception as e:  # a candidate that does not build is a failed trial, not a failed run

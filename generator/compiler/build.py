@@ -80,10 +80,9 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
         try:
             with target:
                 pipeline = kernels.capture(make_pipeline(), report)  # report["module"]: for kernels.json
-            ex = relax.build(mod, target, relax_pipeline=pipeline,
-                             system_lib=True if opts.platform.system_lib else None,
-                             **({"tir_pipeline": adreno.register_tir_pipeline()} if "texture" in target.keys else
-                                {"tir_pipeline": stack_tiles.register_tir_pipeline()} if target.kind.name == "llvm" else {}))
+            tir_pipeline = adreno.register_tir_pipeline() if "texture" in target.keys else stack_tiles.tir_pipeline(target)
+            ex = relax.build(mod, target, relax_pipeline=pipeline, tir_pipeline=tir_pipeline,
+                             system_lib=True if opts.platform.system_lib else None)
         except TvmgenError:  # tvmgen's own (e.g. a tuning database without this target): already says what to do
             raise
         except Exception as e:  # noqa: BLE001 - TVM raises many kinds; each becomes a CompileError below

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tvmgen.compiler import prefetch
+
 
 def prepare_passes(target, layout: bool = True) -> list:
     """Relax -> fused TIR functions: the module both ``tune`` and ``compile`` schedule.
@@ -59,8 +61,6 @@ def schedule_passes(target, database=None, report: dict | None = None) -> list:
 
         passes.append(relax.transform.MetaScheduleApplyDatabase(enable_warning=False))
     passes.append(schedules.DefaultSchedules(target, report))
-    from tvmgen.compiler import prefetch
-
     # the prefetches address the packed weights: after they are folded
     return passes + schedules.fold_packed_weights_passes(target) + [prefetch.PrefetchNextWeights()]
 

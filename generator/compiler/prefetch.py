@@ -37,8 +37,10 @@ def PrefetchNextWeights():  # noqa: N802 - a pass, named like TVM's
     @tvm.transform.module_pass(opt_level=0, name="TvmgenPrefetchNextWeights")
     def _pass(mod, _ctx):
         for gv, f in list(mod.functions.items()):
-            if isinstance(f, tirx.PrimFunc) and ANNOTATION in f.script(show_meta=False):
-                mod[gv] = _with_prefetches(f)
+            if isinstance(f, tirx.PrimFunc):
+                new = _with_prefetches(f)
+                if not new.same_as(f):
+                    mod[gv] = new
         return mod
 
     return _pass
@@ -63,7 +65,7 @@ def _with_prefetches(func):
             dims = [int(d) for d in w.ty.shape[1:]]
             per_block = int(np.prod(dims))
             per_line = _LINE_BYTES * 8 // tvm_ffi.dtype(str(w.ty.dtype)).bits
-            per_row = -(-(-(-per_block // per_line)) // (int(rows.extent) - 1))  # lines each row prefetches
+            per_row = _ceil_div(_ceil_div(per_block, per_line), int(rows.extent) - 1)  # lines each row prefetches
             t, r = task.loop_var, rows.loop_var
             dtype = r.ty.dtype
             line = tirx.Var("line", dtype)
@@ -85,6 +87,12 @@ def _with_prefetches(func):
         if loop.kind != tirx.ForKind.PARALLEL:
             return loop
         body = tvm_ffi.structural_map(loop.body, [(tirx.For, in_task(loop))])
+        if body.same_as(loop.body):
+            return loop
         return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations)
 
     return tvm_ffi.structural_map(func, [(tirx.For, task_loop)])
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)

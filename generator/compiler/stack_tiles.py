@@ -30,16 +30,23 @@ TIR_PIPELINE = "tvmgen-cpu"
 STACK_BYTES = 4096
 
 
+def tir_pipeline(target) -> str:
+    """The TIR pipeline to build for ``target`` with (``relax.build`` / ``tvm.compile``'s
+    ``tir_pipeline``): this module's for CPUs, TVM's default for the rest."""
+    return register_tir_pipeline() if target.kind.name == "llvm" else "default"
+
+
 def register_tir_pipeline() -> str:
     """The pipeline's name for ``relax.build(tir_pipeline=...)``, registered on first use."""
     import tvm
     from tvm.tirx import compilation_pipeline as tir
 
-    def factory():
-        lowering, host, device = tir.get_tir_pipeline("s_tir")
-        return lowering, lambda: tvm.transform.Sequential([SmallBuffersOnTheStack(), host()]), device
+    if TIR_PIPELINE not in tir.PIPELINE_MAP:
+        def factory():
+            lowering, host, device = tir.get_tir_pipeline("s_tir")
+            return lowering, lambda: tvm.transform.Sequential([SmallBuffersOnTheStack(), host()]), device
 
-    tir.register_tir_pipeline(TIR_PIPELINE, factory)
+        tir.register_tir_pipeline(TIR_PIPELINE, factory)
     return TIR_PIPELINE
 
 
