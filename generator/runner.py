@@ -157,7 +157,7 @@ class HostModel:
             if (a.dtype if isinstance(dtype, np.dtype) else str(a.dtype)) != dtype:
                 raise InputError(f"input {s.name!r} has dtype {a.dtype}, the model expects {s.dtype}",
                                  f"convert it, e.g. np.save(path, x.astype('{s.dtype}'))")
-            arrays.append(np.ascontiguousarray(a))
+            arrays.append(np.asarray(a, order="C"))  # not ascontiguousarray: it makes a 0-d array 1-d
         return arrays
 
     def run(self, inputs: dict[str, np.ndarray], repeat: int = 1) -> list[np.ndarray]:
