@@ -194,7 +194,8 @@ def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, numb
         out = vm[manifest.vm["entry"]](*args, *params)
         dev.sync()
         t4 = time.perf_counter()
-        outputs = [o.numpy() for o in _tensors(out)]
+        tensors = device_outputs(remote, out, manifest.outputs)
+        outputs = [o.numpy() for o in tensors]
         t5 = time.perf_counter()
     report.cold.update(load=(t1 - t0) * 1e3, init=(t2 - t1) * 1e3, copy_in=(t3 - t2) * 1e3,
                        first_run=(t4 - t3) * 1e3, copy_out=(t5 - t4) * 1e3)
@@ -208,7 +209,7 @@ def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, numb
             dev.sync()
             report.copy_in_ms.append((time.perf_counter() - t0) * 1e3)
             t0 = time.perf_counter()
-            _ = [o.numpy() for o in _tensors(out)]
+            _ = [o.numpy() for o in tensors]
             report.copy_out_ms.append((time.perf_counter() - t0) * 1e3)
         del fresh
     if profile:
@@ -248,9 +249,67 @@ def _profile_on_device(remote, vm, manifest: artifact.Manifest, directory: Path,
     return profile.Profile.from_device(result, kernels.load(directory), manifest.device)
 
 
-def _tensors(out) -> list:
-    """The VM returns one tensor, or a tuple of them."""
-    return [out] if hasattr(out, "numpy") else list(out)
+def device_outputs(remote, out, specs: list) -> list:
+    """The model's outputs as a flat list of tensors, in the manifest's order (it lists them flat).
+
+    The VM returns one tensor or a tuple, maybe nested. Over RPC a tuple comes back as an
+    ``RPCObjectRef`` (a handle to an ``ffi.Array`` on the device) that Python cannot iterate: its
+    items are read through the device's own ``ffi.ArraySize`` / ``ffi.ArrayGetItem`` (in tvm-ffi's
+    core library, so every device server has them), tensors coming back as remote tensors. A 0-d
+    output is a 0-d tensor; a scalar that is not a tensor (a Relax PrimValue) comes back as a
+    Python number and is taken as a 0-d array of the manifest's dtype.
+    """
+    flat: list = []
+    size = get = None
+
+    def walk(value, path: str) -> None:
+        nonlocal size, get
+        if hasattr(value, "numpy"):
+            flat.append(value)
+        elif isinstance(value, (bool, int, float, np.generic)):
+            try:
+                a = np.asarray(value, dtype=specs[len(flat)].dtype if len(flat) < len(specs) else None)
+            except TypeError:  # a dtype numpy lacks (bfloat16): as Python gave it
+                a = np.asarray(value)
+            flat.append(_Scalar(a))
+        elif isinstance(value, (list, tuple)) or _is_local_array(value):
+            for i, item in enumerate(value):
+                walk(item, f"{path}[{i}]")
+        else:  # a remote object: a tuple, or something that is not an output tvmgen can copy
+            if size is None:
+                size, get = remote.get_function("ffi.ArraySize"), remote.get_function("ffi.ArrayGetItem")
+            try:
+                n = int(size(value))
+            except Exception as e:  # noqa: BLE001 - the device says it is not an ffi.Array
+                raise CheckError(f"the device's output {path} is neither a tensor nor a tuple of tensors "
+                                 f"({type(value).__name__}: {_last(e)})",
+                                 "tvmgen benches models whose outputs are tensors") from e
+            for i in range(n):
+                walk(get(value, i), f"{path}[{i}]")
+
+    walk(out, "out")
+    if len(flat) != len(specs):
+        raise CheckError(f"the device returned {len(flat)} output(s), the artifact's manifest lists {len(specs)} "
+                         f"({', '.join(s.name for s in specs)})", "recompile the artifact with this tvmgen")
+    return flat
+
+
+def _is_local_array(value) -> bool:
+    try:
+        import tvm_ffi
+    except ImportError:  # pragma: no cover - TVM 0.27 always has it
+        return False
+    return isinstance(value, tvm_ffi.Array)
+
+
+class _Scalar:
+    """A scalar output that came back as a number, not a tensor: copies like one."""
+
+    def __init__(self, value: np.ndarray):
+        self.value = value
+
+    def numpy(self) -> np.ndarray:
+        return self.value.copy()
 
 
 # ------------------------------------------------------------------ the seed's GEMM

@@ -109,6 +109,91 @@ def test_emulated_aarch64_device(servers, arm_devices, via, tmp_path, torch_onnx
     assert "Compiling for linux-aarch64/cpu" in r.stderr
 
 
+@pytest.fixture(scope="module")
+def two_output_onnx(tmp_path_factory):
+    """Outputs y [1, 8] (x @ w) and s, a 0-d scalar (ReduceMean of y, keepdims=0)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from conftest import save_onnx
+
+    w = numpy_helper.from_array(np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("ReduceMean", ["y"], ["s"], keepdims=0)],
+        "two_outputs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8]),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return save_onnx(model, tmp_path_factory.mktemp("two") / "two.onnx")
+
+
+@pytest.mark.parametrize("key", ["host-p", "arm-p"])
+def test_several_outputs(servers, key, two_output_onnx, tmp_path, request):
+    """A tuple output over RPC comes back as a handle to the device's array: every output is
+    copied and checked, the 0-d one included (this failed with 'RPCObjectRef' object is not iterable)."""
+    if key == "arm-p":
+        request.getfixturevalue("arm_devices")
+    r = bench(two_output_onnx, "--key", key, "--proxy", servers["proxy"].address, "--repeat", "2",
+              "--json", tmp_path / "r.json", state=servers["state"])
+    assert r.returncode == 0, r.stderr
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert res["device"]["arch"] == ("aarch64" if key == "arm-p" else "x86_64")
+    assert [c["name"] for c in res["check"]] == ["y", "s"]
+    assert [c["shape"] for c in res["check"]] == [[1, 8], []]
+    for c in res["check"]:
+        assert c["ref_max"] > 1e-3 and c["max_abs"] < 1e-5, c  # vs onnxruntime, same seeded inputs
+    assert res["copy_out_ms"]["count"] == 2
+    assert "y max abs error" in r.stderr and "s max abs error" in r.stderr
+
+
+def test_nested_tuple_outputs(servers, arm_devices, tmp_path):
+    """The VM's (y, (s, z)) on the emulated aarch64 device: flattened in order, each copied with its
+    shape and dtype; a manifest listing fewer outputs is refused."""
+    import numpy as np
+    import tvm
+    import tvm.support.cc as cc
+    from tvm import relax
+    from tvm.script import ir as I, relax as R
+
+    from tvmgen import bench as benching
+    from tvmgen.compiler import export
+    from tvmgen.compiler.platforms import get_platform, make_target, target_dict
+    from tvmgen.errors import CheckError
+    from tvmgen.frontends.base import TensorSpec
+
+    @I.ir_module
+    class Nested:
+        @R.function
+        def main(x: R.Tensor((1, 4), "float32")):
+            with R.dataflow():
+                y = R.add(x, x)
+                s = R.mean(x)
+                z = R.astype(R.multiply(x, x), "int32")
+                out = (y, (s, z))
+                R.output(out)
+            return out
+
+    plat = get_platform("linux-aarch64")
+    lib = tmp_path / "nested.so"
+    tvm.compile(Nested, make_target(target_dict(plat, "cpu"))).export_library(
+        str(lib), fcompile=cc.cross_compiler(str(export.linker(plat, objects_only=False))))
+    remote = session(servers, "arm-t")
+    remote.upload(str(lib), target="nested.so")
+    dev = remote.cpu(0)
+    vm = relax.VirtualMachine(remote.load_module("nested.so"), dev)
+    x = np.array([[1.0, -2.0, 3.5, 4.0]], np.float32)
+    out = vm["main"](tvm.runtime.tensor(x, dev))
+    specs = [TensorSpec("y", (1, 4), "float32"), TensorSpec("s", (), "float32"), TensorSpec("z", (1, 4), "int32")]
+    got = [t.numpy() for t in benching.device_outputs(remote, out, specs)]
+    want = [x + x, np.array(x.mean(), np.float32), (x * x).astype(np.int32)]
+    assert [(g.shape, g.dtype) for g in got] == [(w.shape, w.dtype) for w in want]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    with pytest.raises(CheckError, match=r"the device returned 3 output\(s\), the artifact's manifest lists 2"):
+        benching.device_outputs(remote, out, specs[:2])
+
+
 def test_remote_gemm(servers, arm_devices, tmp_path):
     r = bench("--gemm", "128", "--key", "arm-t", "--tracker", servers["tracker"].address, "--repeat", "2",
               "--json", tmp_path / "g.json", state=servers["state"])
