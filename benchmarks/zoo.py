@@ -36,7 +36,8 @@ import benchlib  # noqa: E402
 from zoo_nets import NAMES as TORCH_NETS  # noqa: E402
 
 KERAS = {"keras_mobilenet_v2": "MobileNetV2", "keras_mobilenet_v3_small": "MobileNetV3Small"}
-OTHERS = ("keras_mobilenet_v2_int8", "seg_head", "det_head_tflite", "audio_rnn", "text_recognizer", "vad_if", "vad_scalar")
+OTHERS = ("keras_mobilenet_v2_int8", "seg_head", "det_head_tflite", "audio_rnn", "text_recognizer", "vad_if", "vad_scalar",
+          "selfie_seg_fp16")
 MODELS = (*TORCH_NETS, *KERAS, *OTHERS)
 TARGETS = {"host": ("host", "cpu"), "aarch64": ("linux-aarch64", "cpu"), "opencl": ("host", "opencl")}
 # what each model adds to the coverage (the table's last column)
@@ -46,7 +47,8 @@ WHAT = {"mobilenet_v3_small": "hard-swish, squeeze-excitation", "efficientnet_b0
         "det_head_tflite": "TRANSPOSE_CONV, RESIZE_BILINEAR, PRELU", "audio_rnn": "Conv1d, GRU, LSTM",
         "text_recognizer": "GELU (Erf) conv epilogues, LayerNorm, attention, 1x7 conv",
         "vad_if": "LSTM in If, --const sr=16000",
-        "vad_scalar": "scalar input into If and arithmetic, scalar output"}
+        "vad_scalar": "scalar input into If and arithmetic, scalar output",
+        "selfie_seg_fp16": "fp16 weights (DEQUANTIZE), MediaPipe Convolution2DTransposeBias"}
 # Models checked on set values of some inputs (one check per set; the rest seeded random): an If
 # on a scalar must be checked down each branch.
 INPUT_VALUES = {"vad_scalar": ({"sr": 16000}, {"sr": 8000})}
@@ -77,6 +79,8 @@ def build(name: str, work: Path) -> tuple[Path, list[str]]:
         return _onnx_from_torch(_SegHead(), torch.randn(1, 3, 128, 128), work / "seg_head.onnx"), []
     if name == "det_head_tflite":
         return _det_head(work), []
+    if name == "selfie_seg_fp16":
+        return _selfie_seg_fp16(work), []
     if name == "text_recognizer":
         return _onnx_from_torch(_TextRecognizer(), torch.randn(1, 3, 32, 128), work / "text_recognizer.onnx"), []
     if name == "audio_rnn":
@@ -260,6 +264,59 @@ def _det_head(work: Path) -> Path:
     _randomise_keras(model, np.random.default_rng(0))
     path = work / "det_head_tflite.tflite"
     path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    return path
+
+
+def _selfie_seg_fp16(work: Path) -> Path:
+    """MediaPipe's selfie segmenter in small: an encoder-decoder (Conv2D, DepthwiseConv2D, PReLU, skip
+    additions, Conv2DTranspose, sigmoid) converted with fp16 weights, so every weight and bias is an fp16
+    constant run through DEQUANTIZE; then, as MediaPipe's models have them, the first and the last
+    transposed convolutions become its custom Convolution2DTransposeBias (inputs: data, the DEQUANTIZE'd
+    OHWI weights and bias; options: padding, stride_w, stride_h as int32), the middle one stays the
+    builtin TRANSPOSE_CONV. LiteRT runs the custom operator (XNNPACK)."""
+    import struct
+
+    import flatbuffers
+    import tensorflow as tf
+    from ai_edge_litert import schema_py_generated as fb
+
+    tf.keras.utils.set_random_seed(0)
+    L = tf.keras.layers
+    # PReLU, not fusable: the transposed convolutions keep no fused activation (the custom operator has none)
+    prelu = lambda x: L.PReLU(shared_axes=[1, 2])(x)  # noqa: E731
+    inp = tf.keras.Input((128, 128, 3), batch_size=1)
+    e1 = prelu(L.Conv2D(16, 3, 2, padding="same")(inp))                                   # 64 x 64 x 16
+    e2 = prelu(L.Conv2D(32, 1)(L.DepthwiseConv2D(3, 2, padding="same")(e1)))              # 32 x 32 x 32
+    e3 = prelu(L.Conv2D(64, 1)(L.DepthwiseConv2D(3, 2, padding="same")(e2)))              # 16 x 16 x 64
+    d2 = prelu(L.Add()([L.Conv2DTranspose(32, 4, 2, padding="same")(e3), e2]))            # custom
+    d1 = prelu(L.Add()([L.Conv2DTranspose(16, 2, 2, padding="valid")(d2), e1]))           # builtin
+    out = L.Activation("sigmoid")(L.Conv2DTranspose(1, 2, 2, padding="valid")(d1))        # custom
+    model = tf.keras.Model(inp, out)
+    _randomise_keras(model, np.random.default_rng(0))
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.target_spec.supported_types = [tf.float16]
+    m = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(converter.convert(), 0))
+    code = fb.OperatorCodeT()
+    code.builtinCode = code.deprecatedBuiltinCode = fb.BuiltinOperator.CUSTOM
+    code.customCode, code.version = "Convolution2DTransposeBias", 1
+    m.operatorCodes.append(code)
+    sub = m.subgraphs[0]
+    transposed = [op for op in sub.operators
+                  if m.operatorCodes[op.opcodeIndex].builtinCode == fb.BuiltinOperator.TRANSPOSE_CONV]
+    assert len(transposed) == 3, "expected three TRANSPOSE_CONV operators"
+    for op in (transposed[0], transposed[2]):
+        _, weights, data, bias = op.inputs
+        opts = op.builtinOptions
+        assert bias >= 0 and opts.fusedActivationFunction == fb.ActivationFunctionType.NONE
+        op.opcodeIndex, op.inputs = len(m.operatorCodes) - 1, [data, weights, bias]
+        padding = 1 if opts.padding == fb.Padding.SAME else 2  # MediaPipe's TfLitePadding: 1 SAME, 2 VALID
+        op.builtinOptionsType, op.builtinOptions = 0, None
+        op.customOptions, op.customOptionsFormat = list(struct.pack("<iii", padding, opts.strideW, opts.strideH)), 0
+    b = flatbuffers.Builder(1 << 20)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    path = work / "selfie_seg_fp16.tflite"
+    path.write_bytes(bytes(b.Output()))
     return path
 
 

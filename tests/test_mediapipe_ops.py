@@ -85,13 +85,19 @@ def _schema():
     return fb
 
 
-def tflite_model(tensors, ops, inputs, outputs) -> bytes:
-    """A TFLite flatbuffer: tensors {name: shape} (float32), ops [(custom code, version, inputs,
-    outputs, options dict)], subgraph inputs and outputs by name."""
+def tflite_model(tensors, ops, inputs, outputs, quant=None) -> bytes:
+    """A TFLite flatbuffer: tensors {name: shape} (float32, no value) or {name: ndarray} (a constant
+    of the array's dtype and shape, in a buffer); ops [(code, version, inputs, outputs, options)]:
+    a builtin operator by its name (``"DEQUANTIZE"``) or a custom code, options a dict (flexbuffer),
+    bytes (raw custom options), a schema ``...OptionsT`` object (builtin options) or None; quant
+    {name: (scales, zero points, axis)}; subgraph inputs and outputs by name."""
     import flatbuffers
     from flatbuffers import flexbuffers
 
     fb = _schema()
+    types = {np.dtype(np.float32): fb.TensorType.FLOAT32, np.dtype(np.float16): fb.TensorType.FLOAT16,
+             np.dtype(np.int8): fb.TensorType.INT8, np.dtype(np.uint8): fb.TensorType.UINT8,
+             np.dtype(np.int32): fb.TensorType.INT32}
     names = list(tensors)
     model = fb.ModelT()
     model.version = 3
@@ -100,18 +106,45 @@ def tflite_model(tensors, ops, inputs, outputs) -> bytes:
     sub.tensors = []
     for name in names:
         t = fb.TensorT()
-        t.name, t.shape, t.type, t.buffer = name, list(tensors[name]), 0, 0  # FLOAT32
+        value = tensors[name]
+        t.name, t.type, t.buffer = name, fb.TensorType.FLOAT32, 0
+        if isinstance(value, np.ndarray):
+            t.shape, t.type = list(value.shape), types[value.dtype]
+            buf = fb.BufferT()
+            buf.data = list(np.ascontiguousarray(value).tobytes())
+            model.buffers.append(buf)
+            t.buffer = len(model.buffers) - 1
+        else:
+            t.shape = list(value)
+        if quant and name in quant:
+            scales, zero_points, axis = quant[name]
+            q = fb.QuantizationParametersT()
+            q.scale = [float(v) for v in np.atleast_1d(scales)]
+            q.zeroPoint = [int(v) for v in np.atleast_1d(zero_points)]
+            q.quantizedDimension = axis
+            t.quantization = q
         sub.tensors.append(t)
     model.operatorCodes, sub.operators = [], []
     for code_name, version, ins, outs, options in ops:
         code = fb.OperatorCodeT()
-        code.builtinCode = code.deprecatedBuiltinCode = 32  # CUSTOM
-        code.customCode, code.version = code_name, version
+        builtin = getattr(fb.BuiltinOperator, code_name, None) if code_name.isupper() else None
+        if builtin is None:
+            code.builtinCode = code.deprecatedBuiltinCode = 32  # CUSTOM
+            code.customCode = code_name
+        else:
+            code.builtinCode, code.deprecatedBuiltinCode = builtin, min(builtin, 127)
+        code.version = version
         model.operatorCodes.append(code)
         op = fb.OperatorT()
         op.opcodeIndex = len(model.operatorCodes) - 1
         op.inputs, op.outputs = [names.index(n) for n in ins], [names.index(n) for n in outs]
-        op.customOptions = list(flexbuffers.Dumps(options)) if options else []
+        if type(options).__name__.endswith("OptionsT"):
+            op.builtinOptionsType = getattr(fb.BuiltinOptions, type(options).__name__[:-1])
+            op.builtinOptions = options
+        elif isinstance(options, bytes):
+            op.customOptions = list(options)
+        elif builtin is None:
+            op.customOptions = list(flexbuffers.Dumps(options)) if options else []
         op.customOptionsFormat = 0  # FLEXBUFFERS
         sub.operators.append(op)
     sub.inputs, sub.outputs = [names.index(n) for n in inputs], [names.index(n) for n in outputs]
@@ -300,3 +333,107 @@ def test_check_says_litert_cannot_run_them_and_writes_nothing(tmp_path, tvmgen):
     r = tvmgen("compile", path, "-o", tmp_path / "plain")
     assert r.returncode == 0, r.output
     assert (tmp_path / "plain" / "manifest.json").is_file()
+
+
+# ------------------------------------------------------------------ Convolution2DTransposeBias, computed weights
+# MediaPipe's fp16 segmentation models (selfie segmentation) store the weights and bias of
+# Convolution2DTransposeBias as fp16 constants run through DEQUANTIZE: the operator's inputs have no
+# buffer, only a producer that folds to a constant.
+
+
+def _conv_t_options(padding="same", stride=2) -> bytes:
+    import struct
+
+    return struct.pack("<iii", 1 if padding == "same" else 2, stride, stride)  # padding, stride_w, stride_h
+
+
+def _litert(model: bytes, inputs: dict) -> list:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_content=model, num_threads=1)
+    interp.allocate_tensors()
+    for d in interp.get_input_details():
+        interp.set_tensor(d["index"], inputs[d["name"]])
+    interp.invoke()
+    return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
+
+
+def _conv_t_bias_case(case, rng):
+    """(tensors, producer ops, quant, float weights, float bias) for one way of storing the weights."""
+    w = rng.standard_normal((3, 3, 3, 4)).astype(np.float32)  # OHWI
+    b = rng.standard_normal(3).astype(np.float32)
+    if case in ("fp16", "fp16_then_neg"):
+        w16, b16 = w.astype(np.float16), b.astype(np.float16)
+        tensors = {"w16": w16, "b16": b16, "wd": w.shape, "w": w.shape, "b": b.shape}
+        ops = [("DEQUANTIZE", 1, ["w16"], ["wd" if case == "fp16_then_neg" else "w"], None),
+               ("DEQUANTIZE", 1, ["b16"], ["b"], None)]
+        if case == "fp16_then_neg":  # a longer chain on constants: folded as well
+            ops.append(("NEG", 1, ["wd"], ["w"], None))
+            return tensors, ops, None, -w16.astype(np.float32), b16.astype(np.float32)
+        del tensors["wd"]
+        return tensors, ops, None, w16.astype(np.float32), b16.astype(np.float32)
+    # int8 weights quantised per output channel (axis 0), uint8 bias per tensor with a zero point
+    scales = (np.abs(w).reshape(3, -1).max(axis=1) / 127).astype(np.float32)
+    wq = np.clip(np.round(w / scales[:, None, None, None]), -127, 127).astype(np.int8)
+    bq = np.clip(np.round(b / 0.02) + 128, 0, 255).astype(np.uint8)
+    tensors = {"wq": wq, "bq": bq, "w": w.shape, "b": b.shape}
+    ops = [("DEQUANTIZE", 2, ["wq"], ["w"], None), ("DEQUANTIZE", 1, ["bq"], ["b"], None)]
+    quant = {"wq": (scales, np.zeros(3, np.int64), 0), "bq": (0.02, 128, 0)}
+    return tensors, ops, quant, wq * scales[:, None, None, None], (bq.astype(np.float32) - 128) * 0.02
+
+
+def _as_builtin_transpose_conv(ops, tensors, stride=2):
+    """The same graph with LiteRT's builtin TRANSPOSE_CONV (output shape, weights, data, bias; SAME)
+    in place of the custom operator."""
+    fb = _schema()
+    options = fb.TransposeConvOptionsT()
+    options.padding, options.strideW, options.strideH = fb.Padding.SAME, stride, stride
+    tensors = {**tensors, "out_shape": np.array(tensors["y"], np.int32)}
+    return [op if op[0] != "Convolution2DTransposeBias" else
+            ("TRANSPOSE_CONV", 3, ["out_shape", op[2][1], op[2][0], op[2][2]], op[3], options) for op in ops], tensors
+
+
+@pytest.mark.parametrize("case", ["fp16", "int8", "fp16_then_neg"])
+def test_convolution2d_transpose_bias_weights_through_dequantize(case, tmp_path):
+    """Weights and bias through DEQUANTIZE (fp16; int8 per-axis and uint8 with a zero point; fp16
+    then NEG): tvmgen matches LiteRT running the custom operator (its XNNPACK delegate runs it only
+    with weights it sees as static: fp16 through DEQUANTIZE), LiteRT running the same graph with the builtin
+    TRANSPOSE_CONV, and MediaPipe's kernel on the dequantised values."""
+    from tvmgen.frontends.tflite_ops import transpose_conv_bias_numpy
+
+    rng = np.random.default_rng(21)
+    tensors, ops, quant, w, b = _conv_t_bias_case(case, rng)
+    tensors = {"x": [1, 6, 6, 4], **tensors, "y": [1, 12, 12, 3]}
+    ops = ops + [("Convolution2DTransposeBias", 1, ["x", "w", "b"], ["y"], _conv_t_options())]
+    model = tflite_model(tensors, ops, ["x"], ["y"], quant=quant)
+    x = rng.standard_normal((1, 6, 6, 4)).astype(np.float32)
+    (got,) = compile_run(tmp_path, model, {"x": x})
+    assert got.shape == (1, 12, 12, 3)
+    (builtin,) = _litert(tflite_model(*_as_builtin_transpose_conv(ops, tensors)[::-1], ["x"], ["y"], quant=quant),
+                         {"x": x})
+    assert_close(got, builtin)
+    if case == "fp16":  # the one LiteRT runs with the custom operator itself
+        (custom,) = _litert(model, {"x": x})
+        assert_close(got, custom)
+    assert_close(got, transpose_conv_bias_numpy(x, w, b, _conv_t_options()))
+    if case != "fp16":  # the stored numbers themselves (int8 unscaled, fp16 not negated) do not pass
+        raw = tensors.get("w16", tensors.get("wq")).astype(np.float32)
+        assert not np.allclose(got, transpose_conv_bias_numpy(x, raw, b, _conv_t_options()), atol=1e-2)
+
+
+def test_convolution2d_transpose_bias_weights_from_an_input_are_refused(tmp_path, tvmgen):
+    """Weights computed from a model input (NEG of it): `tvmgen compile` says which operator and
+    which input is not constant, and why, exits non-zero and writes nothing."""
+    b = np.arange(3, dtype=np.float32)
+    model = tflite_model({"x": [1, 6, 6, 4], "w_in": [3, 3, 3, 4], "w": [3, 3, 3, 4], "b": b, "y": [1, 12, 12, 3]},
+                         [("NEG", 1, ["w_in"], ["w"], None),
+                          ("Convolution2DTransposeBias", 1, ["x", "w", "b"], ["y"], _conv_t_options())],
+                         ["x", "w_in"], ["y"])
+    path = tmp_path / "dynamic_weights.tflite"
+    path.write_bytes(model)
+    r = tvmgen("compile", path, "-o", tmp_path / "out")
+    assert r.returncode != 0, r.output
+    assert "Convolution2DTransposeBias" in r.output and "weights (tensor 'w') are not constant" in r.output, r.output
+    assert "computed from the model's input(s) w_in at run time" in r.output, r.output
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "out").exists()

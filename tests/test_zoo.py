@@ -12,7 +12,8 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 
-@pytest.mark.parametrize("name", ["seg_head", "audio_rnn", "vad_if", "vad_scalar", "det_head_tflite", "mobilenet_v3_small"])
+@pytest.mark.parametrize("name", ["seg_head", "audio_rnn", "vad_if", "vad_scalar", "det_head_tflite", "mobilenet_v3_small",
+                                  "selfie_seg_fp16"])
 def test_zoo_model_compiles_and_matches_its_reference(name, tmp_path):
     import zoo
 

@@ -10,6 +10,12 @@
   prefetched one when there is one.
 - **Buffers stored after the flatbuffer** (``offset``/``size``, used by converters for large
   models) are read from the file instead of the empty in-line vector.
+- **DEQUANTIZE of int8/uint8 constants** (weights kept quantised in the file): TVM's converter looks
+  for an expression of its input, which a constant buffer has none of; here it gets the constant.
+
+Custom operators read their constant inputs (weights, bias) through ``constant_value``: a buffer, a
+prefetched value, or whatever the graph computes them with when that folds to a constant (fp16 or
+int8 weights through ``DEQUANTIZE``, as MediaPipe's fp16 segmentation models store them).
 """
 
 from __future__ import annotations
@@ -54,6 +60,15 @@ def converter_class(model_bytes: bytes):
                 return data if is_sparse else data.reshape(shape)
             return super().get_tensor_value(tensor_wrapper, is_sparse)
 
+        def convert_dequantize(self, op):
+            from tflite.TensorType import TensorType
+
+            (tensor,) = self.get_input_tensors(op)
+            if (tensor.tensor.Type() != TensorType.FLOAT16 and tensor.qnn_params
+                    and not self.has_expr(tensor.tensor_idx)):  # a quantised constant
+                return self.dequantize(self.get_tensor_expr(tensor), tensor)
+            return super().convert_dequantize(op)
+
     return TvmgenOperatorConverter
 
 
@@ -68,6 +83,91 @@ def supported_custom() -> set[str]:
 
     custom_ops.load()
     return {f"CUSTOM:{code}" for code in TFLITE} | {"CUSTOM:TFLite_Detection_PostProcess"}
+
+
+# ------------------------------------------------------------------- constant inputs of custom operators
+
+def constant_value(conv, tensor, op_name: str, what: str) -> np.ndarray:
+    """The value of ``tensor``, the input ``what`` ("weights", "bias") of custom operator ``op_name``
+    that tvmgen needs as a constant: the tensor's buffer (in line or after the flatbuffer), a value
+    the converter prefetched (DENSIFY), or else the value of the expression the converter built for
+    whatever computes the tensor (DEQUANTIZE of fp16 or of int8/uint8 weights, any chain of
+    operators on constants), evaluated here. A tensor computed from the model's inputs is refused."""
+    from tvmgen.errors import ModelError
+
+    name = tensor.tensor.Name().decode(errors="replace")
+    subject = f"custom operator {op_name}: its {what} (tensor '{name}')"
+    are = "are" if what.endswith("s") else "is"
+    fix = f"re-export the model with the {what} of {op_name} stored as constants"
+    if conv.is_prefetched(tensor.tensor_idx) or not conv.has_expr(tensor.tensor_idx):
+        buffer = tensor.buffer
+        stored = not isinstance(buffer.DataAsNumpy(), int) or (hasattr(buffer, "Offset") and buffer.Offset() > 1)
+        if not conv.is_prefetched(tensor.tensor_idx) and not stored:
+            raise ModelError(f"{subject} {are} not constant: the file holds no value for the tensor and no "
+                             "operator computes it", fix)
+        return np.asarray(conv.get_tensor_value(tensor))
+    expr = conv.get_expr(tensor.tensor_idx)
+    order, unbound = _bindings_used(conv, expr)
+    model_inputs = {str(conv.get_expr(int(i)).name): conv.get_expr(int(i))
+                    for i in conv.subgraph.InputsAsNumpy() if conv.has_expr(int(i))}
+    from_inputs = [n for n, v in model_inputs.items() if any(v.same_as(u) for u in unbound)]
+    if from_inputs:
+        raise ModelError(f"{subject} {are} not constant: computed from the model's input(s) "
+                         f"{', '.join(from_inputs)} at run time, and tvmgen needs the {what} of {op_name} "
+                         "constant", fix)
+    try:
+        if unbound:
+            raise ValueError(f"it depends on {', '.join(str(v.name) for v in unbound)}")
+        return _evaluate(conv, expr, order)
+    except Exception as e:  # noqa: BLE001 - said with the operator and the tensor
+        raise ModelError(f"{subject} {are} not constant: computed by operators tvmgen could not evaluate to a "
+                         f"constant ({type(e).__name__}: {(str(e).strip().splitlines() or [''])[-1][:200]})",
+                         fix) from e
+
+
+def _bindings_used(conv, expr):
+    """The variables ``expr`` uses, directly or through the converter's earlier bindings:
+    ([(variable, bound value)] in binding order, [variables bound to nothing: the model's inputs])."""
+    from tvm import relax
+
+    order, unbound, seen = [], [], []
+
+    def visit(e):
+        for var in relax.analysis.free_vars(e):
+            if any(var.same_as(v) for v in seen):
+                continue
+            seen.append(var)
+            value = conv.bb.lookup_binding(var)
+            if value is None:
+                unbound.append(var)
+                continue
+            visit(value)
+            order.append((var, value))
+
+    visit(expr)
+    return order, unbound
+
+
+def _evaluate(conv, expr, bindings) -> np.ndarray:
+    """The value of a Relax expression that uses no model input: a function of no parameters
+    (the bindings it uses, then the expression), legalised and constant-folded to one constant."""
+    import tvm
+    from tvm import relax
+
+    out = relax.Var("value", expr.ty)
+    block = relax.DataflowBlock([relax.VarBinding(v, value) for v, value in bindings] + [relax.VarBinding(out, expr)])
+    func = relax.Function([], relax.SeqExpr([block], out), expr.ty).with_attr("global_symbol", "main")
+    mod = relax.transform.Normalize()(tvm.IRModule({"main": func}))
+    mod = relax.transform.FoldConstant()(relax.transform.LegalizeOps()(mod))
+    body = mod["main"].body
+    result = body.body
+    for block in reversed(body.blocks):
+        for binding in block.bindings:
+            if binding.var.same_as(result):
+                result = binding.value
+    if not isinstance(result, tvm.ir.expr.Constant):
+        raise ValueError(f"it did not fold to a constant ({type(result).__name__} left)")
+    return result.value.numpy()
 
 
 # ------------------------------------------------------------------- MediaPipe's custom operators
@@ -109,14 +209,16 @@ def transpose_conv_bias(conv, op):
 
     data_t, weight_t, bias_t = conv.get_input_tensors(op)
     _, h, w, _ = [int(d) for d in conv.get_tensor_shape(data_t)]
-    weights = np.asarray(conv.get_tensor_value(weight_t), np.float32)  # [out, kh, kw, in]
+    name = "Convolution2DTransposeBias"
+    weights = np.asarray(constant_value(conv, weight_t, name, "weights"), np.float32)  # [out, kh, kw, in]
     strides, padding = _transpose_conv_bias_params(op.CustomOptionsAsNumpy().tobytes(), (h, w), weights.shape[1:3])
     data = conv.get_tensor_expr(data_t)
     nchw = relax.op.permute_dims(data, [0, 3, 1, 2])
     kernel = relax.const(np.ascontiguousarray(weights.transpose(3, 0, 1, 2)), "float32")  # IOHW
     out = relax.op.nn.conv2d_transpose(nchw, kernel, strides=strides, padding=padding,
                                        data_layout="NCHW", kernel_layout="IOHW")
-    bias = relax.const(np.asarray(conv.get_tensor_value(bias_t), np.float32).reshape(1, -1, 1, 1), "float32")
+    bias = relax.const(np.asarray(constant_value(conv, bias_t, name, "bias"), np.float32).reshape(1, -1, 1, 1),
+                       "float32")
     return relax.op.permute_dims(relax.op.add(out, bias), [0, 2, 3, 1])
 
 
