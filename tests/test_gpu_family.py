@@ -105,3 +105,39 @@ def test_depthwise_convolution_without_local_memory_reductions_on_pocl(ocl_runti
                            str(tmp_path / "out"), "--repeat", "2"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(np.load(next((tmp_path / "out").glob("*.npy"))), want, atol=1e-4, rtol=1e-4)
+
+
+def test_a_rule_that_raises_or_leaves_host_loops_is_passed_over_for_that_kernel_alone():
+    """compiler.gpu.apply_rules: a rule raising on a kernel, or scheduling it with blocks outside
+    the GPU threads, gives way to the next rule for that kernel, and the report names it."""
+    import tvm
+    from tvm.s_tir import dlight as dl
+
+    a = tvm.te.placeholder((64, 64), "float32", name="a")
+    double = tvm.te.compute(a.shape, lambda i, j: a[i, j] * 2.0, name="double")
+    def module():
+        return tvm.IRModule({"double": tvm.te.create_prim_func([a, double])})
+
+    class Raises(dl.ScheduleRule):
+        def apply(self, func, target, tunable):
+            raise RuntimeError("cannot schedule this one")
+
+    class LeavesHostLoops(dl.ScheduleRule):
+        def apply(self, func, target, tunable):
+            return tvm.s_tir.Schedule(func)  # nothing bound to threads
+
+    target = _target("generic")
+    report: dict = {}
+    with target:
+        out = gpu.apply_rules(Raises(), LeavesHostLoops(), dl.gpu.Fallback(), report=report)(module())
+    func = next(f for gv, f in out.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
+    assert func.attrs["tirx.is_scheduled"] and "threadIdx.x" in func.script()
+    assert {(f["rule"], f["scheduled_by"]) for f in report["rule_failures"]} == {("Raises", "Fallback"),
+                                                                                 ("LeavesHostLoops", "Fallback")}
+    assert "outside the GPU threads" in next(f["error"] for f in report["rule_failures"] if f["rule"] == "LeavesHostLoops")
+    lines = gpu.rule_failures_summary(report["rule_failures"])
+    assert any("dlight's Raises rule failed on 1 kernel(s)" in ln and "slower" in ln for ln in lines)
+    # raised inside a pass: it reaches the caller through TVM's FFI as a RuntimeError (build_executable
+    # reports it as a CompileError with this message)
+    with target, pytest.raises(Exception, match="no GPU schedule for kernel double: dlight's Raises rule failed"):
+        gpu.apply_rules(Raises(), LeavesHostLoops())(module())

@@ -11,6 +11,8 @@ grouped case correctly (`conv2d_nchwc`).
 
 from __future__ import annotations
 
+import contextlib
+
 TEXTURE_KEYS = ["adreno", "opencl", "gpu", "texture"]
 
 
@@ -67,12 +69,14 @@ def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_d
     return te.compute((n, o_chunks, oh, ow, ob), compute, name="group_conv2d_NCHWc_OIHWo")
 
 
-def legalize_passes(target, texture: bool = True) -> list:
+def legalize_passes(target, texture: bool = True, report: dict | None = None) -> list:
     """TVM 0.27's Adreno legalization, with texture memory where ``texture`` (and the target has the
     "texture" key), grouped convolutions legalized by tvmgen."""
     import tvm
     from tvm import relax
     from tvm.s_tir import dlight as dl
+
+    from tvmgen.compiler import gpu
 
     texture = texture and "texture" in target.keys
     passes = [tvm.tirx.transform.BindTarget(target), relax.transform.DecomposeOpsForInference()]
@@ -92,12 +96,12 @@ def legalize_passes(target, texture: bool = True) -> list:
         passes += [relax.backend.adreno.transform.FoldVDeviceScopeChange(), relax.transform.DeadCodeElimination(),
                    relax.transform.SpecializePrimFuncBasedOnCallSite()]
     passes += [relax.transform.Normalize(),
-               dl.ApplyDefaultSchedule(dl.adreno.Conv2d(), dl.adreno.LayoutTransform(), dl.adreno.Pool2D()),
-               dl.ApplyDefaultSchedule(dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback())]
+               gpu.apply_rules(dl.adreno.Conv2d(), dl.adreno.LayoutTransform(), dl.adreno.Pool2D(), report=report),
+               gpu.apply_rules(dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback(), report=report)]
     return passes
 
 
-def pipeline(target, texture: bool = True):
+def pipeline(target, texture: bool = True, report: dict | None = None):
     """The whole Relax pipeline for an Adreno target (texture memory or buffers)."""
     import tvm
     from tvm.relax.backend import gpu_generic
@@ -106,7 +110,7 @@ def pipeline(target, texture: bool = True):
     def _pipeline(mod, _ctx):
         with target:
             return tvm.transform.Sequential(
-                legalize_passes(target, texture) + gpu_generic.dataflow_lower_passes(target)
+                legalize_passes(target, texture, report) + gpu_generic.dataflow_lower_passes(target)
                 + gpu_generic.finalize_passes(target))(mod)
 
     return _pipeline
@@ -135,6 +139,31 @@ def register_tir_pipeline() -> str:
 
     tir.register_tir_pipeline(TIR_PIPELINE, factory)
     return TIR_PIPELINE
+
+
+# Math calls TVM 0.27 does not mark vectorizable (TVectorizable) that OpenCL C has for vectors. In a
+# loop that writes a pixel of a texture (4 channels), VectorizeLoop must vectorize or it scalarizes
+# the loop, and each scalar iteration's texture store writes the whole pixel with one channel's value:
+# a convolution with a GELU (erf) epilogue into a texture gave errors of 0.3 on PoCL.
+OPENCL_VECTOR_MATH = tuple(f"tirx.{name}" for name in ("erf", "log1p", "acos", "asin", "atan", "atan2", "acosh", "asinh",
+                                                       "atanh", "rsqrt", "hypot", "copysign", "fmod"))
+
+
+@contextlib.contextmanager
+def vector_math():
+    """Mark OPENCL_VECTOR_MATH vectorizable while an Adreno build lowers (op attributes are global:
+    CPU builds, whose LLVM has no vector erf, must not see it)."""
+    import tvm
+
+    ops = [tvm.ir.Op.get(name) for name in OPENCL_VECTOR_MATH]
+    marked = [op for op in ops if op.get_attr("TVectorizable") is None]
+    for op in marked:
+        op.set_attr("TVectorizable", True)
+    try:
+        yield
+    finally:
+        for op in marked:
+            op.reset_attr("TVectorizable")
 
 
 def retype_texture_stores():

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from tvmgen import __version__, artifact, kernels
-from tvmgen.compiler import adreno, export as exporter, recurrent, stack_tiles
+from tvmgen.compiler import adreno, export as exporter, gpu, recurrent, stack_tiles
 from tvmgen.compiler.platforms import DL_DEVICE_TYPES, Platform, make_target, target_dict
 from tvmgen.errors import CompileError, TvmgenError
 from tvmgen.frontends.base import ImportedModel, TensorSpec
@@ -60,10 +61,7 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
     target = make_target(target_dict(opts.platform, opts.device, opts.gpu_family))
     mod = imported.mod
     if target.kind.name != "llvm":
-        # a copy: some of TVM's GPU passes change shared nodes in place (seen: after an fp16 Adreno build,
-        # the next build of the same imported model, `--check`'s host build, failed with "Mismatched
-        # lv2.device_type"); 0.05 s for the built-in model
-        mod = tvm.ir.load_json(tvm.ir.save_json(mod))
+        mod = _copy(mod)
     if not opts.separate_params and imported.params:
         weights = mod["main"].params[len(imported.inputs):]
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
@@ -81,8 +79,9 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
             with target:
                 pipeline = kernels.capture(make_pipeline(), report)  # report["module"]: for kernels.json
             tir_pipeline = adreno.register_tir_pipeline() if "texture" in target.keys else stack_tiles.tir_pipeline(target)
-            ex = relax.build(mod, target, relax_pipeline=pipeline, tir_pipeline=tir_pipeline,
-                             system_lib=True if opts.platform.system_lib else None)
+            with adreno.vector_math() if "texture" in target.keys else contextlib.nullcontext():
+                ex = relax.build(_copy(mod) if target.kind.name != "llvm" else mod, target, relax_pipeline=pipeline,
+                                 tir_pipeline=tir_pipeline, system_lib=True if opts.platform.system_lib else None)
         except TvmgenError:  # tvmgen's own (e.g. a tuning database without this target): already says what to do
             raise
         except Exception as e:  # noqa: BLE001 - TVM raises many kinds; each becomes a CompileError below
@@ -103,6 +102,17 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
         "`tvmgen compile --help` lists the ways round it (--const, custom operators); "
         "try --device cpu to isolate a GPU scheduling problem",
     ) from error
+
+
+def _copy(mod):
+    """A deep copy of ``mod`` for a GPU build: some of TVM's GPU passes change shared nodes in place
+    (seen: after an fp16 Adreno build, the next build of the same imported model, `--check`'s host
+    build, failed with "Mismatched lv2.device_type"; after a failed Adreno texture build, the buffer
+    build of the same module failed with "key is not in Map"), so each attempt gets its own. 0.05 s
+    for the built-in model."""
+    import tvm
+
+    return tvm.ir.load_json(tvm.ir.save_json(mod))
 
 
 # The model operators each Relax operator comes from, where the names differ beyond case and "_".
@@ -149,7 +159,7 @@ def _pipelines(target, opts: BuildOptions, report: dict) -> list:
 
     if opts.device == "metal":
         return [("TVM's GPU pipeline without dlight's Matmul rule",
-                 lambda: tvm.transform.Sequential([metal_pipeline(target), rewrites.short_kernel_names()]))]
+                 lambda: tvm.transform.Sequential([metal_pipeline(target, report), rewrites.short_kernel_names()]))]
     if target.kind.name == "llvm" and opts.schedules:
         return [("tvmgen's CPU pipeline", lambda: cpu.pipeline(target, opts.tuning_db, report)),
                 ("tvmgen's CPU pipeline without the NHWC layout conversion",
@@ -162,20 +172,19 @@ def _pipelines(target, opts: BuildOptions, report: dict) -> list:
         def _with_tvmgen_passes(pipeline):  # transposed convolutions lowered first, kernel names shortened after
             return tvm.transform.Sequential([conv_transpose.lower_only_pass(), pipeline, rewrites.short_kernel_names()])
 
-        return [("TVM's Adreno pipeline with texture memory", lambda: _with_tvmgen_passes(adreno.pipeline(target, True))),
-                ("TVM's Adreno pipeline with buffer memory", lambda: _with_tvmgen_passes(adreno.pipeline(target, False))),
+        return [("TVM's Adreno pipeline with texture memory", lambda: _with_tvmgen_passes(adreno.pipeline(target, True, report))),
+                ("TVM's Adreno pipeline with buffer memory",
+                 lambda: _with_tvmgen_passes(adreno.pipeline(target, False, report))),
                 ("TVM's generic GPU pipeline", lambda: _with_tvmgen_passes(gpu_generic.get_default_pipeline(target)))]
     # GPU targets: TVM's own pipeline (compiler.gpu: a `tvmgen tune` database first where it applies,
     # then dlight), after tvmgen's lowering of transposed convolutions (TVM's is NCHW-only) and with
     # kernel names short enough for every driver; then without tvmgen's lowering
-    from tvmgen.compiler import gpu
-
     return [("TVM's own pipeline, transposed convolutions lowered by tvmgen",
              lambda: gpu.pipeline(target, opts.tuning_db, report)),
             ("TVM's own pipeline", lambda: gpu.pipeline(target, opts.tuning_db, report, lower_conv_transpose=False))]
 
 
-def metal_pipeline(target):
+def metal_pipeline(target, report: dict | None = None):
     """TVM's generic GPU pipeline without dlight's Matmul rule.
 
     In TVM 0.27 that rule segfaults the compiler on Metal targets (seen on any model with a
@@ -186,8 +195,8 @@ def metal_pipeline(target):
     from tvm.s_tir import dlight as dl
 
     legalize = [p for p in generic.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
-    schedule = dl.ApplyDefaultSchedule(dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-                                       dl.gpu.Fallback())
+    schedule = gpu.apply_rules(dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback(),
+                               report=report)
 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenMetalPipeline")
     def _pipeline(mod, _ctx):
@@ -237,6 +246,8 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
                           f"    built with {fb['pipeline']} instead; please report this with the log file")
         if report.get("scheduled") is not None or report.get("tuned"):
             console.print(f"  {schedule_summary(report)}")
+        for line in gpu.rule_failures_summary(report.get("rule_failures", [])):
+            console.print(f"  [yellow]![/] {line}")
             if opts.tuning_db and not report.get("tuned"):
                 console.print(f"  [yellow]![/] {opts.tuning_db} has no tuned kernel of this model for this target "
                               "(tuned for another model or input shape, or by an older tvmgen): run `tvmgen tune` "

@@ -136,6 +136,133 @@ def default_schedule(mod, target):
     return space[0] if space else None
 
 
+def apply_rules(*rules, report: dict | None = None, name: str = "TvmgenApplyRules"):
+    """dlight's ``ApplyDefaultSchedule``, one kernel at a time and checked.
+
+    - A rule that raises on a kernel (dlight's Matmul rule on some convolution epilogues: "consumers
+      of the cache-write stage that are not properly inlined"; its Reduction rule on a 0-d mean:
+      rfactor's "block_realize == old_block_realize") is passed over for that kernel alone.
+    - A schedule that leaves blocks outside the GPU's threads is no schedule: the Adreno Conv2d rule
+      leaves a GELU epilogue (add, divide, erf, add, multiply, multiply: the convolution's result read
+      twice) as loops on the host, where its texture stores cannot be compiled ("unknown intrinsic
+      tirx.texture2d_store").
+    - Each rule is tried on the kernel as it is, then with its elementwise epilogue inlined into one
+      block (``inline_epilogue``), before the next rule.
+    Kernels a rule failed on go to ``report["rule_failures"]`` ({kernel, rule, error, scheduled_by});
+    a kernel no rule schedules is a CompileError naming it."""
+    import tvm
+    from tvm import tirx
+    from tvm.target import Target
+
+    from tvmgen.errors import CompileError
+
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def _apply(mod, _ctx):
+        failures = report.setdefault("rule_failures", []) if report is not None else []
+        for gv, func in list(mod.functions_items()):
+            if not isinstance(func, tirx.PrimFunc) or (func.attrs is not None and func.attrs.get("tirx.is_scheduled")):
+                continue
+            target = (func.attrs.get("target") if func.attrs is not None else None) or Target.current(allow_none=False)
+            variants = [func]
+            failed: dict = {}
+            scheduled = None
+            for rule in rules:
+                rule_name = type(rule).__name__
+                for variant in variants:
+                    scheduled = _try_rule(rule, variant, target, failed, gv.name_hint)
+                    if scheduled is not None:
+                        break
+                    if variant is func and len(variants) == 1 and rule_name in failed:
+                        inlined = inline_epilogue(func)
+                        if inlined is not None:
+                            variants.append(inlined)
+                if scheduled is not None:
+                    mod[gv] = scheduled.with_attr("tirx.is_scheduled", True)
+                    failures += [{"kernel": gv.name_hint, "rule": r, "error": e, "scheduled_by": rule_name}
+                                 for r, e in failed.items() if r != rule_name]
+                    break
+            if scheduled is None and failed:
+                raise CompileError(
+                    f"no GPU schedule for kernel {gv.name_hint}: "
+                    + "; ".join(f"dlight's {r} rule failed ({e})" for r, e in failed.items()),
+                    "build it for --device cpu, or report it with the log file")
+        return mod
+
+    return _apply
+
+
+def _try_rule(rule, func, target, failed: dict, kernel: str):
+    """``rule``'s schedule of ``func`` when it applies and binds every block to GPU threads, else None;
+    a failure is noted in ``failed`` (rule name -> why)."""
+    rule_name = type(rule).__name__
+    try:
+        space = rule.apply(func, target, False)
+    except Exception as e:  # noqa: BLE001 - TVM raises many kinds; the next variant or rule is tried
+        failed[rule_name] = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        log.info("dlight's %s rule failed on %s: %s", rule_name, kernel, e)
+        return None
+    if space is None:
+        return None
+    sch = space[0] if isinstance(space, list) else space
+    unbound = _blocks_outside_threads(sch)
+    if unbound:
+        failed[rule_name] = f"left {len(unbound)} block(s) outside the GPU threads ({', '.join(unbound[:3])})"
+        log.info("dlight's %s rule on %s: %s", rule_name, kernel, failed[rule_name])
+        return None
+    failed.pop(rule_name, None)
+    return sch.mod["main"]
+
+
+def _blocks_outside_threads(sch) -> list[str]:
+    """Names of the blocks of a scheduled function under no thread-bound loop (they would run on the host)."""
+    from tvm import tirx
+
+    names, stack = [], list(sch.get_child_blocks(sch.get_sblock("root")))
+    while stack:
+        block = stack.pop()
+        if not any(sch.get(loop).kind == tirx.ForKind.THREAD_BINDING for loop in sch.get_loops(block)):
+            names.append(sch.get(block).name_hint)
+            continue
+        stack += list(sch.get_child_blocks(block))
+    return names
+
+
+def inline_epilogue(func):
+    """``func`` with every elementwise block that another block reads inlined into its readers (a
+    fused epilogue becomes one block after the reduction), or None when there is none to inline."""
+    from tvm import s_tir, tirx
+
+    try:
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except Exception:  # noqa: BLE001 - not a block function
+        return None
+    changed = False
+    for block in blocks:
+        if any(int(iv.iter_type) != tirx.IterVar.DataPar for iv in sch.get(block).iter_vars) or \
+                not sch.get_consumers(block):
+            continue
+        try:
+            sch.compute_inline(block)
+            changed = True
+        except Exception:  # noqa: BLE001 - not inlinable (e.g. a padded copy read by a window): kept
+            continue
+    return sch.mod["main"] if changed else None
+
+
+def rule_failures_summary(failures: list[dict]) -> list[str]:
+    """Lines for the compile output: which kernels a failing rule left to a later (slower) rule."""
+    by_rule: dict = {}
+    for f in failures:
+        by_rule.setdefault((f["rule"], f["scheduled_by"]), []).append(f["kernel"])
+    lines = []
+    for (rule, by), kernels in sorted(by_rule.items()):
+        shown = ", ".join(kernels[:3]) + (f", +{len(kernels) - 3} more" if len(kernels) > 3 else "")
+        cost = " (one thread per output, no tiling: slower)" if by == "Fallback" else ""
+        lines.append(f"dlight's {rule} rule failed on {len(kernels)} kernel(s) ({shown}): scheduled by {by} instead{cost}")
+    return lines
+
+
 def _scheduled(mod) -> set[str]:
     import tvm
 
@@ -154,10 +281,9 @@ def schedule_passes(target, database=None, report: dict | None = None) -> list:
     ``{"tuned", "scheduled", "left"}`` (names) when a database is given, as the CPU pipeline reports."""
     import tvm
     from tvm import relax
-    from tvm.s_tir import dlight as dl
 
     if database is None:
-        return [dl.ApplyDefaultSchedule(*default_rules(target))]
+        return [apply_rules(*default_rules(target), report=report)]
     seen: dict = {}
 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenGpuBeforeDatabase")
@@ -183,7 +309,7 @@ def schedule_passes(target, database=None, report: dict | None = None) -> list:
         return mod
 
     return [_before, relax.transform.MetaScheduleApplyDatabase(enable_warning=False), _tuned,
-            dl.ApplyDefaultSchedule(*default_rules(target)), _defaults]
+            apply_rules(*default_rules(target), report=report), _defaults]
 
 
 def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, lower_conv_transpose: bool = True):
