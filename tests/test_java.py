@@ -147,11 +147,16 @@ def artifacts(tmp_path_factory) -> dict[str, Path]:
     two_path = root / "two_in_two_out.onnx"
     onnx.save(two_in_two_out(), str(two_path))
     two = frontends.load(two_path, [])
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import zoo
+
+    scalar = frontends.load(zoo.build("vad_scalar", root)[0], [])
     out = {}
     for name, imported, opts in [
         ("mobilenet", mobilenet, BuildOptions(host, "cpu")),
         ("mobilenet_separate_params", mobilenet, BuildOptions(host, "cpu", separate_params=True)),
         ("two_in_two_out", two, BuildOptions(host, "cpu")),
+        ("vad_scalar", scalar, BuildOptions(host, "cpu")),
     ]:
         out[name] = root / name
         compile_to_artifact(imported, opts, out[name], True, {"name": name})
@@ -371,6 +376,28 @@ def test_run_model_cli(java_build, artifacts, tmp_path):
     assert profile["device"] == "cpu" and profile["profile"]["runs"] == 3
     assert any(not k.startswith("vm.") and "matmul" in k for k in profile["profile"]["counts"]), profile
     assert "RunModel: profile: 3 runs (device clock)" in p.stderr and "peak resident memory (VmHWM)" in p.stderr
+
+
+def test_run_model_scalar_input_and_output(java_build, artifacts, tmp_path):
+    """A 0-d int64 input (an If's condition and a scale) and a 0-d output through the Java API
+    (RunModel: Model.setInput / getOutput with ByteBuffers), down both branches."""
+    from tvmgen.runner import HostModel
+
+    art = artifacts["vad_scalar"]
+    x = np.random.default_rng(5).standard_normal((16, 1, 64)).astype("<f4")
+    x.tofile(tmp_path / "x.bin")
+    for sr in (16000, 8000):
+        np.array(sr, "<i8").tofile(tmp_path / "sr.bin")
+        p = java(java_build, "org.tvmgen.RunModel", art, "--input", f"x={tmp_path / 'x.bin'}",
+                 "--input", f"sr={tmp_path / 'sr.bin'}", "--repeat", "1", "-o", tmp_path / f"out{sr}")
+        assert p.returncode == 0, p.stdout + p.stderr
+        y, mean = HostModel(art).run({"x": x, "sr": np.array(sr, np.int64)})
+        assert mean.shape == ()
+        np.testing.assert_allclose(np.fromfile(tmp_path / f"out{sr}" / "y.bin", "<f4").reshape(y.shape), y,
+                                   rtol=0, atol=ATOL)
+        got = np.fromfile(tmp_path / f"out{sr}" / "mean.bin", "<f4")
+        assert got.shape == (1,) and abs(float(got[0]) - float(mean)) <= ATOL
+        assert "output mean: float32[]: " in p.stdout, p.stdout
 
 
 def test_run_model_pseudo_random_and_library_dir(java_build, artifacts, tmp_path):
