@@ -43,10 +43,12 @@ def test_tune_here_writes_a_database_per_target(tuned):
     assert len(records) == 2
     assert "1 tasks, 2 trials each, measured here (0 trials already in the database)" in r.stderr
     assert "1/1 fused_matmul_add: best" in r.stderr and "2 new" in r.stderr
-    # one of the two is tvmgen's default schedule, measured first (the best is never worse than it)
+    # one of the two is tvmgen's default schedule, measured first (the best is never worse than it);
+    # at least one, not exactly one: MetaSchedule's sampled candidate may happen to take its shape
+    # (a CI run drew it), and a test must not depend on what random sampling draws
     assert "tvmgen's default schedules, measured as candidates" in r.stderr
     assert sum('"CacheWrite"' in rec and '"DecomposeReduction"' in rec and "SamplePerfectTile" not in rec
-               for rec in records) == 1
+               for rec in records) >= 1
     assert "[INFO]" not in r.stderr + r.stdout  # MetaSchedule's own log goes to the log file
     assert "task_scheduler.cc" in "".join(p.read_text() for p in (db.parent / "logs").glob("*tune*.log"))
 
