@@ -46,3 +46,25 @@ def test_conv1d_matches_onnxruntime_as_a_scheduled_2d_convolution(name, tmp_path
         assert any("conv2d" in f for f in done), done
     _, _, actual, expected = compile_and_run(path, tmp_path)
     assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_axes_counted_from_the_end_keep_the_layout_conversion(tvmgen, tmp_path):
+    """silero-vad's shape: a convolution, then squeeze / mean over axes counted from the end (-1).
+    TVM's layout conversion failed on them with std::bad_alloc and the CPU build fell back to no
+    NHWC conversion; rewrites.non_negative_axes writes them from the start first."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((16, 8, 1, 3)).astype(np.float32), "w")
+    two = numpy_helper.from_array(np.array([2], np.int64), "two")
+    last = numpy_helper.from_array(np.array([-1], np.int64), "last")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[0, 1, 0, 1]),
+             helper.make_node("Squeeze", ["c", "two"], ["q"]), helper.make_node("Relu", ["q"], ["r"]),
+             helper.make_node("ReduceMean", ["r"], ["m"], axes=[-1], keepdims=1),
+             helper.make_node("Squeeze", ["m", "last"], ["y"]),
+             helper.make_node("Concat", ["r", "r"], ["z"], axis=-1)]
+    model = onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 1, 5])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                        helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], [w, two, last])
+    path = save_onnx(model, tmp_path / "neg_axes.onnx")
+    r = tvmgen("compile", path, "--check", "-o", tmp_path / "a")
+    assert r.returncode == 0, r.stderr
+    assert "failed" not in r.stderr and "ok y: max abs error" in r.stderr and "ok z: max abs error" in r.stderr

@@ -480,6 +480,53 @@ def concat_in_place(mod):
     return relax.transform.DeadCodeElimination()(bb.get()) if merged else mod
 
 
+REDUCTIONS = ("sum", "mean", "max", "min", "prod", "variance", "std")
+
+
+def non_negative_axes(mod):
+    """Axes counted from the end (``squeeze(x, axis=[-1])``, ``mean(x, axis=[-1])``,
+    ``concat(.., axis=-1)``, ``expand_dims(x, axis=[-1])``) written from the start.
+
+    TVM 0.27's layout conversion indexes its layouts with the axis as given: a negative one made it
+    fail with ``std::bad_alloc`` on silero-vad (``squeeze(axis=[-1])`` after its convolutions), and
+    the CPU build fell back to no layout conversion."""
+    from tvm import relax
+    from tvm.relax.dpl.pattern import is_op, wildcard
+
+    def ndim(expr) -> int:
+        ty = getattr(expr, "ty", None)
+        if isinstance(ty, relax.TensorType):
+            return int(ty.ndim)
+        fields = getattr(ty, "fields", None)  # concat's tuple
+        return int(fields[0].ndim) if fields and isinstance(fields[0], relax.TensorType) else -1
+
+    def positive(axes, rank):
+        return [int(a) % rank if int(a) < 0 else int(a) for a in axes]
+
+    def rewrite(call, _matches):
+        name, a, x = call.op.name.removeprefix("relax."), call.attrs, call.args[0]
+        axes = a.axis if hasattr(a, "axis") else None
+        if axes is None:
+            return call
+        many = not isinstance(axes, (int,)) and hasattr(axes, "__len__")
+        if all(int(v) >= 0 for v in (axes if many else [axes])):
+            return call
+        rank = ndim(x) + (len(axes) if name == "expand_dims" else 0)
+        if rank <= 0:
+            return call  # rank unknown: left as it is
+        if name == "concat":
+            return relax.op.concat(x, axis=positive([axes], rank)[0])
+        if name in REDUCTIONS:
+            return getattr(relax.op, name)(x, axis=positive(axes, rank), keepdims=bool(a.keepdims))
+        return getattr(relax.op, name)(x, axis=positive(axes, rank))
+
+    ops = ["squeeze", "expand_dims", "concat", *REDUCTIONS]
+    pattern = is_op(f"relax.{ops[0]}")(wildcard())
+    for op in ops[1:]:
+        pattern = pattern | is_op(f"relax.{op}")(wildcard())
+    return rewrite_functions(mod, pattern, rewrite)
+
+
 def single_use_vars(fn) -> set:
     """The variables of Relax function ``fn`` that exactly one binding reads and its result does not:
     the values a rewrite may replace without computing them twice."""

@@ -65,9 +65,10 @@ def layout_passes(target) -> list:
     dot-product instructions (``compiler.int8``)."""
     from tvm import relax
 
-    from tvmgen.compiler import conv1d, int8
+    from tvmgen.compiler import conv1d, int8, rewrites
 
-    return [conv1d.Conv1dAsConv2d(), relax.transform.FoldConstant(), _ReluBoundsAsRelax(), relax.transform.ConvertLayout(
+    return [conv1d.Conv1dAsConv2d(), relax.transform.FoldConstant(), _ReluBoundsAsRelax(),
+            rewrites.module_pass("TvmgenNonNegativeAxes", rewrites.non_negative_axes), relax.transform.ConvertLayout(
         {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv2d_transpose": ["NHWC", "IOHW"]}),
         # pooling and elementwise ops follow their input; transposed convolutions: conv_transpose
         relax.transform.FoldConstant(), int8.Int8DotProducts(target), _PadConvChannels(target),
