@@ -209,7 +209,7 @@ def run_aarch64(runner: Path, artifact: Path, inputs: dict, scratch: Path) -> li
     work = Path(tempfile.mkdtemp(prefix="aarch64-run-", dir=scratch))
     args = []
     for k, spec in enumerate(manifest["inputs"]):  # in the model's order, so no NAME= is needed
-        np.save(work / f"in{k}.npy", np.ascontiguousarray(inputs[spec["name"]]))
+        np.save(work / f"in{k}.npy", np.asarray(inputs[spec["name"]]))
         args += ["--input", f"in{k}.npy"]
     base = [str(runner)] if _host_arch() == "aarch64" else [QEMU, "-L", str(AARCH64_SYSROOT), str(runner)]
     cmd = [*base, str(Path(artifact).resolve()), *args, "-o", "out", "--warmup", "0", "--repeat", "1",

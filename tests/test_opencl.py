@@ -296,7 +296,7 @@ def test_host_visible_inputs_ignored_on_cpu(runtime, arts, tmp_path):
     assert json.loads((tmp_path / "t.json").read_text())["host_visible_inputs"] is False
 
 
-@pytest.mark.parametrize("model", ["det_head_tflite", "seg_head", "vad_if"])
+@pytest.mark.parametrize("model", ["det_head_tflite", "seg_head", "vad_if", "selfie_seg_fp16"])
 def test_zoo_models_that_needed_gpu_path_fixes(runtime, opencl_lib, tmp_path, model):
     """The GPU path on the zoo's models that broke it, against the model's reference runtime
     (LiteRT / onnxruntime): TVM's GPU pipeline legalizes conv2d_transpose in NCHW only, so a TFLite

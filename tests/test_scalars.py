@@ -86,3 +86,11 @@ def test_tvmgen_run_reads_and_writes_scalars(vad, ocl_runtime, tmp_path):
     got = np.load(tmp_path / "o" / "mean.npy")
     assert got.shape == () and abs(float(got) - float(mean)) <= 1e-6 + 1e-5 * abs(float(mean))
     np.testing.assert_allclose(np.load(tmp_path / "o" / "y.npy"), y, rtol=1e-4, atol=1e-5)
+
+
+def test_tvmgen_run_names_a_scalar_in_its_shape_error(vad, ocl_runtime, tmp_path):
+    np.save(tmp_path / "sr.npy", np.array([16000], np.int64))
+    p = subprocess.run([str(ocl_runtime / "bin" / "tvmgen-run"), str(vad[1]), "-i", f"sr={tmp_path / 'sr.npy'}",
+                        "--repeat", "1"], capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0
+    assert "has shape 1, the model expects scalar (0-d)" in p.stderr, p.stderr

@@ -23,6 +23,22 @@ def test_zoo_model_compiles_and_matches_its_reference(name, tmp_path):
     assert cell["max_error"] <= cell["tolerance"] < 0.01 * max(1.0, cell["tolerance"] * 1e3)
 
 
+@pytest.mark.parametrize("name", ["vad_scalar", "selfie_seg_fp16"])
+def test_zoo_model_checked_as_aarch64_code_under_qemu(name, tvmgen, tmp_path):
+    """The issue-31 cases (a 0-d input into an If; fp16 weights through DEQUANTIZE into MediaPipe's
+    custom transposed convolution) as linux-aarch64 code: `--check` runs the artifact under qemu."""
+    import zoo
+
+    path, flags = zoo.build(name, tmp_path)
+    r = tvmgen("compile", path, "--platform", "linux-aarch64", "--check", "-o", tmp_path / "a", *flags, timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert "checking the linux-aarch64 build under qemu-aarch64" in r.stderr
+    from tvmgen import artifact
+
+    outputs = artifact.load(tmp_path / "a").outputs
+    assert "FAIL" not in r.stderr and all(f"ok {o.name}: max abs error" in r.stderr for o in outputs), r.stderr
+
+
 def test_zoo_table_and_geomean():
     import zoo
 

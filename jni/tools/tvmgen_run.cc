@@ -86,7 +86,7 @@ std::vector<char> ReadInput(const std::string& path, const tvmgen::TensorInfo& t
       auto fmt = [](const std::vector<int64_t>& s) {
         std::string r;
         for (int64_t d : s) r += (r.empty() ? "" : "x") + std::to_string(d);
-        return r;
+        return r.empty() ? std::string("scalar (0-d)") : r;
       };
       throw tvmgen::Error("input \"" + t.name + "\": " + path + " has shape " + fmt(a.shape) +
                           ", the model expects " + fmt(t.shape));
