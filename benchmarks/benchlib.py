@@ -304,7 +304,7 @@ def table(header: list[str], body: list[list[str] | None], right: set[int]) -> s
 
 def opencl_runtime(prefix: Path | None, work: Path, log) -> Path:
     """An installed runtime prefix with libtvmgen_opencl: the one given, else built (cmake) into ``work``."""
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     if prefix is None:
         log("building the host runtime (cmake) ...")

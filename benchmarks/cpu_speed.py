@@ -73,7 +73,7 @@ VARIANTS = {"default": "tvmgen", "tuned": "tuned", "unscheduled": "unscheduled"}
 def make_builtin(path: Path) -> dict:
     import onnx
 
-    from tvmgen.builtin import mobilenet_onnx
+    from tvmgen.frontends.builtin import mobilenet_onnx
 
     onnx.save(mobilenet_onnx(), str(path))
     return {"input": "1x3x224x224 float32 (NCHW)"}
@@ -263,7 +263,7 @@ def _preimport(model_file: Path) -> None:
 
 def worker_compile(model_file: Path, out_dir: Path, variant: str, tuning_db: Path | None) -> dict:
     from tvmgen import frontends
-    from tvmgen.artifact import sha256_file
+    from tvmgen.core.artifact import sha256_file
     from tvmgen.compiler import build
     from tvmgen.compiler.platforms import PLATFORMS
 
@@ -297,7 +297,7 @@ class Runtime(benchlib.Timed):
 def tvm_runtime(variant: str, artifact_dir: Path, inputs: dict) -> Runtime:
     import tvm
 
-    from tvmgen.runner import HostModel
+    from tvmgen.runtime.runner import HostModel
 
     model = HostModel(artifact_dir)
     # The first call starts TVM's thread pool, which reads TVM_NUM_THREADS then.
@@ -359,9 +359,9 @@ def numpy_runtime(inputs: dict, threads: int) -> Runtime:
 
 
 def worker_measure(spec: dict) -> dict:
-    from tvmgen import artifact
-    from tvmgen.frontends.base import random_inputs
-    from tvmgen.runner import compare
+    from tvmgen.core import artifact
+    from tvmgen.core.model import random_inputs
+    from tvmgen.runtime.runner import compare
 
     threads, model_file = spec["threads"], Path(spec["model_file"])
     runs, rounds, min_time = spec["runs"], spec["rounds"], spec["min_time"]
@@ -390,7 +390,7 @@ def worker_measure(spec: dict) -> dict:
 
 
 def run_worker(args) -> None:
-    from tvmgen.errors import TvmgenError
+    from tvmgen.core.errors import TvmgenError
 
     def compute():  # whatever TVM, TensorFlow or LiteRT print goes to stderr
         try:

@@ -238,7 +238,7 @@ def _prune(artifact: Path) -> None:
 
 def _runtime(work: Path, args) -> dict:
     """WORK/runtime: tvmgen-run and the libraries it loads, copied from a built runtime prefix."""
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     prefix = Path(args.runtime) if args.runtime else runtime_build.cached_build("host")
     rt = work / "runtime"
@@ -263,7 +263,7 @@ def _cuda_runtime(lib: Path) -> bool | str:
     ldd = subprocess.run(["ldd", str(cuda)], capture_output=True, text=True).stdout
     for m in re.finditer(r"(libcudart\.so\S*) => (\S+)", ldd):  # RUNPATH $ORIGIN: found beside it
         shutil.copy2(Path(m.group(2)).resolve(), lib / m.group(1))
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     ffi = Path(runtime_build.tvm_prebuilt("host")) / "tvm_ffi"
     src = lib.parent.parent / "build" / "cuda_kernels.cc"
@@ -278,7 +278,7 @@ def _cuda_runtime(lib: Path) -> bool | str:
 
 
 def runtime_tvm_prebuilt() -> Path:
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     return Path(runtime_build.tvm_prebuilt("host"))
 
@@ -369,8 +369,8 @@ def build_all(args, work: Path) -> None:
 
 def _reference(cpu_art: Path, dest: Path, np) -> dict:
     """Seeded inputs and the CPU build's outputs as .npy under DEST (paths relative to the work dir)."""
-    from tvmgen.frontends.base import random_inputs
-    from tvmgen.runner import HostModel, output_file_name
+    from tvmgen.core.model import random_inputs
+    from tvmgen.runtime.runner import HostModel, output_file_name
 
     dest.mkdir(parents=True, exist_ok=True)
     m = HostModel(cpu_art)

@@ -39,16 +39,16 @@ def measure_in_this_process(engine: str, model: Path, artifact: Path) -> dict:
     (``tvmgen.memory.ResidentMemory``, as ``tvmgen run`` takes them)."""
     import zoo
 
-    from tvmgen.artifact import load as load_manifest
-    from tvmgen.frontends.base import random_inputs
-    from tvmgen.memory import ResidentMemory
+    from tvmgen.core.artifact import load as load_manifest
+    from tvmgen.core.model import random_inputs
+    from tvmgen.reports.memory import ResidentMemory
 
     inputs = random_inputs(load_manifest(artifact).inputs, seed=0)
     # the engine's libraries are loaded before the first reading: only the model's memory counts
     if engine == "tvmgen (Python)":
         import tvm
 
-        from tvmgen.runner import HostModel
+        from tvmgen.runtime.runner import HostModel
 
         tvm.runtime.tensor(np.zeros(1, np.float32), tvm.cpu())
     elif model.suffix == ".tflite":
@@ -71,8 +71,8 @@ def measure_in_this_process(engine: str, model: Path, artifact: Path) -> dict:
 
 def measure_cpp(runner: Path, artifact: Path, work: Path) -> dict:
     """tvmgen-run's own readings (its timings JSON: the same /proc/self/status fields)."""
-    from tvmgen.artifact import load as load_manifest
-    from tvmgen.frontends.base import random_inputs
+    from tvmgen.core.artifact import load as load_manifest
+    from tvmgen.core.model import random_inputs
 
     args = []
     for i, (name, arr) in enumerate(random_inputs(load_manifest(artifact).inputs, seed=0).items()):
@@ -118,7 +118,7 @@ def main() -> None:
     work = Path(args.keep or tempfile.mkdtemp(prefix="tvmgen-memory-")).absolute()
     work.mkdir(parents=True, exist_ok=True)
     benchlib.progress("building the host runtime (cmake) ...")
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     runner = runtime_build.build("host", work / "rt-host", jni=False) / "bin" / "tvmgen-run"
     rows, results = [], []

@@ -74,7 +74,7 @@ def main() -> int:
         args.rounds, args.repeat = 1, 3
 
     work, runner = benchlib.opencl_setup(args.runtime, args.keep, "opencl-cache-bench-", log)
-    from tvmgen.builtin import materialize
+    from tvmgen.frontends.builtin import materialize
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
     from tvmgen import frontends

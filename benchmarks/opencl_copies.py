@@ -55,7 +55,7 @@ def main() -> int:
 
     work, runner = benchlib.opencl_setup(args.runtime, args.keep, "opencl-copies-bench-", log)
     from tvmgen import frontends
-    from tvmgen.builtin import materialize
+    from tvmgen.frontends.builtin import materialize
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
 

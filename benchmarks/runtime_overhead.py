@@ -260,11 +260,12 @@ def make_add_relu(path: Path) -> dict:
 def worker_compile(model: str, work: Path) -> dict:
     import numpy as np
 
-    from tvmgen import builtin, frontends
-    from tvmgen.artifact import sha256_file
+    from tvmgen import frontends
+    from tvmgen.frontends import builtin
+    from tvmgen.core.artifact import sha256_file
     from tvmgen.compiler import build
     from tvmgen.compiler.platforms import PLATFORMS
-    from tvmgen.frontends.base import random_inputs
+    from tvmgen.core.model import random_inputs
 
     if model == "add-relu-1x16":
         src = work / "add_relu_1x16.onnx"
@@ -306,7 +307,7 @@ def worker_python(artifact: Path, inputs_npz: Path, warmup: int, calls: int, sav
     import numpy as np
     import tvm
 
-    from tvmgen.runner import HostModel
+    from tvmgen.runtime.runner import HostModel
 
     loaded = np.load(inputs_npz)
     inputs = {k: loaded[k] for k in loaded.files}
@@ -373,7 +374,7 @@ def call_worker(mode: str, verbose: bool, **kw) -> dict:
 
 
 def build_runtime(plat: str, work: Path, verbose: bool) -> Path:
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     prefix = None
     try:

@@ -67,8 +67,8 @@ def hogs() -> list[subprocess.Popen]:
 
 def time_model(name: str, work: Path, threads: int, runs: int) -> dict:
     """In a child with TVM_NUM_THREADS=threads: both engines, quiet then contended."""
-    from tvmgen.frontends.base import random_inputs
-    from tvmgen.runner import HostModel
+    from tvmgen.core.model import random_inputs
+    from tvmgen.runtime.runner import HostModel
 
     model_file, artifact = prepare(name, work)
     model = HostModel(artifact, threads=threads)

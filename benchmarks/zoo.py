@@ -425,7 +425,7 @@ def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict
         if proc.returncode != 0:
             cell.update(status="compile failed", error=_last_error(proc))
             continue
-        from tvmgen.artifact import load
+        from tvmgen.core.artifact import load
 
         manifest = load(out)
         reference = reference_runner(path, consts)
@@ -454,7 +454,7 @@ def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict
 
 def model_inputs(specs, seed: int, values: dict) -> dict:
     """Seeded random inputs, with ``values`` (name -> number) set as arrays of the input's dtype."""
-    from tvmgen.frontends.base import random_inputs
+    from tvmgen.core.model import random_inputs
 
     inputs = random_inputs(specs, seed=seed)
     for s in specs:
@@ -496,7 +496,7 @@ def _last_error(proc) -> str:
 
 def _run_target(target: str, artifact: Path, inputs: dict, work: Path, runs: int, runtimes: dict):
     if target == "host":
-        from tvmgen.runner import HostModel
+        from tvmgen.runtime.runner import HostModel
 
         model = HostModel(artifact)
         actual = model.run(inputs)
@@ -514,14 +514,14 @@ def _run_target(target: str, artifact: Path, inputs: dict, work: Path, runs: int
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip() or f"exit {proc.returncode}")
     manifest = json.loads((artifact / "manifest.json").read_text())
-    from tvmgen.runner import output_file_name
+    from tvmgen.runtime.runner import output_file_name
 
     return [np.load(tmp / "out" / output_file_name(o["name"])) for o in manifest["outputs"]], None
 
 
 def time_host(name: str, work: Path, runs: int) -> dict:
     """tvmgen vs the reference at one thread, round robin, medians (in this child: TVM_NUM_THREADS=1)."""
-    from tvmgen.runner import HostModel
+    from tvmgen.runtime.runner import HostModel
 
     path = next(p for p in work.iterdir() if p.stem == name and p.suffix in (".onnx", ".tflite"))
     flags = build_flags(name)
@@ -619,7 +619,7 @@ def argparse_hidden():
 
 
 def _runtimes(targets: list[str], work: Path) -> dict:
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     found = {}
     if "aarch64" in targets:

@@ -35,8 +35,9 @@ def bundle(out: Path, names=("mobilenet", "int8")) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from test_int8 import exact_product, matmul_integer  # the tests' own model maker
 
-    from tvmgen import frontends, runtime_build
-    from tvmgen.builtin import materialize
+    from tvmgen import frontends
+    from tvmgen.runtime import runtime_build
+    from tvmgen.frontends.builtin import materialize
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
     from tvmgen.frontends.base import random_inputs

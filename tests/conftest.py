@@ -46,7 +46,7 @@ def opencl_info(lib: Path) -> dict:
 @pytest.fixture(scope="session")
 def ocl_runtime(tmp_path_factory) -> Path:
     """The host runtime (tvmgen-run, libtvmgen_runtime, libtvmgen_opencl) built from jni/, once per session."""
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     require_tool("cmake")
     prefix = runtime_build.build("host", tmp_path_factory.mktemp("ocl-rt"), jni=False)
@@ -164,7 +164,7 @@ def models_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def builtin_onnx(models_dir) -> Path:
-    from tvmgen.builtin import materialize
+    from tvmgen.frontends.builtin import materialize
 
     return materialize("builtin:mobilenet", models_dir)
 

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import unavailable
 from tvmgen.android import adb, doctor, signing, tools
-from tvmgen.errors import InputError, ToolMissingError
+from tvmgen.core.errors import InputError, ToolMissingError
 
 RECORDED = Path(__file__).parent / "recorded" / "adb"
 FRAMEWORK_RES = Path("/usr/share/android-framework-res/framework-res.apk")

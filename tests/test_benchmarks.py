@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from conftest import REPO, unavailable
-from tvmgen.errors import ToolMissingError
-from tvmgen.toolchains import HostCxx
+from tvmgen.core.errors import ToolMissingError
+from tvmgen.core.toolchains import HostCxx
 
 
 def test_cpu_speed_quick_gemm(tmp_path):

@@ -50,8 +50,8 @@ def aarch64_error_by_hand(model: Path, artifact: Path, work: Path) -> float:
     against onnxruntime: the largest absolute error, as --check prints it."""
     import onnxruntime
 
-    from tvmgen import runtime_build
-    from tvmgen.frontends.base import TensorSpec, random_inputs
+    from tvmgen.runtime import runtime_build
+    from tvmgen.core.model import TensorSpec, random_inputs
 
     work = Path(tempfile.mkdtemp(prefix="by-hand-", dir=work))
     x = random_inputs([TensorSpec("x", (4, 1000), "float32")], 0)["x"]
@@ -111,7 +111,7 @@ def test_android_arm64_check_runs_a_linux_build_of_the_same_cpu_target(tvmgen, t
 
 
 def test_stand_in_keeps_the_cpu_target():
-    from tvmgen.check import linux_stand_in
+    from tvmgen.runtime.check import linux_stand_in
 
     android = PLATFORMS["android-arm64"].with_cpu("cortex-a76").with_features(["+dotprod", "+fullfp16"])
     stand_in = linux_stand_in(android)
@@ -173,8 +173,8 @@ def test_other_platforms_say_what_was_checked(tvmgen, tmp_path, model):
 
 
 def test_stand_in_takes_the_tuning_records_of_the_android_target(tmp_path):
-    from tvmgen import tune
-    from tvmgen.check import _stand_in_database, linux_stand_in
+    from tvmgen.compiler.tuning import tune
+    from tvmgen.runtime.check import _stand_in_database, linux_stand_in
     from tvmgen.compiler.platforms import make_target, target_dict
 
     android = PLATFORMS["android-arm64"].with_features(["+dotprod"])

@@ -76,7 +76,7 @@ def test_compile_builtin_check_inspect_run(tvmgen, tmp_path):
 
     # run with a given input; outputs written as .npy and equal to onnxruntime's
     import onnxruntime as ort
-    from tvmgen.builtin import mobilenet_onnx
+    from tvmgen.frontends.builtin import mobilenet_onnx
 
     x = np.random.default_rng(7).standard_normal((1, 3, 224, 224)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)

@@ -130,8 +130,8 @@ def test_a_pipeline_step_that_breaks_a_model_falls_back_instead_of_failing(tmp_p
     from tvmgen import frontends
     from tvmgen.compiler import build, cpu
     from tvmgen.compiler.platforms import PLATFORMS
-    from tvmgen.frontends.base import random_inputs
-    from tvmgen.runner import HostModel
+    from tvmgen.core.model import random_inputs
+    from tvmgen.runtime.runner import HostModel
 
     def tvm_legalize():
         return [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
@@ -226,8 +226,8 @@ def test_onnx_lstm_gru_every_option_match_onnxruntime(kind, attrs, tmp_path):
         from tvmgen import frontends
         from tvmgen.compiler.build import BuildOptions, compile_to_artifact
         from tvmgen.compiler.platforms import PLATFORMS
-        from tvmgen.frontends.base import random_inputs
-        from tvmgen.runner import HostModel
+        from tvmgen.core.model import random_inputs
+        from tvmgen.runtime.runner import HostModel
 
         imported = frontends.load(path, [])
         compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), tmp_path / "a", True, {"name": "rnn"})
@@ -353,7 +353,7 @@ def test_const_binds_an_input_and_folds_the_branch(tvmgen, tmp_path):
     assert [i["name"] for i in manifest["inputs"]] == ["x"]
     assert manifest["model"]["constants"] == {"sr": 16000}
 
-    from tvmgen.runner import HostModel
+    from tvmgen.runtime.runner import HostModel
 
     x = np.random.default_rng(0).standard_normal((5, 1, 3)).astype(np.float32)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -384,7 +384,7 @@ def test_const_on_a_pytorch_program_binds_in_relax(tmp_path):
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
-    from tvmgen.runner import HostModel
+    from tvmgen.runtime.runner import HostModel
 
     class Scale(torch.nn.Module):
         def forward(self, x, gain):
@@ -443,7 +443,7 @@ def _transpose_conv_tflite(padding: str, stride: int):
 def test_mediapipe_convolution2d_transpose_bias(padding, stride, tmp_path):
     """tvmgen's converter of the custom operator, checked against LiteRT running the same layer
     as its builtin TRANSPOSE_CONV, and the NumPy reference of MediaPipe's kernel against both."""
-    from tvmgen import custom_ops
+    from tvmgen.frontends import custom_ops
     from tvmgen.frontends import tflite_ops
     from tvmgen.frontends.tflite import operators, read_model
 
@@ -458,7 +458,7 @@ def test_mediapipe_convolution2d_transpose_bias(padding, stride, tmp_path):
     expected = reference.reference(inputs)
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
-    from tvmgen.runner import HostModel
+    from tvmgen.runtime.runner import HostModel
 
     compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), tmp_path / "a", True, {"name": "c"})
     actual = HostModel(tmp_path / "a").run(inputs)
@@ -488,7 +488,7 @@ def frontends_load(path):
 USER_OPS = '''
 import numpy as np
 from onnx import helper
-from tvmgen.custom_ops import onnx_op
+from tvmgen.frontends.custom_ops import onnx_op
 
 
 @onnx_op("HardSwishish", domain="com.example")
@@ -521,7 +521,7 @@ def test_a_user_registered_operator(tvmgen, tmp_path):
     r = tvmgen("compile", path, "-o", tmp_path / "a", "--check", extra_env={"TVMGEN_CUSTOM_OPS": str(ops)})
     assert r.returncode == 0, r.output
     assert "expansion of com.example.HardSwishish" in r.output
-    from tvmgen.runner import HostModel
+    from tvmgen.runtime.runner import HostModel
 
     x = np.linspace(-5, 5, 16, dtype=np.float32).reshape(2, 8)
     np.testing.assert_allclose(HostModel(tmp_path / "a").run({"x": x})[0], x * np.clip(x + 3, 0, 6) / 6, rtol=1e-6)

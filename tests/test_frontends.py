@@ -9,8 +9,9 @@ from conftest import dynamic_pad_model, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS
-from tvmgen.frontends.base import InputOverride, random_inputs
-from tvmgen.runner import HostModel
+from tvmgen.core.model import random_inputs
+from tvmgen.frontends.base import InputOverride
+from tvmgen.runtime.runner import HostModel
 
 
 def compile_and_run(path, tmp_path, overrides=(), separate_params=False, **names):
@@ -133,7 +134,7 @@ def test_tflite_matches_litert(tflite_model, tmp_path):
 
 
 def test_tflite_custom_operator_is_named(tflite_custom_op):
-    from tvmgen.errors import ModelError
+    from tvmgen.core.errors import ModelError
 
     with pytest.raises(ModelError) as e:
         frontends.load(tflite_custom_op, [])
@@ -163,7 +164,7 @@ def test_pb_explicit_input_output_names(pb_model, tmp_path):
 
 
 def test_pb_unknown_node_name_is_reported(pb_model):
-    from tvmgen.errors import ModelError
+    from tvmgen.core.errors import ModelError
 
     with pytest.raises(ModelError, match="no node named nope:0"):
         frontends.load(pb_model, [], input_names=["nope"], output_names=["probs"])

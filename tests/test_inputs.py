@@ -9,7 +9,7 @@ import pytest
 
 from conftest import onnx_model, save_onnx
 from tvmgen.compiler.inputs import TVM_ALIGNMENT, input_uses, relax_input_alignment
-from tvmgen.runner import HostModel
+from tvmgen.runtime.runner import HostModel
 
 
 def three_input_model():
@@ -157,7 +157,7 @@ def test_outputs_are_copies_the_next_run_leaves_alone_and_wrong_inputs_are_refus
     """Each run's outputs are numpy arrays of their own (copied out through DLPack): a second run
     with other inputs leaves the first run's arrays as they were. The checks made once per model
     still refuse a wrong shape, a wrong dtype and an unknown name, each with its cause."""
-    from tvmgen.errors import InputError
+    from tvmgen.core.errors import InputError
 
     imported, artifact = compiled
     model = HostModel(artifact)

@@ -23,7 +23,8 @@ import pytest
 from conftest import TVMGEN, onnx_model, save_onnx, unavailable
 from install_fakes import (ARCHIVES, CMDLINE_ZIP, GIT_ENV, GRADLE, GRADLE_ZIP, FileServer, closed_port, fake_jdk, git,
                            make_zip, sha256)
-from tvmgen import apps, fetch
+from tvmgen.apps.templates import templates as apps
+from tvmgen.core import fetch
 from tvmgen.android import downloads, install
 
 

@@ -16,7 +16,7 @@ from tvmgen import frontends
 from tvmgen.compiler import cpu, int8
 from tvmgen.compiler.build import BuildOptions, build_executable, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS, make_target
-from tvmgen.runner import HostModel
+from tvmgen.runtime.runner import HostModel
 
 HOST = make_target(PLATFORMS["host"].cpu_target())
 HOST_HAS_DOT = int8.dot_product(HOST, "uint8") is not None
@@ -155,7 +155,7 @@ def test_packed_weights_put_one_instruction_s_operand_in_a_row():
 def test_aarch64_dotprod_under_qemu_is_exact(a_dtype, instruction, tmp_path):
     """--cpu-features +dotprod: the library uses Arm's dot product (udot for uint8 activations,
     sdot for int8) and gives onnxruntime's results, run by tvmgen-run under qemu."""
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     for tool in ("aarch64-linux-gnu-g++", "qemu-aarch64", "cmake", "aarch64-linux-gnu-objdump"):
         require_tool(tool)
@@ -339,7 +339,7 @@ def depthwise_inputs(path) -> list[str]:
 def test_quantised_matmul_on_aarch64_sdot_under_qemu(tmp_path):
     """The same QDQ layer for aarch64 with +dotprod: int8 activations on ``sdot``, run by
     tvmgen-run under qemu, equal to the integer product times the scales (any host CPU)."""
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     for tool in ("aarch64-linux-gnu-g++", "qemu-aarch64", "cmake", "aarch64-linux-gnu-objdump"):
         require_tool(tool)

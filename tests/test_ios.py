@@ -25,7 +25,7 @@ from conftest import REPO, require_tool, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, build_executable, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS
-from tvmgen.errors import InputError, ToolMissingError
+from tvmgen.core.errors import InputError, ToolMissingError
 from tvmgen.ios import app as ios_app
 from tvmgen.ios import archive, doctor as ios_doctor, project, tools
 
@@ -264,7 +264,7 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path, ios_artifacts
     shutil.copytree(ios_artifacts["cpu"], bad)
     with tarfile.open(bad / "model.tar", "w") as t:
         t.add(bad / "manifest.json", arcname="lib0.o")  # not an object file
-    from tvmgen import artifact
+    from tvmgen.core import artifact
 
     with pytest.raises(InputError, match="not an arm64 Mach-O object"):
         with artifact.staging(tmp_path / "proj", False) as staged:
@@ -382,7 +382,7 @@ def test_xcodebuild_and_devicectl_argv(on_a_mac, tmp_path):
     assert runner.calls[-2] == ["/usr/bin/xcrun", "devicectl", "device", "install", "app", "--device",
                                 "00008110-001A2B3C4D5E6F70", str(app)]
     assert runner.calls[-1][-3:] == ["--device", "00008110-001A2B3C4D5E6F70", "org.tvmgen.rpc"]
-    from tvmgen.errors import TvmgenError
+    from tvmgen.core.errors import TvmgenError
 
     failing = FakeRunner(MAC_ANSWERS, fail="xcodebuild -project")
     with pytest.raises(TvmgenError, match="xcodebuild failed"):
@@ -470,7 +470,7 @@ def test_shared_native_code_runs_and_serves_the_linked_model(tmp_path, softmax, 
         np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
         assert vm.time_evaluator("main", dev, number=3, repeat=2)(tvm.runtime.tensor(x, dev)).mean > 0
         # tvmgen bench on the same session: no upload, the linked model run, timed and compared
-        from tvmgen import bench
+        from tvmgen.remote import bench
 
         art = tmp_path / "artifact"
         shutil.copytree(ios_artifacts["cpu"], art)

@@ -137,7 +137,7 @@ def artifacts(tmp_path_factory) -> dict[str, Path]:
     import onnx
 
     from tvmgen import frontends
-    from tvmgen.builtin import materialize
+    from tvmgen.frontends.builtin import materialize
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
 
@@ -166,7 +166,7 @@ def artifacts(tmp_path_factory) -> dict[str, Path]:
 
 
 def make_inputs(directory: Path, seed: int) -> dict[str, np.ndarray]:
-    from tvmgen import artifact
+    from tvmgen.core import artifact
 
     rng = np.random.default_rng(seed)
     return {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in artifact.load(directory).inputs}
@@ -175,7 +175,7 @@ def make_inputs(directory: Path, seed: int) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def checked(java_build, artifacts, tmp_path_factory):
     """name -> (ModelCheck's output directory, the inputs, the Python VM's outputs); run once per artifact."""
-    from tvmgen.runner import HostModel
+    from tvmgen.runtime.runner import HostModel
 
     cache = {}
 
@@ -293,7 +293,7 @@ def test_timings(checked):
 def test_profile_names_the_models_kernels(checked, artifacts):
     """Model.profile(20): the runtime's JSON, parsed by org.tvmgen.Profile; its kernels are those the
     artifact's kernels.json records, called as often as it says, and add up to the whole run."""
-    from tvmgen import kernels
+    from tvmgen.compiler import kernels
 
     out, _, _ = checked("mobilenet")
     raw = json.loads((out / "profile.json").read_text())
@@ -327,7 +327,8 @@ def test_profile_names_the_models_kernels(checked, artifacts):
 def test_memory_is_what_the_os_reports(checked, artifacts):
     """Model.memory(): the JVM's own VmHWM, read by Java from /proc/self/status around the call, brackets
     the overall peak; the after-load peak precedes it and covers the weights."""
-    from tvmgen import artifact, memory
+    from tvmgen.core import artifact
+    from tvmgen.reports import memory
 
     out, _, _ = checked("mobilenet")
     m = json.loads((out / "memory.json").read_text())
@@ -350,7 +351,7 @@ def test_memory_is_what_the_os_reports(checked, artifacts):
 
 def test_run_model_cli(java_build, artifacts, tmp_path):
     """org.tvmgen.RunModel with raw .bin inputs, the library named by -Dtvmgen.library.path only."""
-    from tvmgen.runner import HostModel
+    from tvmgen.runtime.runner import HostModel
 
     art = artifacts["two_in_two_out"]
     inputs = make_inputs(art, seed=3)
@@ -381,7 +382,7 @@ def test_run_model_cli(java_build, artifacts, tmp_path):
 def test_run_model_scalar_input_and_output(java_build, artifacts, tmp_path):
     """A 0-d int64 input (an If's condition and a scale) and a 0-d output through the Java API
     (RunModel: Model.setInput / getOutput with ByteBuffers), down both branches."""
-    from tvmgen.runner import HostModel
+    from tvmgen.runtime.runner import HostModel
 
     art = artifacts["vad_scalar"]
     x = np.random.default_rng(5).standard_normal((16, 1, 64)).astype("<f4")
@@ -449,8 +450,8 @@ def library_of(directory: Path) -> Path:
 @pytest.mark.parametrize("name", ["mobilenet", "two_in_two_out"])
 def test_low_level_api_runs_the_vm(java_build, artifacts, tmp_path, name):
     """Module.load + vm_load_executable + vm_initialization(1, 0, 2) + main, by hand, with NDArrays."""
-    from tvmgen import artifact
-    from tvmgen.runner import HostModel
+    from tvmgen.core import artifact
+    from tvmgen.runtime.runner import HostModel
 
     art = artifacts[name]
     inputs = make_inputs(art, seed=11)

@@ -159,7 +159,7 @@ def compile_run(tmp_path, model: bytes, inputs: dict, name="m"):
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
-    from tvmgen.runner import HostModel
+    from tvmgen.runtime.runner import HostModel
 
     path = tmp_path / f"{name}.tflite"
     path.write_bytes(model)
@@ -291,7 +291,7 @@ def test_face_mesh_attention_chain(tmp_path):
 
 def test_unsupported_versions_and_options_are_refused(tmp_path, tvmgen):
     from tvmgen import frontends
-    from tvmgen.errors import ModelError
+    from tvmgen.core.errors import ModelError
 
     lm_shape = [1, 478, 3]
     cases = {

@@ -9,7 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import onnx_model, save_onnx
-from tvmgen import frontends, nnapi
+from tvmgen import frontends
+from tvmgen.compiler import nnapi
 
 
 def report(path, **kw):
@@ -19,7 +20,7 @@ def report(path, **kw):
 
 @pytest.fixture(scope="module")
 def builtin(tmp_path_factory):
-    from tvmgen.builtin import materialize
+    from tvmgen.frontends.builtin import materialize
 
     return materialize("builtin:mobilenet", tmp_path_factory.mktemp("nn"))
 
@@ -225,7 +226,7 @@ def host_device(tmp_path_factory):
     import os
 
     from conftest import require_tool
-    from tvmgen import rpc
+    from tvmgen.remote import rpc
 
     require_tool("cmake")
     state = tmp_path_factory.mktemp("nnapi-rpc")
@@ -276,7 +277,7 @@ def test_a_runtime_without_nnapi_refuses_an_nnapi_artifact(tmp_path):
     import subprocess
 
     from conftest import require_tool, single_op_models
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
 

@@ -20,7 +20,7 @@ from conftest import REPO, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS
-from tvmgen.frontends.base import random_inputs
+from tvmgen.core.model import random_inputs
 
 SINGLE_OPS = ("conv3x3", "conv_depthwise", "gemm", "softmax", "two_outputs")
 STATS = re.compile(r"tvmgen-opencl: cache (\{.*\})")
@@ -35,7 +35,7 @@ def runtime(ocl_runtime) -> Path:
 @pytest.fixture(scope="module")
 def arts(tmp_path_factory) -> dict:
     """(name, device) -> artifact dir, for the built-in model and a few single-op models."""
-    from tvmgen.builtin import materialize
+    from tvmgen.frontends.builtin import materialize
 
     d = tmp_path_factory.mktemp("ocl-arts")
     models = {"mobilenet": materialize("builtin:mobilenet", d)}
@@ -81,7 +81,7 @@ def run_tool(runtime: Path, artifact: Path, tmp_path: Path, inputs: dict, cache:
     if proc.returncode != 0:
         return proc.returncode, None, stats, proc.stderr
     manifest = json.loads((artifact / "manifest.json").read_text())
-    from tvmgen.runner import output_file_name
+    from tvmgen.runtime.runner import output_file_name
 
     return 0, [np.load(outdir / output_file_name(o["name"])) for o in manifest["outputs"]], stats, proc.stderr
 
@@ -95,7 +95,7 @@ def reference(runtime, arts, name, tmp_path, inputs):
 @pytest.mark.parametrize("name,flavour", [("mobilenet", "opencl"), *((n, "opencl") for n in SINGLE_OPS),
                                           ("conv3x3", "adreno")])
 def test_opencl_artifact_matches_cpu(runtime, opencl_lib, arts, shared_cache, tmp_path, name, flavour):
-    from tvmgen import artifact
+    from tvmgen.core import artifact
 
     inputs = random_inputs(artifact.load(arts[(name, "cpu")]).inputs, seed=5)
     want = reference(runtime, arts, name, tmp_path, inputs)
@@ -126,7 +126,7 @@ import ctypes, json, sys
 import numpy as np
 import tvm
 ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
-from tvmgen import bench
+from tvmgen.remote import bench
 from tvmgen.compiler.platforms import PLATFORMS, target_dict
 
 tvm.get_global_func("tvmgen.opencl.set_cache_dir")(sys.argv[3])
@@ -162,7 +162,7 @@ def test_gemm_module_matches_numpy(opencl_lib, tmp_path):
 
 
 def test_cache_written_then_hit(runtime, opencl_lib, arts, tmp_path):
-    from tvmgen import artifact
+    from tvmgen.core import artifact
 
     art = arts[("conv3x3", "opencl")]
     inputs = random_inputs(artifact.load(art).inputs, seed=1)
@@ -181,7 +181,7 @@ def test_cache_written_then_hit(runtime, opencl_lib, arts, tmp_path):
 
 
 def test_corrupt_cache_entry_is_rebuilt(runtime, opencl_lib, arts, tmp_path):
-    from tvmgen import artifact
+    from tvmgen.core import artifact
 
     art = arts[("conv_depthwise", "opencl")]
     inputs = random_inputs(artifact.load(art).inputs, seed=2)
@@ -211,7 +211,7 @@ def test_corrupt_cache_entry_is_rebuilt(runtime, opencl_lib, arts, tmp_path):
 
 def test_no_opencl_library_gives_clear_error(runtime, arts, tmp_path):
     art = arts[("softmax", "opencl")]
-    from tvmgen import artifact
+    from tvmgen.core import artifact
 
     inputs = random_inputs(artifact.load(art).inputs, seed=3)
     missing = "/nonexistent/vendor/lib64/libOpenCL.so"
@@ -225,7 +225,7 @@ def test_a_vendor_icd_named_as_the_library_says_to_use_the_loader(runtime, arts,
     """A vendor ICD (NVIDIA's libnvidia-opencl.so exports only clIcdGetPlatformIDsKHR and
     clGetExtensionFunctionAddress) named by TVMGEN_OPENCL_LIBRARY: the error says it is a driver
     and how to reach it through the ICD loader."""
-    from tvmgen import artifact
+    from tvmgen.core import artifact
 
     src = tmp_path / "icd.c"
     src.write_text("int clIcdGetPlatformIDsKHR(unsigned n, void** p, unsigned* k) { return -1001; }\n"
@@ -248,7 +248,7 @@ def test_bench_over_rpc_on_opencl(opencl_lib, tmp_path, monkeypatch):
     import subprocess
     import sys
 
-    from tvmgen import rpc
+    from tvmgen.remote import rpc
 
     monkeypatch.setenv("TVMGEN_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("TVMGEN_OPENCL_CACHE_DIR", str(tmp_path / "cl-cache"))
@@ -308,7 +308,8 @@ def test_zoo_models_that_needed_gpu_path_fixes(runtime, opencl_lib, tmp_path, mo
     sys.path.insert(0, str(REPO / "benchmarks"))
     import zoo
 
-    from tvmgen import artifact, kernels
+    from tvmgen.core import artifact
+    from tvmgen.compiler import kernels
     from tvmgen.compiler.rewrites import KERNEL_NAME_LIMIT
 
     path, flags = zoo.build(model, tmp_path)
@@ -347,7 +348,7 @@ def test_gelu_epilogues_and_attention_build_for_every_family_and_match_on_pocl(r
     sys.path.insert(0, str(REPO / "benchmarks"))
     import zoo
 
-    from tvmgen import artifact
+    from tvmgen.core import artifact
 
     path = zoo_gpu_models["text_recognizer"]
     out = tmp_path / "art"
@@ -368,7 +369,7 @@ def test_scalar_input_and_output_on_pocl(runtime, opencl_lib, zoo_gpu_models, tm
     sys.path.insert(0, str(REPO / "benchmarks"))
     import zoo
 
-    from tvmgen import artifact
+    from tvmgen.core import artifact
 
     path = zoo_gpu_models["vad_scalar"]
     out = tmp_path / "art"

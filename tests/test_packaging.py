@@ -21,7 +21,7 @@ def shipped(directory: Path) -> set[str]:
 
 
 def test_editable_install_finds_repo_dirs():
-    import tvmgen.resources as r
+    import tvmgen.core.resources as r
 
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, cwd="/")
     import json

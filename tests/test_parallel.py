@@ -176,7 +176,7 @@ def test_default_thread_count_follows_tvm_num_threads(pool_library):
 @pytest.fixture(scope="module")
 def mobilenet(tmp_path_factory):
     from tvmgen import frontends
-    from tvmgen.builtin import materialize
+    from tvmgen.frontends.builtin import materialize
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
 
@@ -192,8 +192,8 @@ def _run_in_child(artifact: Path, threads: int, extra: str = "") -> dict:
     code = f"""
 import json, sys
 import numpy as np
-from tvmgen.runner import HostModel
-from tvmgen.frontends.base import random_inputs
+from tvmgen.runtime.runner import HostModel
+from tvmgen.core.model import random_inputs
 m = HostModel(sys.argv[1], threads={threads})
 {extra}
 x = random_inputs(m.manifest.inputs, seed=3)
@@ -220,7 +220,7 @@ def test_model_outputs_equal_on_one_two_and_three_threads(mobilenet):
 def test_library_without_the_launcher_uses_tvms_pool(mobilenet, tmp_path, monkeypatch):
     """An artifact from a tvmgen before the launcher: its library has no tvmgen_parallel_install."""
     from tvmgen import frontends
-    from tvmgen.builtin import materialize
+    from tvmgen.frontends.builtin import materialize
     from tvmgen.compiler import export
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
@@ -244,8 +244,8 @@ def test_models_unloaded_while_workers_wait(mobilenet):
     """Dropping a model unloads its library: its pool's workers must stop before their code goes."""
     code = """
 import gc, sys
-from tvmgen.runner import HostModel
-from tvmgen.frontends.base import random_inputs
+from tvmgen.runtime.runner import HostModel
+from tvmgen.core.model import random_inputs
 for i in range(8):
     m = HostModel(sys.argv[1], threads=2)
     m.run(random_inputs(m.manifest.inputs, seed=i))
@@ -258,12 +258,12 @@ print("ok")
 
 
 def test_tvmgen_run_reports_the_pool(mobilenet, tmp_path):
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     require_tool("cmake")
     prefix = runtime_build.cached_build("host")
-    from tvmgen import artifact
-    from tvmgen.frontends.base import random_inputs
+    from tvmgen.core import artifact
+    from tvmgen.core.model import random_inputs
 
     want = _run_in_child(mobilenet, 1)["out"]
     (spec,) = artifact.load(mobilenet).inputs
@@ -314,8 +314,8 @@ def test_zoo_models_on_two_threads_match_the_reference(zoo_artifacts, name, pool
         from pathlib import Path
         sys.path.insert(0, sys.argv[3])
         import zoo
-        from tvmgen.runner import HostModel
-        from tvmgen.frontends.base import random_inputs
+        from tvmgen.runtime.runner import HostModel
+        from tvmgen.core.model import random_inputs
         m = HostModel(sys.argv[1], threads=2)
         x = random_inputs(m.manifest.inputs, seed=0)
         want = zoo.reference_runner(Path(sys.argv[2]), {})(x)

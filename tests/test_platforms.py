@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 
 from conftest import require_tool, save_onnx, single_op_models
-from tvmgen import binfmt, frontends, toolchains
+from tvmgen import frontends
+from tvmgen.core import binfmt
+from tvmgen.core import toolchains
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.export import parallel_pool_source
 from tvmgen.compiler.platforms import PLATFORMS, check_pair, target_dict
-from tvmgen.errors import InputError, ToolMissingError
+from tvmgen.core.errors import InputError, ToolMissingError
 
 NO_NDK = {v: "" for v in ("TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "ANDROID_HOME", "ANDROID_SDK_ROOT")}
 
@@ -198,7 +200,7 @@ def test_ios_static_library_with_xcode(conv_model, tmp_path):
 @pytest.mark.parametrize("device", ["cpu", "opencl"])
 def test_gemm_schedules_build(device, tmp_path):
     """The remote GEMM's schedules: vectorised CPU code, and thread-bound OpenCL kernels."""
-    from tvmgen.bench import gemm_module
+    from tvmgen.remote.bench import gemm_module
 
     mod = gemm_module(64, target_dict(PLATFORMS["linux-aarch64"], device), device)
     mod.export_library(str(tmp_path / "gemm.tar"))

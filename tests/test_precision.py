@@ -61,7 +61,7 @@ def built(tmp_path_factory) -> dict:
 
 
 def run_artifact(directory: Path, x: np.ndarray) -> np.ndarray:
-    from tvmgen.runner import HostModel
+    from tvmgen.runtime.runner import HostModel
 
     return np.asarray(HostModel(directory).run({"x": x})[0])
 
@@ -171,7 +171,7 @@ def test_fp16_refuses_integer_models(tmp_path):
 
     from tvmgen import frontends
     from tvmgen.compiler import precision
-    from tvmgen.errors import InputError
+    from tvmgen.core.errors import InputError
 
     model = onnx_model([helper.make_node("MatMulInteger", ["a", "b"], ["y"])],
                        [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, 8]),
@@ -183,7 +183,7 @@ def test_fp16_refuses_integer_models(tmp_path):
 
 
 def test_manifest_without_precision_loads_as_fp32(built):
-    from tvmgen import artifact
+    from tvmgen.core import artifact
 
     d = json.loads((built["dir"] / "fp16" / "manifest.json").read_text())
     del d["precision"]
@@ -192,7 +192,7 @@ def test_manifest_without_precision_loads_as_fp32(built):
 
 
 def test_tolerances():
-    from tvmgen.check import tolerances
+    from tvmgen.runtime.check import tolerances
 
     assert tolerances("fp32") == (1e-3, 1e-4)
     assert tolerances("fp16") == (1e-2, 1e-3)
@@ -208,7 +208,7 @@ def test_fp16_on_opencl_runs_or_names_the_missing_extension(built, tmp_path, ocl
     """On a device with cl_khr_fp16 the fp16 OpenCL build matches the fp32 CPU build within fp16
     tolerances; on one without (PoCL on x86) tvmgen-run refuses it at load, naming the extension and
     the fix, instead of a driver's build log on the first run."""
-    from tvmgen.check import tolerances
+    from tvmgen.runtime.check import tolerances
 
     r = cli("compile", built["model"], "--device", "opencl", "--platform", "host", "--precision", "fp16",
             "-o", tmp_path / "fp16", cwd=tmp_path)

@@ -106,7 +106,7 @@ def test_plot_without_profile_is_refused(art, tmp_path):
 def test_peak_memory_matches_the_kernels_accounting(art):
     # the child's own peak as the kernel accounts it (wait4's rusage) against what it reported; its
     # ru_maxrss also counts what it shared with this process before exec
-    from tvmgen import memory
+    from tvmgen.reports import memory
 
     before_exec = memory.proc_status()["VmHWM"]
     proc = subprocess.Popen([*TVMGEN, "run", str(art), "--json", "--repeat", "3"], stdout=subprocess.PIPE,
@@ -125,7 +125,7 @@ def test_peak_memory_matches_the_kernels_accounting(art):
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM is Linux/Android's")
 def test_resident_memory_in_process_equals_getrusage():
-    from tvmgen import memory
+    from tvmgen.reports import memory
 
     rm = memory.ResidentMemory()
     rm.mark_before_load()
@@ -162,7 +162,7 @@ def test_inspect_memory_and_size(art):
 
 
 def test_relax_ops_from_kernel_names():
-    from tvmgen import kernels
+    from tvmgen.compiler import kernels
 
     assert kernels.relax_ops("fused_conv2d14_add7_maximum7_minimum7_prepacked") == ["conv2d", "add", "maximum",
                                                                                   "minimum"]
@@ -173,7 +173,7 @@ def test_relax_ops_from_kernel_names():
 
 
 def test_profile_table_from_counts():
-    from tvmgen.profile import VM_ROW, Profile
+    from tvmgen.reports.profile import VM_ROW, Profile
 
     table = {"kernels": [{"name": "k_conv", "ops": ["conv2d"], "kind": "conv2d", "flops": 2e6, "calls": 1}]}
     counts = {"k_conv": [10, 10_000_000], "fused_add": [20, 2_000_000], "vm.builtin.alloc_tensor": [30, 300_000]}
@@ -195,14 +195,14 @@ def host_runtime():
     from conftest import require_tool
 
     require_tool("cmake")
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     return runtime_build.cached_build("host")
 
 
 def test_tvmgen_run_profile_and_memory(art, host_runtime, tmp_path):
-    from tvmgen import kernels
-    from tvmgen.profile import Profile
+    from tvmgen.compiler import kernels
+    from tvmgen.reports.profile import Profile
 
     proc = subprocess.Popen([str(host_runtime / "bin" / "tvmgen-run"), str(art), "--repeat", "30", "--profile",
                              str(tmp_path / "p.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -218,7 +218,7 @@ def test_tvmgen_run_profile_and_memory(art, host_runtime, tmp_path):
 
 
 def test_tvmgen_run_peak_equals_the_kernels_accounting(art, host_runtime):
-    from tvmgen import memory
+    from tvmgen.reports import memory
 
     # a child's ru_maxrss also counts the memory it shared with this process before exec: the
     # kernel's figure is the larger of that and tvmgen-run's own peak
@@ -237,7 +237,7 @@ def test_tvmgen_run_peak_equals_the_kernels_accounting(art, host_runtime):
 @pytest.fixture(scope="module")
 def devices(tmp_path_factory, host_runtime):
     from conftest import require_tool
-    from tvmgen import rpc
+    from tvmgen.remote import rpc
 
     state = tmp_path_factory.mktemp("rpc-profile")
     old = os.environ.get("TVMGEN_STATE_DIR")
@@ -280,7 +280,7 @@ def test_bench_profile_over_rpc(devices, key, art, tmp_path):
 # ------------------------------------------------------------------ OpenCL on PoCL: the device's event timestamps
 
 def test_launching_function_from_opencl_kernel_names():
-    from tvmgen.profile import launching_function
+    from tvmgen.reports.profile import launching_function
 
     seen = {"fused_add": [1, 0], "fused_add_relu": [1, 0], "softmax": [1, 0], "vm.builtin.alloc_tensor": [1, 0]}
     assert launching_function("fused_add_relu_kernel", seen) == "fused_add_relu"
@@ -317,8 +317,8 @@ def opencl_art(tmp_path_factory, host_runtime):
 def test_tvmgen_run_profile_on_opencl_uses_event_timestamps(opencl_art, host_runtime, tmp_path):
     """tvmgen-run --profile on PoCL: every kernel's time is its OpenCL event's (CL_PROFILING_COMMAND_START
     to END), one row per fused function as on the CPU, adding up to the whole run."""
-    from tvmgen import kernels
-    from tvmgen.profile import OPENCL_EVENTS, Profile, launching_function
+    from tvmgen.compiler import kernels
+    from tvmgen.reports.profile import OPENCL_EVENTS, Profile, launching_function
 
     env = dict(os.environ, TVMGEN_OPENCL_CACHE_DIR=str(tmp_path / "cl-cache"))
     runs = 5

@@ -27,7 +27,7 @@ KERNEL_CHECK = textwrap.dedent('''
     import numpy as np
     import tvm
     from tvmgen.compiler import recurrent
-    from tvmgen.runner import HostModel
+    from tvmgen.runtime.runner import HostModel
 
     gpu = sys.argv[1] == "opencl"
     if gpu:
@@ -128,11 +128,12 @@ def _lstm_model(hidden: int, peepholes: bool):
 def test_onnx_lstm_fused_or_unrolled(hidden, peepholes, fused, tmp_path):
     from onnx.reference import ReferenceEvaluator
 
-    from tvmgen import frontends, kernels
+    from tvmgen import frontends
+    from tvmgen.compiler import kernels
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
-    from tvmgen.frontends.base import random_inputs
-    from tvmgen.runner import HostModel
+    from tvmgen.core.model import random_inputs
+    from tvmgen.runtime.runner import HostModel
 
     path = save_onnx(_lstm_model(hidden, peepholes), tmp_path / "lstm.onnx")
     imported = frontends.load(path, [])
@@ -166,9 +167,9 @@ def test_pytorch_gru_lstm_on_opencl_match_onnxruntime(tmp_path):
     code = textwrap.dedent('''
         import json, sys
         import numpy as np, onnxruntime as ort, tvm
-        from tvmgen import kernels
-        from tvmgen.runner import HostModel
-        from tvmgen.frontends.base import random_inputs
+        from tvmgen.compiler import kernels
+        from tvmgen.runtime.runner import HostModel
+        from tvmgen.core.model import random_inputs
         HostModel.load_opencl_backend()
         info = json.loads(tvm.get_global_func("tvmgen.opencl.info")())
         if not info["available"]:
@@ -200,7 +201,7 @@ def test_unrolled_lstm_on_opencl_gets_short_kernel_names(tmp_path):
     which PoCL's kernel cache cannot put in a file name: tvmgen shortens such names (rewrites.py)."""
     import re
 
-    from tvmgen import kernels
+    from tvmgen.compiler import kernels
     from tvmgen.compiler.rewrites import KERNEL_NAME_LIMIT
 
     path = save_onnx(_lstm_model(8, peepholes=True), tmp_path / "lstm.onnx")

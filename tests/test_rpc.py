@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import require_tool
-from tvmgen import rpc
+from tvmgen.remote import rpc
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -156,11 +156,11 @@ def test_nested_tuple_outputs(servers, arm_devices, tmp_path):
     from tvm import relax
     from tvm.script import ir as I, relax as R
 
-    from tvmgen import bench as benching
+    from tvmgen.remote import bench as benching
     from tvmgen.compiler import export
     from tvmgen.compiler.platforms import get_platform, make_target, target_dict
-    from tvmgen.errors import CheckError
-    from tvmgen.frontends.base import TensorSpec
+    from tvmgen.core.errors import CheckError
+    from tvmgen.core.model import TensorSpec
 
     @I.ir_module
     class Nested:

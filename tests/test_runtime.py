@@ -15,8 +15,8 @@ from conftest import require_tool, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS
-from tvmgen.frontends.base import random_inputs
-from tvmgen.runner import HostModel
+from tvmgen.core.model import random_inputs
+from tvmgen.runtime.runner import HostModel
 
 QEMU_SYSROOT = "/usr/aarch64-linux-gnu"
 
@@ -24,7 +24,7 @@ QEMU_SYSROOT = "/usr/aarch64-linux-gnu"
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """Artifacts: the built-in model, with separate params, and a 2-in/2-out model; host and aarch64."""
-    from tvmgen.builtin import materialize
+    from tvmgen.frontends.builtin import materialize
 
     d = tmp_path_factory.mktemp("rt")
     models = {"mobilenet": materialize("builtin:mobilenet", d)}
@@ -49,7 +49,7 @@ def built(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def host_runtime(tmp_path_factory):
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     require_tool("cmake")
     return runtime_build.build("host", tmp_path_factory.mktemp("host-rt"), jni=False)
@@ -57,7 +57,7 @@ def host_runtime(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def aarch64_runtime(tmp_path_factory):
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     for tool in ("cmake", "aarch64-linux-gnu-g++", "qemu-aarch64"):
         require_tool(tool)
@@ -133,7 +133,7 @@ def test_aarch64_runner_under_qemu_matches_host(aarch64_runtime, built, tmp_path
 
 
 def test_aarch64_binaries_are_aarch64(aarch64_runtime):
-    from tvmgen import binfmt
+    from tvmgen.core import binfmt
 
     for f in [aarch64_runtime / "bin" / "tvmgen-run", *(aarch64_runtime / "lib").glob("*.so")]:
         assert binfmt.describe_file(f) == ("elf", "aarch64"), f
@@ -254,7 +254,7 @@ def test_embed_host_bundle_links_into_a_cmake_project(built, tmp_path):
 
 
 def test_embed_android_bundle_from_a_model(tmp_path):
-    from tvmgen.builtin import materialize
+    from tvmgen.frontends.builtin import materialize
 
     model = materialize("builtin:mobilenet", tmp_path)
     env_clear = {k: "" for k in ("TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "ANDROID_HOME")}

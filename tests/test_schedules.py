@@ -247,8 +247,8 @@ def test_aarch64_schedules_use_neon_tiles(builtin_onnx):
 
 
 def test_cli_reports_kernels_and_schedules_none_gives_same_outputs(tvmgen, tmp_path):
-    from tvmgen.frontends.base import random_inputs
-    from tvmgen.runner import HostModel
+    from tvmgen.core.model import random_inputs
+    from tvmgen.runtime.runner import HostModel
 
     path = save_onnx(awkward_models()["conv_relu6_residual"], tmp_path / "m.onnx")
     r = tvmgen("compile", path, "-o", tmp_path / "default", "--check")
@@ -280,11 +280,11 @@ def test_x86_builds_use_their_vector_width_and_run_on_their_cpu(name, tmp_path):
     import subprocess
 
     from conftest import require_tool
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import missing_cpu_features
-    from tvmgen.frontends.base import random_inputs
-    from tvmgen.runner import HostModel
+    from tvmgen.core.model import random_inputs
+    from tvmgen.runtime.runner import HostModel
 
     if host_platform.machine() != "x86_64":
         pytest.skip("x86-64 builds run on an x86-64 host; the Arm build is tested under qemu-aarch64")

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from tvmgen import artifact
-from tvmgen.errors import InputError
-from tvmgen.frontends.base import InputOverride, TensorSpec, random_inputs, resolve_inputs
+from tvmgen.core import artifact
+from tvmgen.core.errors import InputError
+from tvmgen.core.model import TensorSpec, random_inputs
+from tvmgen.frontends.base import InputOverride, resolve_inputs
 
 
 @pytest.mark.parametrize("text,expected", [

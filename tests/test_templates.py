@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from conftest import require_tool, save_onnx, single_op_models
-from tvmgen import apps, frontends
+from tvmgen import frontends
+from tvmgen.apps.templates import templates as apps
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS
-from tvmgen.errors import InputError
+from tvmgen.core.errors import InputError
 
 ANDROID = "{http://schemas.android.com/apk/res/android}"
 

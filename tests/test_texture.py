@@ -188,7 +188,7 @@ def test_adreno_models_run_in_texture_memory(ocl_runtime, opencl_lib, tmp_path, 
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
     # the Python VM, in a process of its own: PoCL's LLVM crashes when it loads into a process where
     # TensorFlow's (another LLVM) already is, as in this test session
-    code = ("import sys, numpy as np; from tvmgen.runner import HostModel; "
+    code = ("import sys, numpy as np; from tvmgen.runtime.runner import HostModel; "
             "np.save(sys.argv[3], np.asarray(HostModel(sys.argv[1]).run({'x': np.load(sys.argv[2])})[0]))")
     proc = subprocess.run([sys.executable, "-c", code, str(art), str(tmp_path / "x.npy"), str(tmp_path / "py.npy")],
                           capture_output=True, text=True, timeout=600,
@@ -202,7 +202,8 @@ def test_bench_over_rpc_runs_a_texture_artifact(opencl_lib, tmp_path, monkeypatc
     """`tvmgen bench ARTIFACT` of a --gpu-family adreno build on the native device server: the remote VM
     gets one OpenCL device per memory scope, and the outputs match the reference."""
     from conftest import save_onnx, single_op_models
-    from tvmgen import frontends, rpc
+    from tvmgen import frontends
+    from tvmgen.remote import rpc
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
 

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from conftest import require_tool, save_onnx, single_op_models
-from tvmgen import rpc
+from tvmgen.remote import rpc
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -198,7 +198,8 @@ def test_device_lost_mid_tuning(gemm, tmp_path, monkeypatch):
 def test_local_candidates_run_with_num_cores_threads(gemm, tmp_path, monkeypatch):
     """--num-cores N: the local runner's workers (started while tuning) get TVM_NUM_THREADS=N, and
     the caller's environment is restored afterwards; a device over RPC keeps its own."""
-    from tvmgen import frontends, tune
+    from tvmgen import frontends
+    from tvmgen.compiler.tuning import tune
     from tvmgen.compiler.platforms import host_cpu_target, make_target
 
     seen = []

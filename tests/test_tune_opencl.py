@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import onnx_model, opencl_info, require_tool, save_onnx
-from tvmgen import rpc
+from tvmgen.remote import rpc
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -47,7 +47,7 @@ def gemm(tmp_path_factory) -> Path:
 def opencl_runtime() -> Path:
     """The host runtime (device server, libtvmgen_opencl), after checking in a separate process that
     libtvmgen_opencl finds an OpenCL device."""
-    from tvmgen import runtime_build
+    from tvmgen.runtime import runtime_build
 
     require_tool("cmake")
     prefix = runtime_build.cached_build("host")
@@ -187,9 +187,9 @@ def test_opencl_needs_a_device_and_a_database_for_its_target(gemm, tvmgen, tmp_p
 def test_app_builds_take_the_records_of_their_own_target(tmp_path):
     """`app --device opencl` builds the GPU artifact and a CPU fallback from one database root: each takes
     the directory of its own target; the root must have one of them. A phone's GPU is not this machine's."""
-    from tvmgen import tune
+    from tvmgen.compiler.tuning import tune
     from tvmgen.compiler.platforms import PLATFORMS
-    from tvmgen.errors import InputError
+    from tvmgen.core.errors import InputError
 
     phone = PLATFORMS["android-arm64"]
     gpu = tune.database_target(phone, "opencl")

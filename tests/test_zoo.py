@@ -33,7 +33,7 @@ def test_zoo_model_checked_as_aarch64_code_under_qemu(name, tvmgen, tmp_path):
     r = tvmgen("compile", path, "--platform", "linux-aarch64", "--check", "-o", tmp_path / "a", *flags, timeout=900)
     assert r.returncode == 0, r.stderr
     assert "checking the linux-aarch64 build under qemu-aarch64" in r.stderr
-    from tvmgen import artifact
+    from tvmgen.core import artifact
 
     outputs = artifact.load(tmp_path / "a").outputs
     assert "FAIL" not in r.stderr and all(f"ok {o.name}: max abs error" in r.stderr for o in outputs), r.stderr

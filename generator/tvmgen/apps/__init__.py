@@ -1,0 +1,1 @@
+"""App projects rendered from templates/ (Android and iOS share the renderer)."""

@@ -1,0 +1,89 @@
+"""`tvmgen runtime build` and `tvmgen embed`: the device runtime, built here or bundled for an app."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import click
+
+from tvmgen.core import log as logs
+from tvmgen.core.errors import InputError, TvmgenError
+
+console = logs.console
+
+
+@click.group()
+def runtime():
+    """Build the device runtime (libtvmgen_runtime, tvmgen-run, JNI bridge) from jni/."""
+
+
+@runtime.command("build")
+@click.option("--platform", default="host", show_default=True, type=click.Choice(["host", "linux-aarch64"]),
+              help="Where the runtime runs. Android builds run in the app's Gradle build (NDK + TVM source).")
+@click.option("-o", "--out", type=click.Path(path_type=Path), help="Build directory. [default: build/runtime-<platform>]")
+def runtime_build_cmd(platform, out):
+    """Build the runtime with CMake; prints the install prefix (bin/tvmgen-run, lib/, include/)."""
+    from tvmgen.runtime import runtime_build
+
+    prefix = runtime_build.build(platform, out or Path("build") / f"runtime-{platform}")
+    console.print(f"[green]✓[/] runtime for {platform}: [bold]{prefix}[/]")
+    click.echo(prefix)
+
+
+@click.command()
+@click.argument("source", metavar="ARTIFACT|MODEL")
+@click.option("--platform", required=True, type=click.Choice(["android", "linux-aarch64", "host"]),
+              help="Where the app runs.")
+@click.option("--abi", type=click.Choice(["arm64-v8a", "armeabi-v7a", "x86_64"]),
+              help="Android ABI. [default: arm64-v8a]")
+@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "opencl", "cuda"]),
+              help="When SOURCE is a model: the device to compile for.")
+@click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]",
+              help="When SOURCE is a model: input shapes, as for compile.")
+@click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Bundle directory to write.")
+@click.option("--force", is_flag=True, help="Replace the bundle directory if it exists.")
+def embed(source, platform, abi, device, input_flags, out, force):
+    """Make a bundle that adds the model and the runtime to an existing app.
+
+    SOURCE is an artifact directory from `tvmgen compile`, or a model file (compiled first).
+    The bundle holds the artifact, the runtime libraries and tvmgen-run where they can be built here
+    (host, linux-aarch64), else (Android) the runtime sources and the exact build command, the C++
+    header, the Java API, a CMake package config and a README with the lines to add to your project.
+    """
+    from tvmgen.core import artifact
+    from tvmgen.runtime import embed as embedding
+    from tvmgen.compiler.platforms import get_platform
+
+    if abi and platform != "android":
+        raise InputError("--abi applies to --platform android only", "leave it out for host and linux-aarch64")
+    if out.exists() and not force:
+        raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
+    src = Path(source)
+    with tempfile.TemporaryDirectory(prefix="tvmgen-embed-") as scratch:
+        scratch = Path(scratch)
+        if (src / "manifest.json").is_file():
+            artifact_dir = src
+            embedding.check_artifact(artifact.load(src), platform, abi)
+        else:
+            target = embedding.compile_platform(platform, abi)
+            artifact_dir = scratch / "artifact"
+            objects_only = target.startswith("android")
+            if objects_only:
+                try:
+                    from tvmgen.core.toolchains import AndroidNdk
+                    AndroidNdk(get_platform(target).abi).verify()
+                    objects_only = False
+                except TvmgenError:
+                    console.print("  [dim]no Android NDK here: the bundle gets the object archive (model.tar) "
+                                  "and the command that links it[/]")
+            from tvmgen.commands.compile import compile as compile_cmd
+
+            ctx = click.get_current_context()
+            ctx.invoke(compile_cmd, model_arg=source, platform=target, device=device, input_flags=input_flags,
+                       out=artifact_dir, force=True, objects_only=objects_only)
+        with artifact.staging(out, force) as staged:
+            notes = embedding.write_bundle(artifact_dir, platform, abi, staged, scratch / "build")
+    for note in notes:
+        console.print(f"  [dim]{note}[/]")
+    console.print(f"[green]✓[/] bundle: [bold]{out}[/] (see {out}/README.md)")

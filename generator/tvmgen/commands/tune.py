@@ -1,0 +1,116 @@
+"""`tvmgen tune`: MetaSchedule tuning of a model's CPU or OpenCL kernels into a database `compile --tuning-db` reads."""
+
+from __future__ import annotations
+
+import tempfile
+import os
+from pathlib import Path
+
+import click
+
+from tvmgen.core import log as logs
+from tvmgen.core.errors import InputError
+
+console = logs.console
+
+
+@click.command()
+@click.argument("model")
+@click.option("--platform", "--target", "platform",
+              help="Tune for this platform. [default: host; over RPC: what the device reports]")
+@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "opencl"]),
+              help="Processor to tune for: cpu (MetaSchedule's CPU rules) or opencl (its GPU rules: thread-bound "
+                   "tiles, shared-memory fetches; timed on an OpenCL device over RPC, --key).")
+@click.option("--gpu-family", default="generic", show_default=True, type=click.Choice(["generic", "mali", "desktop"]),
+              help="--device opencl: the OpenCL family, as for compile (adreno builds use TVM's texture "
+                   "pipeline, which tuning does not cover).")
+@click.option("--trials", default=64, show_default=True, type=click.IntRange(min=1),
+              help="Measured candidates per task (fused operator). Trials already in the database count.")
+@click.option("--db", "db_root", type=click.Path(path_type=Path),
+              help="Database root; one directory per target inside. [default: $TVMGEN_TUNING_DIR, "
+                   "else ~/.local/state/tvmgen/tuning]")
+@click.option("--key", help="Time the candidates on this RPC device instead of here (needed for --device opencl).")
+@click.option("--tracker", metavar="HOST:PORT", help="--key: get the device from this tracker.")
+@click.option("--proxy", metavar="HOST:PORT", help="--key: reach the device through this proxy.")
+@click.option("--session-timeout", default=120, show_default=True, help="--key: seconds per measuring session.")
+@click.option("--num-cores", type=click.IntRange(min=1),
+              help="Threads the tuned code will run with: candidates timed here use this many "
+                   "(TVM_NUM_THREADS), so tune once per thread count you deploy with. "
+                   "[default: this machine's physical cores, or the device's threads]")
+@click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
+def tune(model, platform, device, gpu_family, trials, db_root, key, tracker, proxy, session_timeout, num_cores,
+         input_flags):
+    """Tune MODEL's operators with MetaSchedule into a database `compile --tuning-db` reuses.
+
+    Candidates run here, or on a device over RPC (--key with --tracker or --proxy: the same
+    servers as `tvmgen bench`). Rerunning continues where the database stops: each task gets
+    --trials measured candidates in all. MetaSchedule's own log goes to the log file.
+
+    --device opencl tunes the GPU kernels (TVM's generic GPU pipeline; without a database they get
+    dlight's default schedules, which are measured first): candidates are built here and timed on
+    an OpenCL device over RPC. A phone: run the RPC app (`tvmgen rpc-app`, proxy mode) and reach it
+    through `tvmgen rpc proxy` (USB: `adb reverse tcp:9090 tcp:9090`), or register it with a tracker;
+    this machine's OpenCL (e.g. PoCL): `tvmgen rpc tracker --detach` then
+    `tvmgen rpc device --key gpu --tracker 127.0.0.1:9190 --detach`.
+
+    \b
+      tvmgen tune builtin:mobilenet --trials 32
+      tvmgen compile builtin:mobilenet --tuning-db ~/.local/state/tvmgen/tuning --check
+      tvmgen tune model.onnx --key phone --tracker 127.0.0.1:9190 --db tuning/
+      tvmgen tune model.onnx --device opencl --key phone --proxy 127.0.0.1:9090 --db tuning/
+      tvmgen compile model.onnx --platform android-arm64 --device opencl --tuning-db tuning/
+    """
+    from tvmgen import frontends
+    from tvmgen.remote import bench as benching
+    from tvmgen.frontends import builtin
+    from tvmgen.compiler.tuning import tune as tuning
+    from tvmgen.compiler import export as exporter
+    from tvmgen.compiler.platforms import check_pair, get_platform, make_target, target_dict
+    from tvmgen.frontends.base import InputOverride
+
+    tuning.check_dependencies()
+    if (tracker or proxy) and not key:
+        raise InputError("--tracker/--proxy name where the device is; --key names the device", "add --key KEY")
+    if device != "cpu" and not key:
+        raise InputError(f"--device {device}: the candidates are timed on an OpenCL device over RPC, and no --key "
+                         "names one",
+                         "a phone: the RPC app (`tvmgen rpc-app`) with `tvmgen rpc proxy`, then --key K --proxy "
+                         "HOST:PORT; this machine's OpenCL: `tvmgen rpc tracker --detach`, `tvmgen rpc device --key "
+                         "gpu --tracker 127.0.0.1:9190 --detach`, then --key gpu --tracker 127.0.0.1:9190")
+    root = db_root or tuning.default_root()
+    where = None
+    if key:
+        where = tuning.Device(key, tracker, proxy, session_timeout, gpu=device != "cpu")
+        with logs.step(f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"):
+            remote, info = benching.connect(benching.Target(key, tracker, proxy, session_timeout))
+            threads = int(remote.get_function("runtime.NumThreads")())
+            del remote  # the tracker lends the device to one session at a time: the measurements need it
+        console.print(f"  [dim]device: {info.get('platform', '?')} ({info.get('arch', '?')}), {threads} threads"
+                      + (f", devices: {', '.join(info['devices'])}" if info.get("devices") else "") + "[/]")
+        if device != "cpu" and info.get("devices") and device not in info["devices"]:
+            raise InputError(f"device {key!r} has no {device} (it has: {', '.join(info['devices'])})",
+                             f"serve it from a device with an {device} driver, or tune --device cpu")
+        platform = platform or info.get("platform") or "host"
+        num_cores = num_cores or threads
+    plat = get_platform(platform or "host")
+    check_pair(plat, device)
+    if not key and plat.name != "host":
+        raise InputError(f"candidates for {plat.name} cannot be timed on this machine",
+                         "time them on the device: --key K --tracker HOST:PORT, with the device served by "
+                         "`tvmgen rpc-app` on a phone or `tvmgen rpc device --platform linux-aarch64` (qemu, here)")
+    if num_cores is None:
+        import psutil
+
+        num_cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    compiler = exporter.linker(plat, False)  # a missing toolchain fails now, not after the import
+    target = make_target(target_dict(plat, device, gpu_family))
+    with tempfile.TemporaryDirectory(prefix="tvmgen-tune-") as scratch:
+        model_path = builtin.materialize(model, Path(scratch)) if model.startswith("builtin:") else Path(model)
+        with logs.step(f"Importing {model}"):
+            imported = frontends.load(model_path, [InputOverride.parse(f) for f in input_flags])
+        summary = tuning.run(imported, target, trials, root, where or tuning.Device(), num_cores, compiler)
+    tuning.print_summary(summary, trials)
+    console.print(f"[green]✓[/] database: [bold]{summary.directory}[/]")
+    gpu = f" --device {device}" + (f" --gpu-family {gpu_family}" if gpu_family != "generic" else "") \
+        if device != "cpu" else ""
+    console.print(f"  use it: tvmgen compile {model} --platform {plat.name}{gpu} --tuning-db {root}")

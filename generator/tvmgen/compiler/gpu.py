@@ -1,0 +1,344 @@
+"""The GPU pipeline (OpenCL, generic family): TVM's ``gpu_generic`` pipeline, with a ``tvmgen tune``
+database applied before dlight's default schedules.
+
+TVM 0.27's generic GPU pipeline is: library dispatch, legalisation and fusion, dlight's
+``ApplyDefaultSchedule`` (Matmul, GEMV, Reduction, GeneralReduction, Fallback), dataflow lowering,
+finalisation. ``prepare_passes`` is everything before dlight (after tvmgen's lowering of transposed
+convolutions): the module ``tvmgen tune --device opencl`` extracts its tasks from, so
+``MetaScheduleApplyDatabase`` finds them here. Then, in order:
+
+1. the tuning database, when one is given (functions tuned by MetaSchedule on the device);
+2. dlight's default rules for the functions left (TVM's own GPU schedules, what an untuned build gets);
+3. TVM's lowering and finalisation, and kernel names short enough for every driver.
+
+Targets whose TVM pipeline is another one (Adreno's texture pipeline, CUDA's) keep TVM's own pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+log = logging.getLogger("tvmgen.compiler")
+
+
+def tunable(target) -> bool:
+    """Whether ``target`` is built with TVM's generic GPU pipeline here (so a database applies):
+    OpenCL, except the Adreno family, which TVM gives a pipeline of its own."""
+    return target.kind.name == "opencl" and "adreno" not in [str(k) for k in target.keys]
+
+
+def prepare_passes(target, lower_conv_transpose: bool = True) -> list:
+    """Relax -> fused TIR functions, unscheduled: the module both ``tune`` and ``compile`` schedule."""
+    from tvm.relax.backend.gpu_generic import pipeline as generic
+
+    from tvmgen.compiler import conv_transpose
+
+    legalize = [p for p in generic.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
+    return (([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
+            + generic.library_dispatch_passes(target) + legalize)
+
+
+def default_rules(target=None) -> list:
+    """dlight's GPU rules, in the order TVM's generic pipeline applies them; for an OpenCL target of
+    the desktop family (``--gpu-family desktop``) the matmul/convolution rule takes the tile
+    configuration dlight gives CUDA (``desktop_matmul``)."""
+    from tvm.s_tir import dlight as dl
+
+    matmul = desktop_matmul() if is_desktop(target) else dl.gpu.Matmul()
+    small = [small_reductions()] if target is None or target.kind.name == "opencl" else []
+    return [matmul, dl.gpu.GEMV(), *small, dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+
+
+SMALL_REDUCTION = 64  # reduction extents up to this are summed by one thread (a 7 x 7 window)
+
+
+def small_reductions():
+    """A dlight rule for functions whose reductions are short (depthwise convolutions: 9 or 25
+    products per output; pooling windows; a 7 x 7 global average): one thread per output, the
+    reduction a loop in that thread, the padding and the epilogue inlined (dlight's Fallback
+    schedule). dlight's Reduction / GeneralReduction rules, which such functions reach otherwise,
+    give every output a work-group of 256 threads that add 9 products through a tree in local
+    memory, with a barrier per level: CUDA does that tree with warp shuffles, OpenCL with local
+    memory, and the depthwise convolutions were where MobileNets' OpenCL builds lost most to CUDA's on
+    the same GPU. OpenCL targets only (phones included); CUDA keeps TVM's schedules, the reference
+    the OpenCL builds are measured against."""
+    from tvm import tirx
+    from tvm.s_tir import dlight as dl
+
+    class SmallReductions(dl.gpu.Fallback):
+        def apply(self, func, target, tunable):
+            if not isinstance(func, tirx.PrimFunc) or not _short_reductions(func):
+                return None
+            return super().apply(func, target, tunable)
+
+    return SmallReductions()
+
+
+def _short_reductions(func) -> bool:
+    """Whether ``func`` has reductions and each covers at most SMALL_REDUCTION elements per output,
+    with enough outputs (at least 256) to keep a GPU's threads busy."""
+    from tvm import s_tir, tirx
+
+    try:
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except Exception:  # noqa: BLE001 - not a block function: not ours
+        return False
+    found = False
+    for b in blocks:
+        block = sch.get(b)
+        extents = {"spatial": 1, "reduce": 1}
+        for iv in block.iter_vars:
+            if not isinstance(iv.dom.extent, tirx.IntImm):
+                return False
+            kind = {tirx.IterVar.DataPar: "spatial", tirx.IterVar.CommReduce: "reduce"}.get(int(iv.iter_type))
+            if kind is None:
+                return False
+            extents[kind] *= int(iv.dom.extent)
+        if any(int(iv.iter_type) == tirx.IterVar.CommReduce for iv in block.iter_vars):
+            if extents["reduce"] > SMALL_REDUCTION or extents["spatial"] < 256:
+                return False
+            found = True
+    return found
+
+
+def is_desktop(target) -> bool:
+    return target is not None and target.kind.name == "opencl" and str(target.attrs.get("device", "")) == "desktop"
+
+
+def desktop_matmul():
+    """dlight's Matmul rule (matmuls and convolutions), configured for an OpenCL target as dlight
+    configures it for CUDA: 8 x 16 threads of 4 x 4 results, 16-deep reduction steps staged in local
+    memory, pairs of values per load. For OpenCL dlight has only an Adreno configuration and a
+    conservative default (8 x 8 threads, 8-deep steps, no vectors), which is what the generic family
+    gets; on an NVIDIA H100 through NVIDIA's OpenCL the CUDA configuration made SqueezeNet's
+    convolutions 1.5x faster (see the README's GPU section)."""
+    from tvm.s_tir import dlight as dl
+    from tvm.target import Target
+
+    class DesktopMatmul(dl.gpu.Matmul):
+        def get_configs(self, target):
+            if target.kind.name == "opencl":
+                return super().get_configs(Target({"kind": "cuda"}))
+            return super().get_configs(target)
+
+    return DesktopMatmul()
+
+
+def default_schedule(mod, target):
+    """dlight's schedule of a task (an IRModule with ``main``), as ``compile`` gives it without a
+    database: a traced ``Schedule`` (its trace replays into a tuning record), or None."""
+    from tvm.s_tir.dlight.base.transform import _apply_rules
+
+    with target:
+        space = _apply_rules(mod["main"], target, default_rules(target), tunable=False)
+    return space[0] if space else None
+
+
+def apply_rules(*rules, report: dict | None = None, name: str = "TvmgenApplyRules"):
+    """dlight's ``ApplyDefaultSchedule``, one kernel at a time and checked.
+
+    - A rule that raises on a kernel (dlight's Matmul rule on some convolution epilogues: "consumers
+      of the cache-write stage that are not properly inlined"; its Reduction rule on a 0-d mean:
+      rfactor's "block_realize == old_block_realize") is passed over for that kernel alone.
+    - A schedule that leaves blocks outside the GPU's threads is no schedule: the Adreno Conv2d rule
+      leaves a GELU epilogue (add, divide, erf, add, multiply, multiply: the convolution's result read
+      twice) as loops on the host, where its texture stores cannot be compiled ("unknown intrinsic
+      tirx.texture2d_store").
+    - Each rule is tried on the kernel as it is, then with its elementwise epilogue inlined into one
+      block (``inline_epilogue``), before the next rule.
+    Kernels a rule failed on go to ``report["rule_failures"]`` ({kernel, rule, error, scheduled_by});
+    a kernel no rule schedules is a CompileError naming it."""
+    import tvm
+    from tvm import tirx
+    from tvm.target import Target
+
+    from tvmgen.core.errors import CompileError
+
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def _apply(mod, _ctx):
+        failures = report.setdefault("rule_failures", []) if report is not None else []
+        for gv, func in list(mod.functions_items()):
+            if not isinstance(func, tirx.PrimFunc) or (func.attrs is not None and func.attrs.get("tirx.is_scheduled")):
+                continue
+            target = (func.attrs.get("target") if func.attrs is not None else None) or Target.current(allow_none=False)
+            variants = [func]
+            failed: dict = {}
+            scheduled = None
+            for rule in rules:
+                rule_name = type(rule).__name__
+                for variant in variants:
+                    scheduled = _try_rule(rule, variant, target, failed, gv.name_hint)
+                    if scheduled is not None:
+                        break
+                    if variant is func and len(variants) == 1 and rule_name in failed:
+                        inlined = inline_epilogue(func)
+                        if inlined is not None:
+                            variants.append(inlined)
+                if scheduled is not None:
+                    mod[gv] = scheduled.with_attr("tirx.is_scheduled", True)
+                    failures += [{"kernel": gv.name_hint, "rule": r, "error": e, "scheduled_by": rule_name}
+                                 for r, e in failed.items() if r != rule_name]
+                    break
+            if scheduled is None and failed:
+                raise CompileError(
+                    f"no GPU schedule for kernel {gv.name_hint}: "
+                    + "; ".join(f"dlight's {r} rule failed ({e})" for r, e in failed.items()),
+                    "build it for --device cpu, or report it with the log file")
+        return mod
+
+    return _apply
+
+
+def _try_rule(rule, func, target, failed: dict, kernel: str):
+    """``rule``'s schedule of ``func`` when it applies and binds every block to GPU threads, else None;
+    a failure is noted in ``failed`` (rule name -> why)."""
+    rule_name = type(rule).__name__
+    try:
+        space = rule.apply(func, target, False)
+    except Exception as e:  # noqa: BLE001 - TVM raises many kinds; the next variant or rule is tried
+        failed[rule_name] = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        log.info("dlight's %s rule failed on %s: %s", rule_name, kernel, e)
+        return None
+    if space is None:
+        return None
+    sch = space[0] if isinstance(space, list) else space
+    unbound = _blocks_outside_threads(sch)
+    if unbound:
+        failed[rule_name] = f"left {len(unbound)} block(s) outside the GPU threads ({', '.join(unbound[:3])})"
+        log.info("dlight's %s rule on %s: %s", rule_name, kernel, failed[rule_name])
+        return None
+    failed.pop(rule_name, None)
+    return sch.mod["main"]
+
+
+def _blocks_outside_threads(sch) -> list[str]:
+    """Names of the blocks of a scheduled function under no thread-bound loop (they would run on the host)."""
+    from tvm import tirx
+
+    names, stack = [], list(sch.get_child_blocks(sch.get_sblock("root")))
+    while stack:
+        block = stack.pop()
+        if not any(sch.get(loop).kind == tirx.ForKind.THREAD_BINDING for loop in sch.get_loops(block)):
+            names.append(sch.get(block).name_hint)
+            continue
+        stack += list(sch.get_child_blocks(block))
+    return names
+
+
+def inline_epilogue(func):
+    """``func`` with every elementwise block that another block reads inlined into its readers (a
+    fused epilogue becomes one block after the reduction), or None when there is none to inline."""
+    from tvm import s_tir, tirx
+
+    try:
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except Exception:  # noqa: BLE001 - not a block function
+        return None
+    changed = False
+    for block in blocks:
+        if any(int(iv.iter_type) != tirx.IterVar.DataPar for iv in sch.get(block).iter_vars) or \
+                not sch.get_consumers(block):
+            continue
+        try:
+            sch.compute_inline(block)
+            changed = True
+        except Exception:  # noqa: BLE001 - not inlinable (e.g. a padded copy read by a window): kept
+            continue
+    return sch.mod["main"] if changed else None
+
+
+def rule_failures_summary(failures: list[dict]) -> list[str]:
+    """Lines for the compile output: which kernels a failing rule left to a later (slower) rule."""
+    by_rule: dict = {}
+    for f in failures:
+        by_rule.setdefault((f["rule"], f["scheduled_by"]), []).append(f["kernel"])
+    lines = []
+    for (rule, by), kernels in sorted(by_rule.items()):
+        shown = ", ".join(kernels[:3]) + (f", +{len(kernels) - 3} more" if len(kernels) > 3 else "")
+        cost = " (one thread per output, no tiling: slower)" if by == "Fallback" else ""
+        lines.append(f"dlight's {rule} rule failed on {len(kernels)} kernel(s) ({shown}): scheduled by {by} instead{cost}")
+    return lines
+
+
+def _scheduled(mod) -> set[str]:
+    import tvm
+
+    return {gv.name_hint for gv, f in mod.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and f.attrs.get("tirx.is_scheduled", False)}
+
+
+def _unscheduled(mod) -> set[str]:
+    import tvm
+
+    return {gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)} - _scheduled(mod)
+
+
+def schedule_passes(target, database=None, report: dict | None = None) -> list:
+    """The tuning database first (when given), then dlight's rules; ``report`` gets
+    ``{"tuned", "scheduled", "left"}`` (names) when a database is given, as the CPU pipeline reports."""
+    import tvm
+    from tvm import relax
+
+    if database is None:
+        return [apply_rules(*default_rules(target), report=report)]
+    seen: dict = {}
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenGpuBeforeDatabase")
+    def _before(mod, _ctx):
+        seen["before"] = _unscheduled(mod)
+        return mod
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenGpuFromDatabase")
+    def _tuned(mod, _ctx):
+        seen["tuned"] = seen["before"] & _scheduled(mod)
+        seen["after"] = _unscheduled(mod)
+        return mod
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenGpuDefaults")
+    def _defaults(mod, _ctx):
+        left = _unscheduled(mod)
+        done = seen["after"] - left
+        log.info("GPU schedules: %d from the tuning database, %d dlight defaults, %d left", len(seen["tuned"]),
+                 len(done), len(left))
+        if report is not None:
+            report.update(tuned=sorted(seen["tuned"]), scheduled=sorted(done), left=sorted(left),
+                          defaults="dlight defaults")
+        return mod
+
+    return [_before, relax.transform.MetaScheduleApplyDatabase(enable_warning=False), _tuned,
+            apply_rules(*default_rules(target), report=report), _defaults]
+
+
+def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, lower_conv_transpose: bool = True):
+    """A Relax pipeline for ``relax.build`` on GPU targets: ``prepare_passes``, the database and
+    dlight (``schedule_passes``), TVM's lowering, short kernel names. Targets TVM builds with
+    another pipeline (``tunable`` false) get that one, the database unused."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.backend.gpu_generic import pipeline as generic
+
+    from tvmgen.compiler import conv_transpose, rewrites
+
+    if not tunable(target):
+        if tuning_db:
+            log.info("the tuning database is not used for %s: TVM builds it with its own pipeline", target.kind.name)
+        return tvm.transform.Sequential(([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
+                                        + [relax.get_default_pipeline(target), rewrites.short_kernel_names()])
+    from tvmgen.compiler.tuning import tune
+
+    database = tune.open_database(tuning_db, target) if tuning_db else None
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenGpuPipeline")
+    def _pipeline(mod, _ctx):
+        passes = (prepare_passes(target, lower_conv_transpose) + schedule_passes(target, database, report)
+                  + generic.dataflow_lower_passes(target) + generic.finalize_passes(target))
+        with target:
+            if database is None:
+                return tvm.transform.Sequential(passes)(mod)
+            with database:
+                return tvm.transform.Sequential(passes)(mod)
+
+    return tvm.transform.Sequential([_pipeline, rewrites.short_kernel_names()])

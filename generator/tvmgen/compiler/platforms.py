@@ -1,0 +1,180 @@
+"""Platforms x devices: the one place that knows TVM targets.
+
+Every other module asks this table for a target (as a JSON dict), the exporter to use,
+and the facts the manifest records (ABI, architecture, DLPack device types).
+"""
+
+from __future__ import annotations
+
+import functools
+import platform as _platform
+import re
+from dataclasses import dataclass
+
+from tvmgen.core.errors import InputError
+
+# DLPack device types (dlpack.h): what the runtime passes to vm_initialization.
+DL_DEVICE_TYPES = {"cpu": 1, "cuda": 2, "opencl": 4, "metal": 8, "nnapi": 1}  # NNAPI parts are called from the CPU
+
+GPU_FAMILIES = ("adreno", "mali", "generic", "desktop")
+
+
+@dataclass(frozen=True)
+class Platform:
+    name: str
+    description: str
+    abi: str  # Android ABI name, or the architecture name elsewhere
+    arch: str  # ELF/Mach-O machine the library must be built for: x86_64, aarch64, arm
+    llvm: tuple  # CPU target attributes as (key, value) pairs; the host's are filled at run time
+    devices: tuple[str, ...]
+    exporter: str  # key into compiler.export.EXPORTERS
+    system_lib: bool = False  # static linking (iOS cannot dlopen an uploaded library)
+    features: tuple[str, ...] = ()  # extra LLVM CPU features (compile --cpu-features), e.g. +dotprod
+    cpu: str | None = None  # LLVM CPU name (compile --cpu); the host's own CPU when None on host
+
+    def cpu_target(self) -> dict:
+        target = dict(host_cpu_target()) if self.name == "host" else {"kind": "llvm", **dict(self.llvm)}
+        if self.cpu:
+            target["mcpu"] = self.cpu
+        if self.features:
+            target["mattr"] = [*target.get("mattr", []), *self.features]
+        return target
+
+    def with_cpu(self, cpu: str) -> Platform:
+        """This platform's code for the CPU LLVM calls ``cpu`` (haswell, skylake-avx512, cortex-a76)."""
+        import dataclasses
+
+        from tvm.target import codegen
+
+        triple = dict(self.llvm).get("mtriple") or f"{self.arch}-linux-gnu"
+        if not codegen.llvm_is_valid_cpu(cpu, triple):
+            raise InputError(f"LLVM knows no CPU {cpu!r} for {self.name} ({triple})",
+                             "e.g. --cpu haswell (AVX2), --cpu skylake-avx512, --cpu x86-64-v3, "
+                             "--cpu cortex-a76; this machine's is " + host_cpu_target()["mcpu"])
+        return dataclasses.replace(self, cpu=cpu)
+
+    def with_features(self, features) -> Platform:
+        """This platform with extra CPU features ("+dotprod", "-avx512f"), checked for form."""
+        import dataclasses
+
+        features = tuple(f.strip() for f in features if f.strip())
+        bad = [f for f in features if not re.fullmatch(r"[+-][A-Za-z0-9][A-Za-z0-9._-]*", f)]
+        if bad:
+            raise InputError(f"CPU feature(s) {', '.join(map(repr, bad))} are not of the form +name or -name",
+                             "e.g. --cpu-features +dotprod (Arm dot product) or +dotprod,+i8mm")
+        return dataclasses.replace(self, features=self.features + features)
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu_target() -> dict:
+    # "native" falls back to a generic CPU; LLVM's own name for this CPU keeps AVX2/AVX-512.
+    import tvm
+
+    return {"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu()}
+
+
+def missing_cpu_features(target: dict, host_cpu: str | None = None) -> list[str]:
+    """The CPU features an x86-64 host target's code may use that ``host_cpu`` (default: this
+    machine's CPU) lacks: code built for AVX-512 stops with an illegal instruction on an AVX2 CPU."""
+    from tvm.target import Target, codegen
+
+    cpu_part = target.get("host", target)
+    if cpu_part.get("kind") != "llvm" or cpu_part.get("mtriple") or _host_arch() != "x86_64":
+        return []
+    wanted = set(codegen.llvm_get_cpu_features(Target(cpu_part)))
+    have = set(codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": host_cpu or host_cpu_target()["mcpu"]})))
+    # the vector extensions are what differs between x86-64 servers and desktops
+    return sorted(f for f in wanted - have if f.startswith(("avx", "fma", "f16c", "bmi", "sse", "amx", "vnni")))
+
+
+def _host_arch() -> str:
+    machine = _platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+PLATFORMS: dict[str, Platform] = {
+    p.name: p
+    for p in [
+        Platform("host", "this machine (run and check here)", _host_arch(), _host_arch(), (),
+                 ("cpu", "opencl", "cuda"), "host"),
+        Platform("linux-aarch64", "64-bit Arm Linux (boards, emulated phone CPU under qemu)", "aarch64",
+                 "aarch64", (("mtriple", "aarch64-linux-gnu"), ("mattr", ["+neon"])),
+                 ("cpu", "opencl"), "aarch64-linux-gnu"),
+        Platform("android-arm64", "Android phones, arm64-v8a", "arm64-v8a", "aarch64",
+                 (("mtriple", "aarch64-linux-android"), ("mattr", ["+neon"])),
+                 ("cpu", "opencl", "nnapi"), "ndk"),
+        Platform("android-armv7", "older Android phones, armeabi-v7a", "armeabi-v7a", "arm",
+                 (("mtriple", "armv7a-linux-androideabi"), ("mattr", ["+neon"])),
+                 ("cpu", "opencl", "nnapi"), "ndk"),
+        Platform("android-x86_64", "Android emulator / x86_64 devices", "x86_64", "x86_64",
+                 (("mtriple", "x86_64-linux-android"),),
+                 ("cpu", "opencl", "nnapi"), "ndk"),
+        Platform("ios-arm64", "iPhone / iPad, static system library", "arm64", "aarch64",
+                 (("mtriple", "aarch64-apple-ios"),),
+                 ("cpu", "metal"), "xcode", system_lib=True),
+    ]
+}
+
+DEVICES = ("cpu", "opencl", "metal", "cuda", "nnapi")
+
+
+def valid_pairs() -> list[str]:
+    return [f"{p.name}/{d}" for p in PLATFORMS.values() for d in p.devices]
+
+
+def get_platform(name: str) -> Platform:
+    try:
+        return PLATFORMS[name]
+    except KeyError:
+        raise InputError(
+            f"unknown platform {name!r}",
+            f"use one of: {', '.join(PLATFORMS)}",
+        ) from None
+
+
+def check_pair(platform: Platform, device: str) -> None:
+    if device not in DEVICES:
+        raise InputError(f"unknown device {device!r}", f"use one of: {', '.join(DEVICES)}")
+    if device not in platform.devices:
+        raise InputError(
+            f"device {device!r} is not available on platform {platform.name!r}",
+            "valid platform/device pairs: " + ", ".join(valid_pairs()),
+        )
+
+
+def target_dict(platform: Platform, device: str, gpu_family: str = "generic") -> dict:
+    """The TVM target for a platform/device pair, as the JSON dict TVM 0.27 accepts.
+
+    GPU targets carry the platform's CPU target as their host. Plain dicts are kept in the
+    manifest so the runtime and later commands never parse TVM target strings.
+    """
+    check_pair(platform, device)
+    cpu = platform.cpu_target()
+    if device in ("cpu", "nnapi"):  # with NNAPI, what NNAPI does not take runs on the CPU
+        return cpu
+    if device == "opencl":
+        if gpu_family not in GPU_FAMILIES:
+            raise InputError(f"unknown GPU family {gpu_family!r}", f"use one of: {', '.join(GPU_FAMILIES)}")
+        gpu = {"kind": "opencl"}
+        if gpu_family == "adreno":  # TVM's Adreno schedules, with texture (image) memory
+            gpu.update(device="adreno", keys=["adreno", "opencl", "gpu", "texture"])
+        elif gpu_family != "generic":
+            gpu["device"] = gpu_family
+    elif device == "metal":
+        gpu = {"kind": "metal"}
+    elif device == "cuda":
+        gpu = {"kind": "cuda"}
+    else:  # pragma: no cover - check_pair rejects the rest
+        raise InputError(f"unknown device {device!r}")
+    return {**gpu, "host": cpu}
+
+
+def make_target(spec: dict):
+    """A tvm.target.Target from a dict made by target_dict."""
+    from tvm.target import Target
+
+    spec = dict(spec)
+    host = spec.pop("host", None)
+    if host is None:
+        return Target(spec)
+    return Target(spec, host=Target(host))

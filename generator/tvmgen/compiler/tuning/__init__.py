@@ -1,0 +1,1 @@
+"""MetaSchedule tuning: the database compile reads, and the tuning run that writes it."""

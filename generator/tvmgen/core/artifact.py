@@ -1,0 +1,154 @@
+"""The artifact directory: model library, optional detached weights, and manifest.json.
+
+Everything downstream (run, device runtime, apps, RPC bench) reads the manifest and
+nothing else. The directory is written in a temporary sibling and renamed into place only
+when complete, so a failed compile never leaves a half-written artifact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tvmgen.core.errors import InputError
+from tvmgen.core.model import TensorSpec
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class Manifest:
+    model: dict  # name, format, source, sha256
+    platform: str
+    abi: str
+    arch: str
+    device: str
+    target: dict  # TVM target as JSON dict (GPU targets carry "host")
+    export: dict  # kind: shared|objects|static, library, system_lib, finish_command
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    vm: dict  # entry, devices: [{name, dl_device_type, id, alloc_type}]
+    params: dict | None = None  # file, names (order of main's weight arguments)
+    files: dict = field(default_factory=dict)  # name -> {sha256, bytes}
+    versions: dict = field(default_factory=dict)
+    created: str = ""
+    schema_version: int = SCHEMA_VERSION
+    runtime_needs: dict = field(default_factory=dict)  # e.g. {"nnapi": {library, loader, min_android_api}}
+    precision: str = "fp32"  # "fp16": weights and activations in float16; inputs/outputs stay float32
+
+    def to_json(self) -> dict:
+        return {
+            "schema_version": self.schema_version,
+            "created": self.created,
+            "versions": self.versions,
+            "model": self.model,
+            "platform": self.platform,
+            "abi": self.abi,
+            "arch": self.arch,
+            "device": self.device,
+            "target": self.target,
+            "export": self.export,
+            "inputs": [t.to_json() for t in self.inputs],
+            "outputs": [t.to_json() for t in self.outputs],
+            "params": self.params,
+            "vm": self.vm,
+            "files": self.files,
+            **({"runtime_needs": self.runtime_needs} if self.runtime_needs else {}),
+            "precision": self.precision,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Manifest:
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise InputError(
+                f"manifest schema version {d.get('schema_version')} is not the one this tvmgen reads ({SCHEMA_VERSION})",
+                "compile the model again with this version of tvmgen",
+            )
+        return cls(
+            model=d["model"], platform=d["platform"], abi=d["abi"], arch=d["arch"], device=d["device"],
+            target=d["target"], export=d["export"],
+            inputs=[TensorSpec.from_json(t) for t in d["inputs"]],
+            outputs=[TensorSpec.from_json(t) for t in d["outputs"]],
+            vm=d["vm"], params=d.get("params"), files=d.get("files", {}), versions=d.get("versions", {}),
+            created=d.get("created", ""), schema_version=d["schema_version"],
+            runtime_needs=d.get("runtime_needs", {}),
+            precision=d.get("precision", "fp32"),  # manifests written before --precision: fp32
+        )
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def load(directory: Path, verify: bool = True) -> Manifest:
+    """Read an artifact's manifest; with ``verify``, check every file against its recorded hash."""
+    directory = Path(directory)
+    path = directory / MANIFEST
+    if not path.is_file():
+        what = "does not exist" if not directory.exists() else f"has no {MANIFEST}"
+        raise InputError(f"{directory} {what}: it is not a tvmgen artifact directory",
+                         "pass the directory that `tvmgen compile` wrote (its --out)")
+    try:
+        manifest = Manifest.from_json(json.loads(path.read_text()))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise InputError(f"{path} is corrupt ({type(e).__name__}: {e})", "compile the model again") from e
+    if verify:
+        for name, info in manifest.files.items():
+            f = directory / name
+            if not f.is_file():
+                raise InputError(f"{f} is missing from the artifact", "compile the model again")
+            if sha256_file(f) != info["sha256"]:
+                raise InputError(f"{f} does not match the sha256 in {MANIFEST}: the file changed or is corrupt",
+                                 "compile the model again")
+    return manifest
+
+
+@contextlib.contextmanager
+def staging(out_dir: Path, force: bool):
+    """Yield a temporary directory; on success it replaces ``out_dir``, on failure it is removed."""
+    out_dir = Path(out_dir).absolute()
+    if out_dir.exists() and not force:
+        raise InputError(f"output directory {out_dir} already exists",
+                         "pass --force to replace it, or choose another --out")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"{out_dir} exists and is not a directory", "choose another --out")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        out_dir.rename(old)
+    os.chmod(tmp, 0o755)
+    tmp.rename(out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> None:
+    """Hash every file in the directory into the manifest, then write it."""
+    manifest.files = {
+        p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+        for p in sorted(directory.iterdir()) if p.is_file() and p.name != MANIFEST
+    }
+    (directory / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=2) + "\n")

@@ -1,0 +1,68 @@
+"""The types every stage shares: a tensor's spec and an imported model (what a frontend returns,
+what the compiler builds, what the runtime checks inputs against)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, d: dict) -> TensorSpec:
+        return cls(d["name"], tuple(int(x) for x in d["shape"]), d["dtype"])
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def __str__(self) -> str:
+        return f"{self.name}:{'x'.join(map(str, self.shape)) or 'scalar'}:{self.dtype}"
+
+
+@dataclass
+class ImportedModel:
+    """A model in TVM's hands: the Relax module and what the artifact needs to say about it.
+
+    ``mod["main"]`` takes the inputs first, then the weights in ``params`` order.
+    """
+
+    mod: object  # tvm.IRModule
+    params: list  # tvm.runtime.Tensor weights, detached from the graph
+    inputs: list[TensorSpec]
+    output_names: list[str]
+    format: str
+    reference_name: str
+    # Runs the same model in its reference runtime: inputs by name -> outputs in order.
+    reference: Callable[[dict[str, np.ndarray]], list[np.ndarray]] = field(repr=False)
+    notes: list[str] = field(default_factory=list)
+    # (operator kind, node name) of the model's operators, for errors that name the node
+    nodes: list[tuple[str, str]] = field(default_factory=list)
+    # inputs bound at compile time by --const: name -> value (nested lists)
+    constants: dict = field(default_factory=dict)
+
+
+def random_inputs(specs: Sequence[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs for checks: normal floats, small non-negative integers."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s in specs:
+        if s.dtype.startswith("float"):
+            out[s.name] = rng.standard_normal(s.shape).astype(s.dtype)
+        elif s.dtype == "bool":
+            out[s.name] = rng.integers(0, 2, s.shape).astype(bool)
+        else:
+            out[s.name] = rng.integers(0, 10, s.shape).astype(s.dtype)
+    return out

@@ -1,0 +1,1 @@
+"""Remote runs over TVM RPC: the servers (tracker, proxy, native device server) and bench."""

@@ -1,0 +1,1 @@
+"""Reports on runs: per-kernel profiles and memory."""

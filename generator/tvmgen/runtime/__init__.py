@@ -1,0 +1,1 @@
+"""Running artifacts here: the host runner (Relax VM), --check, building the device runtime in jni/ with CMake, embed bundles."""

@@ -1,0 +1,246 @@
+"""Numerics against the reference runtime: `compile --check`, and the reference `bench` compares with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tvmgen.core import log as logs
+from tvmgen.core.errors import CheckError, TvmgenError
+
+console = logs.console
+
+
+# --check's tolerances when --rtol/--atol are not given: (rtol, atol), the limit on the largest error
+# being atol + rtol * (largest reference value). fp16 builds are compared with the same fp32
+# reference (onnxruntime...), so their limit is sized for half precision: float16 keeps 11
+# significant bits (a rounding error of up to 2^-11 ~ 4.9e-4 of a value each time a value is
+# stored), and every stored activation and weight rounds again, so a few layers deep the error is a
+# few times that: rtol 1e-2 is ~20 float16 roundings of the largest output; atol 1e-3 covers
+# outputs that are all near 0. A wrong kernel is still caught: its errors are of the order of the
+# values themselves. (Convolutions and matmuls sum in float32: the error does not grow with K.)
+TOLERANCES = {"fp32": (1e-3, 1e-4), "fp16": (1e-2, 1e-3)}
+
+
+def tolerances(precision: str, rtol: float | None = None, atol: float | None = None) -> tuple[float, float]:
+    """(rtol, atol) for an artifact of ``precision``: the user's where given, else TOLERANCES'."""
+    default_rtol, default_atol = TOLERANCES.get(precision, TOLERANCES["fp32"])
+    return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
+
+
+def check_against_reference(imported, staged: Path, opts, rtol: float | None, atol: float | None, seed: int,
+                            scratch) -> None:
+    """`compile --check`: run the staged artifact (linux-aarch64: under qemu-aarch64; android-arm64: a
+    linux-aarch64 build with the same CPU target; where neither can run here, a host build of the same
+    model) and the reference runtime on seeded inputs; raising keeps the artifact from being written.
+    ``rtol`` / ``atol`` None: the defaults for the build's precision (TOLERANCES)."""
+    from tvmgen.core.model import random_inputs
+    from tvmgen.runtime.runner import compare
+
+    run = checked_code(imported, staged, opts, Path(scratch))
+    precision = getattr(opts, "precision", "fp32")
+    rtol, atol = tolerances(precision, rtol, atol)
+    inputs = random_inputs(imported.inputs, seed)
+    suffix = f" ({precision} build)" if precision != "fp32" else ""
+    with logs.step(f"Checking against {imported.reference_name}{suffix}"):
+        actual = run(inputs)
+        expected = imported.reference(inputs)
+    rows = compare(actual, expected, imported.output_names)
+    failed = []
+    for r in rows:
+        if "shape_mismatch" in r:
+            failed.append(f"{r['name']}: shape {r['shape_mismatch']}")
+            continue
+        limit = atol + rtol * r["ref_max"]
+        ok = r["max_abs"] <= limit
+        console.print(f"  {'[green]ok[/]' if ok else '[red]FAIL[/]'} {r['name']}: max abs error {r['max_abs']:.3g}, "
+                      f"max rel error {r['max_rel']:.3g} (tolerance: atol {atol:g} + rtol {rtol:g})")
+        if not ok:
+            failed.append(r["name"])
+    if len(actual) != len(expected):
+        failed.append(f"TVM gave {len(actual)} outputs, the reference {len(expected)}")
+    if failed:
+        raise CheckError(f"outputs differ from {imported.reference_name} beyond tolerance: {', '.join(failed)}; "
+                         "no artifact was written",
+                         "this is a compiler bug or a precision issue; raise --atol/--rtol only if the error is expected")
+
+
+# ------------------------------------------------------------------ which code --check runs
+
+QEMU = "qemu-aarch64"
+# Debian's aarch64 C library (libc6-arm64-cross, installed with g++-aarch64-linux-gnu): qemu-aarch64 -L
+# loads tvmgen-run's dynamic loader and libraries from it.
+AARCH64_SYSROOT = Path("/usr/aarch64-linux-gnu")
+# CPU builds whose code (or the same code linked for glibc) runs here under qemu-aarch64
+AARCH64_PLATFORMS = ("linux-aarch64", "android-arm64")
+
+
+def checked_code(imported, staged: Path, opts, scratch: Path):
+    """The function --check runs the model with (inputs dict -> list of outputs), after printing which
+    code that is: the artifact itself where it runs here (host builds; linux-aarch64 under
+    qemu-aarch64), for android-arm64 a linux-aarch64 build with the same CPU target under qemu-aarch64,
+    else (or where qemu-aarch64 or the aarch64 runner is missing) a host/cpu build of the same model."""
+    from tvmgen.compiler import build
+    from tvmgen.compiler.platforms import PLATFORMS, host_cpu_target, missing_cpu_features, target_dict
+    from tvmgen.runtime.runner import HostModel
+
+    plat, device = opts.platform, opts.device
+    name = f"{plat.name}/{device}"
+    mcpu = plat.cpu_target().get("mcpu", "generic")
+    if plat.name == "host" and device in ("cpu", "cuda"):
+        missing = missing_cpu_features(target_dict(plat, device))
+        if not missing:
+            console.print(f"  [dim]checking the artifact itself: the {name} build, run here[/]")
+            return HostModel(staged).run
+        why = f"its code uses {', '.join(missing)}, which this CPU lacks"
+    elif plat.name in AARCH64_PLATFORMS and device == "cpu":
+        runner, why = aarch64_runner()
+        if runner is not None:
+            if plat.name == "linux-aarch64":
+                console.print(f"  checking the linux-aarch64 build under {QEMU}: the artifact's own code "
+                              f"({mcpu}, {_features(plat)})")
+                return lambda inputs: run_aarch64(runner, staged, inputs, scratch)
+            stand_in = linux_stand_in(plat)
+            console.print(f"  checking a linux-aarch64 build under {QEMU}: {name} links with the Android NDK's "
+                          f"C library, which {QEMU} cannot run, so the same model is built for linux-aarch64 with "
+                          f"the same CPU target ({mcpu}, {_features(plat)}: the same NEON schedules) and run")
+            stand_opts = build.BuildOptions(stand_in, "cpu", separate_params=opts.separate_params,
+                                            schedules=opts.schedules, precision=getattr(opts, "precision", "fp32"),
+                                            tuning_db=_stand_in_database(opts.tuning_db, plat, stand_in, scratch))
+            out = scratch / "aarch64-check"
+            build.compile_to_artifact(imported, stand_opts, out, True, {"name": "check"})
+            return lambda inputs: run_aarch64(runner, out, inputs, scratch)
+    else:
+        why = _not_here(plat, device)
+    # The artifact cannot run here: check the same imported module built for this machine.
+    host_dir = scratch / "host-check"
+    console.print(f"  [dim]{name} ({mcpu}) cannot run here; checking a host/cpu build of the same model "
+                  f"({host_cpu_target()['mcpu']}), not the {name} code[/]")
+    console.print(f"  [dim]  why: {why}[/]")
+    host_opts = build.BuildOptions(PLATFORMS["host"], "cpu", separate_params=opts.separate_params,
+                                   precision=getattr(opts, "precision", "fp32"))  # fp16: x86 emulates it
+    build.compile_to_artifact(imported, host_opts, host_dir, True, {"name": "check"})
+    return HostModel(host_dir).run
+
+
+def _features(plat) -> str:
+    mattr = plat.cpu_target().get("mattr") or []
+    return f"mattr {','.join(mattr)}" if mattr else "no extra CPU features"
+
+
+def _not_here(plat, device: str) -> str:
+    if device in ("opencl", "metal"):
+        return f"--check does not run {device} kernels (they need the target's GPU)"
+    if device == "nnapi":
+        return "the NNAPI parts run in the phone's NNAPI drivers"
+    if plat.exporter == "xcode":
+        return "an iOS static library runs only inside an app on an Apple device"
+    if plat.arch != "aarch64":
+        return f"{plat.arch} code linked with the Android NDK's C library, which no emulator here runs"
+    return f"{plat.name} code has no way to run here"  # pragma: no cover - every platform is named above
+
+
+def aarch64_runner() -> tuple[Path | None, str]:
+    """(tvmgen-run built for linux-aarch64, "") where it can run here, else (None, why not and what to install)."""
+    import shutil
+
+    from tvmgen.runtime import runtime_build
+    from tvmgen.compiler.platforms import _host_arch
+
+    if _host_arch() != "aarch64":
+        if shutil.which(QEMU) is None:
+            return None, (f"{QEMU} is not on PATH; install Debian's qemu-user (apt-get install qemu-user) and "
+                          "--check runs the aarch64 code itself")
+        if not (AARCH64_SYSROOT / "lib" / "ld-linux-aarch64.so.1").is_file():
+            return None, (f"{AARCH64_SYSROOT}/lib has no aarch64 C library for {QEMU} to load tvmgen-run with; "
+                          "install Debian's g++-aarch64-linux-gnu (apt-get install g++-aarch64-linux-gnu)")
+    try:
+        prefix = runtime_build.cached_build("linux-aarch64")
+    except TvmgenError as e:
+        fix = f" (fix: {e.hint})" if e.hint else ""
+        return None, f"the aarch64 tvmgen-run could not be built: {e.message}{fix}"
+    runner = prefix / "bin" / "tvmgen-run"
+    if not runner.is_file():
+        return None, f"the aarch64 runtime build at {prefix} has no bin/tvmgen-run"
+    return runner, ""
+
+
+def linux_stand_in(plat):
+    """linux-aarch64 with ``plat``'s CPU target (mcpu, mattr, --cpu, --cpu-features): only the triple differs,
+    so the schedules (chosen from the architecture and the CPU features) and the NEON code are the same."""
+    import dataclasses
+
+    from tvmgen.compiler.platforms import PLATFORMS
+
+    llvm = tuple((k, "aarch64-linux-gnu" if k == "mtriple" else v) for k, v in plat.llvm)
+    return dataclasses.replace(PLATFORMS["linux-aarch64"], llvm=llvm, cpu=plat.cpu, features=plat.features)
+
+
+def _stand_in_database(root: Path | None, plat, stand_in, scratch: Path) -> Path | None:
+    """A copy of --tuning-db's records for ``plat`` filed under the stand-in's target (the database keeps
+    one directory per target, named with its triple), so the stand-in uses the same tuned kernels."""
+    import shutil
+
+    from tvmgen.compiler.tuning import tune
+    from tvmgen.compiler.platforms import make_target, target_dict
+
+    if root is None:
+        return None
+    src = Path(root) / tune.target_name(make_target(target_dict(plat, "cpu")))
+    if not src.is_dir():
+        return None
+    copy = scratch / "check-tuning-db"
+    shutil.copytree(src, copy / tune.target_name(make_target(target_dict(stand_in, "cpu"))), dirs_exist_ok=True)
+    return copy
+
+
+def run_aarch64(runner: Path, artifact: Path, inputs: dict, scratch: Path) -> list:
+    """Run a linux-aarch64 artifact once (no warm-up: emulated code is slow) with the aarch64 tvmgen-run,
+    under qemu-aarch64 unless this machine is aarch64; its outputs in the manifest's order."""
+    import json
+    import subprocess
+    import tempfile
+
+    import numpy as np
+
+    from tvmgen.compiler.platforms import _host_arch
+    from tvmgen.runtime.runner import output_file_name
+
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    work = Path(tempfile.mkdtemp(prefix="aarch64-run-", dir=scratch))
+    args = []
+    for k, spec in enumerate(manifest["inputs"]):  # in the model's order, so no NAME= is needed
+        np.save(work / f"in{k}.npy", np.asarray(inputs[spec["name"]]))
+        args += ["--input", f"in{k}.npy"]
+    base = [str(runner)] if _host_arch() == "aarch64" else [QEMU, "-L", str(AARCH64_SYSROOT), str(runner)]
+    cmd = [*base, str(Path(artifact).resolve()), *args, "-o", "out", "--warmup", "0", "--repeat", "1",
+           "--timings", "timings.json"]
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
+        raise CheckError(f"the aarch64 code failed under {cmd[0]} (exit {proc.returncode}): "
+                         f"{' / '.join(lines[-3:]) or 'no message'}; no artifact was written",
+                         f"compile without --check, then run the artifact by hand to see everything: "
+                         f"{' '.join(base)} ARTIFACT_DIR")
+    return [np.load(work / "out" / output_file_name(o["name"])) for o in manifest["outputs"]]
+
+
+def artifact_reference(manifest, scratch: Path):
+    """The reference runtime for an artifact's source model, when that model can still be read."""
+    from tvmgen import frontends
+    from tvmgen.frontends import builtin
+    from tvmgen.frontends.base import InputOverride
+
+    src = manifest.model.get("source", "")
+    path = builtin.materialize(src, scratch) if src.startswith("builtin:") else Path(src)
+    if not src or not path.exists():
+        console.print(f"  [dim]no numerics check: the source model {src or '(unknown)'} is not here[/]")
+        return None, None
+    overrides = [InputOverride(s.name, s.shape, s.dtype) for s in manifest.inputs]
+    if manifest.model.get("format") in ("tensorflow", "savedmodel"):
+        overrides = []  # TF tensor names carry ':0'; the shapes were fixed at conversion
+    try:
+        imported = frontends.load(path, overrides)
+    except TvmgenError as e:
+        console.print(f"  [dim]no numerics check: cannot import {src} ({e.message})[/]")
+        return None, None
+    return imported.reference, imported.reference_name

@@ -1,0 +1,159 @@
+"""`tvmgen embed`: a bundle that drops the model and the runtime into an existing app.
+
+Layout of the bundle:
+    artifact/                the compiled model (manifest.json, library, params)
+    lib/                     libtvmgen_runtime.so, libtvmgen_jni.so, the TVM runtime libraries (host, linux-aarch64)
+    bin/tvmgen-run           the device-side runner (host, linux-aarch64)
+    include/tvmgen/          the C++ API
+    java/                    tvmgen.jar and the Java sources
+    cmake/tvmgenConfig.cmake imported target tvmgen::runtime for find_package(tvmgen)
+    jni/                     (Android) the runtime sources, built by the app's CMake with the NDK
+    README.md                the lines to add to an existing Gradle or CMake project
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tvmgen.core import artifact
+from tvmgen.core import resources
+from tvmgen.runtime import runtime_build
+from tvmgen.core.errors import InputError
+
+# embed --platform -> (runtime build platform or None, default ABI)
+PLATFORMS = {"host": "host", "linux-aarch64": "linux-aarch64", "android": None}
+ANDROID_ABIS = {"arm64-v8a": "android-arm64", "armeabi-v7a": "android-armv7", "x86_64": "android-x86_64"}
+
+
+def compile_platform(platform: str, abi: str | None) -> str:
+    """The `tvmgen compile --platform` for an embed target."""
+    if platform == "android":
+        return ANDROID_ABIS[abi or "arm64-v8a"]
+    return platform
+
+
+def check_artifact(manifest: artifact.Manifest, platform: str, abi: str | None) -> None:
+    want = compile_platform(platform, abi)
+    if manifest.platform != want:
+        raise InputError(f"the artifact was compiled for {manifest.platform}, the bundle is for {want}",
+                         f"compile the model with --platform {want}, or pass the model file to embed")
+
+
+def write_bundle(artifact_dir: Path, platform: str, abi: str | None, staged: Path, build_dir: Path) -> list[str]:
+    """Fill ``staged`` with the bundle; returns notes for the user."""
+    notes = []
+    manifest = artifact.load(artifact_dir)
+    shutil.copytree(artifact_dir, staged / "artifact")
+    jni = resources.jni_dir()
+    shutil.copytree(jni / "include", staged / "include")
+    java_src = jni / "java"
+    if java_src.is_dir():
+        shutil.copytree(java_src, staged / "java" / "src")
+    target_abi = manifest.abi
+    if PLATFORMS[platform] is not None:
+        prefix = runtime_build.build(PLATFORMS[platform], build_dir)
+        (staged / "lib").mkdir()
+        for so in sorted(p for p in (prefix / "lib").glob("*.so") if p.name != "libtvmgen_rpc.so"):
+            shutil.copy2(so, staged / "lib" / so.name)
+        (staged / "bin").mkdir()
+        shutil.copy2(prefix / "bin" / "tvmgen-run", staged / "bin" / "tvmgen-run")
+        for jar in (prefix / "share" / "java").glob("*.jar"):
+            shutil.copy2(jar, staged / "java" / jar.name)
+    else:
+        shutil.copytree(jni, staged / "jni", ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
+        notes.append("Android libraries are built by your app's CMake with the NDK and a TVM source tree "
+                     "(see README.md in the bundle)")
+    (staged / "cmake").mkdir()
+    (staged / "cmake" / "tvmgenConfig.cmake").write_text(cmake_config(target_abi, android=platform == "android"))
+    (staged / "README.md").write_text(readme(manifest, platform, target_abi))
+    return notes
+
+
+def cmake_config(abi: str, android: bool) -> str:
+    if android:
+        return f"""# find_package(tvmgen CONFIG PATHS <bundle>/cmake): builds the runtime from <bundle>/jni.
+# Needs TVM_SOURCE_DIR (a TVM source tree); ANDROID_ABI comes from the NDK toolchain ({abi} by default).
+get_filename_component(_tvmgen_root "${{CMAKE_CURRENT_LIST_DIR}}/.." ABSOLUTE)
+if(NOT TARGET tvmgen_runtime)
+  add_subdirectory(${{_tvmgen_root}}/jni ${{CMAKE_BINARY_DIR}}/tvmgen)
+endif()
+add_library(tvmgen::runtime ALIAS tvmgen_runtime)
+set(TVMGEN_ARTIFACT_DIR ${{_tvmgen_root}}/artifact)
+"""
+    return f"""# find_package(tvmgen CONFIG PATHS <bundle>/cmake): imported target tvmgen::runtime ({abi}).
+get_filename_component(_tvmgen_root "${{CMAKE_CURRENT_LIST_DIR}}/.." ABSOLUTE)
+if(NOT TARGET tvmgen::runtime)
+  add_library(tvmgen::runtime SHARED IMPORTED)
+  set_target_properties(tvmgen::runtime PROPERTIES
+    IMPORTED_LOCATION ${{_tvmgen_root}}/lib/libtvmgen_runtime.so
+    INTERFACE_INCLUDE_DIRECTORIES ${{_tvmgen_root}}/include
+    INTERFACE_LINK_OPTIONS "-Wl,-rpath,${{_tvmgen_root}}/lib")
+endif()
+set(TVMGEN_ARTIFACT_DIR ${{_tvmgen_root}}/artifact)
+"""
+
+
+def readme(manifest: artifact.Manifest, platform: str, abi: str) -> str:
+    inputs = ", ".join(map(str, manifest.inputs))
+    outputs = ", ".join(map(str, manifest.outputs))
+    cpp = f"""```cpp
+#include <tvmgen/runtime.h>
+auto model = tvmgen::Model::Load("path/to/artifact");
+model->SetInput("{manifest.inputs[0].name}", input_bytes, {manifest.inputs[0].nbytes});
+model->Run();
+model->GetOutput(0, output_bytes, {manifest.outputs[0].nbytes});
+```"""
+    java = f"""```java
+try (org.tvmgen.Model model = org.tvmgen.Model.load(artifactDir)) {{
+    model.setInput("{manifest.inputs[0].name}", inputFloats);
+    model.run();
+    float[] out = model.getOutputFloats(0);
+}}
+```"""
+    if platform == "android":
+        build = f"""## Add to an Android app
+
+1. Copy `artifact/` into `app/src/main/assets/model/` (copy it to the app's files directory at first start:
+   the runtime loads from a real path).
+2. In `app/build.gradle` (Android Gradle Plugin 8.x):
+```groovy
+android {{
+    defaultConfig {{ ndk {{ abiFilters '{abi}' }} }}
+    externalNativeBuild {{ cmake {{ path file('<bundle>/jni/CMakeLists.txt') }} }}
+    defaultConfig {{ externalNativeBuild {{ cmake {{ arguments "-DTVM_SOURCE_DIR=/path/to/tvm" }} }} }}
+}}
+dependencies {{ implementation files('<bundle>/java/tvmgen.jar') }}  // or add java/src as a source dir
+```
+The same build by hand, per ABI:
+```sh
+cmake -S <bundle>/jni -B build-{abi} -DCMAKE_TOOLCHAIN_FILE=$ANDROID_NDK_HOME/build/cmake/android.toolchain.cmake \\
+      -DANDROID_ABI={abi} -DANDROID_PLATFORM=android-24 -DTVM_SOURCE_DIR=/path/to/tvm && cmake --build build-{abi}
+```
+"""
+    else:
+        build = """## Add to a CMake project
+
+```cmake
+find_package(tvmgen CONFIG REQUIRED PATHS <bundle>/cmake)
+target_link_libraries(your_app PRIVATE tvmgen::runtime)
+```
+Ship `lib/*.so` with your binary (or keep the rpath the package sets). Try the model first with
+`bin/tvmgen-run artifact --repeat 10`.
+Java: `java -Djava.library.path=<bundle>/lib -cp <bundle>/java/tvmgen.jar:... YourMain`.
+"""
+    return f"""# tvmgen runtime bundle: {manifest.model.get('name')} for {platform} ({abi})
+
+Model: {manifest.model.get('name')} ({manifest.model.get('format')}), device {manifest.device}
+Inputs: {inputs}
+Outputs: {outputs}
+
+{build}
+## Use it
+
+C++:
+{cpp}
+
+Java:
+{java}
+"""

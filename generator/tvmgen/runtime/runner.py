@@ -1,0 +1,305 @@
+"""Run a host-runnable artifact with TVM's Relax VM (Python), timing each stage."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tvmgen.core import artifact
+from tvmgen.compiler.platforms import PLATFORMS, host_cpu_target, missing_cpu_features
+from tvmgen.core.errors import InputError, TvmgenError
+from tvmgen.core.log import filtered_stderr
+
+# Devices the PyPI runtime can execute here (its OpenCL loader is off; see the OpenCL issue).
+HOST_RUNNABLE = {"cpu": "cpu", "cuda": "cuda"}
+
+
+@dataclass
+class Timings:
+    load_ms: float = 0.0
+    init_ms: float = 0.0
+    first_run_ms: float = 0.0
+    runs_ms: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        runs = np.array(self.runs_ms or [float("nan")])
+        return {
+            "load_ms": round(self.load_ms, 3), "init_ms": round(self.init_ms, 3),
+            "first_run_ms": round(self.first_run_ms, 3),
+            "runs": len(self.runs_ms), "median_ms": round(float(np.median(runs)), 3),
+            "min_ms": round(float(runs.min()), 3), "max_ms": round(float(runs.max()), 3),
+        }
+
+
+def install_parallel_pool(library: Path, threads: int = 0) -> tuple[str, int]:
+    """Switch a loaded model library's parallel loops to tvmgen's launcher (jni/src/parallel/parallel_pool.cc).
+
+    Returns ("tvmgen", its thread count), or ("tvm", TVM's pool size) for a library without it
+    (compiled by an older tvmgen) or when $TVMGEN_THREAD_POOL is "tvm". Call it after TVM has loaded
+    the library: TVM's loader sets the pointer this overwrites.
+    """
+    import ctypes
+    import os
+
+    try:
+        if os.environ.get("TVMGEN_THREAD_POOL", "tvmgen") == "tvm":
+            raise OSError("TVM's own thread pool asked for")
+        lib = ctypes.CDLL(str(library), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        install = lib.tvmgen_parallel_install
+        slot = ctypes.c_void_p.in_dll(lib, "__TVMBackendParallelLaunch")
+    except (OSError, AttributeError, ValueError):
+        import tvm
+
+        return "tvm", int(tvm.get_global_func("runtime.NumThreads")())
+    install.restype, install.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]
+    return "tvmgen", int(install(ctypes.addressof(slot), int(threads)))
+
+
+class HostModel:
+    """An artifact loaded into the Python Relax VM; inputs and outputs as numpy arrays."""
+
+    def __init__(self, directory: Path, threads: int = 0):
+        """``threads``: CPU threads for parallel kernels; 0: $TVM_NUM_THREADS, else one per big core."""
+        import tvm
+        from tvm import relax
+
+        self.directory = Path(directory)
+        self.manifest = m = artifact.load(self.directory)
+        if m.platform != "host":
+            raise InputError(
+                f"{directory} was compiled for {m.platform}, not for this machine",
+                f"run it on a {m.platform} device (tvmgen bench), or compile with --platform host",
+            )
+        runnable = dict(HOST_RUNNABLE, opencl="opencl")  # opencl through tvmgen's own backend
+        if m.device not in runnable:
+            raise InputError(
+                f"{directory} targets {m.device}, which the Python TVM runtime cannot run here "
+                "(the PyPI runtime is built without OpenCL/Metal)",
+                "compile with --device cpu (or cuda on a machine with an NVIDIA GPU) to run it here",
+            )
+        missing = missing_cpu_features(m.target)
+        if missing:
+            raise InputError(
+                f"{directory} was compiled for the CPU {m.target.get('host', m.target).get('mcpu')!r}, whose "
+                f"instructions this CPU ({host_cpu_target()['mcpu']}) lacks: {', '.join(missing)}",
+                "compile it again on this machine, or for the oldest CPU it must run on "
+                "(e.g. --cpu haswell for any AVX2 machine)",
+            )
+        if m.device == "opencl":
+            self.load_opencl_backend()
+        self.timings = Timings()
+        # made once for check_inputs: a small model's whole call takes 12 us
+        self._expected = [(s, _numpy_dtype(s.dtype)) for s in m.inputs]
+        self._input_names = {s.name for s in m.inputs}
+        self._staged: dict = {}  # input index -> (tensor, its numpy view or None) reused for inputs that are copied
+        # numpy arrays live on the CPU: usable in place there, at the alignment the kernels allow
+        self._in_place = m.device == "cpu"
+        self._alignment = m.vm.get("input_alignment") or [64] * len(m.inputs)
+        t0 = time.perf_counter()
+        with filtered_stderr():  # TVM's per-constant "Scope Loaded" lines of texture builds
+            lib = tvm.runtime.load_module(str(self.directory / m.export["library"]))
+        self.parallel, self.threads = install_parallel_pool(self.directory / m.export["library"], threads)
+        self.params = []
+        if m.params:
+            blob = (self.directory / m.params["file"]).read_bytes()
+            loaded = tvm.runtime.load_param_dict(blob)
+            self.params = [loaded[n] for n in m.params["names"]]
+        t1 = time.perf_counter()
+        self.dev = tvm.device(runnable[m.device], 0)
+        if m.device != "cpu":
+            self.params = [p.copyto(self.dev) for p in self.params]
+        with filtered_stderr():
+            self.vm = relax.VirtualMachine(lib, vm_devices(m, self.dev))
+        self.main = self.vm[m.vm["entry"]]  # looked up once: 0.6 us a call
+        t2 = time.perf_counter()
+        self.timings.load_ms, self.timings.init_ms = (t1 - t0) * 1e3, (t2 - t1) * 1e3
+
+    @staticmethod
+    def load_opencl_backend() -> None:
+        """Load libtvmgen_opencl into this process: it registers TVM's OpenCL device API and kernel loader.
+
+        $TVMGEN_OPENCL_BACKEND names the library; otherwise the host runtime build (cached) is used.
+        """
+        import ctypes
+        import os
+
+        import tvm
+
+        if tvm.get_global_func("device_api.opencl", allow_missing=True) is not None:
+            return
+        path = os.environ.get("TVMGEN_OPENCL_BACKEND")
+        if not path:
+            from tvmgen.runtime import runtime_build
+
+            path = str(runtime_build.cached_build("host") / "lib" / "libtvmgen_opencl.so")
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError as e:
+            raise TvmgenError(f"cannot load tvmgen's OpenCL backend {path}: {e}") from e
+
+    def check_inputs(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        specs = self.manifest.inputs
+        unknown = [n for n in inputs if n not in self._input_names]
+        if unknown:
+            raise InputError(f"unknown input name(s) {', '.join(unknown)}",
+                             f"this model's inputs are: {', '.join(map(str, specs))}")
+        arrays = []
+        for s, dtype in self._expected:
+            if s.name not in inputs:
+                raise InputError(f"no value for input {s}", f"pass --input {s.name}=FILE.npy")
+            a = np.asarray(inputs[s.name])
+            if a.shape != s.shape:
+                raise InputError(f"input {s.name!r} has shape {a.shape}, the model expects {s.shape}",
+                                 "give an array of the expected shape (or recompile with --input)")
+            if (a.dtype if isinstance(dtype, np.dtype) else str(a.dtype)) != dtype:
+                raise InputError(f"input {s.name!r} has dtype {a.dtype}, the model expects {s.dtype}",
+                                 f"convert it, e.g. np.save(path, x.astype('{s.dtype}'))")
+            arrays.append(np.asarray(a, order="C"))  # not ascontiguousarray: it makes a 0-d array 1-d
+        return arrays
+
+    def run(self, inputs: dict[str, np.ndarray], repeat: int = 1) -> list[np.ndarray]:
+        arrays = self.check_inputs(inputs)
+        result = None
+        for i in range(max(1, repeat)):
+            t0 = time.perf_counter()
+            args = self.device_inputs(arrays)
+            out = self.main(*args, *self.params)
+            result = _to_numpy(out)
+            ms = (time.perf_counter() - t0) * 1e3
+            if i == 0 and not self.timings.first_run_ms:
+                self.timings.first_run_ms = ms
+            else:
+                self.timings.runs_ms.append(ms)
+        return result
+
+    def device_inputs(self, arrays: list[np.ndarray]) -> list:
+        """The inputs as TVM tensors on the model's device, with as little copying as possible.
+
+        On the CPU a writable array aligned as the model's kernels require (the element size for
+        models compiled by this tvmgen, see ``compiler.inputs``; else 64 bytes) is used in place
+        through DLPack, as onnxruntime uses a numpy input. Any other array is copied into a
+        tensor allocated on the first run and reused (a fresh 600 KB tensor per run cost 0.04 ms
+        of page faults here).
+        """
+        import tvm
+        import tvm_ffi
+
+        tensors = []
+        for i, a in enumerate(arrays):
+            align = self._alignment[i]
+            if self._in_place and a.flags.writeable and a.ctypes.data % align == 0:
+                try:
+                    tensors.append(tvm_ffi.from_dlpack(a, require_alignment=align, require_contiguous=True))
+                    continue
+                except Exception:  # noqa: BLE001 - not accepted in place: copied below
+                    pass
+            entry = self._staged.get(i)
+            if entry is None or tuple(entry[0].shape) != a.shape or str(entry[0].dtype) != str(a.dtype):
+                tensor = tvm.runtime.empty(a.shape, str(a.dtype), self.dev)
+                # A numpy view of a CPU tensor takes a plain memcpy (np.copyto: 14 us for 600 KB,
+                # Tensor.copyfrom: 22 us)
+                entry = self._staged[i] = (tensor, _numpy_view(tensor) if self._in_place else None)
+            tensor, view = entry
+            if view is not None:
+                np.copyto(view, a)
+            else:
+                tensor.copyfrom(a)
+            tensors.append(tensor)
+        return tensors
+
+
+def _numpy_dtype(name: str):
+    """numpy's dtype for a TVM dtype name, or the name where numpy has none (bfloat16)."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return name
+
+
+def _numpy_view(tensor) -> np.ndarray | None:
+    try:
+        return np.from_dlpack(tensor)
+    except Exception:  # noqa: BLE001 - a dtype numpy's DLPack lacks: Tensor.copyfrom then
+        return None
+
+
+def _to_numpy(out) -> list[np.ndarray]:
+    if hasattr(out, "numpy"):
+        return [_copy_out(out)]
+    try:
+        return [_copy_out(o) for o in out]
+    except TypeError as e:  # pragma: no cover - defensive: unexpected VM return type
+        raise TvmgenError(f"unexpected output type from the VM: {type(out).__name__}") from e
+
+
+_CPU = 1  # DLPack's kDLCPU
+
+
+def _copy_out(tensor) -> np.ndarray:
+    """A numpy copy of an output tensor. On the CPU through a DLPack view and ``ndarray.copy``:
+    0.45 us for a 2 KB output against 5 us for ``Tensor.numpy()`` (a quarter of a small model's
+    whole call); other devices, and dtypes numpy's DLPack lacks, through ``numpy()``."""
+    if tensor.device.dlpack_device_type() == _CPU:
+        try:
+            return np.from_dlpack(tensor).copy()
+        except (TypeError, BufferError, RuntimeError):  # a dtype numpy cannot take: numpy() below
+            pass
+    return tensor.numpy()
+
+
+def compare(actual: list[np.ndarray], expected: list[np.ndarray], names: list[str]) -> list[dict]:
+    """Per output: max absolute error and max relative error (relative to the reference's max magnitude)."""
+    rows = []
+    for name, a, e in zip(names, actual, expected):
+        e = np.asarray(e)
+        a = np.asarray(a).reshape(e.shape) if a.size == e.size else a
+        if a.shape != e.shape:
+            rows.append({"name": name, "shape_mismatch": f"{a.shape} vs reference {e.shape}",
+                         "max_abs": float("inf"), "max_rel": float("inf")})
+            continue
+        diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
+        scale = max(float(np.abs(e).max()) if e.size else 0.0, 1e-12)
+        rows.append({"name": name, "shape": list(e.shape), "ref_max": scale,
+                     "max_abs": float(diff.max()) if diff.size else 0.0,
+                     "max_rel": float(diff.max() / scale) if diff.size else 0.0})
+    return rows
+
+
+def read_input_files(flags, specs) -> dict[str, np.ndarray]:
+    """`run --input [NAME=]FILE.npy` flags as arrays by input name (no name: the next input in order)."""
+    names = [s.name for s in specs]
+    inputs = {}
+    for i, flag in enumerate(flags):
+        name, sep, path = flag.rpartition("=")
+        if not sep:
+            if i >= len(names):
+                raise InputError(f"more --input files ({len(flags)}) than model inputs ({len(names)})",
+                                 f"the model's inputs are: {', '.join(names)}")
+            name, path = names[i], flag
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"input file {p} does not exist", "pass an existing .npy file")
+        try:
+            inputs[name] = np.load(p, allow_pickle=False)
+        except Exception as e:
+            raise InputError(f"cannot read {p} as .npy ({e})", "save inputs with numpy.save") from e
+    return inputs
+
+
+__all__ = ["HostModel", "Timings", "compare", "PLATFORMS"]
+
+
+def vm_devices(manifest, dev):
+    """What ``relax.VirtualMachine`` takes for ``dev``: one device per non-host entry of the manifest's
+    ``vm.devices`` (texture builds have one per memory scope); the VM appends the host itself."""
+    n = sum(1 for d in manifest.vm.get("devices", []) if d.get("dl_device_type") != 1)
+    return [dev] * n if n > 1 else dev
+
+
+def output_file_name(name: str) -> str:
+    """The file an output named `name` is written to (NAME.npy), as tvmgen run and tvmgen-run name it:
+    characters other than letters, digits, '-', '_' and '.' become '_' ("Identity:0" -> "Identity_0")."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) + ".npy"

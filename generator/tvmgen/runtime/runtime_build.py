@@ -1,0 +1,130 @@
+"""Build the device runtime in jni/ (libtvmgen_runtime, tvmgen-run, the JNI bridge) with CMake.
+
+The TVM runtime it links comes from the apache-tvm wheels: the installed one for the host,
+the aarch64 wheel (fetched with pip into the user cache, once) for linux-aarch64. Android
+builds need the NDK and a TVM source tree and are run by the app's Gradle build instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from importlib.metadata import version
+from pathlib import Path
+
+from tvmgen.core import resources
+from tvmgen.core import toolchains
+from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
+from tvmgen.core.log import step
+
+BUILDABLE = ("host", "linux-aarch64")
+# What a runtime needs from the wheels: the runtime libraries and the tvm-ffi headers.
+WHEEL_MEMBERS = ("tvm/lib/libtvm_runtime.so", "tvm/lib/libtvm_runtime_cuda.so", "tvm_ffi/lib/libtvm_ffi.so")
+WHEEL_TREES = ("tvm_ffi/include/",)
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("TVMGEN_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / ("" if os.environ.get("TVMGEN_CACHE_DIR") else "tvmgen")
+
+
+def tvm_prebuilt(platform: str) -> Path:
+    """A directory holding tvm/lib and tvm_ffi/{include,lib} for ``platform``."""
+    if platform == "host":
+        import tvm
+        import tvm_ffi
+
+        root = Path(tvm.__file__).resolve().parent.parent
+        if Path(tvm_ffi.__file__).resolve().parent.parent != root:
+            raise TvmgenError(f"tvm and tvm_ffi are installed in different places ({root}, {tvm_ffi.__file__})",
+                              "install apache-tvm and apache-tvm-ffi into the same environment")
+        return root
+    if platform == "linux-aarch64":
+        return _aarch64_wheels()
+    raise InputError(f"the runtime cannot be built here for {platform}",
+                     f"buildable here: {', '.join(BUILDABLE)}; Android builds run inside the app's Gradle build "
+                     "(NDK + TVM_SOURCE_DIR, see jni/CMakeLists.txt)")
+
+
+def _aarch64_wheels() -> Path:
+    tvm_v, ffi_v = version("apache-tvm"), version("apache-tvm-ffi")
+    dest = cache_dir() / "prebuilt" / f"linux-aarch64-tvm{tvm_v}-ffi{ffi_v}"
+    if (dest / "tvm" / "lib" / "libtvm_runtime.so").is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        tmp = Path(tmp)
+        with step(f"Fetching the aarch64 TVM runtime (apache-tvm {tvm_v}, apache-tvm-ffi {ffi_v}) with pip"):
+            toolchains.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                            "--platform", "manylinux_2_28_aarch64", "--python-version", "3.11", "-d", str(tmp / "whl"),
+                            f"apache-tvm=={tvm_v}", f"apache-tvm-ffi=={ffi_v}"])
+        out = tmp / "tree"
+        for whl in (tmp / "whl").glob("*.whl"):
+            with zipfile.ZipFile(whl) as z:
+                for name in z.namelist():
+                    if name in WHEEL_MEMBERS or name.startswith(WHEEL_TREES):
+                        z.extract(name, out)
+        if not (out / "tvm" / "lib" / "libtvm_runtime.so").is_file():
+            raise TvmgenError("the downloaded aarch64 apache-tvm wheel has no tvm/lib/libtvm_runtime.so")
+        if dest.exists():  # another process finished first
+            return dest
+        out.rename(dest)
+    return dest
+
+
+def host_jni_include_dirs() -> list[Path]:
+    """include/ and include/linux of the JDK whose javac is on PATH (empty when there is none)."""
+    javac = shutil.which("javac")
+    if javac is None:
+        return []
+    home = Path(javac).resolve().parent.parent
+    dirs = [home / "include", home / "include" / "linux"]
+    return dirs if (dirs[0] / "jni.h").is_file() else []
+
+
+def build(platform: str, build_dir: Path, jni: bool = True) -> Path:
+    """Configure, build and install the runtime; returns the install prefix (bin/, lib/, include/)."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        raise ToolMissingError("cmake not found: it builds the device runtime", "apt-get install cmake")
+    args = [f"-DTVMGEN_TVM_PREBUILT={tvm_prebuilt(platform)}", f"-DTVMGEN_BUILD_JNI={'ON' if jni else 'OFF'}"]
+    if platform == "linux-aarch64":
+        toolchains.CrossGxxAarch64().verify()
+        args.append(f"-DCMAKE_TOOLCHAIN_FILE={resources.jni_dir() / 'cmake' / 'aarch64-linux-gnu.cmake'}")
+        jni_headers = host_jni_include_dirs()
+        if jni and jni_headers:  # jni.h is the same for every Linux architecture: the host JDK's serves
+            args.append(f"-DTVMGEN_JNI_INCLUDE_DIRS={';'.join(map(str, jni_headers))}")
+    build_dir = Path(build_dir).absolute()
+    prefix = build_dir / "install"
+    with step(f"Building the tvmgen runtime for {platform} (cmake)"):
+        toolchains.run([cmake, "-S", str(resources.jni_dir()), "-B", str(build_dir / "cmake"),
+                        f"-DCMAKE_INSTALL_PREFIX={prefix}", *args])
+        toolchains.run([cmake, "--build", str(build_dir / "cmake"), "-j", str(os.cpu_count() or 2)])
+        toolchains.run([cmake, "--install", str(build_dir / "cmake")])
+    return prefix
+
+
+def sources_hash() -> str:
+    """A hash of jni/'s sources: a cached build is reused only while they are unchanged."""
+    import hashlib
+
+    h = hashlib.sha256()
+    root = resources.jni_dir()
+    for f in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cached_build(platform: str) -> Path:
+    """The runtime for ``platform`` built once per jni/ source version and TVM / tvm-ffi version (the
+    headers it compiles against), in the user cache."""
+    versions = f"tvm{version('apache-tvm')}-ffi{version('apache-tvm-ffi')}"
+    build_dir = cache_dir() / "runtime" / f"{platform}-{sources_hash()}-{versions}"
+    prefix = build_dir / "install"
+    if (prefix / "bin" / "tvmgen-rpc-server").is_file():
+        return prefix
+    return build(platform, build_dir, jni=False)
