@@ -60,16 +60,21 @@ else()
 endif()
 
 if(_tvmgen_jni_ok)
-  # Two libraries, loaded as one by System.loadLibrary("tvmgen_jni"):
-  #   libtvmgen_jni         src/jni_loader.cc: no TVM dependency; its JNI_OnLoad dlopens the bridge and puts
+  # Two libraries, loaded as one by System.loadLibrary("tvmgen_jni") (org.tvmgen.NativeLib):
+  #   libtvmgen_jni         src/jni/loader.cc: no TVM dependency; its JNI_OnLoad dlopens the bridge and puts
   #                         back the JVM's signal handlers that libtvm_ffi's constructor replaces
   #                         (its SIGSEGV backtrace handler would otherwise abort the JVM)
-  #   libtvmgen_jni_bridge  src/jni_bridge.cc: the native methods of org.tvmgen.Model, Module, Function and
-  #                         NDArray, linked with tvmgen_runtime (and through it the TVM runtime and tvm-ffi)
-  add_library(tvmgen_jni_bridge SHARED ${CMAKE_CURRENT_LIST_DIR}/../src/jni_bridge.cc)
+  #   libtvmgen_jni_bridge  the native methods of org.tvmgen.NativeLib, linked with tvmgen_runtime (and
+  #                         through it the TVM runtime and tvm-ffi):
+  #                           src/jni/model_bridge.cc  Model's, over tvmgen's runtime
+  #                           src/jni/ffi_bridge.cc    Module / Function / NDArray's, over tvm-ffi
+  #                           src/jni/jni_util.cc      shared helpers, RegisterNatives (TvmgenJniRegister)
+  set(_tvmgen_jni_src ${CMAKE_CURRENT_LIST_DIR}/../src/jni)
+  add_library(tvmgen_jni_bridge SHARED ${_tvmgen_jni_src}/model_bridge.cc ${_tvmgen_jni_src}/ffi_bridge.cc
+                                       ${_tvmgen_jni_src}/jni_util.cc)
   target_include_directories(tvmgen_jni_bridge PRIVATE ${_tvmgen_jni_inc})
   target_link_libraries(tvmgen_jni_bridge PRIVATE tvmgen_runtime)
-  add_library(tvmgen_jni SHARED ${CMAKE_CURRENT_LIST_DIR}/../src/jni_loader.cc)
+  add_library(tvmgen_jni SHARED ${_tvmgen_jni_src}/loader.cc)
   target_include_directories(tvmgen_jni PRIVATE ${_tvmgen_jni_inc})
   target_link_libraries(tvmgen_jni PRIVATE ${CMAKE_DL_LIBS})
   add_dependencies(tvmgen_jni tvmgen_jni_bridge)  # building tvmgen_jni builds both

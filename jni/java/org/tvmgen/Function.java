@@ -33,7 +33,7 @@ import java.nio.charset.Charset;
  * {@link #toString()} throws {@link IllegalStateException}.
  */
 public final class Function extends NativeHandle {
-  // Value kinds, as jni_bridge.cc numbers them.
+  // Value kinds, as jni/src/jni/ffi_bridge.cc numbers them (NativeLib.functionCall, anyKind).
   private static final int KIND_NONE = 0;
   private static final int KIND_INT = 1;
   private static final int KIND_BOOL = 2;
@@ -65,8 +65,8 @@ public final class Function extends NativeHandle {
     if (name == null) {
       throw new NullPointerException("name");
     }
-    Model.loadNativeLibrary();
-    long h = nativeGetGlobal(name);
+    NativeLib.load();
+    long h = NativeLib.functionGetGlobal(name);
     if (h == 0) {
       throw new TvmgenException("the TVM runtime has no global function \"" + name + "\"");
     }
@@ -141,11 +141,11 @@ public final class Function extends NativeHandle {
             + ": pass null, Long, Integer, Double, Float, Boolean, String, long[], NDArray, Module or Function");
       }
     }
-    long result = nativeCall(h, kinds, longs, doubles, objects);
+    long result = NativeLib.functionCall(h, kinds, longs, doubles, objects);
     try {
       return discard ? null : decode(result);
     } finally {
-      nativeAnyFree(result);
+      NativeLib.anyFree(result);
     }
   }
 
@@ -211,7 +211,7 @@ public final class Function extends NativeHandle {
   /** Drops this object's reference to the native function. */
   @Override
   void free(long h) {
-    nativeFree(h);
+    NativeLib.functionFree(h);
   }
 
   @Override
@@ -223,37 +223,37 @@ public final class Function extends NativeHandle {
 
   /** Converts a native result (an ffi::Any handle, which the caller frees). */
   private Object decode(long any) {
-    int kind = nativeAnyKind(any);
+    int kind = NativeLib.anyKind(any);
     switch (kind) {
       case KIND_NONE:
         return null;
       case KIND_INT:
-        return Long.valueOf(nativeAnyLong(any));
+        return Long.valueOf(NativeLib.anyLong(any));
       case KIND_BOOL:
-        return Boolean.valueOf(nativeAnyLong(any) != 0);
+        return Boolean.valueOf(NativeLib.anyLong(any) != 0);
       case KIND_FLOAT:
-        return Double.valueOf(nativeAnyDouble(any));
+        return Double.valueOf(NativeLib.anyDouble(any));
       case KIND_STRING:
-        return new String(nativeAnyString(any), UTF_8);
+        return new String(NativeLib.anyString(any), UTF_8);
       case KIND_SHAPE:
-        return nativeAnyShape(any);
+        return NativeLib.anyShape(any);
       case KIND_TENSOR:
-        return new NDArray(nativeAnyObject(any));
+        return new NDArray(NativeLib.anyObject(any));
       case KIND_MODULE:
-        return new Module(nativeAnyObject(any), "returned by " + name);
+        return new Module(NativeLib.anyObject(any), "returned by " + name);
       case KIND_FUNCTION:
-        return new Function(nativeAnyObject(any), "returned by " + name);
+        return new Function(NativeLib.anyObject(any), "returned by " + name);
       case KIND_ARRAY: {
-        int n = nativeAnyArraySize(any);
+        int n = NativeLib.anyArraySize(any);
         Object[] items = new Object[n];
         boolean ok = false;
         try {
           for (int i = 0; i < n; ++i) {
-            long item = nativeAnyArrayItem(any, i);
+            long item = NativeLib.anyArrayItem(any, i);
             try {
               items[i] = decode(item);
             } finally {
-              nativeAnyFree(item);
+              NativeLib.anyFree(item);
             }
           }
           ok = true;
@@ -265,7 +265,7 @@ public final class Function extends NativeHandle {
         }
       }
       default:
-        throw new TvmgenException(name + " returned a " + nativeAnyTypeKey(any) + ", which Function.call does not "
+        throw new TvmgenException(name + " returned a " + NativeLib.anyTypeKey(any) + ", which Function.call does not "
             + "convert (it returns null, Long, Boolean, Double, String, long[], NDArray, Module, Function or Object[])");
     }
   }
@@ -288,32 +288,4 @@ public final class Function extends NativeHandle {
   private static String describe(Object result) {
     return result == null ? "None" : "a " + result.getClass().getSimpleName();
   }
-
-  // ------------------------------------------------------------------ native methods (jni_bridge.cc)
-
-  private static native long nativeGetGlobal(String name);
-
-  private static native void nativeFree(long handle);
-
-  private static native long nativeCall(long handle, int[] kinds, long[] longs, double[] doubles, Object[] objects);
-
-  private static native void nativeAnyFree(long any);
-
-  private static native int nativeAnyKind(long any);
-
-  private static native String nativeAnyTypeKey(long any);
-
-  private static native long nativeAnyLong(long any);
-
-  private static native double nativeAnyDouble(long any);
-
-  private static native byte[] nativeAnyString(long any);
-
-  private static native long[] nativeAnyShape(long any);
-
-  private static native long nativeAnyObject(long any);
-
-  private static native int nativeAnyArraySize(long any);
-
-  private static native long nativeAnyArrayItem(long any, int index);
 }

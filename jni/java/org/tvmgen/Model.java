@@ -1,6 +1,5 @@
 package org.tvmgen;
 
-import java.io.File;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.ArrayList;
@@ -54,8 +53,6 @@ public final class Model extends NativeHandle {
   /** The JNI library's name for {@link System#loadLibrary(String)}: libtvmgen_jni.so. */
   public static final String LIBRARY_NAME = "tvmgen_jni";
 
-  private static volatile boolean nativeLoaded;
-
   private final String directory;
   private final String deviceName;
   private final List<TensorInfo> inputs;
@@ -68,7 +65,7 @@ public final class Model extends NativeHandle {
     this.directory = directory;
     this.beforeLoadBytes = beforeLoadBytes;
     this.afterLoadPeakBytes = afterLoadPeakBytes;
-    this.deviceName = nativeDevice(handle);
+    this.deviceName = NativeLib.modelDevice(handle);
     this.inputs = tensorInfos(handle, false);
     this.outputs = tensorInfos(handle, true);
   }
@@ -83,30 +80,7 @@ public final class Model extends NativeHandle {
    * @throws UnsatisfiedLinkError if the library (or the TVM runtime it needs) cannot be loaded
    */
   public static void loadNativeLibrary() {
-    if (nativeLoaded) {
-      return;
-    }
-    synchronized (Model.class) {
-      if (nativeLoaded) {
-        return;
-      }
-      String path = System.getProperty(LIBRARY_PATH_PROPERTY);
-      if (path != null && !path.isEmpty()) {
-        loadNativeLibrary(path);
-        return;
-      }
-      try {
-        System.loadLibrary(LIBRARY_NAME);
-      } catch (UnsatisfiedLinkError e) {
-        UnsatisfiedLinkError wrapped = new UnsatisfiedLinkError("cannot load the tvmgen JNI library ("
-            + System.mapLibraryName(LIBRARY_NAME) + "): " + e.getMessage() + ". Put its directory on "
-            + "-Djava.library.path, set -D" + LIBRARY_PATH_PROPERTY + "=<file or directory>, or call "
-            + "Model.loadNativeLibrary(path)");
-        wrapped.initCause(e);
-        throw wrapped;
-      }
-      nativeLoaded = true;
-    }
+    NativeLib.load();
   }
 
   /**
@@ -119,20 +93,7 @@ public final class Model extends NativeHandle {
    * @throws UnsatisfiedLinkError if it cannot be loaded
    */
   public static void loadNativeLibrary(String path) {
-    synchronized (Model.class) {
-      if (nativeLoaded) {
-        return;
-      }
-      File file = new File(path);
-      if (file.isDirectory()) {
-        file = new File(file, System.mapLibraryName(LIBRARY_NAME));
-      }
-      if (!file.isFile()) {
-        throw new UnsatisfiedLinkError("the tvmgen JNI library " + file + " does not exist");
-      }
-      System.load(file.getAbsolutePath());
-      nativeLoaded = true;
-    }
+    NativeLib.load(path);
   }
 
   /**
@@ -142,7 +103,7 @@ public final class Model extends NativeHandle {
    */
   public static String runtimeArch() {
     loadNativeLibrary();
-    return nativeRuntimeArch();
+    return NativeLib.runtimeArch();
   }
 
   /**
@@ -156,7 +117,7 @@ public final class Model extends NativeHandle {
    */
   public static void configureThreads(int threads, int affinity) {
     loadNativeLibrary();
-    nativeConfigureThreads(threads, affinity);
+    NativeLib.configureThreads(threads, affinity);
   }
 
   // ------------------------------------------------------------------ loading
@@ -191,23 +152,23 @@ public final class Model extends NativeHandle {
       throw new NullPointerException("dir");
     }
     loadNativeLibrary();
-    long[] before = nativeResidentMemory();  // as tvmgen-run: VmRSS before, VmHWM after (load + VM init)
-    long h = nativeLoad(dir, threads, affinity);
-    long[] after = nativeResidentMemory();
+    long[] before = NativeLib.residentMemory();  // as tvmgen-run: VmRSS before, VmHWM after (load + VM init)
+    long h = NativeLib.modelLoad(dir, threads, affinity);
+    long[] after = NativeLib.residentMemory();
     try {
       return new Model(h, dir, before[0], after[1]);
     } catch (RuntimeException | Error e) {
-      nativeFree(h);
+      NativeLib.modelFree(h);
       throw e;
     }
   }
 
   private static List<TensorInfo> tensorInfos(long h, boolean outputs) {
-    int n = nativeTensorCount(h, outputs);
+    int n = NativeLib.modelTensorCount(h, outputs);
     List<TensorInfo> list = new ArrayList<TensorInfo>(n);
     for (int i = 0; i < n; ++i) {
-      list.add(new TensorInfo(nativeTensorName(h, outputs, i), nativeTensorShape(h, outputs, i),
-          nativeTensorDtype(h, outputs, i), nativeTensorByteSize(h, outputs, i)));
+      list.add(new TensorInfo(NativeLib.modelTensorName(h, outputs, i), NativeLib.modelTensorShape(h, outputs, i),
+          NativeLib.modelTensorDtype(h, outputs, i), NativeLib.modelTensorByteSize(h, outputs, i)));
     }
     return Collections.unmodifiableList(list);
   }
@@ -269,7 +230,7 @@ public final class Model extends NativeHandle {
     if (name == null) {
       throw new NullPointerException("name");
     }
-    return nativeInputIndex(h, name);
+    return NativeLib.modelInputIndex(h, name);
   }
 
   /**
@@ -342,7 +303,7 @@ public final class Model extends NativeHandle {
       throw new NullPointerException("data");
     }
     requireFloat32(inputs, index, "input");
-    nativeSetInputFloats(h, index, data);
+    NativeLib.modelSetInputFloats(h, index, data);
   }
 
   /**
@@ -376,7 +337,7 @@ public final class Model extends NativeHandle {
   public synchronized void setInput(int index, ByteBuffer data) {
     long h = checkOpen();
     checkBuffer(data, inputs, index, "input");
-    nativeSetInputBuffer(h, index, data, data.position(), data.remaining());
+    NativeLib.modelSetInputBuffer(h, index, data, data.position(), data.remaining());
   }
 
   /**
@@ -404,7 +365,7 @@ public final class Model extends NativeHandle {
    */
   public synchronized void setInput(int index, Tensor tensor) {
     long h = checkOpen();
-    nativeSetInputBuffer(h, index, tensor.buffer(), 0, checkedSize(tensor));
+    NativeLib.modelSetInputBuffer(h, index, tensor.buffer(), 0, checkedSize(tensor));
   }
 
   /**
@@ -428,7 +389,7 @@ public final class Model extends NativeHandle {
    * @throws IllegalStateException if the model is closed
    */
   public synchronized void run() {
-    nativeRun(checkOpen());
+    NativeLib.modelRun(checkOpen());
   }
 
   // ------------------------------------------------------------------ outputs
@@ -448,7 +409,7 @@ public final class Model extends NativeHandle {
       throw new NullPointerException("out");
     }
     requireFloat32(outputs, index, "output");
-    nativeGetOutputFloats(h, index, out);
+    NativeLib.modelGetOutputFloats(h, index, out);
   }
 
   /**
@@ -475,7 +436,7 @@ public final class Model extends NativeHandle {
     if (index >= 0 && index < outputs.size() && outputs.get(index).byteSize() <= n) {
       n = (int) outputs.get(index).byteSize();
     }
-    nativeGetOutputBuffer(h, index, out, out.position(), n);
+    NativeLib.modelGetOutputBuffer(h, index, out, out.position(), n);
   }
 
   /**
@@ -491,7 +452,7 @@ public final class Model extends NativeHandle {
     if (tensor.buffer().isReadOnly()) {
       throw new IllegalArgumentException("output " + index + ": the tensor's buffer is read-only");
     }
-    nativeGetOutputBuffer(h, index, tensor.buffer(), 0, checkedSize(tensor));
+    NativeLib.modelGetOutputBuffer(h, index, tensor.buffer(), 0, checkedSize(tensor));
   }
 
   /**
@@ -524,7 +485,7 @@ public final class Model extends NativeHandle {
    * @throws IllegalStateException if the model is closed
    */
   public synchronized Timings timings() {
-    double[] t = nativeTimings(checkOpen());
+    double[] t = NativeLib.modelTimings(checkOpen());
     return new Timings(t[0], t[1], t[2], t[3], t[4], t[5], (int) t[6]);
   }
 
@@ -548,7 +509,7 @@ public final class Model extends NativeHandle {
     if (runs < 1) {
       throw new IllegalArgumentException("profile: runs must be at least 1, got " + runs);
     }
-    return new Profile(nativeProfile(h, runs));
+    return new Profile(NativeLib.modelProfile(h, runs));
   }
 
   /**
@@ -560,7 +521,7 @@ public final class Model extends NativeHandle {
    */
   public synchronized Memory memory() {
     checkOpen();
-    long[] now = nativeResidentMemory();
+    long[] now = NativeLib.residentMemory();
     return new Memory(beforeLoadBytes, afterLoadPeakBytes, now[1], now[0]);
   }
 
@@ -580,7 +541,7 @@ public final class Model extends NativeHandle {
   /** Frees the model's native memory (library, VM, weights, inputs and outputs). */
   @Override
   void free(long h) {
-    nativeFree(h);
+    NativeLib.modelFree(h);
   }
 
   @Override
@@ -619,45 +580,4 @@ public final class Model extends NativeHandle {
     }
     return (int) n;
   }
-
-  // ------------------------------------------------------------------ native methods (jni_bridge.cc)
-
-  private static native long nativeLoad(String dir, int threads, int affinity);
-
-  private static native void nativeFree(long handle);
-
-  private static native String nativeDevice(long handle);
-
-  private static native int nativeTensorCount(long handle, boolean outputs);
-
-  private static native String nativeTensorName(long handle, boolean outputs, int index);
-
-  private static native String nativeTensorDtype(long handle, boolean outputs, int index);
-
-  private static native long[] nativeTensorShape(long handle, boolean outputs, int index);
-
-  private static native long nativeTensorByteSize(long handle, boolean outputs, int index);
-
-  private static native int nativeInputIndex(long handle, String name);
-
-  private static native void nativeSetInputFloats(long handle, int index, float[] data);
-
-  private static native void nativeSetInputBuffer(long handle, int index, ByteBuffer data, int position, int length);
-
-  private static native void nativeRun(long handle);
-
-  private static native void nativeGetOutputFloats(long handle, int index, float[] out);
-
-  private static native void nativeGetOutputBuffer(long handle, int index, ByteBuffer out, int position, int length);
-
-  private static native double[] nativeTimings(long handle);
-
-  private static native String nativeProfile(long handle, int runs);
-
-  /** {VmRSS, VmHWM} in bytes, from the runtime's ReadResidentMemory (zeros without /proc/self/status). */
-  private static native long[] nativeResidentMemory();
-
-  private static native void nativeConfigureThreads(int threads, int affinity);
-
-  private static native String nativeRuntimeArch();
 }

@@ -51,8 +51,8 @@ public final class Module extends NativeHandle {
     if (path == null) {
       throw new NullPointerException("path");
     }
-    Model.loadNativeLibrary();
-    return new Module(nativeLoad(path), path);
+    NativeLib.load();
+    return new Module(NativeLib.moduleLoad(path), path);
   }
 
   /**
@@ -82,7 +82,7 @@ public final class Module extends NativeHandle {
     if (name == null) {
       throw new NullPointerException("name");
     }
-    long f = nativeGetFunction(h, name, queryImports);
+    long f = NativeLib.moduleGetFunction(h, name, queryImports);
     if (f == 0) {
       throw new TvmgenException("the module " + describe() + " has no function \"" + name + "\""
           + (queryImports ? " (imports searched too)" : ""));
@@ -98,7 +98,7 @@ public final class Module extends NativeHandle {
    * @throws IllegalStateException if the module is closed
    */
   public synchronized String kind() {
-    return nativeKind(checkOpen());
+    return NativeLib.moduleKind(checkOpen());
   }
 
   /**
@@ -113,7 +113,7 @@ public final class Module extends NativeHandle {
 
   private String describe() {
     long h = currentHandle();
-    return h == 0 ? origin : origin + " (" + nativeKind(h) + ")";
+    return h == 0 ? origin : origin + " (" + NativeLib.moduleKind(h) + ")";
   }
 
   /**
@@ -122,21 +122,11 @@ public final class Module extends NativeHandle {
    */
   @Override
   void free(long h) {
-    nativeFree(h);
+    NativeLib.moduleFree(h);
   }
 
   @Override
   String closedMessage() {
     return "the module " + origin + " is closed";
   }
-
-  // ------------------------------------------------------------------ native methods (jni_bridge.cc)
-
-  private static native long nativeLoad(String path);
-
-  private static native void nativeFree(long handle);
-
-  private static native long nativeGetFunction(long handle, String name, boolean queryImports);
-
-  private static native String nativeKind(long handle);
 }

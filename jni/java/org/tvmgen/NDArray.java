@@ -38,14 +38,14 @@ public final class NDArray extends NativeHandle {
   NDArray(long handle) {
     super(handle);
     try {
-      this.shape = nativeShape(handle);
-      this.dtype = nativeDtype(handle);
-      long dev = nativeDevice(handle);
+      this.shape = NativeLib.ndarrayShape(handle);
+      this.dtype = NativeLib.ndarrayDtype(handle);
+      long dev = NativeLib.ndarrayDevice(handle);
       this.deviceType = (int) (dev >> 32);
       this.deviceId = (int) dev;
-      this.byteSize = nativeByteSize(handle);
+      this.byteSize = NativeLib.ndarrayByteSize(handle);
     } catch (RuntimeException | Error e) {
-      nativeFree(handle);
+      NativeLib.ndarrayFree(handle);
       throw e;
     }
   }
@@ -92,8 +92,8 @@ public final class NDArray extends NativeHandle {
     if (shape == null || dtype == null || device == null) {
       throw new NullPointerException(shape == null ? "shape" : dtype == null ? "dtype" : "device");
     }
-    Model.loadNativeLibrary();
-    return new NDArray(nativeEmpty(shape.clone(), dtype, device.dlDeviceType(), deviceId, device.deviceName()));
+    NativeLib.load();
+    return new NDArray(NativeLib.ndarrayEmpty(shape.clone(), dtype, device.dlDeviceType(), deviceId, device.deviceName()));
   }
 
   // ------------------------------------------------------------------ description
@@ -265,7 +265,7 @@ public final class NDArray extends NativeHandle {
   public synchronized NDArray copyFrom(ByteBuffer data) {
     long h = checkOpen();
     checkBuffer(data, "copyFrom");
-    nativeCopyFromBuffer(h, data, data.position(), data.remaining());
+    NativeLib.ndarrayCopyFromBuffer(h, data, data.position(), data.remaining());
     return this;
   }
 
@@ -345,7 +345,7 @@ public final class NDArray extends NativeHandle {
     if (byteSize <= n) {
       n = (int) byteSize;
     }
-    nativeCopyToBuffer(h, out, out.position(), n);
+    NativeLib.ndarrayCopyToBuffer(h, out, out.position(), n);
   }
 
   /**
@@ -392,7 +392,7 @@ public final class NDArray extends NativeHandle {
    */
   @Override
   void free(long h) {
-    nativeFree(h);
+    NativeLib.ndarrayFree(h);
   }
 
   @Override
@@ -407,9 +407,9 @@ public final class NDArray extends NativeHandle {
     }
     requireDtype(what, dtypes);
     if (in) {
-      nativeCopyFromArray(h, array, elementBytes);
+      NativeLib.ndarrayCopyFromArray(h, array, elementBytes);
     } else {
-      nativeCopyToArray(h, array, elementBytes);
+      NativeLib.ndarrayCopyToArray(h, array, elementBytes);
     }
   }
 
@@ -443,26 +443,4 @@ public final class NDArray extends NativeHandle {
           + "byte order (" + ByteOrder.nativeOrder() + "); call buffer.order(ByteOrder.nativeOrder())");
     }
   }
-
-  // ------------------------------------------------------------------ native methods (jni_bridge.cc)
-
-  private static native long nativeEmpty(long[] shape, String dtype, int deviceType, int deviceId, String deviceName);
-
-  private static native void nativeFree(long handle);
-
-  private static native long[] nativeShape(long handle);
-
-  private static native String nativeDtype(long handle);
-
-  private static native long nativeDevice(long handle);
-
-  private static native long nativeByteSize(long handle);
-
-  private static native void nativeCopyFromArray(long handle, Object array, int elementBytes);
-
-  private static native void nativeCopyToArray(long handle, Object array, int elementBytes);
-
-  private static native void nativeCopyFromBuffer(long handle, ByteBuffer data, int position, int length);
-
-  private static native void nativeCopyToBuffer(long handle, ByteBuffer out, int position, int length);
 }

@@ -1,6 +1,7 @@
-// libtvmgen_jni: what System.loadLibrary("tvmgen_jni") loads. It depends on nothing but libc and
-// libdl; its JNI_OnLoad loads the real bridge (libtvmgen_jni_bridge, jni_bridge.cc, linked with the
-// tvmgen and TVM runtimes) and keeps the JVM's signal handlers intact while doing so.
+// libtvmgen_jni: what System.loadLibrary("tvmgen_jni") loads (from org.tvmgen.NativeLib). It depends
+// on nothing but libc and libdl; its JNI_OnLoad loads the real bridge (libtvmgen_jni_bridge:
+// model_bridge.cc, ffi_bridge.cc and jni_util.cc, linked with the tvmgen and TVM runtimes) and keeps
+// the JVM's signal handlers intact while doing so.
 //
 // Why: libtvm_ffi (as shipped in the apache-tvm-ffi wheels, TVM_FFI_BACKTRACE_ON_SEGFAULT=ON)
 // installs a SIGSEGV handler from a library constructor that prints a backtrace and kills the

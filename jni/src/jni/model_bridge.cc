@@ -1,0 +1,200 @@
+// The native methods behind org.tvmgen.Model (declared in NativeLib.java as model*, residentMemory,
+// configureThreads, runtimeArch) over tvmgen's C++ runtime (include/tvmgen/runtime.h).
+//
+// A model is a tvmgen::Model* held in a Java long; Model.java guards against use after close.
+// float[] data are pinned (PinnedArray) for the runtime's own copy; direct ByteBuffers are passed
+// by address to SetInput / GetOutput.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jni_util.h"
+#include "tvmgen/runtime.h"
+
+namespace tvmgen {
+namespace jni {
+namespace {
+
+tvmgen::Model* ModelOf(jlong handle) {
+  if (handle == 0) throw tvmgen::Error("the model is closed");
+  return reinterpret_cast<tvmgen::Model*>(static_cast<intptr_t>(handle));
+}
+
+const tvmgen::TensorInfo& InfoAt(tvmgen::Model* m, jboolean outputs, jint index) {
+  const auto& list = outputs ? m->outputs() : m->inputs();
+  if (index < 0 || static_cast<size_t>(index) >= list.size()) {
+    throw tvmgen::Error(std::string(outputs ? "output" : "input") + " index " + std::to_string(index) +
+                        " is out of range: the model has " + std::to_string(list.size()) +
+                        (outputs ? " outputs" : " inputs"));
+  }
+  return list[index];
+}
+
+jlong JNICALL Load(JNIEnv* env, jclass, jstring dir, jint threads, jint affinity) {
+  return Guard<jlong>(env, 0, [&] {
+    tvmgen::ThreadOptions options;
+    options.threads = threads;
+    options.affinity = affinity;
+    std::unique_ptr<tvmgen::Model> model = tvmgen::Model::Load(ToString(env, dir), options);
+    return static_cast<jlong>(reinterpret_cast<intptr_t>(model.release()));
+  });
+}
+
+void JNICALL Free(JNIEnv* env, jclass, jlong handle) {
+  GuardVoid(env, [&] { delete reinterpret_cast<tvmgen::Model*>(static_cast<intptr_t>(handle)); });
+}
+
+jstring JNICALL DeviceName(JNIEnv* env, jclass, jlong handle) {
+  return Guard<jstring>(env, nullptr, [&] { return env->NewStringUTF(ModelOf(handle)->device().c_str()); });
+}
+
+jint JNICALL TensorCount(JNIEnv* env, jclass, jlong handle, jboolean outputs) {
+  return Guard<jint>(env, 0, [&] {
+    tvmgen::Model* m = ModelOf(handle);
+    return static_cast<jint>(outputs ? m->outputs().size() : m->inputs().size());
+  });
+}
+
+jstring JNICALL TensorName(JNIEnv* env, jclass, jlong handle, jboolean outputs, jint index) {
+  return Guard<jstring>(env, nullptr,
+                        [&] { return env->NewStringUTF(InfoAt(ModelOf(handle), outputs, index).name.c_str()); });
+}
+
+jstring JNICALL TensorDtype(JNIEnv* env, jclass, jlong handle, jboolean outputs, jint index) {
+  return Guard<jstring>(env, nullptr,
+                        [&] { return env->NewStringUTF(InfoAt(ModelOf(handle), outputs, index).dtype.c_str()); });
+}
+
+jlongArray JNICALL TensorShape(JNIEnv* env, jclass, jlong handle, jboolean outputs, jint index) {
+  return Guard<jlongArray>(env, nullptr, [&]() -> jlongArray {
+    const auto& shape = InfoAt(ModelOf(handle), outputs, index).shape;
+    jlongArray arr = env->NewLongArray(static_cast<jsize>(shape.size()));
+    if (arr == nullptr) return nullptr;  // OutOfMemoryError pending
+    std::vector<jlong> dims(shape.begin(), shape.end());
+    env->SetLongArrayRegion(arr, 0, static_cast<jsize>(dims.size()), dims.data());
+    return arr;
+  });
+}
+
+jlong JNICALL TensorByteSize(JNIEnv* env, jclass, jlong handle, jboolean outputs, jint index) {
+  return Guard<jlong>(env, 0, [&] { return static_cast<jlong>(InfoAt(ModelOf(handle), outputs, index).nbytes); });
+}
+
+jint JNICALL InputIndex(JNIEnv* env, jclass, jlong handle, jstring name) {
+  return Guard<jint>(env, -1, [&] { return static_cast<jint>(ModelOf(handle)->InputIndex(ToString(env, name))); });
+}
+
+void JNICALL SetInputFloats(JNIEnv* env, jclass, jlong handle, jint index, jfloatArray data) {
+  GuardVoid(env, [&] {
+    tvmgen::Model* m = ModelOf(handle);
+    if (data == nullptr) throw tvmgen::Error("input " + std::to_string(index) + ": the array is null");
+    PinnedArray pinned(env, data, sizeof(jfloat), PinnedArray::kRead, "the input array");
+    m->SetInput(index, pinned.data(), pinned.nbytes());
+  });
+}
+
+void JNICALL SetInputBuffer(JNIEnv* env, jclass, jlong handle, jint index, jobject buffer, jint position,
+                            jint length) {
+  GuardVoid(env, [&] {
+    tvmgen::Model* m = ModelOf(handle);
+    char* ptr = DirectRange(env, buffer, position, length, ("input " + std::to_string(index)).c_str());
+    m->SetInput(index, ptr, static_cast<size_t>(length));
+  });
+}
+
+void JNICALL Run(JNIEnv* env, jclass, jlong handle) {
+  GuardVoid(env, [&] { ModelOf(handle)->Run(); });
+}
+
+void JNICALL GetOutputFloats(JNIEnv* env, jclass, jlong handle, jint index, jfloatArray out) {
+  GuardVoid(env, [&] {
+    tvmgen::Model* m = ModelOf(handle);
+    if (out == nullptr) throw tvmgen::Error("output " + std::to_string(index) + ": the array is null");
+    PinnedArray pinned(env, out, sizeof(jfloat), PinnedArray::kReadWrite, "the output array");
+    m->GetOutput(index, pinned.data(), pinned.nbytes());
+  });
+}
+
+void JNICALL GetOutputBuffer(JNIEnv* env, jclass, jlong handle, jint index, jobject buffer, jint position,
+                             jint length) {
+  GuardVoid(env, [&] {
+    tvmgen::Model* m = ModelOf(handle);
+    char* ptr = DirectRange(env, buffer, position, length, ("output " + std::to_string(index)).c_str());
+    m->GetOutput(index, ptr, static_cast<size_t>(length));
+  });
+}
+
+jdoubleArray JNICALL TimingsOf(JNIEnv* env, jclass, jlong handle) {
+  return Guard<jdoubleArray>(env, nullptr, [&]() -> jdoubleArray {
+    const tvmgen::Timings& t = ModelOf(handle)->timings();
+    jdouble values[7] = {t.load_ms, t.init_ms, t.first_run_ms, t.copy_in_ms, t.run_ms, t.copy_out_ms,
+                         static_cast<jdouble>(t.runs)};
+    jdoubleArray arr = env->NewDoubleArray(7);
+    if (arr == nullptr) return nullptr;
+    env->SetDoubleArrayRegion(arr, 0, 7, values);
+    return arr;
+  });
+}
+
+jstring JNICALL ProfileOf(JNIEnv* env, jclass, jlong handle, jint runs) {
+  return Guard<jstring>(env, nullptr, [&]() -> jstring {
+    if (runs < 1) throw tvmgen::Error("profile: runs must be at least 1, got " + std::to_string(runs));
+    std::string json = ModelOf(handle)->Profile(static_cast<int>(runs));
+    jstring s = env->NewStringUTF(json.c_str());  // kernel names are ASCII; NewStringUTF reads modified UTF-8
+    if (s == nullptr) throw tvmgen::Error("out of memory returning the profile");  // OutOfMemoryError kept
+    return s;
+  });
+}
+
+// {VmRSS, VmHWM} of this process (tvmgen::ReadResidentMemory: /proc/self/status; zeros elsewhere).
+jlongArray JNICALL ResidentMemoryOf(JNIEnv* env, jclass) {
+  return Guard<jlongArray>(env, nullptr, [&] {
+    tvmgen::ResidentMemory m = tvmgen::ReadResidentMemory();
+    jlong values[2] = {static_cast<jlong>(m.rss_bytes), static_cast<jlong>(m.peak_bytes)};
+    jlongArray arr = env->NewLongArray(2);
+    if (arr == nullptr) return arr;  // OutOfMemoryError pending
+    env->SetLongArrayRegion(arr, 0, 2, values);
+    return arr;
+  });
+}
+
+void JNICALL ConfigureThreads(JNIEnv* env, jclass, jint threads, jint affinity) {
+  GuardVoid(env, [&] {
+    tvmgen::ThreadOptions options;
+    options.threads = threads;
+    options.affinity = affinity;
+    tvmgen::ConfigureThreads(options);
+  });
+}
+
+jstring JNICALL RuntimeArch(JNIEnv* env, jclass) { return env->NewStringUTF(tvmgen::RuntimeArch()); }
+
+}  // namespace
+
+std::vector<JNINativeMethod> ModelNatives() {
+  return {
+      Native("modelLoad", "(Ljava/lang/String;II)J", Load),
+      Native("modelFree", "(J)V", Free),
+      Native("modelDevice", "(J)Ljava/lang/String;", DeviceName),
+      Native("modelTensorCount", "(JZ)I", TensorCount),
+      Native("modelTensorName", "(JZI)Ljava/lang/String;", TensorName),
+      Native("modelTensorDtype", "(JZI)Ljava/lang/String;", TensorDtype),
+      Native("modelTensorShape", "(JZI)[J", TensorShape),
+      Native("modelTensorByteSize", "(JZI)J", TensorByteSize),
+      Native("modelInputIndex", "(JLjava/lang/String;)I", InputIndex),
+      Native("modelSetInputFloats", "(JI[F)V", SetInputFloats),
+      Native("modelSetInputBuffer", "(JILjava/nio/ByteBuffer;II)V", SetInputBuffer),
+      Native("modelRun", "(J)V", Run),
+      Native("modelGetOutputFloats", "(JI[F)V", GetOutputFloats),
+      Native("modelGetOutputBuffer", "(JILjava/nio/ByteBuffer;II)V", GetOutputBuffer),
+      Native("modelTimings", "(J)[D", TimingsOf),
+      Native("modelProfile", "(JI)Ljava/lang/String;", ProfileOf),
+      Native("residentMemory", "()[J", ResidentMemoryOf),
+      Native("configureThreads", "(II)V", ConfigureThreads),
+      Native("runtimeArch", "()Ljava/lang/String;", RuntimeArch),
+  };
+}
+
+}  // namespace jni
+}  // namespace tvmgen
