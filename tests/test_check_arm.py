@@ -173,17 +173,17 @@ def test_other_platforms_say_what_was_checked(tvmgen, tmp_path, model):
 
 
 def test_stand_in_takes_the_tuning_records_of_the_android_target(tmp_path):
-    from tvmgen.compiler.tuning import tune
+    from tvmgen.compiler import database
     from tvmgen.runtime.check import _stand_in_database, linux_stand_in
     from tvmgen.compiler.platforms import make_target, target_dict
 
     android = PLATFORMS["android-arm64"].with_features(["+dotprod"])
     stand_in = linux_stand_in(android)
-    records = tmp_path / "db" / tune.target_name(make_target(target_dict(android, "cpu")))
+    records = tmp_path / "db" / database.target_name(make_target(target_dict(android, "cpu")))
     records.mkdir(parents=True)
     (records / "database_tuning_record.json").write_text('["a record"]\n')
     copy = _stand_in_database(tmp_path / "db", android, stand_in, tmp_path / "scratch")
-    assert tune.targets_in(copy) == ["llvm-mattr=+neon,+dotprod-mtriple=aarch64-linux-gnu"]
-    assert tune.has_records(copy, make_target(target_dict(stand_in, "cpu")))
-    assert (copy / tune.targets_in(copy)[0] / "database_tuning_record.json").read_text() == '["a record"]\n'
+    assert database.targets_in(copy) == ["llvm-mattr=+neon,+dotprod-mtriple=aarch64-linux-gnu"]
+    assert database.has_records(copy, make_target(target_dict(stand_in, "cpu")))
+    assert (copy / database.targets_in(copy)[0] / "database_tuning_record.json").read_text() == '["a record"]\n'
     assert _stand_in_database(None, android, stand_in, tmp_path / "s2") is None

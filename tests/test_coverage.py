@@ -128,7 +128,7 @@ def test_a_pipeline_step_that_breaks_a_model_falls_back_instead_of_failing(tmp_p
     from tvm import relax
 
     from tvmgen import frontends
-    from tvmgen.compiler import build, cpu
+    from tvmgen.compiler import build, cpu, schedules
     from tvmgen.compiler.platforms import PLATFORMS
     from tvmgen.core.model import random_inputs
     from tvmgen.runtime.runner import HostModel
@@ -138,8 +138,8 @@ def test_a_pipeline_step_that_breaks_a_model_falls_back_instead_of_failing(tmp_p
                 relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()]
 
     monkeypatch.setattr(cpu, "legalize_passes", tvm_legalize)
-    tvmgen_map = cpu.legalize_map  # the layout passes legalise with it too
-    monkeypatch.setattr(cpu, "legalize_map",
+    tvmgen_map = schedules.legalize_map  # the layout passes legalise with it too
+    monkeypatch.setattr(schedules, "legalize_map",
                         lambda: {k: v for k, v in tvmgen_map().items() if k != "relax.nn.conv2d_transpose"})
     path = save_onnx(conv_transpose_model("k4_s2_p1_after_conv"), tmp_path / "m.onnx")
     imported = frontends.load(path, [])

@@ -324,7 +324,6 @@ def test_full_integer_tflite_model_on_dot_products_matches_litert_and_the_float_
 def depthwise_inputs(path) -> list[str]:
     """The element types of the activations each depthwise convolution of the prepared module reads."""
     import tvm
-    from tvm import relax
 
     imported = frontends.load(path, [])
     with HOST:

@@ -328,7 +328,7 @@ def test_app_results_have_memory_and_profile(host_app, tmp_path):
     kernels = [name for name in p["counts"] if not name.startswith(("vm.", "runtime."))]
     assert kernels and any("softmax" in k for k in kernels), p["counts"]
     assert all(p["counts"][k][0] % 3 == 0 for k in kernels)  # every kernel once (or n times) per profiled run
-    assert f"profile: 3 runs (device clock), whole run " in log
+    assert "profile: 3 runs (device clock), whole run " in log
     assert results["timings"]["runs"] == 3 + 2  # profiling leaves the model's own run count alone
 
 

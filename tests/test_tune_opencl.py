@@ -187,20 +187,20 @@ def test_opencl_needs_a_device_and_a_database_for_its_target(gemm, tvmgen, tmp_p
 def test_app_builds_take_the_records_of_their_own_target(tmp_path):
     """`app --device opencl` builds the GPU artifact and a CPU fallback from one database root: each takes
     the directory of its own target; the root must have one of them. A phone's GPU is not this machine's."""
-    from tvmgen.compiler.tuning import tune
+    from tvmgen.compiler import database
     from tvmgen.compiler.platforms import PLATFORMS
     from tvmgen.core.errors import InputError
 
     phone = PLATFORMS["android-arm64"]
-    gpu = tune.database_target(phone, "opencl")
-    assert tune.target_name(gpu) == "opencl-host-llvm-mattr=+neon-mtriple=aarch64-linux-android"
-    assert tune.target_name(tune.database_target(PLATFORMS["host"], "opencl")) != tune.target_name(gpu)
-    assert tune.target_name(tune.database_target(phone, "opencl", "mali")).startswith("opencl-device=mali-host-")
-    assert tune.database_target(phone, "opencl", "adreno") is None  # TVM's texture pipeline: not tuned
-    (tmp_path / tune.target_name(gpu)).mkdir()
-    (tmp_path / tune.target_name(gpu) / "database_tuning_record.json").write_text("")
-    assert tune.checked_database(tmp_path, phone, "opencl", also=["cpu"]) == tmp_path
-    assert tune.database_for(tmp_path, phone, "opencl") == tmp_path
-    assert tune.database_for(tmp_path, phone, "cpu") is None  # the CPU fallback: default schedules
+    gpu = database.database_target(phone, "opencl")
+    assert database.target_name(gpu) == "opencl-host-llvm-mattr=+neon-mtriple=aarch64-linux-android"
+    assert database.target_name(database.database_target(PLATFORMS["host"], "opencl")) != database.target_name(gpu)
+    assert database.target_name(database.database_target(phone, "opencl", "mali")).startswith("opencl-device=mali-host-")
+    assert database.database_target(phone, "opencl", "adreno") is None  # TVM's texture pipeline: not tuned
+    (tmp_path / database.target_name(gpu)).mkdir()
+    (tmp_path / database.target_name(gpu) / "database_tuning_record.json").write_text("")
+    assert database.checked_database(tmp_path, phone, "opencl", also=["cpu"]) == tmp_path
+    assert database.database_for(tmp_path, phone, "opencl") == tmp_path
+    assert database.database_for(tmp_path, phone, "cpu") is None  # the CPU fallback: default schedules
     with pytest.raises(InputError, match="no records for target llvm-mattr=.neon-mtriple=aarch64-linux-android"):
-        tune.checked_database(tmp_path, phone, "cpu")
+        database.checked_database(tmp_path, phone, "cpu")

@@ -13,48 +13,24 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from tvmgen.core import toolchains
+from tvmgen.core.toolchains import Check, check_tool
 from tvmgen.android import adb as adb_mod
 from tvmgen.android import downloads, tools
-from tvmgen.core.errors import TvmgenError
 
 TVM_CLONE = (f"git clone --recursive --branch {downloads.TVM_TAG} https://github.com/apache/tvm && "
              "export TVM_SOURCE_DIR=$PWD/tvm (or: tvmgen doctor --install)")
-
-
-@dataclass
-class Check:
-    name: str
-    found: bool
-    usable: bool
-    version: str = ""
-    path: str = ""
-    detail: str = ""
-    fix: str = ""
-    required: bool = False  # needed by `tvmgen app` to build an APK
-    source: str = ""  # where it came from: "yours ($ANDROID_HOME)", "yours (PATH)", "tvmgen download", ...
 
 
 _ENV_VARS = ("JAVA_HOME", "GRADLE_HOME", "TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", *tools.SDK_ENV_VARS)
 
 
 def _tool(name: str, tool, required: bool, version=None, usable=None) -> Check:
-    """Run verify() (and the version/usable probes); a ToolMissingError becomes a failed check with its fix."""
-    try:
-        path = tool.verify()
-    except TvmgenError as e:
-        return Check(name, False, False, fix=e.hint or "", detail=e.message, required=required)
-    source = downloads.origin(path, _ENV_VARS)
-    ver = ""
-    try:
-        ver = (version or tool.version)() or ""
-        detail = usable() if usable else ""
-    except TvmgenError as e:
-        return Check(name, True, False, ver, str(path), e.message, e.hint or "", required, source)
-    return Check(name, True, True, ver, str(path), detail or "", required=required, source=source)
+    """``check_tool`` with where an Android tool came from (your SDK, PATH, tvmgen's download)."""
+    return check_tool(name, tool, required, version, usable, origin=lambda path: downloads.origin(path, _ENV_VARS))
 
 
 def _sdk_usable(sdk: tools.AndroidSdk):
@@ -149,9 +125,7 @@ def checks(runner: tools.Runner | None = None) -> list[Check]:
               version=lambda: (runner or tools.run)([str(cross.verify()), "-dumpversion"]).stdout.strip()),
         opencl(),
     ]
-    from tvmgen.ios import doctor as ios_doctor  # Xcode, iOS SDK, signing identities; "not macOS" elsewhere
-
-    return result + ios_doctor.checks(runner)
+    return result
 
 
 def ready(found: list[Check]) -> bool:

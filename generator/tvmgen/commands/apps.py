@@ -11,7 +11,7 @@ import click
 
 from tvmgen.core import log as logs
 from tvmgen.compiler import nnapi
-from tvmgen.compiler.tuning import tune as tuning
+from tvmgen.compiler import database
 from tvmgen.android import downloads as pins
 from tvmgen.compiler import precision as precisions
 from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
@@ -219,7 +219,7 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
     apps.check_package(package)
     for p in platforms:
         check_pair(PLATFORMS[p], device)
-    tuning_db = tuning.checked_database(tuning_db, PLATFORMS[platforms[0]], device, gpu_family,
+    tuning_db = database.checked_database(tuning_db, PLATFORMS[platforms[0]], device, gpu_family,
                                         also=["cpu"] if device != "cpu" else [])
     out = out or Path("out") / f"{stem}-android-{device}-app"
     if out.exists() and not force:
@@ -246,7 +246,7 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
                 to_build, needs = nnapi.partition_and_generate(imported, feature_level, strategy, cost_table)
             build.compile_to_artifact(to_build, build.BuildOptions(PLATFORMS[platforms[0]], dev, gpu_family,
                                                                    objects_only=not linked, runtime_needs=needs,
-                                                                   tuning_db=tuning.database_for(
+                                                                   tuning_db=database.database_for(
                                                                        tuning_db, PLATFORMS[platforms[0]], dev,
                                                                        gpu_family),
                                                                    # the CPU fallback of a GPU app: fp32, runs anywhere
@@ -354,6 +354,7 @@ def doctor(as_json, install_missing, yes):
     """
     from tvmgen.android import doctor as doc
     from tvmgen.android import install
+    from tvmgen.ios import doctor as ios_doctor
     from tvmgen.core.errors import ToolMissingError
 
     if yes and not install_missing:
@@ -366,7 +367,7 @@ def doctor(as_json, install_missing, yes):
             _show_plan(plan)
             install.install(plan, yes=yes, interactive=_interactive())
             console.print("[green]✓[/] installed")
-    found = doc.checks()
+    found = doc.checks() + ios_doctor.checks()  # iOS: Xcode, SDK, identities; "not macOS" elsewhere
     if as_json:
         click.echo(json.dumps(doc.as_json(found), indent=2))
     else:

@@ -10,7 +10,7 @@ import click
 from tvmgen.runtime import check as numerics
 from tvmgen.core import log as logs
 from tvmgen.compiler import nnapi
-from tvmgen.compiler.tuning import tune as tuning
+from tvmgen.compiler import database
 from tvmgen.compiler import precision as precisions
 from tvmgen.core.errors import InputError
 
@@ -112,7 +112,7 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
         plat = plat.with_features(cpu_features.split(","))
     overrides = [InputOverride.parse(f) for f in input_flags]
     consts = parse_consts(const_flags)
-    tuning_db = tuning.checked_database(tuning_db, plat, device, gpu_family)
+    tuning_db = database.checked_database(tuning_db, plat, device, gpu_family)
     if precision != "fp32" and device == "nnapi":
         raise InputError(f"--precision {precision} does not apply to --device nnapi: the NNAPI parts keep the "
                          "model's float32 (NNAPI drivers choose their own precision)", "leave out --precision")

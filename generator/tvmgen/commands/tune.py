@@ -63,7 +63,8 @@ def tune(model, platform, device, gpu_family, trials, db_root, key, tracker, pro
     from tvmgen import frontends
     from tvmgen.remote import bench as benching
     from tvmgen.frontends import builtin
-    from tvmgen.compiler.tuning import tune as tuning
+    from tvmgen.compiler import database
+    from tvmgen.tuning import tune as tuning
     from tvmgen.compiler import export as exporter
     from tvmgen.compiler.platforms import check_pair, get_platform, make_target, target_dict
     from tvmgen.frontends.base import InputOverride
@@ -77,7 +78,7 @@ def tune(model, platform, device, gpu_family, trials, db_root, key, tracker, pro
                          "a phone: the RPC app (`tvmgen rpc-app`) with `tvmgen rpc proxy`, then --key K --proxy "
                          "HOST:PORT; this machine's OpenCL: `tvmgen rpc tracker --detach`, `tvmgen rpc device --key "
                          "gpu --tracker 127.0.0.1:9190 --detach`, then --key gpu --tracker 127.0.0.1:9190")
-    root = db_root or tuning.default_root()
+    root = db_root or database.default_root()
     where = None
     if key:
         where = tuning.Device(key, tracker, proxy, session_timeout, gpu=device != "cpu")

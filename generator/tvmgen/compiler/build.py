@@ -58,7 +58,6 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
     ``report["fallback"]`` says which pipeline built it and why the first failed."""
     from tvm import relax
 
-    import tvm
 
     target = make_target(target_dict(opts.platform, opts.device, opts.gpu_family))
     mod = imported.mod

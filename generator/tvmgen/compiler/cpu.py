@@ -33,21 +33,13 @@ def prepare_passes(target, layout: bool = True) -> list:
             + legalize_passes() + schedules.packed_weights_passes(target))
 
 
-def legalize_map() -> dict:
-    """tvmgen's lowering of the operators TOPI lowers badly or not at all in the layouts the CPU
-    pipeline uses (``compiler.conv_transpose``), sigmoid in vectors (``rewrites.legalize_sigmoid``),
-    quantize without divisions (``int8.legalize_quantize``) and softmax (``compiler.softmax``)."""
-    from tvmgen.compiler import conv_transpose, int8, rewrites, softmax
-
-    return {**conv_transpose.legalize_map(), "relax.sigmoid": rewrites.legalize_sigmoid,
-            "relax.quantize": int8.legalize_quantize, "relax.nn.softmax": softmax.legalize_softmax}
-
-
 def legalize_passes() -> list:
-    """TVM's CPU legalization, with tvmgen's own where it has one (``legalize_map``)."""
+    """TVM's CPU legalization, with tvmgen's own where it has one (``schedules.legalize_map``)."""
     from tvm import relax
 
-    return [relax.transform.LegalizeOps(legalize_map()), relax.transform.AnnotateTIROpPattern(),
+    from tvmgen.compiler import schedules
+
+    return [relax.transform.LegalizeOps(schedules.legalize_map()), relax.transform.AnnotateTIROpPattern(),
             relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()]
 
 
@@ -71,10 +63,10 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
     import tvm
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    from tvmgen.compiler.tuning import tune
+    from tvmgen.compiler.database import open_database
     from tvmgen.compiler import inputs
 
-    database = tune.open_database(tuning_db, target) if tuning_db else None
+    database = open_database(tuning_db, target) if tuning_db else None
 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenCpuPipeline")
     def _pipeline(mod, _ctx):

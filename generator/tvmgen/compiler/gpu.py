@@ -19,13 +19,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from tvmgen.compiler.database import open_database
+from tvmgen.compiler.platforms import tunable
+
 log = logging.getLogger("tvmgen.compiler")
-
-
-def tunable(target) -> bool:
-    """Whether ``target`` is built with TVM's generic GPU pipeline here (so a database applies):
-    OpenCL, except the Adreno family, which TVM gives a pipeline of its own."""
-    return target.kind.name == "opencl" and "adreno" not in [str(k) for k in target.keys]
 
 
 def prepare_passes(target, lower_conv_transpose: bool = True) -> list:
@@ -327,9 +324,7 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
             log.info("the tuning database is not used for %s: TVM builds it with its own pipeline", target.kind.name)
         return tvm.transform.Sequential(([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
                                         + [relax.get_default_pipeline(target), rewrites.short_kernel_names()])
-    from tvmgen.compiler.tuning import tune
-
-    database = tune.open_database(tuning_db, target) if tuning_db else None
+    database = open_database(tuning_db, target) if tuning_db else None
 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenGpuPipeline")
     def _pipeline(mod, _ctx):

@@ -178,3 +178,9 @@ def make_target(spec: dict):
     if host is None:
         return Target(spec)
     return Target(spec, host=Target(host))
+
+
+def tunable(target) -> bool:
+    """Whether ``target`` is built with TVM's generic GPU pipeline here (so a database applies):
+    OpenCL, except the Adreno family, which TVM gives a pipeline of its own."""
+    return target.kind.name == "opencl" and "adreno" not in [str(k) for k in target.keys]

@@ -6,14 +6,37 @@ fits and schedules the function, or raises and leaves it to the caller (TVM's ow
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
 from tvmgen.compiler import prefetch
 
-if TYPE_CHECKING:
-    from tvmgen.compiler.schedules import CpuShape
+@dataclass(frozen=True)
+class CpuShape:
+    """What the schedules need to know of the CPU."""
+    vector_bits: int  # 512 AVX-512, 256 AVX2, 128 NEON / SSE
+    registers: int  # vector registers available for accumulators
+
+    def lanes(self, dtype_bits: int) -> int:
+        return max(1, self.vector_bits // dtype_bits)
+
+
+def cpu_shape(target) -> CpuShape:
+    from tvm.target import codegen
+
+    triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
+    aarch64 = triple.startswith(("aarch64", "arm64"))
+    if triple.startswith(("x86_64", "i686", "i386")):
+        # llvm_get_vector_width reports the host's width for any x86 target: ask for the features
+        bits = 512 if codegen.target_has_features("avx512f", target) else (
+            256 if codegen.target_has_features("avx", target) else 128)
+    else:
+        bits = int(codegen.llvm_get_vector_width(target)) or 128
+    # 32 architectural vector registers with AVX-512 and on AArch64, 16 with AVX2/SSE and ARMv7.
+    registers = 32 if bits >= 512 or aarch64 else 16
+    return CpuShape(bits, registers)
+
 
 DATA_PAR, COMM_REDUCE = 0, 2  # tvm IterVar kinds
 

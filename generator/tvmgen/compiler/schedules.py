@@ -24,38 +24,22 @@ the rules themselves are in ``schedule_rules``.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import numpy as np
 
 from tvmgen.compiler import schedule_rules as rules
+from tvmgen.compiler.schedule_rules import CpuShape, cpu_shape
 
 log = logging.getLogger("tvmgen.compiler.schedules")
 
-@dataclass(frozen=True)
-class CpuShape:
-    """What the schedules need to know of the CPU."""
-    vector_bits: int  # 512 AVX-512, 256 AVX2, 128 NEON / SSE
-    registers: int  # vector registers available for accumulators
+def legalize_map() -> dict:
+    """tvmgen's lowering of the operators TOPI lowers badly or not at all in the layouts the CPU
+    pipeline uses (``compiler.conv_transpose``), sigmoid in vectors (``rewrites.legalize_sigmoid``),
+    quantize without divisions (``int8.legalize_quantize``) and softmax (``compiler.softmax``)."""
+    from tvmgen.compiler import conv_transpose, int8, rewrites, softmax
 
-    def lanes(self, dtype_bits: int) -> int:
-        return max(1, self.vector_bits // dtype_bits)
-
-
-def cpu_shape(target) -> CpuShape:
-    from tvm.target import codegen
-
-    triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
-    aarch64 = triple.startswith(("aarch64", "arm64"))
-    if triple.startswith(("x86_64", "i686", "i386")):
-        # llvm_get_vector_width reports the host's width for any x86 target: ask for the features
-        bits = 512 if codegen.target_has_features("avx512f", target) else (
-            256 if codegen.target_has_features("avx", target) else 128)
-    else:
-        bits = int(codegen.llvm_get_vector_width(target)) or 128
-    # 32 architectural vector registers with AVX-512 and on AArch64, 16 with AVX2/SSE and ARMv7.
-    registers = 32 if bits >= 512 or aarch64 else 16
-    return CpuShape(bits, registers)
+    return {**conv_transpose.legalize_map(), "relax.sigmoid": rewrites.legalize_sigmoid,
+            "relax.quantize": int8.legalize_quantize, "relax.nn.softmax": softmax.legalize_softmax}
 
 
 # ------------------------------------------------------------------ Relax: layout
@@ -171,14 +155,13 @@ def _NchwInputIntoConv():  # noqa: N802
     """The first convolution reads an NCHW input itself (``rewrites.nchw_input_into_conv``)."""
     from tvm import relax
 
-    from tvmgen.compiler import cpu
     from tvmgen.compiler.rewrites import legalize_nchw_input_conv, module_pass, nchw_input_into_conv
 
     def _pass(mod):
         mod = nchw_input_into_conv(mod)
         # TOPI cannot legalize it (input and output layouts differ): tvmgen's own, before TVM's.
-        # (This legalizes every operator: tvmgen's other CPU lowerings too, cpu.legalize_map.)
-        return relax.transform.LegalizeOps({**cpu.legalize_map(), "relax.nn.conv2d": legalize_nchw_input_conv})(mod)
+        # (This legalizes every operator: tvmgen's other CPU lowerings too, legalize_map.)
+        return relax.transform.LegalizeOps({**legalize_map(), "relax.nn.conv2d": legalize_nchw_input_conv})(mod)
 
     return module_pass("TvmgenNchwInputIntoConv", _pass)
 

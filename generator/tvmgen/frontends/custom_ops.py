@@ -65,9 +65,9 @@ def _source(fn) -> str:
 
 
 def load() -> None:
-    """tvmgen's own entries, then the user's files from ``TVMGEN_CUSTOM_OPS`` (once each)."""
-    from tvmgen.frontends import onnx_ops, tflite_ops  # noqa: F401 - registering is importing
-
+    """The user's files from ``TVMGEN_CUSTOM_OPS`` (once each), whose entries replace tvmgen's own.
+    tvmgen's own register as ``frontends.onnx_ops`` / ``frontends.tflite_ops`` are imported, and
+    those call this before they read the registry."""
     for item in filter(None, os.environ.get("TVMGEN_CUSTOM_OPS", "").split(os.pathsep)):
         path = Path(item).expanduser().resolve()
         if str(path) in _loaded:
@@ -83,9 +83,3 @@ def load() -> None:
             raise InputError(f"loading custom operators from {path} failed: {type(e).__name__}: {e}",
                              "fix the file, or unset TVMGEN_CUSTOM_OPS") from e
         _loaded.add(str(path))
-
-
-def supported() -> dict[str, list[str]]:
-    """What the registry holds, by format (for the README and `--help`)."""
-    load()
-    return {"onnx": sorted(ONNX), "tflite": sorted(TFLITE)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import platform
 
-from tvmgen.android.doctor import Check, _tool
+from tvmgen.core.toolchains import Check, check_tool
 from tvmgen.ios import tools
 
 
@@ -26,8 +26,8 @@ def checks(runner: tools.Runner | None = None) -> list[Check]:
         return f"{len(found)} valid: {'; '.join(found)}" + (f" (team ids: {', '.join(teams)})" if teams else "")
 
     return [
-        _tool("Xcode", tools.Xcodebuild(runner), False),
-        _tool("iOS SDK", tools.IosSdk(runner), False),
-        _tool("code-signing identities", signing, False, version=lambda: "", usable=identities),
-        _tool("devicectl", tools.Devicectl(runner), False, version=lambda: ""),
+        check_tool("Xcode", tools.Xcodebuild(runner), False),
+        check_tool("iOS SDK", tools.IosSdk(runner), False),
+        check_tool("code-signing identities", signing, False, version=lambda: "", usable=identities),
+        check_tool("devicectl", tools.Devicectl(runner), False, version=lambda: ""),
     ]

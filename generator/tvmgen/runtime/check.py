@@ -180,16 +180,16 @@ def _stand_in_database(root: Path | None, plat, stand_in, scratch: Path) -> Path
     one directory per target, named with its triple), so the stand-in uses the same tuned kernels."""
     import shutil
 
-    from tvmgen.compiler.tuning import tune
+    from tvmgen.compiler.database import target_name
     from tvmgen.compiler.platforms import make_target, target_dict
 
     if root is None:
         return None
-    src = Path(root) / tune.target_name(make_target(target_dict(plat, "cpu")))
+    src = Path(root) / target_name(make_target(target_dict(plat, "cpu")))
     if not src.is_dir():
         return None
     copy = scratch / "check-tuning-db"
-    shutil.copytree(src, copy / tune.target_name(make_target(target_dict(stand_in, "cpu"))), dirs_exist_ok=True)
+    shutil.copytree(src, copy / target_name(make_target(target_dict(stand_in, "cpu"))), dirs_exist_ok=True)
     return copy
 
 

@@ -9,36 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def meta_schedule():
-    """tvm.s_tir.meta_schedule, with only the CPU tensor intrinsics registered.
-
-    MetaSchedule imports tvm.s_tir.tensor_intrin, which parses every GPU intrinsic written in
-    TVMScript: about a minute on these machines. CPU schedules use only the x86 and Arm ones, so
-    the package is registered without its GPU modules.
-    """
-    import importlib
-    import importlib.util
-    import sys
-    import types
-
-    name = "tvm.s_tir.tensor_intrin"
-    if name not in sys.modules:
-        import tvm.s_tir
-
-        spec = importlib.util.find_spec(name)
-        package = types.ModuleType(name, "Tensor intrinsics (CPU only, loaded by tvmgen)")
-        package.__path__ = list(spec.submodule_search_locations)
-        package.__spec__ = spec
-        package.__package__ = name
-        sys.modules[name] = package
-        tvm.s_tir.tensor_intrin = package
-        for sub in ("x86", "arm_cpu"):
-            importlib.import_module(f"{name}.{sub}")
-    from tvm.s_tir import meta_schedule as ms
-
-    return ms
-
-
 def builder(compiler: Path):
     """Builds candidates in this process, linked with the platform's compiler.
 

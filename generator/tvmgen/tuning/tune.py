@@ -24,97 +24,20 @@ counts the trials already spent and only tunes what is left (resume).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tvmgen.compiler.database import is_gpu, meta_schedule, open_database, target_name, target_spec
+from tvmgen.compiler.platforms import tunable
 from tvmgen.core.errors import InputError, ToolMissingError
-from tvmgen.compiler.tuning.tune_measure import Device, builder, candidate_runner, meta_schedule
+from tvmgen.tuning.tune_measure import Device, builder, candidate_runner
 
 log = logging.getLogger("tvmgen.tune")
 
 # MetaSchedule's loggers (task scheduler, search) write to tvmgen's log file, never the console.
 MS_LOGGER = "tvm.s_tir.meta_schedule"
-
-
-# ------------------------------------------------------------------ the database
-
-def default_root() -> Path:
-    """$TVMGEN_TUNING_DIR, else ~/.local/state/tvmgen/tuning."""
-    base = os.environ.get("TVMGEN_TUNING_DIR")
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) if base else Path(state) / "tvmgen" / "tuning"
-
-
-def is_gpu(target) -> bool:
-    return target.kind.name != "llvm"
-
-
-def _kind_defaults(kind: str) -> dict:
-    from tvm.target import Target
-
-    return dict(Target({"kind": kind}).export())
-
-
-def target_spec(target) -> dict:
-    """The target as the dict `compile` builds it from (no num-cores: that is a tuning-only attribute).
-    A GPU target leaves out the attributes its kind has anyway and keeps its host (a nested dict)."""
-    spec = {}
-    defaults = _kind_defaults(target.kind.name) if is_gpu(target) else {}
-    for k, v in dict(target.export()).items():
-        if k in ("tag", "keys", "num-cores", "host") or k.startswith("feature."):  # derived or tuning-only
-            continue
-        if k != "kind" and k in defaults and str(defaults[k]) == str(v):
-            continue
-        spec[k] = [str(x) for x in v] if not isinstance(v, (str, int, float, bool)) else v
-    if is_gpu(target) and target.host is not None:
-        spec["host"] = target_spec(target.host)
-    return spec
-
-
-def target_name(target) -> str:
-    """A directory name for the target, e.g. llvm-mcpu=znver4 or llvm-mattr=+neon-mtriple=aarch64-linux-gnu;
-    a GPU's ends with its host's: opencl-host-llvm-mcpu=znver4."""
-    spec = target_spec(target)
-    spec.pop("host", None)
-    parts = [str(spec.pop("kind"))]
-    for k in sorted(spec):
-        v = spec[k]
-        parts.append(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}")
-    if is_gpu(target) and target.host is not None:
-        parts += ["host", target_name(target.host)]
-    return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", "-".join(parts))
-
-
-def targets_in(root: Path) -> list[str]:
-    """The targets a database root holds records for."""
-    if not root.is_dir():
-        return []
-    return sorted(d.name for d in root.iterdir() if (d / "database_tuning_record.json").is_file())
-
-
-def open_database(path: Path, target, create: bool = False):
-    """The MetaSchedule database for ``target`` under the root ``path``."""
-    ms = meta_schedule()
-    root = Path(path)
-    directory = root / target_name(target)
-    if not create and not (directory / "database_tuning_record.json").is_file():
-        have = targets_in(root)
-        raise InputError(
-            f"the tuning database {root} has no records for target {target_name(target)}"
-            + (f"; it has records for: {', '.join(have)}" if have else " (it holds no records at all)"),
-            f"tune for this target first: tvmgen tune MODEL --platform ... --db {root}")
-    if create:
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "target.json").write_text(json.dumps(target_spec(target), indent=2) + "\n")
-    if target.kind.name == "llvm":  # records of 8-bit matmuls name tvmgen's dot-product intrinsics
-        from tvmgen.compiler import int8
-
-        int8.register_intrinsics(target)
-    return ms.database.JSONDatabase(work_dir=str(directory), module_equality="structural")
 
 
 # ------------------------------------------------------------------ tuning
@@ -155,7 +78,7 @@ def prepare(mod, target):
     from tvmgen.compiler import cpu, gpu, recurrent
 
     if is_gpu(target):
-        if not gpu.tunable(target):
+        if not tunable(target):
             raise InputError(f"tuning does not handle {target_name(target)}: TVM builds it with its own pipeline",
                              "tune --device opencl with --gpu-family generic or mali, or --device cpu")
         mod = recurrent.gpu_variants(mod)
@@ -531,44 +454,3 @@ def print_summary(summary: Summary, trials: int) -> None:
                       f"(they keep {defaults}; see the log)")
 
 
-def database_target(plat, device: str, gpu_family: str = "generic"):
-    """The target whose records ``compile --device DEVICE`` looks up, or None where a database does not
-    apply (Metal, CUDA, Adreno's texture pipeline)."""
-    from tvmgen.compiler import gpu
-    from tvmgen.compiler.platforms import make_target, target_dict
-
-    if device not in ("cpu", "nnapi", "opencl"):
-        return None
-    target = make_target(target_dict(plat, device, gpu_family))
-    return target if not is_gpu(target) or gpu.tunable(target) else None
-
-
-def has_records(root: Path, target) -> bool:
-    return (Path(root) / target_name(target) / "database_tuning_record.json").is_file()
-
-
-def checked_database(root: Path | None, plat, device: str, gpu_family: str = "generic",
-                     also: tuple | list = ()) -> Path | None:
-    """--tuning-db checked before the model is imported: it must hold records for the target (for one
-    of them, where the command also builds for the devices ``also``, as `app` adds a CPU build)."""
-    if root is None:
-        return None
-    usable = [t for t in (database_target(plat, d, gpu_family) for d in (device, *also)) if t is not None]
-    if not usable:
-        family = f" --gpu-family {gpu_family}" if device == "opencl" else ""
-        raise InputError(f"--tuning-db holds CPU and OpenCL kernels; --device {device}{family} has none to take "
-                         "from it",
-                         "leave out --tuning-db, or use --device cpu, or --device opencl with --gpu-family generic "
-                         "or mali")
-    if not any(has_records(root, t) for t in usable):
-        open_database(root, usable[0])  # says which targets it has
-    return root
-
-
-def database_for(root: Path | None, plat, device: str, gpu_family: str = "generic") -> Path | None:
-    """``root`` where it holds records for this device's target, else None: for commands that build
-    for several devices from one database (`app`: the GPU build and its CPU fallback)."""
-    if root is None:
-        return None
-    target = database_target(plat, device, gpu_family)
-    return root if target is not None and has_records(root, target) else None
