@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import platform
 import shutil
 import subprocess
 import sys
@@ -61,6 +61,8 @@ def java_build(tmp_path_factory) -> dict:
     lib, jar = build / "libtvmgen_jni.so", build / "tvmgen.jar"
     assert lib.is_file() and jar.is_file() and (build / "libtvmgen_jni_bridge.so").is_file(), \
         sorted(p.name for p in build.iterdir())
+    if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64"):
+        assert (build / "libtvmgen_jni_sigguard.so").is_file(), sorted(p.name for p in build.iterdir())
 
     classes = build / "test-classes"
     c = run(["javac", "-cp", jar, "-d", classes, *sorted(JAVA_SRC.glob("*.java"))])
@@ -69,7 +71,11 @@ def java_build(tmp_path_factory) -> dict:
 
 
 def assert_no_jni_warnings(p: subprocess.CompletedProcess) -> None:
-    """-Xcheck:jni reports JNI misuse, and signal handlers replaced behind the JVM's back, as warnings."""
+    """-Xcheck:jni reports JNI misuse, and signal handlers replaced behind the JVM's back, as warnings.
+
+    Its signal check samples the handlers every 10 ms, so it would also catch libtvm_ffi's SIGSEGV
+    handler while its constructor had it installed; libtvmgen_jni_sigguard keeps it from ever being
+    installed (test_sigguard_keeps_the_installed_handler), so no run is retried."""
     assert "warning" not in (p.stdout + p.stderr).lower(), f"-Xcheck:jni complained:\n{p.stdout}\n{p.stderr}"
 
 
@@ -79,43 +85,7 @@ def java(build: dict, *args, props=None, library_path=True, timeout=120) -> subp
         cmd.append(f"-Djava.library.path={build['dir']}")
     cmd += [f"-D{k}={v}" for k, v in (props or {}).items()]
     cmd += ["-cp", build["classpath"], *args]
-    return run_jvm(cmd, timeout=timeout)
-
-
-def load_time_signal_race(p: subprocess.CompletedProcess) -> bool:
-    """Whether -Xcheck:jni's only complaint is libtvm_ffi's SIGSEGV handler seen while the bridge loads.
-
-    -Xcheck:jni samples the signal handlers periodically (HotSpot's watcher thread). libtvm_ffi's
-    library constructor replaces the JVM's SIGSEGV handler when libtvmgen_jni dlopens it, and the
-    loader puts it back once that dlopen returns, about a millisecond later: a sample inside that
-    window reports the handler as modified. The JVM then lists the handlers: either still inside the
-    window (the handler shown is libtvm_ffi's) or already after it (every signal it warned about shows
-    the JVM's own handler again, as in a CI run). Such a run is retried. A handler left replaced is
-    caught regardless: it warns on every run, and SignalCheck's JVM aborts."""
-    out = p.stdout + p.stderr
-    warnings = [ln.strip() for ln in out.splitlines() if "warning" in ln.lower()]
-    if not warnings or not all(re.fullmatch(r"Warning: SIG[A-Z0-9]+ handler modified!", w) for w in warnings):
-        return False
-    if "in libtvm_ffi.so" in out:
-        return True
-    for w in warnings:
-        sig = w.split()[1]
-        listed = re.search(rf"^\s*{sig}: \S+ in (\S+),", out, re.M)
-        if listed is None or listed.group(1) != "libjvm.so":
-            return False
-    return True
-
-
-def run_jvm(cmd, timeout=120, attempts=6) -> subprocess.CompletedProcess:
-    """run(cmd), again (up to `attempts` times in all) while it hits load_time_signal_race. Six, not
-    three: on a slow day a CI run hit the race three times in a row (FfiCheck on the built-in model,
-    2026-11-25), while a handler left replaced fails every attempt all the same."""
-    for _ in range(attempts):
-        p = run(cmd, timeout=timeout)
-        if not ("-Xcheck:jni" in [str(c) for c in cmd] and load_time_signal_race(p)):
-            break
-        print(f"test_java: retrying after the load-time signal-handler race: {cmd[-1]}", file=sys.stderr)
-    return p
+    return run(cmd, timeout=timeout)
 
 
 # ----------------------------------------------------------------------------- artifacts
@@ -430,14 +400,58 @@ def test_missing_native_library_is_explained(java_build, artifacts):
 
 def test_jvm_signal_handlers_survive_the_tvm_runtime(java_build, artifacts):
     """libtvm_ffi installs a SIGSEGV crash handler when loaded; HotSpot needs SIGSEGV for null checks
-    and safepoints in compiled code. libtvmgen_jni puts the JVM's handlers back after loading the
-    bridge: without that, this program dies with "Segfault encountered"."""
+    and safepoints in compiled code. libtvmgen_jni loads libtvm_ffi through libtvmgen_jni_sigguard,
+    which keeps that handler from being installed, and puts back any JVM handler that changed after
+    loading the bridge: without that, this program dies with "Segfault encountered"."""
     for flags in ([], ["-Xcheck:jni"]):
         cmd = ["java", *flags, f"-Djava.library.path={java_build['dir']}", "-cp", java_build["classpath"],
                "SignalCheck", artifacts["two_in_two_out"]]
-        p = run_jvm(cmd, timeout=120)
+        p = run(cmd, timeout=120)
         assert p.returncode == 0 and "SignalCheck: ok, 3000 NullPointerExceptions" in p.stdout, p.stdout + p.stderr
         assert "Segfault" not in p.stderr and "handler modified" not in p.stdout + p.stderr, p.stdout + p.stderr
+
+
+GUARD_PROBE = r"""
+#include <dlfcn.h>
+#include <csignal>
+#include <cstdio>
+static void Installed(int, siginfo_t*, void*) {}
+int main(int, char** argv) {
+  struct sigaction act = {};
+  act.sa_sigaction = Installed;
+  act.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &act, nullptr);
+  void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) { std::printf("dlopen failed: %s\n", dlerror()); return 1; }
+  struct sigaction now;
+  sigaction(SIGSEGV, nullptr, &now);
+  auto patched = reinterpret_cast<int (*)()>(dlsym(lib, "TvmgenSigguardPatched"));
+  std::printf("%s %d\n", now.sa_sigaction == Installed ? "kept" : "replaced", patched ? patched() : -1);
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64")),
+                    reason="libtvmgen_jni_sigguard is built for glibc Linux only")
+def test_sigguard_keeps_the_installed_handler(java_build, tmp_path):
+    """Why no JVM run is retried: loaded through libtvmgen_jni_sigguard (as libtvmgen_jni's JNI_OnLoad
+    loads it), libtvm_ffi's constructor leaves an installed SIGSEGV handler in place, not even for a
+    moment replacing it; loaded directly it replaces it (the wheel's TVM_FFI_BACKTRACE_ON_SEGFAULT)."""
+    import tvm_ffi
+
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        unavailable("no C++ compiler for the signal guard probe")
+    (tmp_path / "probe.cc").write_text(GUARD_PROBE)
+    c = run([cxx, "-o", tmp_path / "probe", tmp_path / "probe.cc", "-ldl"])
+    assert c.returncode == 0, c.stdout + c.stderr
+    ffi = Path(tvm_ffi.__file__).resolve().parent / "lib" / "libtvm_ffi.so"
+    direct = run([tmp_path / "probe", ffi])
+    assert direct.stdout.split() == ["replaced", "-1"], direct.stdout + direct.stderr
+    guarded = run([tmp_path / "probe", java_build["dir"] / "libtvmgen_jni_sigguard.so"])
+    kept, patched = (guarded.stdout.split() + ["", ""])[:2]
+    assert kept == "kept" and patched.isdigit() and int(patched) >= 1, guarded.stdout + guarded.stderr
 
 
 # ----------------------------------------------------------------------------- low-level API

@@ -1,6 +1,7 @@
 # The JNI bridge (libtvmgen_jni, which loads libtvmgen_jni_bridge) and the Java API (tvmgen.jar).
-# Included by ../CMakeLists.txt when TVMGEN_BUILD_JNI is ON. Targets: tvmgen_jni (builds both
-# libraries), tvmgen_jar. Installed to lib/ and share/java/.
+# Included by ../CMakeLists.txt when TVMGEN_BUILD_JNI is ON. Targets: tvmgen_jni (builds the JNI
+# libraries: libtvmgen_jni, libtvmgen_jni_bridge and, on glibc Linux, libtvmgen_jni_sigguard),
+# tvmgen_jar. Installed to lib/ and share/java/.
 #
 # JNI headers come from, in this order:
 #   -DTVMGEN_JNI_INCLUDE_DIRS="<jdk>/include;<jdk>/include/linux"   (cross builds: any JDK's headers
@@ -77,13 +78,33 @@ if(_tvmgen_jni_ok)
   add_library(tvmgen_jni SHARED ${_tvmgen_jni_src}/loader.cc)
   target_include_directories(tvmgen_jni PRIVATE ${_tvmgen_jni_inc})
   target_link_libraries(tvmgen_jni PRIVATE ${CMAKE_DL_LIBS})
-  add_dependencies(tvmgen_jni tvmgen_jni_bridge)  # building tvmgen_jni builds both
-  foreach(t tvmgen_jni tvmgen_jni_bridge)
+  set(_tvmgen_jni_targets tvmgen_jni tvmgen_jni_bridge)
+  # glibc Linux (x86_64, aarch64): libtvmgen_jni_sigguard, src/jni/signal_guard.cc, which links libtvm_ffi
+  # and, loaded first by the loader, keeps its constructor from installing its SIGSEGV handler at all
+  # (without it the handler is installed for the ~1 ms until the loader puts the JVM's back).
+  if(CMAKE_SYSTEM_NAME STREQUAL "Linux" AND NOT ANDROID AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|aarch64|arm64)$")
+    add_library(tvmgen_jni_sigguard SHARED ${_tvmgen_jni_src}/signal_guard.cc)
+    if(TARGET tvm_ffi_shared)
+      set(_tvmgen_ffi_link tvm_ffi_shared)
+    else()
+      set(_tvmgen_ffi_link ${_ffi_lib})  # the prebuilt wheel's (../CMakeLists.txt)
+    endif()
+    # libtvm_ffi is needed though no symbol of it is used; bound at load time (-z now), so that the
+    # IFUNC resolver's own calls are bound when it runs.
+    target_link_libraries(tvmgen_jni_sigguard PRIVATE -Wl,--no-as-needed ${_tvmgen_ffi_link} -Wl,--as-needed
+                          ${CMAKE_DL_LIBS})
+    target_link_options(tvmgen_jni_sigguard PRIVATE -Wl,-z,now)
+    list(APPEND _tvmgen_jni_targets tvmgen_jni_sigguard)
+    add_dependencies(tvmgen_jni tvmgen_jni_sigguard)
+  endif()
+  add_dependencies(tvmgen_jni tvmgen_jni_bridge)  # building tvmgen_jni builds them all
+  foreach(t ${_tvmgen_jni_targets})
     target_compile_options(${t} PRIVATE -Wall -Wextra -Wno-unused-parameter)
-    # Exported: JNI_OnLoad/JNI_OnUnload (loader), TvmgenJniRegister/TvmgenJniUnregister (bridge).
+    # Exported: JNI_OnLoad/JNI_OnUnload (loader), TvmgenJniRegister/TvmgenJniUnregister (bridge),
+    # TvmgenSigguardPatched (guard).
     set_target_properties(${t} PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
   endforeach()
-  install(TARGETS tvmgen_jni tvmgen_jni_bridge LIBRARY DESTINATION lib)
+  install(TARGETS ${_tvmgen_jni_targets} LIBRARY DESTINATION lib)
   if(NOT _tvmgen_jni_inc)
     set(_tvmgen_jni_inc "the compiler's include path")
   endif()

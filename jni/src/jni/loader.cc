@@ -4,20 +4,27 @@
 // the JVM's signal handlers intact while doing so.
 //
 // Why: libtvm_ffi (as shipped in the apache-tvm-ffi wheels, TVM_FFI_BACKTRACE_ON_SEGFAULT=ON)
-// installs a SIGSEGV handler from a library constructor that prints a backtrace and kills the
-// process. A JVM uses SIGSEGV for its own purposes (HotSpot: implicit null checks, safepoint polls,
-// stack banging), so once that handler replaces the JVM's, the first of those faults in JIT-compiled
-// Java code aborts the JVM ("!!!!!!! Segfault encountered !!!!!!!"). The constructor runs when the
-// library is loaded, before any JNI_OnLoad of a library that links it; so the loader, which links
-// none of it, saves the handlers, dlopens the bridge (running the constructors), and puts back any
-// handler that changed. On Android, ART's sigchain already shields its handlers; restoring there is
-// harmless.
+// installs a SIGSEGV handler from a library constructor (std::signal, unconditionally) that prints
+// a backtrace and kills the process. A JVM uses SIGSEGV for its own purposes (HotSpot: implicit
+// null checks, safepoint polls, stack banging), so once that handler replaces the JVM's, the first
+// of those faults in JIT-compiled Java code aborts the JVM ("!!!!!!! Segfault encountered !!!!!!!").
+// The constructor runs inside dlopen, before any JNI_OnLoad of a library that links it.
 //
-// Until it is put back, the JVM's own faults would reach libtvm_ffi's handler (and -Xcheck:jni's
-// periodic check can see it replaced). To keep that window as short as the dynamic linker allows,
-// libtvm_ffi is loaded on its own first and the handlers restored right after it, before the much
-// larger rest of the runtime is mapped and initialised (measured on the wheel's libraries: about
-// 1.1 ms for libtvm_ffi, 0.5 ms more for libtvm_runtime).
+// So the loader, which links none of it:
+//  1. loads libtvm_ffi through libtvmgen_jni_sigguard (signal_guard.cc, glibc Linux), which
+//     redirects libtvm_ffi's `signal` call after relocation and before its constructor runs: the
+//     JVM's handler stays installed throughout. Without the guard (other platforms, or the library
+//     missing) libtvm_ffi is loaded on its own, and its handler is installed from its constructor
+//     until step 2, about a millisecond (the wheel's libtvm_ffi: 1.1 ms to load). A Java thread's
+//     SIGSEGV in that window aborts the JVM, and -Xcheck:jni's signal check, which HotSpot's
+//     watcher thread runs every 10 ms, reports "SIGSEGV handler modified!" when it samples inside
+//     it (about 1 run in 30 measured, 7 of 200).
+//  2. saves the handlers first and puts back any that changed after each dlopen (the safety net
+//     for step 1's fallback, and for any other library constructor).
+//  3. loads the bridge, whose libtvm_ffi dependency resolves to the copy already loaded (same
+//     soname), and restores again.
+// On Android, ART's sigchain already shields its handlers (and tvmgen builds libtvm_ffi there
+// without the crash handler); restoring is harmless.
 #include <dlfcn.h>
 #include <jni.h>
 
@@ -36,6 +43,13 @@ const char* kFfiName = "libtvm_ffi.dylib";
 #else
 const char* kBridgeName = "libtvmgen_jni_bridge.so";
 const char* kFfiName = "libtvm_ffi.so";
+#endif
+#if defined(__GLIBC__) && (defined(__x86_64__) || defined(__aarch64__))
+// libtvm_ffi loaded through signal_guard.cc, whose constructor-free IFUNC hook keeps libtvm_ffi's
+// constructor from replacing any handler at all (built for glibc Linux only).
+const char* kGuardName = "libtvmgen_jni_sigguard.so";
+#else
+const char* kGuardName = nullptr;
 #endif
 
 using RegisterFn = jint (*)(JNIEnv*);
@@ -96,12 +110,19 @@ extern "C" JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void*) {
 
   // Beside this library first (desktop: the build or install directory), then by name (an Android
   // app's native library directory, LD_LIBRARY_PATH, this library's RUNPATH, which is the bridge's).
-  // libtvm_ffi first, on its own (see the top): the bridge's dependency on it then resolves to this
-  // copy (same soname). If it is not found this way, the bridge's own search finds it below. Neither
-  // is ever closed: the TVM runtime cannot be unloaded safely.
+  // libtvm_ffi first, through the guard where there is one (see the top): the bridge's dependency on
+  // it then resolves to this copy (same soname). If it is not found this way, the bridge's own search
+  // finds it below. None is ever closed: the TVM runtime cannot be unloaded safely.
   std::string dir = OwnDirectory();
-  const std::string ffi_paths[] = {dir.empty() ? "" : dir + kFfiName, kFfiName};
-  OpenFirst(ffi_paths, 2, nullptr);
+  void* ffi = nullptr;
+  if (kGuardName != nullptr) {  // libtvm_ffi through the guard: its handler is never installed
+    const std::string guard_paths[] = {dir.empty() ? "" : dir + kGuardName, kGuardName};
+    ffi = OpenFirst(guard_paths, 2, nullptr);
+  }
+  if (ffi == nullptr) {  // else on its own: the window is its constructors' run, about a millisecond
+    const std::string ffi_paths[] = {dir.empty() ? "" : dir + kFfiName, kFfiName};
+    OpenFirst(ffi_paths, 2, nullptr);
+  }
   RestoreHandlers(saved, have);
   std::string errors;
   const std::string bridge_paths[] = {dir.empty() ? "" : dir + kBridgeName, kBridgeName};
