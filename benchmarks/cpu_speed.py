@@ -242,18 +242,18 @@ MAKERS = {"builtin": make_builtin, "torch": make_torch_mobilenetv2, "keras": mak
 
 def _preimport(model_file: Path) -> None:
     """Load the Python modules a compile needs, so compile time is the model's, not Python's imports."""
-    import tvm  # noqa: F401
+    import tvm
     from tvm import relax  # noqa: F401
 
-    import tvmgen.compiler.build  # noqa: F401
-    import tvmgen.frontends  # noqa: F401
+    import tvmgen.compiler.build
+    import tvmgen.frontends
 
     if model_file.suffix == ".onnx":
         import onnx  # noqa: F401
         import onnxslim  # noqa: F401
-        import tvm.relax.frontend.onnx  # noqa: F401
+        import tvm.relax.frontend.onnx
 
-        import tvmgen.frontends.onnx  # noqa: F401
+        import tvmgen.frontends.onnx
     else:
         import tflite  # noqa: F401
         import tvm.relax.frontend.tflite  # noqa: F401
@@ -263,9 +263,9 @@ def _preimport(model_file: Path) -> None:
 
 def worker_compile(model_file: Path, out_dir: Path, variant: str, tuning_db: Path | None) -> dict:
     from tvmgen import frontends
-    from tvmgen.core.artifact import sha256_file
     from tvmgen.compiler import build
     from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.core.artifact import sha256_file
 
     _preimport(model_file)
     opts = build.BuildOptions(PLATFORMS["host"], "cpu", schedules=variant != "unscheduled",
@@ -475,8 +475,9 @@ def bench_model(name: str, work: Path, args) -> dict:
         load = os.getloadavg()[0]
         # this thread count's tuned build is the "tuned" column
         own = {b: a for b, a in artifacts.items() if builds[b][0] != "tuned"}
-        own.update({"tuned": a for b, a in artifacts.items()
-                    if builds[b][0] == "tuned" and builds[b][1] == db_for(args, threads)})
+        tuned = [a for b, a in artifacts.items() if builds[b][0] == "tuned" and builds[b][1] == db_for(args, threads)]
+        if tuned:
+            own["tuned"] = tuned[-1]
         m = call_worker("measure", threads, args.verbose, model_file=model_file, reference=ref, threads=threads,
                         artifacts=own, warmup=args.warmup, runs=args.runs, rounds=args.rounds, min_time=args.min_time)
         rts = m["runtimes"]

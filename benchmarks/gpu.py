@@ -46,7 +46,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchlib  # noqa: E402  (standard library only at import time)
+import contextlib
+
+import benchlib
 
 HERE = Path(__file__).resolve().parent
 PLAN = "plan.json"
@@ -482,7 +484,7 @@ def run_all(args, work: Path) -> int:
         if "error" not in row:
             try:
                 res.update(run_row(row, models[row["model"]], work, args, runner))
-            except Exception as e:  # noqa: BLE001 - the row says why
+            except Exception as e:
                 res["error"] = f"run failed: {e}"
                 log(f"  {res['error']}")
         results.append(res)
@@ -498,10 +500,9 @@ def _machine() -> dict:
     import platform
 
     cpu = None
-    try:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), None)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
     gpu = None
     if shutil.which("nvidia-smi"):
         p = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchlib  # noqa: E402
+import benchlib
 
 MODELS = ("mobilenet_v2", "efficientnet_b0", "resnet18", "keras_mobilenet_v2", "keras_mobilenet_v2_int8",
           "det_head_tflite", "audio_rnn")
@@ -38,7 +38,6 @@ def measure_in_this_process(engine: str, model: Path, artifact: Path) -> dict:
     """Load and run one engine here (a child process of its own); the three readings
     (``tvmgen.memory.ResidentMemory``, as ``tvmgen run`` takes them)."""
     import zoo
-
     from tvmgen.core.artifact import load as load_manifest
     from tvmgen.core.model import random_inputs
     from tvmgen.reports.memory import ResidentMemory
@@ -57,10 +56,7 @@ def measure_in_this_process(engine: str, model: Path, artifact: Path) -> dict:
         import onnxruntime  # noqa: F401
     memory = ResidentMemory()
     memory.mark_before_load()
-    if engine == "tvmgen (Python)":
-        run = HostModel(artifact).run
-    else:
-        run = zoo.reference_runner(model, {}, threads=1)
+    run = HostModel(artifact).run if engine == "tvmgen (Python)" else zoo.reference_runner(model, {}, threads=1)
     memory.mark_loaded()
     for _ in range(RUNS):
         run(inputs)

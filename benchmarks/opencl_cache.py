@@ -74,10 +74,10 @@ def main() -> int:
         args.rounds, args.repeat = 1, 3
 
     work, runner = benchlib.opencl_setup(args.runtime, args.keep, "opencl-cache-bench-", log)
-    from tvmgen.frontends.builtin import materialize
+    from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
-    from tvmgen import frontends
+    from tvmgen.frontends.builtin import materialize
 
     log("compiling builtin:mobilenet for opencl and cpu ...")
     imported = frontends.load(materialize("builtin:mobilenet", work), [])

@@ -34,6 +34,7 @@ The table goes to stdout; progress goes to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -261,11 +262,11 @@ def worker_compile(model: str, work: Path) -> dict:
     import numpy as np
 
     from tvmgen import frontends
-    from tvmgen.frontends import builtin
-    from tvmgen.core.artifact import sha256_file
     from tvmgen.compiler import build
     from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.core.artifact import sha256_file
     from tvmgen.core.model import random_inputs
+    from tvmgen.frontends import builtin
 
     if model == "add-relu-1x16":
         src = work / "add_relu_1x16.onnx"
@@ -514,7 +515,7 @@ def format_table(rows: list[dict], sizes: dict) -> str:
         plats = [p for p in ("host", "linux-aarch64") if p in sizes]
         cols = [f"{ARCH_LABEL[p]} B" + ("" if sizes[p]["stripped"] else " (unstripped)") for p in plats]
         size_rows = []
-        totals = {p: 0 for p in plats}
+        totals = dict.fromkeys(plats, 0)
         for label, names in SIZE_ROWS:
             cells = []
             for p in plats:
@@ -533,10 +534,8 @@ def format_table(rows: list[dict], sizes: dict) -> str:
 
 def environment() -> dict:
     java = None
-    try:
+    with contextlib.suppress(OSError, IndexError):
         java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
-    except (OSError, IndexError):
-        pass
     return {**benchlib.environment(("apache-tvm", "apache-tvm-ffi", "numpy", "onnx", "onnxslim")), "java": java,
             "env": {"TVM_NUM_THREADS": str(THREADS), "OMP_NUM_THREADS": str(THREADS)}}
 

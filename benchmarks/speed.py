@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchlib  # noqa: E402
-import zoo  # noqa: E402
+import benchlib
+import zoo
 
 PHASES = ("quiet", "contended")
 # Rounds (blocks per engine, alternating) and seconds per engine in each phase. With busy loops on

@@ -31,9 +31,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchlib  # noqa: E402
-
-from zoo_nets import NAMES as TORCH_NETS  # noqa: E402
+import benchlib
+from zoo_nets import NAMES as TORCH_NETS
 
 KERAS = {"keras_mobilenet_v2": "MobileNetV2", "keras_mobilenet_v3_small": "MobileNetV3Small"}
 OTHERS = ("keras_mobilenet_v2_int8", "seg_head", "det_head_tflite", "audio_rnn", "text_recognizer", "vad_if", "vad_scalar",
@@ -435,7 +434,7 @@ def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict
                 inputs = model_inputs(manifest.inputs, 0, values)
                 actual, timing = _run_target(target, out, inputs, work, runs, runtimes)
                 checks.append((actual, reference(inputs), reference(model_inputs(manifest.inputs, 1, values))))
-        except Exception as e:  # noqa: BLE001 - reported in the table
+        except Exception as e:
             cell.update(status="run failed", error=f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}")
             continue
         if "int8" in name:

@@ -34,13 +34,12 @@ def bundle(out: Path, names=("mobilenet", "int8")) -> None:
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from test_int8 import exact_product, matmul_integer  # the tests' own model maker
-
     from tvmgen import frontends
-    from tvmgen.runtime import runtime_build
-    from tvmgen.frontends.builtin import materialize
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
     from tvmgen.frontends.base import random_inputs
+    from tvmgen.frontends.builtin import materialize
+    from tvmgen.runtime import runtime_build
 
     out.mkdir(parents=True, exist_ok=False)
     shutil.copytree(runtime_build.cached_build("host"), out / "runtime", ignore=shutil.ignore_patterns("include"))
@@ -83,7 +82,7 @@ def read_npy(path: Path) -> tuple[str, list]:
     """(dtype, flat values) of a little-endian .npy file, with the standard library only."""
     data = path.read_bytes()
     header_len = struct.unpack("<H", data[8:10])[0]
-    header = eval(data[10:10 + header_len].decode())  # noqa: S307 - a file this script wrote
+    header = eval(data[10:10 + header_len].decode())
     code = {"<f4": "f", "<i4": "i", "|u1": "B", "|i1": "b", "<i8": "q"}[header["descr"]]
     count = 1
     for d in header["shape"]:

@@ -241,11 +241,11 @@ def test_missing_tool_names_variable_and_install_command(tmp_path, monkeypatch):
         tools.Zipalign().verify()
     assert "apt-get install zipalign" in e.value.hint and "TVMGEN_ZIPALIGN" in e.value.hint
     monkeypatch.setenv("JAVA_HOME", str(tmp_path))
-    with pytest.raises(ToolMissingError, match="JAVA_HOME=.* has no bin/javac") as e:
+    with pytest.raises(ToolMissingError, match=r"JAVA_HOME=.* has no bin/javac") as e:
         tools.Jdk().verify()
     assert "openjdk-17-jdk-headless" in e.value.hint
     monkeypatch.setenv("ANDROID_HOME", str(tmp_path / "gone"))
-    with pytest.raises(ToolMissingError, match="ANDROID_HOME=.* is not a directory"):
+    with pytest.raises(ToolMissingError, match=r"ANDROID_HOME=.* is not a directory"):
         tools.AndroidSdk().verify()
 
 

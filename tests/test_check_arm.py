@@ -50,8 +50,8 @@ def aarch64_error_by_hand(model: Path, artifact: Path, work: Path) -> float:
     against onnxruntime: the largest absolute error, as --check prints it."""
     import onnxruntime
 
-    from tvmgen.runtime import runtime_build
     from tvmgen.core.model import TensorSpec, random_inputs
+    from tvmgen.runtime import runtime_build
 
     work = Path(tempfile.mkdtemp(prefix="by-hand-", dir=work))
     x = random_inputs([TensorSpec("x", (4, 1000), "float32")], 0)["x"]
@@ -174,8 +174,8 @@ def test_other_platforms_say_what_was_checked(tvmgen, tmp_path, model):
 
 def test_stand_in_takes_the_tuning_records_of_the_android_target(tmp_path):
     from tvmgen.compiler import database
-    from tvmgen.runtime.check import _stand_in_database, linux_stand_in
     from tvmgen.compiler.platforms import make_target, target_dict
+    from tvmgen.runtime.check import _stand_in_database, linux_stand_in
 
     android = PLATFORMS["android-arm64"].with_features(["+dotprod"])
     stand_in = linux_stand_in(android)

@@ -76,6 +76,7 @@ def test_compile_builtin_check_inspect_run(tvmgen, tmp_path):
 
     # run with a given input; outputs written as .npy and equal to onnxruntime's
     import onnxruntime as ort
+
     from tvmgen.frontends.builtin import mobilenet_onnx
 
     x = np.random.default_rng(7).standard_normal((1, 3, 224, 224)).astype(np.float32)
@@ -238,7 +239,7 @@ def test_missing_cross_compiler(tvmgen, tmp_path):
 
 
 def test_missing_ndk(tvmgen, tmp_path):
-    env = {v: "" for v in ("TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "ANDROID_HOME", "ANDROID_SDK_ROOT")}
+    env = dict.fromkeys(("TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "ANDROID_HOME", "ANDROID_SDK_ROOT"), "")
     r = tvmgen("compile", "builtin:mobilenet", "--platform", "android-arm64", extra_env=env)
     assert_clean_failure(r, 3, "Android NDK not found", "TVM_NDK_CC, ANDROID_NDK_HOME, ANDROID_NDK_ROOT, ANDROID_HOME",
                          "--objects-only", where=tmp_path)

@@ -21,11 +21,23 @@ from pathlib import Path
 import pytest
 
 from conftest import TVMGEN, onnx_model, save_onnx, unavailable
-from install_fakes import (ARCHIVES, CMDLINE_ZIP, GIT_ENV, GRADLE, GRADLE_ZIP, FileServer, closed_port, fake_jdk, git,
-                           make_zip, sha256)
-from tvmgen.apps.templates import templates as apps
-from tvmgen.core import fetch
+from install_fakes import (
+    ARCHIVES,
+    CMDLINE_ZIP,
+    GIT_ENV,
+    GRADLE,
+    GRADLE_ZIP,
+    FileServer,
+    closed_port,
+    fake_jdk,
+    git,
+    make_zip,
+    sha256,
+)
 from tvmgen.android import downloads, install
+from tvmgen.android import project as android_project
+from tvmgen.apps import templates
+from tvmgen.core import fetch
 
 
 @pytest.fixture(scope="module")
@@ -163,9 +175,9 @@ def test_unpack_keeps_modes_and_refuses_entries_outside(tmp_path):
 def test_pins_match_the_templates_and_can_be_overridden(tmp_path, monkeypatch):
     for item in (downloads._CMDLINE_TOOLS["Linux"], downloads._CMDLINE_TOOLS["Darwin"], downloads._GRADLE):
         assert item.url.startswith("https://") and re.fullmatch(r"[0-9a-f]{64}", item.sha256)
-    ctx = apps.android_context("deploy", "org.example.m", "M", "m", "cpu", ["arm64-v8a"])
+    ctx = android_project.android_context("deploy", "org.example.m", "M", "m", "cpu", ["arm64-v8a"])
     out = tmp_path / "proj"
-    apps.render("android_deploy", out, ctx)
+    templates.render("android_deploy", out, ctx)
     assert f"gradle-{downloads.GRADLE_VERSION}-bin.zip" in (out / "gradle/wrapper/gradle-wrapper.properties").read_text()
     gradle = (out / "app/build.gradle").read_text()
     assert f"version '{downloads.CMAKE_VERSION}'" in gradle and f"ndkVersion '{downloads.NDK_VERSION}'" in gradle

@@ -27,7 +27,8 @@ from tvmgen.compiler.build import BuildOptions, build_executable, compile_to_art
 from tvmgen.compiler.platforms import PLATFORMS
 from tvmgen.core.errors import InputError, ToolMissingError
 from tvmgen.ios import app as ios_app
-from tvmgen.ios import archive, doctor as ios_doctor, project, tools
+from tvmgen.ios import archive, project, tools
+from tvmgen.ios import doctor as ios_doctor
 
 RECORDED = Path(__file__).parent / "recorded" / "ios"
 TEAM = "AB12CD34EF"
@@ -182,7 +183,7 @@ def test_project_structure(tmp_path, ios_artifacts):
     assert target["isa"] == "PBXNativeTarget" and target["name"] == "TvmgenApp"
     assert target["productType"] == "com.apple.product-type.application"
     phases = {objects[p]["isa"]: objects[p] for p in target["buildPhases"]}
-    assert list(phases)[0] == "PBXShellScriptBuildPhase"  # the TVM runtime is built before compiling
+    assert next(iter(phases)) == "PBXShellScriptBuildPhase"  # the TVM runtime is built before compiling
     assert "build_tvm_runtime.sh" in phases["PBXShellScriptBuildPhase"]["shellScript"]
     assert os.access(out / "scripts/build_tvm_runtime.sh", os.X_OK)
 
@@ -399,7 +400,7 @@ def connect_soon(rpc, port: int, seconds: float = 10):
     while True:
         try:
             return rpc.connect("127.0.0.1", port, key="iphone")
-        except Exception:  # noqa: BLE001 - TVM's connect error, while the server is starting
+        except Exception:
             if time.time() > deadline:
                 raise
             time.sleep(0.2)
@@ -490,7 +491,7 @@ def test_shared_native_code_runs_and_serves_the_linked_model(tmp_path, softmax, 
         refused = ""
         try:
             remote.upload(model_dir / "manifest.json", "manifest.json")
-        except Exception as e:  # noqa: BLE001 - TVM raises its own error types over RPC
+        except Exception as e:
             refused = str(e)
         assert "iOS cannot load uploaded code" in refused and "remote.system_lib()" in refused
         del vm, remote, dev

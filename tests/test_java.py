@@ -107,9 +107,9 @@ def artifacts(tmp_path_factory) -> dict[str, Path]:
     import onnx
 
     from tvmgen import frontends
-    from tvmgen.frontends.builtin import materialize
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.frontends.builtin import materialize
 
     root = tmp_path_factory.mktemp("java-artifacts")
     host = PLATFORMS["host"]
@@ -306,7 +306,7 @@ def test_memory_is_what_the_os_reports(checked, artifacts):
     assert m["source"] == "/proc/self/status"
     assert 0 < hwm_before <= m["overall_peak_bytes"] <= hwm_after, (hwm_before, m, hwm_after)
     assert hwm_after - hwm_before < 8 * 2**20  # the two readings are of the same moment, give or take
-    assert 0 < m["before_load_bytes"] and 0 < m["rss_bytes"] <= m["overall_peak_bytes"]
+    assert m["before_load_bytes"] > 0 and 0 < m["rss_bytes"] <= m["overall_peak_bytes"]
     assert 0 < m["after_load_peak_bytes"] <= m["overall_peak_bytes"]
     assert m["model_after_load_bytes"] == m["after_load_peak_bytes"] - m["before_load_bytes"]
     assert m["model_overall_bytes"] == m["overall_peak_bytes"] - m["before_load_bytes"]

@@ -29,9 +29,9 @@ def landmarks_to_transform_matrix_ref(landmarks, o):
     centre = _rot(-r) @ ((lo + hi) / 2)
     ow, oh = o["output_width"], o["output_height"]
 
-    def m4(lin=np.eye(2), t=(0, 0)):
+    def m4(lin=None, t=(0, 0)):
         m = np.eye(4)
-        m[:2, :2], m[:2, 3] = lin, t
+        m[:2, :2], m[:2, 3] = np.eye(2) if lin is None else lin, t
         return m
 
     scale = np.diag([o["scale_x"] * (hi - lo)[0] / ow, o["scale_y"] * (hi - lo)[1] / oh])

@@ -277,9 +277,9 @@ def test_a_runtime_without_nnapi_refuses_an_nnapi_artifact(tmp_path):
     import subprocess
 
     from conftest import require_tool, single_op_models
-    from tvmgen.runtime import runtime_build
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.runtime import runtime_build
 
     require_tool("cmake")
     prefix = runtime_build.cached_build("host")

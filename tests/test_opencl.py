@@ -307,10 +307,9 @@ def test_zoo_models_that_needed_gpu_path_fixes(runtime, opencl_lib, tmp_path, mo
     shortening is tested with an unrolled LSTM in test_recurrent.py)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     import zoo
-
-    from tvmgen.core import artifact
     from tvmgen.compiler import kernels
     from tvmgen.compiler.rewrites import KERNEL_NAME_LIMIT
+    from tvmgen.core import artifact
 
     path, flags = zoo.build(model, tmp_path)
     out = tmp_path / "art"
@@ -347,7 +346,6 @@ def test_gelu_epilogues_and_attention_build_for_every_family_and_match_on_pocl(r
     tries the rule again with the epilogue inlined into one block."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     import zoo
-
     from tvmgen.core import artifact
 
     path = zoo_gpu_models["text_recognizer"]
@@ -368,7 +366,6 @@ def test_scalar_input_and_output_on_pocl(runtime, opencl_lib, zoo_gpu_models, tm
     rule raised in rfactor and GeneralReduction now schedules), on both branches."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     import zoo
-
     from tvmgen.core import artifact
 
     path = zoo_gpu_models["vad_scalar"]

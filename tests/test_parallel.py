@@ -176,9 +176,9 @@ def test_default_thread_count_follows_tvm_num_threads(pool_library):
 @pytest.fixture(scope="module")
 def mobilenet(tmp_path_factory):
     from tvmgen import frontends
-    from tvmgen.frontends.builtin import materialize
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.frontends.builtin import materialize
 
     d = tmp_path_factory.mktemp("par")
     out = d / "mobilenet"
@@ -220,10 +220,10 @@ def test_model_outputs_equal_on_one_two_and_three_threads(mobilenet):
 def test_library_without_the_launcher_uses_tvms_pool(mobilenet, tmp_path, monkeypatch):
     """An artifact from a tvmgen before the launcher: its library has no tvmgen_parallel_install."""
     from tvmgen import frontends
-    from tvmgen.frontends.builtin import materialize
     from tvmgen.compiler import export
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.frontends.builtin import materialize
 
     def tvms_own_export(ex, platform, directory, objects_only):
         ex.export_library(str(directory / "model.so"))

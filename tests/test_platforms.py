@@ -6,9 +6,9 @@ import io
 import json
 import os
 import shutil
-import sys
 import struct
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -16,14 +16,13 @@ import pytest
 
 from conftest import require_tool, save_onnx, single_op_models
 from tvmgen import frontends
-from tvmgen.core import binfmt
-from tvmgen.core import toolchains
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.export import parallel_pool_source
 from tvmgen.compiler.platforms import PLATFORMS, check_pair, target_dict
+from tvmgen.core import binfmt, toolchains
 from tvmgen.core.errors import InputError, ToolMissingError
 
-NO_NDK = {v: "" for v in ("TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "ANDROID_HOME", "ANDROID_SDK_ROOT")}
+NO_NDK = dict.fromkeys(("TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "ANDROID_HOME", "ANDROID_SDK_ROOT"), "")
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +88,7 @@ def fake_ndk(root: Path) -> Path:
 
 
 def test_ndk_discovery_order(tmp_path, monkeypatch):
-    for k, v in NO_NDK.items():
+    for k, _v in NO_NDK.items():
         monkeypatch.delenv(k, raising=False)
     with pytest.raises(ToolMissingError, match="Android NDK not found"):
         toolchains.AndroidNdk().verify()

@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from conftest import TVMGEN, onnx_model, save_onnx
 
 # conv 3->32 (stride 2), depthwise 3x3, 1x1 conv 32->64, global pool, matmul with fp16 weights (cast to fp32)

@@ -1,4 +1,4 @@
-"""LSTM and GRU as one kernel per direction (compiler/recurrent.py), on the CPU and on OpenCL (PoCL).
+"""LSTM and GRU as one kernel per direction (frontends/recurrent.py), on the CPU and on OpenCL (PoCL).
 
 The kernels are checked against NumPy statements of ONNX's LSTM / GRU equations in float64, every
 variant (reverse, batch > 1, GRU's linear_before_reset 0 and 1); then whole ONNX models, where
@@ -26,7 +26,7 @@ KERNEL_CHECK = textwrap.dedent('''
     import json, sys
     import numpy as np
     import tvm
-    from tvmgen.compiler import recurrent
+    from tvmgen.frontends import recurrent
     from tvmgen.runtime.runner import HostModel
 
     gpu = sys.argv[1] == "opencl"
@@ -112,7 +112,8 @@ def _lstm_model(hidden: int, peepholes: bool):
 
     rng = np.random.default_rng(4)
     seq, batch, size = 6, 2, 5
-    w = lambda name, *shape: numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
     inits = [w("W", 2, 4 * hidden, size), w("R", 2, 4 * hidden, hidden), w("B", 2, 8 * hidden)]
     names = ["x", "W", "R", "B", "", "h0", "c0"]
     if peepholes:

@@ -257,7 +257,7 @@ def test_embed_android_bundle_from_a_model(tmp_path):
     from tvmgen.frontends.builtin import materialize
 
     model = materialize("builtin:mobilenet", tmp_path)
-    env_clear = {k: "" for k in ("TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "ANDROID_HOME")}
+    env_clear = dict.fromkeys(("TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "ANDROID_HOME"), "")
     import sys
 
     r = subprocess.run([sys.executable, "-m", "tvmgen", "embed", str(model), "--platform", "android", "-o",

@@ -280,10 +280,10 @@ def test_x86_builds_use_their_vector_width_and_run_on_their_cpu(name, tmp_path):
     import subprocess
 
     from conftest import require_tool
-    from tvmgen.runtime import runtime_build
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import missing_cpu_features
     from tvmgen.core.model import random_inputs
+    from tvmgen.runtime import runtime_build
     from tvmgen.runtime.runner import HostModel
 
     if host_platform.machine() != "x86_64":

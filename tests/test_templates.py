@@ -14,7 +14,8 @@ import pytest
 
 from conftest import require_tool, save_onnx, single_op_models
 from tvmgen import frontends
-from tvmgen.apps.templates import templates as apps
+from tvmgen.android import project as android_project
+from tvmgen.apps import templates
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS
 from tvmgen.core.errors import InputError
@@ -35,9 +36,9 @@ def artifacts(tmp_path_factory):
 
 
 def render(tmp_path, artifacts, device="opencl", package="org.example.mobilenet"):
-    ctx = apps.android_context("deploy", package, "MobileNet QA", "mobilenet", device, ["arm64-v8a"])
+    ctx = android_project.android_context("deploy", package, "MobileNet QA", "mobilenet", device, ["arm64-v8a"])
     out = tmp_path / "app"
-    apps.create_android_project("deploy", out, ctx, {d: artifacts[d] for d in ctx["model_devices"]})
+    android_project.create_android_project("deploy", out, ctx, {d: artifacts[d] for d in ctx["model_devices"]})
     return out
 
 
@@ -89,11 +90,11 @@ def test_cpu_project_has_no_opencl_entry(tmp_path, artifacts):
 def test_nnapi_project_declares_nnapi_and_falls_back(tmp_path, artifacts):
     """--device nnapi: NNAPI first (TVM's NNAPI runtime built in), the CPU artifact as fallback, and
     the reason shown on screen when NNAPI cannot run (API < 27, the runtime libraries missing)."""
-    ctx = apps.android_context("deploy", "org.example.nn", "NN", "mobilenet", "nnapi", ["arm64-v8a"])
+    ctx = android_project.android_context("deploy", "org.example.nn", "NN", "mobilenet", "nnapi", ["arm64-v8a"])
     assert ctx["model_devices"] == ["nnapi", "cpu"]
     out = tmp_path / "nn"
     # the rendering does not look inside the artifacts: the CPU one stands in for the NNAPI one here
-    apps.create_android_project("deploy", out, ctx, {"nnapi": artifacts["cpu"], "cpu": artifacts["cpu"]})
+    android_project.create_android_project("deploy", out, ctx, {"nnapi": artifacts["cpu"], "cpu": artifacts["cpu"]})
     manifest_text = (out / "app/src/main/AndroidManifest.xml").read_text()
     app = ET.fromstring(manifest_text).find("application")
     # libneuralnetworks.so is an NDK public library: no uses-native-library entry (that is for vendor libraries)
@@ -119,15 +120,15 @@ def test_nnapi_project_declares_nnapi_and_falls_back(tmp_path, artifacts):
 
 def test_rendering_is_strict_and_deterministic(tmp_path, artifacts):
     with pytest.raises(InputError, match="not a valid Android application id"):
-        apps.android_context("deploy", "Not-A-Package", "x", "m", "cpu", ["arm64-v8a"])
+        android_project.android_context("deploy", "Not-A-Package", "x", "m", "cpu", ["arm64-v8a"])
     a, b = render(tmp_path / "a", artifacts), render(tmp_path / "b", artifacts)
     files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
     assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files if "manifest.json" not in str(f))
-    ctx = apps.android_context("deploy", "org.x.y", "x", "m", "cpu", ["arm64-v8a"])
+    ctx = android_project.android_context("deploy", "org.x.y", "x", "m", "cpu", ["arm64-v8a"])
     del ctx["min_sdk"]
     with pytest.raises(Exception, match="min_sdk"):
-        apps.render("android_deploy", tmp_path / "c", ctx)
+        templates.render("android_deploy", tmp_path / "c", ctx)
 
 
 @pytest.fixture(scope="module")
@@ -273,9 +274,9 @@ def compile_app_java(project: Path, package: str, into: Path) -> Path:
 def test_app_java_compiles_for_every_device(tmp_path, artifacts):
     """The activity of each variant (OpenCL with CPU fallback, CPU, NNAPI) compiles against the Java API."""
     for device in ("opencl", "cpu", "nnapi"):
-        ctx = apps.android_context("deploy", "org.example.app", "A", "m", device, ["arm64-v8a"])
+        ctx = android_project.android_context("deploy", "org.example.app", "A", "m", device, ["arm64-v8a"])
         out = tmp_path / device
-        apps.create_android_project("deploy", out, ctx, {d: artifacts["cpu"] for d in ctx["model_devices"]})
+        android_project.create_android_project("deploy", out, ctx, dict.fromkeys(ctx["model_devices"], artifacts["cpu"]))
         src = (out / "app/src/main/java/org/example/app/MainActivity.java").read_text()
         assert '\\"memory\\": " + memory.toJson()' in src and 'getBooleanExtra("profile", false)' in src
         compile_app_java(out, "org.example.app", tmp_path / f"{device}-java")
@@ -316,7 +317,7 @@ def test_app_results_have_memory_and_profile(host_app, tmp_path):
                         "model_after_load_bytes", "model_overall_bytes"}
     if os.path.exists("/proc/self/status"):
         assert mem["source"] == "/proc/self/status"
-        assert 0 < mem["before_load_bytes"] and 0 < mem["after_load_peak_bytes"] <= mem["overall_peak_bytes"]
+        assert mem["before_load_bytes"] > 0 and 0 < mem["after_load_peak_bytes"] <= mem["overall_peak_bytes"]
         assert 0 < mem["rss_bytes"] <= mem["overall_peak_bytes"]
         assert mem["model_overall_bytes"] == mem["overall_peak_bytes"] - mem["before_load_bytes"]
         assert "peak resident memory (VmHWM): after load " in log
@@ -333,10 +334,10 @@ def test_app_results_have_memory_and_profile(host_app, tmp_path):
 
 
 def render_rpc(tmp_path, package="org.tvmgen.rpc"):
-    ctx = apps.android_context("rpc", package, "tvmgen RPC", "-", "cpu", ["arm64-v8a", "armeabi-v7a"],
+    ctx = android_project.android_context("rpc", package, "tvmgen RPC", "-", "cpu", ["arm64-v8a", "armeabi-v7a"],
                                rpc_mode="proxy", rpc_port=9191, rpc_key="pixel")
     out = tmp_path / "rpc"
-    apps.create_android_project("rpc", out, ctx, {})
+    android_project.create_android_project("rpc", out, ctx, {})
     return out
 
 
@@ -382,8 +383,7 @@ def test_rpc_app_native_part_builds_and_runs_on_the_host(tmp_path):
 
 # --------------------------------------------------------------------------- tvmgen app / rpc-app
 
-NO_ANDROID = {k: "" for k in ("ANDROID_HOME", "ANDROID_SDK_ROOT", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "TVM_NDK_CC",
-                              "TVM_SOURCE_DIR")}
+NO_ANDROID = dict.fromkeys(("ANDROID_HOME", "ANDROID_SDK_ROOT", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "TVM_NDK_CC", "TVM_SOURCE_DIR"), "")
 
 
 def test_app_renders_and_says_what_is_missing(tvmgen, tmp_path):

@@ -19,7 +19,6 @@ import sys
 import numpy as np
 import pytest
 
-
 SCOPES = ("global.texture", "global.texture-nhwc", "global.texture-weight")
 
 SCRIPT = r"""
@@ -203,9 +202,9 @@ def test_bench_over_rpc_runs_a_texture_artifact(opencl_lib, tmp_path, monkeypatc
     gets one OpenCL device per memory scope, and the outputs match the reference."""
     from conftest import save_onnx, single_op_models
     from tvmgen import frontends
-    from tvmgen.remote import rpc
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.remote import rpc
 
     path = save_onnx(single_op_models()["conv1x1"], tmp_path / "conv1x1.onnx")
     art = tmp_path / "adreno"

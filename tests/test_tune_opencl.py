@@ -202,5 +202,5 @@ def test_app_builds_take_the_records_of_their_own_target(tmp_path):
     assert database.checked_database(tmp_path, phone, "opencl", also=["cpu"]) == tmp_path
     assert database.database_for(tmp_path, phone, "opencl") == tmp_path
     assert database.database_for(tmp_path, phone, "cpu") is None  # the CPU fallback: default schedules
-    with pytest.raises(InputError, match="no records for target llvm-mattr=.neon-mtriple=aarch64-linux-android"):
+    with pytest.raises(InputError, match=r"no records for target llvm-mattr=.neon-mtriple=aarch64-linux-android"):
         database.checked_database(tmp_path, phone, "cpu")

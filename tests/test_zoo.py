@@ -61,6 +61,7 @@ PUBLISHED_PARAMETERS = {"mobilenet_v2": 3_504_872, "mobilenet_v3_small": 2_542_8
 @pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMETERS))
 def test_zoo_architectures_have_their_published_size(name):
     import torch
+
     import zoo_nets
 
     net = zoo_nets.build(name)

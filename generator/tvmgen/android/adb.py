@@ -71,7 +71,7 @@ def devices(adb: Adb | None = None) -> list[Device]:
     return parse_devices(out.stdout)
 
 
-def choose_device(serial: str | None = None, adb: Adb | None = None) -> "Phone":
+def choose_device(serial: str | None = None, adb: Adb | None = None) -> Phone:
     """The phone to use: the one named by --serial, or the only one attached."""
     adb = adb or Adb()
     attached = devices(adb)
@@ -163,7 +163,7 @@ class Phone:
                               + cause.format(serial=self.serial, package=pkg),
                               fix.format(serial=self.serial, package=pkg))
         raise DeviceError(f"cannot install {Path(apk).name} on {self.device.name}: {text.strip()[-500:]}",
-                          "see the phone's log: adb -s {0} logcat -d -s PackageManager".format(self.serial))
+                          f"see the phone's log: adb -s {self.serial} logcat -d -s PackageManager")
 
     def start(self, component: str, extras: dict | None = None) -> None:
         """am start -n package/activity, with extras as --es (str), --ei (int), --ez (bool), --ef (float)."""

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tvmgen.core import toolchains
 from tvmgen.android import adb, doctor, downloads, signing, tools
+from tvmgen.core import toolchains
 from tvmgen.core.errors import TvmgenError
 from tvmgen.core.log import step
 

@@ -16,10 +16,10 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
-from tvmgen.core import toolchains
-from tvmgen.core.toolchains import Check, check_tool
 from tvmgen.android import adb as adb_mod
 from tvmgen.android import downloads, tools
+from tvmgen.core import fetch, toolchains
+from tvmgen.core.toolchains import Check, check_tool
 
 TVM_CLONE = (f"git clone --recursive --branch {downloads.TVM_TAG} https://github.com/apache/tvm && "
              "export TVM_SOURCE_DIR=$PWD/tvm (or: tvmgen doctor --install)")
@@ -151,7 +151,7 @@ def table(found: list[Check]) -> str:
     if fixes:
         lines += ["", "fixes:", *fixes]
         if any(c.required and not c.usable for c in found):
-            lines += ["", f"`tvmgen doctor --install` downloads what the APK build lacks into {downloads.data_dir()} "
+            lines += ["", f"`tvmgen doctor --install` downloads what the APK build lacks into {fetch.data_dir()} "
                           "(your own ANDROID_HOME, ANDROID_NDK_HOME and TVM_SOURCE_DIR are kept)"]
     lines += ["", "ready to build an APK: " + ("yes" if ready(found) else
                                                 "no (every 'needed for APK' row must be usable)")]

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tvmgen.core.errors import InputError
+from tvmgen.core.fetch import data_dir
 
 # The versions the Android templates build with (the single place tvmgen decides them).
 GRADLE_VERSION = "8.7"
@@ -128,19 +129,6 @@ def tvm_source() -> GitSource:
 
 
 # ----------------------------------------------------------------------------- where things go
-
-def data_dir() -> Path:
-    """tvmgen's own data directory: $TVMGEN_DATA_DIR, else $XDG_DATA_HOME/tvmgen (~/.local/share/tvmgen)."""
-    if os.environ.get("TVMGEN_DATA_DIR"):
-        return Path(os.environ["TVMGEN_DATA_DIR"]).expanduser()
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "tvmgen"
-
-
-def sdk_dir() -> Path:
-    """The Android SDK tvmgen installs (cmdline-tools/latest, platforms, build-tools, ndk, cmake)."""
-    return data_dir() / "android-sdk"
-
 
 def gradle_home() -> Path:
     return data_dir() / "gradle" / f"gradle-{GRADLE_VERSION}"

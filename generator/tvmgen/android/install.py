@@ -22,10 +22,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tvmgen.core import fetch
-from tvmgen.core import toolchains
-from tvmgen.core import log as logs
 from tvmgen.android import downloads, tools
+from tvmgen.core import fetch, toolchains
+from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
 
 log = logging.getLogger("tvmgen.android.install")
@@ -54,7 +53,7 @@ class Plan:
         out = []
         if self.packages and self.sdkmanager is None:
             item = downloads.cmdline_tools()
-            out.append(f"{item.what}: {item.url} -> {downloads.sdk_dir() / 'cmdline-tools' / 'latest'}")
+            out.append(f"{item.what}: {item.url} -> {fetch.sdk_dir() / 'cmdline-tools' / 'latest'}")
         if self.packages:
             out.append(f"with sdkmanager, into {self.sdk}: {', '.join(self.packages)} "
                        "(Google's licences are shown first; the NDK alone is about 700 MB)")
@@ -87,7 +86,7 @@ def missing_packages(sdk: Path) -> list[str]:
 
 def sdkmanager_in(sdk: Path) -> Path | None:
     """An sdkmanager from the command-line tools: the SDK's own, else tvmgen's."""
-    for root in (sdk, downloads.sdk_dir()):
+    for root in (sdk, fetch.sdk_dir()):
         candidate = root / "cmdline-tools" / "latest" / "bin" / "sdkmanager"
         if candidate.is_file():
             return candidate
@@ -111,7 +110,7 @@ def make_plan() -> Plan:
     if in_use is not None and not missing_packages(in_use):
         plan = Plan(sdk=in_use)
     else:
-        plan = Plan(sdk=user_sdk or downloads.sdk_dir())
+        plan = Plan(sdk=user_sdk or fetch.sdk_dir())
         plan.packages = missing_packages(plan.sdk)
         plan.sdkmanager = sdkmanager_in(plan.sdk)
     # GRADLE_HOME is yours and wins (doctor says when it is too old); a Gradle on PATH gives way to tvmgen's
@@ -138,7 +137,7 @@ def install(plan: Plan, yes: bool, interactive: bool) -> None:
 def _install_cmdline_tools() -> Path:
     item = downloads.cmdline_tools()
     archive = fetch.fetch(item.url, item.sha256, downloads.downloads_dir() / item.file_name, item.what)
-    final = downloads.sdk_dir() / "cmdline-tools" / "latest"
+    final = fetch.sdk_dir() / "cmdline-tools" / "latest"
     with logs.step(f"Unpacking the command-line tools into {final}"):
         fetch.unpack_zip(archive, "cmdline-tools", final)
     archive.unlink()

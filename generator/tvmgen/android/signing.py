@@ -11,9 +11,9 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from tvmgen.android.tools import Apksigner, Jdk, Zipalign
 from tvmgen.core.errors import InputError, TvmgenError
@@ -185,7 +185,7 @@ class Verification:
     errors: list[str]
 
     @classmethod
-    def parse(cls, text: str, returncode: int) -> "Verification":
+    def parse(cls, text: str, returncode: int) -> Verification:
         schemes = {int(v): r == "true" for v, r in re.findall(r"Verified using v(\d) scheme[^:]*: (true|false)", text)}
         m = re.search(r"Number of signers: (\d+)", text)
         return cls(verified=returncode == 0 and text.lstrip().startswith("Verifies"), schemes=schemes,

@@ -13,13 +13,13 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from tvmgen.core import toolchains
 from tvmgen.android import downloads
 from tvmgen.android.downloads import BUILD_TOOLS, COMPILE_SDK
+from tvmgen.core import fetch, toolchains
 from tvmgen.core.errors import ToolMissingError
 
 log = logging.getLogger("tvmgen.android")
@@ -57,7 +57,7 @@ def _chosen_sdk() -> Path | None:
                 raise ToolMissingError(f"{var}={root} is not a directory",
                                        f"point {var} at an Android SDK (the folder holding platforms/ and build-tools/), or unset it")
             return root
-    ours = downloads.sdk_dir()
+    ours = fetch.sdk_dir()
     return ours if (ours / "platforms").is_dir() or (ours / "build-tools").is_dir() else None
 
 
@@ -128,11 +128,11 @@ class Aapt(AndroidTool):
     env_var = "TVMGEN_AAPT"
     commands = ("aapt",)
     sdk_globs = ("build-tools/*/aapt",)
-    install = "apt-get install aapt (or sdkmanager 'build-tools;%s')" % BUILD_TOOLS
+    install = f"apt-get install aapt (or sdkmanager 'build-tools;{BUILD_TOOLS}')"
     version_argv = ("version",)
     version_re = r"Android Asset Packaging Tool,? v?(\S+)"
 
-    def badging(self, apk: str | Path) -> "Badging":
+    def badging(self, apk: str | Path) -> Badging:
         """What the phone will read from the APK: package, versions, SDK levels, ABIs, permissions."""
         out = self("dump", "badging", apk)
         if out.returncode != 0:
@@ -152,7 +152,7 @@ class Badging:
     permissions: list[str] = field(default_factory=list)
 
     @classmethod
-    def parse(cls, text: str) -> "Badging":
+    def parse(cls, text: str) -> Badging:
         def one(pattern):
             m = re.search(pattern, text, re.M)
             return m.group(1) if m else ""
@@ -171,7 +171,7 @@ class Zipalign(AndroidTool):
     env_var = "TVMGEN_ZIPALIGN"
     commands = ("zipalign",)
     sdk_globs = ("build-tools/*/zipalign",)
-    install = "apt-get install zipalign (or sdkmanager 'build-tools;%s')" % BUILD_TOOLS
+    install = f"apt-get install zipalign (or sdkmanager 'build-tools;{BUILD_TOOLS}')"
 
     def version(self) -> str | None:
         # zipalign has no version flag; an SDK copy is as new as its build-tools folder.
@@ -184,7 +184,7 @@ class Apksigner(AndroidTool):
     env_var = "TVMGEN_APKSIGNER"
     commands = ("apksigner",)
     sdk_globs = ("build-tools/*/apksigner",)
-    install = "apt-get install apksigner (or sdkmanager 'build-tools;%s')" % BUILD_TOOLS
+    install = f"apt-get install apksigner (or sdkmanager 'build-tools;{BUILD_TOOLS}')"
     version_argv = ("--version",)
     version_re = r"^(\S+)"
 

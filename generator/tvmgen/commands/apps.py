@@ -9,11 +9,10 @@ from pathlib import Path
 
 import click
 
-from tvmgen.core import log as logs
-from tvmgen.compiler import nnapi
-from tvmgen.compiler import database
 from tvmgen.android import downloads as pins
+from tvmgen.compiler import database, nnapi
 from tvmgen.compiler import precision as precisions
+from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
 
 console = logs.console
@@ -194,12 +193,12 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
       tvmgen app --platform ios-arm64 --model builtin:mobilenet --device metal --team-id AB12CD34EF
     """
     from tvmgen import frontends
-    from tvmgen.apps.templates import templates as apps
-    from tvmgen.frontends import builtin
+    from tvmgen.android import project as android_project
     from tvmgen.compiler import build
     from tvmgen.compiler.platforms import PLATFORMS, check_pair
-    from tvmgen.frontends.base import InputOverride
     from tvmgen.core.toolchains import AndroidNdk
+    from tvmgen.frontends import builtin
+    from tvmgen.frontends.base import InputOverride
 
     if kind == "rpc":
         raise InputError("--kind rpc builds the RPC app, which takes no model", "use `tvmgen rpc-app --platform android`")
@@ -216,7 +215,7 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
     stem = model.split(":", 1)[1] if model.startswith("builtin:") else Path(model).stem
     package = package or f"org.tvmgen.{''.join(c for c in stem.lower() if c.isalnum()) or 'model'}"
     name = name or f"{stem} (tvmgen)"
-    apps.check_package(package)
+    android_project.check_package(package)
     for p in platforms:
         check_pair(PLATFORMS[p], device)
     tuning_db = database.checked_database(tuning_db, PLATFORMS[platforms[0]], device, gpu_family,
@@ -255,10 +254,10 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
         from tvmgen.core import artifact
 
         with artifact.staging(out, force) as staged:
-            ctx = apps.android_context("deploy", package, name, stem, device, opts.abis,
+            ctx = android_project.android_context("deploy", package, name, stem, device, opts.abis,
                                        tvm_source_dir=_tvm_source_dir())
             with logs.step("Rendering the Android project (templates/android_deploy)"):
-                apps.create_android_project("deploy", staged, ctx, artifacts)
+                android_project.create_android_project("deploy", staged, ctx, artifacts)
     console.print(f"[green]✓[/] Android project: [bold]{out}[/]")
     _finish_app(out, opts, artifacts_ok=linked)
 
@@ -289,7 +288,7 @@ def rpc_app(target_os, platforms, mode, address, port, key, model, device, usb, 
     Renders templates/android_rpc (the native device server from jni/, packaged and watched by a
     service that restarts it), builds, signs and installs it where the tools are present.
     """
-    from tvmgen.apps.templates import templates as apps
+    from tvmgen.android import project as android_project
     from tvmgen.core import artifact
 
     package = package or "org.tvmgen.rpc"
@@ -302,7 +301,7 @@ def rpc_app(target_os, platforms, mode, address, port, key, model, device, usb, 
     if mode == "standalone":
         raise InputError("standalone mode is the iOS app's", "use --mode proxy or tracker for Android")
     mode, address, key = mode or "proxy", address or "127.0.0.1", key or "android"
-    apps.check_package(package)
+    android_project.check_package(package)
     if usb:
         mode, address = "proxy", "127.0.0.1"
     out = out or Path("out") / "android-rpc-app"
@@ -312,11 +311,11 @@ def rpc_app(target_os, platforms, mode, address, port, key, model, device, usb, 
                         usb=usb, rpc={"mode": mode, "address": address, "port": port, "key": key})
     _set_up_android(yes)
     with artifact.staging(out, force) as staged:
-        ctx = apps.android_context("rpc", package, name, "-", "cpu", opts.abis,
+        ctx = android_project.android_context("rpc", package, name, "-", "cpu", opts.abis,
                                    tvm_source_dir=_tvm_source_dir(), rpc_mode=mode,
                                    rpc_address=address, rpc_port=port, rpc_key=key)
         with logs.step("Rendering the Android RPC app (templates/android_rpc)"):
-            apps.create_android_project("rpc", staged, ctx, {})
+            android_project.create_android_project("rpc", staged, ctx, {})
     console.print(f"[green]✓[/] Android project: [bold]{out}[/]")
     if usb:
         console.print(f"  USB mode: start a proxy here (tvmgen rpc proxy --port {port}); the app reaches it through "
@@ -354,8 +353,8 @@ def doctor(as_json, install_missing, yes):
     """
     from tvmgen.android import doctor as doc
     from tvmgen.android import install
-    from tvmgen.ios import doctor as ios_doctor
     from tvmgen.core.errors import ToolMissingError
+    from tvmgen.ios import doctor as ios_doctor
 
     if yes and not install_missing:
         raise InputError("--yes answers the questions --install asks", "use `tvmgen doctor --install --yes`")

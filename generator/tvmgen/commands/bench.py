@@ -8,9 +8,9 @@ from pathlib import Path
 
 import click
 
-from tvmgen.runtime import check as numerics
 from tvmgen.core import log as logs
 from tvmgen.core.errors import CheckError, InputError
+from tvmgen.runtime import check as numerics
 
 console = logs.console
 
@@ -57,12 +57,12 @@ def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repe
       tvmgen bench --gemm 1024 --key phone --tracker 127.0.0.1:9190
     """
     from tvmgen import frontends
-    from tvmgen.core import artifact
-    from tvmgen.remote import bench as benching
-    from tvmgen.frontends import builtin
     from tvmgen.compiler import build
     from tvmgen.compiler.platforms import check_pair, get_platform
+    from tvmgen.core import artifact
+    from tvmgen.frontends import builtin
     from tvmgen.frontends.base import InputOverride
+    from tvmgen.remote import bench as benching
 
     if (source is None) == (gemm is None):
         raise InputError("give a MODEL or ARTIFACT to bench, or --gemm N", "tvmgen bench builtin:mobilenet --key K ...")

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import click
 
-from tvmgen.runtime import check as numerics
-from tvmgen.core import log as logs
-from tvmgen.compiler import nnapi
-from tvmgen.compiler import database
+from tvmgen.compiler import database, nnapi
 from tvmgen.compiler import precision as precisions
+from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError
+from tvmgen.runtime import check as numerics
 
 console = logs.console
 
@@ -94,9 +93,9 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
       tvmgen compile model-int8.onnx --platform android-arm64 --cpu-features +dotprod
     """
     from tvmgen import frontends
-    from tvmgen.frontends import builtin
     from tvmgen.compiler import build
     from tvmgen.compiler.platforms import check_pair, get_platform
+    from tvmgen.frontends import builtin
     from tvmgen.frontends.base import InputOverride, parse_consts
 
     model = model_opt or model_arg
@@ -121,10 +120,7 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
         raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
 
     with tempfile.TemporaryDirectory(prefix="tvmgen-") as scratch:
-        if model.startswith("builtin:"):
-            model_path = builtin.materialize(model, Path(scratch))
-        else:
-            model_path = Path(model)
+        model_path = builtin.materialize(model, Path(scratch)) if model.startswith("builtin:") else Path(model)
         with logs.step(f"Importing {model_path.name if not model.startswith('builtin:') else model}"):
             imported = frontends.load(model_path, overrides, input_names=_split(tf_inputs),
                                       output_names=_split(tf_outputs), consts=consts)

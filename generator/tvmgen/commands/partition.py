@@ -43,10 +43,10 @@ def partition(model, backend, feature_level, strategy, cost_table, input_flags, 
       tvmgen partition model.onnx --nnapi --strategy cost --measure --key phone --tracker 127.0.0.1:9190
     """
     from tvmgen import frontends
-    from tvmgen.remote import bench
-    from tvmgen.frontends import builtin
     from tvmgen.compiler import nnapi
+    from tvmgen.frontends import builtin
     from tvmgen.frontends.base import InputOverride
+    from tvmgen.remote import bench, nnapi_costs
 
     if measure and (strategy != "cost" or not key or (tracker is None) == (proxy is None)):
         raise InputError("--measure times operators on a device for the cost strategy",
@@ -61,7 +61,7 @@ def partition(model, backend, feature_level, strategy, cost_table, input_flags, 
             partitioned, report = nnapi.partition(imported.mod, imported.params, len(imported.inputs), feature_level,
                                                   "patterns", costs)
         if measure:
-            measured = nnapi.measure_tvm_costs(partitioned, bench.Target(key, tracker, proxy), platform, costs,
+            measured = nnapi_costs.measure_tvm_costs(partitioned, bench.Target(key, tracker, proxy), platform, costs,
                                                Path(scratch))
             costs = nnapi.with_measured(costs, measured)
         if strategy == "cost":

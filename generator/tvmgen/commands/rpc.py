@@ -134,8 +134,8 @@ def devices(tracker):
     """Devices: keys on a tracker (free/total/pending), and phones on adb."""
     import shutil
 
-    from tvmgen.remote import rpc
     from tvmgen.core import toolchains
+    from tvmgen.remote import rpc
 
     if tracker:
         keys = rpc.tracker_summary(tracker)

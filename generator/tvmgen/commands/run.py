@@ -23,8 +23,8 @@ def inspect(artifact_dir, as_json, size):
     """Show what an artifact directory holds (its manifest) and the memory it needs."""
     from rich.table import Table
 
-    from tvmgen.core import artifact
     from tvmgen.compiler import kernels
+    from tvmgen.core import artifact
     from tvmgen.reports import memory
 
     m = artifact.load(artifact_dir)
@@ -85,7 +85,7 @@ def _print_sizes(sizes: dict, top: int = 15) -> None:
     click.echo(f"\nweights by tensor ({len(sizes['weights'])} tensors, {sizes['weights_total']:,} bytes)")
     for w in sizes["weights"][:top]:
         click.echo(f"  {w['bytes']:>12,}  {w['bytes'] / max(sizes['weights_total'], 1):>6.1%}  {w['dtype']:<8} "
-                   f"{str(tuple(w['shape'])):<18} {w['name']}")
+                   f"{tuple(w['shape'])!s:<18} {w['name']}")
     if len(sizes["weights"]) > top:
         click.echo(f"  ... {len(sizes['weights']) - top} more: {sum(w['bytes'] for w in sizes['weights'][top:]):,} bytes")
     if not sizes["recorded"]:
@@ -116,12 +116,12 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
     """Run a host artifact with TVM's Relax VM, write outputs, print timings and peak memory."""
     if threads:  # also for TVM's own pool (older artifacts), which reads it once when it starts
         os.environ["TVM_NUM_THREADS"] = str(threads)
-    from tvmgen.core import artifact
     from tvmgen.compiler import kernels
-    from tvmgen.reports import memory
-    from tvmgen.reports import profile as profiling
+    from tvmgen.core import artifact
     from tvmgen.core.errors import InputError
     from tvmgen.core.model import random_inputs
+    from tvmgen.reports import memory
+    from tvmgen.reports import profile as profiling
     from tvmgen.runtime.runner import HostModel
 
     if plot_path and not profile:

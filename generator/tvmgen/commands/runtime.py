@@ -51,9 +51,9 @@ def embed(source, platform, abi, device, input_flags, out, force):
     (host, linux-aarch64), else (Android) the runtime sources and the exact build command, the C++
     header, the Java API, a CMake package config and a README with the lines to add to your project.
     """
+    from tvmgen.compiler.platforms import get_platform
     from tvmgen.core import artifact
     from tvmgen.runtime import embed as embedding
-    from tvmgen.compiler.platforms import get_platform
 
     if abi and platform != "android":
         raise InputError("--abi applies to --platform android only", "leave it out for host and linux-aarch64")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import tempfile
 import os
+import tempfile
 from pathlib import Path
 
 import click
@@ -61,13 +61,13 @@ def tune(model, platform, device, gpu_family, trials, db_root, key, tracker, pro
       tvmgen compile model.onnx --platform android-arm64 --device opencl --tuning-db tuning/
     """
     from tvmgen import frontends
-    from tvmgen.remote import bench as benching
-    from tvmgen.frontends import builtin
     from tvmgen.compiler import database
-    from tvmgen.tuning import tune as tuning
     from tvmgen.compiler import export as exporter
     from tvmgen.compiler.platforms import check_pair, get_platform, make_target, target_dict
+    from tvmgen.frontends import builtin
     from tvmgen.frontends.base import InputOverride
+    from tvmgen.remote import bench as benching
+    from tvmgen.tuning import tune as tuning
 
     tuning.check_dependencies()
     if (tracker or proxy) and not key:

@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tvmgen import __version__
-from tvmgen.core import artifact
-from tvmgen.compiler import kernels
-from tvmgen.compiler import adreno, export as exporter, gpu, recurrent, stack_tiles
+from tvmgen.compiler import adreno, gpu, kernels, stack_tiles
+from tvmgen.compiler import export as exporter
 from tvmgen.compiler.platforms import DL_DEVICE_TYPES, Platform, make_target, target_dict
+from tvmgen.core import artifact
 from tvmgen.core.errors import CompileError, TvmgenError
-from tvmgen.core.model import ImportedModel, TensorSpec
 from tvmgen.core.log import console, filtered_stderr, step
+from tvmgen.core.model import ImportedModel, TensorSpec
+from tvmgen.frontends import recurrent
 
 log = logging.getLogger("tvmgen.compiler")
 
@@ -85,7 +86,7 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
                                  tir_pipeline=tir_pipeline, system_lib=True if opts.platform.system_lib else None)
         except TvmgenError:  # tvmgen's own (e.g. a tuning database without this target): already says what to do
             raise
-        except Exception as e:  # noqa: BLE001 - TVM raises many kinds; each becomes a CompileError below
+        except Exception as e:
             log.info("the build with %s failed", name, exc_info=True)
             failures.append((name, e))
             continue

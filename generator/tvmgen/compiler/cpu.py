@@ -63,8 +63,8 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
     import tvm
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    from tvmgen.compiler.database import open_database
     from tvmgen.compiler import inputs
+    from tvmgen.compiler.database import open_database
 
     database = open_database(tuning_db, target) if tuning_db else None
 

@@ -7,9 +7,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tvmgen.core import resources
-from tvmgen.core import toolchains
 from tvmgen.compiler.platforms import Platform
+from tvmgen.core import resources, toolchains
 
 # tvmgen's parallel launcher (jni/src/parallel/parallel_pool.cc), compiled into every model library
 # linked here; tvmgen's runtimes switch the library to it after loading it (runner.HostModel, Model::Load).

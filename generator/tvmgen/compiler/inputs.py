@@ -89,7 +89,7 @@ def with_param_alignment(func, params: set[int], align: int):
         ann.keywords.append(ast.keyword(arg="align", value=ast.Constant(align)))
     try:
         new = tvm.script.from_source(ast.unparse(tree))
-    except Exception as e:  # noqa: BLE001 - keep the function as it was
+    except Exception as e:
         log.debug("input alignment: %s does not round-trip: %s", func.attrs, e)
         return None
     if len(new.params) != len(func.params) or any(

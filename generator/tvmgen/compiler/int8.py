@@ -507,7 +507,7 @@ def _inline_side_terms(sch, block) -> None:
                 sch.compute_inline(b)
                 changed = True
                 break
-            except Exception:  # noqa: BLE001 - stays a small loop of its own
+            except Exception:
                 continue
 
 

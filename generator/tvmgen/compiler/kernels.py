@@ -26,7 +26,7 @@ KINDS = ("conv2d", "depthwise", "matmul", "recurrent", "elementwise", "copies/la
 # Block names (TOPI's compute names) that say what a kernel does, strongest first.
 _BLOCK_KINDS = (("depthwise", ("depthwise", "group_conv")), ("conv2d", ("conv",)),
                 ("matmul", ("matmul", "dense", "T_matmul_NT", "batch_matmul", "int8_dot")),
-                ("recurrent", ("recurrence",)))  # compiler/recurrent.py's LSTM / GRU kernels
+                ("recurrent", ("recurrence",)))  # frontends/recurrent.py's LSTM / GRU kernels
 _LAYOUT_OPS = {"transpose", "reshape", "layout_transform", "concat", "split", "strided_slice", "squeeze",
                "expand_dims", "broadcast_to", "flatten", "take", "gather", "copy", "pad", "tile", "repeat"}
 _REDUCTION_OPS = {"mean", "sum", "max", "min", "softmax", "log_softmax", "max_pool2d", "avg_pool2d",
@@ -104,7 +104,7 @@ def record(directory: Path, mod, params, source: str | None) -> None:
         return
     try:
         table = describe(mod)
-    except Exception:  # noqa: BLE001 - TVM objects this table does not know: the build itself is fine
+    except Exception:
         log.info("no kernels.json: the built module could not be described", exc_info=True)
         return
     table["source_weights"] = weights_summary(params, source)
@@ -184,7 +184,7 @@ def _flops(func) -> float:
 
     try:
         return float(estimate_tir_flops(tvm.IRModule({"main": func})))
-    except Exception:  # noqa: BLE001 - a kernel TVM cannot count (dynamic loops): unknown, shown as "-"
+    except Exception:
         return 0.0
 
 
@@ -210,7 +210,7 @@ def _block_names(func) -> list[str]:
 
     try:
         sch = s_tir.Schedule(func)
-    except Exception:  # noqa: BLE001 - a function without blocks (already lowered): names only
+    except Exception:
         return []
     names = []
 
@@ -221,6 +221,6 @@ def _block_names(func) -> list[str]:
 
     try:
         walk(sch.get_sblock("root"))
-    except Exception:  # noqa: BLE001 - no root block
+    except Exception:
         return names
     return names

@@ -76,7 +76,7 @@ def to_fp16(mod):
         mod = relax.transform.ToMixedPrecision(out_dtype=ACCUMULATE)(mod)
         mod = relax.transform.InlinePrivateFunctions()(mod)  # the wrappers, gone again
         mod = relax.transform.FoldConstant()(mod)  # astype(weight) -> float16 constants in the library
-    except Exception as e:  # noqa: BLE001 - TVM raises many kinds
+    except Exception as e:
         log.info("ToMixedPrecision failed", exc_info=True)
         raise CompileError(f"TVM could not convert the model to fp16: {type(e).__name__}: "
                            f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}",

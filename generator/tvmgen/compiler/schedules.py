@@ -213,7 +213,7 @@ def schedule_module(mod, shape: CpuShape) -> tuple[list[str], list[str]]:
 
 
 def _is_handwritten(func) -> bool:
-    """tvmgen's own kernels, written scheduled (compiler/recurrent.py's LSTM / GRU)."""
+    """tvmgen's own kernels, written scheduled (frontends/recurrent.py's LSTM / GRU)."""
     import tvm
 
     return isinstance(func, tvm.tirx.PrimFunc) and bool(func.attrs and "tvmgen.recurrent" in func.attrs)
@@ -294,7 +294,7 @@ def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
             int8.schedule_dot(sch, dot, shape.registers, lambda s, acc: rules.fold_epilogue(s, acc, shape),
                               lambda s, blocks: rules.schedule_injective(s, blocks, shape))
             return sch
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             log.debug("%s: no dot-product schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
             return None
     _inline_dequantize(sch)
@@ -304,7 +304,7 @@ def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
         try:
             softmax.schedule_softmax(sch, shape.lanes(32))
             return sch
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             log.debug("%s: no softmax schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
             return None
     for depthwise_rule in (True, False):  # the depthwise rule, else the general one
@@ -322,7 +322,7 @@ def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
                 log.debug("%s: %d reductions, left unscheduled", name, len(reductions))
                 return None
             return sch
-        except Exception as e:  # noqa: BLE001 - a rule that does not fit leaves the function as TVM lowers it
+        except Exception as e:
             if depthwise_rule:  # a depthwise convolution the depthwise rule does not fit: try the general one
                 continue
             log.debug("%s: no default schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)

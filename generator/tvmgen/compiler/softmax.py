@@ -52,9 +52,8 @@ def schedule_softmax(sch, lanes: int) -> None:
     root = sch.get_sblock("root")
     named = {sch.get(b).name_hint: b for b in sch.get_child_blocks(root)}
     for name, b in named.items():
-        if name not in BLOCKS:
-            if not try_(sch.compute_inline, b):
-                raise ValueError(f"softmax: cannot inline {name}")
+        if name not in BLOCKS and not try_(sch.compute_inline, b):
+            raise ValueError(f"softmax: cannot inline {name}")
     mx, ex, sm, out = (sch.get_sblock(n) for n in BLOCKS)
     # The row maximum and sum as `lanes` partial results, combined at the end: a scalar loop is a
     # chain of dependent additions (4 cycles each), vectors do `lanes` at a time.

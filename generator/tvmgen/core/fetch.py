@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import http.client
 import logging
 import os
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from tvmgen import __version__
 from tvmgen.core import log as logs
+from tvmgen.core.artifact import sha256_file
 from tvmgen.core.errors import ToolMissingError
 
 log = logging.getLogger("tvmgen.fetch")
@@ -35,14 +35,6 @@ RESUMES = 5  # in-run resumes after a transfer breaks off having made progress
 
 class DownloadError(ToolMissingError):
     """A download failed: the tool it brings is still missing (exit 3)."""
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def manual_hint(url: str, sha256: str, dest: Path) -> str:
@@ -57,7 +49,7 @@ def fetch(url: str, sha256: str | None, dest: Path, what: str) -> Path:
                             "give one in the file TVMGEN_DOWNLOADS names ({\"<name>\": {\"sha256\": ...}}), "
                             "from the publisher's page")
     if dest.is_file():
-        if sha256_of(dest) == sha256:
+        if sha256_file(dest) == sha256:
             log.info("%s: %s is already here and verified", what, dest)
             return dest
         dest.unlink()
@@ -70,7 +62,7 @@ def fetch(url: str, sha256: str | None, dest: Path, what: str) -> Path:
         before = part.stat().st_size if part.exists() else 0
         try:
             complete = _transfer(url, sha256, part, what, dest)
-        except _Interrupted as e:
+        except _InterruptedError as e:
             after = part.stat().st_size if part.exists() else 0
             if after > before and resumes < RESUMES:
                 resumes += 1
@@ -83,7 +75,7 @@ def fetch(url: str, sha256: str | None, dest: Path, what: str) -> Path:
                                 manual_hint(url, sha256, dest)) from None
         if complete:
             break
-    got = sha256_of(part)
+    got = sha256_file(part)
     if got != sha256:
         part.unlink()
         raise DownloadError(f"{url} has SHA-256 {got}, not the pinned {sha256}: the file was deleted",
@@ -94,7 +86,7 @@ def fetch(url: str, sha256: str | None, dest: Path, what: str) -> Path:
     return dest
 
 
-class _Interrupted(Exception):
+class _InterruptedError(Exception):
     pass
 
 
@@ -116,7 +108,7 @@ def _transfer(url: str, sha256: str, part: Path, what: str, dest: Path) -> bool:
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         if have:
-            raise _Interrupted(str(reason)) from None
+            raise _InterruptedError(str(reason)) from None
         raise DownloadError(f"cannot download {what}: {url} is unreachable ({reason})",
                             "no network here? " + manual_hint(url, sha256, dest)) from None
     with response:
@@ -138,13 +130,13 @@ def _transfer(url: str, sha256: str, part: Path, what: str, dest: Path) -> bool:
                     received += len(block)
                     advance(len(block))
         except (http.client.HTTPException, ConnectionError, TimeoutError) as e:
-            raise _Interrupted(type(e).__name__) from None
+            raise _InterruptedError(type(e).__name__) from None
         except OSError as e:
             if e.errno == errno.ENOSPC:
                 raise _disk_full(part.parent, what, part) from None
-            raise _Interrupted(str(e)) from None
+            raise _InterruptedError(str(e)) from None
     if remaining is not None and received < remaining:
-        raise _Interrupted(f"got {received} of {remaining} bytes")
+        raise _InterruptedError(f"got {received} of {remaining} bytes")
     return True
 
 
@@ -173,8 +165,7 @@ def _progress(what: str, total: int | None, done: int):
         yield lambda n: None
         logs.console.print(f"[green]✓[/] downloaded {what}")
         return
-    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                               TransferSpeedColumn)
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   TimeRemainingColumn(), console=logs.console) as bar:
@@ -226,3 +217,18 @@ def unpack_zip(archive: Path, top: str, final: Path) -> Path:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return final
+
+
+# ------------------------------------------------------------------ where downloads go
+
+def data_dir() -> Path:
+    """tvmgen's own data directory: $TVMGEN_DATA_DIR, else $XDG_DATA_HOME/tvmgen (~/.local/share/tvmgen)."""
+    if os.environ.get("TVMGEN_DATA_DIR"):
+        return Path(os.environ["TVMGEN_DATA_DIR"]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "tvmgen"
+
+
+def sdk_dir() -> Path:
+    """The Android SDK tvmgen installs (cmdline-tools/latest, platforms, build-tools, ndk, cmake)."""
+    return data_dir() / "android-sdk"

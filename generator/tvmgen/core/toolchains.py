@@ -144,10 +144,10 @@ class AndroidNdk(Tool):
                         f"point {var} at an unpacked Android NDK (r25 or newer), or unset it",
                     )
                 return root
-        from tvmgen.android import downloads
+        from tvmgen.core.fetch import sdk_dir
 
         # the SDK's ndk/<version> folders: the environment's SDK, else the one `tvmgen doctor --install` made
-        sdk = os.environ.get("ANDROID_HOME") or os.environ.get("ANDROID_SDK_ROOT") or downloads.sdk_dir()
+        sdk = os.environ.get("ANDROID_HOME") or os.environ.get("ANDROID_SDK_ROOT") or sdk_dir()
         if (Path(sdk) / "ndk").is_dir():
             versions = sorted(
                 (p for p in (Path(sdk) / "ndk").iterdir() if p.is_dir()),

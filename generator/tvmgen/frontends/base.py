@@ -11,7 +11,6 @@ import numpy as np
 from tvmgen.core.errors import InputError
 from tvmgen.core.model import DTYPES, ImportedModel, TensorSpec
 
-
 INPUT_FLAG_EXAMPLE = "--input NAME:1x224x224x3:float32"
 
 
@@ -76,7 +75,7 @@ def const_value(name: str, text: str, shape, dtype: str) -> np.ndarray:
     return np.asarray(values, dtype=dtype).reshape(dims)
 
 
-def bind_inputs(imported: "ImportedModel", consts: dict[str, str]) -> "ImportedModel":
+def bind_inputs(imported: ImportedModel, consts: dict[str, str]) -> ImportedModel:
     """Relax-level --const for frontends that import first: the inputs become constants of
     ``main`` (folded at compile time), the reference gets their values."""
     import tvm
@@ -101,7 +100,7 @@ def bind_inputs(imported: "ImportedModel", consts: dict[str, str]) -> "ImportedM
 LIFT_MIN_BYTES = 1024  # smaller constants (scalars, shapes, short vectors) stay in the graph, where they fold
 
 
-def weights_as_params(imported: "ImportedModel") -> "ImportedModel":
+def weights_as_params(imported: ImportedModel) -> ImportedModel:
     """--separate-params for every frontend: weights the importer left inside ``main`` as constants
     (TVM's TFLite and PyTorch importers do) become parameters after the existing ones, in the order
     they are met, so they go to model.params instead of into the library. A weight stored as fp16

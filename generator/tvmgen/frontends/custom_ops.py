@@ -60,7 +60,7 @@ def tflite_op(custom_code: str, numpy: Callable | None = None):
 
 def _source(fn) -> str:
     module = getattr(fn, "__module__", "") or ""
-    return "tvmgen" if module.startswith("tvmgen.") else (getattr(fn, "__code__", None) and fn.__code__.co_filename
+    return "tvmgen" if module.startswith("tvmgen.") else ((getattr(fn, "__code__", None) and fn.__code__.co_filename)
                                                          or module)
 
 

@@ -6,7 +6,7 @@ bodies of control flow (an ``If`` on a sample rate holding an LSTM), before the 
 LSTM and GRU need a fixed sequence length (set the input's shape with ``--input``). A layer
 whose gates fit 256 GPU threads (4H or 3H <= 256), without peepholes or ``clip``, becomes one
 kernel per direction (``TvmgenLSTM`` / ``TvmgenGRU`` nodes, converted by ``register_converters``
-into ``compiler/recurrent.py``'s kernels); other layers are unrolled over their sequence: each
+into ``frontends/recurrent.py``'s kernels); other layers are unrolled over their sequence: each
 step a matrix product with the input and one with the recurrent weights, and the gate arithmetic. Directions
 forward, reverse and bidirectional, both layouts, peepholes, ``clip``, GRU's
 ``linear_before_reset``; the default activations only (sigmoid, tanh), as every exporter writes.
@@ -18,8 +18,8 @@ import itertools
 
 import numpy as np
 
-from tvmgen.frontends.custom_ops import ONNX, onnx_op
 from tvmgen.core.errors import ModelError
+from tvmgen.frontends.custom_ops import ONNX, onnx_op
 
 
 class Context:
@@ -228,7 +228,7 @@ def _outputs(e: _Emit, node, per_dir_steps, per_dir_last, layout: int, batch: in
         e("Transpose", [y], outs[k + 1], perm=[1, 0, 2]) if layout else e("Identity", [y], outs[k + 1])
 
 
-# One kernel per direction (compiler/recurrent.py) where its GPU variant fits one pass of a work-group
+# One kernel per direction (frontends/recurrent.py) where its GPU variant fits one pass of a work-group
 # of 256 threads, a thread per gate; larger layers, peepholes and clip are unrolled.
 FUSED_DOMAIN = "ai.tvmgen"
 FUSED_MAX_GATES = 256
@@ -353,7 +353,7 @@ def register_converters() -> None:
     from tvm import relax
     from tvm.relax.frontend.onnx import onnx_frontend
 
-    from tvmgen.compiler import recurrent
+    from tvmgen.frontends import recurrent
 
     if getattr(onnx_frontend._get_convert_map, "tvmgen", False):
         return

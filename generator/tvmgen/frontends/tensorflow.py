@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 from tvmgen.core.errors import ModelError, ToolMissingError
-from tvmgen.frontends import onnx as onnx_frontend
 from tvmgen.core.model import ImportedModel
+from tvmgen.frontends import onnx as onnx_frontend
 from tvmgen.frontends.base import InputOverride
 
 log = logging.getLogger("tvmgen.frontends.tensorflow")

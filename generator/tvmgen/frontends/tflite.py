@@ -72,10 +72,7 @@ def check_operators(model, ops: list[tuple[int, str, str]]) -> None:
     supported_custom = supported_custom()
     bad: dict[str, list[str]] = {}
     for i, name, out in ops:
-        if name.startswith("CUSTOM:"):
-            ok = name in supported_custom
-        else:
-            ok = supported is None or name in supported
+        ok = name in supported_custom if name.startswith("CUSTOM:") else supported is None or name in supported
         if not ok:
             bad.setdefault(name, []).append(f"#{i} -> {out}")
     if bad:

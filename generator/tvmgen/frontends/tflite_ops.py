@@ -119,7 +119,7 @@ def constant_value(conv, tensor, op_name: str, what: str) -> np.ndarray:
         if unbound:
             raise ValueError(f"it depends on {', '.join(str(v.name) for v in unbound)}")
         return _evaluate(conv, expr, order)
-    except Exception as e:  # noqa: BLE001 - said with the operator and the tensor
+    except Exception as e:
         raise ModelError(f"{subject} {are} not constant: computed by operators tvmgen could not evaluate to a "
                          f"constant ({type(e).__name__}: {(str(e).strip().splitlines() or [''])[-1][:200]})",
                          fix) from e

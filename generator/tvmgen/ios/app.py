@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tvmgen import frontends
-from tvmgen.core import artifact
-from tvmgen.frontends import builtin
 from tvmgen.compiler import build
 from tvmgen.compiler.platforms import PLATFORMS, check_pair
+from tvmgen.core import artifact
 from tvmgen.core.errors import InputError, ToolMissingError
+from tvmgen.core.log import console, step
+from tvmgen.frontends import builtin
 from tvmgen.frontends.base import InputOverride
 from tvmgen.ios import project, tools
-from tvmgen.core.log import console, step
 
 
 @dataclass

@@ -35,7 +35,7 @@ def defined_symbols(data: bytes) -> list[str]:
     """The external symbols a 64-bit Mach-O object defines (from LC_SYMTAB), in table order."""
     magic, _ = macho_header(data)
     if magic != MH_MAGIC_64:
-        raise InputError("not a 64-bit Mach-O object (magic %#x)" % magic,
+        raise InputError(f"not a 64-bit Mach-O object (magic {magic:#x})",
                          "the iOS model archive is made from an ios-arm64 artifact's objects")
     ncmds, = struct.unpack_from("<I", data, 16)
     offset, names = 32, []

@@ -188,10 +188,10 @@ def create_project(out_dir: Path, ctx: dict, artifact_dir: Path) -> list[str]:
 
     Returns the symbols the model archive indexes.
     """
-    from tvmgen.apps.templates import templates as apps
+    from tvmgen.apps import templates
     from tvmgen.ios import archive
 
-    apps.render("ios_rpc", out_dir, ctx, filters={"pbx": pbx_string})
+    templates.render("ios_rpc", out_dir, ctx, filters={"pbx": pbx_string})
     shutil.copytree(resources.jni_dir(), out_dir / "tvmgen-jni",
                     ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
     models = out_dir / "Models"

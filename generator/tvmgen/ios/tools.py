@@ -11,8 +11,8 @@ import platform
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from tvmgen.core import toolchains
 from tvmgen.core.errors import ToolMissingError

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tvmgen.core import artifact
-from tvmgen.core import binfmt
+from tvmgen.core import artifact, binfmt
 from tvmgen.core.errors import CheckError, InputError
 from tvmgen.core.log import console, step
 from tvmgen.remote.rpc import RpcError, accepts, parse_address, tracker_summary
@@ -69,7 +68,7 @@ def connect(t: Target):
         raise InputError("give exactly one of --tracker HOST:PORT or --proxy HOST:PORT")
     if t.tracker:
         keys = tracker_summary(t.tracker)
-        if t.key not in keys or keys[t.key].get("total", 0) == 0 and keys[t.key].get("free", 0) == 0:
+        if t.key not in keys or (keys[t.key].get("total", 0) == 0 and keys[t.key].get("free", 0) == 0):
             known = ", ".join(sorted(k for k, v in keys.items() if v.get("total") or v.get("free"))) or "none"
             raise RpcError(f"no device with key {t.key!r} is registered with the tracker at {t.tracker}",
                            f"devices there: {known}; start one with `tvmgen rpc device --key {t.key} --tracker {t.tracker}`")
@@ -230,7 +229,7 @@ def _device_memory(remote) -> dict | None:
     """The device server's resident memory now ({rss_bytes, peak_bytes}); None from a server without it."""
     try:
         f = remote.get_function("tvmgen.resident_memory")
-    except Exception:  # noqa: BLE001 - TVM's own server, or an older tvmgen: no memory figures
+    except Exception:
         return None
     return json.loads(f())
 
@@ -242,7 +241,7 @@ def _profile_on_device(remote, vm, manifest: artifact.Manifest, directory: Path,
 
     try:
         f = remote.get_function("tvmgen.profile_vm")
-    except Exception as e:  # noqa: BLE001 - not tvmgen's device server, or an older one
+    except Exception as e:
         raise InputError("the device server cannot profile (no tvmgen.profile_vm): it is not tvmgen's, or older",
                          "start tvmgen's device server (tvmgen rpc device), rebuilt by this tvmgen") from e
     from tvmgen.compiler.platforms import DL_DEVICE_TYPES
@@ -282,7 +281,7 @@ def device_outputs(remote, out, specs: list) -> list:
                 size, get = remote.get_function("ffi.ArraySize"), remote.get_function("ffi.ArrayGetItem")
             try:
                 n = int(size(value))
-            except Exception as e:  # noqa: BLE001 - the device says it is not an ffi.Array
+            except Exception as e:
                 raise CheckError(f"the device's output {path} is neither a tensor nor a tuple of tensors "
                                  f"({type(value).__name__}: {_last(e)})",
                                  "tvmgen benches models whose outputs are tensors") from e

@@ -60,7 +60,7 @@ class Profile:
                     device: str = "cpu", clock: str = "host", kernels_median_ms: float | None = None) -> Profile:
         rows, vm_calls, vm_ns = [], 0, 0
         for name, (calls, total_ns) in counts.items():
-            if name.startswith("vm.") or name.startswith("runtime."):
+            if name.startswith(("vm.", "runtime.")):
                 vm_calls, vm_ns = vm_calls + calls, vm_ns + total_ns
                 continue
             ops, kind, flops = kernel_table.kind_of(name, table)

@@ -143,8 +143,8 @@ def aarch64_runner() -> tuple[Path | None, str]:
     """(tvmgen-run built for linux-aarch64, "") where it can run here, else (None, why not and what to install)."""
     import shutil
 
-    from tvmgen.runtime import runtime_build
     from tvmgen.compiler.platforms import _host_arch
+    from tvmgen.runtime import runtime_build
 
     if _host_arch() != "aarch64":
         if shutil.which(QEMU) is None:

@@ -16,10 +16,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tvmgen.core import artifact
-from tvmgen.core import resources
-from tvmgen.runtime import runtime_build
+from tvmgen.core import artifact, resources
 from tvmgen.core.errors import InputError
+from tvmgen.runtime import runtime_build
 
 # embed --platform -> (runtime build platform or None, default ABI)
 PLATFORMS = {"host": "host", "linux-aarch64": "linux-aarch64", "android": None}

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tvmgen.core import artifact
 from tvmgen.compiler.platforms import PLATFORMS, host_cpu_target, missing_cpu_features
+from tvmgen.core import artifact
 from tvmgen.core.errors import InputError, TvmgenError
 from tvmgen.core.log import filtered_stderr
 
@@ -194,7 +194,7 @@ class HostModel:
                 try:
                     tensors.append(tvm_ffi.from_dlpack(a, require_alignment=align, require_contiguous=True))
                     continue
-                except Exception:  # noqa: BLE001 - not accepted in place: copied below
+                except Exception:
                     pass
             entry = self._staged.get(i)
             if entry is None or tuple(entry[0].shape) != a.shape or str(entry[0].dtype) != str(a.dtype):
@@ -222,7 +222,7 @@ def _numpy_dtype(name: str):
 def _numpy_view(tensor) -> np.ndarray | None:
     try:
         return np.from_dlpack(tensor)
-    except Exception:  # noqa: BLE001 - a dtype numpy's DLPack lacks: Tensor.copyfrom then
+    except Exception:
         return None
 
 
@@ -289,7 +289,7 @@ def read_input_files(flags, specs) -> dict[str, np.ndarray]:
     return inputs
 
 
-__all__ = ["HostModel", "Timings", "compare", "PLATFORMS"]
+__all__ = ["PLATFORMS", "HostModel", "Timings", "compare"]
 
 
 def vm_devices(manifest, dev):

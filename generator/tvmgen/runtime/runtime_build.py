@@ -15,8 +15,7 @@ import zipfile
 from importlib.metadata import version
 from pathlib import Path
 
-from tvmgen.core import resources
-from tvmgen.core import toolchains
+from tvmgen.core import resources, toolchains
 from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
 from tvmgen.core.log import step
 

@@ -75,7 +75,8 @@ def prepare(mod, target):
     recurrent layers (as compiler.build makes them)."""
     import tvm
 
-    from tvmgen.compiler import cpu, gpu, recurrent
+    from tvmgen.compiler import cpu, gpu
+    from tvmgen.frontends import recurrent
 
     if is_gpu(target):
         if not tunable(target):
@@ -233,7 +234,7 @@ def default_schedule(ctx, shape):
         replay = s_tir.Schedule(ctx.mod)
         sch.trace.apply_to_schedule(replay, remove_postproc=False)
         tvm.ir.assert_structural_equal(replay.mod, sch.mod)
-    except Exception as e:  # noqa: BLE001 - the seed is a head start, not a requirement
+    except Exception as e:
         log.info("task %s: dlight's schedule is not a replayable record (%s)", ctx.task_name, e)
         return None
     return sch
@@ -320,7 +321,7 @@ def _cost_model(ms, path: Path, threads: int):
     if path.is_file():
         try:
             model.load(str(path))
-        except Exception as e:  # noqa: BLE001 - a damaged file costs only the head start
+        except Exception as e:
             log.warning("cannot load the saved cost model %s (%s); starting untrained", path, e)
             model = ms.cost_model.XGBModel(num_tuning_cores=threads)
     return model

@@ -3,6 +3,7 @@ in-process builder, and the runner (here, or a device over RPC: the pieces MetaS
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from dataclasses import dataclass
@@ -116,15 +117,11 @@ def rpc_alloc_arguments(session, device, args_info, alloc_repeat):
 def rpc_cleanup(session, remote_path):
     cache = getattr(session, "_tvmgen_kernel_cache", None)
     if cache:
-        try:
+        with contextlib.suppress(Exception):  # the device may have gone
             session.get_function("tvmgen.opencl.set_cache_dir")(cache)
-        except Exception:  # the device may have gone
-            pass
     if session is not None and remote_path is not None:
-        try:
+        with contextlib.suppress(Exception):  # the device may have gone; the next session starts clean anyway
             session.remove(remote_path)
-        except Exception:  # the device may have gone; the next session starts clean anyway
-            pass
 
 
 def candidate_runner(ms, device: Device):

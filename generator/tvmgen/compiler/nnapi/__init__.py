@@ -19,14 +19,55 @@ Modules: report (preparation, operators, FLOPs, the report), placement (patterns
 costs (TVM-side costs measured over RPC), codegen (the NNAPI build).
 """
 
-from tvmgen.compiler.nnapi.codegen import (CODEGEN, RUNTIME_NEEDS, NnapiBuildError, _nnapi_calls, generate, has_codegen,
-                                  keep_on_tvm, partition_and_generate, require_codegen, runtime_needs)
-from tvmgen.compiler.nnapi.costs import format_costs, measure_tvm_costs, op_instances, single_op_model, with_measured
-from tvmgen.compiler.nnapi.placement import DEFAULT_COSTS, cost_strategy, load_costs, op_cost_ms, partition, transition_ms
+from tvmgen.compiler.nnapi.codegen import (
+                                  CODEGEN,
+                                  RUNTIME_NEEDS,
+                                  NnapiBuildError,
+                                  _nnapi_calls,
+                                  generate,
+                                  has_codegen,
+                                  keep_on_tvm,
+                                  partition_and_generate,
+                                  require_codegen,
+                                  runtime_needs,
+)
+from tvmgen.compiler.nnapi.costs import format_costs, op_instances, single_op_model, with_measured
+from tvmgen.compiler.nnapi.placement import (
+                                  DEFAULT_COSTS,
+                                  cost_strategy,
+                                  load_costs,
+                                  op_cost_ms,
+                                  partition,
+                                  transition_ms,
+)
 from tvmgen.compiler.nnapi.report import Op, Report, analyse, format_report, op_flops, prepare, why_not_nnapi
 
-__all__ = ["CODEGEN", "DEFAULT_COSTS", "RUNTIME_NEEDS", "NnapiBuildError", "Op", "Report", "analyse", "cost_strategy",
-           "format_costs", "format_report", "generate", "has_codegen", "keep_on_tvm", "load_costs",
-           "measure_tvm_costs", "op_cost_ms", "op_flops", "op_instances", "partition", "partition_and_generate",
-           "prepare", "require_codegen", "runtime_needs", "single_op_model", "transition_ms", "why_not_nnapi",
-           "with_measured", "_nnapi_calls"]
+__all__ = [
+                                  "CODEGEN",
+                                  "DEFAULT_COSTS",
+                                  "RUNTIME_NEEDS",
+                                  "NnapiBuildError",
+                                  "Op",
+                                  "Report",
+                                  "_nnapi_calls",
+                                  "analyse",
+                                  "cost_strategy",
+                                  "format_costs",
+                                  "format_report",
+                                  "generate",
+                                  "has_codegen",
+                                  "keep_on_tvm",
+                                  "load_costs",
+                                  "op_cost_ms",
+                                  "op_flops",
+                                  "op_instances",
+                                  "partition",
+                                  "partition_and_generate",
+                                  "prepare",
+                                  "require_codegen",
+                                  "runtime_needs",
+                                  "single_op_model",
+                                  "transition_ms",
+                                  "why_not_nnapi",
+                                  "with_measured",
+]

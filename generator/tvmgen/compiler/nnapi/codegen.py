@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from tvmgen.core.errors import TvmgenError
 from tvmgen.compiler.nnapi.placement import load_costs, partition
 from tvmgen.compiler.nnapi.report import Report, format_report
+from tvmgen.core.errors import TvmgenError
 
 
 class NnapiBuildError(TvmgenError):

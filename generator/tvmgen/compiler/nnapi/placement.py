@@ -6,10 +6,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-
-from tvmgen.core.errors import InputError
 from tvmgen.compiler.nnapi.report import Op, Report, analyse, prepare
-
+from tvmgen.core.errors import InputError
 
 # Static costs (the NNAPI RFC's approach for users without a phone at hand). Rates in GFLOP/s; a
 # transition hands a tensor between TVM and an NNAPI execution: a fixed cost plus a per-MB copy.
@@ -71,7 +69,7 @@ def cost_strategy(patterns: Report, costs: dict) -> Report:
         side = back[i][side]
     new_ops, partition, prev = [], -1, 0
     for op, s in zip(ops, chosen):
-        o = Op(**{**asdict(op)})
+        o = Op(**asdict(op))
         if s:
             partition += 0 if prev else 1
             o.side, o.partition = "nnapi", partition
