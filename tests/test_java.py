@@ -271,7 +271,7 @@ def test_profile_names_the_models_kernels(checked, artifacts):
     rows = [ln.split("\t") for ln in (out / "profile.tsv").read_text().splitlines()]
     # Profile.entries(): every function the VM called, as the runtime counted them, slowest first
     assert {r[0]: int(r[1]) for r in rows} == {name: c[0] for name, c in raw["counts"].items()}
-    for name, calls, total_ms, builtin in rows:
+    for name, _calls, total_ms, builtin in rows:
         assert abs(float(total_ms) - raw["counts"][name][1] / 1e6) < 1e-9
         assert builtin == ("true" if name.startswith(("vm.", "runtime.")) else "false"), name
     totals = [float(r[2]) for r in rows]
