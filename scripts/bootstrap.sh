@@ -43,7 +43,7 @@ if [[ ! -x .venv/bin/python ]]; then
   echo "bootstrap: creating .venv with $($PY --version)"
   "$PY" -m venv .venv
 fi
-echo "bootstrap: pip install -e .[tensorflow,torch,plot,test,bench,tune] (pinned by scripts/constraints.txt)"
+echo "bootstrap: pip install -e .[tensorflow,torch,plot,test,bench,tune,dev] (pinned by scripts/constraints.txt)"
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -c scripts/constraints.txt -e ".[tensorflow,torch,plot,test,bench,tune]"
+.venv/bin/python -m pip install -q -c scripts/constraints.txt -e ".[tensorflow,torch,plot,test,bench,tune,dev]"
 echo "bootstrap: done; tvmgen is .venv/bin/tvmgen"
