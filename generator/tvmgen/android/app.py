@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tvmgen.android import adb, doctor, downloads, signing, tools
 from tvmgen.core import toolchains
-from tvmgen.core.errors import TvmgenError
+from tvmgen.core.errors import InputError, TvmgenError
 from tvmgen.core.log import step
 
 
@@ -61,7 +61,12 @@ def build_apk(project: Path, opts: AppOptions) -> Path:
     out_dir = project / "apk"
     out_dir.mkdir(exist_ok=True)
     aligned = signing.zipalign(built[0], out_dir / "aligned.apk")
-    key = signing.release_key(opts.keystore, opts.key_alias) if opts.release else signing.debug_key()
+    if not opts.release:
+        key = signing.debug_key()
+    elif opts.keystore is not None and opts.key_alias is not None:
+        key = signing.release_key(opts.keystore, opts.key_alias)
+    else:
+        raise InputError("a release build needs a keystore and a key alias", "pass --keystore FILE and --key-alias ALIAS")
     final = out_dir / f"{opts.app_name.replace(' ', '-')}-{'release' if opts.release else 'debug-signed'}.apk"
     with step(f"Signing with apksigner ({'release' if opts.release else 'debug'} key, v2 + v3)"):
         signing.sign(aligned, key, final)

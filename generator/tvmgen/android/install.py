@@ -101,7 +101,9 @@ def gradle_usable() -> bool:
         version = gradle.version()
     except TvmgenError:
         return False
-    return bool(version) and tools.version_at_least(version, downloads.GRADLE_VERSION)
+    if not version:
+        return False
+    return tools.version_at_least(version, downloads.GRADLE_VERSION)
 
 
 def make_plan() -> Plan:

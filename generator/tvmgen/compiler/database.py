@@ -16,6 +16,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from tvmgen.compiler.platforms import tunable
 from tvmgen.core.errors import InputError
@@ -71,7 +72,7 @@ def _kind_defaults(kind: str) -> dict:
 def target_spec(target) -> dict:
     """The target as the dict `compile` builds it from (no num-cores: that is a tuning-only attribute).
     A GPU target leaves out the attributes its kind has anyway and keeps its host (a nested dict)."""
-    spec = {}
+    spec: dict[str, Any] = {}
     defaults = _kind_defaults(target.kind.name) if is_gpu(target) else {}
     for k, v in dict(target.export()).items():
         if k in ("tag", "keys", "num-cores", "host") or k.startswith("feature."):  # derived or tuning-only

@@ -87,9 +87,11 @@ def _register(instruction: str, lanes: int, a_dtype: str, b_dtype: str) -> str:
     llvm = _LLVM_INTRINSICS[instruction]
     nbytes = lanes * 4
 
+    # TVMScript reads the parameters' annotations as buffer declarations: T.Buffer(...) is a call,
+    # which no type checker takes as a type (the ignores below, here and in impl)
     @T.prim_func(s_tir=True)
-    def desc(A: T.Buffer((4,), a_dtype, offset_factor=1), B: T.Buffer((lanes, 4), b_dtype, offset_factor=1),
-             C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
+    def desc(A: T.Buffer((4,), a_dtype, offset_factor=1), B: T.Buffer((lanes, 4), b_dtype, offset_factor=1),  # type: ignore[valid-type]
+             C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:  # type: ignore[valid-type]
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
             T.writes(C[0:lanes])
@@ -99,8 +101,8 @@ def _register(instruction: str, lanes: int, a_dtype: str, b_dtype: str) -> str:
                     C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
 
     @T.prim_func(s_tir=True)
-    def impl(A: T.Buffer((4,), a_dtype, offset_factor=1), B: T.Buffer((lanes, 4), b_dtype, offset_factor=1),
-             C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
+    def impl(A: T.Buffer((4,), a_dtype, offset_factor=1), B: T.Buffer((lanes, 4), b_dtype, offset_factor=1),  # type: ignore[valid-type]
+             C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:  # type: ignore[valid-type]
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
             T.writes(C[0:lanes])
@@ -162,12 +164,15 @@ def _constant(expr, var2val, kinds: str = "iu"):
             return data.reshape([int(d) for d in value.ty.shape.values])
         axes = value.attrs.axes
         return data.transpose([int(a) for a in axes] if axes is not None else None)
-    args = [_constant(a, var2val, kinds) for a in value.args] if op in ("relax.astype", "relax.subtract") else [None]
-    if any(a is None for a in args):
+    if op not in ("relax.astype", "relax.subtract"):
+        return None
+    args = [_constant(a, var2val, kinds) for a in value.args]
+    known = [a for a in args if a is not None]
+    if len(known) != len(args):
         return None
     if op == "relax.astype":
-        return args[0] if str(value.attrs.dtype) in ("int32", "int64") else None
-    return args[0] - args[1]
+        return known[0] if str(value.attrs.dtype) in ("int32", "int64") else None
+    return known[0] - known[1]
 
 
 def _weights(w: np.ndarray, b_dtype: str):

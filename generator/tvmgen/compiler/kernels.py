@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -150,7 +151,7 @@ def relax_ops(kernel: str) -> list[str]:
     return ops or [re.sub(r"\d+$", "", base)]
 
 
-def kernel_kind(ops: list[str], blocks: list[str] = (), flops: float | None = None) -> str:
+def kernel_kind(ops: list[str], blocks: Sequence[str] = (), flops: float | None = None) -> str:
     """One of KINDS, from the kernel's compute blocks (TOPI names them) and its operators."""
     text = " ".join(blocks).lower()
     for kind, words in _BLOCK_KINDS:

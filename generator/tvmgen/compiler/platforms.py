@@ -10,6 +10,7 @@ import functools
 import platform as _platform
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from tvmgen.core.errors import InputError
 
@@ -155,7 +156,7 @@ def target_dict(platform: Platform, device: str, gpu_family: str = "generic") ->
     if device == "opencl":
         if gpu_family not in GPU_FAMILIES:
             raise InputError(f"unknown GPU family {gpu_family!r}", f"use one of: {', '.join(GPU_FAMILIES)}")
-        gpu = {"kind": "opencl"}
+        gpu: dict[str, Any] = {"kind": "opencl"}
         if gpu_family == "adreno":  # TVM's Adreno schedules, with texture (image) memory
             gpu.update(device="adreno", keys=["adreno", "opencl", "gpu", "texture"])
         elif gpu_family != "generic":

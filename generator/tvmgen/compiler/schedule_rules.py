@@ -51,6 +51,14 @@ def _extent(sch, loop) -> int | None:
     return int(ext.value) if hasattr(ext, "value") else None
 
 
+def _known_extent(sch, loop) -> int:
+    """The extent of a loop already found constant (by ``_transposed_axis``, ``_is_depthwise``, or
+    because it was picked for an extent over 1)."""
+    ext = _extent(sch, loop)
+    assert ext is not None, "a loop picked for its constant extent"
+    return ext
+
+
 def _pick(extent: int, candidates) -> int:
     for c in candidates:
         if c <= extent and extent % c == 0:
@@ -105,7 +113,7 @@ def schedule_injective(sch, blocks, shape: CpuShape) -> None:
         # value per input cache line. Row by row, every task read all of the input (64 x 111 x
         # 111 floats: 4.8 ms). In blocks of lanes x lanes values, each input line is read once
         # and used for a whole block of rows.
-        a_ext = _extent(sch, loops[across])
+        a_ext = _known_extent(sch, loops[across])
         a_o, a_i = sch.split(loops[across], [None, _pick(a_ext, [lanes, lanes // 2, lanes // 4, 2])])
         vec = _pick(inner, [lanes, lanes // 2, lanes // 4])
         if vec < 4:
@@ -217,7 +225,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         across = _pick(vec_ext // vec, [3, 5, 7])
         budget = max(1, (shape.registers - 4) // across)
     most = budget if stationary else min(_MAX_ROWS if windowed and reduce else 8, budget)
-    rows = _rows(_extent(sch, rows_loop), most, budget) if rows_loop is not None else 1
+    rows = _rows(_known_extent(sch, rows_loop), most, budget) if rows_loop is not None else 1
 
     wide = 1
     if rows_loop is None and vectors == 1:
@@ -261,7 +269,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
             c_o, c_i = sch.split(reduce[-1], [None, chunk])
             chunk, reduce = c_o, [*reduce[:-1], c_i]
     elif band is not None:
-        b_o, b_i = sch.split(band, [None, _band_rows(_extent(sch, band))])
+        b_o, b_i = sch.split(band, [None, _band_rows(_known_extent(sch, band))])
         at = outer.index(band)
         task, serial = [*outer[:at], b_o], [b_i, *outer[at + 1:], v_o]
     else:
@@ -392,9 +400,9 @@ def _schedule_depthwise(sch, block, padding, spatial, reduce, shape: CpuShape) -
     n, h, w, c = spatial
     ry, rx, rc = reduce
     lanes = shape.lanes(_dtype_bits(sch, block))
-    vec = _pick(_extent(sch, c), [lanes, lanes // 2, lanes // 4])
+    vec = _pick(_known_extent(sch, c), [lanes, lanes // 2, lanes // 4])
     c_o, c_i = sch.split(c, [None, vec])
-    w_o, w_i = sch.split(w, [None, _rows(_extent(sch, w), _DEPTHWISE_PIXELS)])
+    w_o, w_i = sch.split(w, [None, _rows(_known_extent(sch, w), _DEPTHWISE_PIXELS)])
     sch.reorder(n, h, c_o, w_o, ry, rx, rc, w_i, c_i)
     parallel = sch.fuse(n, h, c_o)
     sch.parallel(parallel)

@@ -150,7 +150,9 @@ def _check_space(directory: Path, needed: int | None, what: str) -> None:
 
 def _disk_full(directory: Path, what: str, part: Path | None, needed: int | None = None,
                free: int | None = None) -> DownloadError:
-    need = f" ({needed / 2**20:.0f} MiB needed, {free / 2**20:.0f} MiB free)" if needed is not None else ""
+    # _check_space gives both sizes, the other callers neither
+    need = (f" ({needed / 2**20:.0f} MiB needed, {free / 2**20:.0f} MiB free)"
+            if needed is not None and free is not None else "")
     kept = f"; what arrived is kept in {part} and the next run resumes from it" if part else ""
     return DownloadError(f"the disk holding {directory} is full: cannot store {what}{need}{kept}",
                          "free some space there (or set TVMGEN_DATA_DIR to a bigger disk) and run again")

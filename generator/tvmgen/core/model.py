@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ class ImportedModel:
     ``mod["main"]`` takes the inputs first, then the weights in ``params`` order.
     """
 
-    mod: object  # tvm.IRModule
+    mod: Any  # tvm.IRModule (TVM ships no type information)
     params: list  # tvm.runtime.Tensor weights, detached from the graph
     inputs: list[TensorSpec]
     output_names: list[str]

@@ -10,6 +10,7 @@ import os
 import platform
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from tvmgen.core.errors import ToolMissingError, TvmgenError
 log = logging.getLogger("tvmgen.toolchains")
 
 
-def run(argv: list[str], cwd: str | Path | None = None, check: bool = True,
+def run(argv: Sequence[str | os.PathLike[str]], cwd: str | Path | None = None, check: bool = True,
         env: dict[str, str] | None = None, input: str | None = None) -> subprocess.CompletedProcess:
     """The one seam for subprocess calls: logs the command and its output.
 

@@ -64,15 +64,16 @@ def const_value(name: str, text: str, shape, dtype: str) -> np.ndarray:
     except ValueError as e:
         raise InputError(f"--const {name}={text}: not a number or comma-separated numbers",
                          "e.g. --const sample_rate=16000") from e
-    dims = [d if isinstance(d, (int, np.integer)) and d > 0 else None for d in shape]
-    if len(values) == 1 and None not in dims:
-        return np.full(dims, values[0], dtype=dtype)
-    size = int(np.prod([d for d in dims if d], dtype=np.int64)) if dims else 1
-    if None in dims or len(values) != size:
+    dims = [int(d) if isinstance(d, (int, np.integer)) and d > 0 else None for d in shape]
+    known = [d for d in dims if d is not None]
+    if len(values) == 1 and len(known) == len(dims):
+        return np.full(known, values[0], dtype=dtype)
+    size = int(np.prod(known, dtype=np.int64)) if dims else 1
+    if len(known) != len(dims) or len(values) != size:
         raise InputError(f"--const {name}: {len(values)} value(s) for an input of shape "
                          f"{_dims_text(shape)} ({size} elements)",
                          "give one value to fill it, or one per element (and fix dynamic sizes with --input)")
-    return np.asarray(values, dtype=dtype).reshape(dims)
+    return np.asarray(values, dtype=dtype).reshape(known)
 
 
 def bind_inputs(imported: ImportedModel, consts: dict[str, str]) -> ImportedModel:
@@ -165,8 +166,8 @@ def resolve_inputs(raw: Sequence[RawInput], overrides: Sequence[InputOverride]) 
                 f"({_dims_text(dims)}), the flag gives rank {len(o.shape)}",
                 "give one size per dimension",
             )
-        unresolved = [i for i, d in enumerate(shape) if not isinstance(d, (int, np.integer)) or d <= 0]
-        if unresolved:
+        sizes = [int(d) for d in shape if isinstance(d, (int, np.integer)) and d > 0]
+        if len(sizes) != len(shape):  # dimensions left dynamic
             raise InputError(
                 f"input {name!r} has dynamic dimensions ({_dims_text(shape)}); TVM needs fixed shapes for a phone build",
                 f"set them with --input {name}:{'x'.join(str(d) if isinstance(d, int) and d > 0 else 'N' for d in shape)}:{dtype}"
@@ -175,7 +176,7 @@ def resolve_inputs(raw: Sequence[RawInput], overrides: Sequence[InputOverride]) 
         if dtype not in DTYPES:
             raise InputError(f"input {name!r} has dtype {dtype}, which tvmgen does not handle",
                              f"supported dtypes: {', '.join(DTYPES)}")
-        specs.append(TensorSpec(name, tuple(int(d) for d in shape), dtype))
+        specs.append(TensorSpec(name, tuple(sizes), dtype))
     return specs
 
 

@@ -76,6 +76,9 @@ def load() -> None:
             raise InputError(f"TVMGEN_CUSTOM_OPS names {item}, which is not a file",
                              "set it to the Python file(s) that register your operators")
         spec = importlib.util.spec_from_file_location(f"tvmgen_user_ops_{len(_loaded)}", path)
+        if spec is None or spec.loader is None:  # a suffix no import loader takes
+            raise InputError(f"TVMGEN_CUSTOM_OPS names {item}, which Python cannot load as a module",
+                             "set it to the Python file(s) (.py) that register your operators")
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)

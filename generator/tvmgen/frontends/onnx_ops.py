@@ -15,11 +15,15 @@ forward, reverse and bidirectional, both layouts, peepholes, ``clip``, GRU's
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tvmgen.core.errors import ModelError
 from tvmgen.frontends.custom_ops import ONNX, onnx_op
+
+if TYPE_CHECKING:
+    import onnx
 
 
 class Context:
@@ -174,7 +178,8 @@ class _Emit:
     """Builds nodes for one expansion."""
 
     def __init__(self, ctx: Context, hint: str):
-        self.ctx, self.hint, self.nodes = ctx, hint, []
+        self.ctx, self.hint = ctx, hint
+        self.nodes: list[onnx.NodeProto] = []
 
     def __call__(self, op: str, inputs, out: str | None = None, **attrs) -> str:
         from onnx import helper
@@ -240,7 +245,9 @@ def _fused(e: _Emit, node, kind: str, directions, layout, seq, batch, hidden, in
 
     x = node.input[0] if layout == 0 else e("Transpose", [node.input[0]], perm=[1, 0, 2])  # [S, B, I]
     width = e.ctx.shape(node.input[0])[2]
-    ys, last_h, last_c = [], [], []
+    ys: list[str] = []
+    last_h: list[str] = []
+    last_c: list[str] = []  # LSTM only
     for d, direction in enumerate(directions):
         reverse = direction == "reverse"
         y, c = e.ctx.name(f"{e.hint}_y"), e.ctx.name(f"{e.hint}_c")
@@ -249,7 +256,8 @@ def _fused(e: _Emit, node, kind: str, directions, layout, seq, batch, hidden, in
                                         reverse=int(reverse), linear_before_reset=int(lbr)))
         ys.append(e("Unsqueeze", [y, e.const(np.array([1], np.int64), "axis")]))  # [S, 1, B, H]
         last_h.append(e("Gather", [y, e.const(np.array([0 if reverse else seq - 1], np.int64), "t")], axis=0))
-        last_c.append(e("Unsqueeze", [c, e.const(np.array([0], np.int64), "axis")]) if kind == "LSTM" else None)
+        if kind == "LSTM":
+            last_c.append(e("Unsqueeze", [c, e.const(np.array([0], np.int64), "axis")]))
     outs = list(node.output) + [""] * 3
     if outs[0]:
         y = e("Concat", ys, axis=1) if len(ys) > 1 else ys[0]
@@ -374,5 +382,5 @@ def register_converters() -> None:
     def convert_map():
         return {**original(), "TvmgenLSTM": converter("lstm"), "TvmgenGRU": converter("gru")}
 
-    convert_map.tvmgen = True
+    vars(convert_map)["tvmgen"] = True  # the mark checked above
     onnx_frontend._get_convert_map = convert_map

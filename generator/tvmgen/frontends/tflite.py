@@ -69,10 +69,10 @@ def check_operators(model, ops: list[tuple[int, str, str]]) -> None:
         supported = None
     from tvmgen.frontends.tflite_ops import supported_custom
 
-    supported_custom = supported_custom()
+    custom_supported = supported_custom()
     bad: dict[str, list[str]] = {}
     for i, name, out in ops:
-        ok = name in supported_custom if name.startswith("CUSTOM:") else supported is None or name in supported
+        ok = name in custom_supported if name.startswith("CUSTOM:") else supported is None or name in supported
         if not ok:
             bad.setdefault(name, []).append(f"#{i} -> {out}")
     if bad:

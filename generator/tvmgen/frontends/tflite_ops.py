@@ -20,6 +20,8 @@ int8 weights through ``DEQUANTIZE``, as MediaPipe's fp16 segmentation models sto
 
 from __future__ import annotations
 
+from typing import Any, NoReturn
+
 import numpy as np
 
 from tvmgen.frontends.custom_ops import TFLITE, tflite_op
@@ -241,7 +243,7 @@ def _op_version(conv, op) -> int:
     return int(conv.model.OperatorCodes(op.OpcodeIndex()).Version() or 1)
 
 
-def _refuse(name: str, what: str):
+def _refuse(name: str, what: str) -> NoReturn:
     from tvmgen.core.errors import ModelError
 
     raise ModelError(f"MediaPipe custom operator {name}: {what} is not supported by tvmgen")
@@ -274,7 +276,7 @@ def landmarks_to_transform_matrix_options(options: dict, version: int, num_landm
                            "output_width", "scale_x", "scale_y") if k not in options]
     if missing:
         _refuse(name, f"custom options without {', '.join(missing)}")
-    p = {"subset_idxs": [int(i) for i in options["subset_idxs"]],
+    p: dict[str, Any] = {"subset_idxs": [int(i) for i in options["subset_idxs"]],
          "left_rotation_idx": int(options["left_rotation_idx"]),
          "right_rotation_idx": int(options["right_rotation_idx"]),
          "target_rotation_radians": float(options.get("target_rotation_radians", 0.0)),

@@ -84,8 +84,8 @@ def create(opts: IosAppOptions, out: Path, force: bool) -> IosAppResult:
     if out.exists() and not force:
         raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
     rpc = {"mode": "standalone", "address": "0.0.0.0", "port": 9090, "key": "iphone", **opts.rpc}
-    with tempfile.TemporaryDirectory(prefix="tvmgen-ios-") as scratch:
-        scratch = Path(scratch)
+    with tempfile.TemporaryDirectory(prefix="tvmgen-ios-") as scratch_name:
+        scratch = Path(scratch_name)
         model_path = builtin.materialize(opts.model, scratch) if opts.model.startswith("builtin:") else Path(opts.model)
         with step(f"Importing {opts.model}"):
             imported = frontends.load(model_path, [InputOverride.parse(f) for f in opts.input_flags])
@@ -103,6 +103,7 @@ def create(opts: IosAppOptions, out: Path, force: bool) -> IosAppResult:
     with step("Building with xcodebuild (Release, iphoneos)"):
         app = xcode.build_app(out, opts.team_id, tvm_source_dir)
     if opts.install:
+        assert opts.device_id  # check_options refuses --install without it
         ctl = tools.Devicectl()
         with step(f"Installing on {opts.device_id} (devicectl)"):
             ctl.install_app(app, opts.device_id)

@@ -100,7 +100,9 @@ def objects_from_tar(tar_path: Path) -> list[tuple[str, bytes]]:
         for member in t.getmembers():
             if not member.isfile() or not member.name.endswith(".o"):
                 continue
-            data = t.extractfile(member).read()
+            fileobj = t.extractfile(member)
+            assert fileobj is not None  # a regular file (checked above) always has its data
+            data = fileobj.read()
             if macho_header(data) != (MH_MAGIC_64, CPU_TYPE_ARM64):
                 raise InputError(f"{tar_path}: {member.name} is not an arm64 Mach-O object",
                                  "compile the model with --platform ios-arm64")

@@ -66,7 +66,7 @@ def connect(t: Target):
 
     if (t.tracker is None) == (t.proxy is None):
         raise InputError("give exactly one of --tracker HOST:PORT or --proxy HOST:PORT")
-    if t.tracker:
+    if t.tracker is not None:
         keys = tracker_summary(t.tracker)
         if t.key not in keys or (keys[t.key].get("total", 0) == 0 and keys[t.key].get("free", 0) == 0):
             known = ", ".join(sorted(k for k, v in keys.items() if v.get("total") or v.get("free"))) or "none"
@@ -81,6 +81,7 @@ def connect(t: Target):
             raise RpcError(f"could not get a session with {t.key!r} from the tracker at {t.tracker}: {_last(e)}",
                            "check the device server is running (tvmgen devices --tracker ...)") from e
     else:
+        assert t.proxy is not None  # exactly one of the two (checked above)
         host, port = parse_address(t.proxy, "proxy")
         if not accepts(host, port):
             raise RpcError(f"cannot reach the RPC proxy at {t.proxy}", "start one with `tvmgen rpc proxy`")
@@ -188,7 +189,7 @@ def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, numb
             params = [tvm.runtime.tensor(loaded[n].numpy(), dev) for n in manifest.params["names"]]
         t2 = time.perf_counter()
         if memory:
-            memory["after_load_peak_bytes"] = _device_memory(remote)["peak_bytes"]
+            memory["after_load_peak_bytes"] = _peak_bytes(remote)
         args = [tvm.runtime.tensor(inputs[s.name], dev) for s in manifest.inputs]
         t3 = time.perf_counter()
         out = vm[manifest.vm["entry"]](*args, *params)
@@ -217,7 +218,7 @@ def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, numb
             report.extra["profile"] = _profile_on_device(remote, vm, manifest, directory, dev, repeat,
                                                          [*args, *params]).to_json()
     if memory:
-        memory["overall_peak_bytes"] = _device_memory(remote)["peak_bytes"]
+        memory["overall_peak_bytes"] = _peak_bytes(remote)
         report.extra["memory"] = memory
     if reference is not None:
         report.reference = reference_name
@@ -232,6 +233,14 @@ def _device_memory(remote) -> dict | None:
     except Exception:
         return None
     return json.loads(f())
+
+
+def _peak_bytes(remote) -> int:
+    """The device server's peak resident memory; asked only of a server that has told its memory before."""
+    now = _device_memory(remote)
+    if now is None:
+        raise RpcError("the device server stopped telling its memory use", "run the benchmark again")
+    return now["peak_bytes"]
 
 
 def _profile_on_device(remote, vm, manifest: artifact.Manifest, directory: Path, dev, runs: int, args: list):

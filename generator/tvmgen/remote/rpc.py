@@ -178,10 +178,11 @@ def start_device(platform: str, key: str, proxy: str | None = None, tracker: str
     work_dir = Path(work_dir or state_dir() / f"device-{key}-work")
     cmd += ["--key", key, "--work-dir", str(work_dir), "--session-timeout", str(session_timeout),
             "--max-upload-mb", str(max_upload_mb), *(extra or [])]
-    if proxy:
+    if proxy is not None:
         cmd += ["--proxy", proxy]
         h, p = parse_address(proxy, "proxy")
     else:
+        assert tracker is not None  # exactly one of the two (checked above)
         cmd += ["--tracker", tracker, "--host", host]
         h, p = parse_address(tracker, "tracker")
     server = _spawn(f"device-{key}", cmd, h, p)

@@ -118,11 +118,12 @@ def size_report(directory: Path, manifest, top: int = 15) -> dict:
                     "bytes": c["bytes"]} for c in table["constants"]]
     weights.sort(key=lambda w: -w["bytes"])
     lib = directory / manifest.export["library"]
-    code = read_elf(lib).code_by_function() if lib.is_file() else {}
+    elf = read_elf(lib) if lib.is_file() else None
+    code = elf.code_by_function() if elf else {}  # as footprint: no breakdown for a library that is not ELF
     by_kernel: dict[str, int] = {}
     for sym, size in code.items():
         by_kernel[kernel_of_symbol(sym)] = by_kernel.get(kernel_of_symbol(sym), 0) + size
-    kernels = sorted(({"kernel": k, "bytes": v} for k, v in by_kernel.items()), key=lambda k: -k["bytes"])
+    kernels = [{"kernel": k, "bytes": v} for k, v in sorted(by_kernel.items(), key=lambda kv: -kv[1])]
     return {"weights": weights, "weights_total": sum(w["bytes"] for w in weights),
             "code": kernels, "code_total": sum(k["bytes"] for k in kernels), "recorded": table is not None}
 
@@ -156,7 +157,7 @@ class Elf:
         without a symbol (parallel bodies, constants pools) counts for the function before it."""
         text = [(a, a + s) for a, s, f in self.sections.values() if f & 0x4]
         funcs = sorted((addr, name) for name, addr, _, typ in self.symbols if typ == 2 and addr)
-        out = {}
+        out: dict[str, int] = {}
         for i, (addr, name) in enumerate(funcs):
             section_end = next((end for start, end in text if start <= addr < end), addr)
             end = min(funcs[i + 1][0], section_end) if i + 1 < len(funcs) else section_end

@@ -300,7 +300,8 @@ def profile_host_model(model, inputs: dict, runs: int, table: dict | None) -> Pr
     vm, entry = model.vm, model.manifest.vm["entry"]
     vm[entry](*args)  # warm-up
     model.dev.sync()
-    events, clock, detail = None, "host", {}
+    events, clock = None, "host"
+    detail: dict = {}
     if model.manifest.device == "opencl":  # the kernels' own times, from libtvmgen_opencl's profiling mode
         import tvm
 

@@ -50,8 +50,9 @@ def write_bundle(artifact_dir: Path, platform: str, abi: str | None, staged: Pat
     if java_src.is_dir():
         shutil.copytree(java_src, staged / "java" / "src")
     target_abi = manifest.abi
-    if PLATFORMS[platform] is not None:
-        prefix = runtime_build.build(PLATFORMS[platform], build_dir)
+    runtime_platform = PLATFORMS[platform]
+    if runtime_platform is not None:
+        prefix = runtime_build.build(runtime_platform, build_dir)
         (staged / "lib").mkdir()
         for so in sorted(p for p in (prefix / "lib").glob("*.so") if p.name != "libtvmgen_rpc.so"):
             shutil.copy2(so, staged / "lib" / so.name)

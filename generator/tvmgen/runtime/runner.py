@@ -173,6 +173,7 @@ class HostModel:
                 self.timings.first_run_ms = ms
             else:
                 self.timings.runs_ms.append(ms)
+        assert result is not None  # the loop runs at least once
         return result
 
     def device_inputs(self, arrays: list[np.ndarray]) -> list:

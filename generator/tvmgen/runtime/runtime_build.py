@@ -54,8 +54,8 @@ def _aarch64_wheels() -> Path:
     if (dest / "tvm" / "lib" / "libtvm_runtime.so").is_file():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp_name:
+        tmp = Path(tmp_name)
         with step(f"Fetching the aarch64 TVM runtime (apache-tvm {tvm_v}, apache-tvm-ffi {ffi_v}) with pip"):
             toolchains.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
                             "--platform", "manylinux_2_28_aarch64", "--python-version", "3.11", "-d", str(tmp / "whl"),

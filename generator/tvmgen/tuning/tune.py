@@ -66,7 +66,8 @@ class Summary:
     def total_us(self) -> float | None:
         """The sum of the tasks' best latencies times their weights (None until every task has one)."""
         ws = [t.weighted_us for t in self.tasks]
-        return None if not ws or None in ws else sum(ws)
+        known = [w for w in ws if w is not None]
+        return None if not ws or len(known) != len(ws) else sum(known)
 
 
 def prepare(mod, target):
@@ -103,7 +104,8 @@ def tuning_target(target, num_cores: int):
 def _records_by_workload(database) -> dict:
     import tvm_ffi
 
-    counts, best = {}, {}
+    counts: dict[int, int] = {}
+    best: dict[int, float] = {}
     for rec in database.get_all_tuning_records():
         h = tvm_ffi.structural_hash(rec.workload.mod)
         counts[h] = counts.get(h, 0) + 1
@@ -445,7 +447,7 @@ def print_summary(summary: Summary, trials: int) -> None:
     gpu = not summary.target.startswith("llvm")
     defaults = "TVM's default GPU schedules (dlight)" if gpu else "tvmgen's default schedules"
     if seeded and total is not None:
-        default = sum(t.default_us * t.weight for t in seeded) + sum(
+        default = sum(t.default_us * t.weight for t in seeded if t.default_us is not None) + sum(
             t.best_us * t.weight for t in summary.tasks if t.default_us is None and t.best_us is not None)
         console.print(f"  {defaults}, measured as candidates: ≈ {default / 1e3:.3f} ms "
                       f"({default / total:.2f}x the best)")

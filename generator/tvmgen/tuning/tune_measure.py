@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from tvmgen.core.errors import InputError
+
 
 def builder(compiler: Path):
     """Builds candidates in this process, linked with the platform's compiler.
@@ -66,12 +68,20 @@ class Device:
         return self.key is not None
 
 
+def _rpc_address(tracker: str | None, proxy: str | None) -> str:
+    """HOST:PORT of the tracker (else the proxy) that a remote device is reached through."""
+    address = tracker or proxy
+    if not address:
+        raise InputError("a remote device needs --tracker HOST:PORT or --proxy HOST:PORT", "add one of them")
+    return address
+
+
 def rpc_session(_config, key: str, tracker: str | None, proxy: str | None, timeout: int):
     from tvm import rpc
 
     from tvmgen.remote.rpc import tracker_summary
 
-    host, port = (tracker or proxy).rsplit(":", 1)
+    host, port = _rpc_address(tracker, proxy).rsplit(":", 1)
     if tracker:
         # The tracker queues a request for a key until a device has it, forever: a device that went
         # away would hang the tuning (MetaSchedule's RPC runner waits on its workers without a limit).
@@ -126,10 +136,10 @@ def rpc_cleanup(session, remote_path):
 
 def candidate_runner(ms, device: Device):
     """MetaSchedule's runner: LocalRunner here, an RPCRunner whose sessions come from rpc_session."""
-    if not device.remote:
+    if device.key is None:  # not device.remote
         return ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
             number=3, repeat=1, min_repeat_ms=20, enable_cpu_cache_flush=False), timeout_sec=60)
-    host, port = (device.tracker or device.proxy).rsplit(":", 1)  # sessions come from rpc_session
+    host, port = _rpc_address(device.tracker, device.proxy).rsplit(":", 1)  # sessions come from rpc_session
     return ms.runner.RPCRunner(
         rpc_config=ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=device.key,
                                        session_timeout_sec=device.session_timeout),

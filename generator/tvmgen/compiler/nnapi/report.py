@@ -117,6 +117,8 @@ class Report:
 
 def tensor_shape(ty) -> list[int]:
     shape = getattr(ty, "shape", None)
+    if shape is None:
+        return []
     try:
         return [int(d) for d in shape.values]
     except Exception:
@@ -194,7 +196,9 @@ def inner_ops(fn) -> tuple[list[str], dict[str, float], list]:
     Relax op calls as (kind, call, flops)."""
     from tvm import ir, relax
 
-    names, kind_flops, calls = [], {}, []
+    names: list[str] = []
+    kind_flops: dict[str, float] = {}
+    calls: list = []
 
     def walk(f):
         local: dict = {}  # composite functions bound to local variables
@@ -238,7 +242,7 @@ def analyse(partitioned, strategy: str, feature_level: int | None) -> Report:
                 producer[b.var] = producer.get(v, -1) if isinstance(v, relax.Var) else (len(ops) - 1 if ops else -1)
                 continue
             name, nnapi_fn = _op_name(v, partitioned)
-            args = []
+            args: list = []
             for a in v.args:
                 args.extend(a.fields if isinstance(a, relax.Tuple) else [a])
             inputs = sorted({producer[a] for a in args if isinstance(a, relax.Var) and a in producer})
