@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # =========================================================================== progress and the machine
 
+
 def progress(msg: str) -> None:
     """A timestamped progress line on stderr (stdout is kept for the tables)."""
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -56,18 +57,24 @@ def environment(packages: tuple[str, ...]) -> dict:
                 break
     except OSError:
         pass
-    return {"python": platform.python_version(), "machine": platform.machine(), "cpu": cpu,
-            "cpu_count": os.cpu_count(),
-            "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-            "packages": {p: v(p) for p in packages}}
+    return {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "packages": {p: v(p) for p in packages},
+    }
 
 
 # =========================================================================== command line and files
 
+
 def parser(doc: str) -> argparse.ArgumentParser:
     """An argument parser described by the first paragraph of ``doc``, the rest kept as written."""
-    return argparse.ArgumentParser(description=doc.split("\n\n")[0],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    return argparse.ArgumentParser(
+        description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
 
 
 def json_option(p: argparse.ArgumentParser) -> None:
@@ -112,6 +119,7 @@ def write_json(path: Path, benchmark: str, fields: dict) -> None:
 
 # =========================================================================== child processes
 
+
 class StepError(RuntimeError):
     """A step failed; ``summary`` is its one-line (or error-and-fix) reason for the table and the JSON."""
 
@@ -132,12 +140,19 @@ def run_step(argv: list, env: dict, verbose: bool, what: str, **kw) -> subproces
     On a non-zero exit raises StepError with the last 25 lines of its output; the summary is its
     last ``error: `` line onwards (tvmgen's error and fix), else its last line.
     """
-    proc = subprocess.run([str(a) for a in argv], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                          stderr=None if verbose else subprocess.PIPE, text=True, **kw)
+    proc = subprocess.run(
+        [str(a) for a in argv],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=None if verbose else subprocess.PIPE,
+        text=True,
+        **kw,
+    )
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout or "").strip().splitlines()
         errors = [i for i, ln in enumerate(lines) if ln.startswith("error: ")]
-        summary = "\n".join(lines[errors[-1]:]) if errors else (lines[-1] if lines else "no output")
+        summary = "\n".join(lines[errors[-1] :]) if errors else (lines[-1] if lines else "no output")
         raise StepError(f"{what} failed (exit {proc.returncode}):\n" + "\n".join(lines[-25:]), summary)
     return proc
 
@@ -163,6 +178,7 @@ def serve_worker(compute) -> None:
 
 
 # =========================================================================== timing in one process
+
 
 class Timed:
     """One contender in a round-robin: ``run()`` is the call timed; ``times_ms`` collects its timings."""
@@ -238,7 +254,7 @@ def round_robin(contenders: list[Timed], warmup: int, runs: int, rounds: int, mi
         r.times_ms.clear()
     settled = 0.0
     for k in range(rounds):
-        for r in contenders[k % len(contenders):] + contenders[:k % len(contenders)]:  # who goes first rotates
+        for r in contenders[k % len(contenders) :] + contenders[: k % len(contenders)]:  # who goes first rotates
             settled += settle()
             r.run()  # untimed: the previous contender evicted this one's data from the caches
             for _ in range(blocks[r.key]):
@@ -247,6 +263,7 @@ def round_robin(contenders: list[Timed], warmup: int, runs: int, rounds: int, mi
 
 
 # =========================================================================== statistics and tables
+
 
 def median(xs):
     """The median of ``xs`` (the mean of the middle two for an even count); None when empty."""
@@ -261,8 +278,7 @@ def stats(values, unit: str, order=("median", "mean", "min", "p90", "max")) -> d
     import numpy as np
 
     a = np.asarray(values, dtype=np.float64)
-    get = {"median": np.median, "mean": np.mean, "min": np.min, "max": np.max,
-           "p90": lambda x: np.percentile(x, 90)}
+    get = {"median": np.median, "mean": np.mean, "min": np.min, "max": np.max, "p90": lambda x: np.percentile(x, 90)}
     return {f"{k}_{unit}": float(get[k](a)) for k in order}
 
 
@@ -302,6 +318,7 @@ def table(header: list[str], body: list[list[str] | None], right: set[int]) -> s
 
 # =========================================================================== OpenCL
 
+
 def opencl_runtime(prefix: Path | None, work: Path, log) -> Path:
     """An installed runtime prefix with libtvmgen_opencl: the one given, else built (cmake) into ``work``."""
     from tvmgen.runtime import runtime_build
@@ -322,14 +339,30 @@ def opencl_setup(runtime: Path | None, keep: Path | None, prefix: str, log) -> t
     return work, opencl_runtime(runtime, work, log) / "bin" / "tvmgen-run"
 
 
-def tvmgen_run(runner: Path, artifact: Path, work: Path, env: dict, warmup: int, repeat: int, tag: str,
-               extra: tuple[str, ...] = ()) -> tuple[dict, str, float]:
+def tvmgen_run(
+    runner: Path, artifact: Path, work: Path, env: dict, warmup: int, repeat: int, tag: str, extra: tuple[str, ...] = ()
+) -> tuple[dict, str, float]:
     """One tvmgen-run process with ``--timings WORK/TAG.json``: its timings, its stderr and its wall
     time in ms. Exits with its stderr if it fails."""
     timings = work / f"{tag}.json"
     t0 = time.perf_counter()
-    proc = subprocess.run([str(runner), str(artifact), "--warmup", str(warmup), "--repeat", str(repeat),
-                           "--timings", str(timings), *extra], capture_output=True, text=True, env=env, timeout=1200)
+    proc = subprocess.run(
+        [
+            str(runner),
+            str(artifact),
+            "--warmup",
+            str(warmup),
+            "--repeat",
+            str(repeat),
+            "--timings",
+            str(timings),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
     wall = (time.perf_counter() - t0) * 1e3
     if proc.returncode != 0:
         raise SystemExit(f"tvmgen-run failed ({tag}):\n{proc.stderr}")

@@ -70,6 +70,7 @@ VARIANTS = {"default": "tvmgen", "tuned": "tuned", "unscheduled": "unscheduled"}
 
 # =========================================================================== model makers
 
+
 def make_builtin(path: Path) -> dict:
     import onnx
 
@@ -133,8 +134,7 @@ def make_torch_mobilenetv2(path: Path) -> dict:
         torch.onnx.export(model, (example,), str(path), **kwargs)
         exporter = "torch.onnx.export"
     params = sum(p.numel() for p in model.parameters())
-    return {"input": "1x3x224x224 float32 (NCHW)", "params": params, "exporter": exporter,
-            "torch": torch.__version__}
+    return {"input": "1x3x224x224 float32 (NCHW)", "params": params, "exporter": exporter, "torch": torch.__version__}
 
 
 def make_keras_cnn(path: Path) -> dict:
@@ -170,8 +170,14 @@ def make_keras_cnn(path: Path) -> dict:
     for layer in model.layers:  # weights order: gamma, beta, moving mean, moving variance
         if isinstance(layer, L.BatchNormalization):
             c = layer.gamma.shape[0]
-            layer.set_weights([rng.uniform(0.5, 1.5, c), rng.uniform(-0.1, 0.1, c),
-                               rng.uniform(-0.1, 0.1, c), rng.uniform(0.5, 1.5, c)])
+            layer.set_weights(
+                [
+                    rng.uniform(0.5, 1.5, c),
+                    rng.uniform(-0.1, 0.1, c),
+                    rng.uniform(-0.1, 0.1, c),
+                    rng.uniform(0.5, 1.5, c),
+                ]
+            )
     try:
         converter = tf.lite.TFLiteConverter.from_keras_model(model)
         blob = converter.convert()
@@ -182,8 +188,12 @@ def make_keras_cnn(path: Path) -> dict:
         blob = tf.lite.TFLiteConverter.from_concrete_functions([concrete], model).convert()
         how = "TFLiteConverter.from_concrete_functions"
     path.write_bytes(blob)
-    return {"input": "1x224x224x3 float32 (NHWC)", "params": int(model.count_params()), "converter": how,
-            "tensorflow": tf.__version__}
+    return {
+        "input": "1x224x224x3 float32 (NHWC)",
+        "params": int(model.count_params()),
+        "converter": how,
+        "tensorflow": tf.__version__,
+    }
 
 
 def make_gemm(path: Path, size: int) -> dict:
@@ -193,14 +203,18 @@ def make_gemm(path: Path, size: int) -> dict:
 
     n = size
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["A", "B"], ["Y"])], f"gemm{n}",
-        [helper.make_tensor_value_info("A", TensorProto.FLOAT, [n, n]),
-         helper.make_tensor_value_info("B", TensorProto.FLOAT, [n, n])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [n, n])])
+        [helper.make_node("MatMul", ["A", "B"], ["Y"])],
+        f"gemm{n}",
+        [
+            helper.make_tensor_value_info("A", TensorProto.FLOAT, [n, n]),
+            helper.make_tensor_value_info("B", TensorProto.FLOAT, [n, n]),
+        ],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [n, n])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
-    return {"input": f"A, B: {n}x{n} float32", "flops": 2 * n ** 3}
+    return {"input": f"A, B: {n}x{n} float32", "flops": 2 * n**3}
 
 
 def make_int8_ffn(path: Path) -> dict:
@@ -217,28 +231,49 @@ def make_int8_ffn(path: Path) -> dict:
     def const(name, *shape, scale=1.0):
         return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
 
-    inits = [const("w1", width, hidden, scale=width ** -0.5), const("b1", hidden, scale=0.1),
-             const("w2", hidden, width, scale=hidden ** -0.5), const("b2", width, scale=0.1)]
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
-             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["o"]),
-             helper.make_node("Add", ["o", "b2"], ["y"])]
-    graph = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [tokens, width])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [tokens, width])], inits)
+    inits = [
+        const("w1", width, hidden, scale=width**-0.5),
+        const("b1", hidden, scale=0.1),
+        const("w2", hidden, width, scale=hidden**-0.5),
+        const("b2", width, scale=0.1),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Add", ["h", "b1"], ["hb"]),
+        helper.make_node("Relu", ["hb"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["o"]),
+        helper.make_node("Add", ["o", "b2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "ffn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [tokens, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [tokens, width])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     fp32 = path.with_suffix(".fp32.onnx")
     onnx.save(model, str(fp32))
     quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
     fp32.unlink()
-    return {"input": f"{tokens}x{width} float32", "quantizer": "onnxruntime.quantization.quantize_dynamic (QInt8)",
-            "macs": 2 * tokens * width * hidden}
+    return {
+        "input": f"{tokens}x{width} float32",
+        "quantizer": "onnxruntime.quantization.quantize_dynamic (QInt8)",
+        "macs": 2 * tokens * width * hidden,
+    }
 
 
-MAKERS = {"builtin": make_builtin, "torch": make_torch_mobilenetv2, "keras": make_keras_cnn,
-          "int8": make_int8_ffn}  # gemm: its size too
+MAKERS = {
+    "builtin": make_builtin,
+    "torch": make_torch_mobilenetv2,
+    "keras": make_keras_cnn,
+    "int8": make_int8_ffn,
+}  # gemm: its size too
 
 
 # =========================================================================== compiling (a child per build)
+
 
 def _preimport(model_file: Path) -> None:
     """Load the Python modules a compile needs, so compile time is the model's, not Python's imports."""
@@ -268,23 +303,39 @@ def worker_compile(model_file: Path, out_dir: Path, variant: str, tuning_db: Pat
     from tvmgen.core.artifact import sha256_file
 
     _preimport(model_file)
-    opts = build.BuildOptions(PLATFORMS["host"], "cpu", schedules=variant != "unscheduled",
-                              tuning_db=tuning_db if variant == "tuned" else None)
+    opts = build.BuildOptions(
+        PLATFORMS["host"],
+        "cpu",
+        schedules=variant != "unscheduled",
+        tuning_db=tuning_db if variant == "tuned" else None,
+    )
     t0 = time.perf_counter()
     imported = frontends.load(model_file, [])
     t1 = time.perf_counter()
-    info = {"name": model_file.stem, "source": str(model_file), "format": imported.format,
-            "sha256": sha256_file(model_file)}
+    info = {
+        "name": model_file.stem,
+        "source": str(model_file),
+        "format": imported.format,
+        "sha256": sha256_file(model_file),
+    }
     manifest = build.compile_to_artifact(imported, opts, out_dir, True, info)
     t2 = time.perf_counter()
     files = {p.relative_to(out_dir).as_posix(): p.stat().st_size for p in out_dir.rglob("*") if p.is_file()}
-    return {"variant": variant, "import_s": t1 - t0, "build_export_s": t2 - t1, "compile_s": t2 - t0,
-            "artifact_bytes": sum(files.values()), "files": files,
-            "inputs": [s.to_json() for s in imported.inputs],
-            "outputs": [s.to_json() for s in manifest.outputs], "target": manifest.target}
+    return {
+        "variant": variant,
+        "import_s": t1 - t0,
+        "build_export_s": t2 - t1,
+        "compile_s": t2 - t0,
+        "artifact_bytes": sum(files.values()),
+        "files": files,
+        "inputs": [s.to_json() for s in imported.inputs],
+        "outputs": [s.to_json() for s in manifest.outputs],
+        "target": manifest.target,
+    }
 
 
 # =========================================================================== measuring (a child per thread count)
+
 
 class Runtime(benchlib.Timed):
     """One way of running the model: ``run()`` does set inputs, run, fetch outputs as numpy arrays."""
@@ -316,8 +367,12 @@ def onnxruntime_runtime(model_file: Path, inputs: dict, threads: int) -> Runtime
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     sess = ort.InferenceSession(str(model_file), opts, providers=["CPUExecutionProvider"])
     feeds = {i.name: inputs[i.name] for i in sess.get_inputs()}
-    return Runtime("onnxruntime", lambda: sess.run(None, feeds), f"onnxruntime {ort.__version__}",
-                   sess.get_session_options().intra_op_num_threads)
+    return Runtime(
+        "onnxruntime",
+        lambda: sess.run(None, feeds),
+        f"onnxruntime {ort.__version__}",
+        sess.get_session_options().intra_op_num_threads,
+    )
 
 
 def litert_runtime(model_file: Path, inputs: dict, threads: int) -> Runtime:
@@ -328,8 +383,10 @@ def litert_runtime(model_file: Path, inputs: dict, threads: int) -> Runtime:
     interp = Interpreter(model_path=str(model_file), num_threads=threads)
     interp.allocate_tensors()
     names = list(inputs)
-    feeds = [(d["index"], inputs[d["name"]] if d["name"] in inputs else inputs[names[k]])
-             for k, d in enumerate(interp.get_input_details())]
+    feeds = [
+        (d["index"], inputs[d["name"]] if d["name"] in inputs else inputs[names[k]])
+        for k, d in enumerate(interp.get_input_details())
+    ]
     out_idx = [d["index"] for d in interp.get_output_details()]
 
     def run():
@@ -368,23 +425,31 @@ def worker_measure(spec: dict) -> dict:
     artifacts = {v: Path(d) for v, d in spec["artifacts"].items()}
     manifest = artifact.load(next(iter(artifacts.values())))
     inputs = random_inputs(manifest.inputs, SEED)
-    reference = {"onnxruntime": lambda: onnxruntime_runtime(model_file, inputs, threads),
-                 "litert": lambda: litert_runtime(model_file, inputs, threads),
-                 "numpy": lambda: numpy_runtime(inputs, threads)}[spec["reference"]]()
+    reference = {
+        "onnxruntime": lambda: onnxruntime_runtime(model_file, inputs, threads),
+        "litert": lambda: litert_runtime(model_file, inputs, threads),
+        "numpy": lambda: numpy_runtime(inputs, threads),
+    }[spec["reference"]]()
     runtimes = [tvm_runtime(v, d, inputs) for v, d in artifacts.items()] + [reference]
     settled = benchlib.round_robin(runtimes, spec["warmup"], runs, rounds, min_time)
 
     out = {"threads_requested": threads, "rounds": rounds, "settle_s": settled, "runtimes": {}}
     names = [s.name for s in manifest.outputs]
     for r in runtimes:
-        entry = {"runtime": r.version, "threads_actual": r.threads,
-                 **benchlib.stats(r.times_ms, "ms", ("median", "mean", "min", "max", "p90")), "runs": len(r.times_ms)}
+        entry = {
+            "runtime": r.version,
+            "threads_actual": r.threads,
+            **benchlib.stats(r.times_ms, "ms", ("median", "mean", "min", "max", "p90")),
+            "runs": len(r.times_ms),
+        }
         if r is not reference:
             rows = compare(r.outputs, reference.outputs, names)
             worst = max(x["max_abs"] for x in rows)
-            entry["outputs"] = {"max_abs_diff": worst,
-                                "ok": all(x["max_abs"] <= ATOL + RTOL * x.get("ref_max", 0) for x in rows),
-                                "per_output": rows}
+            entry["outputs"] = {
+                "max_abs_diff": worst,
+                "ok": all(x["max_abs"] <= ATOL + RTOL * x.get("ref_max", 0) for x in rows),
+                "per_output": rows,
+            }
         out["runtimes"][r.key] = entry
     return out
 
@@ -409,8 +474,12 @@ def _work(mode: str, spec: dict) -> dict:
             return make_gemm(path, spec["gemm_size"])
         return MAKERS[spec["maker"]](path)
     if mode == "compile":
-        return worker_compile(Path(spec["model_file"]), Path(spec["artifact"]), spec["variant"],
-                              Path(spec["tuning_db"]) if spec.get("tuning_db") else None)
+        return worker_compile(
+            Path(spec["model_file"]),
+            Path(spec["artifact"]),
+            spec["variant"],
+            Path(spec["tuning_db"]) if spec.get("tuning_db") else None,
+        )
     if mode == "measure":
         return worker_measure(spec)
     raise SystemExit(f"unknown worker {mode}")
@@ -418,12 +487,13 @@ def _work(mode: str, spec: dict) -> dict:
 
 # =========================================================================== driver
 
+
 def call_worker(mode: str, env_threads: int, verbose: bool, **spec) -> dict:
     """Run this script's ``--worker mode`` in a fresh process with the thread variables set to ``env_threads``."""
-    argv = [sys.executable, str(Path(__file__).resolve()), "--worker", mode,
-            "--spec", json.dumps(spec, default=str)]
-    env = benchlib.thread_env(env_threads, OPENBLAS_NUM_THREADS=str(env_threads), TF_CPP_MIN_LOG_LEVEL="3",
-                              TF_ENABLE_ONEDNN_OPTS="0")
+    argv = [sys.executable, str(Path(__file__).resolve()), "--worker", mode, "--spec", json.dumps(spec, default=str)]
+    env = benchlib.thread_env(
+        env_threads, OPENBLAS_NUM_THREADS=str(env_threads), TF_CPP_MIN_LOG_LEVEL="3", TF_ENABLE_ONEDNN_OPTS="0"
+    )
     what = f"worker {mode} {spec.get('variant') or spec.get('maker') or ''}".strip()
     return benchlib.last_json(benchlib.run_step(argv, env, verbose, what), what)
 
@@ -435,13 +505,20 @@ def label(name: str, args) -> str:
 def bench_model(name: str, work: Path, args) -> dict:
     maker, suffix, ref = MODELS[name]
     model_file = work / f"{name}{suffix}"
-    entry: dict = {"model": name, "label": label(name, args), "reference_runtime": ref, "compile": {},
-                   "skipped": {}, "rows": []}
+    entry: dict = {
+        "model": name,
+        "label": label(name, args),
+        "reference_runtime": ref,
+        "compile": {},
+        "skipped": {},
+        "rows": [],
+    }
 
     progress(f"{name}: making the model ({maker})")
     t0 = time.perf_counter()
-    entry["model_info"] = call_worker("make", 1, args.verbose, maker=maker, model_file=model_file,
-                                      gemm_size=args.gemm_size)
+    entry["model_info"] = call_worker(
+        "make", 1, args.verbose, maker=maker, model_file=model_file, gemm_size=args.gemm_size
+    )
     entry["model_file_bytes"] = model_file.stat().st_size
     progress(f"{name}: {model_file.name} {model_file.stat().st_size / 1e6:.1f} MB in {time.perf_counter() - t0:.1f}s")
 
@@ -456,8 +533,9 @@ def bench_model(name: str, work: Path, args) -> dict:
     for build, (variant, db, out) in builds.items():
         progress(f"{name}: compiling ({build}) ...")
         try:
-            comp = call_worker("compile", 1, args.verbose, model_file=model_file, artifact=out, variant=variant,
-                               tuning_db=db)
+            comp = call_worker(
+                "compile", 1, args.verbose, model_file=model_file, artifact=out, variant=variant, tuning_db=db
+            )
         except benchlib.StepError as e:  # e.summary: tvmgen's error and fix, else the last line
             if variant == "default":
                 raise
@@ -470,28 +548,52 @@ def bench_model(name: str, work: Path, args) -> dict:
 
     flops = entry["model_info"].get("flops")
     for threads in args.threads:
-        progress(f"{name}: {threads} thread(s): {', '.join(artifacts)} and {ref}, {args.warmup} warm-up, "
-                 f"then >= {args.runs} runs each in {args.rounds} round-robin rounds ...")
+        progress(
+            f"{name}: {threads} thread(s): {', '.join(artifacts)} and {ref}, {args.warmup} warm-up, "
+            f"then >= {args.runs} runs each in {args.rounds} round-robin rounds ..."
+        )
         load = os.getloadavg()[0]
         # this thread count's tuned build is the "tuned" column
         own = {b: a for b, a in artifacts.items() if builds[b][0] != "tuned"}
         tuned = [a for b, a in artifacts.items() if builds[b][0] == "tuned" and builds[b][1] == db_for(args, threads)]
         if tuned:
             own["tuned"] = tuned[-1]
-        m = call_worker("measure", threads, args.verbose, model_file=model_file, reference=ref, threads=threads,
-                        artifacts=own, warmup=args.warmup, runs=args.runs, rounds=args.rounds, min_time=args.min_time)
+        m = call_worker(
+            "measure",
+            threads,
+            args.verbose,
+            model_file=model_file,
+            reference=ref,
+            threads=threads,
+            artifacts=own,
+            warmup=args.warmup,
+            runs=args.runs,
+            rounds=args.rounds,
+            min_time=args.min_time,
+        )
         rts = m["runtimes"]
         ref_ms = rts[ref]["median_ms"]
-        row = {"model": name, "label": entry["label"], "threads": threads,
-               "tvm_threads_actual": rts["default"]["threads_actual"],
-               "reference": ref, "reference_runtime": rts[ref]["runtime"], "reference_ms": ref_ms,
-               "reference_threads_actual": rts[ref]["threads_actual"], "rounds": m["rounds"],
-               "loadavg_1min_before": load, "tvmgen": {}}
+        row = {
+            "model": name,
+            "label": entry["label"],
+            "threads": threads,
+            "tvm_threads_actual": rts["default"]["threads_actual"],
+            "reference": ref,
+            "reference_runtime": rts[ref]["runtime"],
+            "reference_ms": ref_ms,
+            "reference_threads_actual": rts[ref]["threads_actual"],
+            "rounds": m["rounds"],
+            "loadavg_1min_before": load,
+            "tvmgen": {},
+        }
         for variant in own:
             r = rts[variant]
-            row["tvmgen"][variant] = {"median_ms": r["median_ms"], "ratio": benchlib.ratio(r["median_ms"], ref_ms),
-                                      "max_abs_diff": r["outputs"]["max_abs_diff"],
-                                      "outputs_match": r["outputs"]["ok"]}
+            row["tvmgen"][variant] = {
+                "median_ms": r["median_ms"],
+                "ratio": benchlib.ratio(r["median_ms"], ref_ms),
+                "max_abs_diff": r["outputs"]["max_abs_diff"],
+                "outputs_match": r["outputs"]["ok"],
+            }
             if not r["outputs"]["ok"]:
                 progress(f"{name}: WARNING: tvmgen {variant} and {ref} outputs differ: {r['outputs']['per_output']}")
         row["tvmgen_ms"], row["ratio"] = row["tvmgen"]["default"]["median_ms"], row["tvmgen"]["default"]["ratio"]
@@ -500,8 +602,11 @@ def bench_model(name: str, work: Path, args) -> dict:
             row["gflops"] = {k: flops / (r["median_ms"] * 1e6) for k, r in rts.items()}
         row["stats"] = rts
         entry["rows"].append(row)
-        progress(f"{name}: {threads} thread(s): " + ", ".join(f"{k} {r['median_ms']:.2f} ms" for k, r in rts.items())
-                 + f" (TVM pool: {row['tvm_threads_actual']})")
+        progress(
+            f"{name}: {threads} thread(s): "
+            + ", ".join(f"{k} {r['median_ms']:.2f} ms" for k, r in rts.items())
+            + f" (TVM pool: {row['tvm_threads_actual']})"
+        )
     return entry
 
 
@@ -539,8 +644,15 @@ def parse_tuning_dbs(values: list[str], threads: list[int], error) -> dict:
 
 def format_table(rows: list[dict], variants: list[str]) -> str:
     shown = [v for v in variants if any(v in r["tvmgen"] for r in rows)]
-    header = ["model", "threads", *(f"{VARIANTS[v]} ms" for v in shown), "reference", "reference ms",
-              *(f"{VARIANTS[v]}/ref" for v in shown), "outputs"]
+    header = [
+        "model",
+        "threads",
+        *(f"{VARIANTS[v]} ms" for v in shown),
+        "reference",
+        "reference ms",
+        *(f"{VARIANTS[v]}/ref" for v in shown),
+        "outputs",
+    ]
     right = set(range(1, 2 + len(shown))) | set(range(3 + len(shown), 4 + 2 * len(shown)))
     body = []
     for r in rows:
@@ -549,40 +661,75 @@ def format_table(rows: list[dict], variants: list[str]) -> str:
             threads += f" (tvm {r['tvm_threads_actual']})"
         cells = [r["tvmgen"].get(v) for v in shown]
         worst = max(c["max_abs_diff"] for c in cells if c)
-        body.append([r["label"], threads, *(f"{c['median_ms']:.2f}" if c else "-" for c in cells),
-                     r["reference"], f"{r['reference_ms']:.2f}", *(f"{c['ratio']:.2f}x" if c else "-" for c in cells),
-                     f"{'ok' if r['outputs_match'] else 'DIFFERS'} ({worst:.1g})"])
+        body.append(
+            [
+                r["label"],
+                threads,
+                *(f"{c['median_ms']:.2f}" if c else "-" for c in cells),
+                r["reference"],
+                f"{r['reference_ms']:.2f}",
+                *(f"{c['ratio']:.2f}x" if c else "-" for c in cells),
+                f"{'ok' if r['outputs_match'] else 'DIFFERS'} ({worst:.1g})",
+            ]
+        )
     return benchlib.table(header, body, right)
 
 
 def format_compile_table(results: list[dict]) -> str:
-    body = [[m["label"], v, f"{c['compile_s']:.1f}", f"{c['artifact_bytes'] / 1e6:.2f}"]
-            for m in results for v, c in m["compile"].items()]
+    body = [
+        [m["label"], v, f"{c['compile_s']:.1f}", f"{c['artifact_bytes'] / 1e6:.2f}"]
+        for m in results
+        for v, c in m["compile"].items()
+    ]
     return benchlib.table(["model", "build", "compile s", "artifact MB"], body, {2, 3})
 
 
 def environment() -> dict:
-    return benchlib.environment(("apache-tvm", "apache-tvm-ffi", "onnxruntime", "ai-edge-litert", "numpy",
-                                 "threadpoolctl", "torch", "tensorflow-cpu", "tensorflow", "onnx", "onnxslim",
-                                 "tflite"))
+    return benchlib.environment(
+        (
+            "apache-tvm",
+            "apache-tvm-ffi",
+            "onnxruntime",
+            "ai-edge-litert",
+            "numpy",
+            "threadpoolctl",
+            "torch",
+            "tensorflow-cpu",
+            "tensorflow",
+            "onnx",
+            "onnxslim",
+            "tflite",
+        )
+    )
 
 
 def main() -> int:
     p = benchlib.parser(__doc__)
     p.add_argument("--quick", action="store_true", help="smoke test: 1 warm-up, 5 timed runs in 2 rounds")
     benchlib.json_option(p)
-    p.add_argument("--tuning-db", action="append", default=[], metavar="[N=]DIR",
-                   help="add a tuned column: compile with this `tvmgen tune` database (its root directory); "
-                        "N=DIR uses it for the N-thread rows only (tune once per thread count: "
-                        "--tuning-db 1=db-1t --tuning-db 2=db-2t)")
-    p.add_argument("--with-unscheduled", action="store_true",
-                   help="add TVM's own unscheduled pipeline (the old baseline; 20-80x slower, so slow to time)")
+    p.add_argument(
+        "--tuning-db",
+        action="append",
+        default=[],
+        metavar="[N=]DIR",
+        help="add a tuned column: compile with this `tvmgen tune` database (its root directory); "
+        "N=DIR uses it for the N-thread rows only (tune once per thread count: "
+        "--tuning-db 1=db-1t --tuning-db 2=db-2t)",
+    )
+    p.add_argument(
+        "--with-unscheduled",
+        action="store_true",
+        help="add TVM's own unscheduled pipeline (the old baseline; 20-80x slower, so slow to time)",
+    )
     p.add_argument("--runs", type=int, help="timed runs of each runtime, at least (default 50, --quick 5)")
     p.add_argument("--rounds", type=int, help="round-robin rounds the runs are split into (default 10, --quick 2)")
     p.add_argument("--warmup", type=int, help="untimed runs of each runtime first (default 5, --quick 1)")
-    p.add_argument("--min-time", type=float,
-                   help="time each runtime for about this many seconds too, up to 20 x --runs runs "
-                        "(default 2, --quick 0): fast runtimes get a wider window against noise")
+    p.add_argument(
+        "--min-time",
+        type=float,
+        help="time each runtime for about this many seconds too, up to 20 x --runs runs "
+        "(default 2, --quick 0): fast runtimes get a wider window against noise",
+    )
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     benchlib.models_option(p, MODELS)
     p.add_argument("--gemm-size", type=int, default=1024, help="N of the N x N x N GEMM (default 1024)")
@@ -633,20 +780,32 @@ def main() -> int:
 
     if rows:
         window = f" and ~{args.min_time:g} s" if args.min_time else ""
-        print(f"tvmgen CPU speed (host/cpu; per model and thread count one process times every runtime in "
-              f"{args.rounds} round-robin rounds; median of >= {args.runs} runs{window} each after "
-              f"{args.warmup} warm-up; x/ref = latency / reference latency)")
+        print(
+            f"tvmgen CPU speed (host/cpu; per model and thread count one process times every runtime in "
+            f"{args.rounds} round-robin rounds; median of >= {args.runs} runs{window} each after "
+            f"{args.warmup} warm-up; x/ref = latency / reference latency)"
+        )
         print(format_table(rows, args.variants))
-        print("outputs: " + ("every tvmgen build matches the reference" if all(r["outputs_match"] for r in rows)
-                             else "DIFFERS from the reference: " + ", ".join(
-                                 f"{r['label']}/{r['threads']}" for r in rows if not r["outputs_match"]))
-              + f" (max abs diff in brackets; tolerance {ATOL:g} + {RTOL:g} x largest reference value)")
+        print(
+            "outputs: "
+            + (
+                "every tvmgen build matches the reference"
+                if all(r["outputs_match"] for r in rows)
+                else "DIFFERS from the reference: "
+                + ", ".join(f"{r['label']}/{r['threads']}" for r in rows if not r["outputs_match"])
+            )
+            + f" (max abs diff in brackets; tolerance {ATOL:g} + {RTOL:g} x largest reference value)"
+        )
         for r in rows:
             if "gflops" in r:
-                print(f"{r['label']}, {r['threads']} thread(s): "
-                      + ", ".join(f"{k} {g:.1f} GFLOP/s" for k, g in r["gflops"].items()))
-        print(f"load average (1 min): {load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end "
-              f"on {os.cpu_count()} CPUs")
+                print(
+                    f"{r['label']}, {r['threads']} thread(s): "
+                    + ", ".join(f"{k} {g:.1f} GFLOP/s" for k, g in r["gflops"].items())
+                )
+        print(
+            f"load average (1 min): {load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end "
+            f"on {os.cpu_count()} CPUs"
+        )
         print()
         print(format_compile_table(results))
     for m in results:
@@ -658,16 +817,32 @@ def main() -> int:
         print(f"{f['model']}: FAILED: {f['summary']}")
 
     if args.json:
-        benchlib.write_json(args.json, "cpu_speed", {
-            "settings": {"runs": args.runs, "rounds": args.rounds, "warmup": args.warmup, "min_time_s": args.min_time,
-                         "threads": args.threads, "builds": args.variants, "gemm_size": args.gemm_size,
-                         "tuning_db": {("all" if k is None else str(k)): str(v) for k, v in args.tuning_dbs.items()}
-                         or None,
-                         "quick": args.quick, "seed": SEED, "atol": ATOL, "rtol": RTOL},
-            "environment": {**environment(), "loadavg_start": load_start, "loadavg_end": load_end},
-            "total_s": total, "rows": rows,
-            "models": [{k: v for k, v in m.items() if k != "rows"} for m in results],
-            "skipped_columns": skipped_columns, "failures": failures})
+        benchlib.write_json(
+            args.json,
+            "cpu_speed",
+            {
+                "settings": {
+                    "runs": args.runs,
+                    "rounds": args.rounds,
+                    "warmup": args.warmup,
+                    "min_time_s": args.min_time,
+                    "threads": args.threads,
+                    "builds": args.variants,
+                    "gemm_size": args.gemm_size,
+                    "tuning_db": {("all" if k is None else str(k)): str(v) for k, v in args.tuning_dbs.items()} or None,
+                    "quick": args.quick,
+                    "seed": SEED,
+                    "atol": ATOL,
+                    "rtol": RTOL,
+                },
+                "environment": {**environment(), "loadavg_start": load_start, "loadavg_end": load_end},
+                "total_s": total,
+                "rows": rows,
+                "models": [{k: v for k, v in m.items() if k != "rows"} for m in results],
+                "skipped_columns": skipped_columns,
+                "failures": failures,
+            },
+        )
     return 1 if failures else 0
 
 

@@ -131,13 +131,14 @@ def label(v: dict) -> str:
 
 # =========================================================================== build phase (TVM here)
 
+
 def _last_error(text: str) -> str:
     """A failed command's last "error:" line (tvmgen's, with the line after it: the cause), else its last line."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     at = [i for i, ln in enumerate(lines) if ln.lower().startswith("error:") or "Error:" in ln[:40]]
     if not at:
         return (lines or ["?"])[-1][:300]
-    return " | ".join(lines[at[-1]:at[-1] + 2]).removeprefix("error: ")[:300]
+    return " | ".join(lines[at[-1] : at[-1] + 2]).removeprefix("error: ")[:300]
 
 
 # run in a child: tvmgen compile with the CUDA target's arch set, dumping each CUDA module's source
@@ -220,9 +221,22 @@ def _nvcc_kernels(dump: Path, artifact: Path, dest: Path, arch: str) -> str | No
         target = dest / f"{fnv1a(code)}.fatbin"
         if target.is_file():
             continue
-        proc = subprocess.run([nvcc, "--fatbin", "-O3", "-gencode", f"arch=compute_{num},code=sm_{num}",
-                               "-gencode", f"arch=compute_{num},code=compute_{num}", "-o", str(target), str(src)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                nvcc,
+                "--fatbin",
+                "-O3",
+                "-gencode",
+                f"arch=compute_{num},code=sm_{num}",
+                "-gencode",
+                f"arch=compute_{num},code=compute_{num}",
+                "-o",
+                str(target),
+                str(src),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             target.unlink(missing_ok=True)
             return "nvcc: " + _last_error(proc.stderr or proc.stdout)
@@ -271,9 +285,24 @@ def _cuda_runtime(lib: Path) -> bool | str:
     src = lib.parent.parent / "build" / "cuda_kernels.cc"
     src.parent.mkdir(parents=True, exist_ok=True)
     src.write_text(CUDA_SHIM_SOURCE)
-    proc = subprocess.run(["g++", "-std=c++17", "-O2", "-shared", "-fPIC", f"-I{ffi / 'include'}", str(src),
-                           "-o", str(lib / CUDA_SHIM), f"-L{ffi / 'lib'}", "-ltvm_ffi", "-Wl,-rpath,$ORIGIN"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "g++",
+            "-std=c++17",
+            "-O2",
+            "-shared",
+            "-fPIC",
+            f"-I{ffi / 'include'}",
+            str(src),
+            "-o",
+            str(lib / CUDA_SHIM),
+            f"-L{ffi / 'lib'}",
+            "-ltvm_ffi",
+            "-Wl,-rpath,$ORIGIN",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         return "building the CUDA kernel library failed: " + _last_error(proc.stderr)
     return True
@@ -291,8 +320,7 @@ def _model_sources(args, work: Path) -> list[tuple[str, str, list[str]]]:
         return [("builtin:mobilenet", "builtin:mobilenet", [])]
     import zoo  # torch, keras ... only here
 
-    names = benchlib.pick_models(args.models or ",".join(zoo.MODELS), zoo.MODELS,
-                                 lambda m: sys.exit(f"gpu.py: {m}"))
+    names = benchlib.pick_models(args.models or ",".join(zoo.MODELS), zoo.MODELS, lambda m: sys.exit(f"gpu.py: {m}"))
     out = []
     src = work / "build" / "models"
     src.mkdir(parents=True, exist_ok=True)
@@ -300,8 +328,11 @@ def _model_sources(args, work: Path) -> list[tuple[str, str, list[str]]]:
         model = next((p for p in src.glob(f"{name}.*") if p.suffix in (".onnx", ".tflite")), None)
         if model is None:
             log(f"{name}: building the model file (zoo.py) ...")
-            proc = subprocess.run([sys.executable, str(HERE / "zoo.py"), "--build-only", name, "--keep", str(src)],
-                                  capture_output=True, text=True)
+            proc = subprocess.run(
+                [sys.executable, str(HERE / "zoo.py"), "--build-only", name, "--keep", str(src)],
+                capture_output=True,
+                text=True,
+            )
             if proc.returncode != 0:
                 out.append((name, None, [_last_error(proc.stderr)]))
                 continue
@@ -317,8 +348,13 @@ def build_all(args, work: Path) -> None:
     (work / "build").mkdir(parents=True, exist_ok=True)
     log("runtime: tvmgen-run and its libraries ...")
     rt = _runtime(work, args)
-    plan = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cuda_arch": args.cuda_arch if args.cuda else None,
-            "runtime": rt, "models": [], "rows": []}
+    plan = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "cuda_arch": args.cuda_arch if args.cuda else None,
+        "runtime": rt,
+        "models": [],
+        "rows": [],
+    }
     vs = variants(args)
     if "cpu" not in [v["id"] for v in vs]:
         vs_build = [{"id": "cpu", "device": "cpu", "family": None, "precision": "fp32"}, *vs]
@@ -363,8 +399,10 @@ def build_all(args, work: Path) -> None:
     total = _size_mb(work)
     plan["size_mb"] = round(total, 1)
     (work / PLAN).write_text(json.dumps(plan, indent=2) + "\n")
-    log(f"work directory {work}: {total:.1f} MB (carry it whole: runtime/, artifacts/, ref/, "
-        f"{'cuda-kernels/, ' if args.cuda else ''}plan.json)")
+    log(
+        f"work directory {work}: {total:.1f} MB (carry it whole: runtime/, artifacts/, ref/, "
+        f"{'cuda-kernels/, ' if args.cuda else ''}plan.json)"
+    )
     if total > 64:
         log(f"note: {total:.1f} MB is over a 64 MiB carry limit; split the models (--models) across work dirs")
 
@@ -387,7 +425,9 @@ def _reference(cpu_art: Path, dest: Path, np) -> dict:
     for k, (o, a) in enumerate(zip(m.manifest.outputs, outs)):
         np.save(dest / f"out{k}.npy", np.asarray(a))
         name = o["name"] if isinstance(o, dict) else o.name
-        refs.append({"name": name, "file": output_file_name(name), "ref": str((dest / f"out{k}.npy").relative_to(work))})
+        refs.append(
+            {"name": name, "file": output_file_name(name), "ref": str((dest / f"out{k}.npy").relative_to(work))}
+        )
     return {"inputs": ins, "outputs": refs}
 
 
@@ -397,8 +437,10 @@ def _size_mb(path: Path) -> float:
 
 # =========================================================================== run phase (python3 + numpy)
 
-def _start(runner: Path, art: Path, env: dict, ins: list[str], warmup: int, runs: int, tmp: Path,
-           out_dir: Path | None = None) -> dict:
+
+def _start(
+    runner: Path, art: Path, env: dict, ins: list[str], warmup: int, runs: int, tmp: Path, out_dir: Path | None = None
+) -> dict:
     """One tvmgen-run process: its timings JSON plus wall time, cache counters and platform line."""
     timings = tmp / "timings.json"
     timings.unlink(missing_ok=True)
@@ -414,20 +456,26 @@ def _start(runner: Path, art: Path, env: dict, ins: list[str], warmup: int, runs
     t["wall_ms"] = wall
     m = STATS.search(proc.stderr)
     t["cache"] = json.loads(m.group(1)) if m else None
-    p = [ln for ln in (PLATFORM.match(x) for x in proc.stderr.splitlines()) if ln and "cache {" not in ln.group(1)
-         and "rebuil" not in ln.group(1) and "platform" in ln.group(1)]
+    p = [
+        ln
+        for ln in (PLATFORM.match(x) for x in proc.stderr.splitlines())
+        if ln and "cache {" not in ln.group(1) and "rebuil" not in ln.group(1) and "platform" in ln.group(1)
+    ]
     t["platform_line"] = p[0].group(1) if p else None
     return t
 
 
 def _run_error(proc) -> str:
     """tvmgen-run's error (its "tvmgen-run: error:" line and the two after it), else its last line."""
-    lines = [ln.strip() for ln in proc.stderr.splitlines()
-             if ln.strip() and not ln.startswith("tvmgen-opencl: cache") and "Warning:" not in ln]
+    lines = [
+        ln.strip()
+        for ln in proc.stderr.splitlines()
+        if ln.strip() and not ln.startswith("tvmgen-opencl: cache") and "Warning:" not in ln
+    ]
     at = next((i for i, ln in enumerate(lines) if ln.startswith("tvmgen-run: error:")), None)
     if at is None:
         return (lines[-1] if lines else f"exit {proc.returncode}")[:400]
-    return " | ".join(lines[at:at + 3]).replace("tvmgen-run: error: ", "")[:400]
+    return " | ".join(lines[at : at + 3]).replace("tvmgen-run: error: ", "")[:400]
 
 
 def _fresh(*dirs: Path) -> None:
@@ -443,8 +491,13 @@ def run_row(row: dict, model: dict, work: Path, args, runner: Path) -> dict:
     tmp = work / "run" / Path(row["artifact"]).name
     _fresh(tmp)
     caches = [tmp / "kernel-cache", tmp / "pocl-cache", tmp / "nv-cache"]
-    env = dict(os.environ, TVMGEN_OPENCL_CACHE_DIR=str(caches[0]), TVMGEN_OPENCL_LOG="1",
-               POCL_CACHE_DIR=str(caches[1]), CUDA_CACHE_PATH=str(caches[2]))
+    env = dict(
+        os.environ,
+        TVMGEN_OPENCL_CACHE_DIR=str(caches[0]),
+        TVMGEN_OPENCL_LOG="1",
+        POCL_CACHE_DIR=str(caches[1]),
+        CUDA_CACHE_PATH=str(caches[2]),
+    )
     if row["device"] == "cuda":
         shim = work / "runtime" / "lib" / CUDA_SHIM
         env["LD_PRELOAD"] = ":".join(x for x in (str(shim), os.environ.get("LD_PRELOAD", "")) if x)
@@ -490,9 +543,17 @@ def run_all(args, work: Path) -> int:
         results.append(res)
     print(report(plan, results, args))
     if args.json:
-        benchlib.write_json(args.json, "gpu", {"plan": {k: v for k, v in plan.items() if k != "rows"},
-                                                "rows": results, "repeat": args.repeat, "runs": args.runs,
-                                                "machine": _machine()})
+        benchlib.write_json(
+            args.json,
+            "gpu",
+            {
+                "plan": {k: v for k, v in plan.items() if k != "rows"},
+                "rows": results,
+                "repeat": args.repeat,
+                "runs": args.runs,
+                "machine": _machine(),
+            },
+        )
     return 0
 
 
@@ -505,8 +566,9 @@ def _machine() -> dict:
             cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
     gpu = None
     if shutil.which("nvidia-smi"):
-        p = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True)
+        p = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True
+        )
         gpu = p.stdout.strip().splitlines()[0] if p.returncode == 0 and p.stdout.strip() else None
     return {"host": platform.node(), "cpu": cpu, "cpus": os.cpu_count(), "nvidia_smi": gpu}
 
@@ -528,7 +590,7 @@ def report(plan: dict, results: list[dict], args) -> str:
     for r in results:
         cells = [r["model"], label(r), r["precision"]]
         if "error" in r:
-            short = r["error"] if len(r["error"]) <= WIDTH else r["error"][:WIDTH - 6] + f" ... [{len(notes) + 1}]"
+            short = r["error"] if len(r["error"]) <= WIDTH else r["error"][: WIDTH - 6] + f" ... [{len(notes) + 1}]"
             if len(r["error"]) > WIDTH:
                 notes.append(f"[{len(notes) + 1}] {r['model']} {r['id']}: {r['error']}")
             body.append(cells + ["-"] * 10 + [short])
@@ -544,23 +606,52 @@ def report(plan: dict, results: list[dict], args) -> str:
         run = st["run_ms"]["median"]
         cpu = steady.get((r["model"], "cpu"))
         err = r["max_abs_error"]
-        body.append(cells + [_fmt(cold), _fmt(warm), benchlib.fmt_ratio(benchlib.ratio(cold, warm), 1),
-                             _fmt(init), kern, _fmt(run), _fmt(st["copy_in_ms"]["median"]),
-                             _fmt(st["copy_out_ms"]["median"]),
-                             "-" if r["id"] == "cpu" else benchlib.fmt_ratio(benchlib.ratio(run, cpu)),
-                             "-" if err is None else f"{err:.1e}", "ok"])
-    header = ["model", "device", "precision", "cold first run ms", "warm first run ms", "cold/warm", "init ms",
-              "kernels built / hits", "steady ms", "copy-in ms", "copy-out ms", "steady x cpu", "max abs err", "status"]
-    lines = [f"GPU benchmark: tvmgen-run, fresh process per start; cold/warm: median of {args.repeat} starts each "
-             f"(first inference); steady: median of {args.runs} runs after 1 warm-up; max abs err vs the CPU build"]
+        body.append(
+            cells
+            + [
+                _fmt(cold),
+                _fmt(warm),
+                benchlib.fmt_ratio(benchlib.ratio(cold, warm), 1),
+                _fmt(init),
+                kern,
+                _fmt(run),
+                _fmt(st["copy_in_ms"]["median"]),
+                _fmt(st["copy_out_ms"]["median"]),
+                "-" if r["id"] == "cpu" else benchlib.fmt_ratio(benchlib.ratio(run, cpu)),
+                "-" if err is None else f"{err:.1e}",
+                "ok",
+            ]
+        )
+    header = [
+        "model",
+        "device",
+        "precision",
+        "cold first run ms",
+        "warm first run ms",
+        "cold/warm",
+        "init ms",
+        "kernels built / hits",
+        "steady ms",
+        "copy-in ms",
+        "copy-out ms",
+        "steady x cpu",
+        "max abs err",
+        "status",
+    ]
+    lines = [
+        f"GPU benchmark: tvmgen-run, fresh process per start; cold/warm: median of {args.repeat} starts each "
+        f"(first inference); steady: median of {args.runs} runs after 1 warm-up; max abs err vs the CPU build"
+    ]
     platforms = sorted({s["platform_line"] for r in results for s in r.get("cold", []) if s.get("platform_line")})
     for p in platforms:
         lines.append(f"OpenCL: {p}")
     m = _machine()
     if m["nvidia_smi"] or plan.get("cuda_arch"):
         lines.append(f"CUDA: kernels built for {plan.get('cuda_arch')}; nvidia-smi: {m['nvidia_smi'] or 'not found'}")
-    lines.append(f"host: {m['cpu']} ({m['cpus']} CPUs); work directory built {plan.get('created')}, "
-                 f"{plan.get('size_mb', '?')} MB")
+    lines.append(
+        f"host: {m['cpu']} ({m['cpus']} CPUs); work directory built {plan.get('created')}, "
+        f"{plan.get('size_mb', '?')} MB"
+    )
     lines.append(benchlib.table(header, body, set(range(3, 13))))
     extra = []
     for model in plan["models"]:
@@ -575,12 +666,18 @@ def report(plan: dict, results: list[dict], args) -> str:
 
 # =========================================================================== main
 
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--zoo", action="store_true", help="the zoo's models (benchmarks/zoo.py) instead of builtin:mobilenet")
+    ap.add_argument(
+        "--zoo", action="store_true", help="the zoo's models (benchmarks/zoo.py) instead of builtin:mobilenet"
+    )
     ap.add_argument("--models", help="with --zoo: comma-separated subset")
-    ap.add_argument("--gpu-family", default="generic",
-                    help="comma-separated: adreno and/or desktop add opencl rows compiled with that --gpu-family")
+    ap.add_argument(
+        "--gpu-family",
+        default="generic",
+        help="comma-separated: adreno and/or desktop add opencl rows compiled with that --gpu-family",
+    )
     ap.add_argument("--precision", default="fp32", help="fp16: add rows compiled with --precision fp16")
     ap.add_argument("--cuda", action="store_true", help="add cuda rows (nvcc compiles the kernels here)")
     ap.add_argument("--cuda-arch", default="sm_90", help="with --cuda: the GPU architecture [sm_90: H100/H200]")

@@ -28,8 +28,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib
 
-MODELS = ("mobilenet_v2", "efficientnet_b0", "resnet18", "keras_mobilenet_v2", "keras_mobilenet_v2_int8",
-          "det_head_tflite", "audio_rnn")
+MODELS = (
+    "mobilenet_v2",
+    "efficientnet_b0",
+    "resnet18",
+    "keras_mobilenet_v2",
+    "keras_mobilenet_v2_int8",
+    "det_head_tflite",
+    "audio_rnn",
+)
 RUNS = 10
 MB = 1024 * 1024
 
@@ -75,9 +82,25 @@ def measure_cpp(runner: Path, artifact: Path, work: Path) -> dict:
         np.save(work / f"in{i}.npy", arr)
         args += ["--input", f"{name}={work / f'in{i}.npy'}"]
     timings = work / "timings.json"
-    proc = subprocess.run([str(runner), str(artifact), *args, "--repeat", str(RUNS), "--threads", "1", "--timings", str(timings),
-                           "-o", str(work / "out")], capture_output=True, text=True,
-                          env=benchlib.thread_env(1), timeout=600)
+    proc = subprocess.run(
+        [
+            str(runner),
+            str(artifact),
+            *args,
+            "--repeat",
+            str(RUNS),
+            "--threads",
+            "1",
+            "--timings",
+            str(timings),
+            "-o",
+            str(work / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=benchlib.thread_env(1),
+        timeout=600,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"tvmgen-run failed: {proc.stderr.strip()[-300:]}")
     mem = json.loads(timings.read_text())["memory"]
@@ -89,8 +112,13 @@ def child(engine: str, model: str, artifact: str) -> None:
 
 
 def in_child(engine: str, model: Path, artifact: Path) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--child", engine, str(model), str(artifact)],
-                          capture_output=True, text=True, env=benchlib.thread_env(1), timeout=600)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", engine, str(model), str(artifact)],
+        capture_output=True,
+        text=True,
+        env=benchlib.thread_env(1),
+        timeout=600,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{engine} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1][:300]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -122,8 +150,11 @@ def main() -> None:
         benchlib.progress(f"[{i}/{len(models)}] {name}: build, compile, measure")
         path, flags = zoo.build(name, work)
         artifact = work / f"{name}-host"
-        proc = subprocess.run([sys.executable, "-m", "tvmgen", "compile", str(path), "-o", str(artifact), "--force",
-                               *flags], capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tvmgen", "compile", str(path), "-o", str(artifact), "--force", *flags],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             benchlib.log(f"  {name}: compile failed: {zoo._last_error(proc)}")
             continue
@@ -131,21 +162,32 @@ def main() -> None:
             benchlib.log(f"  {name}: skipped (compiled with {' '.join(flags)})")
             continue
         reference = "LiteRT" if path.suffix == ".tflite" else "onnxruntime"
-        readings = {"tvmgen-run (C++)": measure_cpp(runner, artifact, Path(tempfile.mkdtemp(dir=work))),
-                    "tvmgen (Python)": in_child("tvmgen (Python)", path, artifact),
-                    reference: in_child(reference, path, artifact)}
+        readings = {
+            "tvmgen-run (C++)": measure_cpp(runner, artifact, Path(tempfile.mkdtemp(dir=work))),
+            "tvmgen (Python)": in_child("tvmgen (Python)", path, artifact),
+            reference: in_child(reference, path, artifact),
+        }
         weights = sum(f.stat().st_size for f in artifact.iterdir() if f.suffix in (".so", ".params"))
         results.append({"model": name, "reference": reference, "artifact_bytes": weights, "readings": readings})
         ref = readings[reference]
         for engine, r in readings.items():
-            rows.append([name, engine, f"{added(r, 'after_load_peak_bytes'):.1f}",
-                         f"{added(r, 'overall_peak_bytes'):.1f}",
-                         benchlib.fmt_ratio(benchlib.ratio(added(r, "overall_peak_bytes"),
-                                                           added(ref, "overall_peak_bytes")))])
+            rows.append(
+                [
+                    name,
+                    engine,
+                    f"{added(r, 'after_load_peak_bytes'):.1f}",
+                    f"{added(r, 'overall_peak_bytes'):.1f}",
+                    benchlib.fmt_ratio(
+                        benchlib.ratio(added(r, "overall_peak_bytes"), added(ref, "overall_peak_bytes"))
+                    ),
+                ]
+            )
         rows.append(None)
     header = ["model", "engine", "after load MB", "overall MB", "overall / ref"]
-    print("tvmgen peak resident memory (what loading and running the model added to its process: VmHWM minus "
-          f"VmRSS before loading, /proc/self/status; 1 thread, {RUNS} runs)")
+    print(
+        "tvmgen peak resident memory (what loading and running the model added to its process: VmHWM minus "
+        f"VmRSS before loading, /proc/self/status; 1 thread, {RUNS} runs)"
+    )
     print(benchlib.table(header, rows[:-1] if rows and rows[-1] is None else rows, right={2, 3, 4}))
     if args.json:
         benchlib.write_json(args.json, "memory", {"runs": RUNS, "rows": results})

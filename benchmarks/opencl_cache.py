@@ -55,8 +55,9 @@ def start(runner: Path, artifact: Path, work: Path, env: dict, repeat: int, tag:
     t["wall_ms"] = wall
     # with --warmup 0 the first timed run is the process's first: its copy-out waits for its kernels
     if repeat == 1:
-        t["first_output_ms"] = (t["load_ms"] + t["init_ms"] + t["copy_in_ms"]["median"] + t["first_run_ms"]
-                                + t["copy_out_ms"]["median"])
+        t["first_output_ms"] = (
+            t["load_ms"] + t["init_ms"] + t["copy_in_ms"]["median"] + t["first_run_ms"] + t["copy_out_ms"]["median"]
+        )
     return t
 
 
@@ -65,7 +66,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="cold starts and warm starts (each)")
     ap.add_argument("--repeat", type=int, default=10, help="timed runs in the copy-in/run/copy-out process")
     ap.add_argument("--quick", action="store_true", help="1 cold + 1 warm start, 3 timed runs")
-    ap.add_argument("--runtime", type=Path, help="an installed runtime prefix (bin/tvmgen-run, lib/libtvmgen_opencl.so)")
+    ap.add_argument(
+        "--runtime", type=Path, help="an installed runtime prefix (bin/tvmgen-run, lib/libtvmgen_opencl.so)"
+    )
     ap.add_argument("--pocl-cache", action="store_true", help="leave PoCL's own kernel cache on")
     ap.add_argument("--keep", type=Path, help="keep artifacts and caches here")
     ap.add_argument("--json", type=Path, help="also write every number as JSON")
@@ -85,8 +88,9 @@ def main() -> int:
     for device in ("opencl", "cpu"):
         arts[device] = work / f"mobilenet-{device}"
         if not (arts[device] / "manifest.json").is_file():
-            compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], device), arts[device], True,
-                                {"name": "mobilenet"})
+            compile_to_artifact(
+                imported, BuildOptions(PLATFORMS["host"], device), arts[device], True, {"name": "mobilenet"}
+            )
 
     cache = work / "cache"
     env = dict(os.environ, TVMGEN_OPENCL_CACHE_DIR=str(cache), TVMGEN_OPENCL_LOG="1")
@@ -109,8 +113,7 @@ def main() -> int:
     if args.pocl_cache:  # PoCL's cache alone (filled by the runs above), tvmgen's cache off
         for r in range(args.rounds):
             log(f"warm start, PoCL's cache only {r + 1}/{args.rounds} ...")
-            pocl_only.append(start(runner, arts["opencl"], work, dict(env, TVMGEN_OPENCL_CACHE_DIR=""), 1,
-                                   f"pocl{r}"))
+            pocl_only.append(start(runner, arts["opencl"], work, dict(env, TVMGEN_OPENCL_CACHE_DIR=""), 1, f"pocl{r}"))
     log(f"steady state: {args.repeat} runs in a warm process ...")
     steady = start(runner, arts["opencl"], work, env, args.repeat, "steady")
     log("cpu artifact for context ...")
@@ -141,30 +144,54 @@ def main() -> int:
     header = ["stage", "cold (empty cache)", "warm (cache)", "cold/warm"]
     if pocl_only:
         header.append("PoCL cache only")
-        extra = [med(pocl_only, "wall_ms"), med(pocl_only, "load_ms"), med(pocl_only, "init_ms"),
-                 med(pocl_only, "first_run_ms"), med(pocl_only, "first_output_ms"), cmed(pocl_only, "build_ms"),
-                 cmed(pocl_only, "load_ms")]
+        extra = [
+            med(pocl_only, "wall_ms"),
+            med(pocl_only, "load_ms"),
+            med(pocl_only, "init_ms"),
+            med(pocl_only, "first_run_ms"),
+            med(pocl_only, "first_output_ms"),
+            cmed(pocl_only, "build_ms"),
+            cmed(pocl_only, "load_ms"),
+        ]
         for row, x in zip(body, extra):
             row.append(fmt(x))
-    counts = f"kernels: cold {cold[0]['cache']['misses']} misses / {cold[0]['cache']['writes']} written, " \
-             f"warm {warm[0]['cache']['hits']} hits / {warm[0]['cache']['misses']} misses"
-    print(f"OpenCL kernel cache, builtin:mobilenet (median of {args.rounds} starts each, ms; "
-          f"PoCL's own cache {'on' if args.pocl_cache else 'off'})")
+    counts = (
+        f"kernels: cold {cold[0]['cache']['misses']} misses / {cold[0]['cache']['writes']} written, "
+        f"warm {warm[0]['cache']['hits']} hits / {warm[0]['cache']['misses']} misses"
+    )
+    print(
+        f"OpenCL kernel cache, builtin:mobilenet (median of {args.rounds} starts each, ms; "
+        f"PoCL's own cache {'on' if args.pocl_cache else 'off'})"
+    )
     print(table(header, body, {1, 2, 3, 4}))
     print(counts)
     print()
     stage_rows = []
-    for name, key in (("copy-in", "copy_in_ms"), ("run (waits for the kernels)", "run_ms"), ("copy-out", "copy_out_ms"),
-                      ("total", "total_ms")):
+    for name, key in (
+        ("copy-in", "copy_in_ms"),
+        ("run (waits for the kernels)", "run_ms"),
+        ("copy-out", "copy_out_ms"),
+        ("total", "total_ms"),
+    ):
         o, c = steady[key]["median"], cpu[key]["median"]
         stage_rows.append([name, fmt(o), fmt(c), ratio(o, c) if key in ("copy_in_ms", "total_ms") else "-"])
     print(f"Steady state, median of {args.repeat} runs in one warm process (ms): OpenCL against the CPU artifact")
     print(table(["stage", "opencl", "cpu (llvm)", "opencl/cpu"], stage_rows, {1, 2, 3}))
     if args.json:
-        args.json.write_text(json.dumps({"environment": environment(("apache-tvm", "apache-tvm-ffi")),
-                                         "pocl_kernel_cache": args.pocl_cache, "cold": cold, "warm": warm,
-                                         "pocl_cache_only": pocl_only, "steady": steady, "cpu": cpu},
-                                        indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "environment": environment(("apache-tvm", "apache-tvm-ffi")),
+                    "pocl_kernel_cache": args.pocl_cache,
+                    "cold": cold,
+                    "warm": warm,
+                    "pocl_cache_only": pocl_only,
+                    "steady": steady,
+                    "cpu": cpu,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

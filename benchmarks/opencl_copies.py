@@ -31,13 +31,18 @@ from pathlib import Path
 import benchlib
 from benchlib import environment, log, table
 
-KEYS = (("copy-in", "copy_in_ms"), ("run (waits for the kernels)", "run_ms"), ("copy-out", "copy_out_ms"),
-        ("total", "total_ms"))
+KEYS = (
+    ("copy-in", "copy_in_ms"),
+    ("run (waits for the kernels)", "run_ms"),
+    ("copy-out", "copy_out_ms"),
+    ("total", "total_ms"),
+)
 
 
 def one(runner: Path, artifact: Path, work: Path, env: dict, args, host_visible: bool, tag: str) -> dict:
-    t, _, _ = benchlib.tvmgen_run(runner, artifact, work, env, args.warmup, args.repeat, tag,
-                                  ("--host-visible-inputs",) if host_visible else ())
+    t, _, _ = benchlib.tvmgen_run(
+        runner, artifact, work, env, args.warmup, args.repeat, tag, ("--host-visible-inputs",) if host_visible else ()
+    )
     if t.get("host_visible_inputs") is not host_visible:
         raise SystemExit(f"{tag}: the timings say host_visible_inputs={t.get('host_visible_inputs')}")
     return t
@@ -48,7 +53,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="processes of each kind (alternating)")
     ap.add_argument("--repeat", type=int, default=20, help="timed runs per process")
     ap.add_argument("--warmup", type=int, default=2, help="untimed runs per process")
-    ap.add_argument("--runtime", type=Path, help="an installed runtime prefix (bin/tvmgen-run, lib/libtvmgen_opencl.so)")
+    ap.add_argument(
+        "--runtime", type=Path, help="an installed runtime prefix (bin/tvmgen-run, lib/libtvmgen_opencl.so)"
+    )
     ap.add_argument("--keep", type=Path, help="keep the artifact and kernel cache here")
     ap.add_argument("--json", type=Path, help="also write every number as JSON")
     args = ap.parse_args()
@@ -80,14 +87,26 @@ def main() -> int:
     body = []
     for name, key in KEYS:
         p, m = med(plain, key), med(mapped, key)
-        body.append([name, benchlib.fmt_num(p, large=10, digits=3), benchlib.fmt_num(m, large=10, digits=3),
-                     benchlib.fmt_ratio(m / p if p >= 0.001 else None)])
-    print(f"OpenCL inputs, builtin:mobilenet: median over {args.rounds} processes of each one's median of "
-          f"{args.repeat} runs (ms)")
+        body.append(
+            [
+                name,
+                benchlib.fmt_num(p, large=10, digits=3),
+                benchlib.fmt_num(m, large=10, digits=3),
+                benchlib.fmt_ratio(m / p if p >= 0.001 else None),
+            ]
+        )
+    print(
+        f"OpenCL inputs, builtin:mobilenet: median over {args.rounds} processes of each one's median of "
+        f"{args.repeat} runs (ms)"
+    )
     print(table(["stage", "plain copies", "host-visible inputs", "host-visible/plain"], body, {1, 2, 3}))
     if args.json:
-        args.json.write_text(json.dumps({"environment": environment(("apache-tvm", "apache-tvm-ffi")),
-                                         "plain": plain, "host_visible": mapped}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {"environment": environment(("apache-tvm", "apache-tvm-ffi")), "plain": plain, "host_visible": mapped},
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -71,8 +71,10 @@ SIZE_ROWS = [
     ("libtvm_ffi.so", ["libtvm_ffi.so"]),
 ]
 STRIP = {"host": "strip", "linux-aarch64": "aarch64-linux-gnu-strip"}
-ARCH_LABEL = {"host": "x86_64" if platform.machine() in ("x86_64", "AMD64") else platform.machine(),
-              "linux-aarch64": "aarch64"}
+ARCH_LABEL = {
+    "host": "x86_64" if platform.machine() in ("x86_64", "AMD64") else platform.machine(),
+    "linux-aarch64": "aarch64",
+}
 
 # A tiny harness over the C++ API (jni/include/tvmgen/runtime.h), timed like the Java and Python
 # paths: std::chrono::steady_clock before SetInput, after it, after Run(), after GetOutput(); the
@@ -239,6 +241,7 @@ public final class OverheadBench {
 
 # =========================================================================== worker modes (child processes)
 
+
 def make_add_relu(path: Path) -> dict:
     import numpy as np
     import onnx
@@ -246,11 +249,17 @@ def make_add_relu(path: Path) -> dict:
 
     rng = np.random.default_rng(SEED)
     bias = numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "bias")
-    nodes = [helper.make_node("Add", ["x", "bias"], ["sum"], name="add"),
-             helper.make_node("Relu", ["sum"], ["y"], name="relu")]
-    graph = helper.make_graph(nodes, "add_relu",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [bias])
+    nodes = [
+        helper.make_node("Add", ["x", "bias"], ["sum"], name="add"),
+        helper.make_node("Relu", ["sum"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "add_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+        [bias],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="tvmgen-bench")
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -277,9 +286,13 @@ def worker_compile(model: str, work: Path) -> dict:
     out = work / f"{model}-host-cpu"
     t0 = time.perf_counter()
     imported = frontends.load(src, [])
-    manifest = build.compile_to_artifact(imported, build.BuildOptions(PLATFORMS["host"], "cpu"), out, True,
-                                         {"name": model, "source": str(src), "format": imported.format,
-                                          "sha256": sha256_file(src)})
+    manifest = build.compile_to_artifact(
+        imported,
+        build.BuildOptions(PLATFORMS["host"], "cpu"),
+        out,
+        True,
+        {"name": model, "source": str(src), "format": imported.format, "sha256": sha256_file(src)},
+    )
     compile_s = time.perf_counter() - t0
     inputs = random_inputs(manifest.inputs, SEED)
     files = []
@@ -289,9 +302,15 @@ def worker_compile(model: str, work: Path) -> dict:
         files.append(str(p))
     np.savez(work / f"{model}-inputs.npz", **inputs)
     art_bytes = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    return {**made, "artifact": str(out), "compile_s": compile_s, "artifact_bytes": art_bytes,
-            "input_files": files, "inputs": [s.to_json() for s in manifest.inputs],
-            "outputs": [s.to_json() for s in manifest.outputs]}
+    return {
+        **made,
+        "artifact": str(out),
+        "compile_s": compile_s,
+        "artifact_bytes": art_bytes,
+        "input_files": files,
+        "inputs": [s.to_json() for s in manifest.inputs],
+        "outputs": [s.to_json() for s in manifest.outputs],
+    }
 
 
 def _stage_stats(ns) -> dict:
@@ -349,8 +368,12 @@ def worker_python(artifact: Path, inputs_npz: Path, warmup: int, calls: int, sav
             total[r - warmup, 3] = t1 - t0
     hm = _stage_stats(total)
     hm = {"total": hm["total"], "calls": hm["calls"]}
-    return {"runtime": f"TVM {tvm.__version__} Relax VM (Python {platform.python_version()})",
-            "tvm_threads": pool, "python_vm": vm_stats, "python_hostmodel": hm}
+    return {
+        "runtime": f"TVM {tvm.__version__} Relax VM (Python {platform.python_version()})",
+        "tvm_threads": pool,
+        "python_vm": vm_stats,
+        "python_hostmodel": hm,
+    }
 
 
 def _work(args) -> dict:
@@ -362,6 +385,7 @@ def _work(args) -> dict:
 
 
 # =========================================================================== driver
+
 
 def run_proc(argv: list, verbose: bool, what: str, **kw) -> subprocess.CompletedProcess:
     return benchlib.run_step(argv, benchlib.thread_env(THREADS), verbose, what, **kw)
@@ -399,8 +423,9 @@ def build_runtime(plat: str, work: Path, verbose: bool) -> Path:
     return Path(prefix)
 
 
-def bench_cpp(prefix: Path, model: dict, name: str, warmup: int, calls: int, work: Path, rnd: int,
-              verbose: bool) -> dict:
+def bench_cpp(
+    prefix: Path, model: dict, name: str, warmup: int, calls: int, work: Path, rnd: int, verbose: bool
+) -> dict:
     out_dir = work / f"{name}-cpp-out"
     out_dir.mkdir(exist_ok=True)
     timings = work / f"{name}-cpp-{rnd}.json"
@@ -411,11 +436,19 @@ def bench_cpp(prefix: Path, model: dict, name: str, warmup: int, calls: int, wor
     run_proc(argv, verbose, "tvmgen-run")
     t = json.loads(timings.read_text())
     # tvmgen-run reports per-stage statistics only; the total is the sum of the stage medians.
-    stages = {k: {"median_us": t[f"{k}_ms"]["median"] * 1e3, "mean_us": t[f"{k}_ms"]["mean"] * 1e3,
-                  "min_us": t[f"{k}_ms"]["min"] * 1e3, "max_us": t[f"{k}_ms"]["max"] * 1e3}
-              for k in ("copy_in", "run", "copy_out")}
-    stages["total"] = {"median_us": sum(stages[k]["median_us"] for k in ("copy_in", "run", "copy_out")),
-                       "note": "sum of the stage medians"}
+    stages = {
+        k: {
+            "median_us": t[f"{k}_ms"]["median"] * 1e3,
+            "mean_us": t[f"{k}_ms"]["mean"] * 1e3,
+            "min_us": t[f"{k}_ms"]["min"] * 1e3,
+            "max_us": t[f"{k}_ms"]["max"] * 1e3,
+        }
+        for k in ("copy_in", "run", "copy_out")
+    }
+    stages["total"] = {
+        "median_us": sum(stages[k]["median_us"] for k in ("copy_in", "run", "copy_out")),
+        "note": "sum of the stage medians",
+    }
     stages["calls"] = t["runs"]
     stages["raw"] = t
     return stages
@@ -428,8 +461,23 @@ def compile_cpp_harness(prefix: Path, work: Path, verbose: bool) -> Path:
     src, exe = work / "overhead_bench.cc", work / "overhead_bench"
     src.write_text(CPP_HARNESS)
     lib = prefix / "lib"
-    run_proc([cxx, "-O2", "-std=c++17", f"-I{prefix / 'include'}", src, "-o", exe, f"-L{lib}", "-ltvmgen_runtime",
-              f"-Wl,-rpath,{lib}", f"-Wl,-rpath-link,{lib}"], verbose, "building the C++ harness")
+    run_proc(
+        [
+            cxx,
+            "-O2",
+            "-std=c++17",
+            f"-I{prefix / 'include'}",
+            src,
+            "-o",
+            exe,
+            f"-L{lib}",
+            "-ltvmgen_runtime",
+            f"-Wl,-rpath,{lib}",
+            f"-Wl,-rpath-link,{lib}",
+        ],
+        verbose,
+        "building the C++ harness",
+    )
     return exe
 
 
@@ -456,8 +504,9 @@ def compile_java_harness(prefix: Path, work: Path, verbose: bool) -> Path:
     return cls_dir
 
 
-def bench_java(prefix: Path, classes: Path, model: dict, name: str, warmup: int, calls: int, work: Path,
-               verbose: bool) -> dict:
+def bench_java(
+    prefix: Path, classes: Path, model: dict, name: str, warmup: int, calls: int, work: Path, verbose: bool
+) -> dict:
     import numpy as np
 
     jar = prefix / "share" / "java" / "tvmgen.jar"
@@ -466,8 +515,19 @@ def bench_java(prefix: Path, classes: Path, model: dict, name: str, warmup: int,
     for mode in ("buffer", "floats"):
         f = Path(f"{out_prefix}-{mode}.times")
         f.unlink(missing_ok=True)
-        argv = ["java", f"-Dtvmgen.library.path={prefix / 'lib'}", "-cp", f"{jar}{os.pathsep}{classes}",
-                "OverheadBench", mode, model["artifact"], warmup, calls, out_prefix, *model["input_files"]]
+        argv = [
+            "java",
+            f"-Dtvmgen.library.path={prefix / 'lib'}",
+            "-cp",
+            f"{jar}{os.pathsep}{classes}",
+            "OverheadBench",
+            mode,
+            model["artifact"],
+            warmup,
+            calls,
+            out_prefix,
+            *model["input_files"],
+        ]
         info = last_json(run_proc(argv, verbose, f"java OverheadBench {mode}"), "java OverheadBench")
         res["jvm"] = f"{info['vm']} {info['java']}"
         if f.is_file():  # floats: only for float32 models
@@ -487,10 +547,15 @@ def strip_sizes(plat: str, prefix: Path, work: Path, verbose: bool) -> dict:
             run_proc([tool, copy], verbose, f"{STRIP[plat]} {so.name}")
         files[so.name] = {"unstripped": so.stat().st_size, "stripped": copy.stat().st_size}
     jar = prefix / "share" / "java" / "tvmgen.jar"
-    return {"strip": tool and f"{STRIP[plat]} (default: --strip-all)", "stripped": bool(tool), "files": files,
-            "tvmgen.jar": jar.stat().st_size if jar.is_file() else None,
-            "tvmgen-run": (prefix / "bin" / "tvmgen-run").stat().st_size
-            if (prefix / "bin" / "tvmgen-run").is_file() else None}
+    return {
+        "strip": tool and f"{STRIP[plat]} (default: --strip-all)",
+        "stripped": bool(tool),
+        "files": files,
+        "tvmgen.jar": jar.stat().st_size if jar.is_file() else None,
+        "tvmgen-run": (prefix / "bin" / "tvmgen-run").stat().st_size
+        if (prefix / "bin" / "tvmgen-run").is_file()
+        else None,
+    }
 
 
 def summarize(rounds: list[dict]) -> dict:
@@ -509,8 +574,18 @@ def format_table(rows: list[dict], sizes: dict) -> str:
     for r in rows:
         total = benchlib.fmt_num(r["total"]) + ("*" if r["path"] == "cpp" else "")
         ratio = benchlib.fmt_ratio(r.get("ratio"))
-        body.append([SHORT[r["model"]], PATHS[r["path"]], f"{r['calls_per_round'] * r['rounds']}",
-                     benchlib.fmt_num(r["copy_in"]), benchlib.fmt_num(r["run"]), benchlib.fmt_num(r["copy_out"]), total, ratio])
+        body.append(
+            [
+                SHORT[r["model"]],
+                PATHS[r["path"]],
+                f"{r['calls_per_round'] * r['rounds']}",
+                benchlib.fmt_num(r["copy_in"]),
+                benchlib.fmt_num(r["run"]),
+                benchlib.fmt_num(r["copy_out"]),
+                total,
+                ratio,
+            ]
+        )
     if sizes:
         plats = [p for p in ("host", "linux-aarch64") if p in sizes]
         cols = [f"{ARCH_LABEL[p]} B" + ("" if sizes[p]["stripped"] else " (unstripped)") for p in plats]
@@ -536,8 +611,11 @@ def environment() -> dict:
     java = None
     with contextlib.suppress(OSError, IndexError):
         java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
-    return {**benchlib.environment(("apache-tvm", "apache-tvm-ffi", "numpy", "onnx", "onnxslim")), "java": java,
-            "env": {"TVM_NUM_THREADS": str(THREADS), "OMP_NUM_THREADS": str(THREADS)}}
+    return {
+        **benchlib.environment(("apache-tvm", "apache-tvm-ffi", "numpy", "onnx", "onnxslim")),
+        "java": java,
+        "env": {"TVM_NUM_THREADS": str(THREADS), "OMP_NUM_THREADS": str(THREADS)},
+    }
 
 
 def output_check(work: Path, name: str, model: dict) -> dict:
@@ -565,8 +643,9 @@ def output_check(work: Path, name: str, model: dict) -> dict:
 
 def main() -> int:
     p = benchlib.parser(__doc__)
-    p.add_argument("--quick", action="store_true",
-                   help="smoke test: 1 round, 2000 calls (tiny model) / 5 calls (MobileNet)")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke test: 1 round, 2000 calls (tiny model) / 5 calls (MobileNet)"
+    )
     benchlib.json_option(p)
     p.add_argument("--calls", type=int, help="timed calls per round for add-relu-1x16 (default 20000, --quick 2000)")
     p.add_argument("--warmup", type=int, help="untimed calls first, add-relu-1x16 (default 5000, --quick 500)")
@@ -590,8 +669,10 @@ def main() -> int:
 
     q = args.quick
     tiny = (args.warmup if args.warmup is not None else (500 if q else 5000), args.calls or (2000 if q else 20000))
-    mobile = (args.mobilenet_warmup if args.mobilenet_warmup is not None else (1 if q else 3),
-              args.mobilenet_calls or (5 if q else 10))
+    mobile = (
+        args.mobilenet_warmup if args.mobilenet_warmup is not None else (1 if q else 3),
+        args.mobilenet_calls or (5 if q else 10),
+    )
     counts = {"add-relu-1x16": tiny, "builtin-mobilenet": mobile}
     rounds = args.rounds or (1 if q else 5)
     names = benchlib.pick_models(args.models, MODELS, p.error)
@@ -624,8 +705,10 @@ def main() -> int:
             progress(f"{name}: making and compiling (host/cpu) ...")
             try:
                 models[name] = call_worker("compile", args.verbose, model=name, work=work)
-                progress(f"{name}: compiled in {models[name]['compile_s']:.1f}s, "
-                         f"artifact {models[name]['artifact_bytes'] / 1e6:.2f} MB")
+                progress(
+                    f"{name}: compiled in {models[name]['compile_s']:.1f}s, "
+                    f"artifact {models[name]['artifact_bytes'] / 1e6:.2f} MB"
+                )
             except StepError as e:
                 failures.append({"step": f"compile {name}", "error": str(e)})
                 progress(f"{name}: FAILED\n{e}")
@@ -637,17 +720,34 @@ def main() -> int:
                 tag = f"{name} round {rnd + 1}/{rounds}"
                 steps = []
                 if prefix:
-                    steps.append(("cpp", lambda: {"cpp": bench_cpp(prefix, model, name, warmup, calls, work, rnd,
-                                                                   args.verbose)}))
+                    steps.append(
+                        ("cpp", lambda: {"cpp": bench_cpp(prefix, model, name, warmup, calls, work, rnd, args.verbose)})
+                    )
                 if cpp_exe:
-                    steps.append(("cpp_api", lambda: {"cpp_api": bench_cpp_api(cpp_exe, model, name, warmup, calls,
-                                                                               work, args.verbose)}))
+                    steps.append(
+                        (
+                            "cpp_api",
+                            lambda: {"cpp_api": bench_cpp_api(cpp_exe, model, name, warmup, calls, work, args.verbose)},
+                        )
+                    )
                 if classes:
-                    steps.append(("java", lambda: bench_java(prefix, classes, model, name, warmup, calls, work,
-                                                             args.verbose)))
-                steps.append(("python", lambda: call_worker(
-                    "python", args.verbose, artifact=model["artifact"], inputs=work / f"{name}-inputs.npz",
-                    warmup_n=warmup, calls_n=calls, save=work / f"{name}-python-out.npz")))
+                    steps.append(
+                        ("java", lambda: bench_java(prefix, classes, model, name, warmup, calls, work, args.verbose))
+                    )
+                steps.append(
+                    (
+                        "python",
+                        lambda: call_worker(
+                            "python",
+                            args.verbose,
+                            artifact=model["artifact"],
+                            inputs=work / f"{name}-inputs.npz",
+                            warmup_n=warmup,
+                            calls_n=calls,
+                            save=work / f"{name}-python-out.npz",
+                        ),
+                    )
+                )
                 for who, fn in steps:
                     progress(f"{tag}: {who}, {warmup} warm-up + {calls} timed calls ...")
                     try:
@@ -662,8 +762,7 @@ def main() -> int:
                     extra = {k: v for k, v in res.items() if k not in PATHS}
                     if extra:
                         results.setdefault(name, {}).setdefault(who, extra)
-                    got = ", ".join(f"{PATHS[k]} {res[k]['total']['median_us']:.2f} us"
-                                    for k in PATHS if k in res)
+                    got = ", ".join(f"{PATHS[k]} {res[k]['total']['median_us']:.2f} us" for k in PATHS if k in res)
                     progress(f"{tag}: {got}")
 
         if not args.no_sizes:
@@ -699,17 +798,27 @@ def main() -> int:
     total = time.perf_counter() - start
     progress(f"done in {total:.0f}s")
 
-    print(f"tvmgen runtime overhead (host {ARCH_LABEL['host']}/cpu, TVM_NUM_THREADS={THREADS}; per call: "
-          f"median over {rounds} round(s) of each round's median, in microseconds; vs C++ = total / tvmgen-run total)")
+    print(
+        f"tvmgen runtime overhead (host {ARCH_LABEL['host']}/cpu, TVM_NUM_THREADS={THREADS}; per call: "
+        f"median over {rounds} round(s) of each round's median, in microseconds; vs C++ = total / tvmgen-run total)"
+    )
     print(format_table(rows, sizes))
-    notes = ["* tvmgen-run total = sum of its per-stage medians (its own timers inside libtvmgen_runtime, printed "
-             "to 0.1 us); the other totals are timed around the whole call"]
+    notes = [
+        "* tvmgen-run total = sum of its per-stage medians (its own timers inside libtvmgen_runtime, printed "
+        "to 0.1 us); the other totals are timed around the whole call"
+    ]
     diffs = {n: m.get("max_abs_diff_vs_python_vm") for n, m in models.items()}
     bad = [f"{n}/{who}" for n, d in diffs.items() for who, v in (d or {}).items() if v > 1e-6]
     checked = any(diffs.values())
     if checked:
-        notes.append("outputs: C++ and Java " + (f"DIFFER from the Python VM for {', '.join(bad)}" if bad else
-                                                  "equal the Python VM's (max abs diff <= 1e-6)"))
+        notes.append(
+            "outputs: C++ and Java "
+            + (
+                f"DIFFER from the Python VM for {', '.join(bad)}"
+                if bad
+                else "equal the Python VM's (max abs diff <= 1e-6)"
+            )
+        )
     for plat, s in sizes.items():
         if not s["stripped"]:
             notes.append(f"{STRIP[plat]} not found: {ARCH_LABEL[plat]} sizes are unstripped")
@@ -719,13 +828,27 @@ def main() -> int:
     sys.stdout.flush()
 
     if args.json:
-        benchlib.write_json(args.json, "runtime_overhead", {
-            "settings": {"quick": q, "rounds": rounds, "threads": THREADS,
-                         "warmup_calls": {n: counts[n][0] for n in names},
-                         "timed_calls_per_round": {n: counts[n][1] for n in names}, "seed": SEED},
-            "environment": {**environment(), "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
-            "total_s": total, "rows": rows, "sizes": sizes, "models": models, "runtimes": results,
-            "failures": failures})
+        benchlib.write_json(
+            args.json,
+            "runtime_overhead",
+            {
+                "settings": {
+                    "quick": q,
+                    "rounds": rounds,
+                    "threads": THREADS,
+                    "warmup_calls": {n: counts[n][0] for n in names},
+                    "timed_calls_per_round": {n: counts[n][1] for n in names},
+                    "seed": SEED,
+                },
+                "environment": {**environment(), "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
+                "total_s": total,
+                "rows": rows,
+                "sizes": sizes,
+                "models": models,
+                "runtimes": results,
+                "failures": failures,
+            },
+        )
     return 1 if failures else 0
 
 

@@ -43,15 +43,31 @@ def prepare(name: str, work: Path) -> tuple[Path, Path]:
     """The model file and its host artifact, made once (reused from --work when there)."""
     model = next((p for p in work.glob(f"{name}.*") if p.suffix in (".onnx", ".tflite")), None)
     if model is None:
-        proc = subprocess.run([sys.executable, str(Path(zoo.__file__)), "--build-only", name, "--keep", str(work)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, str(Path(zoo.__file__)), "--build-only", name, "--keep", str(work)],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"building {name} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
         model = next(p for p in work.glob(f"{name}.*") if p.suffix in (".onnx", ".tflite"))
     artifact = work / f"{name}-host"
     if not (artifact / "manifest.json").is_file():
-        proc = subprocess.run([sys.executable, "-m", "tvmgen", "compile", str(model), "-o", str(artifact), "--force",
-                               *zoo.build_flags(name)], capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tvmgen",
+                "compile",
+                str(model),
+                "-o",
+                str(artifact),
+                "--force",
+                *zoo.build_flags(name),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"compiling {name} failed: {zoo._last_error(proc)}")
     return model, artifact
@@ -74,9 +90,14 @@ def time_model(name: str, work: Path, threads: int, runs: int) -> dict:
     model = HostModel(artifact, threads=threads)
     inputs = random_inputs(model.manifest.inputs, seed=0)
     ref = zoo.reference_runner(model_file, zoo._consts(zoo.build_flags(name), model_file), threads)
-    row = {"model": name, "threads": threads, "thread_pool": model.parallel, "tvmgen_threads": model.threads,
-           "reference": "litert" if model_file.suffix == ".tflite" else "onnxruntime",
-           "outputs": check_outputs(name, model.run(inputs), ref(inputs))}
+    row = {
+        "model": name,
+        "threads": threads,
+        "thread_pool": model.parallel,
+        "tvmgen_threads": model.threads,
+        "reference": "litert" if model_file.suffix == ".tflite" else "onnxruntime",
+        "outputs": check_outputs(name, model.run(inputs), ref(inputs)),
+    }
     for phase in PHASES:
         timed = [benchlib.Timed("tvmgen", lambda: model.run(inputs)), benchlib.Timed("reference", lambda: ref(inputs))]
         busy = hogs() if phase == "contended" else []
@@ -106,8 +127,9 @@ def summarise(rows: list[dict]) -> dict:
         s = {}
         for phase in PHASES:
             s[f"{phase}_ratio"] = zoo.geomean([r[phase]["tvmgen"] / r[phase]["reference"] for r in sel])
-            s[f"{phase}_worst"] = max(((r[phase]["tvmgen"] / r[phase]["reference"], r["model"]) for r in sel),
-                                      default=None)
+            s[f"{phase}_worst"] = max(
+                ((r[phase]["tvmgen"] / r[phase]["reference"], r["model"]) for r in sel), default=None
+            )
         for engine in ("tvmgen", "reference"):
             s[f"{engine}_slowdown"] = zoo.geomean([r["contended"][engine] / r["quiet"][engine] for r in sel])
         out[threads] = s
@@ -115,20 +137,42 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def format_table(rows: list[dict]) -> str:
-    header = ["model", "threads", "reference", "outputs", "tvmgen ms", "ref ms", "ratio", "tvmgen ms (busy)", "ref ms (busy)",
-              "ratio (busy)", "tvmgen slowdown", "ref slowdown"]
+    header = [
+        "model",
+        "threads",
+        "reference",
+        "outputs",
+        "tvmgen ms",
+        "ref ms",
+        "ratio",
+        "tvmgen ms (busy)",
+        "ref ms (busy)",
+        "ratio (busy)",
+        "tvmgen slowdown",
+        "ref slowdown",
+    ]
     body = []
     for r in rows:
         if "quiet" not in r:
             body.append([r["model"], str(r["threads"]), "-", "failed: " + r.get("error", "?")[:60]] + ["-"] * 8)
             continue
         q, c = r["quiet"], r["contended"]
-        body.append([r["model"], str(r["threads"]), r["reference"], r["outputs"],
-                     benchlib.fmt_num(q["tvmgen"]), benchlib.fmt_num(q["reference"]),
-                     benchlib.fmt_ratio(q["tvmgen"] / q["reference"]),
-                     benchlib.fmt_num(c["tvmgen"]), benchlib.fmt_num(c["reference"]),
-                     benchlib.fmt_ratio(c["tvmgen"] / c["reference"]),
-                     benchlib.fmt_ratio(c["tvmgen"] / q["tvmgen"]), benchlib.fmt_ratio(c["reference"] / q["reference"])])
+        body.append(
+            [
+                r["model"],
+                str(r["threads"]),
+                r["reference"],
+                r["outputs"],
+                benchlib.fmt_num(q["tvmgen"]),
+                benchlib.fmt_num(q["reference"]),
+                benchlib.fmt_ratio(q["tvmgen"] / q["reference"]),
+                benchlib.fmt_num(c["tvmgen"]),
+                benchlib.fmt_num(c["reference"]),
+                benchlib.fmt_ratio(c["tvmgen"] / c["reference"]),
+                benchlib.fmt_ratio(c["tvmgen"] / q["tvmgen"]),
+                benchlib.fmt_ratio(c["reference"] / q["reference"]),
+            ]
+        )
     return benchlib.table(header, body, right=set(range(4, len(header))))
 
 
@@ -136,7 +180,9 @@ def main() -> None:
     p = benchlib.parser(__doc__)
     benchlib.models_option(p, zoo.MODELS)
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts [default: 1,2]")
-    p.add_argument("--runs", type=int, default=20, help="timed runs per engine, phase and round, at least [default: 20]")
+    p.add_argument(
+        "--runs", type=int, default=20, help="timed runs per engine, phase and round, at least [default: 20]"
+    )
     p.add_argument("--work", type=Path, help="directory for the models and artifacts, kept and reused")
     p.add_argument("--one", help=zoo.argparse_hidden())
     benchlib.json_option(p)
@@ -164,9 +210,12 @@ def run(models: list[str], thread_counts: list[int], work: Path, args) -> None:
             continue
         for threads in thread_counts:
             benchlib.progress(f"[{i}/{len(models)}] {name}: timing at {threads} thread(s), quiet and contended")
-            proc = subprocess.run([sys.executable, __file__, "--one", f"{name}:{threads}", "--work", str(work),
-                                   "--runs", str(args.runs)], capture_output=True, text=True,
-                                  env=benchlib.thread_env(threads))
+            proc = subprocess.run(
+                [sys.executable, __file__, "--one", f"{name}:{threads}", "--work", str(work), "--runs", str(args.runs)],
+                capture_output=True,
+                text=True,
+                env=benchlib.thread_env(threads),
+            )
             try:
                 rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
             except (IndexError, json.JSONDecodeError):
@@ -174,20 +223,29 @@ def run(models: list[str], thread_counts: list[int], work: Path, args) -> None:
                 rows.append({"model": name, "threads": threads, "error": err})
                 benchlib.log(f"  {name} at {threads} thread(s) failed: {err}")
     pool = {r.get("thread_pool") for r in rows if "thread_pool" in r}
-    print(f"tvmgen ({'/'.join(sorted(pool)) or '?'} thread pool, untuned) against onnxruntime / LiteRT, "
-          f"medians; busy: one busy-loop process per CPU ({os.cpu_count()}) running alongside")
+    print(
+        f"tvmgen ({'/'.join(sorted(pool)) or '?'} thread pool, untuned) against onnxruntime / LiteRT, "
+        f"medians; busy: one busy-loop process per CPU ({os.cpu_count()}) running alongside"
+    )
     print(format_table(rows))
     summary = summarise(rows)
     for threads, s in summary.items():
         worst = s["quiet_worst"]
-        print(f"{threads} thread(s): tvmgen / reference geometric mean {benchlib.fmt_ratio(s['quiet_ratio'])} quiet, "
-              f"{benchlib.fmt_ratio(s['contended_ratio'])} busy; slowest {worst[1]} {benchlib.fmt_ratio(worst[0])}; "
-              f"busy / quiet: tvmgen {benchlib.fmt_ratio(s['tvmgen_slowdown'])}, "
-              f"reference {benchlib.fmt_ratio(s['reference_slowdown'])}" if worst else f"{threads} thread(s): -")
+        print(
+            f"{threads} thread(s): tvmgen / reference geometric mean {benchlib.fmt_ratio(s['quiet_ratio'])} quiet, "
+            f"{benchlib.fmt_ratio(s['contended_ratio'])} busy; slowest {worst[1]} {benchlib.fmt_ratio(worst[0])}; "
+            f"busy / quiet: tvmgen {benchlib.fmt_ratio(s['tvmgen_slowdown'])}, "
+            f"reference {benchlib.fmt_ratio(s['reference_slowdown'])}"
+            if worst
+            else f"{threads} thread(s): -"
+        )
     print(f"load average (1 min) at the start: {load[0]:.2f} on {os.cpu_count()} CPUs")
     if args.json:
-        benchlib.write_json(args.json, "speed", {"rows": rows, "summary": {str(k): v for k, v in summary.items()},
-                                                 "loadavg_start": load})
+        benchlib.write_json(
+            args.json,
+            "speed",
+            {"rows": rows, "summary": {str(k): v for k, v in summary.items()}, "loadavg_start": load},
+        )
 
 
 if __name__ == "__main__":

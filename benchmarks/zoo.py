@@ -35,25 +35,40 @@ import benchlib
 from zoo_nets import NAMES as TORCH_NETS
 
 KERAS = {"keras_mobilenet_v2": "MobileNetV2", "keras_mobilenet_v3_small": "MobileNetV3Small"}
-OTHERS = ("keras_mobilenet_v2_int8", "seg_head", "det_head_tflite", "audio_rnn", "text_recognizer", "vad_if", "vad_scalar",
-          "selfie_seg_fp16")
+OTHERS = (
+    "keras_mobilenet_v2_int8",
+    "seg_head",
+    "det_head_tflite",
+    "audio_rnn",
+    "text_recognizer",
+    "vad_if",
+    "vad_scalar",
+    "selfie_seg_fp16",
+)
 MODELS = (*TORCH_NETS, *KERAS, *OTHERS)
 TARGETS = {"host": ("host", "cpu"), "aarch64": ("linux-aarch64", "cpu"), "opencl": ("host", "opencl")}
 # what each model adds to the coverage (the table's last column)
-WHAT = {"mobilenet_v3_small": "hard-swish, squeeze-excitation", "efficientnet_b0": "SiLU, squeeze-excitation",
-        "shufflenet_v2_x1_0": "channel shuffle, split", "squeezenet1_1": "concat, ceil-mode pooling",
-        "keras_mobilenet_v2_int8": "full-integer TFLite", "seg_head": "ConvTranspose, Resize, PRelu, SE",
-        "det_head_tflite": "TRANSPOSE_CONV, RESIZE_BILINEAR, PRELU", "audio_rnn": "Conv1d, GRU, LSTM",
-        "text_recognizer": "GELU (Erf) conv epilogues, LayerNorm, attention, 1x7 conv",
-        "vad_if": "LSTM in If, --const sr=16000",
-        "vad_scalar": "scalar input into If and arithmetic, scalar output",
-        "selfie_seg_fp16": "fp16 weights (DEQUANTIZE), MediaPipe Convolution2DTransposeBias"}
+WHAT = {
+    "mobilenet_v3_small": "hard-swish, squeeze-excitation",
+    "efficientnet_b0": "SiLU, squeeze-excitation",
+    "shufflenet_v2_x1_0": "channel shuffle, split",
+    "squeezenet1_1": "concat, ceil-mode pooling",
+    "keras_mobilenet_v2_int8": "full-integer TFLite",
+    "seg_head": "ConvTranspose, Resize, PRelu, SE",
+    "det_head_tflite": "TRANSPOSE_CONV, RESIZE_BILINEAR, PRELU",
+    "audio_rnn": "Conv1d, GRU, LSTM",
+    "text_recognizer": "GELU (Erf) conv epilogues, LayerNorm, attention, 1x7 conv",
+    "vad_if": "LSTM in If, --const sr=16000",
+    "vad_scalar": "scalar input into If and arithmetic, scalar output",
+    "selfie_seg_fp16": "fp16 weights (DEQUANTIZE), MediaPipe Convolution2DTransposeBias",
+}
 # Models checked on set values of some inputs (one check per set; the rest seeded random): an If
 # on a scalar must be checked down each branch.
 INPUT_VALUES = {"vad_scalar": ({"sr": 16000}, {"sr": 8000})}
 
 
 # =========================================================================== models
+
 
 def _onnx_from_torch(module, example, path: Path) -> Path:
     import torch
@@ -99,8 +114,12 @@ def _keras_tflite(name: str, work: Path) -> Path:
     # a fixed batch of 1, as a phone build needs (keras.applications alone leaves it dynamic); logits, not
     # softmax, and He-initialised weights: with keras' own initialisation every output is 0.001 for any
     # input, and a check against the reference would prove nothing
-    model = app(input_tensor=tf.keras.Input((224, 224, 3), batch_size=1), weights=None, include_top=True,
-                classifier_activation=None)
+    model = app(
+        input_tensor=tf.keras.Input((224, 224, 3), batch_size=1),
+        weights=None,
+        include_top=True,
+        classifier_activation=None,
+    )
     _randomise_keras(model, np.random.default_rng(0))
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
     if name.endswith("_int8"):  # full-integer: int8 weights and activations, float input/output
@@ -126,14 +145,20 @@ def _randomise_keras(model, rng) -> None:
             new = [rng.uniform(0.0, 0.5, w.shape) for w in weights]
         elif isinstance(layer, tf.keras.layers.BatchNormalization):
             n = weights[0].shape[0]
-            new = [0.5 + rng.random(n), 0.1 * rng.standard_normal(n), 0.1 * rng.standard_normal(n),
-                   0.5 + rng.random(n)][-len(weights):] if len(weights) == 4 else weights
+            new = (
+                [0.5 + rng.random(n), 0.1 * rng.standard_normal(n), 0.1 * rng.standard_normal(n), 0.5 + rng.random(n)][
+                    -len(weights) :
+                ]
+                if len(weights) == 4
+                else weights
+            )
         else:
             new = []
             for w in weights:
                 if w.ndim >= 2:
-                    fan_in = int(np.prod(w.shape[:2] if isinstance(layer, tf.keras.layers.DepthwiseConv2D)
-                                         else w.shape[:-1]))
+                    fan_in = int(
+                        np.prod(w.shape[:2] if isinstance(layer, tf.keras.layers.DepthwiseConv2D) else w.shape[:-1])
+                    )
                     new.append(rng.standard_normal(w.shape) * np.sqrt(2.0 / fan_in))
                 else:
                     new.append(0.1 * rng.standard_normal(w.shape))
@@ -158,11 +183,25 @@ def _torch_modules():
 
         def __init__(self):
             super().__init__()
-            self.enc = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.PReLU(16), nn.Conv2d(16, 16, 3, 1, 1, groups=16),
-                                     nn.Conv2d(16, 32, 1), nn.Hardswish(), nn.Conv2d(32, 64, 3, 2, 1), nn.PReLU(64),
-                                     SqueezeExcite(64), nn.Conv2d(64, 96, 3, 2, 1), nn.Hardswish())
-            self.dec = nn.Sequential(nn.ConvTranspose2d(96, 48, 4, 2, 1), nn.PReLU(48),
-                                     nn.ConvTranspose2d(48, 24, 2, 2), nn.ReLU(), nn.Conv2d(24, 1, 1))
+            self.enc = nn.Sequential(
+                nn.Conv2d(3, 16, 3, 2, 1),
+                nn.PReLU(16),
+                nn.Conv2d(16, 16, 3, 1, 1, groups=16),
+                nn.Conv2d(16, 32, 1),
+                nn.Hardswish(),
+                nn.Conv2d(32, 64, 3, 2, 1),
+                nn.PReLU(64),
+                SqueezeExcite(64),
+                nn.Conv2d(64, 96, 3, 2, 1),
+                nn.Hardswish(),
+            )
+            self.dec = nn.Sequential(
+                nn.ConvTranspose2d(96, 48, 4, 2, 1),
+                nn.PReLU(48),
+                nn.ConvTranspose2d(48, 24, 2, 2),
+                nn.ReLU(),
+                nn.Conv2d(24, 1, 1),
+            )
 
         def forward(self, x):
             y = self.dec(self.enc(x))
@@ -284,12 +323,12 @@ def _selfie_seg_fp16(work: Path) -> Path:
     # PReLU, not fusable: the transposed convolutions keep no fused activation (the custom operator has none)
     prelu = lambda x: L.PReLU(shared_axes=[1, 2])(x)  # noqa: E731
     inp = tf.keras.Input((128, 128, 3), batch_size=1)
-    e1 = prelu(L.Conv2D(16, 3, 2, padding="same")(inp))                                   # 64 x 64 x 16
-    e2 = prelu(L.Conv2D(32, 1)(L.DepthwiseConv2D(3, 2, padding="same")(e1)))              # 32 x 32 x 32
-    e3 = prelu(L.Conv2D(64, 1)(L.DepthwiseConv2D(3, 2, padding="same")(e2)))              # 16 x 16 x 64
-    d2 = prelu(L.Add()([L.Conv2DTranspose(32, 4, 2, padding="same")(e3), e2]))            # custom
-    d1 = prelu(L.Add()([L.Conv2DTranspose(16, 2, 2, padding="valid")(d2), e1]))           # builtin
-    out = L.Activation("sigmoid")(L.Conv2DTranspose(1, 2, 2, padding="valid")(d1))        # custom
+    e1 = prelu(L.Conv2D(16, 3, 2, padding="same")(inp))  # 64 x 64 x 16
+    e2 = prelu(L.Conv2D(32, 1)(L.DepthwiseConv2D(3, 2, padding="same")(e1)))  # 32 x 32 x 32
+    e3 = prelu(L.Conv2D(64, 1)(L.DepthwiseConv2D(3, 2, padding="same")(e2)))  # 16 x 16 x 64
+    d2 = prelu(L.Add()([L.Conv2DTranspose(32, 4, 2, padding="same")(e3), e2]))  # custom
+    d1 = prelu(L.Add()([L.Conv2DTranspose(16, 2, 2, padding="valid")(d2), e1]))  # builtin
+    out = L.Activation("sigmoid")(L.Conv2DTranspose(1, 2, 2, padding="valid")(d1))  # custom
     model = tf.keras.Model(inp, out)
     _randomise_keras(model, np.random.default_rng(0))
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
@@ -301,8 +340,9 @@ def _selfie_seg_fp16(work: Path) -> Path:
     code.customCode, code.version = "Convolution2DTransposeBias", 1
     m.operatorCodes.append(code)
     sub = m.subgraphs[0]
-    transposed = [op for op in sub.operators
-                  if m.operatorCodes[op.opcodeIndex].builtinCode == fb.BuiltinOperator.TRANSPOSE_CONV]
+    transposed = [
+        op for op in sub.operators if m.operatorCodes[op.opcodeIndex].builtinCode == fb.BuiltinOperator.TRANSPOSE_CONV
+    ]
     assert len(transposed) == 3, "expected three TRANSPOSE_CONV operators"
     for op in (transposed[0], transposed[2]):
         _, weights, data, bias = op.inputs
@@ -333,27 +373,48 @@ def _vad_if(work: Path, scalar: bool = False) -> Path:
         return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.3, name)
 
     def branch(tag):
-        nodes = [helper.make_node("LSTM", ["x", f"W{tag}", f"R{tag}", f"B{tag}"], [f"y{tag}"], hidden_size=32),
-                 helper.make_node("Squeeze", [f"y{tag}", "one"], [f"out{tag}"])]
-        return helper.make_graph(nodes, f"sr_{tag}", [], [helper.make_tensor_value_info(f"out{tag}", 1, None)],
-                                 [w(f"W{tag}", 1, 128, 64), w(f"R{tag}", 1, 128, 32), w(f"B{tag}", 1, 256)])
+        nodes = [
+            helper.make_node("LSTM", ["x", f"W{tag}", f"R{tag}", f"B{tag}"], [f"y{tag}"], hidden_size=32),
+            helper.make_node("Squeeze", [f"y{tag}", "one"], [f"out{tag}"]),
+        ]
+        return helper.make_graph(
+            nodes,
+            f"sr_{tag}",
+            [],
+            [helper.make_tensor_value_info(f"out{tag}", 1, None)],
+            [w(f"W{tag}", 1, 128, 64), w(f"R{tag}", 1, 128, 32), w(f"B{tag}", 1, 256)],
+        )
 
-    nodes = [helper.make_node("Equal", ["sr", "k16000"], ["is16k"]),
-             helper.make_node("If", ["is16k"], ["y" if not scalar else "h"],
-                              then_branch=branch("a"), else_branch=branch("b"))]
+    nodes = [
+        helper.make_node("Equal", ["sr", "k16000"], ["is16k"]),
+        helper.make_node(
+            "If", ["is16k"], ["y" if not scalar else "h"], then_branch=branch("a"), else_branch=branch("b")
+        ),
+    ]
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
-    consts = [numpy_helper.from_array(np.array(16000, np.int64), "k16000"),
-              numpy_helper.from_array(np.array([1], np.int64), "one")]
+    consts = [
+        numpy_helper.from_array(np.array(16000, np.int64), "k16000"),
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+    ]
     if scalar:
-        nodes += [helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT),
-                  helper.make_node("Div", ["srf", "f16000"], ["scale"]),
-                  helper.make_node("Mul", ["h", "scale"], ["y"]),
-                  helper.make_node("ReduceMean", ["y"], ["mean"], keepdims=0)]
+        nodes += [
+            helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT),
+            helper.make_node("Div", ["srf", "f16000"], ["scale"]),
+            helper.make_node("Mul", ["h", "scale"], ["y"]),
+            helper.make_node("ReduceMean", ["y"], ["mean"], keepdims=0),
+        ]
         consts.append(numpy_helper.from_array(np.array(16000, np.float32), "f16000"))
         outputs.append(helper.make_tensor_value_info("mean", TensorProto.FLOAT, []))
-    graph = helper.make_graph(nodes, "vad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 1, 64]),
-                                             helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
-                              outputs, consts)
+    graph = helper.make_graph(
+        nodes,
+        "vad",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 1, 64]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+        ],
+        outputs,
+        consts,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     path = work / f"vad_{'scalar' if scalar else 'if'}.onnx"
@@ -362,6 +423,7 @@ def _vad_if(work: Path, scalar: bool = False) -> Path:
 
 
 # =========================================================================== one model (child process)
+
 
 def reference_runner(path: Path, consts: dict, threads: int = 1):
     """The reference runtime, loaded once: inputs -> outputs."""
@@ -377,6 +439,7 @@ def reference_runner(path: Path, consts: dict, threads: int = 1):
                 interp.set_tensor(d["index"], inputs[d["name"]])
             interp.invoke()
             return [interp.get_tensor(d["index"]) for d in outs]
+
         return run_litert
     import onnxruntime as ort
 
@@ -396,13 +459,16 @@ def _consts(flags: list[str], path: Path) -> dict:
     types = {vi.name: vi.type.tensor_type.elem_type for vi in onnx.load(str(path)).graph.input}
     from onnx.helper import tensor_dtype_to_np_dtype
 
-    return {n: np.array(float(v), tensor_dtype_to_np_dtype(types[n]))
-            for n, v in (f.split("=", 1) for f in flags[1::2])}
+    return {
+        n: np.array(float(v), tensor_dtype_to_np_dtype(types[n])) for n, v in (f.split("=", 1) for f in flags[1::2])
+    }
 
 
 def max_error(actual, expected) -> float:
-    return max(float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)))) if a.size else 0.0
-               for a, e in zip(actual, expected))
+    return max(
+        float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)))) if a.size else 0.0
+        for a, e in zip(actual, expected)
+    )
 
 
 def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict) -> dict:
@@ -416,9 +482,26 @@ def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict
         platform, device = TARGETS[target]
         out = work / f"{name}-{target}"
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "tvmgen", "compile", str(path), "--platform", platform,
-                               "--device", device, "-o", str(out), "--force", *flags],
-                              capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tvmgen",
+                "compile",
+                str(path),
+                "--platform",
+                platform,
+                "--device",
+                device,
+                "-o",
+                str(out),
+                "--force",
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, COLUMNS="200"),
+        )
         cell = {"compile_s": time.perf_counter() - t0}
         row["targets"][target] = cell
         if proc.returncode != 0:
@@ -484,8 +567,14 @@ def _int8_check(actual, expected, other) -> dict:
     mean_err, q, top1 = int8_difference(actual, expected)
     moved = max(float(np.mean(np.abs(o.astype(np.float64) - e))) for o, e in zip(other, expected))
     status = "VACUOUS" if moved <= 2 * q else "ok" if mean_err <= 2 * q and top1 else "MISMATCH"
-    return {"status": status, "max_error": max_error(actual, expected), "mean_error_quanta": mean_err / q,
-            "same_top1": top1, "tolerance": 2 * q, "input_sensitivity_quanta": moved / q}
+    return {
+        "status": status,
+        "max_error": max_error(actual, expected),
+        "mean_error_quanta": mean_err / q,
+        "same_top1": top1,
+        "tolerance": 2 * q,
+        "input_sensitivity_quanta": moved / q,
+    }
 
 
 def _last_error(proc) -> str:
@@ -538,6 +627,7 @@ def build_flags(name: str) -> list[str]:
 
 # =========================================================================== table
 
+
 def format_table(rows: list[dict], targets: list[str]) -> str:
     header = ["model", "format", "adds", *[f"{t}" for t in targets], "max error (host)", "tvmgen ms", "ref ms", "ratio"]
     body = []
@@ -549,8 +639,11 @@ def format_table(rows: list[dict], targets: list[str]) -> str:
         host = r.get("targets", {}).get("host", {})
         cells.append(f"{host['max_error']:.1e}" if "max_error" in host else "-")
         tv, ref = r.get("tvmgen_ms"), r.get("reference_ms")
-        cells += [benchlib.fmt_num(tv) if tv else "-", benchlib.fmt_num(ref) if ref else "-",
-                  benchlib.fmt_ratio(benchlib.ratio(tv, ref)) if tv and ref else "-"]
+        cells += [
+            benchlib.fmt_num(tv) if tv else "-",
+            benchlib.fmt_num(ref) if ref else "-",
+            benchlib.fmt_ratio(benchlib.ratio(tv, ref)) if tv and ref else "-",
+        ]
         body.append(cells)
     return benchlib.table(header, body, right={len(header) - 4, len(header) - 3, len(header) - 2, len(header) - 1})
 
@@ -587,15 +680,33 @@ def main() -> None:
     rows = []
     for i, name in enumerate(models, 1):
         benchlib.progress(f"[{i}/{len(models)}] {name}: build, compile ({', '.join(targets)}), check")
-        proc = subprocess.run([sys.executable, __file__, "--one", name, "--targets", ",".join(targets),
-                               "--keep", str(work), "--runs", str(args.runs),
-                               "--runtimes", json.dumps({k: str(v) for k, v in runtimes.items()})],
-                              capture_output=True, text=True, env=benchlib.thread_env(1))
+        proc = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                name,
+                "--targets",
+                ",".join(targets),
+                "--keep",
+                str(work),
+                "--runs",
+                str(args.runs),
+                "--runtimes",
+                json.dumps({k: str(v) for k, v in runtimes.items()}),
+            ],
+            capture_output=True,
+            text=True,
+            env=benchlib.thread_env(1),
+        )
         try:
             row = json.loads(proc.stdout.strip().splitlines()[-1])
         except (IndexError, json.JSONDecodeError):
-            row = {"model": name, "targets": {t: {"status": "crashed"} for t in targets},
-                   "error": (proc.stderr.strip().splitlines() or ["?"])[-1][:300]}
+            row = {
+                "model": name,
+                "targets": {t: {"status": "crashed"} for t in targets},
+                "error": (proc.stderr.strip().splitlines() or ["?"])[-1][:300],
+            }
         rows.append(row)
         for t, c in row.get("targets", {}).items():
             if c.get("status") != "ok":
@@ -604,8 +715,11 @@ def main() -> None:
     ratios = [r["tvmgen_ms"] / r["reference_ms"] for r in rows if r.get("tvmgen_ms") and r.get("reference_ms")]
     gm = geomean(ratios)
     passed = sum(all(c.get("status") == "ok" for c in r["targets"].values()) for r in rows)
-    print(f"\n{passed}/{len(rows)} models pass on every target; tvmgen / reference at 1 thread, geometric mean: "
-          f"{gm:.2f}x" if gm else f"\n{passed}/{len(rows)} models pass on every target")
+    print(
+        f"\n{passed}/{len(rows)} models pass on every target; tvmgen / reference at 1 thread, geometric mean: {gm:.2f}x"
+        if gm
+        else f"\n{passed}/{len(rows)} models pass on every target"
+    )
     if args.json:
         benchlib.write_json(args.json, "zoo", {"targets": targets, "rows": rows, "geomean_ratio": gm})
     sys.exit(0 if passed == len(rows) else 1)

@@ -13,15 +13,28 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-NAMES = ("mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "shufflenet_v2_x1_0", "mnasnet1_0",
-         "squeezenet1_1", "resnet18")
+NAMES = (
+    "mobilenet_v2",
+    "mobilenet_v3_small",
+    "efficientnet_b0",
+    "shufflenet_v2_x1_0",
+    "mnasnet1_0",
+    "squeezenet1_1",
+    "resnet18",
+)
 
 
 def build(name: str) -> nn.Module:
     torch.manual_seed(0)
-    net = {"mobilenet_v2": mobilenet_v2, "mobilenet_v3_small": mobilenet_v3_small, "efficientnet_b0": efficientnet_b0,
-           "shufflenet_v2_x1_0": shufflenet_v2, "mnasnet1_0": mnasnet, "squeezenet1_1": squeezenet,
-           "resnet18": resnet18}[name]()
+    net = {
+        "mobilenet_v2": mobilenet_v2,
+        "mobilenet_v3_small": mobilenet_v3_small,
+        "efficientnet_b0": efficientnet_b0,
+        "shufflenet_v2_x1_0": shufflenet_v2,
+        "mnasnet1_0": mnasnet,
+        "squeezenet1_1": squeezenet,
+        "resnet18": resnet18,
+    }[name]()
     return randomise(net)
 
 
@@ -54,7 +67,12 @@ def round8(v: float) -> int:
 class SqueezeExcite(nn.Module):
     def __init__(self, c: int, squeeze: int, act: type = nn.ReLU, gate: type = nn.Sigmoid):
         super().__init__()
-        self.reduce, self.act, self.expand, self.gate = nn.Conv2d(c, squeeze, 1), act(), nn.Conv2d(squeeze, c, 1), gate()
+        self.reduce, self.act, self.expand, self.gate = (
+            nn.Conv2d(c, squeeze, 1),
+            act(),
+            nn.Conv2d(squeeze, c, 1),
+            gate(),
+        )
 
     def forward(self, x):
         return x * self.gate(self.expand(self.act(self.reduce(x.mean((2, 3), keepdim=True)))))
@@ -82,8 +100,15 @@ def classifier(features: nn.Module, channels: int, head: nn.Module | None = None
 
 def mobilenet_v2() -> nn.Module:
     layers, cin = [conv_bn(3, 32, 3, 2, act=nn.ReLU6)], 32
-    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
-                       (6, 320, 1, 1)):
+    for t, c, n, s in (
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ):
         for i in range(n):
             layers.append(InvertedResidual(cin, c, 3, s if i == 0 else 1, cin * t))
             cin = c
@@ -94,12 +119,22 @@ def mobilenet_v2() -> nn.Module:
 def mobilenet_v3_small() -> nn.Module:
     hs, re = nn.Hardswish, nn.ReLU
     layers, cin = [conv_bn(3, 16, 3, 2, act=hs)], 16
-    for k, hidden, cout, se, act, s in ((3, 16, 16, True, re, 2), (3, 72, 24, False, re, 2), (3, 88, 24, False, re, 1),
-                                        (5, 96, 40, True, hs, 2), (5, 240, 40, True, hs, 1), (5, 240, 40, True, hs, 1),
-                                        (5, 120, 48, True, hs, 1), (5, 144, 48, True, hs, 1), (5, 288, 96, True, hs, 2),
-                                        (5, 576, 96, True, hs, 1), (5, 576, 96, True, hs, 1)):
-        layers.append(InvertedResidual(cin, cout, k, s, hidden, act, round8(hidden / 4) if se else 0,
-                                       nn.ReLU, nn.Hardsigmoid))
+    for k, hidden, cout, se, act, s in (
+        (3, 16, 16, True, re, 2),
+        (3, 72, 24, False, re, 2),
+        (3, 88, 24, False, re, 1),
+        (5, 96, 40, True, hs, 2),
+        (5, 240, 40, True, hs, 1),
+        (5, 240, 40, True, hs, 1),
+        (5, 120, 48, True, hs, 1),
+        (5, 144, 48, True, hs, 1),
+        (5, 288, 96, True, hs, 2),
+        (5, 576, 96, True, hs, 1),
+        (5, 576, 96, True, hs, 1),
+    ):
+        layers.append(
+            InvertedResidual(cin, cout, k, s, hidden, act, round8(hidden / 4) if se else 0, nn.ReLU, nn.Hardsigmoid)
+        )
         cin = cout
     layers.append(conv_bn(cin, 576, act=hs))
     head = nn.Sequential(nn.Linear(576, 1024), hs(), nn.Dropout(0.2), nn.Linear(1024, 1000))
@@ -108,11 +143,19 @@ def mobilenet_v3_small() -> nn.Module:
 
 def efficientnet_b0() -> nn.Module:
     layers, cin = [conv_bn(3, 32, 3, 2, act=nn.SiLU)], 32
-    for t, k, s, cout, n in ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3), (6, 5, 1, 112, 3),
-                             (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)):
+    for t, k, s, cout, n in (
+        (1, 3, 1, 16, 1),
+        (6, 3, 2, 24, 2),
+        (6, 5, 2, 40, 2),
+        (6, 3, 2, 80, 3),
+        (6, 5, 1, 112, 3),
+        (6, 5, 2, 192, 4),
+        (6, 3, 1, 320, 1),
+    ):
         for i in range(n):  # squeeze to a quarter of the block's input channels
-            layers.append(InvertedResidual(cin, cout, k, s if i == 0 else 1, cin * t, nn.SiLU, max(1, cin // 4),
-                                           nn.SiLU))
+            layers.append(
+                InvertedResidual(cin, cout, k, s if i == 0 else 1, cin * t, nn.SiLU, max(1, cin // 4), nn.SiLU)
+            )
             cin = cout
     layers.append(conv_bn(cin, 1280, act=nn.SiLU))
     return classifier(nn.Sequential(*layers), 1280, nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, 1000)))
@@ -121,8 +164,14 @@ def efficientnet_b0() -> nn.Module:
 def mnasnet() -> nn.Module:
     layers = [conv_bn(3, 32, 3, 2), conv_bn(32, 32, 3, groups=32), conv_bn(32, 16, act=None)]
     cin = 16
-    for cout, k, s, t, n in ((24, 3, 2, 3, 3), (40, 5, 2, 3, 3), (80, 5, 2, 6, 3), (96, 3, 1, 6, 2), (192, 5, 2, 6, 4),
-                             (320, 3, 1, 6, 1)):
+    for cout, k, s, t, n in (
+        (24, 3, 2, 3, 3),
+        (40, 5, 2, 3, 3),
+        (80, 5, 2, 6, 3),
+        (96, 3, 1, 6, 2),
+        (192, 5, 2, 6, 4),
+        (320, 3, 1, 6, 1),
+    ):
         for i in range(n):
             layers.append(InvertedResidual(cin, cout, k, s if i == 0 else 1, cin * t, nn.ReLU))
             cin = cout
@@ -137,11 +186,15 @@ class ShuffleBlock(nn.Module):
         super().__init__()
         half = cout // 2
         self.stride = stride
-        self.left = nn.Sequential(conv_bn(cin, cin, 3, stride, groups=cin, act=None), conv_bn(cin, half)) \
-            if stride > 1 else None
+        self.left = (
+            nn.Sequential(conv_bn(cin, cin, 3, stride, groups=cin, act=None), conv_bn(cin, half))
+            if stride > 1
+            else None
+        )
         right_in = cin if stride > 1 else half
-        self.right = nn.Sequential(conv_bn(right_in, half), conv_bn(half, half, 3, stride, groups=half, act=None),
-                                   conv_bn(half, half))
+        self.right = nn.Sequential(
+            conv_bn(right_in, half), conv_bn(half, half, 3, stride, groups=half, act=None), conv_bn(half, half)
+        )
 
     def forward(self, x):
         if self.stride == 1:
@@ -177,11 +230,24 @@ class Fire(nn.Module):
 
 def squeezenet() -> nn.Module:
     pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)  # noqa: E731
-    features = nn.Sequential(nn.Conv2d(3, 64, 3, 2), nn.ReLU(), pool(), Fire(64, 16, 64), Fire(128, 16, 64), pool(),
-                             Fire(128, 32, 128), Fire(256, 32, 128), pool(), Fire(256, 48, 192), Fire(384, 48, 192),
-                             Fire(384, 64, 256), Fire(512, 64, 256))
-    return nn.Sequential(features, nn.Dropout(0.5), nn.Conv2d(512, 1000, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                         nn.Flatten())
+    features = nn.Sequential(
+        nn.Conv2d(3, 64, 3, 2),
+        nn.ReLU(),
+        pool(),
+        Fire(64, 16, 64),
+        Fire(128, 16, 64),
+        pool(),
+        Fire(128, 32, 128),
+        Fire(256, 32, 128),
+        pool(),
+        Fire(256, 48, 192),
+        Fire(384, 48, 192),
+        Fire(384, 64, 256),
+        Fire(512, 64, 256),
+    )
+    return nn.Sequential(
+        features, nn.Dropout(0.5), nn.Conv2d(512, 1000, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()
+    )
 
 
 class BasicBlock(nn.Module):

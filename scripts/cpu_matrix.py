@@ -68,11 +68,18 @@ def bundle(out: Path, names=("mobilenet", "int8")) -> None:
             np.save(out / f"{name}.want.{spec}.npy", np.asarray(v))
         for cpu in CPUS:
             art = out / f"{name}-{cpu}"
-            compile_to_artifact(imported, BuildOptions(PLATFORMS["host"].with_cpu(cpu), "cpu"), art, True,
-                                {"name": name})
-            cases.append({"artifact": art.name, "cpu": cpu, "inputs": {k: f"{name}.in.{k}.npy" for k in inputs},
-                          "outputs": {o: f"{name}.want.{o}.npy" for o in imported.output_names},
-                          "exact": name == "int8"})
+            compile_to_artifact(
+                imported, BuildOptions(PLATFORMS["host"].with_cpu(cpu), "cpu"), art, True, {"name": name}
+            )
+            cases.append(
+                {
+                    "artifact": art.name,
+                    "cpu": cpu,
+                    "inputs": {k: f"{name}.in.{k}.npy" for k in inputs},
+                    "outputs": {o: f"{name}.want.{o}.npy" for o in imported.output_names},
+                    "exact": name == "int8",
+                }
+            )
         path.unlink()
     (out / "cases.json").write_text(json.dumps(cases, indent=1))
     print(f"bundle: {out} ({sum(f.stat().st_size for f in out.rglob('*') if f.is_file()) / 1e6:.1f} MB)")
@@ -82,12 +89,12 @@ def read_npy(path: Path) -> tuple[str, list]:
     """(dtype, flat values) of a little-endian .npy file, with the standard library only."""
     data = path.read_bytes()
     header_len = struct.unpack("<H", data[8:10])[0]
-    header = eval(data[10:10 + header_len].decode())
+    header = eval(data[10 : 10 + header_len].decode())
     code = {"<f4": "f", "<i4": "i", "|u1": "B", "|i1": "b", "<i8": "q"}[header["descr"]]
     count = 1
     for d in header["shape"]:
         count *= d
-    return header["descr"], list(struct.unpack(f"<{count}{code}", data[10 + header_len:]))
+    return header["descr"], list(struct.unpack(f"<{count}{code}", data[10 + header_len :]))
 
 
 def check(root: Path) -> int:
@@ -96,8 +103,14 @@ def check(root: Path) -> int:
         if line.startswith("flags"):
             flags = set(line.split(":", 1)[1].split())
             break
-    model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                  if ln.startswith("model name")), "?")
+    model = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        "?",
+    )
     print(f"CPU: {model}; AVX2 {'avx2' in flags}, AVX-512 {'avx512f' in flags}, VNNI {'avx512_vnni' in flags}")
     env = dict(os.environ, LD_LIBRARY_PATH=str(root / "runtime" / "lib"))
     failed = 0
@@ -107,8 +120,16 @@ def check(root: Path) -> int:
             print(f"  {case['artifact']:28s} not run: this CPU lacks {', '.join(missing)}")
             continue
         outdir = root / "got" / case["artifact"]
-        args = [str(root / "runtime" / "bin" / "tvmgen-run"), str(root / case["artifact"]), "-o", str(outdir),
-                "--repeat", "20", "--warmup", "2"]
+        args = [
+            str(root / "runtime" / "bin" / "tvmgen-run"),
+            str(root / case["artifact"]),
+            "-o",
+            str(outdir),
+            "--repeat",
+            "20",
+            "--warmup",
+            "2",
+        ]
         for k, f in case["inputs"].items():
             args += ["--input", f"{k}={root / f}"]
         proc = subprocess.run(args, capture_output=True, text=True, env=env)
@@ -125,8 +146,10 @@ def check(root: Path) -> int:
             worst = max(worst, max(abs(a - b) for a, b in zip(got, want)) / (1 if case["exact"] else scale))
         ok = worst == 0 if case["exact"] else worst <= 1e-4
         failed += not ok
-        print(f"  {case['artifact']:28s} {'ok  ' if ok else 'FAIL'} {'max abs error' if case['exact'] else 'max error / max |want|'}"
-              f" {worst:.3g}, run {median:.3f} ms (median of 20)")
+        print(
+            f"  {case['artifact']:28s} {'ok  ' if ok else 'FAIL'} {'max abs error' if case['exact'] else 'max error / max |want|'}"
+            f" {worst:.3g}, run {median:.3f} ms (median of 20)"
+        )
     print(f"{'all ran cases match' if not failed else f'{failed} case(s) FAILED'}")
     return 1 if failed else 0
 

@@ -32,14 +32,17 @@ def opencl_info(lib: Path) -> dict:
     image support), read in a separate process; skips (fails under CI=true) when no OpenCL device is found."""
     import json
 
-    code = ("import ctypes, sys, tvm; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
-            "print(tvm.get_global_func('tvmgen.opencl.info')())")
+    code = (
+        "import ctypes, sys, tvm; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
+        "print(tvm.get_global_func('tvmgen.opencl.info')())"
+    )
     proc = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     if not info["available"]:
-        unavailable(f"no OpenCL platform here ({info.get('error', 'unknown')}); install PoCL: "
-                    "apt-get install pocl-opencl-icd")
+        unavailable(
+            f"no OpenCL platform here ({info.get('error', 'unknown')}); install PoCL: apt-get install pocl-opencl-icd"
+        )
     return info
 
 
@@ -86,14 +89,21 @@ def tvmgen(tmp_path, monkeypatch):
     env = dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path / "logs"), COLUMNS="200")
 
     def run(*args, cwd=None, extra_env=None, timeout=600) -> CliResult:
-        proc = subprocess.run([*TVMGEN, *map(str, args)], capture_output=True, text=True,
-                              cwd=cwd or tmp_path, env={**env, **(extra_env or {})}, timeout=timeout)
+        proc = subprocess.run(
+            [*TVMGEN, *map(str, args)],
+            capture_output=True,
+            text=True,
+            cwd=cwd or tmp_path,
+            env={**env, **(extra_env or {})},
+            timeout=timeout,
+        )
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
     return run
 
 
 # ----------------------------------------------------------------------------- ONNX models
+
 
 def onnx_model(nodes, inputs, outputs, initializers=(), opset=17):
     from onnx import helper
@@ -126,33 +136,66 @@ def single_op_models() -> dict:
 
     x4 = vi("x", [1, 8, 16, 16])
     models = {
-        "conv3x3": onnx_model([helper.make_node("Conv", ["x", "W", "B"], ["y"], pads=[1, 1, 1, 1])],
-                              [x4], [vi("y", [1, 16, 16, 16])], [w("W", 16, 8, 3, 3), w("B", 16)]),
-        "conv_depthwise": onnx_model([helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1], group=8,
-                                                       strides=[2, 2])],
-                                     [x4], [vi("y", [1, 8, 8, 8])], [w("W", 8, 1, 3, 3)]),
-        "conv1x1": onnx_model([helper.make_node("Conv", ["x", "W"], ["y"])], [x4], [vi("y", [1, 32, 16, 16])],
-                              [w("W", 32, 8, 1, 1)]),
-        "gemm": onnx_model([helper.make_node("Gemm", ["a", "W", "B"], ["y"], transB=1)], [vi("a", [4, 64])],
-                           [vi("y", [4, 32])], [w("W", 32, 64), w("B", 32)]),
-        "matmul": onnx_model([helper.make_node("MatMul", ["a", "b"], ["y"])], [vi("a", [2, 8, 16]), vi("b", [2, 16, 4])],
-                             [vi("y", [2, 8, 4])]),
-        "add_relu6": onnx_model([helper.make_node("Add", ["x", "b"], ["s"]),
-                                 helper.make_node("Clip", ["s", "lo", "hi"], ["y"])],
-                                [x4], [vi("y", [1, 8, 16, 16])],
-                                [w("b", 8, 1, 1), numpy_helper.from_array(np.array(0, np.float32), "lo"),
-                                 numpy_helper.from_array(np.array(6, np.float32), "hi")]),
-        "maxpool": onnx_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
-                                                pads=[1, 1, 1, 1])], [x4], [vi("y", [1, 8, 8, 8])]),
-        "avgpool_global": onnx_model([helper.make_node("GlobalAveragePool", ["x"], ["y"])], [x4],
-                                     [vi("y", [1, 8, 1, 1])]),
-        "softmax": onnx_model([helper.make_node("Softmax", ["a"], ["y"], axis=-1)], [vi("a", [3, 10])],
-                              [vi("y", [3, 10])]),
-        "concat_transpose": onnx_model([helper.make_node("Concat", ["x", "x"], ["c"], axis=1),
-                                        helper.make_node("Transpose", ["c"], ["y"], perm=[0, 2, 3, 1])],
-                                       [x4], [vi("y", [1, 16, 16, 16])]),
-        "two_outputs": onnx_model([helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Sigmoid", ["a"], ["s"])],
-                                  [vi("a", [2, 5])], [vi("r", [2, 5]), vi("s", [2, 5])]),
+        "conv3x3": onnx_model(
+            [helper.make_node("Conv", ["x", "W", "B"], ["y"], pads=[1, 1, 1, 1])],
+            [x4],
+            [vi("y", [1, 16, 16, 16])],
+            [w("W", 16, 8, 3, 3), w("B", 16)],
+        ),
+        "conv_depthwise": onnx_model(
+            [helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1], group=8, strides=[2, 2])],
+            [x4],
+            [vi("y", [1, 8, 8, 8])],
+            [w("W", 8, 1, 3, 3)],
+        ),
+        "conv1x1": onnx_model(
+            [helper.make_node("Conv", ["x", "W"], ["y"])], [x4], [vi("y", [1, 32, 16, 16])], [w("W", 32, 8, 1, 1)]
+        ),
+        "gemm": onnx_model(
+            [helper.make_node("Gemm", ["a", "W", "B"], ["y"], transB=1)],
+            [vi("a", [4, 64])],
+            [vi("y", [4, 32])],
+            [w("W", 32, 64), w("B", 32)],
+        ),
+        "matmul": onnx_model(
+            [helper.make_node("MatMul", ["a", "b"], ["y"])],
+            [vi("a", [2, 8, 16]), vi("b", [2, 16, 4])],
+            [vi("y", [2, 8, 4])],
+        ),
+        "add_relu6": onnx_model(
+            [helper.make_node("Add", ["x", "b"], ["s"]), helper.make_node("Clip", ["s", "lo", "hi"], ["y"])],
+            [x4],
+            [vi("y", [1, 8, 16, 16])],
+            [
+                w("b", 8, 1, 1),
+                numpy_helper.from_array(np.array(0, np.float32), "lo"),
+                numpy_helper.from_array(np.array(6, np.float32), "hi"),
+            ],
+        ),
+        "maxpool": onnx_model(
+            [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])],
+            [x4],
+            [vi("y", [1, 8, 8, 8])],
+        ),
+        "avgpool_global": onnx_model(
+            [helper.make_node("GlobalAveragePool", ["x"], ["y"])], [x4], [vi("y", [1, 8, 1, 1])]
+        ),
+        "softmax": onnx_model(
+            [helper.make_node("Softmax", ["a"], ["y"], axis=-1)], [vi("a", [3, 10])], [vi("y", [3, 10])]
+        ),
+        "concat_transpose": onnx_model(
+            [
+                helper.make_node("Concat", ["x", "x"], ["c"], axis=1),
+                helper.make_node("Transpose", ["c"], ["y"], perm=[0, 2, 3, 1]),
+            ],
+            [x4],
+            [vi("y", [1, 16, 16, 16])],
+        ),
+        "two_outputs": onnx_model(
+            [helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Sigmoid", ["a"], ["s"])],
+            [vi("a", [2, 5])],
+            [vi("r", [2, 5]), vi("s", [2, 5])],
+        ),
     }
     return models
 
@@ -177,9 +220,15 @@ def torch_mobilenet_like():
     def block(cin, cout, stride, expand=4):
         hidden = cin * expand
         return nn.Sequential(
-            nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(),
-            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(),
-            nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout))
+            nn.Conv2d(cin, hidden, 1, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(),
+            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(),
+            nn.Conv2d(hidden, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
+        )
 
     class Net(nn.Module):
         def __init__(self):
@@ -213,8 +262,16 @@ def torch_onnx(models_dir) -> Path:
     import torch
 
     path = models_dir / "mobilenet_like_dynamic.onnx"
-    torch.onnx.export(torch_mobilenet_like(), (torch.randn(1, 3, 64, 64),), str(path), input_names=["image"],
-                      output_names=["logits"], dynamic_axes={"image": {0: "batch"}}, opset_version=17, dynamo=False)
+    torch.onnx.export(
+        torch_mobilenet_like(),
+        (torch.randn(1, 3, 64, 64),),
+        str(path),
+        input_names=["image"],
+        output_names=["logits"],
+        dynamic_axes={"image": {0: "batch"}},
+        opset_version=17,
+        dynamo=False,
+    )
     return path
 
 
@@ -232,16 +289,18 @@ def keras_cnn():
     import tensorflow as tf
 
     tf.random.set_seed(0)
-    return tf.keras.Sequential([
-        tf.keras.Input((32, 32, 3), batch_size=1, name="image"),
-        tf.keras.layers.Conv2D(8, 3, padding="same", activation="relu6"),
-        tf.keras.layers.DepthwiseConv2D(3, strides=2, padding="same"),
-        tf.keras.layers.Conv2D(16, 1, activation="relu"),
-        tf.keras.layers.MaxPooling2D(2),
-        tf.keras.layers.GlobalAveragePooling2D(),
-        tf.keras.layers.Dense(10),
-        tf.keras.layers.Softmax(),
-    ])
+    return tf.keras.Sequential(
+        [
+            tf.keras.Input((32, 32, 3), batch_size=1, name="image"),
+            tf.keras.layers.Conv2D(8, 3, padding="same", activation="relu6"),
+            tf.keras.layers.DepthwiseConv2D(3, strides=2, padding="same"),
+            tf.keras.layers.Conv2D(16, 1, activation="relu"),
+            tf.keras.layers.MaxPooling2D(2),
+            tf.keras.layers.GlobalAveragePooling2D(),
+            tf.keras.layers.Dense(10),
+            tf.keras.layers.Softmax(),
+        ]
+    )
 
 
 @pytest.fixture(scope="session")
@@ -318,7 +377,6 @@ def saved_model(models_dir, keras_model) -> Path:
     return path
 
 
-
 def dynamic_pad_model():
     """Pad amounts computed from the input's shape (as torch exports 'same' padding).
 
@@ -338,6 +396,9 @@ def dynamic_pad_model():
         helper.make_node("Pad", ["x", "pads"], ["y"], mode="constant"),
         helper.make_node("Relu", ["y"], ["out"]),
     ]
-    return onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
-                      [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 3, "ho", "wo"])],
-                      [c("hw_idx", [2, 3]), c("sixteen", 16), c("zeros2", [0, 0])])
+    return onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 3, "ho", "wo"])],
+        [c("hw_idx", [2, 3]), c("sixteen", 16), c("zeros2", [0, 0])],
+    )

@@ -102,10 +102,16 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.org",
-           # git refuses file:// submodules unless told (CVE-2022-39253); tvmgen itself does not weaken that
-           "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "protocol.file.allow", "GIT_CONFIG_VALUE_0": "always"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.org",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.org",
+    # git refuses file:// submodules unless told (CVE-2022-39253); tvmgen itself does not weaken that
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "protocol.file.allow",
+    "GIT_CONFIG_VALUE_0": "always",
+}
 
 
 def git(cwd: Path, *args: str) -> None:
@@ -113,8 +119,13 @@ def git(cwd: Path, *args: str) -> None:
 
 
 ARCHIVES = {
-    f"/{CMDLINE_ZIP}": make_zip({"cmdline-tools/": "", "cmdline-tools/bin/sdkmanager": SDKMANAGER,
-                             "cmdline-tools/source.properties": "Pkg.Revision=12.0\n"}),
+    f"/{CMDLINE_ZIP}": make_zip(
+        {
+            "cmdline-tools/": "",
+            "cmdline-tools/bin/sdkmanager": SDKMANAGER,
+            "cmdline-tools/source.properties": "Pkg.Revision=12.0\n",
+        }
+    ),
     f"/{GRADLE_ZIP}": make_zip({"gradle-8.7/": "", "gradle-8.7/bin/gradle": GRADLE, "gradle-8.7/lib/README": "jars\n"}),
 }
 

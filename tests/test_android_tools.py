@@ -60,8 +60,10 @@ def require_tools(*names: str, files: tuple[Path, ...] = ()) -> None:
     missing = [n for n in names if not shutil.which(n)] + [str(f) for f in files if not f.is_file()]
     if not missing:
         return
-    unavailable(f"missing {', '.join(missing)} (scripts/bootstrap.sh installs them: apt-get install aapt zipalign "
-                "apksigner adb android-framework-res)")
+    unavailable(
+        f"missing {', '.join(missing)} (scripts/bootstrap.sh installs them: apt-get install aapt zipalign "
+        "apksigner adb android-framework-res)"
+    )
 
 
 def test_missing_tools_fail_under_ci(monkeypatch):
@@ -71,6 +73,7 @@ def test_missing_tools_fail_under_ci(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- adb devices
+
 
 def test_devices_adb29_mixed_states():
     runner = FakeRunner(("devices_adb29_mixed.txt", 0))
@@ -87,7 +90,9 @@ def test_devices_adb29_mixed_states():
 
 def test_devices_adb34_no_permissions_state_has_spaces():
     found = adb.devices(fake(tools.Adb, FakeRunner(("devices_adb34_no_permissions.txt", 0))))
-    assert [(d.serial, d.state, d.usb, d.transport_id) for d in found] == [("38011FDJH00AB3", "no permissions", "3-2", "1")]
+    assert [(d.serial, d.state, d.usb, d.transport_id) for d in found] == [
+        ("38011FDJH00AB3", "no permissions", "3-2", "1")
+    ]
 
 
 def test_choose_device_single():
@@ -117,12 +122,15 @@ def test_choose_device_by_serial_and_unknown_serial():
         adb.choose_device("nope", adb=fake(tools.Adb, FakeRunner(("devices_adb29_mixed.txt", 0))))
 
 
-@pytest.mark.parametrize("serial,answer,expect", [
-    ("0A1B2C3D4E5F", "devices_adb29_mixed.txt", "accept the RSA prompt on the phone"),
-    (None, "devices_adb34_unauthorized.txt", "accept the RSA prompt on the phone"),
-    ("ZY2245ABCD", "devices_adb29_mixed.txt", "replug"),
-    (None, "devices_adb34_no_permissions.txt", "udev"),
-])
+@pytest.mark.parametrize(
+    "serial,answer,expect",
+    [
+        ("0A1B2C3D4E5F", "devices_adb29_mixed.txt", "accept the RSA prompt on the phone"),
+        (None, "devices_adb34_unauthorized.txt", "accept the RSA prompt on the phone"),
+        ("ZY2245ABCD", "devices_adb29_mixed.txt", "replug"),
+        (None, "devices_adb34_no_permissions.txt", "udev"),
+    ],
+)
 def test_choose_device_unusable_states(serial, answer, expect):
     with pytest.raises(InputError) as e:
         adb.choose_device(serial, adb=fake(tools.Adb, FakeRunner((answer, 0))))
@@ -131,24 +139,36 @@ def test_choose_device_unusable_states(serial, answer, expect):
 
 # ----------------------------------------------------------------------------- adb verbs
 
+
 def test_install_success_argv():
     p, runner = phone(("install_adb34_success.txt", 0))
     p.install("build/app-debug.apk")
     assert runner.calls == [["/sdk/platform-tools/adb", "-s", "38011FDJH00AB3", "install", "-r", "build/app-debug.apk"]]
 
 
-@pytest.mark.parametrize("recorded,rc,code,fix", [
-    ("install_adb34_update_incompatible.txt", 1, "INSTALL_FAILED_UPDATE_INCOMPATIBLE",
-     "adb -s 38011FDJH00AB3 uninstall org.tvmgen.test"),
-    ("install_adb29_update_incompatible.txt", 1, "INSTALL_FAILED_UPDATE_INCOMPATIBLE",
-     "adb -s 38011FDJH00AB3 uninstall org.tvmgen.test"),
-    ("install_adb34_insufficient_storage.txt", 1, "INSTALL_FAILED_INSUFFICIENT_STORAGE", "Settings → Storage"),
-    ("install_adb34_no_matching_abis.txt", 1, "INSTALL_FAILED_NO_MATCHING_ABIS", "ro.product.cpu.abi"),
-    ("install_adb34_version_downgrade.txt", 1, "INSTALL_FAILED_VERSION_DOWNGRADE", "versionCode"),
-    ("install_adb34_no_certificates.txt", 1, "INSTALL_PARSE_FAILED_NO_CERTIFICATES", "zipalign first, then sign"),
-    # adb 29's push install to an old phone exits 0 on failure: the output decides
-    ("install_adb29_older_sdk.txt", 0, "INSTALL_FAILED_OLDER_SDK", "API 24"),
-])
+@pytest.mark.parametrize(
+    "recorded,rc,code,fix",
+    [
+        (
+            "install_adb34_update_incompatible.txt",
+            1,
+            "INSTALL_FAILED_UPDATE_INCOMPATIBLE",
+            "adb -s 38011FDJH00AB3 uninstall org.tvmgen.test",
+        ),
+        (
+            "install_adb29_update_incompatible.txt",
+            1,
+            "INSTALL_FAILED_UPDATE_INCOMPATIBLE",
+            "adb -s 38011FDJH00AB3 uninstall org.tvmgen.test",
+        ),
+        ("install_adb34_insufficient_storage.txt", 1, "INSTALL_FAILED_INSUFFICIENT_STORAGE", "Settings → Storage"),
+        ("install_adb34_no_matching_abis.txt", 1, "INSTALL_FAILED_NO_MATCHING_ABIS", "ro.product.cpu.abi"),
+        ("install_adb34_version_downgrade.txt", 1, "INSTALL_FAILED_VERSION_DOWNGRADE", "versionCode"),
+        ("install_adb34_no_certificates.txt", 1, "INSTALL_PARSE_FAILED_NO_CERTIFICATES", "zipalign first, then sign"),
+        # adb 29's push install to an old phone exits 0 on failure: the output decides
+        ("install_adb29_older_sdk.txt", 0, "INSTALL_FAILED_OLDER_SDK", "API 24"),
+    ],
+)
 def test_install_failures_map_to_cause_and_fix(recorded, rc, code, fix):
     p, _ = phone((recorded, rc))
     with pytest.raises(adb.DeviceError) as e:
@@ -160,9 +180,28 @@ def test_install_failures_map_to_cause_and_fix(recorded, rc, code, fix):
 def test_start_with_extras_argv():
     p, runner = phone(("am_start_ok.txt", 0))
     p.start("org.tvmgen.test/.MainActivity", {"model": "my model", "runs": 10, "gpu": True, "scale": 0.5})
-    assert runner.calls[0] == ["/sdk/platform-tools/adb", "-s", "38011FDJH00AB3", "shell", "am", "start", "-n",
-                               "org.tvmgen.test/.MainActivity", "--es", "model", "'my model'", "--ei", "runs", "10",
-                               "--ez", "gpu", "true", "--ef", "scale", "0.5"]
+    assert runner.calls[0] == [
+        "/sdk/platform-tools/adb",
+        "-s",
+        "38011FDJH00AB3",
+        "shell",
+        "am",
+        "start",
+        "-n",
+        "org.tvmgen.test/.MainActivity",
+        "--es",
+        "model",
+        "'my model'",
+        "--ei",
+        "runs",
+        "10",
+        "--ez",
+        "gpu",
+        "true",
+        "--ef",
+        "scale",
+        "0.5",
+    ]
 
 
 def test_start_missing_activity_exit_0_is_still_an_error():
@@ -183,7 +222,11 @@ def test_logcat_tag_since():
 def test_pull_and_missing_remote(tmp_path):
     p, runner = phone(("pull_ok.txt", 0), ("pull_missing.txt", 1))
     assert p.pull("/sdcard/Android/data/org.tvmgen.test/files/result.json", tmp_path / "r.json") == tmp_path / "r.json"
-    assert runner.calls[0][3:] == ["pull", "/sdcard/Android/data/org.tvmgen.test/files/result.json", str(tmp_path / "r.json")]
+    assert runner.calls[0][3:] == [
+        "pull",
+        "/sdcard/Android/data/org.tvmgen.test/files/result.json",
+        str(tmp_path / "r.json"),
+    ]
     with pytest.raises(adb.DeviceError, match="failed to stat remote object") as e:
         p.pull("/sdcard/nope.json", tmp_path / "n.json")
     assert "run-as" in e.value.hint
@@ -197,8 +240,9 @@ def test_reverse_argv_and_failure():
         p.reverse(9190)
 
 
-@pytest.mark.parametrize("recorded,version", [("version_adb29.txt", "29.0.6-debian"),
-                                              ("version_adb34.txt", "34.0.5-10900879")])
+@pytest.mark.parametrize(
+    "recorded,version", [("version_adb29.txt", "29.0.6-debian"), ("version_adb34.txt", "34.0.5-10900879")]
+)
 def test_adb_version_recorded(recorded, version):
     runner = FakeRunner((recorded, 0))
     assert fake(tools.Adb, runner).version() == version
@@ -212,6 +256,7 @@ def test_adb_version_real():
 
 
 # ----------------------------------------------------------------------------- tool lookup
+
 
 def test_sdk_tools_come_from_android_home_before_path(tmp_path, monkeypatch):
     sdk = tmp_path / "sdk"
@@ -261,6 +306,7 @@ def test_gradle_wrapper_version_without_running_it(tmp_path):
 
 # ----------------------------------------------------------------------------- signing (argv)
 
+
 def test_sign_argv_keeps_passwords_out_of_argv(tmp_path):
     apk = tmp_path / "a.apk"
     apk.write_bytes(b"unsigned")
@@ -268,11 +314,29 @@ def test_sign_argv_keeps_passwords_out_of_argv(tmp_path):
     runner = FakeRunner(("", 0))
     signing.sign(apk, key, tmp_path / "signed.apk", tool=fake(tools.Apksigner, runner, "/bt/apksigner"))
     argv = runner.calls[0]
-    assert argv[:11] == ["/bt/apksigner", "sign", "--ks", str(key.keystore), "--ks-key-alias", "release",
-                         "--ks-pass", "env:TVMGEN_KEYSTORE_PASSWORD", "--key-pass", "env:TVMGEN_KEY_PASSWORD",
-                         "--v1-signing-enabled"]
-    assert argv[11:19] == ["false", "--v2-signing-enabled", "true", "--v3-signing-enabled", "true",
-                           "--v4-signing-enabled", "false", "--out"]
+    assert argv[:11] == [
+        "/bt/apksigner",
+        "sign",
+        "--ks",
+        str(key.keystore),
+        "--ks-key-alias",
+        "release",
+        "--ks-pass",
+        "env:TVMGEN_KEYSTORE_PASSWORD",
+        "--key-pass",
+        "env:TVMGEN_KEY_PASSWORD",
+        "--v1-signing-enabled",
+    ]
+    assert argv[11:19] == [
+        "false",
+        "--v2-signing-enabled",
+        "true",
+        "--v3-signing-enabled",
+        "true",
+        "--v4-signing-enabled",
+        "false",
+        "--out",
+    ]
     assert argv[-1] == str(apk)
     assert not any("Secret" in a for a in argv)
     assert runner.envs[0] == {"TVMGEN_KEYSTORE_PASSWORD": "St0re-Secret-1", "TVMGEN_KEY_PASSWORD": "K3y-Secret-2"}
@@ -345,17 +409,26 @@ def unsigned_apk(tmp_path) -> Path:
     work.mkdir()
     (work / "AndroidManifest.xml").write_text(MANIFEST)
     apk = work / "unsigned.apk"
-    subprocess.run(["aapt", "package", "-f", "-M", str(work / "AndroidManifest.xml"), "-I", str(FRAMEWORK_RES),
-                    "-F", str(apk)], check=True, capture_output=True)
+    subprocess.run(
+        ["aapt", "package", "-f", "-M", str(work / "AndroidManifest.xml"), "-I", str(FRAMEWORK_RES), "-F", str(apk)],
+        check=True,
+        capture_output=True,
+    )
     (work / "model.c").write_text("int tvmgen_test_answer(void) { return 42; }\n")
     so = work / "libtvmgen_test.so"
-    subprocess.run(["aarch64-linux-gnu-gcc", "-shared", "-fPIC", "-O2", "-o", str(so), str(work / "model.c")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["aarch64-linux-gnu-gcc", "-shared", "-fPIC", "-O2", "-o", str(so), str(work / "model.c")],
+        check=True,
+        capture_output=True,
+    )
     with zipfile.ZipFile(apk, "a") as z:
         # stored: Android mmaps native libraries straight from the APK (extractNativeLibs=false)
         z.write(so, "lib/arm64-v8a/libtvmgen_test.so", compress_type=zipfile.ZIP_STORED)
-        z.writestr("assets/model/manifest.json", json.dumps({"name": "test", "platform": "android-arm64"}) * 20,
-                   compress_type=zipfile.ZIP_DEFLATED)
+        z.writestr(
+            "assets/model/manifest.json",
+            json.dumps({"name": "test", "platform": "android-arm64"}) * 20,
+            compress_type=zipfile.ZIP_DEFLATED,
+        )
     return apk
 
 
@@ -421,8 +494,12 @@ def test_real_release_signing_keeps_passwords_secret(unsigned_apk, tmp_path, mon
 
     # a wrong alias names the alias and how to list them
     with pytest.raises(signing.SigningError, match="no key named 'nope'"):
-        signing.sign(aligned, signing.SigningKey(made.keystore, "nope", secret, secret), tmp_path / "x.apk",
-                     tool=tools.Apksigner(runner))
+        signing.sign(
+            aligned,
+            signing.SigningKey(made.keystore, "nope", secret, secret),
+            tmp_path / "x.apk",
+            tool=tools.Apksigner(runner),
+        )
 
     log_text = debug_log.read_text()
     assert "apksigner" in log_text and "keytool" in log_text  # the log did record the commands
@@ -434,6 +511,7 @@ def test_real_release_signing_keeps_passwords_secret(unsigned_apk, tmp_path, mon
 
 # ----------------------------------------------------------------------------- doctor
 
+
 def _exe(path: Path, body: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("#!/bin/sh\n" + body + "\n")
@@ -441,13 +519,33 @@ def _exe(path: Path, body: str) -> None:
 
 
 def _doctor(tmp_path, env_extra: dict) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in (
-        "ANDROID_HOME", "ANDROID_SDK_ROOT", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "TVM_NDK_CC", "TVM_SOURCE_DIR",
-        "TVMGEN_AAPT", "TVMGEN_ZIPALIGN", "TVMGEN_APKSIGNER", "GRADLE_HOME")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "ANDROID_HOME",
+            "ANDROID_SDK_ROOT",
+            "ANDROID_NDK_HOME",
+            "ANDROID_NDK_ROOT",
+            "TVM_NDK_CC",
+            "TVM_SOURCE_DIR",
+            "TVMGEN_AAPT",
+            "TVMGEN_ZIPALIGN",
+            "TVMGEN_APKSIGNER",
+            "GRADLE_HOME",
+        )
+    }
     # tvmgen's own downloads (tvmgen doctor --install) live elsewhere: an empty data directory here
     env.update(TVMGEN_LOG_DIR=str(tmp_path / "logs"), TVMGEN_DATA_DIR=str(tmp_path / "tvmgen-data"), **env_extra)
-    return subprocess.run([sys.executable, "-m", "tvmgen", "doctor", "--json"], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tvmgen", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
 
 
 def test_doctor_ready_with_a_complete_sdk(tmp_path):
@@ -459,8 +557,10 @@ def test_doctor_ready_with_a_complete_sdk(tmp_path):
     _exe(bt / "apksigner", "echo 0.9")
     _exe(bt / "zipalign", "exit 0")
     _exe(bt / "aapt", "echo 'Android Asset Packaging Tool, v0.2-10932466'")
-    _exe(sdk / "platform-tools" / "adb",
-         f"case $1 in version) cat {RECORDED / 'version_adb34.txt'};; *) cat {RECORDED / 'devices_adb34_one.txt'};; esac")
+    _exe(
+        sdk / "platform-tools" / "adb",
+        f"case $1 in version) cat {RECORDED / 'version_adb34.txt'};; *) cat {RECORDED / 'devices_adb34_one.txt'};; esac",
+    )
     (ndk / "source.properties").parent.mkdir(parents=True)
     (ndk / "source.properties").write_text("Pkg.Desc = Android NDK\nPkg.Revision = 27.2.12479018\n")
     _exe(ndk / "toolchains/llvm/prebuilt/linux-x86_64/bin/aarch64-linux-android24-clang++", "exit 0")
@@ -470,8 +570,12 @@ def test_doctor_ready_with_a_complete_sdk(tmp_path):
     (tvm / "python" / "tvm" / "libinfo.py").write_text('__version__ = "0.27.0"\n')
     _exe(tmp_path / "gradle" / "bin" / "gradle", "echo 'Gradle 8.7'")
 
-    env = {"ANDROID_HOME": str(sdk), "ANDROID_NDK_HOME": str(ndk), "TVM_SOURCE_DIR": str(tvm),
-           "GRADLE_HOME": str(tmp_path / "gradle")}
+    env = {
+        "ANDROID_HOME": str(sdk),
+        "ANDROID_NDK_HOME": str(ndk),
+        "TVM_SOURCE_DIR": str(tvm),
+        "GRADLE_HOME": str(tmp_path / "gradle"),
+    }
     proc = _doctor(tmp_path, env)
     report = json.loads(proc.stdout)
     rows = {c["name"]: c for c in report["checks"]}
@@ -480,7 +584,10 @@ def test_doctor_ready_with_a_complete_sdk(tmp_path):
     assert rows["Android SDK"]["version"] == "android-34, build-tools 34.0.0"
     assert rows["apksigner"]["path"] == str(bt / "apksigner") and rows["aapt"]["version"] == "0.2-10932466"
     assert rows["adb"]["version"] == "34.0.5-10900879" and "38011FDJH00AB3 (Pixel 6): device" in rows["adb"]["detail"]
-    assert rows["TVM source tree"]["version"] == "0.27.0" and rows["TVM source tree"]["source"] == "yours ($TVM_SOURCE_DIR)"
+    assert (
+        rows["TVM source tree"]["version"] == "0.27.0"
+        and rows["TVM source tree"]["source"] == "yours ($TVM_SOURCE_DIR)"
+    )
     assert rows["Gradle"]["version"] == "8.7" and rows["Android NDK"]["source"] == "yours ($ANDROID_NDK_HOME)"
 
     env.pop("TVM_SOURCE_DIR")
@@ -492,9 +599,13 @@ def test_doctor_ready_with_a_complete_sdk(tmp_path):
 
 
 def test_doctor_table_names_fixes():
-    found = [doctor.Check("JDK", True, True, "17.0.15", "/usr/lib/jvm/x", required=True),
-             doctor.Check("Android NDK", False, False, detail="Android NDK not found", fix="sdkmanager 'ndk;27'",
-                          required=True)]
+    found = [
+        doctor.Check("JDK", True, True, "17.0.15", "/usr/lib/jvm/x", required=True),
+        doctor.Check(
+            "Android NDK", False, False, detail="Android NDK not found", fix="sdkmanager 'ndk;27'", required=True
+        ),
+    ]
     text = doctor.table(found)
     assert "Android NDK: sdkmanager 'ndk;27'" in text and text.endswith(
-        "ready to build an APK: no (every 'needed for APK' row must be usable)")
+        "ready to build an APK: no (every 'needed for APK' row must be usable)"
+    )

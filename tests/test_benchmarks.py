@@ -21,9 +21,27 @@ def test_cpu_speed_quick_gemm(tmp_path):
         unavailable(str(e))
     out, empty_db = tmp_path / "speed.json", tmp_path / "empty-db"
     empty_db.mkdir()
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "cpu_speed.py"), "--quick", "--models", "gemm",
-                           "--threads", "1", "--gemm-size", "128", "--tuning-db", str(empty_db), "--json", str(out)],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "cpu_speed.py"),
+            "--quick",
+            "--models",
+            "gemm",
+            "--threads",
+            "1",
+            "--gemm-size",
+            "128",
+            "--tuning-db",
+            str(empty_db),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     doc = json.loads(out.read_text())
@@ -38,7 +56,7 @@ def test_cpu_speed_quick_gemm(tmp_path):
     assert default["ratio"] == default["median_ms"] / row["reference_ms"] > 0
     assert row["outputs_match"] and default["max_abs_diff"] < 1e-3
     assert set(row["gflops"]) == {"default", "numpy"}
-    assert doc["models"][0]["model_info"]["flops"] == 2 * 128 ** 3
+    assert doc["models"][0]["model_info"]["flops"] == 2 * 128**3
 
     # no records in the database (or no tvmgen.tune): a tuned build is attempted at most, never measured
     why = doc["skipped_columns"].get("tuned") or doc["models"][0]["skipped"].get("tuned")
@@ -71,13 +89,18 @@ def test_cpu_speed_takes_a_tuning_database_per_thread_count(tmp_path):
     dbs = cpu_speed.parse_tuning_dbs([f"1={one}", f"2={two}"], [1, 2], fail)
     assert dbs == {1: one.resolve(), 2: two.resolve()}
     assert cpu_speed.parse_tuning_dbs([str(one)], [1, 2], fail) == {None: one.resolve()}
-    for bad, why in (([f"4={one}"], "4 is not one of the thread counts"), ([str(one), str(two)], "given twice"),
-                     ([f"1={tmp_path / 'missing'}"], "is not a directory")):
+    for bad, why in (
+        ([f"4={one}"], "4 is not one of the thread counts"),
+        ([str(one), str(two)], "given twice"),
+        ([f"1={tmp_path / 'missing'}"], "is not a directory"),
+    ):
         with pytest.raises(ValueError, match=why):
             cpu_speed.parse_tuning_dbs(bad, [1, 2], fail)
     args = type("Args", (), {"threads": [1, 2], "tuning_dbs": dbs})
-    assert (cpu_speed.tuned_label(args, one.resolve()), cpu_speed.tuned_label(args, two.resolve())) == \
-        ("1 thread", "2 threads")
+    assert (cpu_speed.tuned_label(args, one.resolve()), cpu_speed.tuned_label(args, two.resolve())) == (
+        "1 thread",
+        "2 threads",
+    )
 
 
 def test_memory_benchmark_on_a_tflite_head(tmp_path):
@@ -88,9 +111,22 @@ def test_memory_benchmark_on_a_tflite_head(tmp_path):
     except ToolMissingError as e:
         unavailable(str(e))
     out = tmp_path / "mem.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "memory.py"), "--models", "det_head_tflite",
-                           "--keep", str(tmp_path / "work"), "--json", str(out)],
-                          capture_output=True, text=True, cwd=REPO, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "memory.py"),
+            "--models",
+            "det_head_tflite",
+            "--keep",
+            str(tmp_path / "work"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "det_head_tflite" in proc.stdout and "LiteRT" in proc.stdout
     [row] = json.loads(out.read_text())["rows"]
@@ -106,9 +142,26 @@ def test_speed_quiet_and_busy_on_one_zoo_model(tmp_path):
     """benchmarks/speed.py on the zoo's voice-activity detector at 1 and 2 threads: both phases timed for
     both engines, the outputs checked, tvmgen's own launcher with the thread count asked for."""
     out = tmp_path / "speed.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "speed.py"), "--models", "vad_if",
-                           "--threads", "1,2", "--runs", "3", "--work", str(tmp_path / "work"), "--json", str(out)],
-                          capture_output=True, text=True, cwd=REPO, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "speed.py"),
+            "--models",
+            "vad_if",
+            "--threads",
+            "1,2",
+            "--runs",
+            "3",
+            "--work",
+            str(tmp_path / "work"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "speed" and [r["threads"] for r in doc["rows"]] == [1, 2]

@@ -57,9 +57,26 @@ def aarch64_error_by_hand(model: Path, artifact: Path, work: Path) -> float:
     x = random_inputs([TensorSpec("x", (4, 1000), "float32")], 0)["x"]
     np.save(work / "x.npy", x)
     runner = runtime_build.cached_build("linux-aarch64") / "bin" / "tvmgen-run"
-    proc = subprocess.run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", str(runner), str(artifact),
-                           "--input", f"x={work / 'x.npy'}", "-o", str(work / "out"), "--warmup", "0", "--repeat", "1"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            "qemu-aarch64",
+            "-L",
+            "/usr/aarch64-linux-gnu",
+            str(runner),
+            str(artifact),
+            "--input",
+            f"x={work / 'x.npy'}",
+            "-o",
+            str(work / "out"),
+            "--warmup",
+            "0",
+            "--repeat",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     actual = np.load(work / "out" / "y.npy")
     expected = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
@@ -82,8 +99,9 @@ def test_linux_aarch64_check_runs_the_artifact_under_qemu(tvmgen, tmp_path, mode
     assert host_error != checked, "the two builds agree here: this model cannot tell which one was checked"
 
     # an impossible tolerance fails the check on the aarch64 error, leaving nothing behind
-    r = tvmgen("compile", model, "--platform", "linux-aarch64", "--check", "--rtol", "0", "--atol", "0",
-               "-o", tmp_path / "out")
+    r = tvmgen(
+        "compile", model, "--platform", "linux-aarch64", "--check", "--rtol", "0", "--atol", "0", "-o", tmp_path / "out"
+    )
     assert r.returncode == 5, r.output
     assert QEMU_LINE in r.output and "outputs differ from onnxruntime" in r.stderr
     assert max_abs_errors(r.output) == [checked]
@@ -139,8 +157,9 @@ def path_without(tmp_path: Path, *hidden: str) -> str:
 def test_without_qemu_a_host_build_is_checked_and_the_output_says_why(tvmgen, tmp_path, model):
     path = path_without(tmp_path, "qemu-aarch64")
     assert shutil.which("qemu-aarch64", path=path) is None and shutil.which("aarch64-linux-gnu-g++", path=path)
-    r = tvmgen("compile", model, "--platform", "linux-aarch64", "--check", "-o", tmp_path / "arm",
-               extra_env={"PATH": path})
+    r = tvmgen(
+        "compile", model, "--platform", "linux-aarch64", "--check", "-o", tmp_path / "arm", extra_env={"PATH": path}
+    )
     assert r.returncode == 0, r.output
     assert QEMU_LINE not in r.output
     assert "linux-aarch64/cpu (generic) cannot run here; checking a host/cpu build of the same model" in r.output
@@ -156,8 +175,16 @@ def test_a_failing_aarch64_run_fails_the_check(tvmgen, tmp_path, model):
     fake.mkdir()
     (fake / "qemu-aarch64").write_text('#!/bin/sh\necho "error: emulated crash" >&2\nexit 3\n')
     (fake / "qemu-aarch64").chmod(0o755)
-    r = tvmgen("compile", model, "--platform", "linux-aarch64", "--check", "-o", tmp_path / "out",
-               extra_env={"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"})
+    r = tvmgen(
+        "compile",
+        model,
+        "--platform",
+        "linux-aarch64",
+        "--check",
+        "-o",
+        tmp_path / "out",
+        extra_env={"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"},
+    )
     assert r.returncode == 5, r.output
     assert "the aarch64 code failed under qemu-aarch64 (exit 3): error: emulated crash" in r.stderr
     assert "fix: compile without --check" in r.stderr and not (tmp_path / "out").exists()

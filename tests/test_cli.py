@@ -48,8 +48,12 @@ def test_compile_builtin_check_inspect_run(tvmgen, tmp_path):
     art = tmp_path / "out" / "mobilenet-host-cpu"
     assert "ok probs: max abs error" in r.stderr
     # progress output for each long step
-    for stepname in ("Importing builtin:mobilenet", "Compiling for host/cpu", "Exporting the library",
-                     "Checking against onnxruntime"):
+    for stepname in (
+        "Importing builtin:mobilenet",
+        "Compiling for host/cpu",
+        "Exporting the library",
+        "Checking against onnxruntime",
+    ):
         assert stepname in r.stderr
     manifest = json.loads((art / "manifest.json").read_text())
     assert manifest["schema_version"] == 1
@@ -135,6 +139,7 @@ def test_force_replaces_and_refuses_without(tvmgen, tmp_path):
 
 # --------------------------------------------------------------------------- bad input
 
+
 def test_missing_file(tvmgen, tmp_path):
     r = tvmgen("compile", tmp_path / "nope.onnx", "-o", tmp_path / "out")
     assert_clean_failure(r, 2, "does not exist", where=tmp_path)
@@ -174,8 +179,11 @@ def test_unsupported_onnx_operator_names_op_and_node(tvmgen, tmp_path):
     from onnx import TensorProto, helper
 
     node = helper.make_node("FancyActivation", ["x"], ["y"], name="block3/fancy", domain="com.example")
-    model = onnx_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = onnx_model(
+        [node],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
     model.opset_import.append(helper.make_opsetid("com.example", 1))
     r = tvmgen("compile", save_onnx(model, tmp_path / "m.onnx"), "-o", tmp_path / "out")
     assert_clean_failure(r, 2, "unsupported operator", "com.example.FancyActivation", "block3/fancy", where=tmp_path)
@@ -188,8 +196,9 @@ def test_tflite_custom_operator(tvmgen, tmp_path, tflite_custom_op):
 
 def test_dynamic_dims_need_input_flag(tvmgen, tmp_path, torch_onnx):
     r = tvmgen("compile", torch_onnx, "-o", tmp_path / "out")
-    assert_clean_failure(r, 2, "input 'image' has dynamic dimensions (?x3x64x64)", "--input image:Nx3x64x64:float32",
-                         where=tmp_path)
+    assert_clean_failure(
+        r, 2, "input 'image' has dynamic dimensions (?x3x64x64)", "--input image:Nx3x64x64:float32", where=tmp_path
+    )
     r = tvmgen("compile", torch_onnx, "--input", "image:1x3x64x64", "-o", tmp_path / "out", "--check")
     assert r.returncode == 0, r.output
 
@@ -213,12 +222,15 @@ def test_input_flag_errors(tvmgen, tmp_path):
     assert_clean_failure(r, 2, "rank 2", where=tmp_path)
 
 
-@pytest.mark.parametrize("platform,device,phrase", [
-    ("ios-arm64", "opencl", "device 'opencl' is not available on platform 'ios-arm64'"),
-    ("android-arm64", "metal", "device 'metal' is not available on platform 'android-arm64'"),
-    ("windows-x64", "cpu", "unknown platform 'windows-x64'"),
-    ("host", "nnapi", "device 'nnapi' is not available on platform 'host'"),
-])
+@pytest.mark.parametrize(
+    "platform,device,phrase",
+    [
+        ("ios-arm64", "opencl", "device 'opencl' is not available on platform 'ios-arm64'"),
+        ("android-arm64", "metal", "device 'metal' is not available on platform 'android-arm64'"),
+        ("windows-x64", "cpu", "unknown platform 'windows-x64'"),
+        ("host", "nnapi", "device 'nnapi' is not available on platform 'host'"),
+    ],
+)
 def test_invalid_platform_device(tvmgen, tmp_path, platform, device, phrase):
     r = tvmgen("compile", "builtin:mobilenet", "--platform", platform, "--device", device)
     assert_clean_failure(r, 2, phrase, where=tmp_path)
@@ -230,21 +242,38 @@ def test_missing_cross_compiler(tvmgen, tmp_path):
     empty = tmp_path / "emptybin"
     empty.mkdir()
     r = tvmgen("compile", "builtin:mobilenet", "--platform", "linux-aarch64", extra_env={"PATH": str(empty)})
-    assert_clean_failure(r, 3, "aarch64-linux-gnu-g++ not found", "apt-get install g++-aarch64-linux-gnu",
-                         where=tmp_path)
+    assert_clean_failure(
+        r, 3, "aarch64-linux-gnu-g++ not found", "apt-get install g++-aarch64-linux-gnu", where=tmp_path
+    )
     assert "Compiling" not in r.stderr  # found missing before any compiling started
-    r = tvmgen("compile", "builtin:mobilenet", "--platform", "linux-aarch64",
-               extra_env={"TVMGEN_AARCH64_CXX": str(tmp_path / "no-such-g++")})
+    r = tvmgen(
+        "compile",
+        "builtin:mobilenet",
+        "--platform",
+        "linux-aarch64",
+        extra_env={"TVMGEN_AARCH64_CXX": str(tmp_path / "no-such-g++")},
+    )
     assert_clean_failure(r, 3, "TVMGEN_AARCH64_CXX", "is not an executable file", where=tmp_path)
 
 
 def test_missing_ndk(tvmgen, tmp_path):
     env = dict.fromkeys(("TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "ANDROID_HOME", "ANDROID_SDK_ROOT"), "")
     r = tvmgen("compile", "builtin:mobilenet", "--platform", "android-arm64", extra_env=env)
-    assert_clean_failure(r, 3, "Android NDK not found", "TVM_NDK_CC, ANDROID_NDK_HOME, ANDROID_NDK_ROOT, ANDROID_HOME",
-                         "--objects-only", where=tmp_path)
-    r = tvmgen("compile", "builtin:mobilenet", "--platform", "android-arm64",
-               extra_env={**env, "ANDROID_NDK_HOME": str(tmp_path / "ndk-missing")})
+    assert_clean_failure(
+        r,
+        3,
+        "Android NDK not found",
+        "TVM_NDK_CC, ANDROID_NDK_HOME, ANDROID_NDK_ROOT, ANDROID_HOME",
+        "--objects-only",
+        where=tmp_path,
+    )
+    r = tvmgen(
+        "compile",
+        "builtin:mobilenet",
+        "--platform",
+        "android-arm64",
+        extra_env={**env, "ANDROID_NDK_HOME": str(tmp_path / "ndk-missing")},
+    )
     assert_clean_failure(r, 3, "ANDROID_NDK_HOME=", "is not a directory", where=tmp_path)
 
 

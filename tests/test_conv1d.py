@@ -28,11 +28,16 @@ def conv1d_model(cin, cout, width, k, stride, pads, dilation, groups, bias):
     if bias:
         inits.append(numpy_helper.from_array(rng.normal(0, 0.3, cout).astype(np.float32), "b"))
         inputs.append("b")
-    node = helper.make_node("Conv", inputs, ["c"], kernel_shape=[k], strides=[stride], pads=list(pads),
-                            dilations=[dilation], group=groups)
+    node = helper.make_node(
+        "Conv", inputs, ["c"], kernel_shape=[k], strides=[stride], pads=list(pads), dilations=[dilation], group=groups
+    )
     relu = helper.make_node("Relu", ["c"], ["y"])
-    return onnx_model([node, relu], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, width])],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return onnx_model(
+        [node, relu],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -56,14 +61,23 @@ def test_axes_counted_from_the_end_keep_the_layout_conversion(tvmgen, tmp_path):
     w = numpy_helper.from_array(rng.standard_normal((16, 8, 1, 3)).astype(np.float32), "w")
     two = numpy_helper.from_array(np.array([2], np.int64), "two")
     last = numpy_helper.from_array(np.array([-1], np.int64), "last")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[0, 1, 0, 1]),
-             helper.make_node("Squeeze", ["c", "two"], ["q"]), helper.make_node("Relu", ["q"], ["r"]),
-             helper.make_node("ReduceMean", ["r"], ["m"], axes=[-1], keepdims=1),
-             helper.make_node("Squeeze", ["m", "last"], ["y"]),
-             helper.make_node("Concat", ["r", "r"], ["z"], axis=-1)]
-    model = onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 1, 5])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-                        helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], [w, two, last])
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[0, 1, 0, 1]),
+        helper.make_node("Squeeze", ["c", "two"], ["q"]),
+        helper.make_node("Relu", ["q"], ["r"]),
+        helper.make_node("ReduceMean", ["r"], ["m"], axes=[-1], keepdims=1),
+        helper.make_node("Squeeze", ["m", "last"], ["y"]),
+        helper.make_node("Concat", ["r", "r"], ["z"], axis=-1),
+    ]
+    model = onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 1, 5])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+        ],
+        [w, two, last],
+    )
     path = save_onnx(model, tmp_path / "neg_axes.onnx")
     r = tvmgen("compile", path, "--check", "-o", tmp_path / "a")
     assert r.returncode == 0, r.stderr

@@ -28,8 +28,14 @@ def _w(rng, name, *shape):
 # name -> (input channels, output channels, H, W, ConvTranspose attributes, a Conv in front?)
 CONV_TRANSPOSE = {
     "k4_s2_p1_after_conv": (8, 6, 7, 9, dict(kernel_shape=[4, 4], strides=[2, 2], pads=[1, 1, 1, 1]), True),
-    "k3_s2_p1_outpad1": (5, 7, 6, 5, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
-                                          output_padding=[1, 1]), True),
+    "k3_s2_p1_outpad1": (
+        5,
+        7,
+        6,
+        5,
+        dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
+        True,
+    ),
     "k2_s2_first_op": (3, 4, 5, 6, dict(kernel_shape=[2, 2], strides=[2, 2]), False),
     "k3_s1_dilated2": (4, 4, 6, 6, dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2]), True),
     "k3_s3_asymmetric": (4, 3, 4, 5, dict(kernel_shape=[2, 3], strides=[3, 2], pads=[0, 1, 1, 0]), False),
@@ -51,8 +57,10 @@ def conv_transpose_model(name: str):
         nodes.append(helper.make_node("Conv", ["x", "C"], ["c"], pads=[1, 1, 1, 1]))
         inits.append(_w(rng, "C", cin, 3, 3, 3))
         src = "c"
-    nodes += [helper.make_node("ConvTranspose", [src, "T", "TB"], ["t"], **attrs),
-              helper.make_node("Relu", ["t"], ["y"])]
+    nodes += [
+        helper.make_node("ConvTranspose", [src, "T", "TB"], ["t"], **attrs),
+        helper.make_node("Relu", ["t"], ["y"]),
+    ]
     return onnx_model(nodes, [_vi("x", [1, 3 if conv_first else cin, h, w])], [_vi("y", None)], inits)
 
 
@@ -104,7 +112,8 @@ RECORDED_CODEGEN_ERROR = (
     'R.nn.conv2d_transpose(alloc, metadata["ir.GenericConst"][0], strides=[2, 2], padding=[1, 1, 1, 1], '
     'output_padding=[0, 0], dilation=[1, 1], groups=1, data_layout="NHWC", kernel_layout="IOHW", '
     'out_layout="NHWC", out_dtype=None)\n'
-    "# Metadata omitted. Use show_meta=True in script() method to show it.")
+    "# Metadata omitted. Use show_meta=True in script() method to show it."
+)
 
 
 def test_tvm_error_summary_names_the_operator_and_the_node():
@@ -134,13 +143,19 @@ def test_a_pipeline_step_that_breaks_a_model_falls_back_instead_of_failing(tmp_p
     from tvmgen.runtime.runner import HostModel
 
     def tvm_legalize():
-        return [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
-                relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()]
+        return [
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+        ]
 
     monkeypatch.setattr(cpu, "legalize_passes", tvm_legalize)
     tvmgen_map = schedules.legalize_map  # the layout passes legalise with it too
-    monkeypatch.setattr(schedules, "legalize_map",
-                        lambda: {k: v for k, v in tvmgen_map().items() if k != "relax.nn.conv2d_transpose"})
+    monkeypatch.setattr(
+        schedules, "legalize_map", lambda: {k: v for k, v in tvmgen_map().items() if k != "relax.nn.conv2d_transpose"}
+    )
     path = save_onnx(conv_transpose_model("k4_s2_p1_after_conv"), tmp_path / "m.onnx")
     imported = frontends.load(path, [])
     report: dict = {}
@@ -158,14 +173,16 @@ def test_a_pipeline_step_that_breaks_a_model_falls_back_instead_of_failing(tmp_p
 
 # ----------------------------------------------------------------------------- LSTM / GRU
 
+
 def _rnn_torch(kind: str, bidirectional: bool, batch_first: bool, path, hidden: int = 16):
     import torch
 
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.rnn = getattr(torch.nn, kind)(12, hidden, num_layers=2, bidirectional=bidirectional,
-                                               batch_first=batch_first)
+            self.rnn = getattr(torch.nn, kind)(
+                12, hidden, num_layers=2, bidirectional=bidirectional, batch_first=batch_first
+            )
             self.head = torch.nn.Linear(2 * hidden if bidirectional else hidden, 3)
 
         def forward(self, x):
@@ -177,8 +194,10 @@ def _rnn_torch(kind: str, bidirectional: bool, batch_first: bool, path, hidden: 
     return path
 
 
-@pytest.mark.parametrize("kind,bidirectional,batch_first",
-                         [("LSTM", True, True), ("LSTM", False, False), ("GRU", False, False), ("GRU", True, True)])
+@pytest.mark.parametrize(
+    "kind,bidirectional,batch_first",
+    [("LSTM", True, True), ("LSTM", False, False), ("GRU", False, False), ("GRU", True, True)],
+)
 def test_pytorch_lstm_gru_match_onnxruntime(kind, bidirectional, batch_first, tmp_path):
     """PyTorch's exports (GRU with linear_before_reset=1): two layers, each one kernel per direction."""
     path = _rnn_torch(kind, bidirectional, batch_first, tmp_path / f"{kind}.onnx")
@@ -198,8 +217,11 @@ def _onnx_rnn(kind: str, **attrs):
     layout = attrs.get("layout", 0)
     x_shape = [seq, batch, size] if layout == 0 else [batch, seq, size]
     state = [nd, batch, hidden] if layout == 0 else [batch, nd, hidden]
-    inits = [_w(rng, "W", nd, gates * hidden, size), _w(rng, "R", nd, gates * hidden, hidden),
-             _w(rng, "B", nd, 2 * gates * hidden)]
+    inits = [
+        _w(rng, "W", nd, gates * hidden, size),
+        _w(rng, "R", nd, gates * hidden, hidden),
+        _w(rng, "B", nd, 2 * gates * hidden),
+    ]
     names = ["x", "W", "R", "B", "", "h0"]
     inputs = [_vi("x", x_shape), _vi("h0", state)]
     outs = ["y", "yh"]
@@ -212,12 +234,16 @@ def _onnx_rnn(kind: str, **attrs):
     return onnx_model([node], inputs, [_vi(o, None) for o in outs], inits)
 
 
-@pytest.mark.parametrize("kind,attrs", [
-    ("LSTM", dict(direction="reverse", clip=0.8)),
-    ("LSTM", dict(direction="bidirectional", layout=1)),
-    ("GRU", dict(direction="forward", linear_before_reset=0)),
-    ("GRU", dict(direction="bidirectional", linear_before_reset=1, clip=1.5)),
-], ids=["lstm-reverse-clip-peepholes", "lstm-bidirectional-layout1", "gru-reset-after", "gru-bidirectional-clip"])
+@pytest.mark.parametrize(
+    "kind,attrs",
+    [
+        ("LSTM", dict(direction="reverse", clip=0.8)),
+        ("LSTM", dict(direction="bidirectional", layout=1)),
+        ("GRU", dict(direction="forward", linear_before_reset=0)),
+        ("GRU", dict(direction="bidirectional", linear_before_reset=1, clip=1.5)),
+    ],
+    ids=["lstm-reverse-clip-peepholes", "lstm-bidirectional-layout1", "gru-reset-after", "gru-bidirectional-clip"],
+)
 def test_onnx_lstm_gru_every_option_match_onnxruntime(kind, attrs, tmp_path):
     path = save_onnx(_onnx_rnn(kind, **attrs), tmp_path / "rnn.onnx")
     if attrs.get("layout"):  # onnxruntime has no batch-first recurrent layers: ONNX's own evaluator
@@ -283,6 +309,7 @@ def test_packed_weights_never_lose_part_of_a_weight(tmp_path):
 
 # ----------------------------------------------------------------------------- TFLite
 
+
 def _sparse_fp16_tflite(path):
     """Pruned weights stored sparse and in float16: DENSIFY -> DEQUANTIZE -> CONV_2D /
     FULLY_CONNECTED, as in MediaPipe's sparse detectors. TVM's importer alone fails on it with
@@ -317,6 +344,7 @@ def test_sparse_fp16_tflite_weights_import_and_match_litert(tmp_path):
 
 # ----------------------------------------------------------------------------- --const
 
+
 def vad_like_model():
     """A voice-activity detector's shape: an LSTM per sample rate inside an If on a scalar int64
     ``sr`` input (what TVM 0.27 refused twice: no LSTM, and the branch on a model input)."""
@@ -327,17 +355,30 @@ def vad_like_model():
     def branch(tag):
         node = helper.make_node("LSTM", ["x", f"W{tag}", f"R{tag}", f"B{tag}"], [f"y{tag}"], hidden_size=4)
         squeeze = helper.make_node("Squeeze", [f"y{tag}", "one"], [f"out{tag}"])
-        return helper.make_graph([node, squeeze], f"sr_{tag}", [], [_vi(f"out{tag}", None)],
-                                 [_w(rng, f"W{tag}", 1, 16, 3), _w(rng, f"R{tag}", 1, 16, 4), _w(rng, f"B{tag}", 1, 32)])
+        return helper.make_graph(
+            [node, squeeze],
+            f"sr_{tag}",
+            [],
+            [_vi(f"out{tag}", None)],
+            [_w(rng, f"W{tag}", 1, 16, 3), _w(rng, f"R{tag}", 1, 16, 4), _w(rng, f"B{tag}", 1, 32)],
+        )
 
     from onnx import numpy_helper
 
-    nodes = [helper.make_node("Equal", ["sr", "k16000"], ["is16k"]),
-             helper.make_node("If", ["is16k"], ["y"], then_branch=branch("a"), else_branch=branch("b"))]
-    inits = [numpy_helper.from_array(np.array(16000, np.int64), "k16000"),
-             numpy_helper.from_array(np.array([1], np.int64), "one")]
-    return onnx_model(nodes, [_vi("x", [5, 1, 3]), helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
-                      [_vi("y", None)], inits)
+    nodes = [
+        helper.make_node("Equal", ["sr", "k16000"], ["is16k"]),
+        helper.make_node("If", ["is16k"], ["y"], then_branch=branch("a"), else_branch=branch("b")),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(16000, np.int64), "k16000"),
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+    ]
+    return onnx_model(
+        nodes,
+        [_vi("x", [5, 1, 3]), helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+        [_vi("y", None)],
+        inits,
+    )
 
 
 def test_const_binds_an_input_and_folds_the_branch(tvmgen, tmp_path):
@@ -419,8 +460,11 @@ def _transpose_conv_tflite(padding: str, stride: int):
 
     m = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(builtin, 0))
     sub = m.subgraphs[0]
-    op = next(o for o in sub.operators if max(m.operatorCodes[o.opcodeIndex].builtinCode,
-                                              m.operatorCodes[o.opcodeIndex].deprecatedBuiltinCode) == 67)
+    op = next(
+        o
+        for o in sub.operators
+        if max(m.operatorCodes[o.opcodeIndex].builtinCode, m.operatorCodes[o.opcodeIndex].deprecatedBuiltinCode) == 67
+    )
     shape_t, weights_t, data_t = op.inputs[:3]
     bias_t = op.inputs[3] if len(op.inputs) > 3 and op.inputs[3] >= 0 else None
     assert bias_t is not None, "TFLite kept no bias input"
@@ -450,7 +494,7 @@ def test_mediapipe_convolution2d_transpose_bias(padding, stride, tmp_path):
     (tmp_path / "builtin.tflite").write_bytes(builtin)
     path = tmp_path / "custom.tflite"
     path.write_bytes(custom)
-    assert ("CUSTOM:Convolution2DTransposeBias" in [n for _, n, _ in operators(read_model(path)[1])])
+    assert "CUSTOM:Convolution2DTransposeBias" in [n for _, n, _ in operators(read_model(path)[1])]
     reference = frontends_load(tmp_path / "builtin.tflite")
     imported = frontends_load(path)
     inputs = {s.name: np.random.default_rng(2).standard_normal(s.shape).astype(np.float32) for s in imported.inputs}
@@ -509,8 +553,9 @@ def test_a_user_registered_operator(tvmgen, tmp_path):
 
     from onnx import helper
 
-    model = onnx_model([helper.make_node("HardSwishish", ["x"], ["y"], domain="com.example")],
-                       [_vi("x", [2, 8])], [_vi("y", [2, 8])])
+    model = onnx_model(
+        [helper.make_node("HardSwishish", ["x"], ["y"], domain="com.example")], [_vi("x", [2, 8])], [_vi("y", [2, 8])]
+    )
     model.opset_import.append(helper.make_opsetid("com.example", 1))
     path = save_onnx(model, tmp_path / "m.onnx")
     r = tvmgen("compile", path, "-o", tmp_path / "a")

@@ -16,19 +16,27 @@ from test_schedules import prepared_and_scheduled
 def hard_swish_conv(cin=3, cout=16, size=17, stride=2, divisor=6.0):
     """Conv -> x * clip(x + 3, 0, 6) / divisor, as the TFLite / Keras importers spell hard-swish."""
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.normal(0, 0.5, (cout, cin, 3, 3)).astype(np.float32), "w"),
-             numpy_helper.from_array(rng.normal(0, 0.5, cout).astype(np.float32), "b"),
-             numpy_helper.from_array(np.array(3.0, np.float32), "three"),
-             numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
-             numpy_helper.from_array(np.array(6.0, np.float32), "six"),
-             numpy_helper.from_array(np.array(divisor, np.float32), "d")]
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], strides=[stride] * 2, pads=[1] * 4),
-             helper.make_node("Add", ["c", "three"], ["c3"]),
-             helper.make_node("Clip", ["c3", "zero", "six"], ["r6"]),
-             helper.make_node("Mul", ["c", "r6"], ["m"]),
-             helper.make_node("Div", ["m", "d"], ["y"])]
-    return onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, size, size])],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.5, (cout, cin, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.normal(0, 0.5, cout).astype(np.float32), "b"),
+        numpy_helper.from_array(np.array(3.0, np.float32), "three"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+        numpy_helper.from_array(np.array(6.0, np.float32), "six"),
+        numpy_helper.from_array(np.array(divisor, np.float32), "d"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], strides=[stride] * 2, pads=[1] * 4),
+        helper.make_node("Add", ["c", "three"], ["c3"]),
+        helper.make_node("Clip", ["c3", "zero", "six"], ["r6"]),
+        helper.make_node("Mul", ["c", "r6"], ["m"]),
+        helper.make_node("Div", ["m", "d"], ["y"]),
+    ]
+    return onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
 
 
 def _top_level_loops(func):
@@ -37,8 +45,11 @@ def _top_level_loops(func):
 
     body = func.body.block.body
     stmts = list(body.seq) if isinstance(body, tvm.tirx.SeqStmt) else [body]
-    return [(s.kind == tvm.tirx.ForKind.PARALLEL, int(s.extent)) for s in stmts if isinstance(s, tvm.tirx.For)
-            and "layout_rewrite_preproc" not in str(s)]  # weight copies: folded at compile time
+    return [
+        (s.kind == tvm.tirx.ForKind.PARALLEL, int(s.extent))
+        for s in stmts
+        if isinstance(s, tvm.tirx.For) and "layout_rewrite_preproc" not in str(s)
+    ]  # weight copies: folded at compile time
 
 
 @pytest.mark.parametrize("divisor", [6.0, 0.3])

@@ -17,8 +17,13 @@ from tvmgen.runtime.runner import HostModel
 def compile_and_run(path, tmp_path, overrides=(), separate_params=False, **names):
     imported = frontends.load(path, [InputOverride.parse(o) for o in overrides], **names)
     out = tmp_path / "artifact"
-    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu", separate_params=separate_params),
-                        out, True, {"name": path.stem})
+    compile_to_artifact(
+        imported,
+        BuildOptions(PLATFORMS["host"], "cpu", separate_params=separate_params),
+        out,
+        True,
+        {"name": path.stem},
+    )
     inputs = random_inputs(imported.inputs, seed=3)
     actual = HostModel(out).run(inputs)
     expected = imported.reference(inputs)
@@ -89,9 +94,15 @@ def test_fp16_tflite_weights_stay_fp16_with_separate_params(tmp_path):
 
     tf.keras.utils.set_random_seed(0)
     layers = tf.keras.layers
-    model = tf.keras.Sequential([tf.keras.Input((16, 16, 3), batch_size=1), layers.Conv2D(32, 3, activation="relu"),
-                                 layers.Conv2D(64, 3, activation="relu"), layers.GlobalAveragePooling2D(),
-                                 layers.Dense(40)])  # weights of 1.7, 36.9 and 5.1 KB in fp16
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input((16, 16, 3), batch_size=1),
+            layers.Conv2D(32, 3, activation="relu"),
+            layers.Conv2D(64, 3, activation="relu"),
+            layers.GlobalAveragePooling2D(),
+            layers.Dense(40),
+        ]
+    )  # weights of 1.7, 36.9 and 5.1 KB in fp16
     conv = tf.lite.TFLiteConverter.from_keras_model(model)
     conv.optimizations = [tf.lite.Optimize.DEFAULT]
     conv.target_spec.supported_types = [tf.float16]
@@ -158,8 +169,9 @@ def test_pb_matches_onnxruntime_and_tensorflow(pb_model, keras_model, tmp_path):
 
 
 def test_pb_explicit_input_output_names(pb_model, tmp_path):
-    imported, *_ = compile_and_run(pb_model, tmp_path, overrides=["input:0:1x32x32x3"],
-                                   input_names=["input"], output_names=["probs"])
+    imported, *_ = compile_and_run(
+        pb_model, tmp_path, overrides=["input:0:1x32x32x3"], input_names=["input"], output_names=["probs"]
+    )
     assert imported.output_names == ["probs:0"]
 
 
@@ -190,14 +202,14 @@ def test_host_runner_inputs_in_place_or_copied_give_the_same_outputs(tmp_path):
     def aligned(values):
         raw = np.empty(values.size + 16, np.float32)
         start = (-raw.ctypes.data % 64) // 4
-        a = raw[start:start + values.size].reshape(values.shape)
+        a = raw[start : start + values.size].reshape(values.shape)
         a[...] = values
         return a
 
     def unaligned(values):
         raw = np.empty(values.size + 16, np.float32)
         start = (-raw.ctypes.data % 64) // 4 + 1  # 4 bytes past a 64-byte boundary
-        a = raw[start:start + values.size].reshape(values.shape)
+        a = raw[start : start + values.size].reshape(values.shape)
         a[...] = values
         return a
 
@@ -211,4 +223,7 @@ def test_host_runner_inputs_in_place_or_copied_give_the_same_outputs(tmp_path):
             (expected,) = imported.reference({spec.name: before})
             np.testing.assert_allclose(actual, expected, atol=1e-4, rtol=1e-4)
             np.testing.assert_array_equal(array, before)
-    assert (aligned(np.zeros(4, np.float32)).ctypes.data % 64, unaligned(np.zeros(4, np.float32)).ctypes.data % 64) == (0, 4)
+    assert (aligned(np.zeros(4, np.float32)).ctypes.data % 64, unaligned(np.zeros(4, np.float32)).ctypes.data % 64) == (
+        0,
+        4,
+    )

@@ -21,8 +21,22 @@ import pytest
 from conftest import REPO, opencl_info, require_tool
 
 GPU = REPO / "benchmarks" / "gpu.py"
-COLUMNS = ["model", "device", "precision", "cold first run ms", "warm first run ms", "cold/warm", "init ms",
-           "kernels built / hits", "steady ms", "copy-in ms", "copy-out ms", "steady x cpu", "max abs err", "status"]
+COLUMNS = [
+    "model",
+    "device",
+    "precision",
+    "cold first run ms",
+    "warm first run ms",
+    "cold/warm",
+    "init ms",
+    "kernels built / hits",
+    "steady ms",
+    "copy-in ms",
+    "copy-out ms",
+    "steady x cpu",
+    "max abs err",
+    "status",
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +44,9 @@ def work(tmp_path_factory) -> Path:
     """A work directory filled by --build-only, after checking that an OpenCL platform exists."""
     require_tool("cmake")
     w = tmp_path_factory.mktemp("gpu-bench")
-    proc = subprocess.run([sys.executable, str(GPU), "--build-only", "--work", str(w)], capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(GPU), "--build-only", "--work", str(w)], capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     plan = json.loads((w / "plan.json").read_text())
     assert [r["id"] for r in plan["rows"]] == ["cpu", "opencl"], plan["rows"]
@@ -48,7 +63,7 @@ def parse_table(stdout: str) -> dict[str, dict[str, str]]:
     header = re.split(r"\s{2,}", lines[start].strip())
     assert header == COLUMNS, header
     rows = {}
-    for ln in lines[start + 2:]:
+    for ln in lines[start + 2 :]:
         if not ln.startswith("builtin:"):
             break
         cells = re.split(r"\s{2,}", ln.strip())
@@ -75,8 +90,12 @@ def check_rows(stdout: str) -> None:
 def test_quick_end_to_end(work):
     """Both phases (the build reused from the work directory), one start each, one timed run."""
     out = work / "quick.json"
-    proc = subprocess.run([sys.executable, str(GPU), "--quick", "--work", str(work), "--json", str(out)],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(GPU), "--quick", "--work", str(work), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     print(proc.stdout)
     check_rows(proc.stdout)
@@ -97,13 +116,21 @@ def test_run_only_without_tvm(work, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
     env["PYTHONPATH"] = str(site)
     py = [sys.executable, "-S", "-s"]
-    probe = ("import importlib.util as u, numpy; "
-             "print([m for m in ('tvm', 'tvm_ffi', 'tvmgen') if u.find_spec(m) is not None])")
+    probe = (
+        "import importlib.util as u, numpy; "
+        "print([m for m in ('tvm', 'tvm_ffi', 'tvmgen') if u.find_spec(m) is not None])"
+    )
     proc = subprocess.run([*py, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout  # nothing of TVM is importable there
-    proc = subprocess.run([*py, str(GPU), "--run-only", "--work", str(work), "--quick"], capture_output=True,
-                          text=True, env=env, cwd=tmp_path, timeout=900)
+    proc = subprocess.run(
+        [*py, str(GPU), "--run-only", "--work", str(work), "--quick"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     print(proc.stdout)
     check_rows(proc.stdout)

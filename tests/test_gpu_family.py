@@ -42,17 +42,30 @@ def test_desktop_build_runs_on_pocl_and_matches_onnxruntime(ocl_runtime, opencl_
     sources = {}
     for family in ("generic", "desktop"):
         art = tmp_path / family
-        compile_to_artifact(frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", family), art,
-                            True, {"name": name})
+        compile_to_artifact(
+            frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", family), art, True, {"name": name}
+        )
         sources[family] = (art / "model.so").read_bytes()
     # the CUDA configuration loads pairs of values (float2), dlight's OpenCL default single ones
     assert b"float2" in sources["desktop"] and b"float2" not in sources["generic"]
     x = np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype("float32")
     want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
     np.save(tmp_path / "x.npy", x)
-    proc = subprocess.run([str(ocl_runtime / "bin" / "tvmgen-run"), str(tmp_path / "desktop"), "-i",
-                           f"x={tmp_path / 'x.npy'}", "-o", str(tmp_path / "out"), "--repeat", "2"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            str(ocl_runtime / "bin" / "tvmgen-run"),
+            str(tmp_path / "desktop"),
+            "-i",
+            f"x={tmp_path / 'x.npy'}",
+            "-o",
+            str(tmp_path / "out"),
+            "--repeat",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(np.load(next((tmp_path / "out").glob("*.npy"))), want, atol=1e-4, rtol=1e-4)
 
@@ -95,14 +108,28 @@ def test_depthwise_convolution_without_local_memory_reductions_on_pocl(ocl_runti
 
     path = save_onnx(single_op_models()["conv_depthwise"], tmp_path / "dw.onnx")
     art = tmp_path / family
-    compile_to_artifact(frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", family), art, True,
-                        {"name": "dw"})
+    compile_to_artifact(
+        frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", family), art, True, {"name": "dw"}
+    )
     assert b"red_buf" not in (art / "model.so").read_bytes()
     x = np.random.default_rng(3).standard_normal((1, 8, 16, 16)).astype("float32")
     want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
     np.save(tmp_path / "x.npy", x)
-    proc = subprocess.run([str(ocl_runtime / "bin" / "tvmgen-run"), str(art), "-i", f"x={tmp_path / 'x.npy'}", "-o",
-                           str(tmp_path / "out"), "--repeat", "2"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            str(ocl_runtime / "bin" / "tvmgen-run"),
+            str(art),
+            "-i",
+            f"x={tmp_path / 'x.npy'}",
+            "-o",
+            str(tmp_path / "out"),
+            "--repeat",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(np.load(next((tmp_path / "out").glob("*.npy"))), want, atol=1e-4, rtol=1e-4)
 
@@ -115,6 +142,7 @@ def test_a_rule_that_raises_or_leaves_host_loops_is_passed_over_for_that_kernel_
 
     a = tvm.te.placeholder((64, 64), "float32", name="a")
     double = tvm.te.compute(a.shape, lambda i, j: a[i, j] * 2.0, name="double")
+
     def module():
         return tvm.IRModule({"double": tvm.te.create_prim_func([a, double])})
 
@@ -132,9 +160,13 @@ def test_a_rule_that_raises_or_leaves_host_loops_is_passed_over_for_that_kernel_
         out = gpu.apply_rules(Raises(), LeavesHostLoops(), dl.gpu.Fallback(), report=report)(module())
     func = next(f for gv, f in out.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
     assert func.attrs["tirx.is_scheduled"] and "threadIdx.x" in func.script()
-    assert {(f["rule"], f["scheduled_by"]) for f in report["rule_failures"]} == {("Raises", "Fallback"),
-                                                                                 ("LeavesHostLoops", "Fallback")}
-    assert "outside the GPU threads" in next(f["error"] for f in report["rule_failures"] if f["rule"] == "LeavesHostLoops")
+    assert {(f["rule"], f["scheduled_by"]) for f in report["rule_failures"]} == {
+        ("Raises", "Fallback"),
+        ("LeavesHostLoops", "Fallback"),
+    }
+    assert "outside the GPU threads" in next(
+        f["error"] for f in report["rule_failures"] if f["rule"] == "LeavesHostLoops"
+    )
     lines = gpu.rule_failures_summary(report["rule_failures"])
     assert any("dlight's Raises rule failed on 1 kernel(s)" in ln and "slower" in ln for ln in lines)
     # raised inside a pass: it reaches the caller through TVM's FFI as a RuntimeError (build_executable

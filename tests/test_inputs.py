@@ -31,11 +31,17 @@ def three_input_model():
         helper.make_node("Sigmoid", ["b"], ["t"]),
         helper.make_node("Mul", ["a2", "a2"], ["q"]),
     ]
-    inputs = [helper.make_tensor_value_info("x", F, [1, 3, 17, 17]),
-              helper.make_tensor_value_info("a", F, [1, 64]),
-              helper.make_tensor_value_info("b", F, [4, 16])]
-    outputs = [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("z", F, None),
-               helper.make_tensor_value_info("t", F, None), helper.make_tensor_value_info("q", F, None)]
+    inputs = [
+        helper.make_tensor_value_info("x", F, [1, 3, 17, 17]),
+        helper.make_tensor_value_info("a", F, [1, 64]),
+        helper.make_tensor_value_info("b", F, [4, 16]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("y", F, None),
+        helper.make_tensor_value_info("z", F, None),
+        helper.make_tensor_value_info("t", F, None),
+        helper.make_tensor_value_info("q", F, None),
+    ]
     return onnx_model(nodes, inputs, outputs, [w, m, shape])
 
 
@@ -43,7 +49,7 @@ def at_offset(values: np.ndarray, offset: int) -> np.ndarray:
     """A copy of ``values`` whose data starts ``offset`` bytes past a 64-byte boundary."""
     raw = np.empty(values.nbytes + 128, np.uint8)
     start = (-raw.ctypes.data % 64) + offset
-    a = raw[start:start + values.nbytes].view(values.dtype).reshape(values.shape)
+    a = raw[start : start + values.nbytes].view(values.dtype).reshape(values.shape)
     a[...] = values
     return a
 
@@ -75,8 +81,9 @@ def test_kernels_reading_inputs_drop_the_64_byte_promise_and_no_other_does(compi
     target = make_target(PLATFORMS["host"].cpu_target())
     report: dict = {}
     with target:
-        mod = tvm.transform.Sequential(cpu.prepare_passes(target) + cpu.schedule_passes(target)
-                                       + [relax.transform.RewriteDataflowReshape()])(mod)
+        mod = tvm.transform.Sequential(
+            cpu.prepare_passes(target) + cpu.schedule_passes(target) + [relax.transform.RewriteDataflowReshape()]
+        )(mod)
         reads, unsafe = input_uses(mod["main"], 3)
         mod = relax_input_alignment(mod, report)
     assert report["input_alignment"] == [4, 4, 4] and not unsafe
@@ -172,7 +179,10 @@ def test_outputs_are_copies_the_next_run_leaves_alone_and_wrong_inputs_are_refus
         np.testing.assert_allclose(b, exp, atol=1e-4, rtol=1e-4)
         assert not np.shares_memory(a, b)
     x = first_in["x"]
-    for bad, cause in [({**first_in, "x": x[:, :, :16]}, "has shape"), ({**first_in, "x": x.astype(np.float64)}, "has dtype"),
-                       ({**first_in, "extra": x}, "unknown input name")]:
+    for bad, cause in [
+        ({**first_in, "x": x[:, :, :16]}, "has shape"),
+        ({**first_in, "x": x.astype(np.float64)}, "has dtype"),
+        ({**first_in, "extra": x}, "unknown input name"),
+    ]:
         with pytest.raises(InputError, match=cause):
             model.run(bad)

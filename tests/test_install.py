@@ -80,25 +80,53 @@ def server():
 def machine(tmp_path, server, tvm_repo):
     """A machine with a JDK only: no SDK, NDK, Gradle or TVM source; the downloads point at the local server."""
     table = tmp_path / "downloads.json"
-    table.write_text(json.dumps({
-        "cmdline-tools": {"url": f"{server.url}/{CMDLINE_ZIP}", "sha256": sha256(ARCHIVES[f"/{CMDLINE_ZIP}"])},
-        "gradle": {"url": f"{server.url}/{GRADLE_ZIP}", "sha256": sha256(ARCHIVES[f"/{GRADLE_ZIP}"])},
-        "tvm-source": {"url": f"file://{tvm_repo}", "tag": "v0.27.0"},
-    }))
-    drop = ("ANDROID_HOME", "ANDROID_SDK_ROOT", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "TVM_NDK_CC", "TVM_SOURCE_DIR",
-            "GRADLE_HOME", "TVMGEN_AAPT", "TVMGEN_ZIPALIGN", "TVMGEN_APKSIGNER", "TVMGEN_DOWNLOAD_MIRROR")
+    table.write_text(
+        json.dumps(
+            {
+                "cmdline-tools": {"url": f"{server.url}/{CMDLINE_ZIP}", "sha256": sha256(ARCHIVES[f"/{CMDLINE_ZIP}"])},
+                "gradle": {"url": f"{server.url}/{GRADLE_ZIP}", "sha256": sha256(ARCHIVES[f"/{GRADLE_ZIP}"])},
+                "tvm-source": {"url": f"file://{tvm_repo}", "tag": "v0.27.0"},
+            }
+        )
+    )
+    drop = (
+        "ANDROID_HOME",
+        "ANDROID_SDK_ROOT",
+        "ANDROID_NDK_HOME",
+        "ANDROID_NDK_ROOT",
+        "TVM_NDK_CC",
+        "TVM_SOURCE_DIR",
+        "GRADLE_HOME",
+        "TVMGEN_AAPT",
+        "TVMGEN_ZIPALIGN",
+        "TVMGEN_APKSIGNER",
+        "TVMGEN_DOWNLOAD_MIRROR",
+    )
     env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(GIT_ENV, TVMGEN_DATA_DIR=str(tmp_path / "data"), TVMGEN_DOWNLOADS=str(table),
-               JAVA_HOME=str(fake_jdk(tmp_path / "jdk")), TVMGEN_LOG_DIR=str(tmp_path / "logs"),
-               FAKE_SDKMANAGER_LOG=str(tmp_path / "sdkmanager.log"), FAKE_GRADLE_LOG=str(tmp_path / "gradle.log"),
-               PATH=os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not shutil.which("gradle", path=p)),
-               COLUMNS="200")
+    env.update(
+        GIT_ENV,
+        TVMGEN_DATA_DIR=str(tmp_path / "data"),
+        TVMGEN_DOWNLOADS=str(table),
+        JAVA_HOME=str(fake_jdk(tmp_path / "jdk")),
+        TVMGEN_LOG_DIR=str(tmp_path / "logs"),
+        FAKE_SDKMANAGER_LOG=str(tmp_path / "sdkmanager.log"),
+        FAKE_GRADLE_LOG=str(tmp_path / "gradle.log"),
+        PATH=os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not shutil.which("gradle", path=p)),
+        COLUMNS="200",
+    )
     return env
 
 
 def _tvmgen(env: dict, *args, cwd=None, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([*TVMGEN, *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [*TVMGEN, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _files(root: Path) -> list[Path]:
@@ -178,7 +206,9 @@ def test_pins_match_the_templates_and_can_be_overridden(tmp_path, monkeypatch):
     ctx = android_project.android_context("deploy", "org.example.m", "M", "m", "cpu", ["arm64-v8a"])
     out = tmp_path / "proj"
     templates.render("android_deploy", out, ctx)
-    assert f"gradle-{downloads.GRADLE_VERSION}-bin.zip" in (out / "gradle/wrapper/gradle-wrapper.properties").read_text()
+    assert (
+        f"gradle-{downloads.GRADLE_VERSION}-bin.zip" in (out / "gradle/wrapper/gradle-wrapper.properties").read_text()
+    )
     gradle = (out / "app/build.gradle").read_text()
     assert f"version '{downloads.CMAKE_VERSION}'" in gradle and f"ndkVersion '{downloads.NDK_VERSION}'" in gradle
     assert f"compileSdk {downloads.COMPILE_SDK}" in gradle
@@ -196,7 +226,14 @@ def test_an_old_gradle_on_path_is_replaced_and_yours_win(tmp_path, monkeypatch):
     bin_dir.mkdir()
     (bin_dir / "gradle").write_text("#!/bin/sh\necho 'Gradle 4.4.1'\n")
     (bin_dir / "gradle").chmod(0o755)
-    for var in ("ANDROID_HOME", "ANDROID_SDK_ROOT", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "TVM_NDK_CC", "GRADLE_HOME"):
+    for var in (
+        "ANDROID_HOME",
+        "ANDROID_SDK_ROOT",
+        "ANDROID_NDK_HOME",
+        "ANDROID_NDK_ROOT",
+        "TVM_NDK_CC",
+        "GRADLE_HOME",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("TVMGEN_DATA_DIR", str(tmp_path / "data"))
@@ -227,20 +264,35 @@ def test_doctor_install_on_a_fresh_machine_then_nothing_again(machine, server, t
     report = json.loads(r.stdout)
     rows = {c["name"]: c for c in report["checks"]}
     assert report["ready"]
-    for name in ("Gradle", "Android SDK", "Android NDK", "CMake 3.22.1 (SDK)", "TVM source tree", "apksigner",
-                 "zipalign", "aapt"):
+    for name in (
+        "Gradle",
+        "Android SDK",
+        "Android NDK",
+        "CMake 3.22.1 (SDK)",
+        "TVM source tree",
+        "apksigner",
+        "zipalign",
+        "aapt",
+    ):
         assert rows[name]["usable"] and rows[name]["source"] == "tvmgen download", rows[name]
     assert rows["JDK"]["source"] == "yours ($JAVA_HOME)"
     assert rows["Gradle"]["version"] == "8.7" and rows["Android NDK"]["version"] == "27.2.12479018"
     assert rows["Android SDK"]["version"] == "android-34, build-tools 34.0.0"
-    assert rows["TVM source tree"]["version"] == "0.27.0" and rows["TVM source tree"]["path"] == str(data / "tvm-0.27.0")
+    assert rows["TVM source tree"]["version"] == "0.27.0" and rows["TVM source tree"]["path"] == str(
+        data / "tvm-0.27.0"
+    )
     half = len(ARCHIVES[f"/{GRADLE_ZIP}"]) // 2
-    assert server.requests == [(f"/{CMDLINE_ZIP}", None), (f"/{GRADLE_ZIP}", None), (f"/{GRADLE_ZIP}", f"bytes={half}-")]
+    assert server.requests == [
+        (f"/{CMDLINE_ZIP}", None),
+        (f"/{GRADLE_ZIP}", None),
+        (f"/{GRADLE_ZIP}", f"bytes={half}-"),
+    ]
     sdk = data / "android-sdk"
     assert (sdk / "cmdline-tools" / "latest" / "bin" / "sdkmanager").is_file()
     calls = (tmp_path / "sdkmanager.log").read_text().splitlines()
     assert calls == [f"--sdk_root={sdk} --licenses"] * 2 + [
-        f"--sdk_root={sdk} platforms;android-34 build-tools;34.0.0 ndk;27.2.12479018 cmake;3.22.1"]
+        f"--sdk_root={sdk} platforms;android-34 build-tools;34.0.0 ndk;27.2.12479018 cmake;3.22.1"
+    ]
     assert "accepting the Android SDK licences (--yes): android-sdk-license" in r.stderr
     clone = data / "tvm-0.27.0"
     assert (clone / "3rdparty" / "tvm-ffi" / "CMakeLists.txt").is_file()  # the submodule came too
@@ -297,14 +349,23 @@ def test_no_network_gives_the_manual_steps_and_leaves_nothing_half_written(machi
     assert _files(data) == []
     # Gradle and TVM alone (an SDK of yours is complete): each failure names its manual step too
     sdk = tmp_path / "my-sdk"
-    for rel in ("platforms/android-34/android.jar", "build-tools/34.0.0/apksigner", "ndk/27.2.12479018/source.properties",
-                "cmake/3.22.1/bin/cmake"):
+    for rel in (
+        "platforms/android-34/android.jar",
+        "build-tools/34.0.0/apksigner",
+        "ndk/27.2.12479018/source.properties",
+        "cmake/3.22.1/bin/cmake",
+    ):
         (sdk / rel).parent.mkdir(parents=True, exist_ok=True)
         (sdk / rel).write_text("")
     r = _tvmgen({**machine, "ANDROID_HOME": str(sdk)}, "doctor", "--install", "--yes", cwd=tmp_path)
     assert r.returncode == 3 and f"/{GRADLE_ZIP}" in r.stderr and "by hand" in r.stderr
-    r = _tvmgen({**machine, "ANDROID_HOME": str(sdk), "GRADLE_HOME": str(_fake_gradle(tmp_path / "g"))},
-                "doctor", "--install", "--yes", cwd=tmp_path)
+    r = _tvmgen(
+        {**machine, "ANDROID_HOME": str(sdk), "GRADLE_HOME": str(_fake_gradle(tmp_path / "g"))},
+        "doctor",
+        "--install",
+        "--yes",
+        cwd=tmp_path,
+    )
     assert r.returncode == 3 and "git clone --recursive --depth 1" in r.stderr and "TVM_SOURCE_DIR" in r.stderr
     assert _files(data) == []
 
@@ -321,8 +382,19 @@ def test_app_yes_on_a_machine_with_only_a_jdk_gets_to_gradle(machine, server, tm
     if not shutil.which("aarch64-linux-gnu-g++"):
         unavailable("aarch64-linux-gnu-g++ is not installed: the stand-in NDK links with it")
     model = save_onnx(_relu_model(), tmp_path / "m.onnx")
-    r = _tvmgen(machine, "app", "--model", model, "--device", "opencl", "--yes", "-o", tmp_path / "proj", cwd=tmp_path,
-                timeout=600)
+    r = _tvmgen(
+        machine,
+        "app",
+        "--model",
+        model,
+        "--device",
+        "opencl",
+        "--yes",
+        "-o",
+        tmp_path / "proj",
+        cwd=tmp_path,
+        timeout=600,
+    )
     data = Path(machine["TVMGEN_DATA_DIR"])
     assert r.returncode == 1 and "the Gradle build failed" in r.stderr, r.stderr[-3000:]
     assert "fake Gradle: no Android Gradle Plugin here" in r.stderr
@@ -341,8 +413,15 @@ def _in_a_terminal(env: dict, args: list, answers: list[tuple[str, str]], cwd: P
     import select
 
     master, slave = pty.openpty()
-    proc = subprocess.Popen([*TVMGEN, *map(str, args)], stdin=slave, stdout=slave, stderr=slave, cwd=cwd,
-                            env={**env, "TERM": "xterm"}, close_fds=True)
+    proc = subprocess.Popen(
+        [*TVMGEN, *map(str, args)],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=cwd,
+        env={**env, "TERM": "xterm"},
+        close_fds=True,
+    )
     os.close(slave)
     out, seen, pending = b"", 0, list(answers)
     deadline = time.monotonic() + timeout
@@ -384,30 +463,51 @@ def test_at_a_terminal_the_licences_are_shown_and_asked(machine, server, tmp_pat
 
 def test_app_at_a_terminal_asks_once_before_downloading(machine, server, tmp_path):
     model = save_onnx(_relu_model(), tmp_path / "m.onnx")
-    rc, out = _in_a_terminal(machine, ["app", "--model", model, "-o", tmp_path / "p1"],
-                             [("Download them now?", "n\n")], tmp_path)
+    rc, out = _in_a_terminal(
+        machine, ["app", "--model", model, "-o", tmp_path / "p1"], [("Download them now?", "n\n")], tmp_path
+    )
     assert rc == 0 and "the project is rendered but no APK was built" in out, out[-3000:]
-    assert out.count("Download them now?") == 1 and server.requests == [] and _files(Path(machine["TVMGEN_DATA_DIR"])) == []
+    assert (
+        out.count("Download them now?") == 1
+        and server.requests == []
+        and _files(Path(machine["TVMGEN_DATA_DIR"])) == []
+    )
 
 
 def _relu_model():
     from onnx import TensorProto, helper
 
-    return onnx_model([helper.make_node("Relu", ["x"], ["y"])],
-                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    return onnx_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+    )
 
 
-@pytest.mark.skipif(os.environ.get("TVMGEN_TEST_REAL_DOWNLOADS") != "1",
-                    reason="downloads about 2 GB from Google, Gradle and GitHub: set TVMGEN_TEST_REAL_DOWNLOADS=1")
+@pytest.mark.skipif(
+    os.environ.get("TVMGEN_TEST_REAL_DOWNLOADS") != "1",
+    reason="downloads about 2 GB from Google, Gradle and GitHub: set TVMGEN_TEST_REAL_DOWNLOADS=1",
+)
 def test_real_downloads(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in (
-        "ANDROID_HOME", "ANDROID_SDK_ROOT", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "TVM_NDK_CC", "TVM_SOURCE_DIR",
-        "GRADLE_HOME", "TVMGEN_DOWNLOADS", "TVMGEN_DOWNLOAD_MIRROR")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "ANDROID_HOME",
+            "ANDROID_SDK_ROOT",
+            "ANDROID_NDK_HOME",
+            "ANDROID_NDK_ROOT",
+            "TVM_NDK_CC",
+            "TVM_SOURCE_DIR",
+            "GRADLE_HOME",
+            "TVMGEN_DOWNLOADS",
+            "TVMGEN_DOWNLOAD_MIRROR",
+        )
+    }
     env.update(TVMGEN_DATA_DIR=str(tmp_path / "data"), TVMGEN_LOG_DIR=str(tmp_path / "logs"))
     r = _tvmgen(env, "doctor", "--install", "--yes", "--json", cwd=tmp_path, timeout=3 * 3600)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
     assert rows["Gradle"]["version"] == "8.7" and rows["Android NDK"]["version"] == "27.2.12479018"
     assert rows["TVM source tree"]["version"].startswith("0.27")
-

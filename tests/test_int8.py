@@ -39,8 +39,13 @@ def matmul_integer(a_dtype, b_dtype, a_shape, n, a_zero=None, b_zero=None, seed=
         inits.append(numpy_helper.from_array(np.asarray(b_zero, b_dtype), "b_zero"))
         names.append("b_zero")
     nodes = [helper.make_node("MatMulInteger", names, ["y"])]
-    return onnx_model(nodes, [helper.make_tensor_value_info("a", onnx_type[a_dtype], list(a_shape))],
-                      [helper.make_tensor_value_info("y", 6, None)], inits, opset=13)
+    return onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("a", onnx_type[a_dtype], list(a_shape))],
+        [helper.make_tensor_value_info("y", 6, None)],
+        inits,
+        opset=13,
+    )
 
 
 def exact_product(model, a: np.ndarray) -> np.ndarray:
@@ -77,12 +82,16 @@ def dot_functions(path) -> list[str]:
     from tvm import relax
 
     imported = frontends.load(path, [])
-    mod = relax.transform.BindParams("main", dict(zip(imported.mod["main"].params[len(imported.inputs):],
-                                                      imported.params)))(imported.mod)
+    mod = relax.transform.BindParams(
+        "main", dict(zip(imported.mod["main"].params[len(imported.inputs) :], imported.params))
+    )(imported.mod)
     with HOST:
         mod = tvm.transform.Sequential(cpu.prepare_passes(HOST))(mod)
-    return sorted(gv.name_hint for gv, f in mod.functions.items()
-                  if isinstance(f, tvm.tirx.PrimFunc) and "int8_dot" in f.script(show_meta=False))
+    return sorted(
+        gv.name_hint
+        for gv, f in mod.functions.items()
+        if isinstance(f, tvm.tirx.PrimFunc) and "int8_dot" in f.script(show_meta=False)
+    )
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
@@ -123,10 +132,18 @@ def test_dynamically_quantised_mlp_matches_onnxruntime_and_is_fully_scheduled(tm
     w1 = numpy_helper.from_array((rng.standard_normal((256, 128)) * 0.05).astype(np.float32), "w1")
     b1 = numpy_helper.from_array((rng.standard_normal(128) * 0.1).astype(np.float32), "b1")
     w2 = numpy_helper.from_array((rng.standard_normal((128, 64)) * 0.05).astype(np.float32), "w2")
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["h2"]),
-             helper.make_node("Relu", ["h2"], ["h3"]), helper.make_node("MatMul", ["h3", "w2"], ["y"])]
-    model = onnx_model(nodes, [helper.make_tensor_value_info("x", 1, [4, 256])],
-                       [helper.make_tensor_value_info("y", 1, None)], [w1, b1, w2])
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Add", ["h", "b1"], ["h2"]),
+        helper.make_node("Relu", ["h2"], ["h3"]),
+        helper.make_node("MatMul", ["h3", "w2"], ["y"]),
+    ]
+    model = onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", 1, [4, 256])],
+        [helper.make_tensor_value_info("y", 1, None)],
+        [w1, b1, w2],
+    )
     fp32 = save_onnx(model, tmp_path / "mlp.onnx")
     quantized = tmp_path / "mlp-int8.onnx"
     quantize_dynamic(str(fp32), str(quantized), weight_type=QuantType.QInt8)
@@ -166,17 +183,35 @@ def test_aarch64_dotprod_under_qemu_is_exact(a_dtype, instruction, tmp_path):
     plat = PLATFORMS["linux-aarch64"].with_features(["+dotprod"])
     compile_to_artifact(imported, BuildOptions(plat, "cpu"), out, True, {"name": "m"})
     assert "+dotprod" in json.loads((out / "manifest.json").read_text())["target"]["mattr"]
-    disassembly = subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(out / "model.so")], capture_output=True,
-                                 text=True, check=True).stdout
+    disassembly = subprocess.run(
+        ["aarch64-linux-gnu-objdump", "-d", str(out / "model.so")], capture_output=True, text=True, check=True
+    ).stdout
     assert f"\t{instruction}\t" in disassembly
     lo, hi = (0, 256) if a_dtype == "uint8" else (-128, 128)
     a = np.random.default_rng(2).integers(lo, hi, (4, 64)).astype(a_dtype)
     np.save(tmp_path / "a.npy", a)
     (tmp_path / "o").mkdir()
     runtime = runtime_build.cached_build("linux-aarch64")
-    proc = subprocess.run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", str(runtime / "bin" / "tvmgen-run"), str(out),
-                           "--input", f"a={tmp_path / 'a.npy'}", "-o", str(tmp_path / "o"), "--repeat", "1",
-                           "--warmup", "0"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            "qemu-aarch64",
+            "-L",
+            "/usr/aarch64-linux-gnu",
+            str(runtime / "bin" / "tvmgen-run"),
+            str(out),
+            "--input",
+            f"a={tmp_path / 'a.npy'}",
+            "-o",
+            str(tmp_path / "o"),
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), exact_product(model, a))
 
@@ -186,8 +221,9 @@ def test_cpu_features_flag(tvmgen, tmp_path):
     bad = tvmgen("compile", str(path), "--cpu-features", "dotprod", "-o", str(tmp_path / "bad"))
     assert bad.returncode == 2 and "+name or -name" in bad.output and not (tmp_path / "bad").exists()
     require_tool("aarch64-linux-gnu-g++")
-    ok = tvmgen("compile", str(path), "--platform", "linux-aarch64", "--cpu-features", "+dotprod", "-o",
-                str(tmp_path / "a64"))
+    ok = tvmgen(
+        "compile", str(path), "--platform", "linux-aarch64", "--cpu-features", "+dotprod", "-o", str(tmp_path / "a64")
+    )
     assert ok.returncode == 0, ok.output
     assert json.loads((tmp_path / "a64" / "manifest.json").read_text())["target"]["mattr"] == ["+neon", "+dotprod"]
 
@@ -207,6 +243,7 @@ def test_tuned_int8_matmul_compiles_from_its_database(tvmgen, tmp_path):
 
 # ------------------------------------------------------------------ quantised (QDQ) models
 
+
 def qdq_matmul(m: int, k: int, n: int, a_dtype: str, seed: int = 0):
     """x -> QuantizeLinear -> DequantizeLinear -> MatMul(DequantizeLinear(constant 8-bit W, a
     scale per column)): how a statically quantised ONNX model spells a quantised layer. Returns
@@ -217,15 +254,25 @@ def qdq_matmul(m: int, k: int, n: int, a_dtype: str, seed: int = 0):
     w = rng.integers(-127, 128, (k, n)).astype(np.int8)
     sw = rng.uniform(0.001, 0.02, n).astype(np.float32)
     sx, zx = np.float32(0.05), (np.uint8(131) if a_dtype == "uint8" else np.int8(-7))
-    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(sw, "sw"),
-             numpy_helper.from_array(np.zeros(n, np.int8), "zw"), numpy_helper.from_array(np.array(sx), "sx"),
-             numpy_helper.from_array(np.array(zx), "zx")]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
-             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
-             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], axis=1),
-             helper.make_node("MatMul", ["xf", "wf"], ["y"])]
-    model = onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], inits)
+    inits = [
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(sw, "sw"),
+        numpy_helper.from_array(np.zeros(n, np.int8), "zw"),
+        numpy_helper.from_array(np.array(sx), "sx"),
+        numpy_helper.from_array(np.array(zx), "zx"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+        helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], axis=1),
+        helper.make_node("MatMul", ["xf", "wf"], ["y"]),
+    ]
+    model = onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+        inits,
+    )
     return model, w, sw, sx, zx
 
 
@@ -284,8 +331,9 @@ def keras_int8_model(tmp_path):
             layer.set_weights([rng.normal(0, 0.5, v.shape).astype(np.float32) for v in ws])
     converter = tf.lite.TFLiteConverter.from_keras_model(keras_model)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = lambda: ([rng.uniform(-1, 1, (1, 14, 14, 24)).astype(np.float32)]
-                                                for _ in range(16))
+    converter.representative_dataset = lambda: (
+        [rng.uniform(-1, 1, (1, 14, 14, 24)).astype(np.float32)] for _ in range(16)
+    )
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     path = tmp_path / "q.tflite"
     path.write_bytes(converter.convert())
@@ -347,16 +395,35 @@ def test_quantised_matmul_on_aarch64_sdot_under_qemu(tmp_path):
     out = tmp_path / "art"
     plat = PLATFORMS["linux-aarch64"].with_features(["+dotprod"])
     compile_to_artifact(frontends.load(path, []), BuildOptions(plat, "cpu"), out, True, {"name": "q"})
-    disassembly = subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(out / "model.so")], capture_output=True,
-                                 text=True, check=True).stdout
+    disassembly = subprocess.run(
+        ["aarch64-linux-gnu-objdump", "-d", str(out / "model.so")], capture_output=True, text=True, check=True
+    ).stdout
     assert "\tsdot\t" in disassembly
     x = np.random.default_rng(6).uniform(-6, 6, (4, 32)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     (tmp_path / "o").mkdir()
     runtime = runtime_build.cached_build("linux-aarch64")
-    proc = subprocess.run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", str(runtime / "bin" / "tvmgen-run"), str(out),
-                           "--input", f"x={tmp_path / 'x.npy'}", "-o", str(tmp_path / "o"), "--repeat", "1",
-                           "--warmup", "0"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            "qemu-aarch64",
+            "-L",
+            "/usr/aarch64-linux-gnu",
+            str(runtime / "bin" / "tvmgen-run"),
+            str(out),
+            "--input",
+            f"x={tmp_path / 'x.npy'}",
+            "-o",
+            str(tmp_path / "o"),
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
-    np.testing.assert_allclose(np.load(tmp_path / "o" / "y.npy"), qdq_expected(x, w, sw, sx, zx, "int8"),
-                               rtol=2e-6, atol=1e-5)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "o" / "y.npy"), qdq_expected(x, w, sw, sx, zx, "int8"), rtol=2e-6, atol=1e-5
+    )

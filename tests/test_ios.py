@@ -52,23 +52,40 @@ def ios_artifacts(softmax, tmp_path_factory):
     out = {}
     for device in ("cpu", "metal"):
         out[device] = d / device
-        compile_to_artifact(softmax, BuildOptions(PLATFORMS["ios-arm64"], device), out[device], True,
-                            {"name": "softmax", "source": "softmax.onnx", "format": "onnx"})
+        compile_to_artifact(
+            softmax,
+            BuildOptions(PLATFORMS["ios-arm64"], device),
+            out[device],
+            True,
+            {"name": "softmax", "source": "softmax.onnx", "format": "onnx"},
+        )
     return out
 
 
 def render(dest: Path, art: Path, device="cpu", team_id=TEAM, kind="rpc") -> Path:
-    ctx = project.context(kind, "org.example.SoftMax-QA", "Softmax QA", "softmax", device, team_id,
-                          "/opt/tvm", "tracker", "192.168.1.5", 9190, "iphone-15")
+    ctx = project.context(
+        kind,
+        "org.example.SoftMax-QA",
+        "Softmax QA",
+        "softmax",
+        device,
+        team_id,
+        "/opt/tvm",
+        "tracker",
+        "192.168.1.5",
+        9190,
+        "iphone-15",
+    )
     project.create_project(dest, ctx, art)
     return dest
 
 
 # ----------------------------------------------------------------------------- Mach-O and the archive
 
+
 def nlist_symbols(data: bytes) -> dict[str, str]:
     """Every symbol of a 64-bit Mach-O object: name -> 'defined' | 'undefined' (read independently of tvmgen)."""
-    ncmds, = struct.unpack_from("<I", data, 16)
+    (ncmds,) = struct.unpack_from("<I", data, 16)
     offset, out = 32, {}
     for _ in range(ncmds):
         cmd, size = struct.unpack_from("<II", data, offset)
@@ -76,7 +93,7 @@ def nlist_symbols(data: bytes) -> dict[str, str]:
             symoff, nsyms, stroff, _ = struct.unpack_from("<IIII", data, offset + 8)
             for i in range(nsyms):
                 strx, ntype = struct.unpack_from("<IB", data, symoff + 16 * i)
-                name = data[stroff + strx:data.index(b"\0", stroff + strx)].decode()
+                name = data[stroff + strx : data.index(b"\0", stroff + strx)].decode()
                 if not ntype & 0xE0 and ntype & 0x01:  # external, not debug
                     out[name] = "undefined" if (ntype & 0x0E) == 0 else "defined"
         offset += size
@@ -178,7 +195,10 @@ def test_project_structure(tmp_path, ios_artifacts):
     assert referenced <= set(objects), referenced - set(objects)  # no dangling reference
 
     proj = objects[pbx["rootObject"]]
-    assert proj["isa"] == "PBXProject" and proj["attributes"]["TargetAttributes"][proj["targets"][0]]["DevelopmentTeam"] == TEAM
+    assert (
+        proj["isa"] == "PBXProject"
+        and proj["attributes"]["TargetAttributes"][proj["targets"][0]]["DevelopmentTeam"] == TEAM
+    )
     (target,) = [objects[t] for t in proj["targets"]]
     assert target["isa"] == "PBXNativeTarget" and target["name"] == "TvmgenApp"
     assert target["productType"] == "com.apple.product-type.application"
@@ -191,9 +211,15 @@ def test_project_structure(tmp_path, ios_artifacts):
         return [objects[objects[f]["fileRef"]]["path"] for f in phase["files"]]
 
     sources = paths(phases["PBXSourcesBuildPhase"])
-    assert set(sources) == {"TvmgenApp/main.mm", "TvmgenApp/AppDelegate.mm", "TvmgenApp/ViewController.mm",
-                            "TvmgenApp/TvmgenBridge.mm", "TvmgenApp/Bridge/app_core.cc",
-                            "tvmgen-jni/src/runtime.cc", "tvmgen-jni/src/rpc_server.cc"}
+    assert set(sources) == {
+        "TvmgenApp/main.mm",
+        "TvmgenApp/AppDelegate.mm",
+        "TvmgenApp/ViewController.mm",
+        "TvmgenApp/TvmgenBridge.mm",
+        "TvmgenApp/Bridge/app_core.cc",
+        "tvmgen-jni/src/runtime.cc",
+        "tvmgen-jni/src/rpc_server.cc",
+    }
     assert paths(phases["PBXResourcesBuildPhase"]) == ["Models/model"]
     refs = [o for o in objects.values() if o["isa"] == "PBXFileReference" and o.get("sourceTree") == "SOURCE_ROOT"]
     for ref in refs:  # every file the project names is in the rendered directory
@@ -229,8 +255,11 @@ def test_metal_project_and_deploy_kind(tmp_path, ios_artifacts):
     assert info["UIRequiredDeviceCapabilities"] == ["arm64", "metal"] and info["TvmgenKind"] == "deploy"
     assert info["TvmgenModelDevice"] == "metal"
     pbx = parse_pbxproj((out / "TvmgenApp.xcodeproj/project.pbxproj").read_text())
-    settings = [o["buildSettings"] for o in pbx["objects"].values()
-                if o["isa"] == "XCBuildConfiguration" and "DEVELOPMENT_TEAM" in o["buildSettings"]]
+    settings = [
+        o["buildSettings"]
+        for o in pbx["objects"].values()
+        if o["isa"] == "XCBuildConfiguration" and "DEVELOPMENT_TEAM" in o["buildSettings"]
+    ]
     assert settings and all(s["DEVELOPMENT_TEAM"] == "" for s in settings)  # no team yet: filled in on the Mac
     assert "DEVELOPMENT_TEAM=YOUR_TEAM_ID" in (out / "README.md").read_text()
 
@@ -275,6 +304,7 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path, ios_artifacts
 
 # ----------------------------------------------------------------------------- the commands
 
+
 @pytest.fixture(scope="module")
 def onnx_file(tmp_path_factory):
     return save_onnx(single_op_models()["softmax"], tmp_path_factory.mktemp("ios-cli") / "softmax.onnx")
@@ -282,16 +312,21 @@ def onnx_file(tmp_path_factory):
 
 @pytest.mark.skipif(platform.system() == "Darwin", reason="elsewhere-path: on a Mac the command builds with Xcode")
 def test_rpc_app_ios_renders_and_prints_the_mac_commands(tvmgen, tmp_path, onnx_file):
-    r = tvmgen("rpc-app", "--platform", "ios", "--team-id", TEAM, "--model", onnx_file, "--key", "ipad", "-o",
-               tmp_path / "rpc")
+    r = tvmgen(
+        "rpc-app", "--platform", "ios", "--team-id", TEAM, "--model", onnx_file, "--key", "ipad", "-o", tmp_path / "rpc"
+    )
     assert r.returncode == 0, r.stderr
     assert "not built here" in r.stderr and f"cd {tmp_path / 'rpc'}" in r.stderr
-    assert (f"xcodebuild -project TvmgenApp.xcodeproj -target TvmgenApp -configuration Release -sdk iphoneos "
-            f"-allowProvisioningUpdates DEVELOPMENT_TEAM={TEAM}") in r.stderr
+    assert (
+        f"xcodebuild -project TvmgenApp.xcodeproj -target TvmgenApp -configuration Release -sdk iphoneos "
+        f"-allowProvisioningUpdates DEVELOPMENT_TEAM={TEAM}"
+    ) in r.stderr
     assert "xcrun devicectl device install app --device DEVICE_ID build/Release-iphoneos/TvmgenApp.app" in r.stderr
     assert "iproxy 9090 9090" in r.stderr
     info = plistlib.loads((tmp_path / "rpc/TvmgenApp/Info.plist").read_bytes())
-    assert info["TvmgenKind"] == "rpc" and info["TvmgenDefaultMode"] == "standalone" and info["TvmgenDefaultKey"] == "ipad"
+    assert (
+        info["TvmgenKind"] == "rpc" and info["TvmgenDefaultMode"] == "standalone" and info["TvmgenDefaultKey"] == "ipad"
+    )
     assert archive.archive_symbols(tmp_path / "rpc/Models/libmodel.a").count(LIBRARY_BIN) == 1
     r = tvmgen("rpc-app", "--platform", "ios", "--team-id", "x", "--model", onnx_file, "-o", tmp_path / "bad")
     assert r.returncode == 2 and "not an Apple developer team id" in r.stderr and not (tmp_path / "bad").exists()
@@ -299,8 +334,19 @@ def test_rpc_app_ios_renders_and_prints_the_mac_commands(tvmgen, tmp_path, onnx_
 
 @pytest.mark.skipif(platform.system() == "Darwin", reason="elsewhere-path: on a Mac the command builds with Xcode")
 def test_app_ios_metal_and_wrong_device(tvmgen, tmp_path, onnx_file):
-    r = tvmgen("app", "--platform", "ios-arm64", "--model", onnx_file, "--device", "metal", "--team-id", TEAM,
-               "-o", tmp_path / "app")
+    r = tvmgen(
+        "app",
+        "--platform",
+        "ios-arm64",
+        "--model",
+        onnx_file,
+        "--device",
+        "metal",
+        "--team-id",
+        TEAM,
+        "-o",
+        tmp_path / "app",
+    )
     assert r.returncode == 0, r.stderr
     manifest = json.loads((tmp_path / "app/Models/model/manifest.json").read_text())
     assert manifest["platform"] == "ios-arm64" and manifest["device"] == "metal"
@@ -311,13 +357,15 @@ def test_app_ios_metal_and_wrong_device(tvmgen, tmp_path, onnx_file):
     r = tvmgen("app", "--platform", "ios-arm64", "--model", onnx_file, "--install", "-o", tmp_path / "inst")
     assert r.returncode == 3 and "cannot be built here" in r.stderr and not (tmp_path / "inst").exists()
     (tmp_path / "db").mkdir()
-    r = tvmgen("app", "--platform", "ios-arm64", "--model", onnx_file, "--tuning-db", tmp_path / "db",
-               "-o", tmp_path / "tuned")
+    r = tvmgen(
+        "app", "--platform", "ios-arm64", "--model", onnx_file, "--tuning-db", tmp_path / "db", "-o", tmp_path / "tuned"
+    )
     assert r.returncode == 2 and "an iOS app cannot load uploaded code" in r.stderr, r.stderr
     assert not (tmp_path / "tuned").exists()
 
 
 # ----------------------------------------------------------------------------- the Mac tools (recorded output)
+
 
 class FakeRunner:
     """Answers each command with a recorded output file, and keeps every argv."""
@@ -333,10 +381,12 @@ class FakeRunner:
         return subprocess.CompletedProcess(argv, 65 if self.fail and key.startswith(self.fail) else 0, text, "")
 
 
-MAC_ANSWERS = {"xcodebuild -version": "xcodebuild_version.txt",
-               "xcrun --sdk iphoneos --show-sdk-version": "sdk_version.txt",
-               "security find-identity -v -p codesigning": "find_identity.txt",
-               "xcrun --find devicectl": "find_devicectl.txt"}
+MAC_ANSWERS = {
+    "xcodebuild -version": "xcodebuild_version.txt",
+    "xcrun --sdk iphoneos --show-sdk-version": "sdk_version.txt",
+    "security find-identity -v -p codesigning": "find_identity.txt",
+    "xcrun --find devicectl": "find_devicectl.txt",
+}
 
 
 @pytest.fixture
@@ -347,7 +397,9 @@ def on_a_mac(monkeypatch):
 
 def test_doctor_says_not_macos_here():
     if platform.system() == "Darwin":
-        pytest.skip("this machine is a Mac: the Mac rows are checked by test_doctor_on_a_mac_reads_xcode_sdk_and_identities")
+        pytest.skip(
+            "this machine is a Mac: the Mac rows are checked by test_doctor_on_a_mac_reads_xcode_sdk_and_identities"
+        )
     (row,) = ios_doctor.checks()
     assert not row.usable and "not macOS" in row.detail and "renders the Xcode project here" in row.detail
     from tvmgen.android import doctor
@@ -373,15 +425,35 @@ def test_xcodebuild_and_devicectl_argv(on_a_mac, tmp_path):
     (tmp_path / "build/Release-iphoneos/TvmgenApp.app").mkdir(parents=True)
     app = tools.Xcodebuild(runner).build_app(tmp_path, TEAM, "/opt/tvm")
     assert app == tmp_path / "build/Release-iphoneos/TvmgenApp.app"
-    assert runner.calls[-1] == ["/usr/bin/xcodebuild", "-project", str(tmp_path / "TvmgenApp.xcodeproj"), "-target",
-                                "TvmgenApp", "-configuration", "Release", "-sdk", "iphoneos",
-                                "-allowProvisioningUpdates", f"DEVELOPMENT_TEAM={TEAM}", "TVM_SOURCE_DIR=/opt/tvm",
-                                f"SYMROOT={tmp_path / 'build'}", "build"]
+    assert runner.calls[-1] == [
+        "/usr/bin/xcodebuild",
+        "-project",
+        str(tmp_path / "TvmgenApp.xcodeproj"),
+        "-target",
+        "TvmgenApp",
+        "-configuration",
+        "Release",
+        "-sdk",
+        "iphoneos",
+        "-allowProvisioningUpdates",
+        f"DEVELOPMENT_TEAM={TEAM}",
+        "TVM_SOURCE_DIR=/opt/tvm",
+        f"SYMROOT={tmp_path / 'build'}",
+        "build",
+    ]
     ctl = tools.Devicectl(runner)
     ctl.install_app(app, "00008110-001A2B3C4D5E6F70")
     ctl.launch("org.tvmgen.rpc", "00008110-001A2B3C4D5E6F70")
-    assert runner.calls[-2] == ["/usr/bin/xcrun", "devicectl", "device", "install", "app", "--device",
-                                "00008110-001A2B3C4D5E6F70", str(app)]
+    assert runner.calls[-2] == [
+        "/usr/bin/xcrun",
+        "devicectl",
+        "device",
+        "install",
+        "app",
+        "--device",
+        "00008110-001A2B3C4D5E6F70",
+        str(app),
+    ]
     assert runner.calls[-1][-3:] == ["--device", "00008110-001A2B3C4D5E6F70", "org.tvmgen.rpc"]
     from tvmgen.core.errors import TvmgenError
 
@@ -391,6 +463,7 @@ def test_xcodebuild_and_devicectl_argv(on_a_mac, tmp_path):
 
 
 # ----------------------------------------------------------------------------- shared native code, on this host
+
 
 def connect_soon(rpc, port: int, seconds: float = 10):
     """Connect once the server thread listens (Start returns before it does)."""
@@ -427,22 +500,49 @@ def test_shared_native_code_runs_and_serves_the_linked_model(tmp_path, softmax, 
 
     site = Path(tvm.__file__).resolve().parent.parent
     bridge = REPO / "templates/ios_rpc/TvmgenApp/Bridge"
-    flags = ["-std=c++17", "-O0", "-Wall", "-Wextra", "-Wno-unused-parameter", f"-I{REPO / 'jni/include'}",
-             f"-I{bridge}", f"-I{site / 'tvm_ffi/include'}"]
-    sources = [REPO / "tests/ios_app_core_check.cc", bridge / "app_core.cc", REPO / "jni/src/runtime.cc",
-               REPO / "jni/src/rpc_server.cc"]
+    flags = [
+        "-std=c++17",
+        "-O0",
+        "-Wall",
+        "-Wextra",
+        "-Wno-unused-parameter",
+        f"-I{REPO / 'jni/include'}",
+        f"-I{bridge}",
+        f"-I{site / 'tvm_ffi/include'}",
+    ]
+    sources = [
+        REPO / "tests/ios_app_core_check.cc",
+        bridge / "app_core.cc",
+        REPO / "jni/src/runtime.cc",
+        REPO / "jni/src/rpc_server.cc",
+    ]
 
     def compile_one(src):
-        return subprocess.run(["g++", *flags, "-c", src, "-o", tmp_path / f"{src.stem}.o"], capture_output=True, text=True)
+        return subprocess.run(
+            ["g++", *flags, "-c", src, "-o", tmp_path / f"{src.stem}.o"], capture_output=True, text=True
+        )
 
     with ThreadPoolExecutor(2) as pool:
         for r in pool.map(compile_one, sources):
             assert r.returncode == 0, r.stderr[-3000:]
     exe = tmp_path / "ios_app_core_check"
-    r = subprocess.run(["g++", *[tmp_path / f"{s.stem}.o" for s in sources], *sorted(objs.glob("*.o")), "-o", exe,
-                        "-Wl,--no-as-needed", site / "tvm/lib/libtvm_runtime.so", site / "tvm_ffi/lib/libtvm_ffi.so",
-                        "-ldl", "-lpthread", f"-Wl,-rpath,{site / 'tvm/lib'}:{site / 'tvm_ffi/lib'}"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            "g++",
+            *[tmp_path / f"{s.stem}.o" for s in sources],
+            *sorted(objs.glob("*.o")),
+            "-o",
+            exe,
+            "-Wl,--no-as-needed",
+            site / "tvm/lib/libtvm_runtime.so",
+            site / "tvm_ffi/lib/libtvm_ffi.so",
+            "-ldl",
+            "-lpthread",
+            f"-Wl,-rpath,{site / 'tvm/lib'}:{site / 'tvm_ffi/lib'}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
 
     import socket
@@ -450,8 +550,13 @@ def test_shared_native_code_runs_and_serves_the_linked_model(tmp_path, softmax, 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([exe, model_dir, str(port), tmp_path / "work"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [exe, model_dir, str(port), tmp_path / "work"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         result = json.loads(proc.stdout.readline())
         assert result["device"] == "cpu" and result["runs"] == 3 and result["median_run_ms"] >= 0
@@ -506,13 +611,29 @@ def test_shared_native_code_runs_and_serves_the_linked_model(tmp_path, softmax, 
 
 # ----------------------------------------------------------------------------- a real Xcode build
 
-@pytest.mark.skipif(not (platform.system() == "Darwin" and shutil.which("xcodebuild") and os.environ.get("TVMGEN_TEST_TEAM_ID")
-                         and os.environ.get("TVM_SOURCE_DIR")),
-                    reason="needs macOS with Xcode, a signing team and a TVM source tree: set TVMGEN_TEST_TEAM_ID "
-                           "and TVM_SOURCE_DIR on a Mac (TVMGEN_TEST_DEVICE_ID also installs on that device)")
+
+@pytest.mark.skipif(
+    not (
+        platform.system() == "Darwin"
+        and shutil.which("xcodebuild")
+        and os.environ.get("TVMGEN_TEST_TEAM_ID")
+        and os.environ.get("TVM_SOURCE_DIR")
+    ),
+    reason="needs macOS with Xcode, a signing team and a TVM source tree: set TVMGEN_TEST_TEAM_ID "
+    "and TVM_SOURCE_DIR on a Mac (TVMGEN_TEST_DEVICE_ID also installs on that device)",
+)
 def test_real_xcode_build(tvmgen, tmp_path, onnx_file):
-    args = ["rpc-app", "--platform", "ios", "--team-id", os.environ["TVMGEN_TEST_TEAM_ID"], "--model", onnx_file,
-            "-o", tmp_path / "rpc"]
+    args = [
+        "rpc-app",
+        "--platform",
+        "ios",
+        "--team-id",
+        os.environ["TVMGEN_TEST_TEAM_ID"],
+        "--model",
+        onnx_file,
+        "-o",
+        tmp_path / "rpc",
+    ]
     if os.environ.get("TVMGEN_TEST_DEVICE_ID"):
         args += ["--install", "--serial", os.environ["TVMGEN_TEST_DEVICE_ID"]]
     r = tvmgen(*args, timeout=3600)

@@ -27,13 +27,12 @@ ATOL = 1e-5
 PROFILE_RUNS = 30  # ModelCheck's Model.profile(runs)
 
 
-
-
 def run(cmd, timeout=300, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, **kw)
 
 
 # ----------------------------------------------------------------------------- build
+
 
 @pytest.fixture(scope="module")
 def java_build(tmp_path_factory) -> dict:
@@ -48,8 +47,18 @@ def java_build(tmp_path_factory) -> dict:
     if Path(tvm_ffi.__file__).resolve().parent.parent != site:
         unavailable("tvm and tvm_ffi are installed in different directories; TVMGEN_TVM_PREBUILT needs one")
     build = tmp_path_factory.mktemp("jni-build")
-    conf = run(["cmake", "-S", REPO / "jni", "-B", build, f"-DTVMGEN_TVM_PREBUILT={site}",
-                "-DTVMGEN_BUILD_TOOLS=OFF", "-DCMAKE_BUILD_TYPE=Release"])
+    conf = run(
+        [
+            "cmake",
+            "-S",
+            REPO / "jni",
+            "-B",
+            build,
+            f"-DTVMGEN_TVM_PREBUILT={site}",
+            "-DTVMGEN_BUILD_TOOLS=OFF",
+            "-DCMAKE_BUILD_TYPE=Release",
+        ]
+    )
     assert conf.returncode == 0, f"cmake configure failed:\n{conf.stdout}\n{conf.stderr}"
     if "no JNI headers found" in conf.stdout:
         unavailable("no JNI headers (jni.h) found by CMake: set JAVA_HOME to a JDK")
@@ -59,8 +68,9 @@ def java_build(tmp_path_factory) -> dict:
     b = run(["cmake", "--build", build, "--target", "tvmgen_jni", "tvmgen_jar", "-j", jobs], timeout=900)
     assert b.returncode == 0, f"build failed:\n{b.stdout[-4000:]}\n{b.stderr[-4000:]}"
     lib, jar = build / "libtvmgen_jni.so", build / "tvmgen.jar"
-    assert lib.is_file() and jar.is_file() and (build / "libtvmgen_jni_bridge.so").is_file(), \
-        sorted(p.name for p in build.iterdir())
+    assert lib.is_file() and jar.is_file() and (build / "libtvmgen_jni_bridge.so").is_file(), sorted(
+        p.name for p in build.iterdir()
+    )
     if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64"):
         assert (build / "libtvmgen_jni_sigguard.so").is_file(), sorted(p.name for p in build.iterdir())
 
@@ -90,6 +100,7 @@ def java(build: dict, *args, props=None, library_path=True, timeout=120) -> subp
 
 # ----------------------------------------------------------------------------- artifacts
 
+
 def two_in_two_out():
     """Two inputs, two outputs of different shapes: y = a @ b, z = sigmoid(a)."""
     from onnx import TensorProto, helper
@@ -97,8 +108,11 @@ def two_in_two_out():
     def vi(name, shape):
         return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
 
-    return onnx_model([helper.make_node("MatMul", ["a", "b"], ["y"]), helper.make_node("Sigmoid", ["a"], ["z"])],
-                      [vi("a", [2, 8, 16]), vi("b", [2, 16, 4])], [vi("y", [2, 8, 4]), vi("z", [2, 8, 16])])
+    return onnx_model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"]), helper.make_node("Sigmoid", ["a"], ["z"])],
+        [vi("a", [2, 8, 16]), vi("b", [2, 16, 4])],
+        [vi("y", [2, 8, 4]), vi("z", [2, 8, 16])],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -162,8 +176,15 @@ def checked(java_build, artifacts, tmp_path_factory):
             saved = os.environ.get("TVM_NUM_THREADS")
             os.environ["TVM_NUM_THREADS"] = "1"
             try:
-                p = java(java_build, "ModelCheck", artifacts[name], work / "in", work / "out", EXTRA_RUNS,
-                         props={"modelcheck.profile.runs": PROFILE_RUNS})
+                p = java(
+                    java_build,
+                    "ModelCheck",
+                    artifacts[name],
+                    work / "in",
+                    work / "out",
+                    EXTRA_RUNS,
+                    props={"modelcheck.profile.runs": PROFILE_RUNS},
+                )
             finally:
                 if saved is None:
                     del os.environ["TVM_NUM_THREADS"]
@@ -187,6 +208,7 @@ def read_errors(out: Path) -> dict[str, tuple[str, str]]:
 
 # ----------------------------------------------------------------------------- tests
 
+
 @pytest.mark.parametrize("name", ["mobilenet", "mobilenet_separate_params", "two_in_two_out"])
 def test_outputs_match_python_vm(checked, name):
     out, _, expected = checked(name)
@@ -195,8 +217,9 @@ def test_outputs_match_python_vm(checked, name):
         results = {kind: np.fromfile(out / f"{kind}_{k}.bin", "<f4") for kind in ("float", "array", "buffer", "tensor")}
         for kind, got in results.items():
             assert got.size == ref.size, f"{kind} output {k}: {got.size} values, expected {ref.size}"
-            np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=0, atol=ATOL,
-                                       err_msg=f"{name}: output {k} through {kind}")
+            np.testing.assert_allclose(
+                got.reshape(ref.shape), ref, rtol=0, atol=ATOL, err_msg=f"{name}: output {k} through {kind}"
+            )
         # the zero-copy ByteBuffer / Tensor paths give exactly what the float[] path gives
         for kind in ("array", "buffer", "tensor"):
             np.testing.assert_array_equal(results[kind], results["float"], err_msg=f"{kind} vs float[]")
@@ -207,10 +230,12 @@ def test_model_description(checked):
     lines = [ln.split("\t") for ln in (out / "info.txt").read_text().splitlines()]
     assert lines[0] == ["device", "cpu", "1"]
     assert lines[1][0] == "arch" and lines[1][1] in ("x86_64", "aarch64")
-    assert lines[2:] == [["input", "a", "float32", "2x8x16", str(2 * 8 * 16 * 4)],
-                         ["input", "b", "float32", "2x16x4", str(2 * 16 * 4 * 4)],
-                         ["output", "y", "float32", "2x8x4", str(2 * 8 * 4 * 4)],
-                         ["output", "z", "float32", "2x8x16", str(2 * 8 * 16 * 4)]]
+    assert lines[2:] == [
+        ["input", "a", "float32", "2x8x16", str(2 * 8 * 16 * 4)],
+        ["input", "b", "float32", "2x16x4", str(2 * 16 * 4 * 4)],
+        ["output", "y", "float32", "2x8x4", str(2 * 8 * 4 * 4)],
+        ["output", "z", "float32", "2x8x16", str(2 * 8 * 16 * 4)],
+    ]
 
 
 def test_errors_become_java_exceptions(checked):
@@ -226,7 +251,10 @@ def test_errors_become_java_exceptions(checked):
     assert cls == tvmgen_exc and "no_such_input" in msg and "inputs are: input" in msg, msg
     assert errors["bad_input_index"][0] == tvmgen_exc and "out of range" in errors["bad_input_index"][1]
     assert errors["heap_buffer"][0] == "java.lang.IllegalArgumentException" and "direct" in errors["heap_buffer"][1]
-    assert errors["wrong_order"][0] == "java.lang.IllegalArgumentException" and "native byte order" in errors["wrong_order"][1]
+    assert (
+        errors["wrong_order"][0] == "java.lang.IllegalArgumentException"
+        and "native byte order" in errors["wrong_order"][1]
+    )
     assert errors["bad_output_index"][0] == tvmgen_exc
     for check in ("output_too_small", "output_buffer_too_small"):
         assert errors[check] == (tvmgen_exc, 'output "probs" (float32) holds 4000 bytes, the buffer has 4'), check
@@ -237,12 +265,21 @@ def test_errors_become_java_exceptions(checked):
     assert errors["run_without_inputs"][0] == tvmgen_exc and "was never set" in errors["run_without_inputs"][1]
     cls, msg = errors["profile_without_inputs"]
     assert cls == tvmgen_exc and 'input "input" was never set' in msg, (cls, msg)
-    assert errors["profile_zero_runs"] == ("java.lang.IllegalArgumentException",
-                                           "profile: runs must be at least 1, got 0")
+    assert errors["profile_zero_runs"] == (
+        "java.lang.IllegalArgumentException",
+        "profile: runs must be at least 1, got 0",
+    )
     assert errors["still_works"] == ("none", ""), "the model stopped working after failed calls"
 
-    for check in ("closed_run", "closed_set_input", "closed_get_output", "closed_inputs", "closed_timings",
-                  "closed_profile", "closed_memory"):
+    for check in (
+        "closed_run",
+        "closed_set_input",
+        "closed_get_output",
+        "closed_inputs",
+        "closed_timings",
+        "closed_profile",
+        "closed_memory",
+    ):
         cls, msg = errors[check]
         assert cls == illegal_state and "is closed" in msg, (check, cls, msg)
     assert errors["closed_is_closed"] == ("none", "")
@@ -285,8 +322,7 @@ def test_profile_names_the_models_kernels(checked, artifacts):
     kinds = {k["kind"] for k in table["kernels"] if k["name"] in got}
     assert {"conv2d", "depthwise"} <= kinds, kinds
     # the kernels of the median profiled run are the run: within 10% of the median plain run
-    assert 0.9 <= raw["kernels_median_ms"] / raw["whole_run_ms"] <= 1.1, (raw["kernels_median_ms"],
-                                                                         raw["whole_run_ms"])
+    assert 0.9 <= raw["kernels_median_ms"] / raw["whole_run_ms"] <= 1.1, (raw["kernels_median_ms"], raw["whole_run_ms"])
     text = (out / "profile.txt").read_text()
     assert text.startswith(f"profile: {PROFILE_RUNS} runs (device clock), whole run ") and rows[0][0] in text
     # profiling runs the VM directly: the model's own run count is unchanged
@@ -314,9 +350,14 @@ def test_memory_is_what_the_os_reports(checked, artifacts):
     weights = memory.footprint(art, artifact.load(art))["weights_bytes"]
     assert weights > 2**20 and m["model_after_load_bytes"] >= weights, (m, weights)  # resident once loaded
     mb = 2**20
-    assert (out / "memory.txt").read_text().startswith(
-        f"peak resident memory (VmHWM): after load {m['after_load_peak_bytes'] / mb:.1f} MB, "
-        f"overall {m['overall_peak_bytes'] / mb:.1f} MB")
+    assert (
+        (out / "memory.txt")
+        .read_text()
+        .startswith(
+            f"peak resident memory (VmHWM): after load {m['after_load_peak_bytes'] / mb:.1f} MB, "
+            f"overall {m['overall_peak_bytes'] / mb:.1f} MB"
+        )
+    )
 
 
 def test_run_model_cli(java_build, artifacts, tmp_path):
@@ -327,9 +368,25 @@ def test_run_model_cli(java_build, artifacts, tmp_path):
     inputs = make_inputs(art, seed=3)
     for k, v in inputs.items():
         v.astype("<f4").tofile(tmp_path / f"{k}.bin")
-    p = java(java_build, "org.tvmgen.RunModel", art, "--input", f"b={tmp_path / 'b.bin'}",  # -o creates out/
-             "--input", f"a={tmp_path / 'a.bin'}", "--repeat", "3", "--warmup", "1", "-o", tmp_path / "out",
-             "--profile", tmp_path / "profile.json", props={"tvmgen.library.path": java_build["lib"]}, library_path=False)
+    p = java(
+        java_build,
+        "org.tvmgen.RunModel",
+        art,
+        "--input",
+        f"b={tmp_path / 'b.bin'}",  # -o creates out/
+        "--input",
+        f"a={tmp_path / 'a.bin'}",
+        "--repeat",
+        "3",
+        "--warmup",
+        "1",
+        "-o",
+        tmp_path / "out",
+        "--profile",
+        tmp_path / "profile.json",
+        props={"tvmgen.library.path": java_build["lib"]},
+        library_path=False,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert_no_jni_warnings(p)
     expected = HostModel(art).run(inputs)
@@ -359,13 +416,25 @@ def test_run_model_scalar_input_and_output(java_build, artifacts, tmp_path):
     x.tofile(tmp_path / "x.bin")
     for sr in (16000, 8000):
         np.array(sr, "<i8").tofile(tmp_path / "sr.bin")
-        p = java(java_build, "org.tvmgen.RunModel", art, "--input", f"x={tmp_path / 'x.bin'}",
-                 "--input", f"sr={tmp_path / 'sr.bin'}", "--repeat", "1", "-o", tmp_path / f"out{sr}")
+        p = java(
+            java_build,
+            "org.tvmgen.RunModel",
+            art,
+            "--input",
+            f"x={tmp_path / 'x.bin'}",
+            "--input",
+            f"sr={tmp_path / 'sr.bin'}",
+            "--repeat",
+            "1",
+            "-o",
+            tmp_path / f"out{sr}",
+        )
         assert p.returncode == 0, p.stdout + p.stderr
         y, mean = HostModel(art).run({"x": x, "sr": np.array(sr, np.int64)})
         assert mean.shape == ()
-        np.testing.assert_allclose(np.fromfile(tmp_path / f"out{sr}" / "y.bin", "<f4").reshape(y.shape), y,
-                                   rtol=0, atol=ATOL)
+        np.testing.assert_allclose(
+            np.fromfile(tmp_path / f"out{sr}" / "y.bin", "<f4").reshape(y.shape), y, rtol=0, atol=ATOL
+        )
         got = np.fromfile(tmp_path / f"out{sr}" / "mean.bin", "<f4")
         assert got.shape == (1,) and abs(float(got[0]) - float(mean)) <= ATOL
         assert "output mean: float32[]: " in p.stdout, p.stdout
@@ -373,8 +442,18 @@ def test_run_model_scalar_input_and_output(java_build, artifacts, tmp_path):
 
 def test_run_model_pseudo_random_and_library_dir(java_build, artifacts, tmp_path):
     """No input files: tvmgen-run's pseudo-random inputs; --lib names the library's directory."""
-    p = java(java_build, "org.tvmgen.RunModel", artifacts["mobilenet"], "--repeat", "1",
-             "--lib", java_build["dir"], "-o", tmp_path, library_path=False)
+    p = java(
+        java_build,
+        "org.tvmgen.RunModel",
+        artifacts["mobilenet"],
+        "--repeat",
+        "1",
+        "--lib",
+        java_build["dir"],
+        "-o",
+        tmp_path,
+        library_path=False,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert 'input "input" not given: using pseudo-random values' in p.stderr
     probs = np.fromfile(tmp_path / "probs.bin", "<f4")
@@ -404,8 +483,15 @@ def test_jvm_signal_handlers_survive_the_tvm_runtime(java_build, artifacts):
     which keeps that handler from being installed, and puts back any JVM handler that changed after
     loading the bridge: without that, this program dies with "Segfault encountered"."""
     for flags in ([], ["-Xcheck:jni"]):
-        cmd = ["java", *flags, f"-Djava.library.path={java_build['dir']}", "-cp", java_build["classpath"],
-               "SignalCheck", artifacts["two_in_two_out"]]
+        cmd = [
+            "java",
+            *flags,
+            f"-Djava.library.path={java_build['dir']}",
+            "-cp",
+            java_build["classpath"],
+            "SignalCheck",
+            artifacts["two_in_two_out"],
+        ]
         p = run(cmd, timeout=120)
         assert p.returncode == 0 and "SignalCheck: ok, 3000 NullPointerExceptions" in p.stdout, p.stdout + p.stderr
         assert "Segfault" not in p.stderr and "handler modified" not in p.stdout + p.stderr, p.stdout + p.stderr
@@ -432,8 +518,10 @@ int main(int, char** argv) {
 """
 
 
-@pytest.mark.skipif(not (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64")),
-                    reason="libtvmgen_jni_sigguard is built for glibc Linux only")
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64")),
+    reason="libtvmgen_jni_sigguard is built for glibc Linux only",
+)
 def test_sigguard_keeps_the_installed_handler(java_build, tmp_path):
     """Why no JVM run is retried: loaded through libtvmgen_jni_sigguard (as libtvmgen_jni's JNI_OnLoad
     loads it), libtvm_ffi's constructor leaves an installed SIGSEGV handler in place, not even for a
@@ -455,6 +543,7 @@ def test_sigguard_keeps_the_installed_handler(java_build, tmp_path):
 
 
 # ----------------------------------------------------------------------------- low-level API
+
 
 def library_of(directory: Path) -> Path:
     manifest = json.loads((directory / "manifest.json").read_text())
@@ -499,8 +588,11 @@ def aarch64_library(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("aarch64")
     onnx.save(two_in_two_out(), str(root / "m.onnx"))
-    p = run([sys.executable, "-m", "tvmgen", "compile", root / "m.onnx", "--platform", "linux-aarch64",
-             "-o", root / "art"], timeout=600, cwd=REPO)
+    p = run(
+        [sys.executable, "-m", "tvmgen", "compile", root / "m.onnx", "--platform", "linux-aarch64", "-o", root / "art"],
+        timeout=600,
+        cwd=REPO,
+    )
     if p.returncode != 0 and "toolchain" in (p.stdout + p.stderr).lower():
         unavailable(f"cannot cross-compile for linux-aarch64 here:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
     assert p.returncode == 0, p.stdout + p.stderr
@@ -523,19 +615,24 @@ def ffi_checks(java_build, artifacts, aarch64_library, tmp_path_factory) -> dict
     return rows
 
 
-TVMGEN_EXC, ILLEGAL_STATE, ILLEGAL_ARG = ("org.tvmgen.TvmgenException", "java.lang.IllegalStateException",
-                                          "java.lang.IllegalArgumentException")
+TVMGEN_EXC, ILLEGAL_STATE, ILLEGAL_ARG = (
+    "org.tvmgen.TvmgenException",
+    "java.lang.IllegalStateException",
+    "java.lang.IllegalArgumentException",
+)
 
 
 def test_function_get_global_and_conversions(ffi_checks):
     cls, msg = ffi_checks["num_threads"]
     kind, value, again = msg.split()
     assert cls == "none" and kind == "java.lang.Long" and int(value) > 0 and again == value, msg
-    assert ffi_checks["string_roundtrip"] == ("none", "h\u00e9llo \u2713 \U0001F600")
+    assert ffi_checks["string_roundtrip"] == ("none", "h\u00e9llo \u2713 \U0001f600")
     assert ffi_checks["shape_result"] == ("none", "2x3x4")
     assert ffi_checks["array_result"] == (
-        "none", "Long=7 Double=2.5 String=s Boolean=true null long[]=5x6 NDArray=NDArray(float32[2, 3], cpu:0) "
-                "Function=Function(returned by ffi.Array) Module=relax.VMExecutable")
+        "none",
+        "Long=7 Double=2.5 String=s Boolean=true null long[]=5x6 NDArray=NDArray(float32[2, 3], cpu:0) "
+        "Function=Function(returned by ffi.Array) Module=relax.VMExecutable",
+    )
     cls, msg = ffi_checks["unsupported_result"]
     assert cls == TVMGEN_EXC and "returned a ffi.Map" in msg, msg
     assert ffi_checks["call_void_unsupported_result"] == ("none", "ok")
@@ -559,12 +656,16 @@ def test_unknown_functions_and_foreign_libraries(ffi_checks):
 
 def test_ndarray(ffi_checks):
     assert ffi_checks["ndarray_roundtrip"] == (
-        "none", "NDArray(float32[2, 3], cpu:0) 2x3 float32 cpu 1 0 24 6 [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] "
-                "[6.0, 5.0, 4.0, 3.0, 2.0, 1.0]")
+        "none",
+        "NDArray(float32[2, 3], cpu:0) 2x3 float32 cpu 1 0 24 6 [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] "
+        "[6.0, 5.0, 4.0, 3.0, 2.0, 1.0]",
+    )
     assert ffi_checks["ndarray_int64"] == ("none", f"[-1, {1 << 40}, 7]")
     assert ffi_checks["ndarray_wrong_size"] == (TVMGEN_EXC, "the NDArray (float32) takes 24 bytes, the source has 20")
-    assert ffi_checks["ndarray_wrong_size_out"] == (TVMGEN_EXC,
-                                                    "the NDArray (float32) holds 24 bytes, the destination has 8")
+    assert ffi_checks["ndarray_wrong_size_out"] == (
+        TVMGEN_EXC,
+        "the NDArray (float32) holds 24 bytes, the destination has 8",
+    )
     cls, msg = ffi_checks["ndarray_wrong_dtype"]
     assert cls == TVMGEN_EXC and "is int64" in msg, msg
     cls, msg = ffi_checks["ndarray_heap_buffer"]
@@ -574,8 +675,14 @@ def test_ndarray(ffi_checks):
 
 
 def test_low_level_use_after_close(ffi_checks):
-    for check in ("closed_ndarray_copy", "closed_ndarray_shape", "closed_ndarray_argument", "closed_function_call",
-                  "closed_module_get_function", "closed_module_kind"):
+    for check in (
+        "closed_ndarray_copy",
+        "closed_ndarray_shape",
+        "closed_ndarray_argument",
+        "closed_function_call",
+        "closed_module_get_function",
+        "closed_module_kind",
+    ):
         cls, msg = ffi_checks[check]
         assert cls == ILLEGAL_STATE and "is closed" in msg, (check, cls, msg)
     cls, msg = ffi_checks["closed_is_closed"]

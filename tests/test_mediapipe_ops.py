@@ -20,7 +20,7 @@ def landmarks_to_transform_matrix_ref(landmarks, o):
     subset rotated by r gives a box (centre, width, height); the matrix maps output pixel
     (x, y, z, 1) to shift(centre) . rot(-r) . scale(scale * box / output size) . shift(-output / 2)."""
     flat = np.asarray(landmarks, np.float64).reshape(-1)
-    xy = lambda i: flat[3 * i:3 * i + 2]  # noqa: E731
+    xy = lambda i: flat[3 * i : 3 * i + 2]  # noqa: E731
     left, right = xy(o["left_rotation_idx"]), xy(o["right_rotation_idx"])
     r = o.get("target_rotation_radians", 0.0) - np.arctan2(right[1] - left[1], right[0] - left[0])
     idx = list(o["subset_idxs"]) + ([o["subset_idxs"][-1]] if len(o["subset_idxs"]) % 2 else [])
@@ -95,9 +95,13 @@ def tflite_model(tensors, ops, inputs, outputs, quant=None) -> bytes:
     from flatbuffers import flexbuffers
 
     fb = _schema()
-    types = {np.dtype(np.float32): fb.TensorType.FLOAT32, np.dtype(np.float16): fb.TensorType.FLOAT16,
-             np.dtype(np.int8): fb.TensorType.INT8, np.dtype(np.uint8): fb.TensorType.UINT8,
-             np.dtype(np.int32): fb.TensorType.INT32}
+    types = {
+        np.dtype(np.float32): fb.TensorType.FLOAT32,
+        np.dtype(np.float16): fb.TensorType.FLOAT16,
+        np.dtype(np.int8): fb.TensorType.INT8,
+        np.dtype(np.uint8): fb.TensorType.UINT8,
+        np.dtype(np.int32): fb.TensorType.INT32,
+    }
     names = list(tensors)
     model = fb.ModelT()
     model.version = 3
@@ -182,8 +186,16 @@ def face_landmarks(n=478, seed=0, size=16.0):
 
 # the face-mesh attention models' style: eye contour subsets, eye corners for the rotation
 LEFT_EYE = [33, 7, 163, 144, 145, 153, 154, 155, 133, 246, 161, 160, 159, 158, 157, 173]
-L2TM = dict(subset_idxs=LEFT_EYE, left_rotation_idx=33, right_rotation_idx=133, target_rotation_radians=0.0,
-            output_height=4, output_width=4, scale_x=1.5, scale_y=1.5)
+L2TM = dict(
+    subset_idxs=LEFT_EYE,
+    left_rotation_idx=33,
+    right_rotation_idx=133,
+    target_rotation_radians=0.0,
+    output_height=4,
+    output_width=4,
+    scale_x=1.5,
+    scale_y=1.5,
+)
 
 
 def assert_close(actual, expected, rtol=1e-4, atol=1e-4):
@@ -205,10 +217,22 @@ def test_landmarks_to_transform_matrix(case, tmp_path):
         lm, opts = face_landmarks(), dict(L2TM)
     else:  # 20 landmarks, an odd subset (last index paired with itself), a target rotation
         lm = face_landmarks(20, seed=3, size=192.0)
-        opts = dict(subset_idxs=[0, 4, 9, 11, 17], left_rotation_idx=2, right_rotation_idx=15,
-                    target_rotation_radians=0.7, output_height=32, output_width=24, scale_x=1.2, scale_y=1.8)
-    model = tflite_model({"landmarks": lm.shape, "matrix": [1, 4, 4]},
-                         [("Landmarks2TransformMatrix", 2, ["landmarks"], ["matrix"], opts)], ["landmarks"], ["matrix"])
+        opts = dict(
+            subset_idxs=[0, 4, 9, 11, 17],
+            left_rotation_idx=2,
+            right_rotation_idx=15,
+            target_rotation_radians=0.7,
+            output_height=32,
+            output_width=24,
+            scale_x=1.2,
+            scale_y=1.8,
+        )
+    model = tflite_model(
+        {"landmarks": lm.shape, "matrix": [1, 4, 4]},
+        [("Landmarks2TransformMatrix", 2, ["landmarks"], ["matrix"], opts)],
+        ["landmarks"],
+        ["matrix"],
+    )
     (got,) = compile_run(tmp_path, model, {"landmarks": lm})
     assert got.shape == (1, 4, 4)
     assert_close(got, landmarks_to_transform_matrix_ref(lm, opts))
@@ -226,15 +250,22 @@ def test_transform_tensor_bilinear(version, tmp_path):
     """A [1, 16, 16, 8] map sampled to [1, 4, 4, 8] and to [1, 6, 5, 8] (some samples off the map)."""
     rng = np.random.default_rng(5)
     data = rng.standard_normal((1, 16, 16, 8)).astype(np.float32)
-    m_in = _affine(0.4, 2.3, (5.1, 3.7))     # inside the map
-    m_off = _affine(0.3, 3.4, (2.3, -4.6))   # partly off it: zeros there
-    opts = ({"output_height": 4, "output_width": 4}, {"output_height": 6, "output_width": 5}) if version == 2 else \
-        ({"mode": "bilinear", "output_size": [4, 4]}, {"mode": "bilinear", "output_size": [6, 5]})
+    m_in = _affine(0.4, 2.3, (5.1, 3.7))  # inside the map
+    m_off = _affine(0.3, 3.4, (2.3, -4.6))  # partly off it: zeros there
+    opts = (
+        ({"output_height": 4, "output_width": 4}, {"output_height": 6, "output_width": 5})
+        if version == 2
+        else ({"mode": "bilinear", "output_size": [4, 4]}, {"mode": "bilinear", "output_size": [6, 5]})
+    )
     model = tflite_model(
         {"data": data.shape, "m_in": [1, 4, 4], "m_off": [1, 4, 4], "a": [1, 4, 4, 8], "b": [1, 6, 5, 8]},
-        [("TransformTensorBilinear", version, ["data", "m_in"], ["a"], opts[0]),
-         ("TransformTensorBilinear", version, ["data", "m_off"], ["b"], opts[1])],
-        ["data", "m_in", "m_off"], ["a", "b"])
+        [
+            ("TransformTensorBilinear", version, ["data", "m_in"], ["a"], opts[0]),
+            ("TransformTensorBilinear", version, ["data", "m_off"], ["b"], opts[1]),
+        ],
+        ["data", "m_in", "m_off"],
+        ["a", "b"],
+    )
     got = compile_run(tmp_path, model, {"data": data, "m_in": m_in, "m_off": m_off})
     for g, m, hw in zip(got, (m_in, m_off), ((4, 4), (6, 5))):
         ref, pos = transform_tensor_bilinear_ref(data, m, hw, align_corners=version == 2)
@@ -252,12 +283,23 @@ def test_transform_landmarks(tmp_path):
     lm2 = rng.uniform(0, 64, (1, 30, 2)).astype(np.float32)
     lm_v1 = rng.uniform(0, 64, (1, 1, 5, 6)).astype(np.float32)
     model = tflite_model(
-        {"m": [1, 4, 4], "lm3": lm3.shape, "lm2": lm2.shape, "lm_v1": lm_v1.shape,
-         "o3": lm3.shape, "o2": lm2.shape, "o_v1": lm_v1.shape},
-        [("TransformLandmarks", 2, ["lm3", "m"], ["o3"], None),
-         ("TransformLandmarks", 2, ["lm2", "m"], ["o2"], None),
-         ("TransformLandmarks", 1, ["lm_v1", "m"], ["o_v1"], {"dimensions": 3, "scale": 0.5})],
-        ["m", "lm3", "lm2", "lm_v1"], ["o3", "o2", "o_v1"])
+        {
+            "m": [1, 4, 4],
+            "lm3": lm3.shape,
+            "lm2": lm2.shape,
+            "lm_v1": lm_v1.shape,
+            "o3": lm3.shape,
+            "o2": lm2.shape,
+            "o_v1": lm_v1.shape,
+        },
+        [
+            ("TransformLandmarks", 2, ["lm3", "m"], ["o3"], None),
+            ("TransformLandmarks", 2, ["lm2", "m"], ["o2"], None),
+            ("TransformLandmarks", 1, ["lm_v1", "m"], ["o_v1"], {"dimensions": 3, "scale": 0.5}),
+        ],
+        ["m", "lm3", "lm2", "lm_v1"],
+        ["o3", "o2", "o_v1"],
+    )
     o3, o2, o_v1 = compile_run(tmp_path, model, {"m": m, "lm3": lm3, "lm2": lm2, "lm_v1": lm_v1})
     assert_close(o3, transform_landmarks_ref(lm3, m, 3))
     np.testing.assert_array_equal(o3[..., 2], lm3[..., 2])
@@ -274,12 +316,22 @@ def test_face_mesh_attention_chain(tmp_path):
     feat = rng.standard_normal((1, 16, 16, 8)).astype(np.float32)
     crop_lm = rng.uniform(0, 4, (1, 16, 3)).astype(np.float32)
     model = tflite_model(
-        {"landmarks": lm.shape, "features": feat.shape, "crop_landmarks": crop_lm.shape, "matrix": [1, 4, 4],
-         "crop": [1, 4, 4, 8], "eye": crop_lm.shape},
-        [("Landmarks2TransformMatrix", 2, ["landmarks"], ["matrix"], L2TM),
-         ("TransformTensorBilinear", 2, ["features", "matrix"], ["crop"], {"output_height": 4, "output_width": 4}),
-         ("TransformLandmarks", 2, ["crop_landmarks", "matrix"], ["eye"], None)],
-        ["landmarks", "features", "crop_landmarks"], ["crop", "eye", "matrix"])
+        {
+            "landmarks": lm.shape,
+            "features": feat.shape,
+            "crop_landmarks": crop_lm.shape,
+            "matrix": [1, 4, 4],
+            "crop": [1, 4, 4, 8],
+            "eye": crop_lm.shape,
+        },
+        [
+            ("Landmarks2TransformMatrix", 2, ["landmarks"], ["matrix"], L2TM),
+            ("TransformTensorBilinear", 2, ["features", "matrix"], ["crop"], {"output_height": 4, "output_width": 4}),
+            ("TransformLandmarks", 2, ["crop_landmarks", "matrix"], ["eye"], None),
+        ],
+        ["landmarks", "features", "crop_landmarks"],
+        ["crop", "eye", "matrix"],
+    )
     crop, eye, matrix = compile_run(tmp_path, model, {"landmarks": lm, "features": feat, "crop_landmarks": crop_lm})
     m_ref = landmarks_to_transform_matrix_ref(lm, L2TM)
     assert_close(matrix, m_ref)
@@ -295,18 +347,42 @@ def test_unsupported_versions_and_options_are_refused(tmp_path, tvmgen):
 
     lm_shape = [1, 478, 3]
     cases = {
-        "l2tm_v1": ([("Landmarks2TransformMatrix", 1, ["x"], ["y"], L2TM)], lm_shape, [1, 4, 4],
-                    "Landmarks2TransformMatrix: version 1"),
-        "l2tm_scale": ([("Landmarks2TransformMatrix", 2, ["x"], ["y"], dict(L2TM, scale_x=0.0))], lm_shape,
-                       [1, 4, 4], "Landmarks2TransformMatrix: scale_x = 0.0"),
-        "l2tm_index": ([("Landmarks2TransformMatrix", 2, ["x"], ["y"], dict(L2TM, subset_idxs=[1, 500]))],
-                       lm_shape, [1, 4, 4], "Landmarks2TransformMatrix: landmark index 500"),
-        "ttb_mode": ([("TransformTensorBilinear", 1, ["x", "m"], ["y"], {"mode": "nearest", "output_size": [4, 4]})],
-                     [1, 8, 8, 2], [1, 4, 4, 2], "TransformTensorBilinear: mode 'nearest'"),
-        "ttb_v3": ([("TransformTensorBilinear", 3, ["x", "m"], ["y"], {"output_height": 4, "output_width": 4})],
-                   [1, 8, 8, 2], [1, 4, 4, 2], "TransformTensorBilinear: version 3"),
-        "tl_dims": ([("TransformLandmarks", 2, ["x", "m"], ["y"], None)], [1, 10, 4], [1, 10, 4],
-                    "TransformLandmarks: dimensions = 4"),
+        "l2tm_v1": (
+            [("Landmarks2TransformMatrix", 1, ["x"], ["y"], L2TM)],
+            lm_shape,
+            [1, 4, 4],
+            "Landmarks2TransformMatrix: version 1",
+        ),
+        "l2tm_scale": (
+            [("Landmarks2TransformMatrix", 2, ["x"], ["y"], dict(L2TM, scale_x=0.0))],
+            lm_shape,
+            [1, 4, 4],
+            "Landmarks2TransformMatrix: scale_x = 0.0",
+        ),
+        "l2tm_index": (
+            [("Landmarks2TransformMatrix", 2, ["x"], ["y"], dict(L2TM, subset_idxs=[1, 500]))],
+            lm_shape,
+            [1, 4, 4],
+            "Landmarks2TransformMatrix: landmark index 500",
+        ),
+        "ttb_mode": (
+            [("TransformTensorBilinear", 1, ["x", "m"], ["y"], {"mode": "nearest", "output_size": [4, 4]})],
+            [1, 8, 8, 2],
+            [1, 4, 4, 2],
+            "TransformTensorBilinear: mode 'nearest'",
+        ),
+        "ttb_v3": (
+            [("TransformTensorBilinear", 3, ["x", "m"], ["y"], {"output_height": 4, "output_width": 4})],
+            [1, 8, 8, 2],
+            [1, 4, 4, 2],
+            "TransformTensorBilinear: version 3",
+        ),
+        "tl_dims": (
+            [("TransformLandmarks", 2, ["x", "m"], ["y"], None)],
+            [1, 10, 4],
+            [1, 10, 4],
+            "TransformLandmarks: dimensions = 4",
+        ),
     }
     for name, (ops, x_shape, y_shape, message) in cases.items():
         tensors = {"x": x_shape, "y": y_shape} | ({"m": [1, 4, 4]} if len(ops[0][2]) == 2 else {})
@@ -323,8 +399,11 @@ def test_check_says_litert_cannot_run_them_and_writes_nothing(tmp_path, tvmgen):
     """`compile --check` has no reference for these operators (LiteRT lacks them): it says so, with
     the way out, exits 2 and leaves no artifact; without --check the same model compiles."""
     path = tmp_path / "l2tm.tflite"
-    path.write_bytes(tflite_model({"x": [1, 478, 3], "y": [1, 4, 4]},
-                                  [("Landmarks2TransformMatrix", 2, ["x"], ["y"], L2TM)], ["x"], ["y"]))
+    path.write_bytes(
+        tflite_model(
+            {"x": [1, 478, 3], "y": [1, 4, 4]}, [("Landmarks2TransformMatrix", 2, ["x"], ["y"], L2TM)], ["x"], ["y"]
+        )
+    )
     r = tvmgen("compile", path, "--check", "-o", tmp_path / "checked")
     assert r.returncode == 2, r.output
     assert "LiteRT does not run MediaPipe's custom operator(s) Landmarks2TransformMatrix" in r.output, r.output
@@ -365,8 +444,10 @@ def _conv_t_bias_case(case, rng):
     if case in ("fp16", "fp16_then_neg"):
         w16, b16 = w.astype(np.float16), b.astype(np.float16)
         tensors = {"w16": w16, "b16": b16, "wd": w.shape, "w": w.shape, "b": b.shape}
-        ops = [("DEQUANTIZE", 1, ["w16"], ["wd" if case == "fp16_then_neg" else "w"], None),
-               ("DEQUANTIZE", 1, ["b16"], ["b"], None)]
+        ops = [
+            ("DEQUANTIZE", 1, ["w16"], ["wd" if case == "fp16_then_neg" else "w"], None),
+            ("DEQUANTIZE", 1, ["b16"], ["b"], None),
+        ]
         if case == "fp16_then_neg":  # a longer chain on constants: folded as well
             ops.append(("NEG", 1, ["wd"], ["w"], None))
             return tensors, ops, None, -w16.astype(np.float32), b16.astype(np.float32)
@@ -389,8 +470,12 @@ def _as_builtin_transpose_conv(ops, tensors, stride=2):
     options = fb.TransposeConvOptionsT()
     options.padding, options.strideW, options.strideH = fb.Padding.SAME, stride, stride
     tensors = {**tensors, "out_shape": np.array(tensors["y"], np.int32)}
-    return [op if op[0] != "Convolution2DTransposeBias" else
-            ("TRANSPOSE_CONV", 3, ["out_shape", op[2][1], op[2][0], op[2][2]], op[3], options) for op in ops], tensors
+    return [
+        op
+        if op[0] != "Convolution2DTransposeBias"
+        else ("TRANSPOSE_CONV", 3, ["out_shape", op[2][1], op[2][0], op[2][2]], op[3], options)
+        for op in ops
+    ], tensors
 
 
 @pytest.mark.parametrize("case", ["fp16", "int8", "fp16_then_neg"])
@@ -409,8 +494,9 @@ def test_convolution2d_transpose_bias_weights_through_dequantize(case, tmp_path)
     x = rng.standard_normal((1, 6, 6, 4)).astype(np.float32)
     (got,) = compile_run(tmp_path, model, {"x": x})
     assert got.shape == (1, 12, 12, 3)
-    (builtin,) = _litert(tflite_model(*_as_builtin_transpose_conv(ops, tensors)[::-1], ["x"], ["y"], quant=quant),
-                         {"x": x})
+    (builtin,) = _litert(
+        tflite_model(*_as_builtin_transpose_conv(ops, tensors)[::-1], ["x"], ["y"], quant=quant), {"x": x}
+    )
     assert_close(got, builtin)
     if case == "fp16":  # the one LiteRT runs with the custom operator itself
         (custom,) = _litert(model, {"x": x})
@@ -425,10 +511,15 @@ def test_convolution2d_transpose_bias_weights_from_an_input_are_refused(tmp_path
     """Weights computed from a model input (NEG of it): `tvmgen compile` says which operator and
     which input is not constant, and why, exits non-zero and writes nothing."""
     b = np.arange(3, dtype=np.float32)
-    model = tflite_model({"x": [1, 6, 6, 4], "w_in": [3, 3, 3, 4], "w": [3, 3, 3, 4], "b": b, "y": [1, 12, 12, 3]},
-                         [("NEG", 1, ["w_in"], ["w"], None),
-                          ("Convolution2DTransposeBias", 1, ["x", "w", "b"], ["y"], _conv_t_options())],
-                         ["x", "w_in"], ["y"])
+    model = tflite_model(
+        {"x": [1, 6, 6, 4], "w_in": [3, 3, 3, 4], "w": [3, 3, 3, 4], "b": b, "y": [1, 12, 12, 3]},
+        [
+            ("NEG", 1, ["w_in"], ["w"], None),
+            ("Convolution2DTransposeBias", 1, ["x", "w", "b"], ["y"], _conv_t_options()),
+        ],
+        ["x", "w_in"],
+        ["y"],
+    )
     path = tmp_path / "dynamic_weights.tflite"
     path.write_bytes(model)
     r = tvmgen("compile", path, "-o", tmp_path / "out")

@@ -49,25 +49,36 @@ def test_convnet_placement_and_feature_levels(builtin):
 
 
 def test_unsupported_op_in_the_middle(tmp_path):
-    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["a"], pads=[1, 1, 1, 1]),
-             helper.make_node("Erf", ["a"], ["b"]),
-             helper.make_node("Conv", ["b", "W2", "B2"], ["y"], pads=[1, 1, 1, 1])]
-    m = onnx_model(nodes, [vi("x", [1, 4, 16, 16])], [vi("y", [1, 4, 16, 16])],
-                   [w("W1", 4, 4, 3, 3), w("B1", 4), w("W2", 4, 4, 3, 3), w("B2", 4)])
+    nodes = [
+        helper.make_node("Conv", ["x", "W1", "B1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Erf", ["a"], ["b"]),
+        helper.make_node("Conv", ["b", "W2", "B2"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    m = onnx_model(
+        nodes,
+        [vi("x", [1, 4, 16, 16])],
+        [vi("y", [1, 4, 16, 16])],
+        [w("W1", 4, 4, 3, 3), w("B1", 4), w("W2", 4, 4, 3, 3), w("B2", 4)],
+    )
     r = report(save_onnx(m, tmp_path / "m.onnx"))
     assert r.partitions == 2 and r.counts("nnapi") == {"conv2d": 2}  # the pattern is conv2d + bias add
     assert r.counts("tvm") == {"erf": 1}
     assert r.blockers() == [{"op": "erf", "count": 1, "why": "NNAPI has no pattern for it in TVM 0.27"}]
     # without a bias the convolution matches no pattern, and the report says why
-    bare = onnx_model([helper.make_node("Conv", ["x", "W1"], ["y"], pads=[1, 1, 1, 1])], [vi("x", [1, 4, 16, 16])],
-                      [vi("y", [1, 4, 16, 16])], [w("W1", 4, 4, 3, 3)])
+    bare = onnx_model(
+        [helper.make_node("Conv", ["x", "W1"], ["y"], pads=[1, 1, 1, 1])],
+        [vi("x", [1, 4, 16, 16])],
+        [vi("y", [1, 4, 16, 16])],
+        [w("W1", 4, 4, 3, 3)],
+    )
     r = report(save_onnx(bare, tmp_path / "bare.onnx"))
     assert r.partitions == 0 and "needs the convolution followed by a bias add" in r.ops[0].blocked_because
 
 
 def test_matmul_model_needs_feature_level_6(tmp_path):
-    m = onnx_model([helper.make_node("MatMul", ["a", "B"], ["y"])], [vi("a", [8, 64])], [vi("y", [8, 32])],
-                   [w("B", 64, 32)])
+    m = onnx_model(
+        [helper.make_node("MatMul", ["a", "B"], ["y"])], [vi("a", [8, 64])], [vi("y", [8, 32])], [w("B", 64, 32)]
+    )
     path = save_onnx(m, tmp_path / "mm.onnx")
     r6 = report(path, feature_level=6)
     assert r6.partitions == 1 and r6.counts("nnapi") == {"batch_matmul": 1}  # 2-D made batched by preparation
@@ -76,8 +87,11 @@ def test_matmul_model_needs_feature_level_6(tmp_path):
 
 
 def test_cost_strategy_merges_away_a_tiny_partition(tmp_path, builtin):
-    nodes = [helper.make_node("Erf", ["x"], ["a"]), helper.make_node("Add", ["a", "c"], ["b"]),
-             helper.make_node("Erf", ["b"], ["y"])]
+    nodes = [
+        helper.make_node("Erf", ["x"], ["a"]),
+        helper.make_node("Add", ["a", "c"], ["b"]),
+        helper.make_node("Erf", ["b"], ["y"]),
+    ]
     m = onnx_model(nodes, [vi("x", [1, 8])], [vi("y", [1, 8])], [w("c", 1, 8)])
     path = save_onnx(m, tmp_path / "tiny.onnx")
     patterns = report(path)
@@ -114,12 +128,19 @@ def test_partition_cli_and_compile_error(tvmgen, tmp_path):
 
 # ------------------------------------------------------------------ compile / app --device nnapi
 
+
 def conv_erf_conv(tmp_path):
-    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["a"], pads=[1, 1, 1, 1]),
-             helper.make_node("Erf", ["a"], ["b"]),
-             helper.make_node("Conv", ["b", "W2", "B2"], ["y"], pads=[1, 1, 1, 1])]
-    m = onnx_model(nodes, [vi("x", [1, 4, 16, 16])], [vi("y", [1, 4, 16, 16])],
-                   [w("W1", 4, 4, 3, 3), w("B1", 4), w("W2", 4, 4, 3, 3), w("B2", 4)])
+    nodes = [
+        helper.make_node("Conv", ["x", "W1", "B1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Erf", ["a"], ["b"]),
+        helper.make_node("Conv", ["b", "W2", "B2"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    m = onnx_model(
+        nodes,
+        [vi("x", [1, 4, 16, 16])],
+        [vi("y", [1, 4, 16, 16])],
+        [w("W1", 4, 4, 3, 3), w("B1", 4), w("W2", 4, 4, 3, 3), w("B2", 4)],
+    )
     return save_onnx(m, tmp_path / "cec.onnx")
 
 
@@ -164,13 +185,23 @@ def test_this_tvm_has_no_nnapi_codegen_and_app_stops_cleanly(tvmgen, tmp_path):
 
     assert not nnapi.has_codegen()
     assert tvm.get_global_func(nnapi.CODEGEN, allow_missing=True) is None
-    r = tvmgen("app", "--model", "builtin:mobilenet", "--device", "nnapi", "--strategy", "cost",
-               "-o", tmp_path / "proj")
+    r = tvmgen(
+        "app", "--model", "builtin:mobilenet", "--device", "nnapi", "--strategy", "cost", "-o", tmp_path / "proj"
+    )
     assert r.returncode == 4, r.stderr
     assert "cost strategy" in r.stdout + r.stderr and "USE_NNAPI_CODEGEN=ON" in r.stderr
     assert not (tmp_path / "proj").exists()
-    r = tvmgen("compile", "builtin:mobilenet", "--platform", "android-arm64", "--device", "nnapi",
-               "--separate-params", "-o", tmp_path / "o")
+    r = tvmgen(
+        "compile",
+        "builtin:mobilenet",
+        "--platform",
+        "android-arm64",
+        "--device",
+        "nnapi",
+        "--separate-params",
+        "-o",
+        tmp_path / "o",
+    )
     assert r.returncode == 2 and "--separate-params does not apply" in r.stderr
 
 
@@ -186,12 +217,26 @@ def test_compile_with_an_nnapi_tvm_build(tvmgen, tmp_path):
         reason = "TVMGEN_TEST_NNAPI_TVM is not set (a TVM source tree built with USE_NNAPI_CODEGEN=ON)"
         print(f"skipping: {reason}", file=sys.stderr)
         pytest.skip(reason)
-    env = {"PYTHONPATH": os.pathsep.join([str(Path(tree) / "python"), os.environ.get("PYTHONPATH", "")]),
-           "TVM_LIBRARY_PATH": os.environ.get("TVM_LIBRARY_PATH", str(Path(tree) / "build"))}
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(Path(tree) / "python"), os.environ.get("PYTHONPATH", "")]),
+        "TVM_LIBRARY_PATH": os.environ.get("TVM_LIBRARY_PATH", str(Path(tree) / "build")),
+    }
     for strategy in ("patterns", "cost"):
         out = tmp_path / strategy
-        r = tvmgen("compile", "builtin:mobilenet", "--platform", "android-arm64", "--device", "nnapi",
-                   "--strategy", strategy, "--objects-only", "-o", out, extra_env=env)
+        r = tvmgen(
+            "compile",
+            "builtin:mobilenet",
+            "--platform",
+            "android-arm64",
+            "--device",
+            "nnapi",
+            "--strategy",
+            strategy,
+            "--objects-only",
+            "-o",
+            out,
+            extra_env=env,
+        )
         assert r.returncode == 0, r.stderr
         m = json.loads((out / "manifest.json").read_text())
         assert m["device"] == "nnapi" and m["target"]["mtriple"] == "aarch64-linux-android"
@@ -202,6 +247,7 @@ def test_compile_with_an_nnapi_tvm_build(tvmgen, tmp_path):
 
 
 # ------------------------------------------------------------------ measured TVM-side costs
+
 
 def test_measured_rates_replace_the_tvm_column(tmp_path):
     imported = frontends.load(conv_erf_conv(tmp_path), [])
@@ -253,8 +299,21 @@ def host_device(tmp_path_factory):
 @pytest.mark.parametrize("via", ["tracker", "proxy"])
 def test_partition_measures_tvm_costs_over_rpc(tvmgen, host_device, via, tmp_path):
     address, key = host_device[via]
-    r = tvmgen("partition", conv_erf_conv(tmp_path), "--nnapi", "--strategy", "cost", "--measure",
-               "--key", key, f"--{via}", address, "--json", tmp_path / "r.json", timeout=120)
+    r = tvmgen(
+        "partition",
+        conv_erf_conv(tmp_path),
+        "--nnapi",
+        "--strategy",
+        "cost",
+        "--measure",
+        "--key",
+        key,
+        f"--{via}",
+        address,
+        "--json",
+        tmp_path / "r.json",
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads((tmp_path / "r.json").read_text())
     rows = {c["op"]: c for c in data["tvm_costs"]}
@@ -297,6 +356,7 @@ def test_a_runtime_without_nnapi_refuses_an_nnapi_artifact(tmp_path):
 
 # ----------------------------------------------------------------------------- FLOP counts
 
+
 def conv_macs(report_) -> dict[str, float]:
     """Multiply-adds per convolution / matmul kind over the whole report (FLOPs / 2)."""
     macs: dict[str, float] = {}
@@ -311,14 +371,34 @@ def test_flops_of_each_convolution_form_match_analytic_counts(tmp_path):
     """ONNX layouts (OIHW, IOHW): groups, depthwise, stride, dilation, a transposed convolution, matmul."""
     conv = helper.make_node
     cases = {  # name: (nodes, input shape, output shape, weights, multiply-adds by hand)
-        "grouped": ([conv("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1], group=4)], [1, 16, 10, 10],
-                    [1, 32, 10, 10], [w("W", 32, 4, 3, 3)], 10 * 10 * 32 * (4 * 9)),
-        "depthwise_5x5": ([conv("Conv", ["x", "W"], ["y"], pads=[2, 2, 2, 2], group=24)], [1, 24, 12, 12],
-                          [1, 24, 12, 12], [w("W", 24, 1, 5, 5)], 12 * 12 * 24 * 25),
-        "strided_dilated": ([conv("Conv", ["x", "W"], ["y"], strides=[2, 2], dilations=[2, 2])], [1, 8, 21, 21],
-                            [1, 6, 9, 9], [w("W", 6, 8, 3, 3)], 9 * 9 * 6 * (8 * 9)),
-        "transposed": ([conv("ConvTranspose", ["x", "W"], ["y"], strides=[2, 2])], [1, 8, 6, 6],
-                       [1, 4, 13, 13], [w("W", 8, 4, 3, 3)], 6 * 6 * 8 * (4 * 9)),  # each input to 4x3x3 outputs
+        "grouped": (
+            [conv("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1], group=4)],
+            [1, 16, 10, 10],
+            [1, 32, 10, 10],
+            [w("W", 32, 4, 3, 3)],
+            10 * 10 * 32 * (4 * 9),
+        ),
+        "depthwise_5x5": (
+            [conv("Conv", ["x", "W"], ["y"], pads=[2, 2, 2, 2], group=24)],
+            [1, 24, 12, 12],
+            [1, 24, 12, 12],
+            [w("W", 24, 1, 5, 5)],
+            12 * 12 * 24 * 25,
+        ),
+        "strided_dilated": (
+            [conv("Conv", ["x", "W"], ["y"], strides=[2, 2], dilations=[2, 2])],
+            [1, 8, 21, 21],
+            [1, 6, 9, 9],
+            [w("W", 6, 8, 3, 3)],
+            9 * 9 * 6 * (8 * 9),
+        ),
+        "transposed": (
+            [conv("ConvTranspose", ["x", "W"], ["y"], strides=[2, 2])],
+            [1, 8, 6, 6],
+            [1, 4, 13, 13],
+            [w("W", 8, 4, 3, 3)],
+            6 * 6 * 8 * (4 * 9),
+        ),  # each input to 4x3x3 outputs
         "matmul": ([conv("MatMul", ["x", "W"], ["y"])], [3, 40], [3, 7], [w("W", 40, 7)], 3 * 7 * 40),
     }
     for name, (nodes, x, y, inits, macs) in cases.items():
@@ -337,9 +417,13 @@ def test_flops_of_a_tflite_depthwise_block_and_mobilenetv2(tmp_path):
         return path
 
     tf.random.set_seed(0)
-    block = tf.keras.Sequential([tf.keras.Input((12, 12, 256), batch_size=1),
-                                 tf.keras.layers.DepthwiseConv2D(5, padding="same"),
-                                 tf.keras.layers.Conv2D(256, 1)])
+    block = tf.keras.Sequential(
+        [
+            tf.keras.Input((12, 12, 256), batch_size=1),
+            tf.keras.layers.DepthwiseConv2D(5, padding="same"),
+            tf.keras.layers.Conv2D(256, 1),
+        ]
+    )
     macs = conv_macs(report(tflite(block, "block")))
     assert sum(macs.values()) == 12 * 12 * 256 * 25 + 12 * 12 * 256 * 256, macs  # 10.4 M: depthwise + 1x1
 

@@ -50,8 +50,9 @@ def arts(tmp_path_factory) -> dict:
             out[(name, device)] = dest
         if name == "conv3x3":  # the Adreno flavour of the OpenCL target (buffer memory for this model)
             dest = d / f"{name}-adreno"
-            compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "opencl", gpu_family="adreno"), dest, True,
-                                {"name": name})
+            compile_to_artifact(
+                imported, BuildOptions(PLATFORMS["host"], "opencl", gpu_family="adreno"), dest, True, {"name": name}
+            )
             out[(name, "adreno")] = dest
     return out
 
@@ -61,8 +62,16 @@ def shared_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("ocl-cache")
 
 
-def run_tool(runtime: Path, artifact: Path, tmp_path: Path, inputs: dict, cache: Path | None = None,
-             env: dict | None = None, tag: str = "out", extra: list | None = None):
+def run_tool(
+    runtime: Path,
+    artifact: Path,
+    tmp_path: Path,
+    inputs: dict,
+    cache: Path | None = None,
+    env: dict | None = None,
+    tag: str = "out",
+    extra: list | None = None,
+):
     """tvmgen-run with .npy inputs; returns (returncode, outputs, stats dict or None, stderr)."""
     args = []
     for name, arr in inputs.items():
@@ -74,8 +83,13 @@ def run_tool(runtime: Path, artifact: Path, tmp_path: Path, inputs: dict, cache:
     full_env = dict(os.environ, TVMGEN_OPENCL_LOG="1", **(env or {}))
     if cache is not None:
         full_env["TVMGEN_OPENCL_CACHE_DIR"] = str(cache)
-    proc = subprocess.run([str(runtime / "bin" / "tvmgen-run"), str(artifact), *args, "-o", str(outdir),
-                           "--repeat", "1", *(extra or [])], capture_output=True, text=True, timeout=600, env=full_env)
+    proc = subprocess.run(
+        [str(runtime / "bin" / "tvmgen-run"), str(artifact), *args, "-o", str(outdir), "--repeat", "1", *(extra or [])],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=full_env,
+    )
     m = STATS.search(proc.stderr)
     stats = json.loads(m.group(1)) if m else None
     if proc.returncode != 0:
@@ -92,8 +106,9 @@ def reference(runtime, arts, name, tmp_path, inputs):
     return want
 
 
-@pytest.mark.parametrize("name,flavour", [("mobilenet", "opencl"), *((n, "opencl") for n in SINGLE_OPS),
-                                          ("conv3x3", "adreno")])
+@pytest.mark.parametrize(
+    "name,flavour", [("mobilenet", "opencl"), *((n, "opencl") for n in SINGLE_OPS), ("conv3x3", "adreno")]
+)
 def test_opencl_artifact_matches_cpu(runtime, opencl_lib, arts, shared_cache, tmp_path, name, flavour):
     from tvmgen.core import artifact
 
@@ -113,9 +128,23 @@ def test_python_run_on_opencl(opencl_lib, arts, shared_cache, tmp_path):
     env = dict(os.environ, TVMGEN_OPENCL_BACKEND=str(opencl_lib), TVMGEN_OPENCL_CACHE_DIR=str(shared_cache))
     outs = {}
     for device in ("cpu", "opencl"):
-        proc = subprocess.run([sys.executable, "-m", "tvmgen", "run", str(arts[("mobilenet", device)]), "-o",
-                               str(tmp_path / device), "--repeat", "1"], capture_output=True, text=True,
-                              env=env, timeout=600)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tvmgen",
+                "run",
+                str(arts[("mobilenet", device)]),
+                "-o",
+                str(tmp_path / device),
+                "--repeat",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         outs[device] = np.load(tmp_path / device / "probs.npy")
     np.testing.assert_allclose(outs["opencl"], outs["cpu"], atol=1e-4, rtol=0)
@@ -151,8 +180,12 @@ print(json.dumps({"err": float(np.abs(D.numpy() - a @ b).max()), "exist": bool(d
 
 
 def test_gemm_module_matches_numpy(opencl_lib, tmp_path):
-    proc = subprocess.run([sys.executable, "-c", GEMM_SCRIPT, str(opencl_lib), str(tmp_path / "gemm.so"),
-                           str(tmp_path / "cache")], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", GEMM_SCRIPT, str(opencl_lib), str(tmp_path / "gemm.so"), str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["err"] < 1e-3, r
@@ -228,8 +261,10 @@ def test_a_vendor_icd_named_as_the_library_says_to_use_the_loader(runtime, arts,
     from tvmgen.core import artifact
 
     src = tmp_path / "icd.c"
-    src.write_text("int clIcdGetPlatformIDsKHR(unsigned n, void** p, unsigned* k) { return -1001; }\n"
-                   "void* clGetExtensionFunctionAddress(const char* name) { return 0; }\n")
+    src.write_text(
+        "int clIcdGetPlatformIDsKHR(unsigned n, void** p, unsigned* k) { return -1001; }\n"
+        "void* clGetExtensionFunctionAddress(const char* name) { return 0; }\n"
+    )
     icd = tmp_path / "libvendor-opencl.so"
     cc = subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(icd), str(src)], capture_output=True, text=True)
     assert cc.returncode == 0, cc.stderr
@@ -255,10 +290,29 @@ def test_bench_over_rpc_on_opencl(opencl_lib, tmp_path, monkeypatch):
     tracker = rpc.start_tracker(port=19900, port_end=19990)
     device = rpc.start_device("host", "gpu", tracker=tracker.address, work_dir=tmp_path / "w")
     try:
-        r = subprocess.run([sys.executable, "-m", "tvmgen", "bench", "builtin:mobilenet", "--key", "gpu", "--tracker",
-                            tracker.address, "--device", "opencl", "--repeat", "2", "--json", str(tmp_path / "r.json")],
-                           capture_output=True, text=True, timeout=600,
-                           env=dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path / "logs")))
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tvmgen",
+                "bench",
+                "builtin:mobilenet",
+                "--key",
+                "gpu",
+                "--tracker",
+                tracker.address,
+                "--device",
+                "opencl",
+                "--repeat",
+                "2",
+                "--json",
+                str(tmp_path / "r.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path / "logs")),
+        )
         assert r.returncode == 0, r.stderr
         res = json.loads((tmp_path / "r.json").read_text())
         assert res["dev"] == "opencl" and "opencl" in res["device"]["devices"]
@@ -272,14 +326,30 @@ def test_host_visible_inputs_match_plain_copies(runtime, opencl_lib, arts, share
     """--host-visible-inputs (scope global.host, mapped copies): same outputs, recorded in the timings JSON."""
     art = arts[("mobilenet", "opencl")]
     rng = np.random.default_rng(3)
-    inputs = {i["name"]: rng.standard_normal(i["shape"]).astype(i["dtype"])
-              for i in json.loads((art / "manifest.json").read_text())["inputs"]}
-    rc, plain, _, err = run_tool(runtime, art, tmp_path, inputs, cache=shared_cache, tag="plain",
-                                 extra=["--timings", str(tmp_path / "plain.json")])
+    inputs = {
+        i["name"]: rng.standard_normal(i["shape"]).astype(i["dtype"])
+        for i in json.loads((art / "manifest.json").read_text())["inputs"]
+    }
+    rc, plain, _, err = run_tool(
+        runtime,
+        art,
+        tmp_path,
+        inputs,
+        cache=shared_cache,
+        tag="plain",
+        extra=["--timings", str(tmp_path / "plain.json")],
+    )
     assert rc == 0, err
     assert json.loads((tmp_path / "plain.json").read_text())["host_visible_inputs"] is False
-    rc, mapped, _, err = run_tool(runtime, art, tmp_path, inputs, cache=shared_cache, tag="mapped",
-                                  extra=["--host-visible-inputs", "--timings", str(tmp_path / "mapped.json")])
+    rc, mapped, _, err = run_tool(
+        runtime,
+        art,
+        tmp_path,
+        inputs,
+        cache=shared_cache,
+        tag="mapped",
+        extra=["--host-visible-inputs", "--timings", str(tmp_path / "mapped.json")],
+    )
     assert rc == 0, err
     assert json.loads((tmp_path / "mapped.json").read_text())["host_visible_inputs"] is True
     for a, b in zip(plain, mapped):
@@ -288,9 +358,12 @@ def test_host_visible_inputs_match_plain_copies(runtime, opencl_lib, arts, share
 
 def test_host_visible_inputs_ignored_on_cpu(runtime, arts, tmp_path):
     art = arts[("gemm", "cpu")]
-    inputs = {i["name"]: np.ones(i["shape"], i["dtype"]) for i in json.loads((art / "manifest.json").read_text())["inputs"]}
-    rc, _, _, err = run_tool(runtime, art, tmp_path, inputs, extra=["--host-visible-inputs", "--timings",
-                                                                     str(tmp_path / "t.json")])
+    inputs = {
+        i["name"]: np.ones(i["shape"], i["dtype"]) for i in json.loads((art / "manifest.json").read_text())["inputs"]
+    }
+    rc, _, _, err = run_tool(
+        runtime, art, tmp_path, inputs, extra=["--host-visible-inputs", "--timings", str(tmp_path / "t.json")]
+    )
     assert rc == 0, err
     assert "--host-visible-inputs ignored: the model runs on cpu" in err
     assert json.loads((tmp_path / "t.json").read_text())["host_visible_inputs"] is False
@@ -313,8 +386,12 @@ def test_zoo_models_that_needed_gpu_path_fixes(runtime, opencl_lib, tmp_path, mo
 
     path, flags = zoo.build(model, tmp_path)
     out = tmp_path / "art"
-    p = subprocess.run([sys.executable, "-m", "tvmgen", "compile", str(path), "--device", "opencl", "-o", str(out),
-                        *flags], capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [sys.executable, "-m", "tvmgen", "compile", str(path), "--device", "opencl", "-o", str(out), *flags],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     names = [k["name"] for k in kernels.load(out)["kernels"]]
     assert names and max(map(len, names)) <= KERNEL_NAME_LIMIT, names
@@ -338,8 +415,9 @@ def zoo_gpu_models(tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("family", ["generic", "mali", "desktop", "adreno"])
-def test_gelu_epilogues_and_attention_build_for_every_family_and_match_on_pocl(runtime, opencl_lib, zoo_gpu_models,
-                                                                              tmp_path, family):
+def test_gelu_epilogues_and_attention_build_for_every_family_and_match_on_pocl(
+    runtime, opencl_lib, zoo_gpu_models, tmp_path, family
+):
     """Every OpenCL family builds the text recognizer and matches onnxruntime on PoCL. dlight's
     Adreno Conv2d rule left its GELU epilogues (the convolution's result read twice) as host loops
     whose texture stores failed to compile; compiler.gpu.apply_rules rejects such a schedule and
@@ -350,8 +428,24 @@ def test_gelu_epilogues_and_attention_build_for_every_family_and_match_on_pocl(r
 
     path = zoo_gpu_models["text_recognizer"]
     out = tmp_path / "art"
-    p = subprocess.run([sys.executable, "-m", "tvmgen", "compile", str(path), "--device", "opencl",
-                        "--gpu-family", family, "-o", str(out)], capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tvmgen",
+            "compile",
+            str(path),
+            "--device",
+            "opencl",
+            "--gpu-family",
+            family,
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "failed: " not in p.stderr + p.stdout, p.stderr  # no whole-pipeline fallback (Adreno: texture memory kept)
     inputs = random_inputs(artifact.load(out).inputs, seed=2)
@@ -370,8 +464,12 @@ def test_scalar_input_and_output_on_pocl(runtime, opencl_lib, zoo_gpu_models, tm
 
     path = zoo_gpu_models["vad_scalar"]
     out = tmp_path / "art"
-    p = subprocess.run([sys.executable, "-m", "tvmgen", "compile", str(path), "--device", "opencl", "-o", str(out)],
-                       capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [sys.executable, "-m", "tvmgen", "compile", str(path), "--device", "opencl", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "dlight's Reduction rule failed on 1 kernel(s) (mean): scheduled by GeneralReduction instead" in p.stderr
     for sr in (16000, 8000):

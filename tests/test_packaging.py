@@ -12,8 +12,10 @@ import pytest
 
 from conftest import REPO
 
-PROBE = ("import json, tvmgen, tvmgen.resources as r; "
-         "print(json.dumps({'pkg': tvmgen.__file__, 'templates': str(r.templates_dir()), 'jni': str(r.jni_dir())}))")
+PROBE = (
+    "import json, tvmgen, tvmgen.resources as r; "
+    "print(json.dumps({'pkg': tvmgen.__file__, 'templates': str(r.templates_dir()), 'jni': str(r.jni_dir())}))"
+)
 
 
 def shipped(directory: Path) -> set[str]:
@@ -39,11 +41,19 @@ def wheel(tmp_path_factory) -> Path:
     # Built from a copy without the checkout's build/ and egg-info: setuptools reuses build/lib and
     # never removes a file from it, so a deleted source would still be shipped.
     source = tmp_path_factory.mktemp("src") / "tvmgen"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "out", "*.egg-info",
-                                                                "__pycache__", ".pytest_cache"))
+    shutil.copytree(
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "dist", "out", "*.egg-info", "__pycache__", ".pytest_cache"
+        ),
+    )
     dist = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
-                    str(source)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source)],
+        check=True,
+        capture_output=True,
+    )
     (whl,) = dist.glob("tvmgen-*.whl")
     return whl
 
@@ -64,12 +74,20 @@ def test_wheel_contents(wheel):
 
 def test_installed_wheel_finds_packaged_dirs(wheel, tmp_path):
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     env = dict(os.environ, PYTHONPATH=str(target), PYTHONNOUSERSITE="1")
     # -S keeps the editable install's path hook out, so only the wheel's copy can be imported
-    out = subprocess.run([sys.executable, "-S", "-c", f"import sys; sys.path.append({str(_site_packages())!r}); " + PROBE],
-                         capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", f"import sys; sys.path.append({str(_site_packages())!r}); " + PROBE],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+    )
     assert out.returncode == 0, out.stderr
     import json
 

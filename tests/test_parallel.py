@@ -137,6 +137,7 @@ def test_small_loops_run_on_the_caller(pool_library):
             if num_task(penv) == 1:
                 time.sleep(pause_s)  # the loop's whole work, alone
             return 0
+
         return run
 
     small, large = body("small", 0), body("large", 0.005)  # well under and over 1 ms alone
@@ -163,15 +164,23 @@ def test_one_thread_runs_on_the_caller(pool_library):
 
 
 def test_default_thread_count_follows_tvm_num_threads(pool_library):
-    code = ("import ctypes,sys; lib=ctypes.CDLL(sys.argv[1]); s=ctypes.c_void_p(0); "
-            "print(lib.tvmgen_parallel_install(ctypes.byref(s), 0))")
+    code = (
+        "import ctypes,sys; lib=ctypes.CDLL(sys.argv[1]); s=ctypes.c_void_p(0); "
+        "print(lib.tvmgen_parallel_install(ctypes.byref(s), 0))"
+    )
     for env, want in (({"TVM_NUM_THREADS": "3"}, 3), ({"OMP_NUM_THREADS": "5"}, 5)):
-        out = subprocess.run([sys.executable, "-c", code, str(pool_library)], capture_output=True, text=True,
-                             env={"PATH": "/usr/bin:/bin", **env}, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(pool_library)],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", **env},
+            check=True,
+        ).stdout
         assert int(out) == want
 
 
 # ------------------------------------------------------------------ models on it
+
 
 @pytest.fixture(scope="module")
 def mobilenet(tmp_path_factory):
@@ -182,8 +191,13 @@ def mobilenet(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("par")
     out = d / "mobilenet"
-    compile_to_artifact(frontends.load(materialize("builtin:mobilenet", d), []),
-                        BuildOptions(PLATFORMS["host"], "cpu"), out, True, {"name": "mobilenet"})
+    compile_to_artifact(
+        frontends.load(materialize("builtin:mobilenet", d), []),
+        BuildOptions(PLATFORMS["host"], "cpu"),
+        out,
+        True,
+        {"name": "mobilenet"},
+    )
     return out
 
 
@@ -202,8 +216,9 @@ np.save(sys.argv[2], out)
 print(json.dumps({{"pool": m.parallel, "threads": m.threads}}))
 """
     npy = artifact.parent / f"out-{threads}-{abs(hash(extra))}.npy"
-    proc = subprocess.run([sys.executable, "-c", code, str(artifact), str(npy)], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(artifact), str(npy)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "out": np.load(npy)}
 
@@ -231,8 +246,13 @@ def test_library_without_the_launcher_uses_tvms_pool(mobilenet, tmp_path, monkey
 
     monkeypatch.setattr(export, "export", tvms_own_export)
     old = tmp_path / "old"
-    compile_to_artifact(frontends.load(materialize("builtin:mobilenet", tmp_path), []),
-                        BuildOptions(PLATFORMS["host"], "cpu"), old, True, {"name": "mobilenet"})
+    compile_to_artifact(
+        frontends.load(materialize("builtin:mobilenet", tmp_path), []),
+        BuildOptions(PLATFORMS["host"], "cpu"),
+        old,
+        True,
+        {"name": "mobilenet"},
+    )
     nm = subprocess.run(["nm", "-D", str(old / "model.so")], capture_output=True, text=True).stdout
     assert "tvmgen_parallel_install" not in nm and "__TVMBackendParallelLaunch" in nm
     r = _run_in_child(old, 2)
@@ -268,12 +288,28 @@ def test_tvmgen_run_reports_the_pool(mobilenet, tmp_path):
     want = _run_in_child(mobilenet, 1)["out"]
     (spec,) = artifact.load(mobilenet).inputs
     np.save(tmp_path / "x.npy", random_inputs([spec], seed=3)[spec.name])  # the child's input
-    for extra, pool, threads in ((["--threads", "2"], "tvmgen", 2), (["--threads", "3"], "tvmgen", 3),
-                                 (["--threads", "1", "--affinity", "big"], "tvm", 1)):
+    for extra, pool, threads in (
+        (["--threads", "2"], "tvmgen", 2),
+        (["--threads", "3"], "tvmgen", 3),
+        (["--threads", "1", "--affinity", "big"], "tvm", 1),
+    ):
         out = tmp_path / "-".join(extra)
-        proc = subprocess.run([str(prefix / "bin" / "tvmgen-run"), str(mobilenet), "-i", str(tmp_path / "x.npy"),
-                               "-o", str(out), "--repeat", "2",
-                               *extra], capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [
+                str(prefix / "bin" / "tvmgen-run"),
+                str(mobilenet),
+                "-i",
+                str(tmp_path / "x.npy"),
+                "-o",
+                str(out),
+                "--repeat",
+                "2",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         timings = json.loads(proc.stdout)
         assert (timings["thread_pool"], timings["threads"]) == (pool, threads), extra
@@ -295,8 +331,12 @@ def zoo_artifacts(tmp_path_factory):
     for name in ZOO_AT_TWO_THREADS:
         path, flags = zoo.build(name, work)
         out = work / f"{name}-host"
-        p = subprocess.run([sys.executable, "-m", "tvmgen", "compile", str(path), "-o", str(out), *flags],
-                           capture_output=True, text=True, timeout=900)
+        p = subprocess.run(
+            [sys.executable, "-m", "tvmgen", "compile", str(path), "-o", str(out), *flags],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert p.returncode == 0, p.stdout + p.stderr
         built[name] = (path, out)
     return built
@@ -309,7 +349,7 @@ def test_zoo_models_on_two_threads_match_the_reference(zoo_artifacts, name, pool
     convolutions, padded to whole vectors, were right on one thread and off by 224 on two, with
     either pool (the zoo times one thread). Five runs each, every one within the zoo's tolerance."""
     model_file, artifact = zoo_artifacts[name]
-    code = textwrap.dedent('''
+    code = textwrap.dedent("""
         import json, sys
         from pathlib import Path
         sys.path.insert(0, sys.argv[3])
@@ -322,11 +362,22 @@ def test_zoo_models_on_two_threads_match_the_reference(zoo_artifacts, name, pool
         tol = zoo.tolerance(want)
         print(json.dumps({"pool": m.parallel, "threads": m.threads, "tol": tol,
                           "errors": [zoo.max_error(m.run(x), want) for _ in range(5)]}))
-    ''')
+    """)
     env = dict(os.environ, TVM_NUM_THREADS="2", TVMGEN_THREAD_POOL=pool)
-    proc = subprocess.run([sys.executable, "-c", code, str(artifact), str(model_file),
-                           str(Path(__file__).resolve().parent.parent / "benchmarks")],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(artifact),
+            str(model_file),
+            str(Path(__file__).resolve().parent.parent / "benchmarks"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["pool"] == pool and (pool == "tvm" or r["threads"] == 2), r

@@ -55,8 +55,9 @@ def test_linux_aarch64_is_aarch64_shared_object(conv_model, tmp_path):
     assert m.target["mtriple"] == "aarch64-linux-gnu"
 
 
-@pytest.mark.parametrize("platform,arch", [("android-arm64", "aarch64"), ("android-armv7", "arm"),
-                                           ("android-x86_64", "x86_64")])
+@pytest.mark.parametrize(
+    "platform,arch", [("android-arm64", "aarch64"), ("android-armv7", "arm"), ("android-x86_64", "x86_64")]
+)
 def test_android_objects_only_per_abi(conv_model, tmp_path, monkeypatch, platform, arch):
     for k, v in NO_NDK.items():
         monkeypatch.setenv(k, v)
@@ -82,7 +83,7 @@ def fake_ndk(root: Path) -> Path:
     bindir = root / "toolchains" / "llvm" / "prebuilt" / "linux-x86_64" / "bin"
     bindir.mkdir(parents=True)
     cc = bindir / "aarch64-linux-android24-clang++"
-    cc.write_text(f"#!/bin/sh\nexec {shutil.which('aarch64-linux-gnu-g++')} \"$@\"\n")
+    cc.write_text(f'#!/bin/sh\nexec {shutil.which("aarch64-linux-gnu-g++")} "$@"\n')
     cc.chmod(0o755)
     return cc
 
@@ -119,10 +120,13 @@ def test_android_arm64_links_with_ndk_layout(conv_model, tmp_path, monkeypatch):
     assert "tvmgen_parallel_install" in dynamic.stdout  # the parallel launcher is linked in
 
 
-@pytest.mark.skipif(os.environ.get("TVMGEN_TEST_NDK") != "1",
-                    reason="set TVMGEN_TEST_NDK=1 and ANDROID_NDK_HOME to a real Android NDK to run")
-@pytest.mark.parametrize("platform,arch", [("android-arm64", "aarch64"), ("android-armv7", "arm"),
-                                           ("android-x86_64", "x86_64")])
+@pytest.mark.skipif(
+    os.environ.get("TVMGEN_TEST_NDK") != "1",
+    reason="set TVMGEN_TEST_NDK=1 and ANDROID_NDK_HOME to a real Android NDK to run",
+)
+@pytest.mark.parametrize(
+    "platform,arch", [("android-arm64", "aarch64"), ("android-armv7", "arm"), ("android-x86_64", "x86_64")]
+)
 def test_real_ndk(conv_model, tmp_path, platform, arch):
     out, _ = build(conv_model, tmp_path, platform)
     assert binfmt.describe_file(out / "model.so") == ("elf", arch)
@@ -152,8 +156,12 @@ def test_android_opencl_adreno(conv_model, tmp_path):
     blob = b"".join(members(out / "model.tar").values())
     assert b"__kernel" in blob  # OpenCL C source for the device runtime to compile
     assert b"image2d_array_t" in blob  # texture memory: TVM's Adreno schedules
-    assert m.target == {"kind": "opencl", "device": "adreno", "keys": ["adreno", "opencl", "gpu", "texture"],
-                        "host": target_dict(PLATFORMS["android-arm64"], "cpu")}
+    assert m.target == {
+        "kind": "opencl",
+        "device": "adreno",
+        "keys": ["adreno", "opencl", "gpu", "texture"],
+        "host": target_dict(PLATFORMS["android-arm64"], "cpu"),
+    }
     # one OpenCL entry per memory scope the module uses (buffers and textures), then the host
     names = [(d["name"], d["dl_device_type"]) for d in m.vm["devices"]]
     assert len(names) >= 3 and set(names[:-1]) == {("opencl", 4)} and names[-1] == ("cpu", 1), names
@@ -173,7 +181,10 @@ def test_target_table():
     host = target_dict(PLATFORMS["host"], "cpu")
     assert host["kind"] == "llvm" and host["mcpu"] not in ("", "generic")
     assert target_dict(PLATFORMS["android-armv7"], "cpu") == {
-        "kind": "llvm", "mtriple": "armv7a-linux-androideabi", "mattr": ["+neon"]}
+        "kind": "llvm",
+        "mtriple": "armv7a-linux-androideabi",
+        "mattr": ["+neon"],
+    }
     assert target_dict(PLATFORMS["android-arm64"], "opencl", "mali")["device"] == "mali"
     assert "device" not in target_dict(PLATFORMS["android-arm64"], "opencl", "generic")
     with pytest.raises(InputError, match="valid platform/device pairs: host/cpu"):
@@ -189,8 +200,10 @@ def test_binfmt_rejects_non_binaries():
     assert binfmt.describe(io.BytesIO(b"\x7fELF").read()) == ("unknown", "unknown")  # too short
 
 
-@pytest.mark.skipif(not (sys.platform == "darwin" and shutil.which("xcrun")),
-                    reason="the iOS static library is made with Xcode's libtool: runs on macOS with Xcode only")
+@pytest.mark.skipif(
+    not (sys.platform == "darwin" and shutil.which("xcrun")),
+    reason="the iOS static library is made with Xcode's libtool: runs on macOS with Xcode only",
+)
 def test_ios_static_library_with_xcode(conv_model, tmp_path):
     out, m = build(conv_model, tmp_path, "ios-arm64")
     assert m.export["kind"] == "static" and (out / "libmodel.a").read_bytes()[:8] == b"!<arch>\n"
@@ -222,16 +235,25 @@ def test_cpu_matrix_bundle_checks_every_x86_level_this_cpu_has(tmp_path):
 
     if platform.machine() != "x86_64":
         pytest.skip("the bundle holds x86-64 builds")
-    spec = importlib.util.spec_from_file_location("cpu_matrix", Path(__file__).parent.parent / "scripts" / "cpu_matrix.py")
+    spec = importlib.util.spec_from_file_location(
+        "cpu_matrix", Path(__file__).parent.parent / "scripts" / "cpu_matrix.py"
+    )
     matrix = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(matrix)
-    for a in (np.arange(6, dtype=np.float32).reshape(2, 3) / 3, np.array([[0, 255]], np.uint8),
-              np.array([-2**31, 7], np.int32)):
+    for a in (
+        np.arange(6, dtype=np.float32).reshape(2, 3) / 3,
+        np.array([[0, 255]], np.uint8),
+        np.array([-(2**31), 7], np.int32),
+    ):
         np.save(tmp_path / "a.npy", a)
         assert matrix.read_npy(tmp_path / "a.npy")[1] == a.ravel().tolist()
     matrix.bundle(tmp_path / "b", names=("int8",))
-    proc = subprocess.run([sys.executable, str(tmp_path / "b" / "cpu_matrix.py"), "check", str(tmp_path / "b")],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "b" / "cpu_matrix.py"), "check", str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     flags = Path("/proc/cpuinfo").read_text()
     for cpu, needs in matrix.CPUS.items():

@@ -32,13 +32,18 @@ def conv_relu_gemm():
     def w(name, *shape):
         return numpy_helper.from_array((rng.standard_normal(shape) * 0.1).astype(np.float32), name)
 
-    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("Flatten", ["r"], ["f"]),
-             helper.make_node("Gemm", ["f", "W2", "B2"], ["y"], transB=1)]
-    return onnx_model(nodes, [helper.make_tensor_value_info("x", F, [1, 8, 16, 16])],
-                      [helper.make_tensor_value_info("y", F, [1, 64])],
-                      [w("W", 16, 8, 3, 3), w("B", 16), w("W2", 64, 16 * 16 * 16), w("B2", 64)])
+    nodes = [
+        helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"]),
+        helper.make_node("Gemm", ["f", "W2", "B2"], ["y"], transB=1),
+    ]
+    return onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", F, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", F, [1, 64])],
+        [w("W", 16, 8, 3, 3), w("B", 16), w("W2", 64, 16 * 16 * 16), w("B2", 64)],
+    )
 
 
 def cli(*args, cwd: Path) -> subprocess.CompletedProcess:
@@ -53,8 +58,20 @@ def built(tmp_path_factory) -> dict:
     model = save_onnx(conv_relu_gemm(), d / "crg.onnx")
     runs = {}
     for precision in ("fp32", "fp16"):
-        r = cli("compile", model, "--device", "cpu", "--platform", "host", "--precision", precision, "--check",
-                "-o", d / precision, cwd=d)
+        r = cli(
+            "compile",
+            model,
+            "--device",
+            "cpu",
+            "--platform",
+            "host",
+            "--precision",
+            precision,
+            "--check",
+            "-o",
+            d / precision,
+            cwd=d,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         runs[precision] = r.stderr
     return {"dir": d, "model": model, "stderr": runs}
@@ -113,7 +130,7 @@ def test_conversion_keeps_interface_and_folds_weights(built):
 
     imported = frontends.load(built["model"], [])
     mod = imported.mod
-    weights = mod["main"].params[len(imported.inputs):]
+    weights = mod["main"].params[len(imported.inputs) :]
     mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
     assert precision.apply(mod, "fp32") is mod
     half = precision.apply(mod, "fp16")
@@ -129,8 +146,19 @@ def test_opencl_kernels_are_half(built, tmp_path):
     """--device opencl: the kernels (OpenCL C, kept as source in the library) take half and enable
     cl_khr_fp16; the fp32 build's do not."""
     for precision in ("fp16", "fp32"):
-        r = cli("compile", built["model"], "--device", "opencl", "--platform", "host", "--precision", precision,
-                "-o", tmp_path / precision, cwd=tmp_path)
+        r = cli(
+            "compile",
+            built["model"],
+            "--device",
+            "opencl",
+            "--platform",
+            "host",
+            "--precision",
+            precision,
+            "-o",
+            tmp_path / precision,
+            cwd=tmp_path,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
     lib16 = (tmp_path / "fp16" / "model.so").read_bytes()
     lib32 = (tmp_path / "fp32" / "model.so").read_bytes()
@@ -141,8 +169,20 @@ def test_opencl_kernels_are_half(built, tmp_path):
 
 
 def test_user_tolerances_override_fp16_defaults(built, tmp_path):
-    r = cli("compile", built["model"], "--precision", "fp16", "--check", "--rtol", "1e-6", "--atol", "0",
-            "-o", tmp_path / "out", cwd=tmp_path)
+    r = cli(
+        "compile",
+        built["model"],
+        "--precision",
+        "fp16",
+        "--check",
+        "--rtol",
+        "1e-6",
+        "--atol",
+        "0",
+        "-o",
+        tmp_path / "out",
+        cwd=tmp_path,
+    )
     assert r.returncode == 5, r.stdout + r.stderr
     assert "FAIL y" in r.stderr and "atol 0 + rtol 1e-06" in r.stderr
     assert not (tmp_path / "out").exists()
@@ -159,8 +199,17 @@ def test_bad_precision_is_refused(tmp_path):
 
 
 def test_fp16_refused_for_nnapi(tmp_path):
-    r = cli("compile", "builtin:mobilenet", "--platform", "android-arm64", "--device", "nnapi", "--precision", "fp16",
-            cwd=tmp_path)
+    r = cli(
+        "compile",
+        "builtin:mobilenet",
+        "--platform",
+        "android-arm64",
+        "--device",
+        "nnapi",
+        "--precision",
+        "fp16",
+        cwd=tmp_path,
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert "does not apply to --device nnapi" in r.stderr and "fix:" in r.stderr
 
@@ -173,10 +222,14 @@ def test_fp16_refuses_integer_models(tmp_path):
     from tvmgen.compiler import precision
     from tvmgen.core.errors import InputError
 
-    model = onnx_model([helper.make_node("MatMulInteger", ["a", "b"], ["y"])],
-                       [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, 8]),
-                        helper.make_tensor_value_info("b", TensorProto.INT8, [8, 4])],
-                       [helper.make_tensor_value_info("y", TensorProto.INT32, [4, 4])])
+    model = onnx_model(
+        [helper.make_node("MatMulInteger", ["a", "b"], ["y"])],
+        [
+            helper.make_tensor_value_info("a", TensorProto.UINT8, [4, 8]),
+            helper.make_tensor_value_info("b", TensorProto.INT8, [8, 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [4, 4])],
+    )
     imported = frontends.load(save_onnx(model, tmp_path / "mmi.onnx"), [])
     with pytest.raises(InputError, match="integer operators"):
         precision.apply(imported.mod, "fp16")
@@ -210,14 +263,38 @@ def test_fp16_on_opencl_runs_or_names_the_missing_extension(built, tmp_path, ocl
     the fix, instead of a driver's build log on the first run."""
     from tvmgen.runtime.check import tolerances
 
-    r = cli("compile", built["model"], "--device", "opencl", "--platform", "host", "--precision", "fp16",
-            "-o", tmp_path / "fp16", cwd=tmp_path)
+    r = cli(
+        "compile",
+        built["model"],
+        "--device",
+        "opencl",
+        "--platform",
+        "host",
+        "--precision",
+        "fp16",
+        "-o",
+        tmp_path / "fp16",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     info = opencl_info(opencl_lib)
     x = np.random.default_rng(3).standard_normal((1, 8, 16, 16)).astype("float32")
     np.save(tmp_path / "x.npy", x)
-    proc = subprocess.run([str(ocl_runtime / "bin" / "tvmgen-run"), str(tmp_path / "fp16"), "-i", f"x={tmp_path / 'x.npy'}",
-                           "-o", str(tmp_path / "out"), "--repeat", "1"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            str(ocl_runtime / "bin" / "tvmgen-run"),
+            str(tmp_path / "fp16"),
+            "-i",
+            f"x={tmp_path / 'x.npy'}",
+            "-o",
+            str(tmp_path / "out"),
+            "--repeat",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if info["devices"][0]["fp16"]:
         assert proc.returncode == 0, proc.stderr
         out = np.load(next((tmp_path / "out").glob("*.npy")))
@@ -235,16 +312,35 @@ def test_fp16_adreno_build_then_check(tmp_path):
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(4)
-    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
-    model = onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
-                       [numpy_helper.from_array((rng.standard_normal((16, 8, 3, 3)) * 0.3).astype(np.float32), "W"),
-                        numpy_helper.from_array(np.array(0, np.float32), "lo"),
-                        numpy_helper.from_array(np.array(6, np.float32), "hi")])
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["c", "lo", "hi"], ["y"]),
+    ]
+    model = onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
+        [
+            numpy_helper.from_array((rng.standard_normal((16, 8, 3, 3)) * 0.3).astype(np.float32), "W"),
+            numpy_helper.from_array(np.array(0, np.float32), "lo"),
+            numpy_helper.from_array(np.array(6, np.float32), "hi"),
+        ],
+    )
     path = save_onnx(model, tmp_path / "conv_relu6.onnx")
-    r = cli("compile", path, "--device", "opencl", "--gpu-family", "adreno", "--precision", "fp16", "--check",
-            "-o", tmp_path / "out", cwd=tmp_path)
+    r = cli(
+        "compile",
+        path,
+        "--device",
+        "opencl",
+        "--gpu-family",
+        "adreno",
+        "--precision",
+        "fp16",
+        "--check",
+        "-o",
+        tmp_path / "out",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok y:" in r.stdout + r.stderr and "(fp16 build)" in r.stdout + r.stderr
     assert b"image2d_array_t" in (tmp_path / "out" / "model.so").read_bytes()

@@ -39,10 +39,21 @@ def small_cnn():
         helper.make_node("Cast", ["w4h"], ["w4"], to=TensorProto.FLOAT),
         helper.make_node("MatMul", ["f", "w4"], ["y"]),
     ]
-    inits = [w("w1", 32, 3, 3, 3), w("b1", 32), w("w2", 32, 1, 3, 3), w("b2", 32), w("w3", 64, 32, 1, 1), w("b3", 64),
-             w("w4h", 64, 100, dtype=np.float16)]
-    return onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, H, H])],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 100])], inits)
+    inits = [
+        w("w1", 32, 3, 3, 3),
+        w("b1", 32),
+        w("w2", 32, 1, 3, 3),
+        w("b2", 32),
+        w("w3", 64, 32, 1, 1),
+        w("b3", 64),
+        w("w4h", 64, 100, dtype=np.float16),
+    ]
+    return onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, H, H])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 100])],
+        inits,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +61,21 @@ def art(tmp_path_factory):
     d = tmp_path_factory.mktemp("profile")
     model = save_onnx(small_cnn(), d / "cnn.onnx")
     out = d / "cnn-host-cpu"
-    r = subprocess.run([*TVMGEN, "compile", str(model), "-o", str(out)], capture_output=True, text=True,
-                       env=dict(os.environ, TVMGEN_LOG_DIR=str(d / "logs")), timeout=600)
+    r = subprocess.run(
+        [*TVMGEN, "compile", str(model), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TVMGEN_LOG_DIR=str(d / "logs")),
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return out
 
 
 def cli(*args, check=True):
-    r = subprocess.run([*TVMGEN, *map(str, args)], capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, COLUMNS="200"))
+    r = subprocess.run(
+        [*TVMGEN, *map(str, args)], capture_output=True, text=True, timeout=600, env=dict(os.environ, COLUMNS="200")
+    )
     assert not check or r.returncode == 0, r.stdout + r.stderr
     return r
 
@@ -110,8 +127,12 @@ def test_peak_memory_matches_the_kernels_accounting(art):
     from tvmgen.reports import memory
 
     before_exec = memory.proc_status()["VmHWM"]
-    proc = subprocess.Popen([*TVMGEN, "run", str(art), "--json", "--repeat", "3"], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [*TVMGEN, "run", str(art), "--json", "--repeat", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
@@ -165,8 +186,12 @@ def test_inspect_memory_and_size(art):
 def test_relax_ops_from_kernel_names():
     from tvmgen.compiler import kernels
 
-    assert kernels.relax_ops("fused_conv2d14_add7_maximum7_minimum7_prepacked") == ["conv2d", "add", "maximum",
-                                                                                  "minimum"]
+    assert kernels.relax_ops("fused_conv2d14_add7_maximum7_minimum7_prepacked") == [
+        "conv2d",
+        "add",
+        "maximum",
+        "minimum",
+    ]
     assert kernels.relax_ops("fused_max_pool2d3_layout_transform1") == ["max_pool2d", "layout_transform"]
     assert kernels.relax_ops("fused_matmul_add_kernel") == ["matmul", "add"]
     assert kernels.kernel_kind(["transpose", "reshape"]) == "copies/layout"
@@ -191,6 +216,7 @@ def test_profile_table_from_counts():
 
 # ------------------------------------------------------------------ on the device: tvmgen-run and RPC
 
+
 @pytest.fixture(scope="module")
 def host_runtime():
     from conftest import require_tool
@@ -205,8 +231,12 @@ def test_tvmgen_run_profile_and_memory(art, host_runtime, tmp_path):
     from tvmgen.compiler import kernels
     from tvmgen.reports.profile import Profile
 
-    proc = subprocess.Popen([str(host_runtime / "bin" / "tvmgen-run"), str(art), "--repeat", "30", "--profile",
-                             str(tmp_path / "p.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(host_runtime / "bin" / "tvmgen-run"), str(art), "--repeat", "30", "--profile", str(tmp_path / "p.json")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     out, err = proc.communicate()
     _, status, usage = os.wait4(proc.pid, 0) if proc.returncode is None else (0, 0, None)
     assert proc.returncode == 0, err
@@ -224,8 +254,12 @@ def test_tvmgen_run_peak_equals_the_kernels_accounting(art, host_runtime):
     # a child's ru_maxrss also counts the memory it shared with this process before exec: the
     # kernel's figure is the larger of that and tvmgen-run's own peak
     before_exec = memory.proc_status()["VmHWM"]
-    proc = subprocess.Popen([str(host_runtime / "bin" / "tvmgen-run"), str(art), "--repeat", "3"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [str(host_runtime / "bin" / "tvmgen-run"), str(art), "--repeat", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
@@ -265,9 +299,26 @@ def devices(tmp_path_factory, host_runtime):
 def test_bench_profile_over_rpc(devices, key, art, tmp_path):
     """The device's own clock: the profile adds up to the device's whole run, here and under qemu."""
     source = art if key == "prof-host" else art.parent / "cnn.onnx"  # compiled for the device's platform
-    r = subprocess.run([*TVMGEN, "bench", str(source), "--key", key, "--proxy", devices["proxy"], "--repeat", "5",
-                        "--profile", "--json", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, TVMGEN_STATE_DIR=str(devices["state"]), COLUMNS="200"))
+    r = subprocess.run(
+        [
+            *TVMGEN,
+            "bench",
+            str(source),
+            "--key",
+            key,
+            "--proxy",
+            devices["proxy"],
+            "--repeat",
+            "5",
+            "--profile",
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, TVMGEN_STATE_DIR=str(devices["state"]), COLUMNS="200"),
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads((tmp_path / "r.json").read_text())
     p = res["profile"]
@@ -279,6 +330,7 @@ def test_bench_profile_over_rpc(devices, key, art, tmp_path):
 
 
 # ------------------------------------------------------------------ OpenCL on PoCL: the device's event timestamps
+
 
 def test_launching_function_from_opencl_kernel_names():
     from tvmgen.reports.profile import launching_function
@@ -298,8 +350,10 @@ def opencl_art(tmp_path_factory, host_runtime):
     platform) is there: missing, the test is skipped, and fails under CI=true."""
     from conftest import unavailable
 
-    code = ("import ctypes, sys, tvm; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
-            "print(tvm.get_global_func('tvmgen.opencl.info')())")
+    code = (
+        "import ctypes, sys, tvm; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
+        "print(tvm.get_global_func('tvmgen.opencl.info')())"
+    )
     lib = host_runtime / "lib" / "libtvmgen_opencl.so"
     proc = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -308,9 +362,13 @@ def opencl_art(tmp_path_factory, host_runtime):
         unavailable(f"no OpenCL platform here ({info.get('error')}); install PoCL: apt-get install pocl-opencl-icd")
     d = tmp_path_factory.mktemp("profile-ocl")
     out = d / "mobilenet-opencl"
-    r = subprocess.run([*TVMGEN, "compile", "builtin:mobilenet", "--device", "opencl", "-o", str(out)],
-                       capture_output=True, text=True, env=dict(os.environ, TVMGEN_LOG_DIR=str(d / "logs")),
-                       timeout=900)
+    r = subprocess.run(
+        [*TVMGEN, "compile", "builtin:mobilenet", "--device", "opencl", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TVMGEN_LOG_DIR=str(d / "logs")),
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return out
 
@@ -323,9 +381,20 @@ def test_tvmgen_run_profile_on_opencl_uses_event_timestamps(opencl_art, host_run
 
     env = dict(os.environ, TVMGEN_OPENCL_CACHE_DIR=str(tmp_path / "cl-cache"))
     runs = 5
-    proc = subprocess.run([str(host_runtime / "bin" / "tvmgen-run"), str(opencl_art), "--repeat", str(runs),
-                           "--profile", str(tmp_path / "p.json")], capture_output=True, text=True, env=env,
-                          timeout=900)
+    proc = subprocess.run(
+        [
+            str(host_runtime / "bin" / "tvmgen-run"),
+            str(opencl_art),
+            "--repeat",
+            str(runs),
+            "--profile",
+            str(tmp_path / "p.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr
     d = json.loads((tmp_path / "p.json").read_text())
     raw = d["profile"]
@@ -354,9 +423,13 @@ def test_tvmgen_run_profile_on_opencl_uses_event_timestamps(opencl_art, host_run
     host_ns = sum(host[n][1] for n in called)
     assert host_ns < 0.25 * sum(ns for _, ns in raw["counts"].values()), host_ns
     # tvmgen run (Python) on OpenCL takes the same event times
-    r = subprocess.run([*TVMGEN, "run", str(opencl_art), "--repeat", "1", "--profile", "--json"], capture_output=True,
-                       text=True, timeout=900,
-                       env=dict(env, TVMGEN_OPENCL_BACKEND=str(host_runtime / "lib" / "libtvmgen_opencl.so")))
+    r = subprocess.run(
+        [*TVMGEN, "run", str(opencl_art), "--repeat", "1", "--profile", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(env, TVMGEN_OPENCL_BACKEND=str(host_runtime / "lib" / "libtvmgen_opencl.so")),
+    )
     assert r.returncode == 0, r.stderr
     py = json.loads(r.stdout)["profile"]
     assert py["clock"] == OPENCL_EVENTS and {k["name"] for k in py["kernels"]} == called

@@ -18,11 +18,17 @@ import pytest
 from conftest import onnx_model, save_onnx, unavailable
 from test_frontends import assert_close
 
-CASES = [("lstm", 0, False, 9, 1, 6, 5), ("lstm", 0, True, 7, 2, 5, 64), ("gru", 0, False, 8, 1, 6, 7),
-         ("gru", 1, True, 6, 2, 4, 85), ("gru", 0, True, 5, 3, 4, 5), ("gru", 1, False, 9, 1, 3, 16)]
+CASES = [
+    ("lstm", 0, False, 9, 1, 6, 5),
+    ("lstm", 0, True, 7, 2, 5, 64),
+    ("gru", 0, False, 8, 1, 6, 7),
+    ("gru", 1, True, 6, 2, 4, 85),
+    ("gru", 0, True, 5, 3, 4, 5),
+    ("gru", 1, False, 9, 1, 3, 16),
+]
 
 # Compiles each case's kernel for one device and compares it with NumPy; prints one JSON line per case.
-KERNEL_CHECK = textwrap.dedent('''
+KERNEL_CHECK = textwrap.dedent("""
     import json, sys
     import numpy as np
     import tvm
@@ -83,13 +89,17 @@ KERNEL_CHECK = textwrap.dedent('''
             err = max(err, float(np.abs(C.numpy() - c).max()))
         print(json.dumps({"case": [kind, lbr, reverse, S, B, I, H], "max_error": err,
                           "moved": float(np.abs(ys).max())}))
-''')
+""")
 
 
 @pytest.mark.parametrize("device", ["cpu", "opencl"])
 def test_kernels_match_numpy(device, tmp_path):
-    proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK, device, json.dumps(CASES), str(tmp_path)],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", KERNEL_CHECK, device, json.dumps(CASES), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     if rows and "unavailable" in rows[0]:
@@ -112,20 +122,29 @@ def _lstm_model(hidden: int, peepholes: bool):
 
     rng = np.random.default_rng(4)
     seq, batch, size = 6, 2, 5
+
     def w(name, *shape):
         return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
     inits = [w("W", 2, 4 * hidden, size), w("R", 2, 4 * hidden, hidden), w("B", 2, 8 * hidden)]
     names = ["x", "W", "R", "B", "", "h0", "c0"]
     if peepholes:
         inits.append(w("P", 2, 3 * hidden))
         names.append("P")
     node = helper.make_node("LSTM", names, ["y", "yh", "yc"], hidden_size=hidden, direction="bidirectional", layout=1)
-    return onnx_model([node], [_vi("x", [batch, seq, size]), _vi("h0", [batch, 2, hidden]),
-                               _vi("c0", [batch, 2, hidden])], [_vi(o, None) for o in ("y", "yh", "yc")], inits)
+    return onnx_model(
+        [node],
+        [_vi("x", [batch, seq, size]), _vi("h0", [batch, 2, hidden]), _vi("c0", [batch, 2, hidden])],
+        [_vi(o, None) for o in ("y", "yh", "yc")],
+        inits,
+    )
 
 
-@pytest.mark.parametrize("hidden,peepholes,fused", [(8, False, True), (80, False, False), (8, True, False)],
-                         ids=["fused", "unrolled-over-256-gates", "unrolled-peepholes"])
+@pytest.mark.parametrize(
+    "hidden,peepholes,fused",
+    [(8, False, True), (80, False, False), (8, True, False)],
+    ids=["fused", "unrolled-over-256-gates", "unrolled-peepholes"],
+)
 def test_onnx_lstm_fused_or_unrolled(hidden, peepholes, fused, tmp_path):
     from onnx.reference import ReferenceEvaluator
 
@@ -165,7 +184,7 @@ def test_pytorch_gru_lstm_on_opencl_match_onnxruntime(tmp_path):
     torch.manual_seed(0)
     path = tmp_path / "rnn.onnx"
     torch.onnx.export(Net().eval(), torch.randn(1, 10, 15), str(path), opset_version=17, dynamo=False)
-    code = textwrap.dedent('''
+    code = textwrap.dedent("""
         import json, sys
         import numpy as np, onnxruntime as ort, tvm
         from tvmgen.compiler import kernels
@@ -182,13 +201,18 @@ def test_pytorch_gru_lstm_on_opencl_match_onnxruntime(tmp_path):
         names = [k["name"] for k in kernels.load(sys.argv[2])["kernels"]]
         print(json.dumps({"err": float(np.abs(got - want).max()), "scale": float(np.abs(want).max()),
                           "fused": sorted(n for n in names if n.startswith("tvmgen_"))}))
-    ''')
+    """)
     art = tmp_path / "ocl"
-    p = subprocess.run([sys.executable, "-m", "tvmgen", "compile", str(path), "--device", "opencl", "-o", str(art)],
-                       capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [sys.executable, "-m", "tvmgen", "compile", str(path), "--device", "opencl", "-o", str(art)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
-    proc = subprocess.run([sys.executable, "-c", code, str(path), str(art)], capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path), str(art)], capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     if "unavailable" in r:
@@ -207,8 +231,12 @@ def test_unrolled_lstm_on_opencl_gets_short_kernel_names(tmp_path):
 
     path = save_onnx(_lstm_model(8, peepholes=True), tmp_path / "lstm.onnx")
     art = tmp_path / "ocl"
-    p = subprocess.run([sys.executable, "-m", "tvmgen", "compile", str(path), "--device", "opencl", "-o", str(art)],
-                       capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [sys.executable, "-m", "tvmgen", "compile", str(path), "--device", "opencl", "-o", str(art)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     names = [k["name"] for k in kernels.load(art)["kernels"]]
     assert not [n for n in names if n.startswith("tvmgen_lstm")]

@@ -50,8 +50,14 @@ def servers(state):
 
 def bench(*args, state, timeout=300):
     env = dict(os.environ, TVMGEN_STATE_DIR=str(state), TVMGEN_LOG_DIR=str(state / "logs"))
-    return subprocess.run([sys.executable, "-m", "tvmgen", "bench", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=state)
+    return subprocess.run(
+        [sys.executable, "-m", "tvmgen", "bench", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=state,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +70,20 @@ def small_onnx(tmp_path_factory):
 @pytest.mark.parametrize("via", ["tracker", "proxy"])
 def test_host_device(servers, via, tmp_path):
     key = "host-t" if via == "tracker" else "host-p"
-    r = bench("builtin:mobilenet", "--key", key, f"--{via}", servers[via].address, "--repeat", "4",
-              "--json", tmp_path / "r.json", "--plot", tmp_path / "r.png", state=servers["state"])
+    r = bench(
+        "builtin:mobilenet",
+        "--key",
+        key,
+        f"--{via}",
+        servers[via].address,
+        "--repeat",
+        "4",
+        "--json",
+        tmp_path / "r.json",
+        "--plot",
+        tmp_path / "r.png",
+        state=servers["state"],
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads((tmp_path / "r.json").read_text())
     assert res["device"]["arch"] == "x86_64" and res["device"]["platform"] == "host"
@@ -87,10 +105,12 @@ def test_tracker_lists_devices(servers):
 def arm_devices(servers):
     for tool in ("aarch64-linux-gnu-g++", "qemu-aarch64"):
         require_tool(tool)
-    started = [rpc.start_device("linux-aarch64", "arm-t", tracker=servers["tracker"].address,
-                                work_dir=servers["state"] / "a1"),
-               rpc.start_device("linux-aarch64", "arm-p", proxy=servers["proxy"].address,
-                                work_dir=servers["state"] / "a2")]
+    started = [
+        rpc.start_device(
+            "linux-aarch64", "arm-t", tracker=servers["tracker"].address, work_dir=servers["state"] / "a1"
+        ),
+        rpc.start_device("linux-aarch64", "arm-p", proxy=servers["proxy"].address, work_dir=servers["state"] / "a2"),
+    ]
     yield
     for s in started:
         s.stop()
@@ -100,8 +120,20 @@ def arm_devices(servers):
 def test_emulated_aarch64_device(servers, arm_devices, via, tmp_path, torch_onnx):
     """The emulated phone CPU: a MobileNet-like model compiled for linux-aarch64, run under qemu."""
     key = "arm-t" if via == "tracker" else "arm-p"
-    r = bench(torch_onnx, "--input", "image:1x3x64x64", "--key", key, f"--{via}", servers[via].address,
-              "--repeat", "2", "--json", tmp_path / "r.json", state=servers["state"])
+    r = bench(
+        torch_onnx,
+        "--input",
+        "image:1x3x64x64",
+        "--key",
+        key,
+        f"--{via}",
+        servers[via].address,
+        "--repeat",
+        "2",
+        "--json",
+        tmp_path / "r.json",
+        state=servers["state"],
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads((tmp_path / "r.json").read_text())
     assert res["device"]["arch"] == "aarch64" and res["platform"] == "linux-aarch64"
@@ -120,9 +152,14 @@ def two_output_onnx(tmp_path_factory):
     w = numpy_helper.from_array(np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32), "w")
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("ReduceMean", ["y"], ["s"], keepdims=0)],
-        "two_outputs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8]),
-         helper.make_tensor_value_info("s", TensorProto.FLOAT, [])], [w])
+        "two_outputs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+        ],
+        [w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return save_onnx(model, tmp_path_factory.mktemp("two") / "two.onnx")
@@ -134,8 +171,18 @@ def test_several_outputs(servers, key, two_output_onnx, tmp_path, request):
     copied and checked, the 0-d one included (this failed with 'RPCObjectRef' object is not iterable)."""
     if key == "arm-p":
         request.getfixturevalue("arm_devices")
-    r = bench(two_output_onnx, "--key", key, "--proxy", servers["proxy"].address, "--repeat", "2",
-              "--json", tmp_path / "r.json", state=servers["state"])
+    r = bench(
+        two_output_onnx,
+        "--key",
+        key,
+        "--proxy",
+        servers["proxy"].address,
+        "--repeat",
+        "2",
+        "--json",
+        tmp_path / "r.json",
+        state=servers["state"],
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads((tmp_path / "r.json").read_text())
     assert res["device"]["arch"] == ("aarch64" if key == "arm-p" else "x86_64")
@@ -178,7 +225,8 @@ def test_nested_tuple_outputs(servers, arm_devices, tmp_path):
     plat = get_platform("linux-aarch64")
     lib = tmp_path / "nested.so"
     tvm.compile(Nested, make_target(target_dict(plat, "cpu"))).export_library(
-        str(lib), fcompile=cc.cross_compiler(str(export.linker(plat, objects_only=False))))
+        str(lib), fcompile=cc.cross_compiler(str(export.linker(plat, objects_only=False)))
+    )
     remote = session(servers, "arm-t")
     remote.upload(str(lib), target="nested.so")
     dev = remote.cpu(0)
@@ -196,8 +244,19 @@ def test_nested_tuple_outputs(servers, arm_devices, tmp_path):
 
 
 def test_remote_gemm(servers, arm_devices, tmp_path):
-    r = bench("--gemm", "128", "--key", "arm-t", "--tracker", servers["tracker"].address, "--repeat", "2",
-              "--json", tmp_path / "g.json", state=servers["state"])
+    r = bench(
+        "--gemm",
+        "128",
+        "--key",
+        "arm-t",
+        "--tracker",
+        servers["tracker"].address,
+        "--repeat",
+        "2",
+        "--json",
+        tmp_path / "g.json",
+        state=servers["state"],
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads((tmp_path / "g.json").read_text())
     assert res["gflops"] > 0 and res["check"][0]["max_abs"] < 1e-3 and res["model"] == "gemm128"
@@ -209,15 +268,26 @@ def test_two_benches_share_one_device(servers, state, small_onnx, tmp_path):
     device = rpc.start_device("host", "solo", tracker=tracker.address, work_dir=state / "solo")
     try:
         env = dict(os.environ, TVMGEN_STATE_DIR=str(state), TVMGEN_LOG_DIR=str(state / "logs"))
-        cmd = [sys.executable, "-m", "tvmgen", "bench", "builtin:mobilenet", "--key", "solo", "--tracker",
-               tracker.address]
-        first = subprocess.Popen([*cmd, "--repeat", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 env=env)
+        cmd = [
+            sys.executable,
+            "-m",
+            "tvmgen",
+            "bench",
+            "builtin:mobilenet",
+            "--key",
+            "solo",
+            "--tracker",
+            tracker.address,
+        ]
+        first = subprocess.Popen(
+            [*cmd, "--repeat", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
         deadline = time.time() + 120
         while "session 1:" not in Path(device.log).read_text() and time.time() < deadline:
             time.sleep(0.1)
-        second = subprocess.run([*cmd[:4], str(small_onnx), *cmd[5:], "--repeat", "2"], capture_output=True,
-                                text=True, env=env, timeout=300)
+        second = subprocess.run(
+            [*cmd[:4], str(small_onnx), *cmd[5:], "--repeat", "2"], capture_output=True, text=True, env=env, timeout=300
+        )
         out1, err1 = first.communicate(timeout=300)
         assert first.returncode == 0, err1
         assert second.returncode == 0, second.stderr
@@ -234,9 +304,27 @@ def test_device_killed_mid_bench(servers, state):
     device = rpc.start_device("host", "doomed", tracker=tracker.address, work_dir=state / "doomed")
     try:
         env = dict(os.environ, TVMGEN_STATE_DIR=str(state), TVMGEN_LOG_DIR=str(state / "logs"))
-        proc = subprocess.Popen([sys.executable, "-m", "tvmgen", "bench", "builtin:mobilenet", "--key", "doomed",
-                                 "--tracker", tracker.address, "--repeat", "100", "--min-repeat-ms", "200"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tvmgen",
+                "bench",
+                "builtin:mobilenet",
+                "--key",
+                "doomed",
+                "--tracker",
+                tracker.address,
+                "--repeat",
+                "100",
+                "--min-repeat-ms",
+                "200",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         deadline = time.time() + 120
         while "load module" not in Path(device.log).read_text() and time.time() < deadline:
             time.sleep(0.1)
@@ -265,8 +353,12 @@ def test_unknown_key_on_tracker(servers):
 def test_wrong_architecture_refused_before_upload(servers, tmp_path, small_onnx):
     require_tool("aarch64-linux-gnu-g++")
     art = tmp_path / "a64"
-    subprocess.run([sys.executable, "-m", "tvmgen", "compile", small_onnx, "--platform", "linux-aarch64", "-o", art],
-                   check=True, capture_output=True, env=dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path)))
+    subprocess.run(
+        [sys.executable, "-m", "tvmgen", "compile", small_onnx, "--platform", "linux-aarch64", "-o", art],
+        check=True,
+        capture_output=True,
+        env=dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path)),
+    )
     log = Path(servers["state"] / "device-host-t.log")
     uploads_before = log.read_text().count("upload ")
     r = bench(art, "--key", "host-t", "--tracker", servers["tracker"].address, state=servers["state"])
@@ -295,8 +387,9 @@ def test_uploads_confined_to_the_work_dir(servers, tmp_path):
 
 def test_upload_size_and_session_length_limits(servers, state, tmp_path):
     tracker = servers["tracker"].address
-    dev = rpc.start_device("host", "tight", tracker=tracker, work_dir=state / "tight", max_upload_mb=1,
-                           session_timeout=3)
+    dev = rpc.start_device(
+        "host", "tight", tracker=tracker, work_dir=state / "tight", max_upload_mb=1, session_timeout=3
+    )
     try:
         remote = session(servers, "tight")
         big = tmp_path / "big.bin"
@@ -341,8 +434,9 @@ def test_cli_detached_servers(state, tmp_path):
     env = dict(os.environ, TVMGEN_STATE_DIR=str(tmp_path), TVMGEN_LOG_DIR=str(tmp_path / "logs"))
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "tvmgen", *args], capture_output=True, text=True, env=env,
-                              timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "tvmgen", *args], capture_output=True, text=True, env=env, timeout=120
+        )
 
     r = cli("rpc", "tracker", "--detach", "--port", "19800")
     assert r.returncode == 0, r.stderr

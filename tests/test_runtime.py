@@ -41,8 +41,9 @@ def built(tmp_path_factory):
             arts[(name, plat)] = out
         if name == "mobilenet":
             out = d / "mobilenet-host-params"
-            compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu", separate_params=True), out, True,
-                                {"name": name})
+            compile_to_artifact(
+                imported, BuildOptions(PLATFORMS["host"], "cpu", separate_params=True), out, True, {"name": name}
+            )
             arts[("mobilenet-params", "host")] = out
     return arts
 
@@ -73,8 +74,16 @@ def run_tool(prefix: Path, artifact: Path, tmp_path: Path, inputs: dict, qemu=Fa
         args += ["--input", f"{name}={p}"]
     outdir = tmp_path / "outputs"
     outdir.mkdir(exist_ok=True)
-    cmd = [str(prefix / "bin" / "tvmgen-run"), str(artifact), *args, "-o", str(outdir),
-           "--timings", str(tmp_path / "t.json"), *extra]
+    cmd = [
+        str(prefix / "bin" / "tvmgen-run"),
+        str(artifact),
+        *args,
+        "-o",
+        str(outdir),
+        "--timings",
+        str(tmp_path / "t.json"),
+        *extra,
+    ]
     if qemu:
         cmd = ["qemu-aarch64", "-L", QEMU_SYSROOT, *cmd]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -111,9 +120,24 @@ def test_host_runner_raw_input_and_threads(host_runtime, built, tmp_path):
     a.tofile(tmp_path / "a.bin")
     np.save(tmp_path / "b.npy", b)
     out = tmp_path / "o" / "run1"  # -o creates a directory that does not exist yet
-    proc = subprocess.run([str(host_runtime / "bin" / "tvmgen-run"), str(art), "-i", str(tmp_path / "a.bin"), "-i",
-                           f"b={tmp_path / 'b.npy'}", "-o", str(out), "--threads", "1", "--affinity", "big"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            str(host_runtime / "bin" / "tvmgen-run"),
+            str(art),
+            "-i",
+            str(tmp_path / "a.bin"),
+            "-i",
+            f"b={tmp_path / 'b.npy'}",
+            "-o",
+            str(out),
+            "--threads",
+            "1",
+            "--affinity",
+            "big",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(np.load(out / "y.npy"), a @ b, rtol=1e-5)
 
@@ -124,8 +148,9 @@ def test_aarch64_runner_under_qemu_matches_host(aarch64_runtime, built, tmp_path
     host = HostModel(built[(name, "host")])
     inputs = random_inputs(host.manifest.inputs, seed=5)
     want = host.run(inputs)
-    rc, got, timings, err = run_tool(aarch64_runtime, art, tmp_path, inputs, qemu=True,
-                                     extra=["--repeat", "1", "--warmup", "0"])
+    rc, got, timings, err = run_tool(
+        aarch64_runtime, art, tmp_path, inputs, qemu=True, extra=["--repeat", "1", "--warmup", "0"]
+    )
     assert rc == 0, err
     assert timings["arch"] == "aarch64"
     for g, w in zip(got, want):
@@ -141,9 +166,11 @@ def test_aarch64_binaries_are_aarch64(aarch64_runtime):
 
 # --------------------------------------------------------------------------- bad input
 
+
 def tool_error(prefix, artifact, *args):
-    proc = subprocess.run([str(prefix / "bin" / "tvmgen-run"), str(artifact), *map(str, args)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(prefix / "bin" / "tvmgen-run"), str(artifact), *map(str, args)], capture_output=True, text=True
+    )
     assert proc.returncode != 0
     return proc.stderr
 
@@ -199,20 +226,29 @@ def test_object_archive_is_refused(host_runtime, built, tmp_path):
 
 def test_usage_errors(host_runtime):
     tool = str(host_runtime / "bin" / "tvmgen-run")
-    for args, phrase in [([], "no artifact directory given"), (["a", "--repeat", "x"], "--repeat takes a number"),
-                         (["a", "--affinity", "fast"], "--affinity takes big, little or any"),
-                         (["a", "--bogus"], "unknown option --bogus")]:
+    for args, phrase in [
+        ([], "no artifact directory given"),
+        (["a", "--repeat", "x"], "--repeat takes a number"),
+        (["a", "--affinity", "fast"], "--affinity takes big, little or any"),
+        (["a", "--bogus"], "unknown option --bogus"),
+    ]:
         proc = subprocess.run([tool, *args], capture_output=True, text=True)
         assert proc.returncode == 2 and phrase in proc.stderr and "usage:" in proc.stderr
 
 
 # --------------------------------------------------------------------------- embed
 
+
 def cli(*args, cwd):
     import sys
 
-    return subprocess.run([sys.executable, "-m", "tvmgen", *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          env=dict(os.environ, TVMGEN_LOG_DIR=str(cwd / "logs")))
+    return subprocess.run(
+        [sys.executable, "-m", "tvmgen", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=dict(os.environ, TVMGEN_LOG_DIR=str(cwd / "logs")),
+    )
 
 
 def test_embed_host_bundle_links_into_a_cmake_project(built, tmp_path):
@@ -220,15 +256,33 @@ def test_embed_host_bundle_links_into_a_cmake_project(built, tmp_path):
     bundle = tmp_path / "bundle"
     r = cli("embed", built[("mobilenet", "host")], "--platform", "host", "-o", bundle, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    for f in ("artifact/manifest.json", "lib/libtvmgen_runtime.so", "lib/libtvm_runtime.so", "bin/tvmgen-run",
-              "include/tvmgen/runtime.h", "cmake/tvmgenConfig.cmake", "README.md"):
+    for f in (
+        "artifact/manifest.json",
+        "lib/libtvmgen_runtime.so",
+        "lib/libtvm_runtime.so",
+        "bin/tvmgen-run",
+        "include/tvmgen/runtime.h",
+        "cmake/tvmgenConfig.cmake",
+        "README.md",
+    ):
         assert (bundle / f).is_file(), f
     readme = (bundle / "README.md").read_text()
     assert "find_package(tvmgen CONFIG REQUIRED PATHS <bundle>/cmake)" in readme and "input:1x3x224x224" in readme
     if shutil.which("javac"):  # the Java API from the bundle alone: its jar and its JNI libraries
         assert (bundle / "lib" / "libtvmgen_jni.so").is_file() and (bundle / "java" / "tvmgen.jar").is_file()
-        java = subprocess.run(["java", f"-Dtvmgen.library.path={bundle / 'lib'}", "-jar", bundle / "java" / "tvmgen.jar",
-                               bundle / "artifact", "--repeat", "2"], capture_output=True, text=True)
+        java = subprocess.run(
+            [
+                "java",
+                f"-Dtvmgen.library.path={bundle / 'lib'}",
+                "-jar",
+                bundle / "java" / "tvmgen.jar",
+                bundle / "artifact",
+                "--repeat",
+                "2",
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert java.returncode == 0, java.stderr
         assert '"runs": 3' in java.stdout or '"runs":3' in java.stdout.replace(" ", "")
     # an existing app: a CMake project that finds the package and runs the model
@@ -237,15 +291,18 @@ def test_embed_host_bundle_links_into_a_cmake_project(built, tmp_path):
     (app / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.18)\nproject(app CXX)\nset(CMAKE_CXX_STANDARD 17)\n"
         "find_package(tvmgen CONFIG REQUIRED)\nadd_executable(app main.cc)\n"
-        "target_link_libraries(app PRIVATE tvmgen::runtime)\n")
+        "target_link_libraries(app PRIVATE tvmgen::runtime)\n"
+    )
     (app / "main.cc").write_text(
         "#include <tvmgen/runtime.h>\n#include <cstdio>\n#include <vector>\n"
         "int main(int, char** argv) {\n  auto m = tvmgen::Model::Load(argv[1]);\n"
         "  std::vector<float> x(m->inputs()[0].nbytes / 4, 0.5f), y(m->outputs()[0].nbytes / 4);\n"
-        "  m->SetInput(\"input\", x.data(), x.size() * 4);\n  m->Run();\n  m->GetOutput(0, y.data(), y.size() * 4);\n"
-        "  for (float v : y) std::printf(\"%.9g\\n\", v);\n}\n")
-    subprocess.run(["cmake", "-S", app, "-B", app / "b", f"-Dtvmgen_DIR={bundle / 'cmake'}"], check=True,
-                   capture_output=True)
+        '  m->SetInput("input", x.data(), x.size() * 4);\n  m->Run();\n  m->GetOutput(0, y.data(), y.size() * 4);\n'
+        '  for (float v : y) std::printf("%.9g\\n", v);\n}\n'
+    )
+    subprocess.run(
+        ["cmake", "-S", app, "-B", app / "b", f"-Dtvmgen_DIR={bundle / 'cmake'}"], check=True, capture_output=True
+    )
     subprocess.run(["cmake", "--build", app / "b"], check=True, capture_output=True)
     out = subprocess.run([app / "b" / "app", bundle / "artifact"], capture_output=True, text=True, check=True)
     got = np.array([float(v) for v in out.stdout.split()], np.float32)
@@ -260,9 +317,13 @@ def test_embed_android_bundle_from_a_model(tmp_path):
     env_clear = dict.fromkeys(("TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "ANDROID_HOME"), "")
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "tvmgen", "embed", str(model), "--platform", "android", "-o",
-                        str(tmp_path / "b")], capture_output=True, text=True, cwd=tmp_path,
-                       env={**os.environ, **env_clear, "TVMGEN_LOG_DIR": str(tmp_path / "logs")})
+    r = subprocess.run(
+        [sys.executable, "-m", "tvmgen", "embed", str(model), "--platform", "android", "-o", str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, **env_clear, "TVMGEN_LOG_DIR": str(tmp_path / "logs")},
+    )
     assert r.returncode == 0, r.stderr
     b = tmp_path / "b"
     manifest = json.loads((b / "artifact" / "manifest.json").read_text())

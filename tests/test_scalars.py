@@ -24,8 +24,12 @@ def vad(tmp_path_factory):
     work = tmp_path_factory.mktemp("vad-scalar")
     path = zoo.build("vad_scalar", work)[0]
     out = work / "art"
-    p = subprocess.run([*TVMGEN, "compile", str(path), "--input", "sr:scalar:int64", "--check", "-o", str(out)],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [*TVMGEN, "compile", str(path), "--input", "sr:scalar:int64", "--check", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return path, out, p
 
 
@@ -56,8 +60,18 @@ def test_run_with_npy_files(vad, tvmgen, tmp_path, sr):
     x = np.random.default_rng(sr).standard_normal((16, 1, 64)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "sr.npy", np.array(sr, np.int64))
-    r = tvmgen("run", out, "-i", f"x={tmp_path / 'x.npy'}", "-i", f"sr={tmp_path / 'sr.npy'}", "-o", tmp_path / "o",
-               "--repeat", "1")
+    r = tvmgen(
+        "run",
+        out,
+        "-i",
+        f"x={tmp_path / 'x.npy'}",
+        "-i",
+        f"sr={tmp_path / 'sr.npy'}",
+        "-o",
+        tmp_path / "o",
+        "--repeat",
+        "1",
+    )
     assert r.returncode == 0, r.stderr
     y, mean = _reference(path, x, sr)
     got = np.load(tmp_path / "o" / "mean.npy")
@@ -78,9 +92,23 @@ def test_tvmgen_run_reads_and_writes_scalars(vad, ocl_runtime, tmp_path):
     x = np.random.default_rng(1).standard_normal((16, 1, 64)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "sr.npy", np.array(16000, np.int64))
-    p = subprocess.run([str(ocl_runtime / "bin" / "tvmgen-run"), str(out), "-i", f"x={tmp_path / 'x.npy'}",
-                        "-i", f"sr={tmp_path / 'sr.npy'}", "-o", str(tmp_path / "o"), "--repeat", "1"],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            str(ocl_runtime / "bin" / "tvmgen-run"),
+            str(out),
+            "-i",
+            f"x={tmp_path / 'x.npy'}",
+            "-i",
+            f"sr={tmp_path / 'sr.npy'}",
+            "-o",
+            str(tmp_path / "o"),
+            "--repeat",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     y, mean = _reference(path, x, 16000)
     got = np.load(tmp_path / "o" / "mean.npy")
@@ -90,7 +118,11 @@ def test_tvmgen_run_reads_and_writes_scalars(vad, ocl_runtime, tmp_path):
 
 def test_tvmgen_run_names_a_scalar_in_its_shape_error(vad, ocl_runtime, tmp_path):
     np.save(tmp_path / "sr.npy", np.array([16000], np.int64))
-    p = subprocess.run([str(ocl_runtime / "bin" / "tvmgen-run"), str(vad[1]), "-i", f"sr={tmp_path / 'sr.npy'}",
-                        "--repeat", "1"], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [str(ocl_runtime / "bin" / "tvmgen-run"), str(vad[1]), "-i", f"sr={tmp_path / 'sr.npy'}", "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode != 0
     assert "has shape 1, the model expects scalar (0-d)" in p.stderr, p.stderr

@@ -36,32 +36,67 @@ def awkward_models() -> dict:
     conv = helper.make_node
     return {
         # 3 input channels, 5 outputs, odd spatial size, stride 2
-        "conv_odd": onnx_model([conv("Conv", ["x", "W", "B"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])],
-                               [vi("x", [1, 3, 15, 15])], [vi("y", [1, 5, 8, 8])], [w("W", 5, 3, 3, 3), w("B", 5)]),
-        "conv_dilated": onnx_model([conv("Conv", ["x", "W"], ["y"], pads=[2, 2, 2, 2], dilations=[2, 2])],
-                                   [vi("x", [1, 8, 13, 13])], [vi("y", [1, 12, 13, 13])], [w("W", 12, 8, 3, 3)]),
-        "conv_grouped": onnx_model([conv("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1], group=2)],
-                                   [vi("x", [1, 8, 12, 12])], [vi("y", [1, 16, 12, 12])], [w("W", 16, 4, 3, 3)]),
-        "depthwise_multiplier": onnx_model([conv("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1], group=8)],
-                                           [vi("x", [1, 8, 10, 10])], [vi("y", [1, 16, 10, 10])],
-                                           [w("W", 16, 1, 3, 3)]),
+        "conv_odd": onnx_model(
+            [conv("Conv", ["x", "W", "B"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])],
+            [vi("x", [1, 3, 15, 15])],
+            [vi("y", [1, 5, 8, 8])],
+            [w("W", 5, 3, 3, 3), w("B", 5)],
+        ),
+        "conv_dilated": onnx_model(
+            [conv("Conv", ["x", "W"], ["y"], pads=[2, 2, 2, 2], dilations=[2, 2])],
+            [vi("x", [1, 8, 13, 13])],
+            [vi("y", [1, 12, 13, 13])],
+            [w("W", 12, 8, 3, 3)],
+        ),
+        "conv_grouped": onnx_model(
+            [conv("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1], group=2)],
+            [vi("x", [1, 8, 12, 12])],
+            [vi("y", [1, 16, 12, 12])],
+            [w("W", 16, 4, 3, 3)],
+        ),
+        "depthwise_multiplier": onnx_model(
+            [conv("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1], group=8)],
+            [vi("x", [1, 8, 10, 10])],
+            [vi("y", [1, 16, 10, 10])],
+            [w("W", 16, 1, 3, 3)],
+        ),
         # conv -> relu6 -> 1x1 conv -> residual add: epilogues and a consumer with two producers
         "conv_relu6_residual": onnx_model(
-            [conv("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]), conv("Clip", ["c1", "lo", "hi"], ["r"]),
-             conv("Conv", ["r", "W2"], ["c2"]), conv("Add", ["c2", "x"], ["y"])],
-            [vi("x", [1, 24, 9, 9])], [vi("y", [1, 24, 9, 9])],
-            [w("W1", 40, 24, 3, 3), w("B1", 40), w("W2", 24, 40, 1, 1), const("lo", 0), const("hi", 6)]),
-        "conv_avgpool": onnx_model([conv("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
-                                    conv("AveragePool", ["c"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
-                                   [vi("x", [1, 4, 14, 14])], [vi("y", [1, 20, 7, 7])], [w("W", 20, 4, 3, 3)]),
+            [
+                conv("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]),
+                conv("Clip", ["c1", "lo", "hi"], ["r"]),
+                conv("Conv", ["r", "W2"], ["c2"]),
+                conv("Add", ["c2", "x"], ["y"]),
+            ],
+            [vi("x", [1, 24, 9, 9])],
+            [vi("y", [1, 24, 9, 9])],
+            [w("W1", 40, 24, 3, 3), w("B1", 40), w("W2", 24, 40, 1, 1), const("lo", 0), const("hi", 6)],
+        ),
+        "conv_avgpool": onnx_model(
+            [
+                conv("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+                conv("AveragePool", ["c"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+            ],
+            [vi("x", [1, 4, 14, 14])],
+            [vi("y", [1, 20, 7, 7])],
+            [w("W", 20, 4, 3, 3)],
+        ),
         # a consumer that is not elementwise (the epilogue cannot be fused)
-        "conv_transpose_out": onnx_model([conv("Conv", ["x", "W"], ["c"]),
-                                          conv("Transpose", ["c"], ["y"], perm=[0, 3, 1, 2])],
-                                         [vi("x", [1, 6, 7, 9])], [vi("y", [1, 9, 10, 7])], [w("W", 10, 6, 1, 1)]),
-        "gemm_1000": onnx_model([conv("Gemm", ["a", "W", "B"], ["y"], transB=1)], [vi("a", [3, 72])],
-                                [vi("y", [3, 1000])], [w("W", 1000, 72), w("B", 1000)]),
-        "matmul_batched": onnx_model([conv("MatMul", ["a", "b"], ["y"])], [vi("a", [3, 33, 70]), vi("b", [3, 70, 17])],
-                                     [vi("y", [3, 33, 17])]),
+        "conv_transpose_out": onnx_model(
+            [conv("Conv", ["x", "W"], ["c"]), conv("Transpose", ["c"], ["y"], perm=[0, 3, 1, 2])],
+            [vi("x", [1, 6, 7, 9])],
+            [vi("y", [1, 9, 10, 7])],
+            [w("W", 10, 6, 1, 1)],
+        ),
+        "gemm_1000": onnx_model(
+            [conv("Gemm", ["a", "W", "B"], ["y"], transB=1)],
+            [vi("a", [3, 72])],
+            [vi("y", [3, 1000])],
+            [w("W", 1000, 72), w("B", 1000)],
+        ),
+        "matmul_batched": onnx_model(
+            [conv("MatMul", ["a", "b"], ["y"])], [vi("a", [3, 33, 70]), vi("b", [3, 70, 17])], [vi("y", [3, 33, 17])]
+        ),
     }
 
 
@@ -73,8 +108,11 @@ def awkward_models() -> dict:
 CPU_TARGETS = {
     "avx512": ({"kind": "llvm", "mcpu": "skylake-avx512"}, (16, 32), {"tasks": 5, "vectors": 25}),
     "avx2": ({"kind": "llvm", "mcpu": "haswell"}, (8, 16), {"tasks": 25, "vectors": 5}),
-    "neon": ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}, (4, 32),
-             {"tasks": 125, "vectors": 1}),
+    "neon": (
+        {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]},
+        (4, 32),
+        {"tasks": 125, "vectors": 1},
+    ),
 }
 
 
@@ -85,7 +123,7 @@ def prepared_and_scheduled(path, platform="host", target_spec=None):
 
     imported = frontends.load(path, [])
     mod = imported.mod
-    weights = mod["main"].params[len(imported.inputs):]
+    weights = mod["main"].params[len(imported.inputs) :]
     mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
     target = make_target(target_spec or PLATFORMS[platform].cpu_target())
     with target:
@@ -159,8 +197,9 @@ def test_injective_rule_on_an_nchw_to_nhwc_transpose():
     func = te.create_prim_func([x, topi.transpose(x, [0, 2, 3, 1])])
     shape = schedules.cpu_shape(make_target(PLATFORMS["host"].cpu_target()))
     script = schedules.default_schedule(func, shape).mod["main"].script()
-    assert "T.parallel(224)" in script.replace("T.int64(224)", "224") and "T.vectorized(3)" in \
-        script.replace("T.int64(3)", "3"), script
+    assert "T.parallel(224)" in script.replace("T.int64(224)", "224") and "T.vectorized(3)" in script.replace(
+        "T.int64(3)", "3"
+    ), script
 
 
 def test_first_convolution_reads_nchw_and_matches_onnxruntime(tmp_path):
@@ -187,7 +226,7 @@ def _compiled_module(path, bind=True, target_spec=None):
     imported = frontends.load(path, [])
     mod = imported.mod
     if bind:
-        weights = mod["main"].params[len(imported.inputs):]
+        weights = mod["main"].params[len(imported.inputs) :]
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
     target = make_target(target_spec or PLATFORMS["host"].cpu_target())
     with target:
@@ -197,8 +236,11 @@ def _compiled_module(path, bind=True, target_spec=None):
 def _param_shapes(mod) -> dict:
     import tvm
 
-    return {gv.name_hint: [tuple(int(d) for d in p.shape) for p in f.params]
-            for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+    return {
+        gv.name_hint: [tuple(int(d) for d in p.shape) for p in f.params]
+        for gv, f in mod.functions.items()
+        if isinstance(f, tvm.tirx.PrimFunc)
+    }
 
 
 @pytest.mark.parametrize("cpu", ["avx512", "avx2"])
@@ -226,8 +268,9 @@ def test_weights_passed_at_run_time_are_not_repacked(builtin_onnx):
     assert not [n for n in names if "prepack" in n], names
 
 
-@pytest.mark.parametrize("platform,lanes,registers", [("host", None, None), ("linux-aarch64", 4, 32),
-                                                       ("android-armv7", 4, 16)])
+@pytest.mark.parametrize(
+    "platform,lanes,registers", [("host", None, None), ("linux-aarch64", 4, 32), ("android-armv7", 4, 16)]
+)
 def test_vector_shape_follows_the_target(platform, lanes, registers):
     target = make_target(PLATFORMS[platform].cpu_target())
     shape = schedules.cpu_shape(target)
@@ -300,8 +343,9 @@ def test_x86_builds_use_their_vector_width_and_run_on_their_cpu(name, tmp_path):
     compile_to_artifact(imported, BuildOptions(plat, "cpu"), out, True, {"name": name})
     assert out.joinpath("manifest.json").read_text().count(f'"mcpu": "{mcpu}"') == 1
     require_tool("objdump")
-    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(out / "model.so")], capture_output=True,
-                          text=True, check=True).stdout
+    code = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", str(out / "model.so")], capture_output=True, text=True, check=True
+    ).stdout
     used = {r for r in ("xmm", "ymm", "zmm") if f"%{r}" in code}
     assert max(used, key=["xmm", "ymm", "zmm"].index) == widest, used
 
@@ -316,15 +360,34 @@ def test_x86_builds_use_their_vector_width_and_run_on_their_cpu(name, tmp_path):
         require_tool("qemu-x86_64")
         np.save(tmp_path / "x.npy", inputs["x"])
         tool = runtime_build.cached_build("host") / "bin" / "tvmgen-run"
-        proc = subprocess.run(["qemu-x86_64", "-cpu", qemu_cpu, str(tool), str(out), "--input",
-                               f"x={tmp_path / 'x.npy'}", "-o", str(tmp_path / "o"), "--repeat", "1", "--warmup", "0"],
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [
+                "qemu-x86_64",
+                "-cpu",
+                qemu_cpu,
+                str(tool),
+                str(out),
+                "--input",
+                f"x={tmp_path / 'x.npy'}",
+                "-o",
+                str(tmp_path / "o"),
+                "--repeat",
+                "1",
+                "--warmup",
+                "0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr
         assert_close([np.load(tmp_path / "o" / "y.npy")], [expected], atol=1e-4, rtol=1e-4)
         ran = True
     if not ran:
-        reason = (f"this CPU lacks {', '.join(missing_cpu_features(target))} and qemu-x86_64 cannot emulate "
-                  f"{mcpu} (QEMU has no AVX-512): the build's instructions were checked, not run")
+        reason = (
+            f"this CPU lacks {', '.join(missing_cpu_features(target))} and qemu-x86_64 cannot emulate "
+            f"{mcpu} (QEMU has no AVX-512): the build's instructions were checked, not run"
+        )
         print(f"skipping the run: {reason}")
         pytest.skip(reason)
 
@@ -358,6 +421,7 @@ def test_cpu_flag(tvmgen, tmp_path):
 
 # ------------------------------------------------------------------ SiLU, squeeze-excitation, odd channels
 
+
 def _conv_models() -> dict:
     """Small models with EfficientNet's and ShuffleNet's patterns (random weights)."""
     from onnx import TensorProto, helper, numpy_helper
@@ -372,25 +436,51 @@ def _conv_models() -> dict:
 
     node = helper.make_node
     silu_se = [  # conv -> SiLU -> squeeze-excitation (mean, 1x1 conv, SiLU, 1x1 conv, sigmoid, scale)
-        node("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]), node("Sigmoid", ["c1"], ["s1"]),
-        node("Mul", ["c1", "s1"], ["a1"]), node("GlobalAveragePool", ["a1"], ["p"]),
-        node("Conv", ["p", "W2", "B2"], ["c2"]), node("Sigmoid", ["c2"], ["s2"]), node("Mul", ["c2", "s2"], ["a2"]),
-        node("Conv", ["a2", "W3", "B3"], ["c3"]), node("Sigmoid", ["c3"], ["s3"]), node("Mul", ["a1", "s3"], ["y"])]
+        node("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]),
+        node("Sigmoid", ["c1"], ["s1"]),
+        node("Mul", ["c1", "s1"], ["a1"]),
+        node("GlobalAveragePool", ["a1"], ["p"]),
+        node("Conv", ["p", "W2", "B2"], ["c2"]),
+        node("Sigmoid", ["c2"], ["s2"]),
+        node("Mul", ["c2", "s2"], ["a2"]),
+        node("Conv", ["a2", "W3", "B3"], ["c3"]),
+        node("Sigmoid", ["c3"], ["s3"]),
+        node("Mul", ["a1", "s3"], ["y"]),
+    ]
     odd = [  # ShuffleNet's branch: 1x1 conv to 58 channels, depthwise 3x3 stride 2, 1x1 conv to 116
-        node("Conv", ["x", "W1", "B1"], ["c1"]), node("Relu", ["c1"], ["r1"]),
+        node("Conv", ["x", "W1", "B1"], ["c1"]),
+        node("Relu", ["c1"], ["r1"]),
         node("Conv", ["r1", "W2", "B2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2], group=58),
-        node("Conv", ["c2", "W3", "B3"], ["y"])]
+        node("Conv", ["c2", "W3", "B3"], ["y"]),
+    ]
     # 3x3, 128 -> 256 channels on 5x5 pixels: 1.2 MB of weights, more channels than pixels
     big = [node("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]), node("Relu", ["c1"], ["y"])]
     return {
-        "silu_se": onnx_model(silu_se, [vi("x", [1, 8, 12, 12])], [vi("y", [1, 32, 12, 12])],
-                              [w("W1", 32, 8, 3, 3), w("B1", 32), w("W2", 8, 32, 1, 1), w("B2", 8),
-                               w("W3", 32, 8, 1, 1), w("B3", 32)]),
-        "odd_channels": onnx_model(odd, [vi("x", [1, 24, 10, 10])], [vi("y", [1, 116, 5, 5])],
-                                   [w("W1", 58, 24, 1, 1), w("B1", 58), w("W2", 58, 1, 3, 3), w("B2", 58),
-                                    w("W3", 116, 58, 1, 1), w("B3", 116)]),
-        "large_weights": onnx_model(big, [vi("x", [1, 128, 5, 5])], [vi("y", [1, 256, 5, 5])],
-                                    [w("W1", 256, 128, 3, 3, scale=0.05), w("B1", 256)]),
+        "silu_se": onnx_model(
+            silu_se,
+            [vi("x", [1, 8, 12, 12])],
+            [vi("y", [1, 32, 12, 12])],
+            [w("W1", 32, 8, 3, 3), w("B1", 32), w("W2", 8, 32, 1, 1), w("B2", 8), w("W3", 32, 8, 1, 1), w("B3", 32)],
+        ),
+        "odd_channels": onnx_model(
+            odd,
+            [vi("x", [1, 24, 10, 10])],
+            [vi("y", [1, 116, 5, 5])],
+            [
+                w("W1", 58, 24, 1, 1),
+                w("B1", 58),
+                w("W2", 58, 1, 3, 3),
+                w("B2", 58),
+                w("W3", 116, 58, 1, 1),
+                w("B3", 116),
+            ],
+        ),
+        "large_weights": onnx_model(
+            big,
+            [vi("x", [1, 128, 5, 5])],
+            [vi("y", [1, 256, 5, 5])],
+            [w("W1", 256, 128, 3, 3, scale=0.05), w("B1", 256)],
+        ),
     }
 
 
@@ -509,6 +599,7 @@ def test_large_weights_make_channel_blocks_the_tasks(tmp_path):
 
 # ------------------------------------------------------------------ concatenations, pooling, large weights
 
+
 def _fire_and_pool_models() -> dict:
     """SqueezeNet's fire module (convolutions concatenated, then a ceil_mode max pool) on awkward
     shapes, a concatenation whose input is read elsewhere too, and poolings with padding."""
@@ -524,9 +615,12 @@ def _fire_and_pool_models() -> dict:
 
     node = helper.make_node
     fire = [
-        node("Conv", ["x", "Ws", "Bs"], ["s0"]), node("Relu", ["s0"], ["s"]),  # squeeze: 6 -> 5
-        node("Conv", ["s", "Wa", "Ba"], ["a0"]), node("Relu", ["a0"], ["a"]),  # expand 1x1: 7
-        node("Conv", ["s", "Wb", "Bb"], ["b0"], pads=[1, 1, 1, 1]), node("Relu", ["b0"], ["b"]),  # 3x3: 9
+        node("Conv", ["x", "Ws", "Bs"], ["s0"]),
+        node("Relu", ["s0"], ["s"]),  # squeeze: 6 -> 5
+        node("Conv", ["s", "Wa", "Ba"], ["a0"]),
+        node("Relu", ["a0"], ["a"]),  # expand 1x1: 7
+        node("Conv", ["s", "Wb", "Bb"], ["b0"], pads=[1, 1, 1, 1]),
+        node("Relu", ["b0"], ["b"]),  # 3x3: 9
         node("Conv", ["s", "Wc", "Bc"], ["c"], pads=[1, 1, 1, 1]),  # 3x3: 9 more, no activation
         node("Concat", ["a", "b", "c"], ["cat"], axis=1),  # 25 channels, made in place
         node("MaxPool", ["cat"], ["y1"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),  # 9x10 -> 4x5
@@ -540,12 +634,28 @@ def _fire_and_pool_models() -> dict:
         node("AveragePool", ["p"], ["y3"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1, count_include_pad=1),
     ]
     return {
-        "fire": onnx_model(fire, [vi("x", [1, 6, 9, 10])], [vi("y1", [1, 25, 4, 5]), vi("y2", [1, 9, 9, 10])],
-                           [w("Ws", 5, 6, 1, 1), w("Bs", 5), w("Wa", 7, 5, 1, 1), w("Ba", 7), w("Wb", 9, 5, 3, 3),
-                            w("Bb", 9), w("Wc", 9, 5, 3, 3), w("Bc", 9), w("Wd", 4, 5, 1, 1)]),
-        "pools": onnx_model(pools, [vi("x", [1, 6, 13, 10])],
-                            [vi("y1", [1, 20, 7, 5]), vi("y2", [1, 20, 7, 5]), vi("y3", [1, 20, 7, 5])],
-                            [w("Wp", 20, 6, 3, 3), w("Bp", 20)]),
+        "fire": onnx_model(
+            fire,
+            [vi("x", [1, 6, 9, 10])],
+            [vi("y1", [1, 25, 4, 5]), vi("y2", [1, 9, 9, 10])],
+            [
+                w("Ws", 5, 6, 1, 1),
+                w("Bs", 5),
+                w("Wa", 7, 5, 1, 1),
+                w("Ba", 7),
+                w("Wb", 9, 5, 3, 3),
+                w("Bb", 9),
+                w("Wc", 9, 5, 3, 3),
+                w("Bc", 9),
+                w("Wd", 4, 5, 1, 1),
+            ],
+        ),
+        "pools": onnx_model(
+            pools,
+            [vi("x", [1, 6, 13, 10])],
+            [vi("y1", [1, 20, 7, 5]), vi("y2", [1, 20, 7, 5]), vi("y3", [1, 20, 7, 5])],
+            [w("Wp", 20, 6, 3, 3), w("Bp", 20)],
+        ),
     }
 
 
@@ -589,10 +699,15 @@ def _one_conv(x, y, w, seed: int, relu: bool = False, scale: float = 0.1, **attr
     nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c" if relu else "y"], **attrs)]
     if relu:
         nodes.append(helper.make_node("Relu", ["c"], ["y"]))
-    return onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)],
-                      [numpy_helper.from_array((rng.standard_normal(w) * scale).astype(np.float32), "W"),
-                       numpy_helper.from_array(rng.standard_normal(w[0]).astype(np.float32), "B")])
+    return onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)],
+        [
+            numpy_helper.from_array((rng.standard_normal(w) * scale).astype(np.float32), "W"),
+            numpy_helper.from_array(rng.standard_normal(w[0]).astype(np.float32), "B"),
+        ],
+    )
 
 
 def _scheduled_conv(path, cpu: str) -> str:
@@ -621,6 +736,7 @@ def test_large_weights_tiles_have_as_many_rows_as_registers_hold(cpu, tmp_path):
 
 # ------------------------------------------------------------------ L1 chunks, wider band tiles
 
+
 def _stationary_3x3_model():
     """A late-stage 3x3 convolution on awkward pixels: 5 x 6 output, 3x3 x 264 -> 512 (4.9 MB of
     weights, more channels than pixels: weight-stationary), residual add and ReLU fused."""
@@ -628,13 +744,22 @@ def _stationary_3x3_model():
 
     rng = np.random.default_rng(11)
     node = helper.make_node
-    return onnx_model([node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]), node("Add", ["c", "r"], ["s"]),
-                       node("Relu", ["s"], ["y"])],
-                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 264, 5, 6]),
-                       helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 512, 5, 6])],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 512, 5, 6])],
-                      [numpy_helper.from_array((rng.standard_normal((512, 264, 3, 3)) * 0.02).astype(np.float32), "W"),
-                       numpy_helper.from_array(rng.standard_normal(512).astype(np.float32), "B")])
+    return onnx_model(
+        [
+            node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+            node("Add", ["c", "r"], ["s"]),
+            node("Relu", ["s"], ["y"]),
+        ],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 264, 5, 6]),
+            helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 512, 5, 6]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 512, 5, 6])],
+        [
+            numpy_helper.from_array((rng.standard_normal((512, 264, 3, 3)) * 0.02).astype(np.float32), "W"),
+            numpy_helper.from_array(rng.standard_normal(512).astype(np.float32), "B"),
+        ],
+    )
 
 
 @pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
@@ -656,7 +781,9 @@ def test_large_weights_reduction_runs_in_chunks_that_fit_l1(cpu, tmp_path):
     chunk = max(c for c in (1, 2, 4, 8, 16, 32, 64) if c * window_bytes <= 32 * 1024 and 264 % c == 0)
     assert chunk == 8, chunk  # 264 = 33 x 8 on each target
     # the chunks outside the rows: for rc_0, nn, yy, xx_0, ry, rx, rc_1 in T.grid(33, ..., 8)
-    assert re.search(r"for rc_0, \w+, \w+, \w+, ry, rx, rc_1 in T\.grid\(T\.int64\(33\),.*T\.int64\(8\)\)", script), script
+    assert re.search(r"for rc_0, \w+, \w+, \w+, ry, rx, rc_1 in T\.grid\(T\.int64\(33\),.*T\.int64\(8\)\)", script), (
+        script
+    )
     assert re.search(r"T\.sblock\(\"\w+_init\"\)", script.split("for rc_0")[0])  # accumulators zeroed once
     if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
         _, _, actual, expected = compile_and_run(path, tmp_path)
@@ -683,9 +810,10 @@ def test_band_tiles_have_up_to_14_rows(cpu, tmp_path):
 def _ragged_models() -> dict:
     """Output widths whose register tile would end part-full: a first convolution (3 -> 64, 3x3
     stride 2, no padding: 103 -> 51 = 3 x 17 pixels) and a 1x1 convolution on 13 x 13 pixels."""
-    return {"first_conv_51": _one_conv([1, 3, 5, 103], [1, 64, 2, 51], (64, 3, 3, 3), seed=13, relu=True,
-                                       strides=[2, 2]),
-            "pointwise_13": _one_conv([1, 16, 13, 13], [1, 64, 13, 13], (64, 16, 1, 1), seed=13, relu=True)}
+    return {
+        "first_conv_51": _one_conv([1, 3, 5, 103], [1, 64, 2, 51], (64, 3, 3, 3), seed=13, relu=True, strides=[2, 2]),
+        "pointwise_13": _one_conv([1, 16, 13, 13], [1, 64, 13, 13], (64, 16, 1, 1), seed=13, relu=True),
+    }
 
 
 @pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
@@ -721,10 +849,11 @@ def test_transposes_to_nchw_run_in_blocks(cpu, tmp_path):
     64 x 111 x 111, 0.5 in blocks. Results as onnxruntime's."""
     from onnx import TensorProto, helper
 
-    model = onnx_model([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]),
-                        helper.make_node("Relu", ["t"], ["y"])],
-                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 45, 64])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 6, 45])])
+    model = onnx_model(
+        [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]), helper.make_node("Relu", ["t"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 45, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 6, 45])],
+    )
     path = save_onnx(model, tmp_path / "to_nchw.onnx")
     spec, (lanes, _), _ = CPU_TARGETS[cpu]
     mod, done, _ = prepared_and_scheduled(path, target_spec=spec)
@@ -776,14 +905,17 @@ def test_weight_stationary_rows_prefetch_the_next_block_of_weights(arch, tmp_pat
     target = make_target(CPU_TARGETS[arch][0])
     with target:
         mod = tvm.transform.Sequential(cpu.prepare_passes(target) + cpu.schedule_passes(target))(mod)
-    (script,) = [f.script() for gv, f in mod.functions.items()
-                 if "conv2d" in gv.name_hint and isinstance(f, tvm.tirx.PrimFunc)]
+    (script,) = [
+        f.script() for gv, f in mod.functions.items() if "conv2d" in gv.name_hint and isinstance(f, tvm.tirx.PrimFunc)
+    ]
     lanes = CPU_TARGETS[arch][1][0]
     block = 192 * 2 * lanes  # a task: two vectors of channels by the 192 input channels
     tasks = 1152 // (2 * lanes)
     task = re.search(rf"(\w+) in T\.parallel\(T\.int64\({tasks}\)\)", script)
     assert task, script
-    rows = re.search(r"for (\w+) in T\.serial\(T\.int64\((\d+)\), annotations=\{\"tvmgen\.prefetch_next_weights\"", script)
+    rows = re.search(
+        r"for (\w+) in T\.serial\(T\.int64\((\d+)\), annotations=\{\"tvmgen\.prefetch_next_weights\"", script
+    )
     assert rows and int(rows[2]) == 7, script
     lines = re.search(r"for line in range\(T\.int64\((\d+)\)\)", script)
     assert lines, script
@@ -814,9 +946,14 @@ def test_small_buffers_are_on_the_stack_and_large_ones_in_the_workspace(arch, tm
     (conv,) = [f for f in done if "conv2d" in f]
     kernel = tvm.IRModule({"main": mod[conv].with_attr("global_symbol", "main")})
     lowered = kernel
-    for p in [s_tir.transform.LowerInitBlock(), s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
-              s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
-              s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer()]:
+    for p in [
+        s_tir.transform.LowerInitBlock(),
+        s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir.transform.ConvertBlocksToOpaque(),
+        s_tir.transform.CompactBufferAllocation(),
+        s_tir.transform.LowerOpaqueBlock(),
+        tirx.transform.FlattenBuffer(),
+    ]:
         lowered = p(lowered)
     sizes = {}  # bytes of each allocation, by whether TVM 0.27 would put it on the stack itself
     for line in lowered["main"].script().splitlines():

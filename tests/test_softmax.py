@@ -28,8 +28,12 @@ def softmax_model(shape, axis, scale):
         nodes.append(helper.make_node("Mul", ["x", "s"], ["xs"]))
         x = "xs"
     nodes.append(helper.make_node("Softmax", [x], ["y"], axis=axis))
-    return onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -12,13 +12,16 @@ from tvmgen.core.model import TensorSpec, random_inputs
 from tvmgen.frontends.base import InputOverride, resolve_inputs
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("input:1x224x224x3:float32", ("input", (1, 224, 224, 3), "float32")),
-    ("input:1x3x224x224", ("input", (1, 3, 224, 224), None)),
-    ("input:0:1x224x224x3:uint8", ("input:0", (1, 224, 224, 3), "uint8")),  # TF tensor names hold ':'
-    ("ids:int64", ("ids", None, "int64")),
-    ("scale:scalar:float32", ("scale", (), "float32")),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("input:1x224x224x3:float32", ("input", (1, 224, 224, 3), "float32")),
+        ("input:1x3x224x224", ("input", (1, 3, 224, 224), None)),
+        ("input:0:1x224x224x3:uint8", ("input:0", (1, 224, 224, 3), "uint8")),  # TF tensor names hold ':'
+        ("ids:int64", ("ids", None, "int64")),
+        ("scale:scalar:float32", ("scale", (), "float32")),
+    ],
+)
 def test_parse_input_flag(text, expected):
     o = InputOverride.parse(text)
     assert (o.name, o.shape, o.dtype) == expected
@@ -53,9 +56,14 @@ def test_random_inputs_are_seeded_and_typed():
 def make_manifest():
     return artifact.Manifest(
         model={"name": "m", "format": "onnx", "source": "m.onnx", "sha256": "0" * 64},
-        platform="host", abi="x86_64", arch="x86_64", device="cpu", target={"kind": "llvm"},
+        platform="host",
+        abi="x86_64",
+        arch="x86_64",
+        device="cpu",
+        target={"kind": "llvm"},
         export={"kind": "shared", "library": "model.so", "system_lib": False, "finish_command": None},
-        inputs=[TensorSpec("x", (1, 3), "float32")], outputs=[TensorSpec("y", (1, 2), "float32")],
+        inputs=[TensorSpec("x", (1, 3), "float32")],
+        outputs=[TensorSpec("y", (1, 2), "float32")],
         vm={"entry": "main", "devices": [], "num_inputs": 1},
     )
 

@@ -30,8 +30,13 @@ def artifacts(tmp_path_factory):
     out = {}
     for device in ("opencl", "cpu"):
         out[device] = d / device
-        compile_to_artifact(imported, BuildOptions(PLATFORMS["android-arm64"], device, objects_only=True),
-                            out[device], True, {"name": "m"})
+        compile_to_artifact(
+            imported,
+            BuildOptions(PLATFORMS["android-arm64"], device, objects_only=True),
+            out[device],
+            True,
+            {"name": "m"},
+        )
     return out
 
 
@@ -106,14 +111,17 @@ def test_nnapi_project_declares_nnapi_and_falls_back(tmp_path, artifacts):
     src = (out / "app/src/main/java/org/example/nn/MainActivity.java").read_text()
     assert 'MODELS = { "model-nnapi", "model-cpu" }' in src
     assert 'asset.equals("model-nnapi") ? nnapiMissing() : null' in src
-    assert "android.os.Build.VERSION.SDK_INT" in src and "if (api < 27) return \"NNAPI needs Android 8.1 (API 27)" in src
+    assert "android.os.Build.VERSION.SDK_INT" in src and 'if (api < 27) return "NNAPI needs Android 8.1 (API 27)' in src
     assert 'System.loadLibrary("tvm_runtime_extra")' in src and "catch (UnsatisfiedLinkError e)" in src
     assert 'show("Falling back to the CPU: " + fallbackReason)' in src  # on screen, and in the results JSON
     assert src.count("{") == src.count("}")
     # and none of it for a CPU app
     cpu = render(tmp_path / "cpu", artifacts, device="cpu")
-    for f in ("app/src/main/AndroidManifest.xml", "app/build.gradle",
-              "app/src/main/java/org/example/mobilenet/MainActivity.java"):
+    for f in (
+        "app/src/main/AndroidManifest.xml",
+        "app/build.gradle",
+        "app/src/main/java/org/example/mobilenet/MainActivity.java",
+    ):
         text = (cpu / f).read_text()
         assert "nnapi" not in text.lower() and "neuralnetworks" not in text and "tvm_runtime_extra" not in text
 
@@ -144,8 +152,19 @@ def host_app(tmp_path_factory, artifacts):
     out = render(d, {"opencl": artifacts["opencl"], "cpu": d / "host-cpu"})
     site = Path(tvm.__file__).resolve().parent.parent
     build = d / "build"
-    subprocess.run(["cmake", "-S", out / "app/src/main/cpp", "-B", build, f"-DTVMGEN_TVM_PREBUILT={site}",
-                    "-DTVMGEN_BUILD_TOOLS=OFF"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "cmake",
+            "-S",
+            out / "app/src/main/cpp",
+            "-B",
+            build,
+            f"-DTVMGEN_TVM_PREBUILT={site}",
+            "-DTVMGEN_BUILD_TOOLS=OFF",
+        ],
+        check=True,
+        capture_output=True,
+    )
     r = subprocess.run(["cmake", "--build", build, "-j2"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return {"project": out, "build": build}
@@ -262,11 +281,17 @@ def compile_app_java(project: Path, package: str, into: Path) -> Path:
     for rel, text in ANDROID_STUBS.items():
         (stubs / rel).parent.mkdir(parents=True, exist_ok=True)
         (stubs / rel).write_text(text)
-    sources = [*stubs.rglob("*.java"), *(project / "tvmgen-jni/java/org/tvmgen").glob("*.java"),
-               project / "app/src/main/java" / package.replace(".", "/") / "MainActivity.java"]
+    sources = [
+        *stubs.rglob("*.java"),
+        *(project / "tvmgen-jni/java/org/tvmgen").glob("*.java"),
+        project / "app/src/main/java" / package.replace(".", "/") / "MainActivity.java",
+    ]
     classes = into / "classes"
-    r = subprocess.run(["javac", "--release", "8", "-Xlint:-options", "-encoding", "UTF-8", "-d", classes, *sources],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["javac", "--release", "8", "-Xlint:-options", "-encoding", "UTF-8", "-d", classes, *sources],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return classes
 
@@ -276,7 +301,9 @@ def test_app_java_compiles_for_every_device(tmp_path, artifacts):
     for device in ("opencl", "cpu", "nnapi"):
         ctx = android_project.android_context("deploy", "org.example.app", "A", "m", device, ["arm64-v8a"])
         out = tmp_path / device
-        android_project.create_android_project("deploy", out, ctx, dict.fromkeys(ctx["model_devices"], artifacts["cpu"]))
+        android_project.create_android_project(
+            "deploy", out, ctx, dict.fromkeys(ctx["model_devices"], artifacts["cpu"])
+        )
         src = (out / "app/src/main/java/org/example/app/MainActivity.java").read_text()
         assert '\\"memory\\": " + memory.toJson()' in src and 'getBooleanExtra("profile", false)' in src
         compile_app_java(out, "org.example.app", tmp_path / f"{device}-java")
@@ -294,9 +321,21 @@ def run_app_on_host(host_app, tmp_path, **extras) -> dict:
     shutil.copytree(project / "app/src/main/assets", root / "assets")
     jni = next(host_app["build"].rglob("libtvmgen_jni.so"))
     props = [f"-Dextra.{k}={str(v).lower()}" for k, v in {"iterations": 3, "exit": True, **extras}.items()]
-    r = subprocess.run(["java", f"-Djava.library.path={jni.parent}", *props, "-cp", classes,
-                        "android.app.TvmgenHostLauncher", root, "org.example.mobilenet.MainActivity"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            "java",
+            f"-Djava.library.path={jni.parent}",
+            *props,
+            "-cp",
+            classes,
+            "android.app.TvmgenHostLauncher",
+            root,
+            "org.example.mobilenet.MainActivity",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     import json
 
@@ -313,8 +352,15 @@ def test_app_results_have_memory_and_profile(host_app, tmp_path):
     assert results["fallback"].startswith("model-opencl could not start: ")
     assert results["iterations"] == 3 and results["timings"]["runs"] == 3 + 2  # + the default warm-up
     mem = results["memory"]
-    assert set(mem) == {"source", "before_load_bytes", "after_load_peak_bytes", "overall_peak_bytes", "rss_bytes",
-                        "model_after_load_bytes", "model_overall_bytes"}
+    assert set(mem) == {
+        "source",
+        "before_load_bytes",
+        "after_load_peak_bytes",
+        "overall_peak_bytes",
+        "rss_bytes",
+        "model_after_load_bytes",
+        "model_overall_bytes",
+    }
     if os.path.exists("/proc/self/status"):
         assert mem["source"] == "/proc/self/status"
         assert mem["before_load_bytes"] > 0 and 0 < mem["after_load_peak_bytes"] <= mem["overall_peak_bytes"]
@@ -334,8 +380,17 @@ def test_app_results_have_memory_and_profile(host_app, tmp_path):
 
 
 def render_rpc(tmp_path, package="org.tvmgen.rpc"):
-    ctx = android_project.android_context("rpc", package, "tvmgen RPC", "-", "cpu", ["arm64-v8a", "armeabi-v7a"],
-                               rpc_mode="proxy", rpc_port=9191, rpc_key="pixel")
+    ctx = android_project.android_context(
+        "rpc",
+        package,
+        "tvmgen RPC",
+        "-",
+        "cpu",
+        ["arm64-v8a", "armeabi-v7a"],
+        rpc_mode="proxy",
+        rpc_port=9191,
+        rpc_key="pixel",
+    )
     out = tmp_path / "rpc"
     android_project.create_android_project("rpc", out, ctx, {})
     return out
@@ -369,10 +424,22 @@ def test_rpc_app_native_part_builds_and_runs_on_the_host(tmp_path):
 
     site = Path(tvm.__file__).resolve().parent.parent
     build = tmp_path / "build"
-    subprocess.run(["cmake", "-S", out / "app/src/main/cpp", "-B", build, f"-DTVMGEN_TVM_PREBUILT={site}",
-                    "-DTVMGEN_BUILD_JNI=OFF"], check=True, capture_output=True)
-    r = subprocess.run(["cmake", "--build", build, "--target", "tvmgen_rpc_server_exe", "-j2"], capture_output=True,
-                       text=True)
+    subprocess.run(
+        [
+            "cmake",
+            "-S",
+            out / "app/src/main/cpp",
+            "-B",
+            build,
+            f"-DTVMGEN_TVM_PREBUILT={site}",
+            "-DTVMGEN_BUILD_JNI=OFF",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    r = subprocess.run(
+        ["cmake", "--build", build, "--target", "tvmgen_rpc_server_exe", "-j2"], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     exe = build / "libtvmgen_rpc_server.so"
     info = subprocess.run([exe, "--info"], capture_output=True, text=True, check=True)
@@ -383,12 +450,24 @@ def test_rpc_app_native_part_builds_and_runs_on_the_host(tmp_path):
 
 # --------------------------------------------------------------------------- tvmgen app / rpc-app
 
-NO_ANDROID = dict.fromkeys(("ANDROID_HOME", "ANDROID_SDK_ROOT", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "TVM_NDK_CC", "TVM_SOURCE_DIR"), "")
+NO_ANDROID = dict.fromkeys(
+    ("ANDROID_HOME", "ANDROID_SDK_ROOT", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "TVM_NDK_CC", "TVM_SOURCE_DIR"), ""
+)
 
 
 def test_app_renders_and_says_what_is_missing(tvmgen, tmp_path):
-    r = tvmgen("app", "--model", "builtin:mobilenet", "--device", "opencl", "--package", "org.qa.mobilenet",
-               "-o", tmp_path / "proj", extra_env=NO_ANDROID)
+    r = tvmgen(
+        "app",
+        "--model",
+        "builtin:mobilenet",
+        "--device",
+        "opencl",
+        "--package",
+        "org.qa.mobilenet",
+        "-o",
+        tmp_path / "proj",
+        extra_env=NO_ANDROID,
+    )
     assert r.returncode == 0, r.stderr
     proj = tmp_path / "proj"
     assert "the project is rendered but no APK was built" in r.stderr and "TVM_SOURCE_DIR is not set" in r.stderr
@@ -418,13 +497,24 @@ def test_rpc_app_usb_mode(tvmgen, tmp_path):
     assert "adb reverse tcp:9191 tcp:9191" in r.stderr
 
 
-@pytest.mark.skipif(not all(os.environ.get(v) for v in ("ANDROID_HOME", "ANDROID_NDK_HOME", "TVM_SOURCE_DIR",
-                                                        "TVMGEN_TEST_SERIAL")),
-                    reason="needs a real Android SDK, NDK, TVM source tree and phone: set ANDROID_HOME, "
-                           "ANDROID_NDK_HOME, TVM_SOURCE_DIR and TVMGEN_TEST_SERIAL")
+@pytest.mark.skipif(
+    not all(os.environ.get(v) for v in ("ANDROID_HOME", "ANDROID_NDK_HOME", "TVM_SOURCE_DIR", "TVMGEN_TEST_SERIAL")),
+    reason="needs a real Android SDK, NDK, TVM source tree and phone: set ANDROID_HOME, "
+    "ANDROID_NDK_HOME, TVM_SOURCE_DIR and TVMGEN_TEST_SERIAL",
+)
 def test_real_gradle_build_and_phone_run(tvmgen, tmp_path):
-    r = tvmgen("app", "--model", "builtin:mobilenet", "--install", "--run", "--serial", os.environ["TVMGEN_TEST_SERIAL"],
-               "-o", tmp_path / "proj", timeout=3600)
+    r = tvmgen(
+        "app",
+        "--model",
+        "builtin:mobilenet",
+        "--install",
+        "--run",
+        "--serial",
+        os.environ["TVMGEN_TEST_SERIAL"],
+        "-o",
+        tmp_path / "proj",
+        timeout=3600,
+    )
     assert r.returncode == 0, r.stderr
     import json
 

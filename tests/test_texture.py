@@ -87,8 +87,9 @@ print(json.dumps(out))
 def _run(opencl_lib, mode: str, tmp_path) -> dict:
     script = tmp_path / "texture_check.py"  # a file: TVMScript reads the kernel's source
     script.write_text(SCRIPT)
-    proc = subprocess.run([sys.executable, str(script), str(opencl_lib), mode, str(tmp_path)], capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(opencl_lib), mode, str(tmp_path)], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -134,7 +135,7 @@ def test_grouped_nchwc_convolution_matches_numpy():
     for cin, cout, groups, stride in ((16, 16, 16, 1), (16, 16, 16, 2), (16, 32, 2, 1), (8, 16, 2, 1)):
         x = rng.standard_normal((1, cin, 9, 9)).astype("float32")
         w = rng.standard_normal((cout, cin // groups, 3, 3)).astype("float32")
-        xc = x.reshape(1, cin // 4, 4, 9, 9).transpose(0, 1, 3, 4, 2)            # NCHW4c
+        xc = x.reshape(1, cin // 4, 4, 9, 9).transpose(0, 1, 3, 4, 2)  # NCHW4c
         wc = w.reshape(cout // 4, 4, cin // groups, 3, 3).transpose(0, 2, 3, 4, 1)  # OIHW4o
         data = te.placeholder(xc.shape, name="data")
         kernel = te.placeholder(wc.shape, name="kernel")
@@ -152,9 +153,13 @@ def test_grouped_nchwc_convolution_matches_numpy():
             g = o // per_out
             for y in range(oh):
                 for xx in range(oh):
-                    patch = xp[0, g * per_in:(g + 1) * per_in, y * stride:y * stride + 3, xx * stride:xx * stride + 3]
+                    patch = xp[
+                        0, g * per_in : (g + 1) * per_in, y * stride : y * stride + 3, xx * stride : xx * stride + 3
+                    ]
                     ref[0, o, y, xx] = (patch * w[o]).sum()
-        np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4, err_msg=f"{cin}->{cout} groups {groups} stride {stride}")
+        np.testing.assert_allclose(
+            got, ref, atol=1e-4, rtol=1e-4, err_msg=f"{cin}->{cout} groups {groups} stride {stride}"
+        )
 
 
 @pytest.mark.parametrize("name", ["conv3x3", "conv1x1", "conv_depthwise"])
@@ -168,10 +173,12 @@ def test_adreno_models_run_in_texture_memory(ocl_runtime, opencl_lib, tmp_path, 
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
+
     path = save_onnx(single_op_models()[name], tmp_path / f"{name}.onnx")
     art = tmp_path / "adreno"
-    report = compile_to_artifact(frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "adreno"), art,
-                                 True, {"name": name})
+    report = compile_to_artifact(
+        frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "adreno"), art, True, {"name": name}
+    )
     assert report.target["keys"] == ["adreno", "opencl", "gpu", "texture"]
     lib = (art / "model.so").read_bytes()
     assert b"image2d_array_t" in lib and b"write_imagef" in lib, "built without texture memory"
@@ -179,19 +186,38 @@ def test_adreno_models_run_in_texture_memory(ocl_runtime, opencl_lib, tmp_path, 
     x = np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype("float32")
     want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
     np.save(tmp_path / "x.npy", x)
-    proc = subprocess.run([str(ocl_runtime / "bin" / "tvmgen-run"), str(art), "-i", f"x={tmp_path / 'x.npy'}", "-o",
-                           str(tmp_path / "out"), "--repeat", "2"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            str(ocl_runtime / "bin" / "tvmgen-run"),
+            str(art),
+            "-i",
+            f"x={tmp_path / 'x.npy'}",
+            "-o",
+            str(tmp_path / "out"),
+            "--repeat",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Scope Loaded" not in proc.stderr  # TVM's per-constant log lines are filtered out
     got = np.load(next((tmp_path / "out").glob("*.npy")))
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
     # the Python VM, in a process of its own: PoCL's LLVM crashes when it loads into a process where
     # TensorFlow's (another LLVM) already is, as in this test session
-    code = ("import sys, numpy as np; from tvmgen.runtime.runner import HostModel; "
-            "np.save(sys.argv[3], np.asarray(HostModel(sys.argv[1]).run({'x': np.load(sys.argv[2])})[0]))")
-    proc = subprocess.run([sys.executable, "-c", code, str(art), str(tmp_path / "x.npy"), str(tmp_path / "py.npy")],
-                          capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, TVMGEN_OPENCL_BACKEND=str(opencl_lib)))
+    code = (
+        "import sys, numpy as np; from tvmgen.runtime.runner import HostModel; "
+        "np.save(sys.argv[3], np.asarray(HostModel(sys.argv[1]).run({'x': np.load(sys.argv[2])})[0]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(art), str(tmp_path / "x.npy"), str(tmp_path / "py.npy")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, TVMGEN_OPENCL_BACKEND=str(opencl_lib)),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Scope Loaded" not in proc.stderr
     np.testing.assert_allclose(np.load(tmp_path / "py.npy"), want, atol=1e-4, rtol=1e-4)
@@ -208,17 +234,39 @@ def test_bench_over_rpc_runs_a_texture_artifact(opencl_lib, tmp_path, monkeypatc
 
     path = save_onnx(single_op_models()["conv1x1"], tmp_path / "conv1x1.onnx")
     art = tmp_path / "adreno"
-    compile_to_artifact(frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "adreno"), art, True,
-                        {"name": "conv1x1", "source": str(path), "format": "onnx"})
+    compile_to_artifact(
+        frontends.load(path, []),
+        BuildOptions(PLATFORMS["host"], "opencl", "adreno"),
+        art,
+        True,
+        {"name": "conv1x1", "source": str(path), "format": "onnx"},
+    )
     monkeypatch.setenv("TVMGEN_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("TVMGEN_OPENCL_CACHE_DIR", str(tmp_path / "cl-cache"))
     tracker = rpc.start_tracker(port=19900, port_end=19990)
     device = rpc.start_device("host", "gpu", tracker=tracker.address, work_dir=tmp_path / "w")
     try:
-        r = subprocess.run([sys.executable, "-m", "tvmgen", "bench", str(art), "--key", "gpu", "--tracker",
-                            tracker.address, "--repeat", "2", "--json", str(tmp_path / "r.json")],
-                           capture_output=True, text=True, timeout=600,
-                           env=dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path / "logs")))
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tvmgen",
+                "bench",
+                str(art),
+                "--key",
+                "gpu",
+                "--tracker",
+                tracker.address,
+                "--repeat",
+                "2",
+                "--json",
+                str(tmp_path / "r.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path / "logs")),
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         res = json.loads((tmp_path / "r.json").read_text())
         assert res["dev"] == "opencl" and res["check"][0]["max_abs"] < 1e-4, res

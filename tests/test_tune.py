@@ -28,8 +28,13 @@ def tuned(tmp_path_factory, gemm):
 
     work = tmp_path_factory.mktemp("tuned")
     env = dict(os.environ, TVMGEN_LOG_DIR=str(work / "logs"), COLUMNS="200")
-    r = subprocess.run([sys.executable, "-m", "tvmgen", "tune", gemm, "--trials", "2", "--db", work / "db"],
-                       capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "tvmgen", "tune", gemm, "--trials", "2", "--db", work / "db"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     return work / "db", r
 
@@ -47,8 +52,13 @@ def test_tune_here_writes_a_database_per_target(tuned):
     # at least one, not exactly one: MetaSchedule's sampled candidate may happen to take its shape
     # (a CI run drew it), and a test must not depend on what random sampling draws
     assert "tvmgen's default schedules, measured as candidates" in r.stderr
-    assert sum('"CacheWrite"' in rec and '"DecomposeReduction"' in rec and "SamplePerfectTile" not in rec
-               for rec in records) >= 1
+    assert (
+        sum(
+            '"CacheWrite"' in rec and '"DecomposeReduction"' in rec and "SamplePerfectTile" not in rec
+            for rec in records
+        )
+        >= 1
+    )
     assert "[INFO]" not in r.stderr + r.stdout  # MetaSchedule's own log goes to the log file
     assert "task_scheduler.cc" in "".join(p.read_text() for p in (db.parent / "logs").glob("*tune*.log"))
 
@@ -134,18 +144,51 @@ def test_tune_on_the_emulated_aarch64_device(gemm, tvmgen, tmp_path, monkeypatch
         tracker = rpc.start_tracker(port=19900, port_end=19950)
         started.append(tracker)
         started.append(rpc.start_device("linux-aarch64", "arm-tune", tracker=tracker.address, work_dir=state / "w"))
-        r = tvmgen("tune", gemm, "--trials", "1", "--key", "arm-tune", "--tracker", tracker.address,
-                   "--db", tmp_path / "db", extra_env=env)
+        r = tvmgen(
+            "tune",
+            gemm,
+            "--trials",
+            "1",
+            "--key",
+            "arm-tune",
+            "--tracker",
+            tracker.address,
+            "--db",
+            tmp_path / "db",
+            extra_env=env,
+        )
         assert r.returncode == 0, r.stderr
         assert "device: linux-aarch64 (aarch64)" in r.stderr
         assert "1/1 fused_matmul_add: best" in r.stderr
-        assert (tmp_path / "db" / "llvm-mattr=+neon-mtriple=aarch64-linux-gnu" / "database_tuning_record.json").is_file()
-        r = tvmgen("compile", gemm, "--platform", "linux-aarch64", "--tuning-db", tmp_path / "db",
-                   "-o", tmp_path / "a64", extra_env=env)
+        assert (
+            tmp_path / "db" / "llvm-mattr=+neon-mtriple=aarch64-linux-gnu" / "database_tuning_record.json"
+        ).is_file()
+        r = tvmgen(
+            "compile",
+            gemm,
+            "--platform",
+            "linux-aarch64",
+            "--tuning-db",
+            tmp_path / "db",
+            "-o",
+            tmp_path / "a64",
+            extra_env=env,
+        )
         assert r.returncode == 0, r.stderr
         assert "kernels: 1 from the tuning database" in r.stderr
-        r = tvmgen("bench", tmp_path / "a64", "--key", "arm-tune", "--tracker", tracker.address, "--repeat", "1",
-                   "--json", tmp_path / "r.json", extra_env=env)
+        r = tvmgen(
+            "bench",
+            tmp_path / "a64",
+            "--key",
+            "arm-tune",
+            "--tracker",
+            tracker.address,
+            "--repeat",
+            "1",
+            "--json",
+            tmp_path / "r.json",
+            extra_env=env,
+        )
         assert r.returncode == 0, r.stderr
         res = json.loads((tmp_path / "r.json").read_text())
         assert res["device"]["arch"] == "aarch64" and res["check"][0]["max_abs"] < 1e-4
@@ -170,9 +213,27 @@ def test_device_lost_mid_tuning(gemm, tmp_path, monkeypatch):
     device = rpc.start_device("host", "doomed", tracker=tracker.address, work_dir=tmp_path / "w")
     try:
         env = dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path / "logs"))
-        proc = subprocess.Popen([sys.executable, "-m", "tvmgen", "tune", conv, "--trials", "20", "--db", tmp_path / "db",
-                                 "--key", "doomed", "--tracker", tracker.address],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tvmgen",
+                "tune",
+                conv,
+                "--trials",
+                "20",
+                "--db",
+                tmp_path / "db",
+                "--key",
+                "doomed",
+                "--tracker",
+                tracker.address,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         records = None
         deadline = time.time() + 240
         while time.time() < deadline and proc.poll() is None:  # the first task's records are written
@@ -203,8 +264,7 @@ def test_local_candidates_run_with_num_cores_threads(gemm, tmp_path, monkeypatch
     from tvmgen.tuning import tune
 
     seen = []
-    monkeypatch.setattr(tune, "_tune_contexts",
-                        lambda *a, **k: seen.append(os.environ.get("TVM_NUM_THREADS")) or a[2])
+    monkeypatch.setattr(tune, "_tune_contexts", lambda *a, **k: seen.append(os.environ.get("TVM_NUM_THREADS")) or a[2])
     monkeypatch.setenv("TVM_NUM_THREADS", "7")
     imported = frontends.load(gemm, [])
     target = make_target(host_cpu_target())

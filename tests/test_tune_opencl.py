@@ -34,12 +34,18 @@ def gemm(tmp_path_factory) -> Path:
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(1)
-    model = onnx_model([helper.make_node("ReduceMean", ["x"], ["p"], axes=[2, 3], keepdims=0),
-                        helper.make_node("Gemm", ["p", "W", "B"], ["y"], transB=1)],
-                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64, 8, 8])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])],
-                       [numpy_helper.from_array(rng.standard_normal((32, 64)).astype(np.float32), "W"),
-                        numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "B")])
+    model = onnx_model(
+        [
+            helper.make_node("ReduceMean", ["x"], ["p"], axes=[2, 3], keepdims=0),
+            helper.make_node("Gemm", ["p", "W", "B"], ["y"], transB=1),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])],
+        [
+            numpy_helper.from_array(rng.standard_normal((32, 64)).astype(np.float32), "W"),
+            numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "B"),
+        ],
+    )
     return save_onnx(model, tmp_path_factory.mktemp("tune-ocl-models") / "pool_gemm.onnx")
 
 
@@ -60,8 +66,11 @@ def gpu_device(opencl_runtime, tmp_path_factory):
     """A tracker and tvmgen's device server (PoCL behind it), as `tvmgen rpc tracker` / `rpc device` start
     them; yields (tracker address, environment for the CLI)."""
     work = tmp_path_factory.mktemp("tune-ocl-device")
-    env = {"TVMGEN_STATE_DIR": str(work / "state"), "TVMGEN_OPENCL_CACHE_DIR": str(work / "cl-cache"),
-           "TVMGEN_OPENCL_BACKEND": str(opencl_runtime / "lib" / "libtvmgen_opencl.so")}
+    env = {
+        "TVMGEN_STATE_DIR": str(work / "state"),
+        "TVMGEN_OPENCL_CACHE_DIR": str(work / "cl-cache"),
+        "TVMGEN_OPENCL_BACKEND": str(opencl_runtime / "lib" / "libtvmgen_opencl.so"),
+    }
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():
             mp.setenv(k, v)
@@ -69,8 +78,9 @@ def gpu_device(opencl_runtime, tmp_path_factory):
         try:
             tracker = rpc.start_tracker(port=19600, port_end=19680)
             started.append(tracker)
-            started.append(rpc.start_device("host", KEY, tracker=tracker.address, work_dir=work / "w",
-                                            prefix=opencl_runtime))
+            started.append(
+                rpc.start_device("host", KEY, tracker=tracker.address, work_dir=work / "w", prefix=opencl_runtime)
+            )
             yield tracker.address, env
         finally:
             for s in reversed(started):
@@ -82,16 +92,31 @@ def tuned(gpu_device, gemm, tmp_path_factory):
     """The model tuned on the device, 3 trials per task: dlight's schedule first, then MetaSchedule's."""
     address, env = gpu_device
     work = tmp_path_factory.mktemp("tuned-ocl")
-    r = _cli("tune", gemm, "--device", "opencl", "--trials", "3", "--key", KEY, "--tracker", address,
-             "--db", work / "db", env=env, logs=work / "logs")
+    r = _cli(
+        "tune",
+        gemm,
+        "--device",
+        "opencl",
+        "--trials",
+        "3",
+        "--key",
+        KEY,
+        "--tracker",
+        address,
+        "--db",
+        work / "db",
+        env=env,
+        logs=work / "logs",
+    )
     assert r.returncode == 0, r.stderr
     return work / "db", r
 
 
 def _cli(*args, env: dict, logs: Path, timeout: int = 600) -> subprocess.CompletedProcess:
     full = dict(os.environ, TVMGEN_LOG_DIR=str(logs), COLUMNS="200", **env)
-    return subprocess.run([sys.executable, "-m", "tvmgen", *map(str, args)], capture_output=True, text=True,
-                          env=full, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tvmgen", *map(str, args)], capture_output=True, text=True, env=full, timeout=timeout
+    )
 
 
 def test_tune_on_the_opencl_device_writes_a_gpu_database(tuned):
@@ -125,8 +150,19 @@ def test_compile_applies_the_gpu_database_and_matches_untuned(tuned, gpu_device,
     db, _ = tuned
     address, env = gpu_device
     logs = tmp_path / "logs"
-    r = _cli("compile", gemm, "--device", "opencl", "--tuning-db", db, "--check", "-o", tmp_path / "tuned",
-             env=env, logs=logs)
+    r = _cli(
+        "compile",
+        gemm,
+        "--device",
+        "opencl",
+        "--tuning-db",
+        db,
+        "--check",
+        "-o",
+        tmp_path / "tuned",
+        env=env,
+        logs=logs,
+    )
     assert r.returncode == 0, r.stderr
     assert "kernels: 2 from the tuning database" in r.stderr and "has no tuned kernel" not in r.stderr
     assert "ok y: max abs error" in r.stderr
@@ -136,16 +172,29 @@ def test_compile_applies_the_gpu_database_and_matches_untuned(tuned, gpu_device,
     assert "from the tuning database" not in r.stderr
     outs = {}
     for name in ("tuned", "untuned", "cpu"):
-        r = _cli("run", tmp_path / name, "-o", tmp_path / f"out-{name}", "--repeat", "1", "--seed", "3", env=env,
-                 logs=logs)
+        r = _cli(
+            "run", tmp_path / name, "-o", tmp_path / f"out-{name}", "--repeat", "1", "--seed", "3", env=env, logs=logs
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         outs[name] = np.load(tmp_path / f"out-{name}" / "y.npy")
     assert not np.array_equal(outs["cpu"], np.zeros_like(outs["cpu"]))
     np.testing.assert_allclose(outs["tuned"], outs["untuned"], atol=1e-5, rtol=0)
     np.testing.assert_allclose(outs["tuned"], outs["cpu"], atol=1e-4, rtol=0)
     # the tuned artifact on the device server, as on a phone
-    r = _cli("bench", tmp_path / "tuned", "--key", KEY, "--tracker", address, "--repeat", "2",
-             "--json", tmp_path / "r.json", env=env, logs=logs)
+    r = _cli(
+        "bench",
+        tmp_path / "tuned",
+        "--key",
+        KEY,
+        "--tracker",
+        address,
+        "--repeat",
+        "2",
+        "--json",
+        tmp_path / "r.json",
+        env=env,
+        logs=logs,
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads((tmp_path / "r.json").read_text())
     assert res["dev"] == "opencl" and res["check"][0]["max_abs"] < 1e-4
@@ -154,8 +203,22 @@ def test_compile_applies_the_gpu_database_and_matches_untuned(tuned, gpu_device,
 def test_rerun_resumes_from_the_gpu_records(tuned, gpu_device, gemm, tmp_path):
     db, _ = tuned
     address, env = gpu_device
-    r = _cli("tune", gemm, "--device", "opencl", "--trials", "3", "--key", KEY, "--tracker", address, "--db", db,
-             env=env, logs=tmp_path / "logs")
+    r = _cli(
+        "tune",
+        gemm,
+        "--device",
+        "opencl",
+        "--trials",
+        "3",
+        "--key",
+        KEY,
+        "--tracker",
+        address,
+        "--db",
+        db,
+        env=env,
+        logs=tmp_path / "logs",
+    )
     assert r.returncode == 0, r.stderr
     assert "(6 trials already in the database)" in r.stderr and "(0 new)" in r.stderr
 
@@ -175,10 +238,21 @@ def test_opencl_needs_a_device_and_a_database_for_its_target(gemm, tvmgen, tmp_p
     assert r.returncode == 2, r.stderr
     err = " ".join(r.stderr.split())
     assert "has no records for target opencl-host-llvm-" in err and "it has records for: llvm-mcpu=x" in err
-    r = tvmgen("compile", gemm, "--device", "opencl", "--gpu-family", "adreno", "--tuning-db", tmp_path / "cpu-only",
-               "-o", tmp_path / "b")
+    r = tvmgen(
+        "compile",
+        gemm,
+        "--device",
+        "opencl",
+        "--gpu-family",
+        "adreno",
+        "--tuning-db",
+        tmp_path / "cpu-only",
+        "-o",
+        tmp_path / "b",
+    )
     assert r.returncode == 2 and "--device opencl --gpu-family adreno has none to take from it" in " ".join(
-        r.stderr.split())
+        r.stderr.split()
+    )
     r = tvmgen("tune", "--help")
     text = " ".join(r.stdout.split())
     assert r.returncode == 0 and "[cpu|opencl]" in text and "rpc-app" in text and "tvmgen rpc device" in text
@@ -195,7 +269,9 @@ def test_app_builds_take_the_records_of_their_own_target(tmp_path):
     gpu = database.database_target(phone, "opencl")
     assert database.target_name(gpu) == "opencl-host-llvm-mattr=+neon-mtriple=aarch64-linux-android"
     assert database.target_name(database.database_target(PLATFORMS["host"], "opencl")) != database.target_name(gpu)
-    assert database.target_name(database.database_target(phone, "opencl", "mali")).startswith("opencl-device=mali-host-")
+    assert database.target_name(database.database_target(phone, "opencl", "mali")).startswith(
+        "opencl-device=mali-host-"
+    )
     assert database.database_target(phone, "opencl", "adreno") is None  # TVM's texture pipeline: not tuned
     (tmp_path / database.target_name(gpu)).mkdir()
     (tmp_path / database.target_name(gpu) / "database_tuning_record.json").write_text("")

@@ -12,8 +12,10 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 
-@pytest.mark.parametrize("name", ["seg_head", "audio_rnn", "vad_if", "vad_scalar", "det_head_tflite", "mobilenet_v3_small",
-                                  "selfie_seg_fp16"])
+@pytest.mark.parametrize(
+    "name",
+    ["seg_head", "audio_rnn", "vad_if", "vad_scalar", "det_head_tflite", "mobilenet_v3_small", "selfie_seg_fp16"],
+)
 def test_zoo_model_compiles_and_matches_its_reference(name, tmp_path):
     import zoo
 
@@ -42,9 +44,17 @@ def test_zoo_model_checked_as_aarch64_code_under_qemu(name, tvmgen, tmp_path):
 def test_zoo_table_and_geomean():
     import zoo
 
-    rows = [{"model": "a", "format": "onnx", "what": "x", "targets": {"host": {"status": "ok", "max_error": 1e-6}},
-             "tvmgen_ms": 2.0, "reference_ms": 4.0},
-            {"model": "b", "format": "tflite", "what": "y", "targets": {"host": {"status": "compile failed"}}}]
+    rows = [
+        {
+            "model": "a",
+            "format": "onnx",
+            "what": "x",
+            "targets": {"host": {"status": "ok", "max_error": 1e-6}},
+            "tvmgen_ms": 2.0,
+            "reference_ms": 4.0,
+        },
+        {"model": "b", "format": "tflite", "what": "y", "targets": {"host": {"status": "compile failed"}}},
+    ]
     text = zoo.format_table(rows, ["host"])
     assert "0.50x" in text.replace(" ", "") or "0.50" in text
     assert "compile failed" in text
@@ -53,9 +63,15 @@ def test_zoo_table_and_geomean():
 
 # The published parameter counts of each architecture (torchvision's model cards, 1000 classes): a
 # layer table written wrongly (a width, an expansion, a missing block) changes them.
-PUBLISHED_PARAMETERS = {"mobilenet_v2": 3_504_872, "mobilenet_v3_small": 2_542_856, "efficientnet_b0": 5_288_548,
-                        "shufflenet_v2_x1_0": 2_278_604, "mnasnet1_0": 4_383_312, "squeezenet1_1": 1_235_496,
-                        "resnet18": 11_689_512}
+PUBLISHED_PARAMETERS = {
+    "mobilenet_v2": 3_504_872,
+    "mobilenet_v3_small": 2_542_856,
+    "efficientnet_b0": 5_288_548,
+    "shufflenet_v2_x1_0": 2_278_604,
+    "mnasnet1_0": 4_383_312,
+    "squeezenet1_1": 1_235_496,
+    "resnet18": 11_689_512,
+}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMETERS))

@@ -25,8 +25,7 @@ class State:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, "--version", prog_name="tvmgen",
-                      message="%(prog)s %(version)s")
+@click.version_option(__version__, "--version", prog_name="tvmgen", message="%(prog)s %(version)s")
 @click.option("-v", "--verbose", count=True, help="More output: -v steps, -vv debug (also in the log file).")
 @click.pass_context
 def cli(ctx, verbose):
@@ -55,8 +54,21 @@ def _register() -> None:
     """Each command lives in its own module under tvmgen.commands; this group only holds them."""
     from tvmgen.commands import apps, bench, compile, partition, rpc, run, runtime, tune
 
-    for command in (compile.compile, run.inspect, run.run, runtime.runtime, runtime.embed, rpc.rpc_group,
-                    rpc.devices, bench.bench, tune.tune, apps.app, apps.rpc_app, apps.doctor, partition.partition):
+    for command in (
+        compile.compile,
+        run.inspect,
+        run.run,
+        runtime.runtime,
+        runtime.embed,
+        rpc.rpc_group,
+        rpc.devices,
+        bench.bench,
+        tune.tune,
+        apps.app,
+        apps.rpc_app,
+        apps.doctor,
+        partition.partition,
+    ):
         cli.add_command(command)
 
 
@@ -89,7 +101,9 @@ def main():
         sys.exit(130)
     except Exception as e:  # an internal error: full traceback to the log, one line to the user
         log.error("internal error: %s", traceback.format_exc())
-        console.print(f"[bold red]internal error:[/] {type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
+        console.print(
+            f"[bold red]internal error:[/] {type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+        )
         if State.log_path:
             console.print(f"  the full traceback is in the log: {State.log_path}")
         console.print("  please report it with that log attached")

@@ -24,8 +24,19 @@ class DeviceError(TvmgenError):
 
 
 # `adb devices` states; "no permissions (...)" holds spaces, so states are matched, not split.
-STATES = ("device", "unauthorized", "offline", "no permissions", "authorizing", "connecting",
-          "bootloader", "recovery", "sideload", "host", "rescue")
+STATES = (
+    "device",
+    "unauthorized",
+    "offline",
+    "no permissions",
+    "authorizing",
+    "connecting",
+    "bootloader",
+    "recovery",
+    "sideload",
+    "host",
+    "rescue",
+)
 
 
 @dataclass
@@ -55,10 +66,19 @@ def parse_devices(text: str) -> list[Device]:
         if state == "no permissions":  # "no permissions (missing udev rules? ...); see [url]"
             rest = re.sub(r"^no permissions.*?\]\s*|^no permissions(\s+\(.*?\))?\s*", "", rest)
         else:
-            rest = rest[len(state):]
+            rest = rest[len(state) :]
         props = dict(re.findall(r"(\w+):(\S+)", rest))
-        found.append(Device(serial, state, props.get("model", ""), props.get("product", ""), props.get("device", ""),
-                            props.get("transport_id", ""), props.get("usb", "")))
+        found.append(
+            Device(
+                serial,
+                state,
+                props.get("model", ""),
+                props.get("product", ""),
+                props.get("device", ""),
+                props.get("transport_id", ""),
+                props.get("usb", ""),
+            )
+        )
     return found
 
 
@@ -66,8 +86,10 @@ def devices(adb: Adb | None = None) -> list[Device]:
     adb = adb or Adb()
     out = adb("devices", "-l")
     if out.returncode != 0:
-        raise DeviceError(f"adb devices failed: {(out.stdout + out.stderr).strip()[-500:]}",
-                          "restart the adb server: adb kill-server && adb start-server")
+        raise DeviceError(
+            f"adb devices failed: {(out.stdout + out.stderr).strip()[-500:]}",
+            "restart the adb server: adb kill-server && adb start-server",
+        )
     return parse_devices(out.stdout)
 
 
@@ -79,30 +101,37 @@ def choose_device(serial: str | None = None, adb: Adb | None = None) -> Phone:
         matching = [d for d in attached if d.serial == serial]
         if not matching:
             listed = ", ".join(d.name for d in attached) or "none"
-            raise InputError(f"no device with serial {serial} (attached: {listed})",
-                             "pass one of the serials `adb devices -l` lists")
+            raise InputError(
+                f"no device with serial {serial} (attached: {listed})", "pass one of the serials `adb devices -l` lists"
+            )
         device = matching[0]
     else:
         if not attached:
-            raise InputError("no Android device attached",
-                             "connect a phone by USB with USB debugging on (Settings → Developer options), "
-                             "or start an emulator; `adb devices -l` should list it")
+            raise InputError(
+                "no Android device attached",
+                "connect a phone by USB with USB debugging on (Settings → Developer options), "
+                "or start an emulator; `adb devices -l` should list it",
+            )
         if len(attached) > 1:
             listed = "\n    ".join(f"{d.name}: {d.state}" for d in attached)
-            raise InputError(f"{len(attached)} devices attached:\n    {listed}",
-                             "pass --serial SERIAL to choose one")
+            raise InputError(f"{len(attached)} devices attached:\n    {listed}", "pass --serial SERIAL to choose one")
         device = attached[0]
     if device.state == "unauthorized":
-        raise InputError(f"{device.name} has not authorized this computer",
-                         "unlock the phone and accept the RSA prompt on the phone ('Allow USB debugging'), "
-                         "then try again")
+        raise InputError(
+            f"{device.name} has not authorized this computer",
+            "unlock the phone and accept the RSA prompt on the phone ('Allow USB debugging'), then try again",
+        )
     if device.state == "no permissions":
-        raise InputError(f"{device.serial}: no permission to open the USB device",
-                         "add a udev rule for the phone (Debian: apt-get install android-sdk-platform-tools-common) "
-                         "and replug it, or run adb as root")
+        raise InputError(
+            f"{device.serial}: no permission to open the USB device",
+            "add a udev rule for the phone (Debian: apt-get install android-sdk-platform-tools-common) "
+            "and replug it, or run adb as root",
+        )
     if device.state != "device":
-        raise InputError(f"{device.name} is {device.state}",
-                         "replug the USB cable or reboot the phone; `adb devices -l` should say 'device'")
+        raise InputError(
+            f"{device.name} is {device.state}",
+            "replug the USB cable or reboot the phone; `adb devices -l` should say 'device'",
+        )
     return Phone(device, adb)
 
 
@@ -111,24 +140,30 @@ INSTALL_FAILURES = {
     "INSTALL_FAILED_UPDATE_INCOMPATIBLE": (
         "the phone already has {package} signed with a different key (a debug build from another machine, "
         "or a release build over a debug one)",
-        "uninstall it first (this deletes its data): adb -s {serial} uninstall {package}"),
+        "uninstall it first (this deletes its data): adb -s {serial} uninstall {package}",
+    ),
     "INSTALL_FAILED_INSUFFICIENT_STORAGE": (
         "the phone has not enough free storage for the APK",
-        "free space on the phone (Settings → Storage), or remove an old build: adb -s {serial} uninstall {package}"),
+        "free space on the phone (Settings → Storage), or remove an old build: adb -s {serial} uninstall {package}",
+    ),
     "INSTALL_FAILED_NO_MATCHING_ABIS": (
         "the APK has no native libraries for this phone's CPU",
         "see the phone's ABI with `adb -s {serial} shell getprop ro.product.cpu.abi` and compile for it: "
-        "--platform android-arm64 (arm64-v8a), android-armv7 (armeabi-v7a) or android-x86_64 (emulator)"),
+        "--platform android-arm64 (arm64-v8a), android-armv7 (armeabi-v7a) or android-x86_64 (emulator)",
+    ),
     "INSTALL_FAILED_VERSION_DOWNGRADE": (
         "the phone has a newer versionCode of {package} than this APK",
         "uninstall the newer one (this deletes its data): adb -s {serial} uninstall {package}, "
-        "or raise the app's versionCode"),
+        "or raise the app's versionCode",
+    ),
     "INSTALL_PARSE_FAILED_NO_CERTIFICATES": (
         "the APK is not signed, or was changed after signing (e.g. zipaligned after apksigner)",
-        "zipalign first, then sign: tvmgen's build does both in that order; check with apksigner verify --verbose"),
+        "zipalign first, then sign: tvmgen's build does both in that order; check with apksigner verify --verbose",
+    ),
     "INSTALL_FAILED_OLDER_SDK": (
         f"the phone's Android is older than the app's minSdk ({ANDROID_MIN_API}, Android 7.0)",
-        f"use a phone or emulator with Android 7.0 (API {ANDROID_MIN_API}) or newer"),
+        f"use a phone or emulator with Android 7.0 (API {ANDROID_MIN_API}) or newer",
+    ),
 }
 
 
@@ -159,27 +194,40 @@ class Phone:
         pkg = package or (named.group(1) if named else "<package>")
         if code in INSTALL_FAILURES:
             cause, fix = INSTALL_FAILURES[code]
-            raise DeviceError(f"cannot install {Path(apk).name} on {self.device.name}: {code}: "
-                              + cause.format(serial=self.serial, package=pkg),
-                              fix.format(serial=self.serial, package=pkg))
-        raise DeviceError(f"cannot install {Path(apk).name} on {self.device.name}: {text.strip()[-500:]}",
-                          f"see the phone's log: adb -s {self.serial} logcat -d -s PackageManager")
+            raise DeviceError(
+                f"cannot install {Path(apk).name} on {self.device.name}: {code}: "
+                + cause.format(serial=self.serial, package=pkg),
+                fix.format(serial=self.serial, package=pkg),
+            )
+        raise DeviceError(
+            f"cannot install {Path(apk).name} on {self.device.name}: {text.strip()[-500:]}",
+            f"see the phone's log: adb -s {self.serial} logcat -d -s PackageManager",
+        )
 
     def start(self, component: str, extras: dict | None = None) -> None:
         """am start -n package/activity, with extras as --es (str), --ei (int), --ez (bool), --ef (float)."""
         args = ["shell", "am", "start", "-n", component]
         for k, v in (extras or {}).items():
-            flag = "--ez" if isinstance(v, bool) else "--ei" if isinstance(v, int) else \
-                "--ef" if isinstance(v, float) else "--es"
+            flag = (
+                "--ez"
+                if isinstance(v, bool)
+                else "--ei"
+                if isinstance(v, int)
+                else "--ef"
+                if isinstance(v, float)
+                else "--es"
+            )
             value = str(v).lower() if isinstance(v, bool) else str(v)
             args += [flag, shlex.quote(k), shlex.quote(value)]  # the phone's shell joins the words again
         out = self._adb(*args)
         text = out.stdout + out.stderr
         m = re.search(r"(?m)^Error: (.*)$", text)
         if m or out.returncode != 0:
-            raise DeviceError(f"cannot start {component} on {self.device.name}: {m.group(1) if m else text.strip()}",
-                              "check the package and activity names (aapt dump badging APK shows "
-                              "launchable-activity) and that the app is installed")
+            raise DeviceError(
+                f"cannot start {component} on {self.device.name}: {m.group(1) if m else text.strip()}",
+                "check the package and activity names (aapt dump badging APK shows "
+                "launchable-activity) and that the app is installed",
+            )
 
     def logcat(self, tag: str | None = None, since: datetime | str | None = None) -> list[str]:
         """The log so far (-d), in threadtime format; only ``tag`` when given; only lines after ``since``."""
@@ -190,16 +238,20 @@ class Phone:
             args += ["-s", tag]
         out = self._adb(*args)
         if out.returncode != 0:
-            raise DeviceError(f"adb logcat failed on {self.device.name}: {out.stderr.strip()[-500:]}",
-                              "check the phone is still attached: adb devices -l")
+            raise DeviceError(
+                f"adb logcat failed on {self.device.name}: {out.stderr.strip()[-500:]}",
+                "check the phone is still attached: adb devices -l",
+            )
         return [ln for ln in out.stdout.splitlines() if ln.strip() and not ln.startswith("--------- beginning of")]
 
     def pull(self, remote: str, local: str | Path) -> Path:
         out = self._adb("pull", remote, local)
         if out.returncode != 0:
             text = (out.stdout + out.stderr).strip()
-            hint = ("the path must be readable by adb's shell user: app-private files need "
-                    f"`adb -s {self.serial} shell run-as PACKAGE cat FILE` or a path under /sdcard")
+            hint = (
+                "the path must be readable by adb's shell user: app-private files need "
+                f"`adb -s {self.serial} shell run-as PACKAGE cat FILE` or a path under /sdcard"
+            )
             raise DeviceError(f"cannot pull {remote} from {self.device.name}: {text[-500:]}", hint)
         return Path(local)
 
@@ -207,6 +259,7 @@ class Phone:
         """adb reverse tcp:P tcp:P: the phone's localhost:P reaches this machine's port P over USB."""
         out = self._adb("reverse", f"tcp:{port}", f"tcp:{port}")
         if out.returncode != 0:
-            raise DeviceError(f"adb reverse tcp:{port} failed on {self.device.name}: "
-                              f"{(out.stdout + out.stderr).strip()[-500:]}",
-                              "adb reverse needs Android 5.0+ over USB; for Wi-Fi use the tracker or proxy address")
+            raise DeviceError(
+                f"adb reverse tcp:{port} failed on {self.device.name}: {(out.stdout + out.stderr).strip()[-500:]}",
+                "adb reverse needs Android 5.0+ over USB; for Wi-Fi use the tracker or proxy address",
+            )

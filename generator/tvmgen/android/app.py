@@ -49,15 +49,18 @@ def build_apk(project: Path, opts: AppOptions) -> Path:
     task = "assembleRelease"
     env = build_env()
     with step(f"Building the APK with Gradle ({task})"):
-        proc = toolchains.run([str(gradle), "--no-daemon", "-p", str(project), task], cwd=project, check=False,
-                              env=env)
+        proc = toolchains.run([str(gradle), "--no-daemon", "-p", str(project), task], cwd=project, check=False, env=env)
         if proc.returncode != 0:
-            raise TvmgenError(f"the Gradle build failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}",
-                              "see the log file for Gradle's full output")
+            raise TvmgenError(
+                f"the Gradle build failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}",
+                "see the log file for Gradle's full output",
+            )
     built = sorted((project / "app" / "build" / "outputs" / "apk" / "release").glob("*.apk"))
     if not built:
-        raise TvmgenError("Gradle finished but wrote no APK under app/build/outputs/apk/release",
-                          "check the Gradle output in the log file")
+        raise TvmgenError(
+            "Gradle finished but wrote no APK under app/build/outputs/apk/release",
+            "check the Gradle output in the log file",
+        )
     out_dir = project / "apk"
     out_dir.mkdir(exist_ok=True)
     aligned = signing.zipalign(built[0], out_dir / "aligned.apk")
@@ -66,7 +69,9 @@ def build_apk(project: Path, opts: AppOptions) -> Path:
     elif opts.keystore is not None and opts.key_alias is not None:
         key = signing.release_key(opts.keystore, opts.key_alias)
     else:
-        raise InputError("a release build needs a keystore and a key alias", "pass --keystore FILE and --key-alias ALIAS")
+        raise InputError(
+            "a release build needs a keystore and a key alias", "pass --keystore FILE and --key-alias ALIAS"
+        )
     final = out_dir / f"{opts.app_name.replace(' ', '-')}-{'release' if opts.release else 'debug-signed'}.apk"
     with step(f"Signing with apksigner ({'release' if opts.release else 'debug'} key, v2 + v3)"):
         signing.sign(aligned, key, final)
@@ -84,8 +89,13 @@ def install_and_run(apk: Path, opts: AppOptions, results_dir: Path) -> dict | No
     if opts.kind == "rpc":
         if opts.usb:
             phone.reverse(int(opts.rpc["port"]))
-        extras = {"mode": opts.rpc["mode"], "address": opts.rpc["address"], "port": int(opts.rpc["port"]),
-                  "key": opts.rpc["key"], "start": True}
+        extras = {
+            "mode": opts.rpc["mode"],
+            "address": opts.rpc["address"],
+            "port": int(opts.rpc["port"]),
+            "key": opts.rpc["key"],
+            "start": True,
+        }
         phone.start(f"{opts.package}/.RpcActivity", extras)
         return None
     if not opts.run:
@@ -119,8 +129,11 @@ def build_env() -> dict[str, str]:
 
 def summary_of_missing(missing: list[doctor.Check], project: Path) -> str:
     lines = [f"  - {c.name}: {c.detail or 'not found'}" + (f"\n    fix: {c.fix}" if c.fix else "") for c in missing]
-    finish = (f"cd {project} && ANDROID_HOME=... TVM_SOURCE_DIR=... gradle assembleRelease   "
-              "(or run this tvmgen command again with --yes: tvmgen downloads what is missing; "
-              "`tvmgen doctor --install` does only that)")
-    return "the project is rendered but no APK was built; missing here:\n" + "\n".join(lines) + \
-        f"\n  to finish: {finish}"
+    finish = (
+        f"cd {project} && ANDROID_HOME=... TVM_SOURCE_DIR=... gradle assembleRelease   "
+        "(or run this tvmgen command again with --yes: tvmgen downloads what is missing; "
+        "`tvmgen doctor --install` does only that)"
+    )
+    return (
+        "the project is rendered but no APK was built; missing here:\n" + "\n".join(lines) + f"\n  to finish: {finish}"
+    )

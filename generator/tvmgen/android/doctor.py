@@ -21,8 +21,10 @@ from tvmgen.android import downloads, tools
 from tvmgen.core import fetch, toolchains
 from tvmgen.core.toolchains import Check, check_tool
 
-TVM_CLONE = (f"git clone --recursive --branch {downloads.TVM_TAG} https://github.com/apache/tvm && "
-             "export TVM_SOURCE_DIR=$PWD/tvm (or: tvmgen doctor --install)")
+TVM_CLONE = (
+    f"git clone --recursive --branch {downloads.TVM_TAG} https://github.com/apache/tvm && "
+    "export TVM_SOURCE_DIR=$PWD/tvm (or: tvmgen doctor --install)"
+)
 
 
 _ENV_VARS = ("JAVA_HOME", "GRADLE_HOME", "TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", *tools.SDK_ENV_VARS)
@@ -37,6 +39,7 @@ def _sdk_usable(sdk: tools.AndroidSdk):
     def check() -> str:
         sdk.require()
         return f"platforms: {', '.join(map(str, sdk.platforms()))}; build-tools: {', '.join(sdk.build_tools())}"
+
     return check
 
 
@@ -46,6 +49,7 @@ def _devices(adb: tools.Adb):
         if not found:
             return "no device attached"
         return "; ".join(f"{d.name}: {d.state}" for d in found)
+
     return check
 
 
@@ -55,10 +59,14 @@ def cmake() -> Check:
     root = tools.sdk_root()
     exe = root / "cmake" / downloads.CMAKE_VERSION / "bin" / "cmake" if root else None
     if exe is None or not exe.is_file():
-        return Check(name, False, False, detail=f"no cmake/{downloads.CMAKE_VERSION} in the Android SDK"
-                     + (f" at {root}" if root else ""),
-                     fix=f"tvmgen doctor --install (or sdkmanager 'cmake;{downloads.CMAKE_VERSION}'); without it the "
-                         "Android Gradle Plugin tries to install it during the build")
+        return Check(
+            name,
+            False,
+            False,
+            detail=f"no cmake/{downloads.CMAKE_VERSION} in the Android SDK" + (f" at {root}" if root else ""),
+            fix=f"tvmgen doctor --install (or sdkmanager 'cmake;{downloads.CMAKE_VERSION}'); without it the "
+            "Android Gradle Plugin tries to install it during the build",
+        )
     return Check(name, True, True, downloads.CMAKE_VERSION, str(exe), source=downloads.origin(exe, _ENV_VARS))
 
 
@@ -67,24 +75,45 @@ def tvm_source() -> Check:
 
     root = downloads.tvm_source_dir()
     if root is None:
-        return Check("TVM source tree", False, False,
-                     detail=f"TVM_SOURCE_DIR is not set and tvmgen has no clone at {downloads.tvm_dir()}",
-                     fix=TVM_CLONE, required=True)
+        return Check(
+            "TVM source tree",
+            False,
+            False,
+            detail=f"TVM_SOURCE_DIR is not set and tvmgen has no clone at {downloads.tvm_dir()}",
+            fix=TVM_CLONE,
+            required=True,
+        )
     source = downloads.origin(root, ("TVM_SOURCE_DIR",))
     where = f"TVM_SOURCE_DIR={root}" if os.environ.get("TVM_SOURCE_DIR") else str(root)
     problem = tvm_tree_problem(root)
     if problem.startswith("no "):
-        return Check("TVM source tree", False, False, path=str(root),
-                     detail=f"{where} is not a TVM source tree ({problem})", fix=TVM_CLONE, required=True,
-                     source=source)
+        return Check(
+            "TVM source tree",
+            False,
+            False,
+            path=str(root),
+            detail=f"{where} is not a TVM source tree ({problem})",
+            fix=TVM_CLONE,
+            required=True,
+            source=source,
+        )
     version = ""
     libinfo = root / "python" / "tvm" / "libinfo.py"
     if libinfo.is_file():
         m = re.search(r"__version__\s*=\s*\"([^\"]+)\"", libinfo.read_text())
         version = m.group(1) if m else ""
     if problem:
-        return Check("TVM source tree", True, False, version, str(root), problem,
-                     f"cd {root} && git submodule update --init --recursive", required=True, source=source)
+        return Check(
+            "TVM source tree",
+            True,
+            False,
+            version,
+            str(root),
+            problem,
+            f"cd {root} && git submodule update --init --recursive",
+            required=True,
+            source=source,
+        )
     return Check("TVM source tree", True, True, version, str(root), required=True, source=source)
 
 
@@ -97,10 +126,21 @@ def opencl() -> Check:
         loadable = False
     if icds or loadable:
         detail = ", ".join(p.name for p in icds) or "libOpenCL.so.1 loads (no ICD file)"
-        return Check("OpenCL ICD", True, bool(icds), path=str(icds[0]) if icds else "libOpenCL.so.1", detail=detail,
-                     fix="" if icds else "install a vendor ICD, e.g. apt-get install pocl-opencl-icd")
-    return Check("OpenCL ICD", False, False, detail="no ICD under /etc/OpenCL/vendors and libOpenCL.so.1 does not load",
-                 fix="apt-get install ocl-icd-libopencl1 pocl-opencl-icd (host OpenCL; phones bring their own)")
+        return Check(
+            "OpenCL ICD",
+            True,
+            bool(icds),
+            path=str(icds[0]) if icds else "libOpenCL.so.1",
+            detail=detail,
+            fix="" if icds else "install a vendor ICD, e.g. apt-get install pocl-opencl-icd",
+        )
+    return Check(
+        "OpenCL ICD",
+        False,
+        False,
+        detail="no ICD under /etc/OpenCL/vendors and libOpenCL.so.1 does not load",
+        fix="apt-get install ocl-icd-libopencl1 pocl-opencl-icd (host OpenCL; phones bring their own)",
+    )
 
 
 def checks(runner: tools.Runner | None = None) -> list[Check]:
@@ -121,8 +161,12 @@ def checks(runner: tools.Runner | None = None) -> list[Check]:
         _tool("aapt", tools.Aapt(runner), True),
         _tool("adb", adb, False, usable=_devices(adb)),
         _tool("qemu-aarch64", tools.Qemu(runner), False),
-        _tool("aarch64 cross g++", cross, False,
-              version=lambda: (runner or tools.run)([str(cross.verify()), "-dumpversion"]).stdout.strip()),
+        _tool(
+            "aarch64 cross g++",
+            cross,
+            False,
+            version=lambda: (runner or tools.run)([str(cross.verify()), "-dumpversion"]).stdout.strip(),
+        ),
         opencl(),
     ]
     return result
@@ -141,9 +185,17 @@ def table(found: list[Check]) -> str:
     """A plain-text table (it also reads well in logs and CI output), then the fix for each problem."""
     rows = [("tool", "found", "version", "from", "usable", "needed for APK", "where / what")]
     for c in found:
-        rows.append((c.name, "yes" if c.found else "no", c.version or "-", c.source or "-",
-                     "yes" if c.usable else "no", "yes" if c.required else "",
-                     c.detail if (c.detail and not c.usable) else (c.path + (f" ({c.detail})" if c.detail else ""))))
+        rows.append(
+            (
+                c.name,
+                "yes" if c.found else "no",
+                c.version or "-",
+                c.source or "-",
+                "yes" if c.usable else "no",
+                "yes" if c.required else "",
+                c.detail if (c.detail and not c.usable) else (c.path + (f" ({c.detail})" if c.detail else "")),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r[:6], widths)) + "  " + r[6] for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * 12)
@@ -151,8 +203,13 @@ def table(found: list[Check]) -> str:
     if fixes:
         lines += ["", "fixes:", *fixes]
         if any(c.required and not c.usable for c in found):
-            lines += ["", f"`tvmgen doctor --install` downloads what the APK build lacks into {fetch.data_dir()} "
-                          "(your own ANDROID_HOME, ANDROID_NDK_HOME and TVM_SOURCE_DIR are kept)"]
-    lines += ["", "ready to build an APK: " + ("yes" if ready(found) else
-                                                "no (every 'needed for APK' row must be usable)")]
+            lines += [
+                "",
+                f"`tvmgen doctor --install` downloads what the APK build lacks into {fetch.data_dir()} "
+                "(your own ANDROID_HOME, ANDROID_NDK_HOME and TVM_SOURCE_DIR are kept)",
+            ]
+    lines += [
+        "",
+        "ready to build an APK: " + ("yes" if ready(found) else "no (every 'needed for APK' row must be usable)"),
+    ]
     return "\n".join(lines)

@@ -44,8 +44,12 @@ CMAKE_VERSION = "3.22.1"
 TVM_TAG = "v0.27.0"
 TVM_VERSION = "0.27.0"
 
-SDK_PACKAGES = (f"platforms;android-{COMPILE_SDK}", f"build-tools;{BUILD_TOOLS}", f"ndk;{NDK_VERSION}",
-                f"cmake;{CMAKE_VERSION}")
+SDK_PACKAGES = (
+    f"platforms;android-{COMPILE_SDK}",
+    f"build-tools;{BUILD_TOOLS}",
+    f"ndk;{NDK_VERSION}",
+    f"cmake;{CMAKE_VERSION}",
+)
 
 
 @dataclass(frozen=True)
@@ -69,20 +73,30 @@ class GitSource:
 
 
 _CMDLINE_TOOLS = {
-    "Linux": Download("cmdline-tools", "Android SDK command-line tools 12.0 (sdkmanager)",
-                      "https://dl.google.com/android/repository/commandlinetools-linux-11076708_latest.zip",
-                      "2d2d50857e4eb553af5a6dc3ad507a17adf43d115264b1afc116f95c92e5e258"),
-    "Darwin": Download("cmdline-tools", "Android SDK command-line tools 12.0 (sdkmanager)",
-                       "https://dl.google.com/android/repository/commandlinetools-mac-11076708_latest.zip",
-                       "7bc5c72ba0275c80a8f19684fb92793b83a6b5c94d4d179fc5988930282d7e64"),
+    "Linux": Download(
+        "cmdline-tools",
+        "Android SDK command-line tools 12.0 (sdkmanager)",
+        "https://dl.google.com/android/repository/commandlinetools-linux-11076708_latest.zip",
+        "2d2d50857e4eb553af5a6dc3ad507a17adf43d115264b1afc116f95c92e5e258",
+    ),
+    "Darwin": Download(
+        "cmdline-tools",
+        "Android SDK command-line tools 12.0 (sdkmanager)",
+        "https://dl.google.com/android/repository/commandlinetools-mac-11076708_latest.zip",
+        "7bc5c72ba0275c80a8f19684fb92793b83a6b5c94d4d179fc5988930282d7e64",
+    ),
 }
 
-_GRADLE = Download("gradle", f"Gradle {GRADLE_VERSION} (binary distribution)",
-                   f"https://services.gradle.org/distributions/gradle-{GRADLE_VERSION}-bin.zip",
-                   "544c35d6bd849ae8a5ed0bcea39ba677dc40f49df7d1835561582da2009b961d")
+_GRADLE = Download(
+    "gradle",
+    f"Gradle {GRADLE_VERSION} (binary distribution)",
+    f"https://services.gradle.org/distributions/gradle-{GRADLE_VERSION}-bin.zip",
+    "544c35d6bd849ae8a5ed0bcea39ba677dc40f49df7d1835561582da2009b961d",
+)
 
-_TVM = GitSource("tvm-source", f"the TVM source tree ({TVM_TAG}, with its submodules)",
-                 "https://github.com/apache/tvm", TVM_TAG)
+_TVM = GitSource(
+    "tvm-source", f"the TVM source tree ({TVM_TAG}, with its submodules)", "https://github.com/apache/tvm", TVM_TAG
+)
 
 
 def _overrides() -> dict:
@@ -92,8 +106,10 @@ def _overrides() -> dict:
     try:
         table = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
-        raise InputError(f"TVMGEN_DOWNLOADS={path} cannot be read as JSON: {e}",
-                         'write {"gradle": {"url": "...", "sha256": "..."}, ...} there, or unset it') from e
+        raise InputError(
+            f"TVMGEN_DOWNLOADS={path} cannot be read as JSON: {e}",
+            'write {"gradle": {"url": "...", "sha256": "..."}, ...} there, or unset it',
+        ) from e
     if not isinstance(table, dict):
         raise InputError(f"TVMGEN_DOWNLOADS={path} is not a JSON object", "map entry names to {url, sha256}")
     return table
@@ -103,8 +119,10 @@ def _resolved(entry):
     fields = _overrides().get(entry.name, {})
     allowed = set(entry.__dataclass_fields__) - {"name", "what"}
     if not isinstance(fields, dict) or set(fields) - allowed:
-        raise InputError(f"TVMGEN_DOWNLOADS: {entry.name} must map to an object with fields {sorted(allowed)}, "
-                         f"not {fields!r}", "fix the JSON file, or unset TVMGEN_DOWNLOADS")
+        raise InputError(
+            f"TVMGEN_DOWNLOADS: {entry.name} must map to an object with fields {sorted(allowed)}, not {fields!r}",
+            "fix the JSON file, or unset TVMGEN_DOWNLOADS",
+        )
     entry = replace(entry, **fields)
     mirror = os.environ.get("TVMGEN_DOWNLOAD_MIRROR")
     if mirror and isinstance(entry, Download) and "url" not in fields:
@@ -115,8 +133,10 @@ def _resolved(entry):
 def cmdline_tools() -> Download:
     system = platform.system()
     if system not in _CMDLINE_TOOLS:
-        raise InputError(f"tvmgen installs the Android command-line tools on Linux and macOS, not {system}",
-                         "install Android Studio (or the command-line tools) yourself and set ANDROID_HOME")
+        raise InputError(
+            f"tvmgen installs the Android command-line tools on Linux and macOS, not {system}",
+            "install Android Studio (or the command-line tools) yourself and set ANDROID_HOME",
+        )
     return _resolved(_CMDLINE_TOOLS[system])
 
 
@@ -129,6 +149,7 @@ def tvm_source() -> GitSource:
 
 
 # ----------------------------------------------------------------------------- where things go
+
 
 def gradle_home() -> Path:
     return data_dir() / "gradle" / f"gradle-{GRADLE_VERSION}"

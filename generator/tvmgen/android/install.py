@@ -55,8 +55,10 @@ class Plan:
             item = downloads.cmdline_tools()
             out.append(f"{item.what}: {item.url} -> {fetch.sdk_dir() / 'cmdline-tools' / 'latest'}")
         if self.packages:
-            out.append(f"with sdkmanager, into {self.sdk}: {', '.join(self.packages)} "
-                       "(Google's licences are shown first; the NDK alone is about 700 MB)")
+            out.append(
+                f"with sdkmanager, into {self.sdk}: {', '.join(self.packages)} "
+                "(Google's licences are shown first; the NDK alone is about 700 MB)"
+            )
         if self.gradle:
             item = downloads.gradle()
             out.append(f"{item.what}: {item.url} -> {downloads.gradle_home()}")
@@ -74,8 +76,10 @@ def _sdk_env() -> Path | None:
 def missing_packages(sdk: Path) -> list[str]:
     """The sdkmanager packages the app build needs that ``sdk`` lacks (the NDK: unless one is set)."""
     present = {
-        f"platforms;android-{downloads.COMPILE_SDK}":
-            sdk / "platforms" / f"android-{downloads.COMPILE_SDK}" / "android.jar",
+        f"platforms;android-{downloads.COMPILE_SDK}": sdk
+        / "platforms"
+        / f"android-{downloads.COMPILE_SDK}"
+        / "android.jar",
         f"build-tools;{downloads.BUILD_TOOLS}": sdk / "build-tools" / downloads.BUILD_TOOLS / "apksigner",
         f"ndk;{downloads.NDK_VERSION}": sdk / "ndk" / downloads.NDK_VERSION / "source.properties",
         f"cmake;{downloads.CMAKE_VERSION}": sdk / "cmake" / downloads.CMAKE_VERSION / "bin" / "cmake",
@@ -146,8 +150,10 @@ def _install_cmdline_tools() -> Path:
     sdkmanager = final / "bin" / "sdkmanager"
     if not sdkmanager.is_file():
         shutil.rmtree(final)
-        raise ToolMissingError(f"{item.url} unpacked without bin/sdkmanager: not the command-line tools",
-                               "check TVMGEN_DOWNLOADS / TVMGEN_DOWNLOAD_MIRROR")
+        raise ToolMissingError(
+            f"{item.url} unpacked without bin/sdkmanager: not the command-line tools",
+            "check TVMGEN_DOWNLOADS / TVMGEN_DOWNLOAD_MIRROR",
+        )
     return sdkmanager
 
 
@@ -155,8 +161,9 @@ def _accept_licences(sdkmanager: Path, sdk: Path, env: dict, yes: bool, interact
     """Show the licences sdkmanager has not had accepted, and accept them only when the user does."""
     sdk.mkdir(parents=True, exist_ok=True)
     # Answering "y" to "Review licenses?" and "n" to each shows every text and accepts nothing.
-    review = toolchains.run([sdkmanager, f"--sdk_root={sdk}", "--licenses"], check=False, env=env,
-                            input="y\n" + "n\n" * _ANSWERS)
+    review = toolchains.run(
+        [sdkmanager, f"--sdk_root={sdk}", "--licenses"], check=False, env=env, input="y\n" + "n\n" * _ANSWERS
+    )
     licences = _LICENCE.findall(review.stdout)
     if not licences:
         if "Accept?" in review.stdout:  # a layout this parser does not know: show it whole
@@ -168,8 +175,10 @@ def _accept_licences(sdkmanager: Path, sdk: Path, env: dict, yes: bool, interact
     for name, text in licences:
         log.info("licence %s:\n%s", name, text)
     if yes:
-        console.print(f"[bold]•[/] accepting the Android SDK licences (--yes): {names} (their texts are in the log "
-                      f"file and, once accepted, in {sdk / 'licenses'})")
+        console.print(
+            f"[bold]•[/] accepting the Android SDK licences (--yes): {names} (their texts are in the log "
+            f"file and, once accepted, in {sdk / 'licenses'})"
+        )
     elif interactive:
         import click
 
@@ -178,24 +187,34 @@ def _accept_licences(sdkmanager: Path, sdk: Path, env: dict, yes: bool, interact
             console.print(text, markup=False, highlight=False)
         console.rule()
         if not click.confirm(f"Accept these licences ({names})?", default=False, err=True):
-            raise InputError("the Android SDK licences were declined: nothing was installed with sdkmanager",
-                             "run again and accept them, or install the SDK yourself and set ANDROID_HOME")
+            raise InputError(
+                "the Android SDK licences were declined: nothing was installed with sdkmanager",
+                "run again and accept them, or install the SDK yourself and set ANDROID_HOME",
+            )
     else:
-        raise InputError(f"sdkmanager needs the Android SDK licences accepted first ({names}), "
-                         "and there is no terminal here to show them",
-                         "run `tvmgen doctor --install` in a terminal to read and accept them, "
-                         "or pass --yes to accept them")
-    accept = toolchains.run([sdkmanager, f"--sdk_root={sdk}", "--licenses"], check=False, env=env,
-                            input="y\n" * _ANSWERS)
+        raise InputError(
+            f"sdkmanager needs the Android SDK licences accepted first ({names}), "
+            "and there is no terminal here to show them",
+            "run `tvmgen doctor --install` in a terminal to read and accept them, or pass --yes to accept them",
+        )
+    accept = toolchains.run(
+        [sdkmanager, f"--sdk_root={sdk}", "--licenses"], check=False, env=env, input="y\n" * _ANSWERS
+    )
     if accept.returncode != 0:
-        raise ToolMissingError(f"sdkmanager --licenses failed (exit {accept.returncode}): "
-                               f"{(accept.stderr or accept.stdout).strip()[-1500:]}", "see the log file")
+        raise ToolMissingError(
+            f"sdkmanager --licenses failed (exit {accept.returncode}): "
+            f"{(accept.stderr or accept.stdout).strip()[-1500:]}",
+            "see the log file",
+        )
 
 
 def _install_packages(sdkmanager: Path, sdk: Path, packages: list[str], env: dict) -> None:
-    with logs.step(f"sdkmanager: installing {', '.join(packages)} into {sdk} (a few minutes: about 1 GB, most of it the NDK)"):
-        proc = toolchains.run([sdkmanager, f"--sdk_root={sdk}", *packages], check=False, env=env,
-                              input="y\n" * _ANSWERS)
+    with logs.step(
+        f"sdkmanager: installing {', '.join(packages)} into {sdk} (a few minutes: about 1 GB, most of it the NDK)"
+    ):
+        proc = toolchains.run(
+            [sdkmanager, f"--sdk_root={sdk}", *packages], check=False, env=env, input="y\n" * _ANSWERS
+        )
     still = [p for p in missing_packages(sdk) if p in packages]
     if proc.returncode != 0 or still:
         output = (proc.stdout + proc.stderr).strip()[-2000:]
@@ -203,7 +222,8 @@ def _install_packages(sdkmanager: Path, sdk: Path, packages: list[str], env: dic
             f"sdkmanager did not install {', '.join(still or packages)} (exit {proc.returncode}):\n{output}",
             "sdkmanager downloads from dl.google.com: check the network (or its --proxy settings) and run again; "
             f"on a machine without network, copy an SDK holding {' '.join(packages)} from another machine "
-            "and set ANDROID_HOME to it")
+            "and set ANDROID_HOME to it",
+        )
 
 
 def _install_gradle() -> None:
@@ -215,33 +235,57 @@ def _install_gradle() -> None:
     archive.unlink()
     if not (final / "bin" / "gradle").is_file():
         shutil.rmtree(final)
-        raise ToolMissingError(f"{item.url} unpacked without bin/gradle: not a Gradle distribution",
-                               "check TVMGEN_DOWNLOADS / TVMGEN_DOWNLOAD_MIRROR")
+        raise ToolMissingError(
+            f"{item.url} unpacked without bin/gradle: not a Gradle distribution",
+            "check TVMGEN_DOWNLOADS / TVMGEN_DOWNLOAD_MIRROR",
+        )
 
 
 def _clone_tvm() -> None:
     src, final = downloads.tvm_source(), downloads.tvm_dir()
     git = shutil.which("git")
-    by_hand = (f"git clone --recursive --depth 1 --shallow-submodules --branch {src.tag} {src.url} {final} "
-               f"(or point TVM_SOURCE_DIR at a TVM {src.tag} checkout)")
+    by_hand = (
+        f"git clone --recursive --depth 1 --shallow-submodules --branch {src.tag} {src.url} {final} "
+        f"(or point TVM_SOURCE_DIR at a TVM {src.tag} checkout)"
+    )
     if git is None:
-        raise ToolMissingError("git is not installed: tvmgen clones the TVM source with it",
-                               f"apt-get install git (or brew install git), then run again; or {by_hand}")
+        raise ToolMissingError(
+            "git is not installed: tvmgen clones the TVM source with it",
+            f"apt-get install git (or brew install git), then run again; or {by_hand}",
+        )
     scratch = final.parent / f".{final.name}.cloning"
     shutil.rmtree(scratch, ignore_errors=True)
     final.parent.mkdir(parents=True, exist_ok=True)
     try:
         with logs.step(f"Cloning {src.what} into {final}"):
-            proc = toolchains.run([git, "-c", "advice.detachedHead=false", "clone", "--recursive", "--depth", "1",
-                                   "--shallow-submodules", "--branch", src.tag, src.url, scratch], check=False)
+            proc = toolchains.run(
+                [
+                    git,
+                    "-c",
+                    "advice.detachedHead=false",
+                    "clone",
+                    "--recursive",
+                    "--depth",
+                    "1",
+                    "--shallow-submodules",
+                    "--branch",
+                    src.tag,
+                    src.url,
+                    scratch,
+                ],
+                check=False,
+            )
         if proc.returncode != 0:
-            raise fetch.DownloadError(f"git clone {src.url} failed (exit {proc.returncode}): "
-                                      f"{proc.stderr.strip()[-1500:]}",
-                                      f"check the network and run again; or by hand: {by_hand}")
+            raise fetch.DownloadError(
+                f"git clone {src.url} failed (exit {proc.returncode}): {proc.stderr.strip()[-1500:]}",
+                f"check the network and run again; or by hand: {by_hand}",
+            )
         problem = tvm_tree_problem(scratch)
         if problem:
-            raise ToolMissingError(f"the clone of {src.url} ({src.tag}) is not a TVM source tree: {problem}",
-                                   f"check TVMGEN_DOWNLOADS (tvm-source), or by hand: {by_hand}")
+            raise ToolMissingError(
+                f"the clone of {src.url} ({src.tag}) is not a TVM source tree: {problem}",
+                f"check TVMGEN_DOWNLOADS (tvm-source), or by hand: {by_hand}",
+            )
         os.replace(scratch, final)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

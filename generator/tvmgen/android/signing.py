@@ -56,14 +56,35 @@ def generate_key(key: SigningKey, dname: str = DEBUG_DNAME, validity_days: int =
     fd, tmp = tempfile.mkstemp(prefix=f".{key.keystore.name}.", dir=key.keystore.parent)
     os.close(fd)
     os.unlink(tmp)  # keytool refuses to write into an existing (empty) file
-    out = jdk.keytool_run("-genkeypair", "-keystore", tmp, "-storetype", "PKCS12", "-alias", key.alias,
-                          "-storepass:env", STORE_PASSWORD_VAR, "-keypass:env", KEY_PASSWORD_VAR,
-                          "-keyalg", "RSA", "-keysize", "2048", "-validity", validity_days,
-                          "-dname", dname, "-noprompt", env=key.env())
+    out = jdk.keytool_run(
+        "-genkeypair",
+        "-keystore",
+        tmp,
+        "-storetype",
+        "PKCS12",
+        "-alias",
+        key.alias,
+        "-storepass:env",
+        STORE_PASSWORD_VAR,
+        "-keypass:env",
+        KEY_PASSWORD_VAR,
+        "-keyalg",
+        "RSA",
+        "-keysize",
+        "2048",
+        "-validity",
+        validity_days,
+        "-dname",
+        dname,
+        "-noprompt",
+        env=key.env(),
+    )
     if out.returncode != 0:
         Path(tmp).unlink(missing_ok=True)
-        raise TvmgenError(f"keytool could not create {key.keystore}: {(out.stdout + out.stderr).strip()[-500:]}",
-                          "check that the folder is writable; the log has the full command")
+        raise TvmgenError(
+            f"keytool could not create {key.keystore}: {(out.stdout + out.stderr).strip()[-500:]}",
+            "check that the folder is writable; the log has the full command",
+        )
     os.chmod(tmp, 0o600)
     os.replace(tmp, key.keystore)
     log.info("created keystore %s (alias %s)", key.keystore, key.alias)
@@ -89,16 +110,20 @@ def release_key(keystore: str | Path, alias: str, prompt: Callable[..., str] | N
     """
     keystore = Path(keystore)
     if not keystore.is_file():
-        raise SigningError(f"keystore {keystore} does not exist",
-                           "pass the keystore file with --keystore (make one with: keytool -genkeypair -keystore F "
-                           "-alias A -keyalg RSA -keysize 2048 -validity 10000)")
+        raise SigningError(
+            f"keystore {keystore} does not exist",
+            "pass the keystore file with --keystore (make one with: keytool -genkeypair -keystore F "
+            "-alias A -keyalg RSA -keysize 2048 -validity 10000)",
+        )
     store = os.environ.get(STORE_PASSWORD_VAR)
     if store is None:
         if prompt is None:
             if not sys.stdin.isatty():
-                raise SigningError(f"no password for {keystore}: {STORE_PASSWORD_VAR} is not set and there is no "
-                                   "terminal to ask on", f"set {STORE_PASSWORD_VAR} (and {KEY_PASSWORD_VAR} if the key "
-                                   "has its own password) in the environment")
+                raise SigningError(
+                    f"no password for {keystore}: {STORE_PASSWORD_VAR} is not set and there is no terminal to ask on",
+                    f"set {STORE_PASSWORD_VAR} (and {KEY_PASSWORD_VAR} if the key "
+                    "has its own password) in the environment",
+                )
             import click
 
             prompt = click.prompt
@@ -117,28 +142,40 @@ def zipalign(apk_in: str | Path, apk_out: str | Path, tool: Zipalign | None = No
     out = tool("-p", "-f", "4", apk_in, apk_out)
     if out.returncode != 0:
         apk_out.unlink(missing_ok=True)
-        raise TvmgenError(f"zipalign failed on {apk_in}: {(out.stdout + out.stderr).strip()[-500:]}",
-                          "check that the input is a valid APK (zip); the log has the full command")
+        raise TvmgenError(
+            f"zipalign failed on {apk_in}: {(out.stdout + out.stderr).strip()[-500:]}",
+            "check that the input is a valid APK (zip); the log has the full command",
+        )
     return apk_out
 
 
 # apksigner's messages for an unusable key → (cause, fix). {ks} and {alias} are filled in.
 SIGN_FAILURES = [
-    (r"keystore password was incorrect|Keystore was tampered with, or password was incorrect",
-     "the keystore password for {ks} is wrong",
-     f"set {STORE_PASSWORD_VAR} to the keystore's password (unset it to be asked instead)"),
-    (r"Cannot recover key|Failed to obtain key with alias|UnrecoverableKeyException|Given final block not properly padded",
-     "the password of key '{alias}' in {ks} is wrong",
-     f"set {KEY_PASSWORD_VAR} to the key's own password (it defaults to the keystore password)"),
-    (r"does not contain a key|No key with alias|not found in keystore",
-     "keystore {ks} has no key named '{alias}'",
-     "pass the right --key-alias; list the aliases with: keytool -list -keystore {ks}"),
-    (r"FileNotFoundException|No such file",
-     "keystore {ks} cannot be read",
-     "pass an existing keystore file with --keystore"),
-    (r"environment variable .* not specified",
-     "a password variable was not passed to apksigner",
-     f"set {STORE_PASSWORD_VAR}"),
+    (
+        r"keystore password was incorrect|Keystore was tampered with, or password was incorrect",
+        "the keystore password for {ks} is wrong",
+        f"set {STORE_PASSWORD_VAR} to the keystore's password (unset it to be asked instead)",
+    ),
+    (
+        r"Cannot recover key|Failed to obtain key with alias|UnrecoverableKeyException|Given final block not properly padded",
+        "the password of key '{alias}' in {ks} is wrong",
+        f"set {KEY_PASSWORD_VAR} to the key's own password (it defaults to the keystore password)",
+    ),
+    (
+        r"does not contain a key|No key with alias|not found in keystore",
+        "keystore {ks} has no key named '{alias}'",
+        "pass the right --key-alias; list the aliases with: keytool -list -keystore {ks}",
+    ),
+    (
+        r"FileNotFoundException|No such file",
+        "keystore {ks} cannot be read",
+        "pass an existing keystore file with --keystore",
+    ),
+    (
+        r"environment variable .* not specified",
+        "a password variable was not passed to apksigner",
+        f"set {STORE_PASSWORD_VAR}",
+    ),
 ]
 
 
@@ -156,10 +193,29 @@ def sign(apk: str | Path, key: SigningKey, out: str | Path | None = None, tool: 
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".signing", dir=out.parent)
     os.close(fd)
     try:
-        res = tool("sign", "--ks", key.keystore, "--ks-key-alias", key.alias,
-                   "--ks-pass", f"env:{STORE_PASSWORD_VAR}", "--key-pass", f"env:{KEY_PASSWORD_VAR}",
-                   "--v1-signing-enabled", "false", "--v2-signing-enabled", "true", "--v3-signing-enabled", "true",
-                   "--v4-signing-enabled", "false", "--out", tmp, apk, env=key.env())
+        res = tool(
+            "sign",
+            "--ks",
+            key.keystore,
+            "--ks-key-alias",
+            key.alias,
+            "--ks-pass",
+            f"env:{STORE_PASSWORD_VAR}",
+            "--key-pass",
+            f"env:{KEY_PASSWORD_VAR}",
+            "--v1-signing-enabled",
+            "false",
+            "--v2-signing-enabled",
+            "true",
+            "--v3-signing-enabled",
+            "true",
+            "--v4-signing-enabled",
+            "false",
+            "--out",
+            tmp,
+            apk,
+            env=key.env(),
+        )
         if res.returncode != 0:
             raise _sign_failure(res.stdout + res.stderr, key)
         os.replace(tmp, out)
@@ -172,8 +228,10 @@ def sign(apk: str | Path, key: SigningKey, out: str | Path | None = None, tool: 
 def _sign_failure(text: str, key: SigningKey) -> TvmgenError:
     for pattern, cause, fix in SIGN_FAILURES:
         if re.search(pattern, text):
-            return SigningError(f"cannot sign: {cause.format(ks=key.keystore, alias=key.alias)}",
-                                fix.format(ks=key.keystore, alias=key.alias))
+            return SigningError(
+                f"cannot sign: {cause.format(ks=key.keystore, alias=key.alias)}",
+                fix.format(ks=key.keystore, alias=key.alias),
+            )
     return TvmgenError(f"apksigner failed: {text.strip()[-800:]}", "the log has the full command and output")
 
 
@@ -188,8 +246,12 @@ class Verification:
     def parse(cls, text: str, returncode: int) -> Verification:
         schemes = {int(v): r == "true" for v, r in re.findall(r"Verified using v(\d) scheme[^:]*: (true|false)", text)}
         m = re.search(r"Number of signers: (\d+)", text)
-        return cls(verified=returncode == 0 and text.lstrip().startswith("Verifies"), schemes=schemes,
-                   signers=int(m.group(1)) if m else 0, errors=re.findall(r"(?m)^ERROR: (.*)$", text))
+        return cls(
+            verified=returncode == 0 and text.lstrip().startswith("Verifies"),
+            schemes=schemes,
+            signers=int(m.group(1)) if m else 0,
+            errors=re.findall(r"(?m)^ERROR: (.*)$", text),
+        )
 
 
 def verify(apk: str | Path, tool: Apksigner | None = None) -> Verification:

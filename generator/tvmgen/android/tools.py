@@ -29,7 +29,11 @@ log = logging.getLogger("tvmgen.android")
 INSTALL_HINT = "tvmgen doctor --install"
 SDK_ENV_VARS = ("ANDROID_HOME", "ANDROID_SDK_ROOT")
 # Debian's packages (aapt, zipalign, apksigner, adb) install here; Android Studio's SDK lives in the home dir.
-KNOWN_SDK_PLACES = (Path("/usr/lib/android-sdk"), Path.home() / "Android" / "Sdk", Path.home() / "Library" / "Android" / "sdk")
+KNOWN_SDK_PLACES = (
+    Path("/usr/lib/android-sdk"),
+    Path.home() / "Android" / "Sdk",
+    Path.home() / "Library" / "Android" / "sdk",
+)
 
 Runner = Callable[..., subprocess.CompletedProcess]
 
@@ -54,8 +58,10 @@ def _chosen_sdk() -> Path | None:
         if os.environ.get(var):
             root = Path(os.environ[var])
             if not root.is_dir():
-                raise ToolMissingError(f"{var}={root} is not a directory",
-                                       f"point {var} at an Android SDK (the folder holding platforms/ and build-tools/), or unset it")
+                raise ToolMissingError(
+                    f"{var}={root} is not a directory",
+                    f"point {var} at an Android SDK (the folder holding platforms/ and build-tools/), or unset it",
+                )
             return root
     ours = fetch.sdk_dir()
     return ours if (ours / "platforms").is_dir() or (ours / "build-tools").is_dir() else None
@@ -100,7 +106,8 @@ class AndroidTool(toolchains.Tool):
             where = f"${self.env_var}, " if self.env_var else ""
             raise ToolMissingError(
                 f"{self.name} not found (looked in {where}PATH, $ANDROID_HOME and {KNOWN_SDK_PLACES[0]})",
-                f"install it: {self.install}" + ("" if not self.env_var else f" (or set {self.env_var})"))
+                f"install it: {self.install}" + ("" if not self.env_var else f" (or set {self.env_var})"),
+            )
         return found
 
     def _from_sdk(self, roots) -> Path | None:
@@ -136,8 +143,10 @@ class Aapt(AndroidTool):
         """What the phone will read from the APK: package, versions, SDK levels, ABIs, permissions."""
         out = self("dump", "badging", apk)
         if out.returncode != 0:
-            raise ToolMissingError(f"aapt cannot read {apk}: {out.stderr.strip()}",
-                                   "check that the file is an APK (a zip with a binary AndroidManifest.xml)")
+            raise ToolMissingError(
+                f"aapt cannot read {apk}: {out.stderr.strip()}",
+                "check that the file is an APK (a zip with a binary AndroidManifest.xml)",
+            )
         return Badging.parse(out.stdout)
 
 
@@ -158,12 +167,15 @@ class Badging:
             return m.group(1) if m else ""
 
         native = one(r"^native-code: (.*)$")
-        return cls(package=one(r"^package: name='([^']*)'"), version_code=one(r"versionCode='([^']*)'"),
-                   version_name=one(r"versionName='([^']*)'"),
-                   min_sdk=int(one(r"^sdkVersion:'(\d+)'") or 0) or None,
-                   target_sdk=int(one(r"^targetSdkVersion:'(\d+)'") or 0) or None,
-                   abis=re.findall(r"'([^']+)'", native),
-                   permissions=re.findall(r"^uses-permission: name='([^']+)'", text, re.M))
+        return cls(
+            package=one(r"^package: name='([^']*)'"),
+            version_code=one(r"versionCode='([^']*)'"),
+            version_name=one(r"versionName='([^']*)'"),
+            min_sdk=int(one(r"^sdkVersion:'(\d+)'") or 0) or None,
+            target_sdk=int(one(r"^targetSdkVersion:'(\d+)'") or 0) or None,
+            abis=re.findall(r"'([^']+)'", native),
+            permissions=re.findall(r"^uses-permission: name='([^']+)'", text, re.M),
+        )
 
 
 class Zipalign(AndroidTool):
@@ -212,8 +224,10 @@ class Jdk(AndroidTool):
         if os.environ.get("JAVA_HOME"):
             home = Path(os.environ["JAVA_HOME"])
             if not (home / "bin" / "javac").is_file():
-                raise ToolMissingError(f"JAVA_HOME={home} has no bin/javac (a JRE, or not a Java install)",
-                                       f"point JAVA_HOME at a JDK 17 or newer, or unset it; {self.install}")
+                raise ToolMissingError(
+                    f"JAVA_HOME={home} has no bin/javac (a JRE, or not a Java install)",
+                    f"point JAVA_HOME at a JDK 17 or newer, or unset it; {self.install}",
+                )
             return home
         javac = shutil.which("javac")
         candidates = [Path(javac).resolve().parent.parent] if javac else []
@@ -221,8 +235,10 @@ class Jdk(AndroidTool):
         for home in candidates:
             if (home / "bin" / "javac").is_file() and (home / "bin" / "keytool").is_file():
                 return home
-        raise ToolMissingError("no JDK found (looked at $JAVA_HOME, javac on PATH, /usr/lib/jvm)",
-                               f"{self.install}, or set JAVA_HOME to a JDK 17 or newer")
+        raise ToolMissingError(
+            "no JDK found (looked at $JAVA_HOME, javac on PATH, /usr/lib/jvm)",
+            f"{self.install}, or set JAVA_HOME to a JDK 17 or newer",
+        )
 
     @property
     def keytool(self) -> Path:
@@ -248,20 +264,28 @@ class AndroidSdk(AndroidTool):
 
     name = "Android SDK"
     env_var = "ANDROID_HOME"
-    install = (f"{INSTALL_HINT} (or install the command-line tools, then: sdkmanager "
-               f"'platforms;android-{COMPILE_SDK}' 'build-tools;{BUILD_TOOLS}' and set ANDROID_HOME)")
+    install = (
+        f"{INSTALL_HINT} (or install the command-line tools, then: sdkmanager "
+        f"'platforms;android-{COMPILE_SDK}' 'build-tools;{BUILD_TOOLS}' and set ANDROID_HOME)"
+    )
 
     def _find(self) -> Path:
         root = sdk_root()
         if root is None:
-            raise ToolMissingError("Android SDK not found: neither ANDROID_HOME nor ANDROID_SDK_ROOT is set, "
-                                   f"and none of {', '.join(map(str, KNOWN_SDK_PLACES))} exists", self.install)
+            raise ToolMissingError(
+                "Android SDK not found: neither ANDROID_HOME nor ANDROID_SDK_ROOT is set, "
+                f"and none of {', '.join(map(str, KNOWN_SDK_PLACES))} exists",
+                self.install,
+            )
         return root
 
     def platforms(self) -> list[int]:
         """API levels with an android.jar, newest last."""
-        found = (p.name.removeprefix("android-") for p in (self.verify() / "platforms").glob("android-*")
-                 if (p / "android.jar").is_file())
+        found = (
+            p.name.removeprefix("android-")
+            for p in (self.verify() / "platforms").glob("android-*")
+            if (p / "android.jar").is_file()
+        )
         return sorted(int(v) for v in found if v.isdigit())
 
     def build_tools(self) -> list[str]:
@@ -279,8 +303,10 @@ class AndroidSdk(AndroidTool):
         if not [v for v in self.build_tools() if v != "debian"]:
             missing.append(f"'build-tools;{BUILD_TOOLS}'")
         if missing:
-            raise ToolMissingError(f"the Android SDK at {root} lacks {' and '.join(missing)}",
-                                   f"sdkmanager --sdk_root={root} {' '.join(missing)} (or: {INSTALL_HINT})")
+            raise ToolMissingError(
+                f"the Android SDK at {root} lacks {' and '.join(missing)}",
+                f"sdkmanager --sdk_root={root} {' '.join(missing)} (or: {INSTALL_HINT})",
+            )
 
     def version(self) -> str | None:
         platforms, tools = self.platforms(), self.build_tools()
@@ -293,8 +319,10 @@ class Gradle(AndroidTool):
 
     name = "Gradle"
     env_var = "GRADLE_HOME"
-    install = f"{INSTALL_HINT} (downloads Gradle {downloads.GRADLE_VERSION}), or set GRADLE_HOME to a Gradle " \
-              f"{downloads.GRADLE_VERSION} or newer"
+    install = (
+        f"{INSTALL_HINT} (downloads Gradle {downloads.GRADLE_VERSION}), or set GRADLE_HOME to a Gradle "
+        f"{downloads.GRADLE_VERSION} or newer"
+    )
     version_argv = ("--version",)
     version_re = r"Gradle (\S+)"
 
@@ -312,16 +340,22 @@ class Gradle(AndroidTool):
             return ours
         found = shutil.which("gradle")
         if found is None:
-            raise ToolMissingError("Gradle not found (no gradlew in the project, $GRADLE_HOME, tvmgen's download "
-                                   f"at {downloads.gradle_home()} or gradle on PATH)", self.install)
+            raise ToolMissingError(
+                "Gradle not found (no gradlew in the project, $GRADLE_HOME, tvmgen's download "
+                f"at {downloads.gradle_home()} or gradle on PATH)",
+                self.install,
+            )
         return Path(found)
 
     def require(self) -> str:
         """Raise unless this Gradle is at least the version the app templates name; the detail otherwise."""
         version = self.version()
         if version and not version_at_least(version, downloads.GRADLE_VERSION):
-            raise ToolMissingError(f"Gradle {version} at {self.verify()} is older than {downloads.GRADLE_VERSION}, "
-                                   f"which Android Gradle Plugin {downloads.AGP_VERSION} needs", self.install)
+            raise ToolMissingError(
+                f"Gradle {version} at {self.verify()} is older than {downloads.GRADLE_VERSION}, "
+                f"which Android Gradle Plugin {downloads.AGP_VERSION} needs",
+                self.install,
+            )
         return ""
 
     def version(self) -> str | None:

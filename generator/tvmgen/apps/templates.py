@@ -25,10 +25,15 @@ def render(template: str, out_dir: Path, context: dict, filters: dict | None = N
     ``filters``: extra Jinja filters a template needs (the iOS project file's quoting)."""
     src = resources.templates_dir() / template
     if not src.is_dir():
-        raise TvmgenError(f"the app template {template!r} is missing from {resources.templates_dir()}",
-                          "reinstall tvmgen")
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             loader=jinja2.FileSystemLoader(str(src)), autoescape=False)
+        raise TvmgenError(
+            f"the app template {template!r} is missing from {resources.templates_dir()}", "reinstall tvmgen"
+        )
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        loader=jinja2.FileSystemLoader(str(src)),
+        autoescape=False,
+    )
     env.filters.update(filters or {})
     written = []
     for path in sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
@@ -47,7 +52,9 @@ def render(template: str, out_dir: Path, context: dict, filters: dict | None = N
                 shutil.copyfile(path, dest)
             shutil.copymode(path, dest)
         except jinja2.UndefinedError as e:
-            raise TvmgenError(f"template {template}/{path.relative_to(src)}: {e}",
-                              "a template uses a value tvmgen does not provide: a bug in tvmgen") from e
+            raise TvmgenError(
+                f"template {template}/{path.relative_to(src)}: {e}",
+                "a template uses a value tvmgen does not provide: a bug in tvmgen",
+            ) from e
         written.append(dest)
     return written

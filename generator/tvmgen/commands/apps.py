@@ -25,11 +25,23 @@ def _app_options(kind, package, name, platforms, release, keystore, key_alias, i
     from tvmgen.android.app import AppOptions
 
     if release and not (keystore and key_alias):
-        raise InputError("--release needs --keystore FILE and --key-alias ALIAS",
-                         "the passwords come from TVMGEN_KEYSTORE_PASSWORD / TVMGEN_KEY_PASSWORD or a prompt")
-    return AppOptions(kind=kind, package=package, app_name=name, abis=[_ABI_PLATFORMS[p] for p in platforms],
-                      release=release, keystore=keystore, key_alias=key_alias, install=install or run_app,
-                      run=run_app, serial=serial, **kw)
+        raise InputError(
+            "--release needs --keystore FILE and --key-alias ALIAS",
+            "the passwords come from TVMGEN_KEYSTORE_PASSWORD / TVMGEN_KEY_PASSWORD or a prompt",
+        )
+    return AppOptions(
+        kind=kind,
+        package=package,
+        app_name=name,
+        abis=[_ABI_PLATFORMS[p] for p in platforms],
+        release=release,
+        keystore=keystore,
+        key_alias=key_alias,
+        install=install or run_app,
+        run=run_app,
+        serial=serial,
+        **kw,
+    )
 
 
 def _finish_app(project: Path, opts, artifacts_ok: bool):
@@ -40,11 +52,15 @@ def _finish_app(project: Path, opts, artifacts_ok: bool):
     if missing or not artifacts_ok:
         console.print(f"[yellow]![/] {android_app.summary_of_missing(missing, project)}")
         if not artifacts_ok:
-            console.print("  - the model was compiled as an object archive (no NDK here): "
-                          "run this command again with ANDROID_NDK_HOME set")
+            console.print(
+                "  - the model was compiled as an object archive (no NDK here): "
+                "run this command again with ANDROID_NDK_HOME set"
+            )
         if opts.install or opts.run:
-            raise ToolMissingError("cannot install or run: the APK could not be built here",
-                                   "install what is missing (tvmgen doctor), then run this command again")
+            raise ToolMissingError(
+                "cannot install or run: the APK could not be built here",
+                "install what is missing (tvmgen doctor), then run this command again",
+            )
         return
     apk = android_app.build_apk(project, opts)
     console.print(f"[green]✓[/] APK: [bold]{apk}[/]")
@@ -85,8 +101,9 @@ def _set_up_android(yes: bool) -> None:
         if not _interactive():
             return
         _show_plan(plan)
-        if not click.confirm("Download them now? (`tvmgen doctor --install` does the same later)", default=True,
-                             err=True):
+        if not click.confirm(
+            "Download them now? (`tvmgen doctor --install` does the same later)", default=True, err=True
+        ):
             return
     else:
         _show_plan(plan)
@@ -98,11 +115,16 @@ def _android_only(platforms=(), release=False, run=False):
     if any(p != "ios-arm64" for p in platforms):
         raise InputError("--platform ios-arm64 cannot be mixed with Android ABIs", "make one app per platform")
     if release:
-        raise InputError("--release, --keystore and --key-alias sign Android apps",
-                         "iOS apps are signed by Xcode with --team-id (automatic signing)")
+        raise InputError(
+            "--release, --keystore and --key-alias sign Android apps",
+            "iOS apps are signed by Xcode with --team-id (automatic signing)",
+        )
     if run:
-        raise InputError("--run is Android's headless mode", "the iOS deploy app runs the model at launch and logs "
-                         "'tvmgen results {...}' (Console.app, or xcrun devicectl device process launch --console)")
+        raise InputError(
+            "--run is Android's headless mode",
+            "the iOS deploy app runs the model at launch and logs "
+            "'tvmgen results {...}' (Console.app, or xcrun devicectl device process launch --console)",
+        )
 
 
 def _ios_app(kind, model, device, input_flags, package, name, out, force, team_id, install, serial, rpc):
@@ -111,18 +133,31 @@ def _ios_app(kind, model, device, input_flags, package, name, out, force, team_i
 
     stem = ios_app.model_stem(model)
     opts = ios_app.IosAppOptions(
-        kind=kind, model=model, device=device, input_flags=tuple(input_flags),
+        kind=kind,
+        model=model,
+        device=device,
+        input_flags=tuple(input_flags),
         bundle_id=package or f"org.tvmgen.{''.join(c for c in stem.lower() if c.isalnum()) or 'model'}",
-        app_name=name or f"{stem} (tvmgen)", team_id=team_id or "", install=install, device_id=serial, rpc=rpc)
+        app_name=name or f"{stem} (tvmgen)",
+        team_id=team_id or "",
+        install=install,
+        device_id=serial,
+        rpc=rpc,
+    )
     default_out = Path("out") / ("ios-rpc-app" if kind == "rpc" else f"{stem}-ios-{device}-app")
     result = ios_app.create(opts, out or default_out, force)
     ios_app.report(result, int(rpc.get("port", 9090)))
 
 
 _platforms_option = click.option(
-    "--platform", "platforms", multiple=True, default=["android-arm64"], show_default=True,
+    "--platform",
+    "platforms",
+    multiple=True,
+    default=["android-arm64"],
+    show_default=True,
     type=click.Choice([*_ABI_PLATFORMS, "ios-arm64"]),
-    help="Android ABI(s) to build for (repeatable), or ios-arm64: the iOS app (Xcode project).")
+    help="Android ABI(s) to build for (repeatable), or ios-arm64: the iOS app (Xcode project).",
+)
 _app_common = [
     _platforms_option,
     click.option("--package", default=None, help="Application id. [default: org.tvmgen.<model> / org.tvmgen.rpc]"),
@@ -131,16 +166,26 @@ _app_common = [
     click.option("--force", is_flag=True, help="Replace the project directory if it exists."),
     click.option("--release", is_flag=True, help="Sign with your release key instead of tvmgen's debug key."),
     click.option("--keystore", type=click.Path(path_type=Path), help="--release: the keystore file."),
-    click.option("--key-alias", help="--release: the key's alias. Passwords: TVMGEN_KEYSTORE_PASSWORD / "
-                                     "TVMGEN_KEY_PASSWORD, or a prompt; never on the command line."),
+    click.option(
+        "--key-alias",
+        help="--release: the key's alias. Passwords: TVMGEN_KEYSTORE_PASSWORD / "
+        "TVMGEN_KEY_PASSWORD, or a prompt; never on the command line.",
+    ),
     click.option("--install", is_flag=True, help="Install on the phone with adb."),
     click.option("--serial", help="The phone, when several are attached (adb devices; iOS: the devicectl device id)."),
-    click.option("--team-id", help="iOS: the Apple developer team that signs the app (DEVELOPMENT_TEAM); "
-                                   "needed where it is built (macOS with Xcode)."),
-    click.option("-y", "--yes", is_flag=True,
-                 help="Android: download whatever the APK build lacks (as `tvmgen doctor --install`) without "
-                      "asking, accepting the Android SDK licences. Without it tvmgen asks once at a terminal, "
-                      "and elsewhere only lists what is missing."),
+    click.option(
+        "--team-id",
+        help="iOS: the Apple developer team that signs the app (DEVELOPMENT_TEAM); "
+        "needed where it is built (macOS with Xcode).",
+    ),
+    click.option(
+        "-y",
+        "--yes",
+        is_flag=True,
+        help="Android: download whatever the APK build lacks (as `tvmgen doctor --install`) without "
+        "asking, accepting the Android SDK licences. Without it tvmgen asks once at a terminal, "
+        "and elsewhere only lists what is missing.",
+    ),
 ]
 
 
@@ -149,34 +194,87 @@ def _with(options):
         for o in reversed(options):
             f = o(f)
         return f
+
     return deco
 
 
 @click.command()
-@click.option("--model", "model", required=True, help="The model (as for compile), e.g. mobilenet.pb or builtin:mobilenet.")
-@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "opencl", "nnapi", "metal"]),
-              help="Where the model runs on the phone (opencl falls back to CPU on the phone when absent; "
-                   "metal: iOS).")
-@click.option("--gpu-family", default="generic", show_default=True, type=click.Choice(["adreno", "mali", "generic", "desktop"]),
-              help="OpenCL GPU family (with --device opencl): adreno uses texture (image) memory.")
+@click.option(
+    "--model", "model", required=True, help="The model (as for compile), e.g. mobilenet.pb or builtin:mobilenet."
+)
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    type=click.Choice(["cpu", "opencl", "nnapi", "metal"]),
+    help="Where the model runs on the phone (opencl falls back to CPU on the phone when absent; metal: iOS).",
+)
+@click.option(
+    "--gpu-family",
+    default="generic",
+    show_default=True,
+    type=click.Choice(["adreno", "mali", "generic", "desktop"]),
+    help="OpenCL GPU family (with --device opencl): adreno uses texture (image) memory.",
+)
 @click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
-@click.option("--kind", default="deploy", show_default=True, type=click.Choice(["deploy", "rpc"]),
-              help="deploy: the model app; rpc: the RPC app (as tvmgen rpc-app).")
+@click.option(
+    "--kind",
+    default="deploy",
+    show_default=True,
+    type=click.Choice(["deploy", "rpc"]),
+    help="deploy: the model app; rpc: the RPC app (as tvmgen rpc-app).",
+)
 @click.option("--run", "run_app", is_flag=True, help="Install, launch headless, wait for the results and print them.")
 @click.option("--iterations", default=10, show_default=True, help="--run: timed runs on the phone.")
-@click.option("--strategy", default="patterns", show_default=True, type=click.Choice(["patterns", "cost"]),
-              help="--device nnapi: how to place operators (as for `tvmgen partition`).")
+@click.option(
+    "--strategy",
+    default="patterns",
+    show_default=True,
+    type=click.Choice(["patterns", "cost"]),
+    help="--device nnapi: how to place operators (as for `tvmgen partition`).",
+)
 @click.option("--feature-level", type=click.IntRange(1, 8), help="--device nnapi: highest NNAPI feature level.")
 @click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
-@click.option("--tuning-db", type=click.Path(path_type=Path),
-              help="CPU or OpenCL kernels tuned by `tvmgen tune` on the phone (as for compile); each build uses "
-                   "the kernels the database has for its target.")
-@click.option("--precision", default="fp32", show_default=True, type=click.Choice(precisions.PRECISIONS),
-              help=precisions.HELP + " Applies to the --device build; the CPU fallback of a GPU app stays fp32.")
+@click.option(
+    "--tuning-db",
+    type=click.Path(path_type=Path),
+    help="CPU or OpenCL kernels tuned by `tvmgen tune` on the phone (as for compile); each build uses "
+    "the kernels the database has for its target.",
+)
+@click.option(
+    "--precision",
+    default="fp32",
+    show_default=True,
+    type=click.Choice(precisions.PRECISIONS),
+    help=precisions.HELP + " Applies to the --device build; the CPU fallback of a GPU app stays fp32.",
+)
 @_with(_app_common)
-def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strategy, feature_level, cost_table,
-        tuning_db, platforms, package, name, out, force, release, keystore, key_alias, install, serial, team_id, yes,
-        precision="fp32"):
+def app(
+    model,
+    device,
+    gpu_family,
+    input_flags,
+    kind,
+    run_app,
+    iterations,
+    strategy,
+    feature_level,
+    cost_table,
+    tuning_db,
+    platforms,
+    package,
+    name,
+    out,
+    force,
+    release,
+    keystore,
+    key_alias,
+    install,
+    serial,
+    team_id,
+    yes,
+    precision="fp32",
+):
     """Model -> Android app project -> signed APK -> phone (or, with --platform ios-arm64, an iOS app).
 
     Compiles the model for each ABI (and a CPU fallback for --device opencl or nnapi), renders the app from
@@ -201,16 +299,23 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
     from tvmgen.frontends.base import InputOverride
 
     if kind == "rpc":
-        raise InputError("--kind rpc builds the RPC app, which takes no model", "use `tvmgen rpc-app --platform android`")
+        raise InputError(
+            "--kind rpc builds the RPC app, which takes no model", "use `tvmgen rpc-app --platform android`"
+        )
     if precision != "fp32" and (device == "nnapi" or "ios-arm64" in platforms):
-        raise InputError(f"--precision {precision} is for Android --device cpu or opencl builds "
-                         "(NNAPI drivers choose their own precision; the iOS app builds fp32)", "leave out --precision")
+        raise InputError(
+            f"--precision {precision} is for Android --device cpu or opencl builds "
+            "(NNAPI drivers choose their own precision; the iOS app builds fp32)",
+            "leave out --precision",
+        )
     if "ios-arm64" in platforms:
         _android_only(platforms, release=release, run=run_app)
         if tuning_db:
-            raise InputError("--tuning-db has no ios-arm64 kernels to give: tuning times candidates on the device, "
-                             "and an iOS app cannot load uploaded code (it serves only the models linked into it)",
-                             "leave it out for --platform ios-arm64: the iOS build uses the default CPU schedules")
+            raise InputError(
+                "--tuning-db has no ios-arm64 kernels to give: tuning times candidates on the device, "
+                "and an iOS app cannot load uploaded code (it serves only the models linked into it)",
+                "leave it out for --platform ios-arm64: the iOS build uses the default CPU schedules",
+            )
         return _ios_app("deploy", model, device, input_flags, package, name, out, force, team_id, install, serial, {})
     stem = model.split(":", 1)[1] if model.startswith("builtin:") else Path(model).stem
     package = package or f"org.tvmgen.{''.join(c for c in stem.lower() if c.isalnum()) or 'model'}"
@@ -218,13 +323,27 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
     android_project.check_package(package)
     for p in platforms:
         check_pair(PLATFORMS[p], device)
-    tuning_db = database.checked_database(tuning_db, PLATFORMS[platforms[0]], device, gpu_family,
-                                        also=["cpu"] if device != "cpu" else [])
+    tuning_db = database.checked_database(
+        tuning_db, PLATFORMS[platforms[0]], device, gpu_family, also=["cpu"] if device != "cpu" else []
+    )
     out = out or Path("out") / f"{stem}-android-{device}-app"
     if out.exists() and not force:
-        raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
-    opts = _app_options("deploy", package, name, platforms, release, keystore, key_alias, install, run_app, serial,
-                        iterations=iterations)
+        raise InputError(
+            f"output directory {out} already exists", "pass --force to replace it, or choose another --out"
+        )
+    opts = _app_options(
+        "deploy",
+        package,
+        name,
+        platforms,
+        release,
+        keystore,
+        key_alias,
+        install,
+        run_app,
+        serial,
+        iterations=iterations,
+    )
     _set_up_android(yes)  # before compiling: a downloaded NDK links the model
     try:
         AndroidNdk().verify()
@@ -243,19 +362,28 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
             to_build, needs = imported, None
             if dev == "nnapi":  # stops here (exit 4) when this TVM has no NNAPI code generator
                 to_build, needs = nnapi.partition_and_generate(imported, feature_level, strategy, cost_table)
-            build.compile_to_artifact(to_build, build.BuildOptions(PLATFORMS[platforms[0]], dev, gpu_family,
-                                                                   objects_only=not linked, runtime_needs=needs,
-                                                                   tuning_db=database.database_for(
-                                                                       tuning_db, PLATFORMS[platforms[0]], dev,
-                                                                       gpu_family),
-                                                                   # the CPU fallback of a GPU app: fp32, runs anywhere
-                                                                   precision=precision if dev == device else "fp32"),
-                                      artifacts[dev], True, {"name": stem, "source": model, "format": imported.format})
+            build.compile_to_artifact(
+                to_build,
+                build.BuildOptions(
+                    PLATFORMS[platforms[0]],
+                    dev,
+                    gpu_family,
+                    objects_only=not linked,
+                    runtime_needs=needs,
+                    tuning_db=database.database_for(tuning_db, PLATFORMS[platforms[0]], dev, gpu_family),
+                    # the CPU fallback of a GPU app: fp32, runs anywhere
+                    precision=precision if dev == device else "fp32",
+                ),
+                artifacts[dev],
+                True,
+                {"name": stem, "source": model, "format": imported.format},
+            )
         from tvmgen.core import artifact
 
         with artifact.staging(out, force) as staged:
-            ctx = android_project.android_context("deploy", package, name, stem, device, opts.abis,
-                                       tvm_source_dir=_tvm_source_dir())
+            ctx = android_project.android_context(
+                "deploy", package, name, stem, device, opts.abis, tvm_source_dir=_tvm_source_dir()
+            )
             with logs.step("Rendering the Android project (templates/android_deploy)"):
                 android_project.create_android_project("deploy", staged, ctx, artifacts)
     console.print(f"[green]✓[/] Android project: [bold]{out}[/]")
@@ -263,26 +391,79 @@ def app(model, device, gpu_family, input_flags, kind, run_app, iterations, strat
 
 
 @click.command("rpc-app")
-@click.option("--platform", "target_os", default="android", show_default=True, type=click.Choice(["android", "ios"]),
-              help="The RPC app's platform. iOS serves the model linked into the app (--model).")
-@click.option("--abi", "platforms", multiple=True, default=["android-arm64"], show_default=True,
-              type=click.Choice(list(_ABI_PLATFORMS)), help="Android ABI(s) to build for; repeatable.")
-@click.option("--mode", type=click.Choice(["proxy", "tracker", "standalone"]),
-              help="The app's default server mode (standalone: iOS only). [default: android proxy, ios standalone]")
-@click.option("--address", help="The tracker/proxy address the app uses (standalone: the address it listens on). "
-                                "[default: android 127.0.0.1, ios 0.0.0.0]")
-@click.option("--port", default=9090, show_default=True, help="The tracker/proxy port (standalone: the port it listens on).")
+@click.option(
+    "--platform",
+    "target_os",
+    default="android",
+    show_default=True,
+    type=click.Choice(["android", "ios"]),
+    help="The RPC app's platform. iOS serves the model linked into the app (--model).",
+)
+@click.option(
+    "--abi",
+    "platforms",
+    multiple=True,
+    default=["android-arm64"],
+    show_default=True,
+    type=click.Choice(list(_ABI_PLATFORMS)),
+    help="Android ABI(s) to build for; repeatable.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["proxy", "tracker", "standalone"]),
+    help="The app's default server mode (standalone: iOS only). [default: android proxy, ios standalone]",
+)
+@click.option(
+    "--address",
+    help="The tracker/proxy address the app uses (standalone: the address it listens on). "
+    "[default: android 127.0.0.1, ios 0.0.0.0]",
+)
+@click.option(
+    "--port", default=9090, show_default=True, help="The tracker/proxy port (standalone: the port it listens on)."
+)
 @click.option("--key", help="The device key. [default: android / iphone]")
-@click.option("--model", default="builtin:mobilenet", show_default=True,
-              help="iOS: the model linked into the app, which it serves (iOS cannot load uploaded code).")
-@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "metal"]),
-              help="iOS: where the linked model runs.")
-@click.option("--usb", is_flag=True,
-              help="Reach the host's proxy over the cable: adb reverse tcp:PORT tcp:PORT, then start the app "
-                   "in proxy mode on 127.0.0.1 (no shared Wi-Fi needed).")
+@click.option(
+    "--model",
+    default="builtin:mobilenet",
+    show_default=True,
+    help="iOS: the model linked into the app, which it serves (iOS cannot load uploaded code).",
+)
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    type=click.Choice(["cpu", "metal"]),
+    help="iOS: where the linked model runs.",
+)
+@click.option(
+    "--usb",
+    is_flag=True,
+    help="Reach the host's proxy over the cable: adb reverse tcp:PORT tcp:PORT, then start the app "
+    "in proxy mode on 127.0.0.1 (no shared Wi-Fi needed).",
+)
 @_with([o for o in _app_common if o is not _platforms_option])  # rpc-app's --platform is the OS
-def rpc_app(target_os, platforms, mode, address, port, key, model, device, usb, package, name, out, force, release,
-            keystore, key_alias, install, serial, team_id, yes):
+def rpc_app(
+    target_os,
+    platforms,
+    mode,
+    address,
+    port,
+    key,
+    model,
+    device,
+    usb,
+    package,
+    name,
+    out,
+    force,
+    release,
+    keystore,
+    key_alias,
+    install,
+    serial,
+    team_id,
+    yes,
+):
     """The RPC app: the phone becomes a device for `tvmgen bench`.
 
     Renders templates/android_rpc (the native device server from jni/, packaged and watched by a
@@ -295,8 +476,12 @@ def rpc_app(target_os, platforms, mode, address, port, key, model, device, usb, 
     name = name or "tvmgen RPC"
     if target_os == "ios":
         _android_only(release=release)
-        rpc = {"mode": "standalone" if usb else mode or "standalone", "address": address or "0.0.0.0", "port": port,
-               "key": key or "iphone"}
+        rpc = {
+            "mode": "standalone" if usb else mode or "standalone",
+            "address": address or "0.0.0.0",
+            "port": port,
+            "key": key or "iphone",
+        }
         return _ios_app("rpc", model, device, (), package, name, out, force, team_id, install, serial, rpc)
     if mode == "standalone":
         raise InputError("standalone mode is the iOS app's", "use --mode proxy or tracker for Android")
@@ -306,20 +491,46 @@ def rpc_app(target_os, platforms, mode, address, port, key, model, device, usb, 
         mode, address = "proxy", "127.0.0.1"
     out = out or Path("out") / "android-rpc-app"
     if out.exists() and not force:
-        raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
-    opts = _app_options("rpc", package, name, platforms, release, keystore, key_alias, install, False, serial,
-                        usb=usb, rpc={"mode": mode, "address": address, "port": port, "key": key})
+        raise InputError(
+            f"output directory {out} already exists", "pass --force to replace it, or choose another --out"
+        )
+    opts = _app_options(
+        "rpc",
+        package,
+        name,
+        platforms,
+        release,
+        keystore,
+        key_alias,
+        install,
+        False,
+        serial,
+        usb=usb,
+        rpc={"mode": mode, "address": address, "port": port, "key": key},
+    )
     _set_up_android(yes)
     with artifact.staging(out, force) as staged:
-        ctx = android_project.android_context("rpc", package, name, "-", "cpu", opts.abis,
-                                   tvm_source_dir=_tvm_source_dir(), rpc_mode=mode,
-                                   rpc_address=address, rpc_port=port, rpc_key=key)
+        ctx = android_project.android_context(
+            "rpc",
+            package,
+            name,
+            "-",
+            "cpu",
+            opts.abis,
+            tvm_source_dir=_tvm_source_dir(),
+            rpc_mode=mode,
+            rpc_address=address,
+            rpc_port=port,
+            rpc_key=key,
+        )
         with logs.step("Rendering the Android RPC app (templates/android_rpc)"):
             android_project.create_android_project("rpc", staged, ctx, {})
     console.print(f"[green]✓[/] Android project: [bold]{out}[/]")
     if usb:
-        console.print(f"  USB mode: start a proxy here (tvmgen rpc proxy --port {port}); the app reaches it through "
-                      f"`adb reverse tcp:{port} tcp:{port}`")
+        console.print(
+            f"  USB mode: start a proxy here (tvmgen rpc proxy --port {port}); the app reaches it through "
+            f"`adb reverse tcp:{port} tcp:{port}`"
+        )
     _finish_app(out, opts, artifacts_ok=True)
 
 
@@ -329,16 +540,24 @@ def _tvm_source_dir() -> str:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on stdout.")
-@click.option("--install", "install_missing", is_flag=True,
-              help="First download what the APK build lacks into tvmgen's data directory ($TVMGEN_DATA_DIR, "
-                   f"default ~/.local/share/tvmgen): the Android command-line tools; with their sdkmanager "
-                   f"{', '.join(pins.SDK_PACKAGES)}; Gradle {pins.GRADLE_VERSION}; the TVM {pins.TVM_TAG} source "
-                   "(git, shallow, with submodules). Downloads are checked against pinned "
-                   "SHA-256 values and resume after an interruption; what is here and usable is not fetched again; "
-                   "your ANDROID_HOME, ANDROID_NDK_HOME, TVM_SOURCE_DIR and GRADLE_HOME are used as they are.")
-@click.option("-y", "--yes", is_flag=True,
-              help="With --install: accept the Android SDK licences without showing them (they are written to the "
-                   "log file). Without it, --install shows them and asks at a terminal, and stops elsewhere.")
+@click.option(
+    "--install",
+    "install_missing",
+    is_flag=True,
+    help="First download what the APK build lacks into tvmgen's data directory ($TVMGEN_DATA_DIR, "
+    f"default ~/.local/share/tvmgen): the Android command-line tools; with their sdkmanager "
+    f"{', '.join(pins.SDK_PACKAGES)}; Gradle {pins.GRADLE_VERSION}; the TVM {pins.TVM_TAG} source "
+    "(git, shallow, with submodules). Downloads are checked against pinned "
+    "SHA-256 values and resume after an interruption; what is here and usable is not fetched again; "
+    "your ANDROID_HOME, ANDROID_NDK_HOME, TVM_SOURCE_DIR and GRADLE_HOME are used as they are.",
+)
+@click.option(
+    "-y",
+    "--yes",
+    is_flag=True,
+    help="With --install: accept the Android SDK licences without showing them (they are written to the "
+    "log file). Without it, --install shows them and asks at a terminal, and stops elsewhere.",
+)
 def doctor(as_json, install_missing, yes):
     """Check the tools the Android app build needs, with the fix for each one missing.
 

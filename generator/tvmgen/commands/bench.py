@@ -21,29 +21,73 @@ console = logs.console
 @click.option("--tracker", metavar="HOST:PORT", help="Get the device from this tracker (waits while it is busy).")
 @click.option("--proxy", metavar="HOST:PORT", help="Reach the device through this proxy.")
 @click.option("--platform", help="Compile for this platform. [default: what the device reports]")
-@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "opencl", "cuda", "metal"]),
-              help="Processor on the device (metal: the iOS app, benching the model linked into it).")
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    type=click.Choice(["cpu", "opencl", "cuda", "metal"]),
+    help="Processor on the device (metal: the iOS app, benching the model linked into it).",
+)
 @click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
-@click.option("--gemm", type=click.IntRange(min=1), metavar="N",
-              help="Instead of a model: time an N x N x N float32 matmul built for the device (GFLOPS).")
+@click.option(
+    "--gemm",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Instead of a model: time an N x N x N float32 matmul built for the device (GFLOPS).",
+)
 @click.option("--repeat", default=10, show_default=True, help="Timed repeats on the device.")
 @click.option("--number", default=1, show_default=True, help="Runs averaged in each repeat.")
 @click.option("--min-repeat-ms", default=0, show_default=True, help="Stretch each repeat to at least this long.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the inputs (the same on host and device).")
-@click.option("--atol", type=float, default=None,
-              help="Fail (exit 5) above this error vs the reference... [default: 1e-4, fp16 builds 1e-3]")
-@click.option("--rtol", type=float, default=None,
-              help="...plus this times the largest reference value. [default: 1e-3, fp16 builds 1e-2]")
+@click.option(
+    "--atol",
+    type=float,
+    default=None,
+    help="Fail (exit 5) above this error vs the reference... [default: 1e-4, fp16 builds 1e-3]",
+)
+@click.option(
+    "--rtol",
+    type=float,
+    default=None,
+    help="...plus this times the largest reference value. [default: 1e-3, fp16 builds 1e-2]",
+)
 @click.option("--session-timeout", default=600, show_default=True, help="Seconds the device gives this session.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the results as JSON here.")
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path),
-              help="Write a latency histogram (PNG) here; with --profile, the slowest kernels' bar chart.")
-@click.option("--profile", is_flag=True, help="Also time each kernel on the device (--repeat runs): a table per "
-                                             "kernel and kind (JSON: profile).")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(path_type=Path),
+    help="Write a latency histogram (PNG) here; with --profile, the slowest kernels' bar chart.",
+)
+@click.option(
+    "--profile",
+    is_flag=True,
+    help="Also time each kernel on the device (--repeat runs): a table per kernel and kind (JSON: profile).",
+)
 @click.option("--usb", is_flag=True, help="The phone reaches the proxy over USB: adb reverse tcp:PORT tcp:PORT first.")
 @click.option("--serial", help="--usb: the phone, when several are attached.")
-def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repeat, number, min_repeat_ms, seed,
-          atol, rtol, session_timeout, json_path, plot_path, usb, serial, profile):
+def bench(
+    source,
+    key,
+    tracker,
+    proxy,
+    platform,
+    device,
+    input_flags,
+    gemm,
+    repeat,
+    number,
+    min_repeat_ms,
+    seed,
+    atol,
+    rtol,
+    session_timeout,
+    json_path,
+    plot_path,
+    usb,
+    serial,
+    profile,
+):
     """Run and time a model (or --gemm N) on a remote device over TVM RPC.
 
     Given a model, it is compiled for the device's platform first; given an artifact, its
@@ -67,7 +111,9 @@ def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repe
     if (source is None) == (gemm is None):
         raise InputError("give a MODEL or ARTIFACT to bench, or --gemm N", "tvmgen bench builtin:mobilenet --key K ...")
     if profile and gemm:
-        raise InputError("--profile times a model's kernels; --gemm is one kernel, timed already", "leave out --profile")
+        raise InputError(
+            "--profile times a model's kernels; --gemm is one kernel, timed already", "leave out --profile"
+        )
     if usb:
         from tvmgen.android import adb
         from tvmgen.remote.rpc import parse_address
@@ -91,10 +137,14 @@ def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repe
             with logs.step(f"Importing {source}"):
                 imported = frontends.load(model_path, [InputOverride.parse(f) for f in input_flags])
             reference, reference_name = imported.reference, imported.reference_name
-        with logs.step(f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"):
+        with logs.step(
+            f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"
+        ):
             remote, info = benching.connect(target)
         if info:
-            console.print(f"  [dim]device: {info.get('platform')} ({info.get('arch')}), devices {info.get('devices')}[/]")
+            console.print(
+                f"  [dim]device: {info.get('platform')} ({info.get('arch')}), devices {info.get('devices')}[/]"
+            )
         plat = get_platform(platform or info.get("platform") or "host")
         if gemm:
             check_pair(plat, device)
@@ -102,10 +152,26 @@ def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repe
         else:
             if artifact_dir is None:
                 artifact_dir = scratch / "artifact"
-                build.compile_to_artifact(imported, build.BuildOptions(plat, device), artifact_dir, True,
-                                          {"name": model_path.stem, "source": source, "format": imported.format})
-            report = benching.bench_model(remote, info, artifact_dir, key, repeat, number, min_repeat_ms, seed,
-                                          reference, reference_name, profile=profile)
+                build.compile_to_artifact(
+                    imported,
+                    build.BuildOptions(plat, device),
+                    artifact_dir,
+                    True,
+                    {"name": model_path.stem, "source": source, "format": imported.format},
+                )
+            report = benching.bench_model(
+                remote,
+                info,
+                artifact_dir,
+                key,
+                repeat,
+                number,
+                min_repeat_ms,
+                seed,
+                reference,
+                reference_name,
+                profile=profile,
+            )
     benching.print_report(report)
     kernel_profile = None
     if "profile" in report.extra:
@@ -130,5 +196,7 @@ def bench(source, key, tracker, proxy, platform, device, input_flags, gemm, repe
     rtol, atol = tolerances(precision, rtol, atol)
     bad = [r["name"] for r in report.check or [] if r["max_abs"] > atol + rtol * r.get("ref_max", 0.0)]
     if bad:
-        raise CheckError(f"device outputs differ from {report.reference} beyond tolerance: {', '.join(bad)}",
-                         "a compiler or device problem; compare with `tvmgen compile --check` on the host")
+        raise CheckError(
+            f"device outputs differ from {report.reference} beyond tolerance: {', '.join(bad)}",
+            "a compiler or device problem; compare with `tvmgen compile --check` on the host",
+        )

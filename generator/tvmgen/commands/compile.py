@@ -24,62 +24,146 @@ def _default_out(model: str, platform: str, device: str) -> Path:
 @click.command()
 @click.argument("model_arg", metavar="MODEL", required=False)
 @click.option("--model", "model_opt", metavar="MODEL", help="The model (same as the MODEL argument).")
-@click.option("--platform", "--target", "platform", default="host", show_default=True,
-              help="Where the model runs: host, linux-aarch64, android-arm64, android-armv7, "
-                   "android-x86_64, ios-arm64. (--target is an alias.)")
-@click.option("--device", default="cpu", show_default=True,
-              type=click.Choice(["cpu", "opencl", "metal", "cuda", "nnapi"]),
-              help="Processor on the platform that runs the model.")
-@click.option("--gpu-family", default="generic", show_default=True,
-              type=click.Choice(["adreno", "mali", "generic", "desktop"]),
-              help="OpenCL GPU family (with --device opencl): adreno keeps tensors in texture (image) memory "
-                   "with TVM's Adreno schedules; mali and generic use buffers; desktop (NVIDIA/AMD/Intel PC "
-                   "GPUs) uses the larger convolution tiles TVM gives CUDA.")
-@click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]",
-              help="Set or override an input's shape/dtype, e.g. input:1x224x224x3:float32. Repeatable.")
-@click.option("--const", "const_flags", multiple=True, metavar="NAME=VALUE",
-              help="Bind a model input to a value at compile time (a number, or one per element, comma-separated), "
-                   "e.g. --const sr=16000: what depends on it folds (an If on it keeps one branch); the artifact has "
-                   "one input fewer and its manifest lists the constant.")
+@click.option(
+    "--platform",
+    "--target",
+    "platform",
+    default="host",
+    show_default=True,
+    help="Where the model runs: host, linux-aarch64, android-arm64, android-armv7, "
+    "android-x86_64, ios-arm64. (--target is an alias.)",
+)
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    type=click.Choice(["cpu", "opencl", "metal", "cuda", "nnapi"]),
+    help="Processor on the platform that runs the model.",
+)
+@click.option(
+    "--gpu-family",
+    default="generic",
+    show_default=True,
+    type=click.Choice(["adreno", "mali", "generic", "desktop"]),
+    help="OpenCL GPU family (with --device opencl): adreno keeps tensors in texture (image) memory "
+    "with TVM's Adreno schedules; mali and generic use buffers; desktop (NVIDIA/AMD/Intel PC "
+    "GPUs) uses the larger convolution tiles TVM gives CUDA.",
+)
+@click.option(
+    "--input",
+    "input_flags",
+    multiple=True,
+    metavar="NAME:SHAPE[:DTYPE]",
+    help="Set or override an input's shape/dtype, e.g. input:1x224x224x3:float32. Repeatable.",
+)
+@click.option(
+    "--const",
+    "const_flags",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Bind a model input to a value at compile time (a number, or one per element, comma-separated), "
+    "e.g. --const sr=16000: what depends on it folds (an If on it keeps one branch); the artifact has "
+    "one input fewer and its manifest lists the constant.",
+)
 @click.option("--inputs", "tf_inputs", metavar="NAMES", help="TensorFlow: comma-separated input node names.")
 @click.option("--outputs", "tf_outputs", metavar="NAMES", help="TensorFlow: comma-separated output node names.")
-@click.option("-o", "--out", type=click.Path(path_type=Path),
-              help="Artifact directory to write. [default: out/<model>-<platform>-<device>]")
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Artifact directory to write. [default: out/<model>-<platform>-<device>]",
+)
 @click.option("--force", is_flag=True, help="Replace the output directory if it exists.")
-@click.option("--separate-params", is_flag=True,
-              help="Write weights to model.params instead of into the library. fp16 weights stay fp16 there "
-                   "(cast to fp32 as the model runs) instead of being folded into fp32 constants twice the size.")
-@click.option("--objects-only", is_flag=True,
-              help="Write an object archive (model.tar) for the app build to link, instead of linking here.")
+@click.option(
+    "--separate-params",
+    is_flag=True,
+    help="Write weights to model.params instead of into the library. fp16 weights stay fp16 there "
+    "(cast to fp32 as the model runs) instead of being folded into fp32 constants twice the size.",
+)
+@click.option(
+    "--objects-only",
+    is_flag=True,
+    help="Write an object archive (model.tar) for the app build to link, instead of linking here.",
+)
 @click.option("--check", is_flag=True, help="Compare outputs with the reference runtime on seeded random inputs.")
-@click.option("--rtol", type=float, default=None,
-              help="--check: tolerance relative to the largest reference value. [default: 1e-3; 1e-2 with --precision fp16]")
-@click.option("--atol", type=float, default=None,
-              help="--check: absolute tolerance. [default: 1e-4; 1e-3 with --precision fp16]")
+@click.option(
+    "--rtol",
+    type=float,
+    default=None,
+    help="--check: tolerance relative to the largest reference value. [default: 1e-3; 1e-2 with --precision fp16]",
+)
+@click.option(
+    "--atol", type=float, default=None, help="--check: absolute tolerance. [default: 1e-4; 1e-3 with --precision fp16]"
+)
 @click.option("--seed", default=0, show_default=True, help="--check: seed for the random inputs.")
-@click.option("--schedules", "schedules", default="default", show_default=True, type=click.Choice(["default", "none"]),
-              help="CPU kernels: tvmgen's default schedules (tiled, vectorised, parallel), or none: TVM's "
-                   "own lowering (correct but many times slower; to rule out a scheduling problem).")
-@click.option("--cpu-features", metavar="+F[,+F...]",
-              help="Extra LLVM CPU features the compiled code may use, e.g. +dotprod: Arm's 8-bit dot product "
-                   "(Cortex-A55/A75 and later), which 8-bit matmuls then run on. The library then needs a CPU that "
-                   "has them. The host's own features are always used unless --cpu names another CPU.")
-@click.option("--cpu", "cpu_name", metavar="NAME",
-              help="The CPU (LLVM's name) the code is built for: its vector width and instructions. Default: this "
-                   "machine's CPU for --platform host (code that may not run on an older CPU), a generic NEON CPU for "
-                   "Arm platforms. E.g. haswell or x86-64-v3 (any AVX2 machine), skylake-avx512, cortex-a76.")
-@click.option("--tuning-db", type=click.Path(path_type=Path),
-              help="CPU or OpenCL kernels tuned by `tvmgen tune` (its --db root): used where the database has them.")
-@click.option("--strategy", default="patterns", show_default=True, type=click.Choice(["patterns", "cost"]),
-              help="--device nnapi: how to place operators (as for `tvmgen partition`).")
+@click.option(
+    "--schedules",
+    "schedules",
+    default="default",
+    show_default=True,
+    type=click.Choice(["default", "none"]),
+    help="CPU kernels: tvmgen's default schedules (tiled, vectorised, parallel), or none: TVM's "
+    "own lowering (correct but many times slower; to rule out a scheduling problem).",
+)
+@click.option(
+    "--cpu-features",
+    metavar="+F[,+F...]",
+    help="Extra LLVM CPU features the compiled code may use, e.g. +dotprod: Arm's 8-bit dot product "
+    "(Cortex-A55/A75 and later), which 8-bit matmuls then run on. The library then needs a CPU that "
+    "has them. The host's own features are always used unless --cpu names another CPU.",
+)
+@click.option(
+    "--cpu",
+    "cpu_name",
+    metavar="NAME",
+    help="The CPU (LLVM's name) the code is built for: its vector width and instructions. Default: this "
+    "machine's CPU for --platform host (code that may not run on an older CPU), a generic NEON CPU for "
+    "Arm platforms. E.g. haswell or x86-64-v3 (any AVX2 machine), skylake-avx512, cortex-a76.",
+)
+@click.option(
+    "--tuning-db",
+    type=click.Path(path_type=Path),
+    help="CPU or OpenCL kernels tuned by `tvmgen tune` (its --db root): used where the database has them.",
+)
+@click.option(
+    "--strategy",
+    default="patterns",
+    show_default=True,
+    type=click.Choice(["patterns", "cost"]),
+    help="--device nnapi: how to place operators (as for `tvmgen partition`).",
+)
 @click.option("--feature-level", type=click.IntRange(1, 8), help="--device nnapi: highest NNAPI feature level.")
 @click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
-@click.option("--precision", default="fp32", show_default=True, type=click.Choice(precisions.PRECISIONS),
-              help=precisions.HELP)
-def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_inputs, tf_outputs,
-            out, force, separate_params, objects_only, check, rtol, atol, seed, schedules="default", tuning_db=None,
-            strategy="patterns", feature_level=None, cost_table=None, cpu_features=None, cpu_name=None,
-            const_flags=(), precision="fp32"):
+@click.option(
+    "--precision", default="fp32", show_default=True, type=click.Choice(precisions.PRECISIONS), help=precisions.HELP
+)
+def compile(
+    model_arg,
+    model_opt,
+    platform,
+    device,
+    gpu_family,
+    input_flags,
+    tf_inputs,
+    tf_outputs,
+    out,
+    force,
+    separate_params,
+    objects_only,
+    check,
+    rtol,
+    atol,
+    seed,
+    schedules="default",
+    tuning_db=None,
+    strategy="patterns",
+    feature_level=None,
+    cost_table=None,
+    cpu_features=None,
+    cpu_name=None,
+    const_flags=(),
+    precision="fp32",
+):
     """Compile MODEL into an artifact directory (library + manifest.json).
 
     MODEL is an .onnx, .tflite, .pt2 (torch.export) or .pb (TensorFlow frozen graph) file,
@@ -113,17 +197,23 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
     consts = parse_consts(const_flags)
     tuning_db = database.checked_database(tuning_db, plat, device, gpu_family)
     if precision != "fp32" and device == "nnapi":
-        raise InputError(f"--precision {precision} does not apply to --device nnapi: the NNAPI parts keep the "
-                         "model's float32 (NNAPI drivers choose their own precision)", "leave out --precision")
+        raise InputError(
+            f"--precision {precision} does not apply to --device nnapi: the NNAPI parts keep the "
+            "model's float32 (NNAPI drivers choose their own precision)",
+            "leave out --precision",
+        )
     out = out or _default_out(model, platform, device)
     if out.exists() and not force:  # fail before minutes of work, not after
-        raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
+        raise InputError(
+            f"output directory {out} already exists", "pass --force to replace it, or choose another --out"
+        )
 
     with tempfile.TemporaryDirectory(prefix="tvmgen-") as scratch:
         model_path = builtin.materialize(model, Path(scratch)) if model.startswith("builtin:") else Path(model)
         with logs.step(f"Importing {model_path.name if not model.startswith('builtin:') else model}"):
-            imported = frontends.load(model_path, overrides, input_names=_split(tf_inputs),
-                                      output_names=_split(tf_outputs), consts=consts)
+            imported = frontends.load(
+                model_path, overrides, input_names=_split(tf_inputs), output_names=_split(tf_outputs), consts=consts
+            )
         for note in imported.notes:
             console.print(f"  [dim]{note}[/]")
         model_info = {
@@ -134,21 +224,36 @@ def compile(model_arg, model_opt, platform, device, gpu_family, input_flags, tf_
         }
         if imported.constants:
             model_info["constants"] = imported.constants  # inputs bound by --const: not inputs of the artifact
-            console.print(f"  constants: {', '.join(f'{n}={v}' for n, v in imported.constants.items())} "
-                          f"(bound at compile time; {len(imported.inputs)} input(s) left)")
+            console.print(
+                f"  constants: {', '.join(f'{n}={v}' for n, v in imported.constants.items())} "
+                f"(bound at compile time; {len(imported.inputs)} input(s) left)"
+            )
         to_build, needs = imported, None
         if device == "nnapi":
             if separate_params:
-                raise InputError("--separate-params does not apply to --device nnapi: the NNAPI parts take the "
-                                 "weights as constants", "leave out --separate-params")
+                raise InputError(
+                    "--separate-params does not apply to --device nnapi: the NNAPI parts take the weights as constants",
+                    "leave out --separate-params",
+                )
             to_build, needs = nnapi.partition_and_generate(imported, feature_level, strategy, cost_table)
-        opts = build.BuildOptions(plat, device, gpu_family, separate_params, objects_only, runtime_needs=needs,
-                                  schedules=schedules == "default", tuning_db=tuning_db, precision=precision)
-        verify = (lambda staged: numerics.check_against_reference(imported, staged, opts, rtol, atol, seed,
-                                                                  scratch)) if check else None
+        opts = build.BuildOptions(
+            plat,
+            device,
+            gpu_family,
+            separate_params,
+            objects_only,
+            runtime_needs=needs,
+            schedules=schedules == "default",
+            tuning_db=tuning_db,
+            precision=precision,
+        )
+        verify = (
+            (lambda staged: numerics.check_against_reference(imported, staged, opts, rtol, atol, seed, scratch))
+            if check
+            else None
+        )
         manifest = build.compile_to_artifact(to_build, opts, out, force, model_info, verify=verify)
-        console.print(f"[green]✓[/] artifact: [bold]{out}[/] ({manifest.export['library']}, "
-                      f"{_size(out)} total)")
+        console.print(f"[green]✓[/] artifact: [bold]{out}[/] ({manifest.export['library']}, {_size(out)} total)")
         if manifest.export.get("finish_command"):
             console.print(f"  to link it later: cd {out} && {manifest.export['finish_command']}")
 

@@ -16,24 +16,38 @@ console = logs.console
 
 @click.command()
 @click.argument("model")
-@click.option("--nnapi", "backend", flag_value="nnapi", required=True,
-              help="Partition for Android's NNAPI (the only backend so far).")
+@click.option(
+    "--nnapi",
+    "backend",
+    flag_value="nnapi",
+    required=True,
+    help="Partition for Android's NNAPI (the only backend so far).",
+)
 @click.option("--feature-level", type=click.IntRange(1, 8), help="Highest NNAPI feature level the phones have.")
-@click.option("--strategy", default="patterns", show_default=True, type=click.Choice(["patterns", "cost"]),
-              help="patterns: TVM's greedy pattern partitioner; cost: keep a piece on TVM when its transitions "
-                   "cost more than NNAPI saves (static cost table).")
+@click.option(
+    "--strategy",
+    default="patterns",
+    show_default=True,
+    type=click.Choice(["patterns", "cost"]),
+    help="patterns: TVM's greedy pattern partitioner; cost: keep a piece on TVM when its transitions "
+    "cost more than NNAPI saves (static cost table).",
+)
 @click.option("--cost-table", type=click.Path(path_type=Path), help="JSON overriding the static cost table.")
 @click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the report as JSON here.")
-@click.option("--measure", is_flag=True,
-              help="--strategy cost: measure the TVM-side cost of each op kind on a device over RPC (--key and "
-                   "--tracker or --proxy) instead of the table's TVM column.")
+@click.option(
+    "--measure",
+    is_flag=True,
+    help="--strategy cost: measure the TVM-side cost of each op kind on a device over RPC (--key and "
+    "--tracker or --proxy) instead of the table's TVM column.",
+)
 @click.option("--key", help="--measure: the device's key.")
 @click.option("--tracker", metavar="HOST:PORT", help="--measure: get the device from this tracker.")
 @click.option("--proxy", metavar="HOST:PORT", help="--measure: reach the device through this proxy.")
 @click.option("--platform", help="--measure: compile for this platform. [default: what the device reports]")
-def partition(model, backend, feature_level, strategy, cost_table, input_flags, json_path, measure, key, tracker,
-              proxy, platform):
+def partition(
+    model, backend, feature_level, strategy, cost_table, input_flags, json_path, measure, key, tracker, proxy, platform
+):
     """Report how MODEL would be split between NNAPI and TVM: partitions, operators on each side with
     their share of FLOPs, what splits partitions and why, and the transitions per inference.
 
@@ -49,8 +63,10 @@ def partition(model, backend, feature_level, strategy, cost_table, input_flags, 
     from tvmgen.remote import bench, nnapi_costs
 
     if measure and (strategy != "cost" or not key or (tracker is None) == (proxy is None)):
-        raise InputError("--measure times operators on a device for the cost strategy",
-                         "pass --strategy cost --key K and one of --tracker HOST:PORT or --proxy HOST:PORT")
+        raise InputError(
+            "--measure times operators on a device for the cost strategy",
+            "pass --strategy cost --key K and one of --tracker HOST:PORT or --proxy HOST:PORT",
+        )
     costs = nnapi.load_costs(cost_table)
     measured = []
     with tempfile.TemporaryDirectory(prefix="tvmgen-") as scratch:
@@ -58,11 +74,13 @@ def partition(model, backend, feature_level, strategy, cost_table, input_flags, 
         with logs.step(f"Importing {model}"):
             imported = frontends.load(path, [InputOverride.parse(f) for f in input_flags])
         with logs.step(f"Partitioning for NNAPI ({strategy})"):
-            partitioned, report = nnapi.partition(imported.mod, imported.params, len(imported.inputs), feature_level,
-                                                  "patterns", costs)
+            partitioned, report = nnapi.partition(
+                imported.mod, imported.params, len(imported.inputs), feature_level, "patterns", costs
+            )
         if measure:
-            measured = nnapi_costs.measure_tvm_costs(partitioned, bench.Target(key, tracker, proxy), platform, costs,
-                                               Path(scratch))
+            measured = nnapi_costs.measure_tvm_costs(
+                partitioned, bench.Target(key, tracker, proxy), platform, costs, Path(scratch)
+            )
             costs = nnapi.with_measured(costs, measured)
         if strategy == "cost":
             report = nnapi.cost_strategy(report, costs)

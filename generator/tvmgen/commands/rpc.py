@@ -31,8 +31,10 @@ def _run_or_detach(server, detach: bool, what: str):
 
     if detach:
         rpc.record(server)
-        console.print(f"[green]✓[/] {what} at [bold]{server.address}[/] (pid {server.pid}, log {server.log}); "
-                      f"stop it with `tvmgen rpc stop {server.name}`")
+        console.print(
+            f"[green]✓[/] {what} at [bold]{server.address}[/] (pid {server.pid}, log {server.log}); "
+            f"stop it with `tvmgen rpc stop {server.name}`"
+        )
         click.echo(server.address)
         return
     console.print(f"[green]✓[/] {what} at [bold]{server.address}[/] (log {server.log}); Ctrl-C stops it")
@@ -50,8 +52,12 @@ def _run_or_detach(server, detach: bool, what: str):
         console.print(f"stopped the {server.name}")
 
 
-_host_option = click.option("--host", default="127.0.0.1", show_default=True,
-                            help="Address to bind. Loopback unless you give an explicit address.")
+_host_option = click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind. Loopback unless you give an explicit address.",
+)
 
 
 @rpc_group.command("tracker")
@@ -81,8 +87,13 @@ def rpc_proxy(host, port, port_end, web_port, tracker, detach):
 
 
 @rpc_group.command("device")
-@click.option("--platform", default="host", show_default=True, type=click.Choice(["host", "linux-aarch64"]),
-              help="linux-aarch64 runs the cross-built server under qemu-aarch64: the emulated phone CPU.")
+@click.option(
+    "--platform",
+    default="host",
+    show_default=True,
+    type=click.Choice(["host", "linux-aarch64"]),
+    help="linux-aarch64 runs the cross-built server under qemu-aarch64: the emulated phone CPU.",
+)
 @click.option("--key", required=True, help="The key benches ask for.")
 @click.option("--proxy", metavar="HOST:PORT", help="Connect to this proxy.")
 @click.option("--tracker", metavar="HOST:PORT", help="Register with this tracker (and listen on --host).")
@@ -97,9 +108,17 @@ def rpc_device(platform, key, proxy, tracker, host, work_dir, session_timeout, m
 
     if (proxy is None) == (tracker is None):
         raise InputError("give exactly one of --proxy HOST:PORT or --tracker HOST:PORT")
-    server = rpc.start_device(platform, key, proxy=proxy, tracker=tracker, host=host, work_dir=work_dir,
-                              session_timeout=session_timeout, max_upload_mb=max_upload_mb)
-    _run_or_detach(server, detach, f"{platform} device \"{key}\" connected to {proxy or tracker}")
+    server = rpc.start_device(
+        platform,
+        key,
+        proxy=proxy,
+        tracker=tracker,
+        host=host,
+        work_dir=work_dir,
+        session_timeout=session_timeout,
+        max_upload_mb=max_upload_mb,
+    )
+    _run_or_detach(server, detach, f'{platform} device "{key}" connected to {proxy or tracker}')
 
 
 @rpc_group.command("stop")
@@ -152,5 +171,7 @@ def devices(tracker):
         for ln in lines or ["  (no devices)"]:
             click.echo(f"  {ln.strip()}")
     elif not tracker:
-        raise InputError("nothing to list: no --tracker given and adb is not installed",
-                         "pass --tracker HOST:PORT, or install adb (apt-get install adb)")
+        raise InputError(
+            "nothing to list: no --tracker given and adb is not installed",
+            "pass --tracker HOST:PORT, or install adb (apt-get install adb)",
+        )

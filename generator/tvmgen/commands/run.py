@@ -32,8 +32,12 @@ def inspect(artifact_dir, as_json, size):
     growth = memory.folded_growth(kernels.load(artifact_dir), footprint["weights_bytes"])
     sizes = memory.size_report(artifact_dir, m) if size else None
     if as_json:
-        click.echo(json.dumps({**m.to_json(), "memory": footprint, "weights_growth": growth,
-                               **({"size": sizes} if sizes else {})}, indent=2))
+        click.echo(
+            json.dumps(
+                {**m.to_json(), "memory": footprint, "weights_growth": growth, **({"size": sizes} if sizes else {})},
+                indent=2,
+            )
+        )
         return
     out = logs.Console(highlight=False)
     t = Table(title=f"artifact {artifact_dir}", show_header=False, title_justify="left")
@@ -43,16 +47,20 @@ def inspect(artifact_dir, as_json, size):
     t.add_row("platform", f"{m.platform}  (ABI {m.abi}, {m.arch})")
     t.add_row("device", m.device)
     t.add_row("target", json.dumps(m.target))
-    t.add_row("export", f"{m.export['kind']}: {m.export['library']}"
-              + ("  system-lib" if m.export.get("system_lib") else ""))
+    t.add_row(
+        "export", f"{m.export['kind']}: {m.export['library']}" + ("  system-lib" if m.export.get("system_lib") else "")
+    )
     for s in m.inputs:
         t.add_row("input", str(s))
     for s in m.outputs:
         t.add_row("output", str(s))
     t.add_row("weights", f"{m.params['count']} tensors in {m.params['file']}" if m.params else "inside the library")
     for name, need in m.runtime_needs.items():  # e.g. NNAPI: TVM's NNAPI runtime on the phone
-        t.add_row("needs", f"{name}: {need.get('library')} ({need.get('tvm_build_option')}), "
-                           f"{need.get('system_library')}, Android API {need.get('min_android_api')}+")
+        t.add_row(
+            "needs",
+            f"{name}: {need.get('library')} ({need.get('tvm_build_option')}), "
+            f"{need.get('system_library')}, Android API {need.get('min_android_api')}+",
+        )
     t.add_row("versions", ", ".join(f"{k} {v}" for k, v in m.versions.items()))
     for name, info in m.files.items():
         t.add_row("file", f"{name}  {info['bytes']:,} bytes  sha256 {info['sha256'][:16]}…")
@@ -69,25 +77,43 @@ def _mb(n) -> str:
 
 
 def _memory_rows(f: dict, growth: dict | None) -> list[tuple[str, str]]:
-    rows = [("weight bytes", f"{_mb(f['weights_bytes'])}, {f['weights_in']}"),
-            ("code", f"{_mb(f['code_bytes'])} of machine code in {f['library_bytes']:,} bytes of library"
-             if f["code_bytes"] is not None else _mb(None)),
-            ("workspace", f"{_mb(f['planned_workspace_bytes'])} planned by the VM for activations"
-             + (f" ({f['planned_storages']} storages)" if f["planned_storages"] else ""))]
+    rows = [
+        ("weight bytes", f"{_mb(f['weights_bytes'])}, {f['weights_in']}"),
+        (
+            "code",
+            f"{_mb(f['code_bytes'])} of machine code in {f['library_bytes']:,} bytes of library"
+            if f["code_bytes"] is not None
+            else _mb(None),
+        ),
+        (
+            "workspace",
+            f"{_mb(f['planned_workspace_bytes'])} planned by the VM for activations"
+            + (f" ({f['planned_storages']} storages)" if f["planned_storages"] else ""),
+        ),
+    ]
     if growth and growth["ratio"] > 1.2:
-        rows.append(("weights growth", f"{growth['ratio']:.1f}x the model file ({growth['model_file_bytes'] / 1e6:.2f} "
-                     "MB): fp16 weights become fp32 when TVM folds their casts (or TFLite's DEQUANTIZE); "
-                     "compile with --separate-params to keep them fp16 in model.params (cast as the model runs)"))
+        rows.append(
+            (
+                "weights growth",
+                f"{growth['ratio']:.1f}x the model file ({growth['model_file_bytes'] / 1e6:.2f} "
+                "MB): fp16 weights become fp32 when TVM folds their casts (or TFLite's DEQUANTIZE); "
+                "compile with --separate-params to keep them fp16 in model.params (cast as the model runs)",
+            )
+        )
     return rows
 
 
 def _print_sizes(sizes: dict, top: int = 15) -> None:
     click.echo(f"\nweights by tensor ({len(sizes['weights'])} tensors, {sizes['weights_total']:,} bytes)")
     for w in sizes["weights"][:top]:
-        click.echo(f"  {w['bytes']:>12,}  {w['bytes'] / max(sizes['weights_total'], 1):>6.1%}  {w['dtype']:<8} "
-                   f"{tuple(w['shape'])!s:<18} {w['name']}")
+        click.echo(
+            f"  {w['bytes']:>12,}  {w['bytes'] / max(sizes['weights_total'], 1):>6.1%}  {w['dtype']:<8} "
+            f"{tuple(w['shape'])!s:<18} {w['name']}"
+        )
     if len(sizes["weights"]) > top:
-        click.echo(f"  ... {len(sizes['weights']) - top} more: {sum(w['bytes'] for w in sizes['weights'][top:]):,} bytes")
+        click.echo(
+            f"  ... {len(sizes['weights']) - top} more: {sum(w['bytes'] for w in sizes['weights'][top:]):,} bytes"
+        )
     if not sizes["recorded"]:
         click.echo("  (weights by tensor need kernels.json: compile the model again with this tvmgen)")
     click.echo(f"\ncode by kernel ({len(sizes['code'])} functions, {sizes['code_total']:,} bytes)")
@@ -99,19 +125,35 @@ def _print_sizes(sizes: dict, top: int = 15) -> None:
 
 @click.command()
 @click.argument("artifact_dir", type=click.Path(path_type=Path))
-@click.option("-i", "--input", "input_files", multiple=True, metavar="[NAME=]FILE.npy",
-              help="An input as .npy; NAME= may be left out when given in the model's input order. "
-                   "Inputs not given are seeded random.")
+@click.option(
+    "-i",
+    "--input",
+    "input_files",
+    multiple=True,
+    metavar="[NAME=]FILE.npy",
+    help="An input as .npy; NAME= may be left out when given in the model's input order. "
+    "Inputs not given are seeded random.",
+)
 @click.option("-o", "--output-dir", type=click.Path(path_type=Path), help="Write each output as NAME.npy here.")
 @click.option("--repeat", default=10, show_default=True, help="Timed runs after the first.")
 @click.option("--seed", default=0, show_default=True, help="Seed for inputs not given.")
-@click.option("--threads", type=click.IntRange(min=1),
-              help="CPU threads for parallel kernels. [default: $TVM_NUM_THREADS, else one per big core]")
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    help="CPU threads for parallel kernels. [default: $TVM_NUM_THREADS, else one per big core]",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print timings and output summaries as JSON.")
-@click.option("--profile", is_flag=True,
-              help="Also time each kernel (--repeat runs with the VM's instrument hook): a table per kernel and kind.")
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path),
-              help="With --profile: a bar chart of the slowest kernels (PNG) here.")
+@click.option(
+    "--profile",
+    is_flag=True,
+    help="Also time each kernel (--repeat runs with the VM's instrument hook): a table per kernel and kind.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(path_type=Path),
+    help="With --profile: a bar chart of the slowest kernels (PNG) here.",
+)
 def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, profile, plot_path):
     """Run a host artifact with TVM's Relax VM, write outputs, print timings and peak memory."""
     if threads:  # also for TVM's own pool (older artifacts), which reads it once when it starts
@@ -155,10 +197,18 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
         "threads": model.threads,
         "thread_pool": model.parallel,
         "timings": model.timings.summary(),
-        "outputs": [{"name": s.name, "shape": list(a.shape), "dtype": str(a.dtype),
-                     "min": float(a.min()), "max": float(a.max()), "mean": float(a.mean()),
-                     **({"top5": np.argsort(a.reshape(-1))[::-1][:5].tolist()} if a.ndim == 2 and a.shape[0] == 1 else {})}
-                    for s, a in zip(manifest.outputs, outputs)],
+        "outputs": [
+            {
+                "name": s.name,
+                "shape": list(a.shape),
+                "dtype": str(a.dtype),
+                "min": float(a.min()),
+                "max": float(a.max()),
+                "mean": float(a.mean()),
+                **({"top5": np.argsort(a.reshape(-1))[::-1][:5].tolist()} if a.ndim == 2 and a.shape[0] == 1 else {}),
+            }
+            for s, a in zip(manifest.outputs, outputs)
+        ],
         "memory": resident.to_json(),
         **({"profile": report.to_json()} if report else {}),
     }
@@ -168,12 +218,16 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
         click.echo(json.dumps(summary, indent=2))
         return
     tm = summary["timings"]
-    console.print(f"load {tm['load_ms']:.1f} ms · VM init {tm['init_ms']:.1f} ms · first run {tm['first_run_ms']:.1f} ms "
-                  f"· median of {tm['runs']} runs [bold]{tm['median_ms']:.2f} ms[/] (min {tm['min_ms']:.2f})")
+    console.print(
+        f"load {tm['load_ms']:.1f} ms · VM init {tm['init_ms']:.1f} ms · first run {tm['first_run_ms']:.1f} ms "
+        f"· median of {tm['runs']} runs [bold]{tm['median_ms']:.2f} ms[/] (min {tm['min_ms']:.2f})"
+    )
     for o in summary["outputs"]:
         extra = f" top-5 {o['top5']}" if "top5" in o else ""
-        click.echo(f"{o['name']}: shape {tuple(o['shape'])} {o['dtype']} min {o['min']:.4g} max {o['max']:.4g} "
-                   f"mean {o['mean']:.4g}{extra}")
+        click.echo(
+            f"{o['name']}: shape {tuple(o['shape'])} {o['dtype']} min {o['min']:.4g} max {o['max']:.4g} "
+            f"mean {o['mean']:.4g}{extra}"
+        )
     click.echo(resident.line())
     if report:
         click.echo(report.table())
@@ -181,4 +235,3 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
         console.print(f"plot: {plot_path}")
     if output_dir:
         console.print(f"outputs written to {output_dir}/")
-

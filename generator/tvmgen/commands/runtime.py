@@ -19,9 +19,16 @@ def runtime():
 
 
 @runtime.command("build")
-@click.option("--platform", default="host", show_default=True, type=click.Choice(["host", "linux-aarch64"]),
-              help="Where the runtime runs. Android builds run in the app's Gradle build (NDK + TVM source).")
-@click.option("-o", "--out", type=click.Path(path_type=Path), help="Build directory. [default: build/runtime-<platform>]")
+@click.option(
+    "--platform",
+    default="host",
+    show_default=True,
+    type=click.Choice(["host", "linux-aarch64"]),
+    help="Where the runtime runs. Android builds run in the app's Gradle build (NDK + TVM source).",
+)
+@click.option(
+    "-o", "--out", type=click.Path(path_type=Path), help="Build directory. [default: build/runtime-<platform>]"
+)
 def runtime_build_cmd(platform, out):
     """Build the runtime with CMake; prints the install prefix (bin/tvmgen-run, lib/, include/)."""
     from tvmgen.runtime import runtime_build
@@ -33,14 +40,26 @@ def runtime_build_cmd(platform, out):
 
 @click.command()
 @click.argument("source", metavar="ARTIFACT|MODEL")
-@click.option("--platform", required=True, type=click.Choice(["android", "linux-aarch64", "host"]),
-              help="Where the app runs.")
-@click.option("--abi", type=click.Choice(["arm64-v8a", "armeabi-v7a", "x86_64"]),
-              help="Android ABI. [default: arm64-v8a]")
-@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "opencl", "cuda"]),
-              help="When SOURCE is a model: the device to compile for.")
-@click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]",
-              help="When SOURCE is a model: input shapes, as for compile.")
+@click.option(
+    "--platform", required=True, type=click.Choice(["android", "linux-aarch64", "host"]), help="Where the app runs."
+)
+@click.option(
+    "--abi", type=click.Choice(["arm64-v8a", "armeabi-v7a", "x86_64"]), help="Android ABI. [default: arm64-v8a]"
+)
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    type=click.Choice(["cpu", "opencl", "cuda"]),
+    help="When SOURCE is a model: the device to compile for.",
+)
+@click.option(
+    "--input",
+    "input_flags",
+    multiple=True,
+    metavar="NAME:SHAPE[:DTYPE]",
+    help="When SOURCE is a model: input shapes, as for compile.",
+)
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Bundle directory to write.")
 @click.option("--force", is_flag=True, help="Replace the bundle directory if it exists.")
 def embed(source, platform, abi, device, input_flags, out, force):
@@ -58,7 +77,9 @@ def embed(source, platform, abi, device, input_flags, out, force):
     if abi and platform != "android":
         raise InputError("--abi applies to --platform android only", "leave it out for host and linux-aarch64")
     if out.exists() and not force:
-        raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
+        raise InputError(
+            f"output directory {out} already exists", "pass --force to replace it, or choose another --out"
+        )
     src = Path(source)
     with tempfile.TemporaryDirectory(prefix="tvmgen-embed-") as scratch:
         scratch = Path(scratch)
@@ -72,16 +93,27 @@ def embed(source, platform, abi, device, input_flags, out, force):
             if objects_only:
                 try:
                     from tvmgen.core.toolchains import AndroidNdk
+
                     AndroidNdk(get_platform(target).abi).verify()
                     objects_only = False
                 except TvmgenError:
-                    console.print("  [dim]no Android NDK here: the bundle gets the object archive (model.tar) "
-                                  "and the command that links it[/]")
+                    console.print(
+                        "  [dim]no Android NDK here: the bundle gets the object archive (model.tar) "
+                        "and the command that links it[/]"
+                    )
             from tvmgen.commands.compile import compile as compile_cmd
 
             ctx = click.get_current_context()
-            ctx.invoke(compile_cmd, model_arg=source, platform=target, device=device, input_flags=input_flags,
-                       out=artifact_dir, force=True, objects_only=objects_only)
+            ctx.invoke(
+                compile_cmd,
+                model_arg=source,
+                platform=target,
+                device=device,
+                input_flags=input_flags,
+                out=artifact_dir,
+                force=True,
+                objects_only=objects_only,
+            )
         with artifact.staging(out, force) as staged:
             notes = embedding.write_bundle(artifact_dir, platform, abi, staged, scratch / "build")
     for note in notes:

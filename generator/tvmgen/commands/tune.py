@@ -16,30 +16,57 @@ console = logs.console
 
 @click.command()
 @click.argument("model")
-@click.option("--platform", "--target", "platform",
-              help="Tune for this platform. [default: host; over RPC: what the device reports]")
-@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "opencl"]),
-              help="Processor to tune for: cpu (MetaSchedule's CPU rules) or opencl (its GPU rules: thread-bound "
-                   "tiles, shared-memory fetches; timed on an OpenCL device over RPC, --key).")
-@click.option("--gpu-family", default="generic", show_default=True, type=click.Choice(["generic", "mali", "desktop"]),
-              help="--device opencl: the OpenCL family, as for compile (adreno builds use TVM's texture "
-                   "pipeline, which tuning does not cover).")
-@click.option("--trials", default=64, show_default=True, type=click.IntRange(min=1),
-              help="Measured candidates per task (fused operator). Trials already in the database count.")
-@click.option("--db", "db_root", type=click.Path(path_type=Path),
-              help="Database root; one directory per target inside. [default: $TVMGEN_TUNING_DIR, "
-                   "else ~/.local/state/tvmgen/tuning]")
+@click.option(
+    "--platform",
+    "--target",
+    "platform",
+    help="Tune for this platform. [default: host; over RPC: what the device reports]",
+)
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    type=click.Choice(["cpu", "opencl"]),
+    help="Processor to tune for: cpu (MetaSchedule's CPU rules) or opencl (its GPU rules: thread-bound "
+    "tiles, shared-memory fetches; timed on an OpenCL device over RPC, --key).",
+)
+@click.option(
+    "--gpu-family",
+    default="generic",
+    show_default=True,
+    type=click.Choice(["generic", "mali", "desktop"]),
+    help="--device opencl: the OpenCL family, as for compile (adreno builds use TVM's texture "
+    "pipeline, which tuning does not cover).",
+)
+@click.option(
+    "--trials",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Measured candidates per task (fused operator). Trials already in the database count.",
+)
+@click.option(
+    "--db",
+    "db_root",
+    type=click.Path(path_type=Path),
+    help="Database root; one directory per target inside. [default: $TVMGEN_TUNING_DIR, "
+    "else ~/.local/state/tvmgen/tuning]",
+)
 @click.option("--key", help="Time the candidates on this RPC device instead of here (needed for --device opencl).")
 @click.option("--tracker", metavar="HOST:PORT", help="--key: get the device from this tracker.")
 @click.option("--proxy", metavar="HOST:PORT", help="--key: reach the device through this proxy.")
 @click.option("--session-timeout", default=120, show_default=True, help="--key: seconds per measuring session.")
-@click.option("--num-cores", type=click.IntRange(min=1),
-              help="Threads the tuned code will run with: candidates timed here use this many "
-                   "(TVM_NUM_THREADS), so tune once per thread count you deploy with. "
-                   "[default: this machine's physical cores, or the device's threads]")
+@click.option(
+    "--num-cores",
+    type=click.IntRange(min=1),
+    help="Threads the tuned code will run with: candidates timed here use this many "
+    "(TVM_NUM_THREADS), so tune once per thread count you deploy with. "
+    "[default: this machine's physical cores, or the device's threads]",
+)
 @click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
-def tune(model, platform, device, gpu_family, trials, db_root, key, tracker, proxy, session_timeout, num_cores,
-         input_flags):
+def tune(
+    model, platform, device, gpu_family, trials, db_root, key, tracker, proxy, session_timeout, num_cores, input_flags
+):
     """Tune MODEL's operators with MetaSchedule into a database `compile --tuning-db` reuses.
 
     Candidates run here, or on a device over RPC (--key with --tracker or --proxy: the same
@@ -73,32 +100,42 @@ def tune(model, platform, device, gpu_family, trials, db_root, key, tracker, pro
     if (tracker or proxy) and not key:
         raise InputError("--tracker/--proxy name where the device is; --key names the device", "add --key KEY")
     if device != "cpu" and not key:
-        raise InputError(f"--device {device}: the candidates are timed on an OpenCL device over RPC, and no --key "
-                         "names one",
-                         "a phone: the RPC app (`tvmgen rpc-app`) with `tvmgen rpc proxy`, then --key K --proxy "
-                         "HOST:PORT; this machine's OpenCL: `tvmgen rpc tracker --detach`, `tvmgen rpc device --key "
-                         "gpu --tracker 127.0.0.1:9190 --detach`, then --key gpu --tracker 127.0.0.1:9190")
+        raise InputError(
+            f"--device {device}: the candidates are timed on an OpenCL device over RPC, and no --key names one",
+            "a phone: the RPC app (`tvmgen rpc-app`) with `tvmgen rpc proxy`, then --key K --proxy "
+            "HOST:PORT; this machine's OpenCL: `tvmgen rpc tracker --detach`, `tvmgen rpc device --key "
+            "gpu --tracker 127.0.0.1:9190 --detach`, then --key gpu --tracker 127.0.0.1:9190",
+        )
     root = db_root or database.default_root()
     where = None
     if key:
         where = tuning.Device(key, tracker, proxy, session_timeout, gpu=device != "cpu")
-        with logs.step(f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"):
+        with logs.step(
+            f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"
+        ):
             remote, info = benching.connect(benching.Target(key, tracker, proxy, session_timeout))
             threads = int(remote.get_function("runtime.NumThreads")())
             del remote  # the tracker lends the device to one session at a time: the measurements need it
-        console.print(f"  [dim]device: {info.get('platform', '?')} ({info.get('arch', '?')}), {threads} threads"
-                      + (f", devices: {', '.join(info['devices'])}" if info.get("devices") else "") + "[/]")
+        console.print(
+            f"  [dim]device: {info.get('platform', '?')} ({info.get('arch', '?')}), {threads} threads"
+            + (f", devices: {', '.join(info['devices'])}" if info.get("devices") else "")
+            + "[/]"
+        )
         if device != "cpu" and info.get("devices") and device not in info["devices"]:
-            raise InputError(f"device {key!r} has no {device} (it has: {', '.join(info['devices'])})",
-                             f"serve it from a device with an {device} driver, or tune --device cpu")
+            raise InputError(
+                f"device {key!r} has no {device} (it has: {', '.join(info['devices'])})",
+                f"serve it from a device with an {device} driver, or tune --device cpu",
+            )
         platform = platform or info.get("platform") or "host"
         num_cores = num_cores or threads
     plat = get_platform(platform or "host")
     check_pair(plat, device)
     if not key and plat.name != "host":
-        raise InputError(f"candidates for {plat.name} cannot be timed on this machine",
-                         "time them on the device: --key K --tracker HOST:PORT, with the device served by "
-                         "`tvmgen rpc-app` on a phone or `tvmgen rpc device --platform linux-aarch64` (qemu, here)")
+        raise InputError(
+            f"candidates for {plat.name} cannot be timed on this machine",
+            "time them on the device: --key K --tracker HOST:PORT, with the device served by "
+            "`tvmgen rpc-app` on a phone or `tvmgen rpc device --platform linux-aarch64` (qemu, here)",
+        )
     if num_cores is None:
         import psutil
 
@@ -112,6 +149,9 @@ def tune(model, platform, device, gpu_family, trials, db_root, key, tracker, pro
         summary = tuning.run(imported, target, trials, root, where or tuning.Device(), num_cores, compiler)
     tuning.print_summary(summary, trials)
     console.print(f"[green]✓[/] database: [bold]{summary.directory}[/]")
-    gpu = f" --device {device}" + (f" --gpu-family {gpu_family}" if gpu_family != "generic" else "") \
-        if device != "cpu" else ""
+    gpu = (
+        f" --device {device}" + (f" --gpu-family {gpu_family}" if gpu_family != "generic" else "")
+        if device != "cpu"
+        else ""
+    )
     console.print(f"  use it: tvmgen compile {model} --platform {plat.name}{gpu} --tuning-db {root}")

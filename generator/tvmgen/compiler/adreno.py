@@ -27,13 +27,29 @@ def conv2d_nchwc(bb, call):
     if out_dtype in ("", "void", "None"):
         out_dtype = str(call.args[0].ty.dtype)
     if groups == 1:
-        return bb.call_te(topi.nn.conv2d_NCHWc_OIHWo, data=call.args[0], kernel=call.args[1],
-                          stride=call.attrs.strides, padding=call.attrs.padding, dilation=call.attrs.dilation,
-                          layout=call.attrs.data_layout, out_layout=call.attrs.out_layout, out_dtype=out_dtype,
-                          primfunc_name_hint="conv2d_NCHWc_OIHWo")
-    return bb.call_te(grouped_conv2d_nchwc, call.args[0], call.args[1], tuple(int(s) for s in call.attrs.strides),
-                      tuple(int(p) for p in call.attrs.padding), tuple(int(d) for d in call.attrs.dilation), groups,
-                      out_dtype, primfunc_name_hint="group_conv2d_NCHWc_OIHWo")
+        return bb.call_te(
+            topi.nn.conv2d_NCHWc_OIHWo,
+            data=call.args[0],
+            kernel=call.args[1],
+            stride=call.attrs.strides,
+            padding=call.attrs.padding,
+            dilation=call.attrs.dilation,
+            layout=call.attrs.data_layout,
+            out_layout=call.attrs.out_layout,
+            out_dtype=out_dtype,
+            primfunc_name_hint="conv2d_NCHWc_OIHWo",
+        )
+    return bb.call_te(
+        grouped_conv2d_nchwc,
+        call.args[0],
+        call.args[1],
+        tuple(int(s) for s in call.attrs.strides),
+        tuple(int(p) for p in call.attrs.padding),
+        tuple(int(d) for d in call.attrs.dilation),
+        groups,
+        out_dtype,
+        primfunc_name_hint="group_conv2d_NCHWc_OIHWo",
+    )
 
 
 def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_dtype=None):
@@ -52,8 +68,11 @@ def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_d
     top, left, bottom, right = padding if len(padding) == 4 else (padding[0], padding[1], padding[0], padding[1])
     oh = (h + top + bottom - (kh - 1) * dh - 1) // sh + 1
     ow = (w + left + right - (kw - 1) * dw - 1) // sw + 1
-    padded = pad(data, (0, 0, top, left, 0), (0, 0, bottom, right, 0), name="group_conv2d_pad") \
-        if top or left or bottom or right else data
+    padded = (
+        pad(data, (0, 0, top, left, 0), (0, 0, bottom, right, 0), name="group_conv2d_pad")
+        if top or left or bottom or right
+        else data
+    )
     r = te.reduce_axis((0, in_per_group), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -81,23 +100,37 @@ def legalize_passes(target, texture: bool = True, report: dict | None = None) ->
     texture = texture and "texture" in target.keys
     passes = [tvm.tirx.transform.BindTarget(target), relax.transform.DecomposeOpsForInference()]
     if texture:
-        passes += [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW4c", "OIHW4o", "NCHW4c"]}),
-                   relax.transform.Normalize(), relax.transform.FoldConstant(),
-                   relax.transform.LegalizeOps(skip_ops=["relax.nn.conv2d", "relax.nn.max_pool2d",
-                                                         "relax.nn.adaptive_avg_pool2d"]),
-                   relax.transform.AnnotateTIROpPattern(),
-                   relax.backend.adreno.transform.AnnotateCustomMemoryScope(target)]
+        passes += [
+            relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW4c", "OIHW4o", "NCHW4c"]}),
+            relax.transform.Normalize(),
+            relax.transform.FoldConstant(),
+            relax.transform.LegalizeOps(
+                skip_ops=["relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.adaptive_avg_pool2d"]
+            ),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.backend.adreno.transform.AnnotateCustomMemoryScope(target),
+        ]
     passes.append(relax.transform.LegalizeOps())
     if texture:
         passes.append(relax.transform.LegalizeOps({"relax.nn.conv2d": conv2d_nchwc}))
-    passes += [relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(), relax.transform.FuseOps(),
-               relax.transform.FuseTIR(), relax.transform.DeadCodeElimination()]
+    passes += [
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+        relax.transform.DeadCodeElimination(),
+    ]
     if texture:
-        passes += [relax.backend.adreno.transform.FoldVDeviceScopeChange(), relax.transform.DeadCodeElimination(),
-                   relax.transform.SpecializePrimFuncBasedOnCallSite()]
-    passes += [relax.transform.Normalize(),
-               gpu.apply_rules(dl.adreno.Conv2d(), dl.adreno.LayoutTransform(), dl.adreno.Pool2D(), report=report),
-               gpu.apply_rules(dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback(), report=report)]
+        passes += [
+            relax.backend.adreno.transform.FoldVDeviceScopeChange(),
+            relax.transform.DeadCodeElimination(),
+            relax.transform.SpecializePrimFuncBasedOnCallSite(),
+        ]
+    passes += [
+        relax.transform.Normalize(),
+        gpu.apply_rules(dl.adreno.Conv2d(), dl.adreno.LayoutTransform(), dl.adreno.Pool2D(), report=report),
+        gpu.apply_rules(dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback(), report=report),
+    ]
     return passes
 
 
@@ -110,8 +143,10 @@ def pipeline(target, texture: bool = True, report: dict | None = None):
     def _pipeline(mod, _ctx):
         with target:
             return tvm.transform.Sequential(
-                legalize_passes(target, texture, report) + gpu_generic.dataflow_lower_passes(target)
-                + gpu_generic.finalize_passes(target))(mod)
+                legalize_passes(target, texture, report)
+                + gpu_generic.dataflow_lower_passes(target)
+                + gpu_generic.finalize_passes(target)
+            )(mod)
 
     return _pipeline
 
@@ -133,8 +168,13 @@ def register_tir_pipeline() -> str:
     def factory():
         # TextureFlatten first, then tvmgen's fix of its store calls, then TVM's whole Adreno lowering
         # (whose own TextureFlatten then finds nothing left to flatten)
-        lowering = tvm.transform.Sequential([s_tir.backend.adreno.transform.TextureFlatten(), retype_texture_stores(),
-                                             adreno_tir.default_tir_pipeline()])
+        lowering = tvm.transform.Sequential(
+            [
+                s_tir.backend.adreno.transform.TextureFlatten(),
+                retype_texture_stores(),
+                adreno_tir.default_tir_pipeline(),
+            ]
+        )
         return lowering, tir.finalize_host_passes, tir.finalize_device_passes
 
     tir.register_tir_pipeline(TIR_PIPELINE, factory)
@@ -145,8 +185,24 @@ def register_tir_pipeline() -> str:
 # loop that writes a pixel of a texture (4 channels), VectorizeLoop must vectorize or it scalarizes
 # the loop, and each scalar iteration's texture store writes the whole pixel with one channel's value:
 # a convolution with a GELU (erf) epilogue into a texture gave errors of 0.3 on PoCL.
-OPENCL_VECTOR_MATH = tuple(f"tirx.{name}" for name in ("erf", "log1p", "acos", "asin", "atan", "atan2", "acosh", "asinh",
-                                                       "atanh", "rsqrt", "hypot", "copysign", "fmod"))
+OPENCL_VECTOR_MATH = tuple(
+    f"tirx.{name}"
+    for name in (
+        "erf",
+        "log1p",
+        "acos",
+        "asin",
+        "atan",
+        "atan2",
+        "acosh",
+        "asinh",
+        "atanh",
+        "rsqrt",
+        "hypot",
+        "copysign",
+        "fmod",
+    )
+)
 
 
 @contextlib.contextmanager

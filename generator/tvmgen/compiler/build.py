@@ -42,8 +42,10 @@ def output_specs(mod, names: list[str]) -> list[TensorSpec]:
     specs = []
     for i, f in enumerate(fields):
         if not isinstance(f, relax.TensorType) or f.shape is None:
-            raise CompileError(f"output {i} of the model is not a tensor of known shape ({f})",
-                               "tvmgen handles models whose outputs are tensors with fixed shapes")
+            raise CompileError(
+                f"output {i} of the model is not a tensor of known shape ({f})",
+                "tvmgen handles models whose outputs are tensors with fixed shapes",
+            )
         shape = tuple(int(d) for d in f.shape.values)
         name = names[i] if i < len(names) else f"output_{i}"
         specs.append(TensorSpec(name, shape, str(f.dtype)))
@@ -59,13 +61,12 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
     ``report["fallback"]`` says which pipeline built it and why the first failed."""
     from tvm import relax
 
-
     target = make_target(target_dict(opts.platform, opts.device, opts.gpu_family))
     mod = imported.mod
     if target.kind.name != "llvm":
         mod = _copy(mod)
     if not opts.separate_params and imported.params:
-        weights = mod["main"].params[len(imported.inputs):]
+        weights = mod["main"].params[len(imported.inputs) :]
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
     if target.kind.name != "llvm":
         mod = recurrent.gpu_variants(mod)  # fused LSTM/GRU kernels: their GPU form
@@ -80,10 +81,17 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
         try:
             with target:
                 pipeline = kernels.capture(make_pipeline(), report)  # report["module"]: for kernels.json
-            tir_pipeline = adreno.register_tir_pipeline() if "texture" in target.keys else stack_tiles.tir_pipeline(target)
+            tir_pipeline = (
+                adreno.register_tir_pipeline() if "texture" in target.keys else stack_tiles.tir_pipeline(target)
+            )
             with adreno.vector_math() if "texture" in target.keys else contextlib.nullcontext():
-                ex = relax.build(_copy(mod) if target.kind.name != "llvm" else mod, target, relax_pipeline=pipeline,
-                                 tir_pipeline=tir_pipeline, system_lib=True if opts.platform.system_lib else None)
+                ex = relax.build(
+                    _copy(mod) if target.kind.name != "llvm" else mod,
+                    target,
+                    relax_pipeline=pipeline,
+                    tir_pipeline=tir_pipeline,
+                    system_lib=True if opts.platform.system_lib else None,
+                )
         except TvmgenError:  # tvmgen's own (e.g. a tuning database without this target): already says what to do
             raise
         except Exception as e:
@@ -92,8 +100,11 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
             continue
         if failures:
             first, error = failures[0]
-            report["fallback"] = {"pipeline": name, "failed": first,
-                                  "cause": tvm_error_summary(error, getattr(imported, "nodes", ()))}
+            report["fallback"] = {
+                "pipeline": name,
+                "failed": first,
+                "cause": tvm_error_summary(error, getattr(imported, "nodes", ())),
+            }
             log.info("%s failed (%s); built with %s", first, report["fallback"]["cause"], name)
         return ex
     name, error = failures[-1]
@@ -135,7 +146,7 @@ def tvm_error_summary(error: Exception, nodes=()) -> str:
     import re
 
     lines = [ln.strip() for ln in str(error).splitlines()]
-    noise = ("# Metadata omitted", "Traceback", "File \"", "Offending call", "^")
+    noise = ("# Metadata omitted", "Traceback", 'File "', "Offending call", "^")
     meaningful = [ln for ln in lines if ln and not ln.startswith(noise)]
     first = next((ln for ln in meaningful if not ln.startswith("R.")), meaningful[0] if meaningful else "")
     text = f"{type(error).__name__}: {first}" if first else type(error).__name__
@@ -160,30 +171,48 @@ def _pipelines(target, opts: BuildOptions, report: dict) -> list:
     from tvmgen.compiler import conv_transpose, cpu, rewrites
 
     if opts.device == "metal":
-        return [("TVM's GPU pipeline without dlight's Matmul rule",
-                 lambda: tvm.transform.Sequential([metal_pipeline(target, report), rewrites.short_kernel_names()]))]
+        return [
+            (
+                "TVM's GPU pipeline without dlight's Matmul rule",
+                lambda: tvm.transform.Sequential([metal_pipeline(target, report), rewrites.short_kernel_names()]),
+            )
+        ]
     if target.kind.name == "llvm" and opts.schedules:
-        return [("tvmgen's CPU pipeline", lambda: cpu.pipeline(target, opts.tuning_db, report)),
-                ("tvmgen's CPU pipeline without the NHWC layout conversion",
-                 lambda: cpu.pipeline(target, opts.tuning_db, report, layout=False)),
-                ("TVM's own pipeline (kernels unscheduled: slow)", lambda: relax.get_default_pipeline(target))]
+        return [
+            ("tvmgen's CPU pipeline", lambda: cpu.pipeline(target, opts.tuning_db, report)),
+            (
+                "tvmgen's CPU pipeline without the NHWC layout conversion",
+                lambda: cpu.pipeline(target, opts.tuning_db, report, layout=False),
+            ),
+            ("TVM's own pipeline (kernels unscheduled: slow)", lambda: relax.get_default_pipeline(target)),
+        ]
     if "texture" in target.keys:  # --gpu-family adreno: texture memory, else Adreno schedules on buffers
-
         from tvm.relax.backend import gpu_generic
 
         def _with_tvmgen_passes(pipeline):  # transposed convolutions lowered first, kernel names shortened after
             return tvm.transform.Sequential([conv_transpose.lower_only_pass(), pipeline, rewrites.short_kernel_names()])
 
-        return [("TVM's Adreno pipeline with texture memory", lambda: _with_tvmgen_passes(adreno.pipeline(target, True, report))),
-                ("TVM's Adreno pipeline with buffer memory",
-                 lambda: _with_tvmgen_passes(adreno.pipeline(target, False, report))),
-                ("TVM's generic GPU pipeline", lambda: _with_tvmgen_passes(gpu_generic.get_default_pipeline(target)))]
+        return [
+            (
+                "TVM's Adreno pipeline with texture memory",
+                lambda: _with_tvmgen_passes(adreno.pipeline(target, True, report)),
+            ),
+            (
+                "TVM's Adreno pipeline with buffer memory",
+                lambda: _with_tvmgen_passes(adreno.pipeline(target, False, report)),
+            ),
+            ("TVM's generic GPU pipeline", lambda: _with_tvmgen_passes(gpu_generic.get_default_pipeline(target))),
+        ]
     # GPU targets: TVM's own pipeline (compiler.gpu: a `tvmgen tune` database first where it applies,
     # then dlight), after tvmgen's lowering of transposed convolutions (TVM's is NCHW-only) and with
     # kernel names short enough for every driver; then without tvmgen's lowering
-    return [("TVM's own pipeline, transposed convolutions lowered by tvmgen",
-             lambda: gpu.pipeline(target, opts.tuning_db, report)),
-            ("TVM's own pipeline", lambda: gpu.pipeline(target, opts.tuning_db, report, lower_conv_transpose=False))]
+    return [
+        (
+            "TVM's own pipeline, transposed convolutions lowered by tvmgen",
+            lambda: gpu.pipeline(target, opts.tuning_db, report),
+        ),
+        ("TVM's own pipeline", lambda: gpu.pipeline(target, opts.tuning_db, report, lower_conv_transpose=False)),
+    ]
 
 
 def metal_pipeline(target, report: dict | None = None):
@@ -197,15 +226,20 @@ def metal_pipeline(target, report: dict | None = None):
     from tvm.s_tir import dlight as dl
 
     legalize = [p for p in generic.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
-    schedule = gpu.apply_rules(dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback(),
-                               report=report)
+    schedule = gpu.apply_rules(
+        dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback(), report=report
+    )
 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenMetalPipeline")
     def _pipeline(mod, _ctx):
         with target:
             return tvm.transform.Sequential(
-                generic.library_dispatch_passes(target) + legalize + [schedule]
-                + generic.dataflow_lower_passes(target) + generic.finalize_passes(target))(mod)
+                generic.library_dispatch_passes(target)
+                + legalize
+                + [schedule]
+                + generic.dataflow_lower_passes(target)
+                + generic.finalize_passes(target)
+            )(mod)
 
     return _pipeline
 
@@ -225,8 +259,9 @@ def schedule_summary(report: dict) -> str:
     return "kernels: " + ", ".join(parts)
 
 
-def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Path, force: bool,
-                        model_info: dict, verify=None) -> artifact.Manifest:
+def compile_to_artifact(
+    imported: ImportedModel, opts: BuildOptions, out_dir: Path, force: bool, model_info: dict, verify=None
+) -> artifact.Manifest:
     """Write the artifact directory. ``verify(staged_dir)`` runs before it is moved into place:
     if it raises, nothing is left at ``out_dir``."""
     import tvm
@@ -244,16 +279,20 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
             ex = build_executable(imported, opts, report)
         if report.get("fallback"):
             fb = report["fallback"]
-            console.print(f"  [yellow]![/] {fb['failed']} failed: {fb['cause']}\n"
-                          f"    built with {fb['pipeline']} instead; please report this with the log file")
+            console.print(
+                f"  [yellow]![/] {fb['failed']} failed: {fb['cause']}\n"
+                f"    built with {fb['pipeline']} instead; please report this with the log file"
+            )
         if report.get("scheduled") is not None or report.get("tuned"):
             console.print(f"  {schedule_summary(report)}")
         for line in gpu.rule_failures_summary(report.get("rule_failures", [])):
             console.print(f"  [yellow]![/] {line}")
             if opts.tuning_db and not report.get("tuned"):
-                console.print(f"  [yellow]![/] {opts.tuning_db} has no tuned kernel of this model for this target "
-                              "(tuned for another model or input shape, or by an older tvmgen): run `tvmgen tune` "
-                              "on this model to use one")
+                console.print(
+                    f"  [yellow]![/] {opts.tuning_db} has no tuned kernel of this model for this target "
+                    "(tuned for another model or input shape, or by an older tvmgen): run `tvmgen tune` "
+                    "on this model to use one"
+                )
         final = report.pop("module", None)
         kernels.record(tmp, final, imported.params, model_info.get("source"))
         what = "an object archive" if opts.objects_only or opts.platform.exporter == "xcode" else "the library"
@@ -269,8 +308,10 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
         # One entry per virtual device of the module (texture builds have one per memory scope, all
         # the same GPU), then the host: the VM indexes them in that order.
         vdevices = max(1, len(final.global_infos.get("vdevice", ())) if final is not None else 1)
-        devices = [{"name": opts.device, "dl_device_type": DL_DEVICE_TYPES[opts.device], "id": 0, "alloc_type": 2}
-                   for _ in range(vdevices if DL_DEVICE_TYPES[opts.device] != DL_DEVICE_TYPES["cpu"] else 1)]
+        devices = [
+            {"name": opts.device, "dl_device_type": DL_DEVICE_TYPES[opts.device], "id": 0, "alloc_type": 2}
+            for _ in range(vdevices if DL_DEVICE_TYPES[opts.device] != DL_DEVICE_TYPES["cpu"] else 1)
+        ]
         if DL_DEVICE_TYPES[opts.device] != DL_DEVICE_TYPES["cpu"]:  # the VM keeps shapes and scalars on the host
             devices.append({"name": "cpu", "dl_device_type": DL_DEVICE_TYPES["cpu"], "id": 0, "alloc_type": 2})
         manifest = artifact.Manifest(
@@ -280,14 +321,22 @@ def compile_to_artifact(imported: ImportedModel, opts: BuildOptions, out_dir: Pa
             arch=opts.platform.arch,
             device=opts.device,
             target=tspec,
-            export={"kind": exported.kind, "library": exported.library,
-                    "system_lib": opts.platform.system_lib, "finish_command": exported.finish_command},
+            export={
+                "kind": exported.kind,
+                "library": exported.library,
+                "system_lib": opts.platform.system_lib,
+                "finish_command": exported.finish_command,
+            },
             inputs=imported.inputs,
             outputs=outputs,
             params=params,
-            vm={"entry": "main", "devices": devices, "num_inputs": len(imported.inputs),
+            vm={
+                "entry": "main",
+                "devices": devices,
+                "num_inputs": len(imported.inputs),
                 # bytes each input's data must be aligned to (absent: TVM's 64)
-                **({"input_alignment": report["input_alignment"]} if "input_alignment" in report else {})},
+                **({"input_alignment": report["input_alignment"]} if "input_alignment" in report else {}),
+            },
             versions={"tvm": tvm.__version__, "tvmgen": __version__},
             created=artifact.now(),
             runtime_needs=opts.runtime_needs or {},

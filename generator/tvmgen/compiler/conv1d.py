@@ -26,11 +26,17 @@ def conv1d_as_conv2d(mod):
         if (str(a.data_layout), str(a.kernel_layout), str(a.out_layout or a.data_layout)) != ("NCW", "OIW", "NCW"):
             return expr
         out_dtype = str(a.out_dtype) if a.out_dtype is not None and str(a.out_dtype) not in ("", "void") else None
-        y = relax.op.nn.conv2d(relax.op.expand_dims(matches[x], 2), relax.op.expand_dims(matches[w], 2),
-                               strides=[1, int(a.strides[0])],
-                               padding=[0, int(a.padding[0]), 0, int(a.padding[1])],
-                               dilation=[1, int(a.dilation[0])], groups=int(a.groups),
-                               data_layout="NCHW", kernel_layout="OIHW", out_dtype=out_dtype)
+        y = relax.op.nn.conv2d(
+            relax.op.expand_dims(matches[x], 2),
+            relax.op.expand_dims(matches[w], 2),
+            strides=[1, int(a.strides[0])],
+            padding=[0, int(a.padding[0]), 0, int(a.padding[1])],
+            dilation=[1, int(a.dilation[0])],
+            groups=int(a.groups),
+            data_layout="NCHW",
+            kernel_layout="OIHW",
+            out_dtype=out_dtype,
+        )
         return relax.op.squeeze(y, [2])
 
     return rewrite_functions(mod, pattern, rewrite)

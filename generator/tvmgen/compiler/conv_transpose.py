@@ -32,8 +32,11 @@ def legalize(bb, call):
     a = call.attrs
     data_layout, kernel_layout = str(a.data_layout), str(a.kernel_layout)
     out_layout = str(a.out_layout or data_layout)
-    if data_layout not in ("NHWC", "NCHW") or out_layout not in ("NHWC", "NCHW") \
-            or sorted(kernel_layout) != sorted("IOHW"):
+    if (
+        data_layout not in ("NHWC", "NCHW")
+        or out_layout not in ("NHWC", "NCHW")
+        or sorted(kernel_layout) != sorted("IOHW")
+    ):
         return call
     strides = [int(s) for s in a.strides]
     pt, pl, pb, pr = [int(p) for p in a.padding]
@@ -47,8 +50,12 @@ def legalize(bb, call):
         data = bb.emit_te(topi.transpose, data, [0, 2, 3, 1], primfunc_name_hint="conv2d_transpose_data_nhwc")
     n, h, w, cin = [int(d) for d in data.ty.shape.values]
     if kernel_layout != "IOHW":
-        kernel = bb.emit_te(topi.transpose, kernel, [kernel_layout.index(c) for c in "IOHW"],
-                            primfunc_name_hint="conv2d_transpose_kernel_iohw")
+        kernel = bb.emit_te(
+            topi.transpose,
+            kernel,
+            [kernel_layout.index(c) for c in "IOHW"],
+            primfunc_name_hint="conv2d_transpose_kernel_iohw",
+        )
     _, cog, kh0, kw0 = [int(d) for d in kernel.ty.shape.values]
     kh, kw = dil[0] * (kh0 - 1) + 1, dil[1] * (kw0 - 1) + 1  # the dilated kernel's extent
     sh, sw = strides
@@ -65,6 +72,7 @@ def legalize(bb, call):
             inside = te.all(ky < kh, kx < kw, ky % dil[0] == 0, kx % dil[1] == 0)
             value = k[(co // cog) * cig + rc, co % cog, te.min(ky, kh - 1) // dil[0], te.min(kx, kw - 1) // dil[1]]
             return te.if_then_else(inside, value, te.const(0, k.dtype))
+
         return te.compute((sh, sw, jh, jw, cig, cout), tap, name="kernel_phases")
 
     weights = bb.emit_te(phases, kernel, primfunc_name_hint="conv2d_transpose_weights")
@@ -83,7 +91,10 @@ def legalize(bb, call):
             yy, xx = y + pt, x_ + pl
             return te.sum(
                 xp[b, yy // sh - j + top, xx // sw - i + left, (co // cog) * cig + rc].astype(out_dtype)
-                * wp[yy % sh, xx % sw, j, i, rc, co].astype(out_dtype), axis=[j, i, rc])
+                * wp[yy % sh, xx % sw, j, i, rc, co].astype(out_dtype),
+                axis=[j, i, rc],
+            )
+
         return te.compute((n, oh, ow, cout), out, name="conv2d_transpose_nhwc", tag="conv2d_transpose_nhwc")
 
     if out_layout == "NHWC":

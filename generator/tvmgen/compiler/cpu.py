@@ -28,9 +28,13 @@ def prepare_passes(target, layout: bool = True) -> list:
 
     # quantised convolutions and matmuls on the 8-bit values first: the layout passes fold the
     # weights' dequantize into float constants
-    return (cpu.library_dispatch_passes(target) + [int8.QuantisedDotProducts(target), divisions.DivideByConstants()]
-            + (schedules.layout_passes(target) if layout else [])
-            + legalize_passes() + schedules.packed_weights_passes(target))
+    return (
+        cpu.library_dispatch_passes(target)
+        + [int8.QuantisedDotProducts(target), divisions.DivideByConstants()]
+        + (schedules.layout_passes(target) if layout else [])
+        + legalize_passes()
+        + schedules.packed_weights_passes(target)
+    )
 
 
 def legalize_passes() -> list:
@@ -39,8 +43,13 @@ def legalize_passes() -> list:
 
     from tvmgen.compiler import schedules
 
-    return [relax.transform.LegalizeOps(schedules.legalize_map()), relax.transform.AnnotateTIROpPattern(),
-            relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()]
+    return [
+        relax.transform.LegalizeOps(schedules.legalize_map()),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ]
 
 
 def schedule_passes(target, database=None, report: dict | None = None) -> list:
@@ -76,8 +85,12 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
         at = next((i + 1 for i, p in enumerate(lower) if p.info.name == "RewriteDataflowReshape"), None)
         if at is not None:
             lower.insert(at, inputs.RelaxInputAlignment(report))
-        passes = (prepare_passes(target, layout) + schedule_passes(target, database, report)
-                  + lower + cpu.finalize_passes(target))
+        passes = (
+            prepare_passes(target, layout)
+            + schedule_passes(target, database, report)
+            + lower
+            + cpu.finalize_passes(target)
+        )
         with target:
             if database is None:
                 return tvm.transform.Sequential(passes)(mod)

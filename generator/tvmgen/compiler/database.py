@@ -116,7 +116,8 @@ def open_database(path: Path, target, create: bool = False):
         raise InputError(
             f"the tuning database {root} has no records for target {target_name(target)}"
             + (f"; it has records for: {', '.join(have)}" if have else " (it holds no records at all)"),
-            f"tune for this target first: tvmgen tune MODEL --platform ... --db {root}")
+            f"tune for this target first: tvmgen tune MODEL --platform ... --db {root}",
+        )
     if create:
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "target.json").write_text(json.dumps(target_spec(target), indent=2) + "\n")
@@ -142,8 +143,9 @@ def has_records(root: Path, target) -> bool:
     return (Path(root) / target_name(target) / "database_tuning_record.json").is_file()
 
 
-def checked_database(root: Path | None, plat, device: str, gpu_family: str = "generic",
-                     also: tuple | list = ()) -> Path | None:
+def checked_database(
+    root: Path | None, plat, device: str, gpu_family: str = "generic", also: tuple | list = ()
+) -> Path | None:
     """--tuning-db checked before the model is imported: it must hold records for the target (for one
     of them, where the command also builds for the devices ``also``, as `app` adds a CPU build)."""
     if root is None:
@@ -151,10 +153,10 @@ def checked_database(root: Path | None, plat, device: str, gpu_family: str = "ge
     usable = [t for t in (database_target(plat, d, gpu_family) for d in (device, *also)) if t is not None]
     if not usable:
         family = f" --gpu-family {gpu_family}" if device == "opencl" else ""
-        raise InputError(f"--tuning-db holds CPU and OpenCL kernels; --device {device}{family} has none to take "
-                         "from it",
-                         "leave out --tuning-db, or use --device cpu, or --device opencl with --gpu-family generic "
-                         "or mali")
+        raise InputError(
+            f"--tuning-db holds CPU and OpenCL kernels; --device {device}{family} has none to take from it",
+            "leave out --tuning-db, or use --device cpu, or --device opencl with --gpu-family generic or mali",
+        )
     if not any(has_records(root, t) for t in usable):
         open_database(root, usable[0])  # says which targets it has
     return root

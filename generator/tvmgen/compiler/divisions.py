@@ -29,8 +29,12 @@ def divide_by_constants(mod):
         if not isinstance(const, tvm.ir.expr.GenericConst):
             return expr
         value = const.value.numpy()
-        if value.dtype.kind != "f" or str(matches[x].ty.dtype) != str(value.dtype) or not np.all(np.isfinite(value)) \
-                or np.any(value == 0):
+        if (
+            value.dtype.kind != "f"
+            or str(matches[x].ty.dtype) != str(value.dtype)
+            or not np.all(np.isfinite(value))
+            or np.any(value == 0)
+        ):
             return expr
         inverse = (np.ones((), value.dtype) / value).astype(value.dtype)
         if not np.all(np.isfinite(inverse)):  # a subnormal divisor

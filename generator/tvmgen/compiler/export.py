@@ -49,15 +49,18 @@ def export(ex, platform: Platform, directory: Path, objects_only: bool) -> Expor
         return Exported("objects", "model.tar", _link_command(platform))
     compiler = linker(platform, objects_only)
     options = POOL_FLAGS + (["-static-libstdc++"] if platform.exporter == "ndk" else [])
-    ex.export_library(str(directory / "model.so"), fcompile=cc.cross_compiler(str(compiler), options=options),
-                      addons=pool)
+    ex.export_library(
+        str(directory / "model.so"), fcompile=cc.cross_compiler(str(compiler), options=options), addons=pool
+    )
     return Exported("shared", "model.so")
 
 
 def _link_command(platform: Platform) -> str:
     clang = f"{toolchains.ANDROID_CLANG_PREFIX.get(platform.abi, 'CXX')}{toolchains.ANDROID_MIN_API}-clang++"
-    return (f"mkdir objs && tar -xf model.tar -C objs && {clang} -shared -fPIC {' '.join(POOL_FLAGS)} "
-            f"-o model.so objs/*.o objs/{parallel_pool_source().name}")
+    return (
+        f"mkdir objs && tar -xf model.tar -C objs && {clang} -shared -fPIC {' '.join(POOL_FLAGS)} "
+        f"-o model.so objs/*.o objs/{parallel_pool_source().name}"
+    )
 
 
 def _export_ios(ex, directory: Path) -> Exported:
@@ -72,8 +75,16 @@ def _export_ios(ex, directory: Path) -> Exported:
     objs.mkdir()
     with tarfile.open(tar_path) as t:
         t.extractall(objs, filter="data")
-    toolchains.run([str(xcode.verify()), "libtool", "-static", "-o", str(directory / "libmodel.a"),
-                    *sorted(map(str, objs.glob("*.o")))])
+    toolchains.run(
+        [
+            str(xcode.verify()),
+            "libtool",
+            "-static",
+            "-o",
+            str(directory / "libmodel.a"),
+            *sorted(map(str, objs.glob("*.o"))),
+        ]
+    )
     for p in objs.iterdir():
         p.unlink()
     objs.rmdir()

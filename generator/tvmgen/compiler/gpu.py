@@ -32,8 +32,11 @@ def prepare_passes(target, lower_conv_transpose: bool = True) -> list:
     from tvmgen.compiler import conv_transpose
 
     legalize = [p for p in generic.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
-    return (([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
-            + generic.library_dispatch_passes(target) + legalize)
+    return (
+        ([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
+        + generic.library_dispatch_passes(target)
+        + legalize
+    )
 
 
 def default_rules(target=None) -> list:
@@ -72,16 +75,26 @@ def small_reductions():
     return SmallReductions()
 
 
-def _short_reductions(func) -> bool:
-    """Whether ``func`` has reductions and each covers at most SMALL_REDUCTION elements per output,
-    with enough outputs (at least 256) to keep a GPU's threads busy."""
-    from tvm import s_tir, tirx
+def _root_blocks(func):
+    """(a Schedule of ``func``, the blocks under its root), or None when it is not a block function."""
+    from tvm import s_tir
 
     try:
         sch = s_tir.Schedule(func)
-        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        return sch, sch.get_child_blocks(sch.get_sblock("root"))
     except Exception:
+        return None
+
+
+def _short_reductions(func) -> bool:
+    """Whether ``func`` has reductions and each covers at most SMALL_REDUCTION elements per output,
+    with enough outputs (at least 256) to keep a GPU's threads busy."""
+    from tvm import tirx
+
+    opened = _root_blocks(func)
+    if opened is None:
         return False
+    sch, blocks = opened
     found = False
     for b in blocks:
         block = sch.get(b)
@@ -175,14 +188,18 @@ def apply_rules(*rules, report: dict | None = None, name: str = "TvmgenApplyRule
                             variants.append(inlined)
                 if scheduled is not None:
                     mod[gv] = scheduled.with_attr("tirx.is_scheduled", True)
-                    failures += [{"kernel": gv.name_hint, "rule": r, "error": e, "scheduled_by": rule_name}
-                                 for r, e in failed.items() if r != rule_name]
+                    failures += [
+                        {"kernel": gv.name_hint, "rule": r, "error": e, "scheduled_by": rule_name}
+                        for r, e in failed.items()
+                        if r != rule_name
+                    ]
                     break
             if scheduled is None and failed:
                 raise CompileError(
                     f"no GPU schedule for kernel {gv.name_hint}: "
                     + "; ".join(f"dlight's {r} rule failed ({e})" for r, e in failed.items()),
-                    "build it for --device cpu, or report it with the log file")
+                    "build it for --device cpu, or report it with the log file",
+                )
         return mod
 
     return _apply
@@ -227,17 +244,17 @@ def _blocks_outside_threads(sch) -> list[str]:
 def inline_epilogue(func):
     """``func`` with every elementwise block that another block reads inlined into its readers (a
     fused epilogue becomes one block after the reduction), or None when there is none to inline."""
-    from tvm import s_tir, tirx
+    from tvm import tirx
 
-    try:
-        sch = s_tir.Schedule(func)
-        blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    except Exception:
+    opened = _root_blocks(func)
+    if opened is None:
         return None
+    sch, blocks = opened
     changed = False
     for block in blocks:
-        if any(int(iv.iter_type) != tirx.IterVar.DataPar for iv in sch.get(block).iter_vars) or \
-                not sch.get_consumers(block):
+        if any(int(iv.iter_type) != tirx.IterVar.DataPar for iv in sch.get(block).iter_vars) or not sch.get_consumers(
+            block
+        ):
             continue
         try:
             sch.compute_inline(block)
@@ -256,15 +273,20 @@ def rule_failures_summary(failures: list[dict]) -> list[str]:
     for (rule, by), kernels in sorted(by_rule.items()):
         shown = ", ".join(kernels[:3]) + (f", +{len(kernels) - 3} more" if len(kernels) > 3 else "")
         cost = " (one thread per output, no tiling: slower)" if by == "Fallback" else ""
-        lines.append(f"dlight's {rule} rule failed on {len(kernels)} kernel(s) ({shown}): scheduled by {by} instead{cost}")
+        lines.append(
+            f"dlight's {rule} rule failed on {len(kernels)} kernel(s) ({shown}): scheduled by {by} instead{cost}"
+        )
     return lines
 
 
 def _scheduled(mod) -> set[str]:
     import tvm
 
-    return {gv.name_hint for gv, f in mod.functions.items()
-            if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and f.attrs.get("tirx.is_scheduled", False)}
+    return {
+        gv.name_hint
+        for gv, f in mod.functions.items()
+        if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and f.attrs.get("tirx.is_scheduled", False)
+    }
 
 
 def _unscheduled(mod) -> set[str]:
@@ -298,15 +320,25 @@ def schedule_passes(target, database=None, report: dict | None = None) -> list:
     def _defaults(mod, _ctx):
         left = _unscheduled(mod)
         done = seen["after"] - left
-        log.info("GPU schedules: %d from the tuning database, %d dlight defaults, %d left", len(seen["tuned"]),
-                 len(done), len(left))
+        log.info(
+            "GPU schedules: %d from the tuning database, %d dlight defaults, %d left",
+            len(seen["tuned"]),
+            len(done),
+            len(left),
+        )
         if report is not None:
-            report.update(tuned=sorted(seen["tuned"]), scheduled=sorted(done), left=sorted(left),
-                          defaults="dlight defaults")
+            report.update(
+                tuned=sorted(seen["tuned"]), scheduled=sorted(done), left=sorted(left), defaults="dlight defaults"
+            )
         return mod
 
-    return [_before, relax.transform.MetaScheduleApplyDatabase(enable_warning=False), _tuned,
-            apply_rules(*default_rules(target), report=report), _defaults]
+    return [
+        _before,
+        relax.transform.MetaScheduleApplyDatabase(enable_warning=False),
+        _tuned,
+        apply_rules(*default_rules(target), report=report),
+        _defaults,
+    ]
 
 
 def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, lower_conv_transpose: bool = True):
@@ -322,14 +354,20 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
     if not tunable(target):
         if tuning_db:
             log.info("the tuning database is not used for %s: TVM builds it with its own pipeline", target.kind.name)
-        return tvm.transform.Sequential(([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
-                                        + [relax.get_default_pipeline(target), rewrites.short_kernel_names()])
+        return tvm.transform.Sequential(
+            ([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
+            + [relax.get_default_pipeline(target), rewrites.short_kernel_names()]
+        )
     database = open_database(tuning_db, target) if tuning_db else None
 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenGpuPipeline")
     def _pipeline(mod, _ctx):
-        passes = (prepare_passes(target, lower_conv_transpose) + schedule_passes(target, database, report)
-                  + generic.dataflow_lower_passes(target) + generic.finalize_passes(target))
+        passes = (
+            prepare_passes(target, lower_conv_transpose)
+            + schedule_passes(target, database, report)
+            + generic.dataflow_lower_passes(target)
+            + generic.finalize_passes(target)
+        )
         with target:
             if database is None:
                 return tvm.transform.Sequential(passes)(mod)

@@ -57,8 +57,11 @@ def input_uses(func, num_inputs: int) -> tuple[dict, set[int]]:
                         unsafe |= inputs_in(arg)
                 for rest in value.args[2:]:  # output types, symbolic arguments
                     unsafe |= inputs_in(rest)
-            elif op in _VIEW_OPS and isinstance(value.args[0], relax.Var) and not any(
-                    inputs_in(a) for a in value.args[1:]):
+            elif (
+                op in _VIEW_OPS
+                and isinstance(value.args[0], relax.Var)
+                and not any(inputs_in(a) for a in value.args[1:])
+            ):
                 origin[b.var] = inputs_in(value.args[0])
             elif isinstance(value, relax.Var):
                 origin[b.var] = used
@@ -92,8 +95,7 @@ def with_param_alignment(func, params: set[int], align: int):
     except Exception as e:
         log.debug("input alignment: %s does not round-trip: %s", func.attrs, e)
         return None
-    if len(new.params) != len(func.params) or any(
-            int(new.params[k].data_alignment) != align for k in params):
+    if len(new.params) != len(func.params) or any(int(new.params[k].data_alignment) != align for k in params):
         return None
     return new
 
@@ -106,8 +108,10 @@ def relax_input_alignment(mod, report: dict | None = None):
     main = mod["main"]
     num_inputs = int(main.attrs["num_input"]) if main.attrs and "num_input" in main.attrs else len(main.params)
     reads, unsafe = input_uses(main, num_inputs)
-    itemsize = [np.dtype(str(p.ty.dtype)).itemsize if hasattr(p.ty, "dtype") else TVM_ALIGNMENT
-                for p in main.params[:num_inputs]]
+    itemsize = [
+        np.dtype(str(p.ty.dtype)).itemsize if hasattr(p.ty, "dtype") else TVM_ALIGNMENT
+        for p in main.params[:num_inputs]
+    ]
     by_kernel: dict = {}
     for (kernel, k), used in reads.items():
         by_kernel.setdefault(kernel, {})[k] = used

@@ -71,8 +71,11 @@ def register_intrinsics(target) -> None:
 # LLVM's names; each takes the bytes as <N x i8> vectors. (TVM's own tensor intrinsic for
 # vpdpbusd passes <16 x i32>, which LLVM 20 and later reject, and importing TVM's intrinsics
 # loads every backend's: a minute with TensorFlow loaded. tvmgen registers its own.)
-_LLVM_INTRINSICS = {"vpdpbusd": "llvm.x86.avx512.vpdpbusd.512", "sdot": "llvm.aarch64.neon.sdot.v4i32.v16i8",
-                    "udot": "llvm.aarch64.neon.udot.v4i32.v16i8"}
+_LLVM_INTRINSICS = {
+    "vpdpbusd": "llvm.x86.avx512.vpdpbusd.512",
+    "sdot": "llvm.aarch64.neon.sdot.v4i32.v16i8",
+    "udot": "llvm.aarch64.neon.udot.v4i32.v16i8",
+}
 
 
 def _register(instruction: str, lanes: int, a_dtype: str, b_dtype: str) -> str:
@@ -90,8 +93,11 @@ def _register(instruction: str, lanes: int, a_dtype: str, b_dtype: str) -> str:
     # TVMScript reads the parameters' annotations as buffer declarations: T.Buffer(...) is a call,
     # which no type checker takes as a type (the ignores below, here and in impl)
     @T.prim_func(s_tir=True)
-    def desc(A: T.Buffer((4,), a_dtype, offset_factor=1), B: T.Buffer((lanes, 4), b_dtype, offset_factor=1),  # type: ignore[valid-type]
-             C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:  # type: ignore[valid-type]
+    def desc(
+        A: T.Buffer((4,), a_dtype, offset_factor=1),  # type: ignore[valid-type]
+        B: T.Buffer((lanes, 4), b_dtype, offset_factor=1),  # type: ignore[valid-type]
+        C: T.Buffer((lanes,), "int32", offset_factor=1),  # type: ignore[valid-type]
+    ) -> None:
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
             T.writes(C[0:lanes])
@@ -101,8 +107,11 @@ def _register(instruction: str, lanes: int, a_dtype: str, b_dtype: str) -> str:
                     C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
 
     @T.prim_func(s_tir=True)
-    def impl(A: T.Buffer((4,), a_dtype, offset_factor=1), B: T.Buffer((lanes, 4), b_dtype, offset_factor=1),  # type: ignore[valid-type]
-             C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:  # type: ignore[valid-type]
+    def impl(
+        A: T.Buffer((4,), a_dtype, offset_factor=1),  # type: ignore[valid-type]
+        B: T.Buffer((lanes, 4), b_dtype, offset_factor=1),  # type: ignore[valid-type]
+        C: T.Buffer((lanes,), "int32", offset_factor=1),  # type: ignore[valid-type]
+    ) -> None:
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
             T.writes(C[0:lanes])
@@ -110,9 +119,12 @@ def _register(instruction: str, lanes: int, a_dtype: str, b_dtype: str) -> str:
             # meet that lane's 4 weights
             a4: T.int32 = T.reinterpret(A.vload([0], f"{a_dtype}x4"), dtype="int32")
             C[T.ramp(T.int32(0), 1, lanes)] = T.call_llvm_pure_intrin(
-                T.llvm_lookup_intrinsic_id(llvm), C.vload([0], f"int32x{lanes}"),
+                T.llvm_lookup_intrinsic_id(llvm),
+                C.vload([0], f"int32x{lanes}"),
                 T.reinterpret(T.broadcast(a4, lanes), dtype=f"{a_dtype}x{nbytes}"),
-                B.vload([0, 0], dtype=f"{b_dtype}x{nbytes}"), dtype=f"int32x{lanes}")
+                B.vload([0, 0], dtype=f"{b_dtype}x{nbytes}"),
+                dtype=f"int32x{lanes}",
+            )
 
     s_tir.TensorIntrin.register(name, desc, impl)
     return name
@@ -134,8 +146,12 @@ def _operand(expr, var2val):
         if tuple(int(d) for d in zero.ty.shape.values) != ():  # a per-row zero point: not handled
             return None
         value = var2val.get(inner, inner) if isinstance(inner, relax.Var) else inner
-    if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.astype" \
-            and str(value.attrs.dtype) == "int32" and str(value.args[0].ty.dtype) in _INT8:
+    if (
+        isinstance(value, relax.Call)
+        and getattr(value.op, "name", "") == "relax.astype"
+        and str(value.attrs.dtype) == "int32"
+        and str(value.args[0].ty.dtype) in _INT8
+    ):
         return value.args[0], zero
     return None
 
@@ -204,9 +220,13 @@ def dot_core(lead, k: int, n: int, dot: DotProduct):
     ki = te.reduce_axis((i64(0), i64(4)), "ki")
     c = te.compute(
         (*[i64(d) for d in lead], i64(n)),
-        lambda *ij: te.sum(a[(*ij[:-1], ko * 4 + ki)].astype("int32")
-                           * b[ij[-1] // lanes, ko, ij[-1] % lanes, ki].astype("int32"), axis=[ko, ki]),
-        name="int8_dot", attrs={DOT_ANNOTATION: dot.intrin})
+        lambda *ij: te.sum(
+            a[(*ij[:-1], ko * 4 + ki)].astype("int32") * b[ij[-1] // lanes, ko, ij[-1] % lanes, ki].astype("int32"),
+            axis=[ko, ki],
+        ),
+        name="int8_dot",
+        attrs={DOT_ANNOTATION: dot.intrin},
+    )
     func = te.create_prim_func([a, b, c]).without_attr("global_symbol")  # private, as call_te makes it
     return func.with_attr("op_pattern", _OUT_EWISE_FUSABLE)
 
@@ -220,8 +240,11 @@ def pack_weights(w: np.ndarray, lanes: int) -> np.ndarray:
 def _is_int_matmul(expr) -> bool:
     from tvm import relax
 
-    return isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.matmul" \
+    return (
+        isinstance(expr, relax.Call)
+        and getattr(expr.op, "name", "") == "relax.matmul"
         and str(expr.attrs.out_dtype) == "int32"
+    )
 
 
 def rewrite_int8_matmuls(mod, target):
@@ -308,8 +331,9 @@ def _dot(bb, a8, a_zero, w: np.ndarray, target):
         a = bb.emit(a)
     core = bb.add_func(dot_core(shape[:-1], k, n_pad, dot), "int8_dot")
     # Nested expressions, no var-to-var bindings: the mutator's normaliser binds the parts.
-    out = relax.call_tir(core, relax.Tuple([a, relax.const(pack_weights(w, dot.lanes))]),
-                         relax.TensorType((*shape[:-1], n_pad), "int32"))
+    out = relax.call_tir(
+        core, relax.Tuple([a, relax.const(pack_weights(w, dot.lanes))]), relax.TensorType((*shape[:-1], n_pad), "int32")
+    )
     if n_pad != n:
         out = relax.op.strided_slice(out, axes=[len(shape) - 1], begin=[0], end=[n])
         w, c = w[:, :n], c[:n]
@@ -327,13 +351,17 @@ def _dot(bb, a8, a_zero, w: np.ndarray, target):
 
 # ------------------------------------------------------------------ Relax: quantised (QDQ) models
 
+
 def _dequantize(expr, var2val):
     """``dequantize(x, scale, zero, axis)`` -> the call, or None."""
     from tvm import relax
 
     value = var2val.get(expr, expr) if isinstance(expr, relax.Var) else expr
-    if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.dequantize" \
-            and str(value.attrs.out_dtype) == "float32":
+    if (
+        isinstance(value, relax.Call)
+        and getattr(value.op, "name", "") == "relax.dequantize"
+        and str(value.attrs.out_dtype) == "float32"
+    ):
         return value
     return None
 
@@ -377,9 +405,13 @@ def _quantised_product(bb, call, var2val, target):
     if name == "relax.nn.conv2d":
         at = call.attrs
         wshape = [int(d) for d in w.ty.shape.values]
-        if (str(at.data_layout), str(at.kernel_layout), str(at.out_layout)) != ("NHWC", "HWIO", "NHWC") \
-                or int(at.groups) != 1 or any(int(v) != 1 for v in (*at.strides, *at.dilation)) \
-                or any(int(v) != 0 for v in at.padding) or wshape[:2] != [1, 1]:
+        if (
+            (str(at.data_layout), str(at.kernel_layout), str(at.out_layout)) != ("NHWC", "HWIO", "NHWC")
+            or int(at.groups) != 1
+            or any(int(v) != 1 for v in (*at.strides, *at.dilation))
+            or any(int(v) != 0 for v in at.padding)
+            or wshape[:2] != [1, 1]
+        ):
             return None
     elif name != "relax.matmul" or len(w.ty.shape.values) != 2:
         return None
@@ -424,7 +456,11 @@ def _depthwise_from_8bit(bb, call, var2val):
     xshape, wshape = [int(d) for d in x.ty.shape.values], [int(d) for d in w.ty.shape.values]
     layouts = (str(at.data_layout), str(at.out_layout or at.data_layout))
     channels = xshape[3] if len(xshape) == 4 else 0
-    if layouts != ("NHWC", "NHWC") or int(at.groups) != channels or [int(d) for d in call.ty.shape.values][3] != channels:
+    if (
+        layouts != ("NHWC", "NHWC")
+        or int(at.groups) != channels
+        or [int(d) for d in call.ty.shape.values][3] != channels
+    ):
         return None
     if str(at.kernel_layout) == "HWOI" and wshape[2:] == [channels, 1]:  # TFLite's depthwise kernel
         w = bb.emit(relax.op.permute_dims(w, [0, 1, 3, 2]))  # -> HWIO [kh, kw, 1, C]: folded at compile time
@@ -433,8 +469,17 @@ def _depthwise_from_8bit(bb, call, var2val):
 
     def conv(x8, weights):
         data = te.compute(x8.shape, lambda *i: (x8(*i).astype("float32") - float(zero)) * scale, name=INLINE_DEQUANTIZE)
-        return topi.nn.conv(data, weights, [int(v) for v in at.strides], [int(v) for v in at.padding],
-                            [int(v) for v in at.dilation], channels, "NHWC", "HWIO", "float32")
+        return topi.nn.conv(
+            data,
+            weights,
+            [int(v) for v in at.strides],
+            [int(v) for v in at.padding],
+            [int(v) for v in at.dilation],
+            channels,
+            "NHWC",
+            "HWIO",
+            "float32",
+        )
 
     return bb.call_te(conv, x8, w, primfunc_name_hint="conv2d")
 
@@ -444,17 +489,23 @@ def rewrite_quantised_products(mod, target):
     computed on the 8-bit values by ``dot_core``, instead of in float on dequantised copies."""
     from tvm import relax
 
-    if not any(isinstance(f, relax.Function) for f in mod.functions.values()) or "main" not in \
-            [gv.name_hint for gv in mod.get_global_vars()]:
+    if not any(isinstance(f, relax.Function) for f in mod.functions.values()) or "main" not in [
+        gv.name_hint for gv in mod.get_global_vars()
+    ]:
         return mod
     main = mod["main"]
     var2val = relax.analysis.get_var2val(main)
     names = ("relax.nn.conv2d", "relax.matmul")
-    if not any(isinstance(v, relax.Call) and getattr(v.op, "name", "") in names and _dequantize(v.args[0], var2val) is not None
-               for v in var2val.values()):
+    if not any(
+        isinstance(v, relax.Call) and getattr(v.op, "name", "") in names and _dequantize(v.args[0], var2val) is not None
+        for v in var2val.values()
+    ):
         return mod
-    mod, count = _rewrite_main_calls(mod, lambda call: getattr(call.op, "name", "") in names,
-                                     lambda bb, call: _quantised_product(bb, call, var2val, target))
+    mod, count = _rewrite_main_calls(
+        mod,
+        lambda call: getattr(call.op, "name", "") in names,
+        lambda bb, call: _quantised_product(bb, call, var2val, target),
+    )
     if count:
         log.info("int8: %d quantised convolution(s)/matmul(s) on the dot-product instruction", count)
     return relax.transform.DeadCodeElimination()(mod)
@@ -481,6 +532,7 @@ def Int8DotProducts(target):  # noqa: N802 - a pass, named like TVM's
 
 
 # ------------------------------------------------------------------ TIR: the schedule
+
 
 def dot_block(sch):
     """The ``dot_core`` block of a (fused) function, or None."""
@@ -554,6 +606,7 @@ def schedule_dot(sch, block, registers: int, fold_epilogue, schedule_injective) 
 
 # ------------------------------------------------------------------ Relax: quantize, legalised
 
+
 def legalize_quantize(bb, call):
     """``relax.quantize`` as TVM lowers it (``clip(round(x / scale) + zero)``), but multiplying by
     the reciprocal of a constant scale: a vector division takes about ten times as long as a
@@ -583,6 +636,7 @@ def legalize_quantize(bb, call):
             scaled = data[idx] * tirx.const(inverse, str(data.dtype))
             rounded = (te.round(scaled) if "int" in out_dtype else scaled) + zp_value.astype(str(data.dtype))
             return qdq.clip_cast(rounded, out_dtype)
+
         return te.compute(data.shape, value, name="quantized")
 
     return bb.call_te(compute, call.args[0], zero, primfunc_name_hint="quantize")

@@ -25,13 +25,47 @@ log = logging.getLogger("tvmgen.kernels")
 FILE = "kernels.json"
 KINDS = ("conv2d", "depthwise", "matmul", "recurrent", "elementwise", "copies/layout", "other")
 # Block names (TOPI's compute names) that say what a kernel does, strongest first.
-_BLOCK_KINDS = (("depthwise", ("depthwise", "group_conv")), ("conv2d", ("conv",)),
-                ("matmul", ("matmul", "dense", "T_matmul_NT", "batch_matmul", "int8_dot")),
-                ("recurrent", ("recurrence",)))  # frontends/recurrent.py's LSTM / GRU kernels
-_LAYOUT_OPS = {"transpose", "reshape", "layout_transform", "concat", "split", "strided_slice", "squeeze",
-               "expand_dims", "broadcast_to", "flatten", "take", "gather", "copy", "pad", "tile", "repeat"}
-_REDUCTION_OPS = {"mean", "sum", "max", "min", "softmax", "log_softmax", "max_pool2d", "avg_pool2d",
-                  "adaptive_avg_pool2d", "argmax", "argmin", "layer_norm", "prod", "variance", "std"}
+_BLOCK_KINDS = (
+    ("depthwise", ("depthwise", "group_conv")),
+    ("conv2d", ("conv",)),
+    ("matmul", ("matmul", "dense", "T_matmul_NT", "batch_matmul", "int8_dot")),
+    ("recurrent", ("recurrence",)),
+)  # frontends/recurrent.py's LSTM / GRU kernels
+_LAYOUT_OPS = {
+    "transpose",
+    "reshape",
+    "layout_transform",
+    "concat",
+    "split",
+    "strided_slice",
+    "squeeze",
+    "expand_dims",
+    "broadcast_to",
+    "flatten",
+    "take",
+    "gather",
+    "copy",
+    "pad",
+    "tile",
+    "repeat",
+}
+_REDUCTION_OPS = {
+    "mean",
+    "sum",
+    "max",
+    "min",
+    "softmax",
+    "log_softmax",
+    "max_pool2d",
+    "avg_pool2d",
+    "adaptive_avg_pool2d",
+    "argmax",
+    "argmin",
+    "layer_norm",
+    "prod",
+    "variance",
+    "std",
+}
 
 
 def capture(pipeline, into: dict):
@@ -57,11 +91,17 @@ def describe(mod) -> dict:
             name = gv.name_hint
             ops = relax_ops(name)
             flops = _flops(func) or _dot_flops(func)
-            kernels[name] = {"name": name, "ops": ops, "kind": kernel_kind(ops, _block_names(func), flops),
-                             "flops": flops, "calls": 0}
+            kernels[name] = {
+                "name": name,
+                "ops": ops,
+                "kind": kernel_kind(ops, _block_names(func), flops),
+                "flops": flops,
+                "calls": 0,
+            }
     constants, storages = [], []
     main = next((f for gv, f in mod.functions.items() if gv.name_hint == "main"), None)
     if isinstance(main, relax.Function):
+
         def visit(expr):
             if not isinstance(expr, relax.Call):
                 return
@@ -78,12 +118,16 @@ def describe(mod) -> dict:
                     if isinstance(a, ir.Constant) and isinstance(a.ty, relax.TensorType) and a.ty.shape is not None:
                         shape = [int(d) for d in a.ty.shape.values]
                         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(str(a.ty.dtype)).itemsize
-                        constants.append({"kernel": callee, "arg": i, "shape": shape,
-                                          "dtype": str(a.ty.dtype), "bytes": nbytes})
+                        constants.append(
+                            {"kernel": callee, "arg": i, "shape": shape, "dtype": str(a.ty.dtype), "bytes": nbytes}
+                        )
+
         relax.analysis.post_order_visit(main.body, visit)
-    return {"kernels": sorted(kernels.values(), key=lambda k: -k["flops"] * max(k["calls"], 1)),
-            "constants": constants,
-            "memory_plan": {"storages": storages, "bytes": sum(storages)}}
+    return {
+        "kernels": sorted(kernels.values(), key=lambda k: -k["flops"] * max(k["calls"], 1)),
+        "constants": constants,
+        "memory_plan": {"storages": storages, "bytes": sum(storages)},
+    }
 
 
 def weights_summary(params, source: str | None = None) -> dict:
@@ -94,8 +138,11 @@ def weights_summary(params, source: str | None = None) -> dict:
         arr = p.numpy() if hasattr(p, "numpy") else p
         by_dtype[str(arr.dtype)] = by_dtype.get(str(arr.dtype), 0) + int(arr.nbytes)
     path = Path(source) if source and not source.startswith("builtin:") else None
-    return {"bytes": sum(by_dtype.values()), "by_dtype": by_dtype,
-            "model_file_bytes": path.stat().st_size if path and path.is_file() else None}
+    return {
+        "bytes": sum(by_dtype.values()),
+        "by_dtype": by_dtype,
+        "model_file_bytes": path.stat().st_size if path and path.is_file() else None,
+    }
 
 
 def record(directory: Path, mod, params, source: str | None) -> None:
@@ -119,6 +166,7 @@ def load(directory: Path) -> dict | None:
 
 
 # ------------------------------------------------------------------ names and kinds
+
 
 def _known_ops() -> set[str]:
     import tvm

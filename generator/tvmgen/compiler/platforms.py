@@ -49,9 +49,11 @@ class Platform:
 
         triple = dict(self.llvm).get("mtriple") or f"{self.arch}-linux-gnu"
         if not codegen.llvm_is_valid_cpu(cpu, triple):
-            raise InputError(f"LLVM knows no CPU {cpu!r} for {self.name} ({triple})",
-                             "e.g. --cpu haswell (AVX2), --cpu skylake-avx512, --cpu x86-64-v3, "
-                             "--cpu cortex-a76; this machine's is " + host_cpu_target()["mcpu"])
+            raise InputError(
+                f"LLVM knows no CPU {cpu!r} for {self.name} ({triple})",
+                "e.g. --cpu haswell (AVX2), --cpu skylake-avx512, --cpu x86-64-v3, "
+                "--cpu cortex-a76; this machine's is " + host_cpu_target()["mcpu"],
+            )
         return dataclasses.replace(self, cpu=cpu)
 
     def with_features(self, features) -> Platform:
@@ -61,8 +63,10 @@ class Platform:
         features = tuple(f.strip() for f in features if f.strip())
         bad = [f for f in features if not re.fullmatch(r"[+-][A-Za-z0-9][A-Za-z0-9._-]*", f)]
         if bad:
-            raise InputError(f"CPU feature(s) {', '.join(map(repr, bad))} are not of the form +name or -name",
-                             "e.g. --cpu-features +dotprod (Arm dot product) or +dotprod,+i8mm")
+            raise InputError(
+                f"CPU feature(s) {', '.join(map(repr, bad))} are not of the form +name or -name",
+                "e.g. --cpu-features +dotprod (Arm dot product) or +dotprod,+i8mm",
+            )
         return dataclasses.replace(self, features=self.features + features)
 
 
@@ -96,23 +100,61 @@ def _host_arch() -> str:
 PLATFORMS: dict[str, Platform] = {
     p.name: p
     for p in [
-        Platform("host", "this machine (run and check here)", _host_arch(), _host_arch(), (),
-                 ("cpu", "opencl", "cuda"), "host"),
-        Platform("linux-aarch64", "64-bit Arm Linux (boards, emulated phone CPU under qemu)", "aarch64",
-                 "aarch64", (("mtriple", "aarch64-linux-gnu"), ("mattr", ["+neon"])),
-                 ("cpu", "opencl"), "aarch64-linux-gnu"),
-        Platform("android-arm64", "Android phones, arm64-v8a", "arm64-v8a", "aarch64",
-                 (("mtriple", "aarch64-linux-android"), ("mattr", ["+neon"])),
-                 ("cpu", "opencl", "nnapi"), "ndk"),
-        Platform("android-armv7", "older Android phones, armeabi-v7a", "armeabi-v7a", "arm",
-                 (("mtriple", "armv7a-linux-androideabi"), ("mattr", ["+neon"])),
-                 ("cpu", "opencl", "nnapi"), "ndk"),
-        Platform("android-x86_64", "Android emulator / x86_64 devices", "x86_64", "x86_64",
-                 (("mtriple", "x86_64-linux-android"),),
-                 ("cpu", "opencl", "nnapi"), "ndk"),
-        Platform("ios-arm64", "iPhone / iPad, static system library", "arm64", "aarch64",
-                 (("mtriple", "aarch64-apple-ios"),),
-                 ("cpu", "metal"), "xcode", system_lib=True),
+        Platform(
+            "host",
+            "this machine (run and check here)",
+            _host_arch(),
+            _host_arch(),
+            (),
+            ("cpu", "opencl", "cuda"),
+            "host",
+        ),
+        Platform(
+            "linux-aarch64",
+            "64-bit Arm Linux (boards, emulated phone CPU under qemu)",
+            "aarch64",
+            "aarch64",
+            (("mtriple", "aarch64-linux-gnu"), ("mattr", ["+neon"])),
+            ("cpu", "opencl"),
+            "aarch64-linux-gnu",
+        ),
+        Platform(
+            "android-arm64",
+            "Android phones, arm64-v8a",
+            "arm64-v8a",
+            "aarch64",
+            (("mtriple", "aarch64-linux-android"), ("mattr", ["+neon"])),
+            ("cpu", "opencl", "nnapi"),
+            "ndk",
+        ),
+        Platform(
+            "android-armv7",
+            "older Android phones, armeabi-v7a",
+            "armeabi-v7a",
+            "arm",
+            (("mtriple", "armv7a-linux-androideabi"), ("mattr", ["+neon"])),
+            ("cpu", "opencl", "nnapi"),
+            "ndk",
+        ),
+        Platform(
+            "android-x86_64",
+            "Android emulator / x86_64 devices",
+            "x86_64",
+            "x86_64",
+            (("mtriple", "x86_64-linux-android"),),
+            ("cpu", "opencl", "nnapi"),
+            "ndk",
+        ),
+        Platform(
+            "ios-arm64",
+            "iPhone / iPad, static system library",
+            "arm64",
+            "aarch64",
+            (("mtriple", "aarch64-apple-ios"),),
+            ("cpu", "metal"),
+            "xcode",
+            system_lib=True,
+        ),
     ]
 }
 

@@ -37,18 +37,29 @@ log = logging.getLogger("tvmgen.compiler")
 PRECISIONS = ("fp32", "fp16")
 DEFAULT = "fp32"
 # `--precision` help, shared by `tvmgen compile` and `tvmgen app`.
-HELP = ("fp16: weights and activations in float16 (convolutions and matmuls still sum in float32); the "
-        "model's inputs and outputs stay float32, converted on the device. Half the weight bytes, and up to "
-        "twice as fast on phone GPUs, which need half-precision support (OpenCL: cl_khr_fp16; most Adreno and "
-        "Mali GPUs have it). Expect relative errors around 1e-2 (--check then allows rtol 1e-2, atol 1e-3). "
-        "CPU: half arithmetic on ARMv8.2-A CPUs given --cpu-features +fullfp16; elsewhere (x86) float16 is "
-        "only storage, converted around each operation: smaller, not faster. Not with --device nnapi.")
+HELP = (
+    "fp16: weights and activations in float16 (convolutions and matmuls still sum in float32); the "
+    "model's inputs and outputs stay float32, converted on the device. Half the weight bytes, and up to "
+    "twice as fast on phone GPUs, which need half-precision support (OpenCL: cl_khr_fp16; most Adreno and "
+    "Mali GPUs have it). Expect relative errors around 1e-2 (--check then allows rtol 1e-2, atol 1e-3). "
+    "CPU: half arithmetic on ARMv8.2-A CPUs given --cpu-features +fullfp16; elsewhere (x86) float16 is "
+    "only storage, converted around each operation: smaller, not faster. Not with --device nnapi."
+)
 # Accumulator of convolutions and matrix products under fp16 (TVM's ``out_dtype``).
 ACCUMULATE = "float32"
 # Operators ToMixedPrecision always runs in float16 (its kAlways policy): they must have float inputs.
-_ALWAYS_FP16 = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d", "relax.nn.conv1d_transpose",
-                "relax.nn.conv2d_transpose", "relax.nn.conv3d_transpose", "relax.matmul", "relax.nn.attention",
-                "relax.nn.attention_bias", "relax.nn.attention_var_len")
+_ALWAYS_FP16 = (
+    "relax.nn.conv1d",
+    "relax.nn.conv2d",
+    "relax.nn.conv3d",
+    "relax.nn.conv1d_transpose",
+    "relax.nn.conv2d_transpose",
+    "relax.nn.conv3d_transpose",
+    "relax.matmul",
+    "relax.nn.attention",
+    "relax.nn.attention_bias",
+    "relax.nn.attention_var_len",
+)
 
 
 def check(precision: str) -> str:
@@ -78,13 +89,17 @@ def to_fp16(mod):
         mod = relax.transform.FoldConstant()(mod)  # astype(weight) -> float16 constants in the library
     except Exception as e:
         log.info("ToMixedPrecision failed", exc_info=True)
-        raise CompileError(f"TVM could not convert the model to fp16: {type(e).__name__}: "
-                           f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}",
-                           "compile it with --precision fp32 (the default)") from e
+        raise CompileError(
+            f"TVM could not convert the model to fp16: {type(e).__name__}: "
+            f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}",
+            "compile it with --precision fp32 (the default)",
+        ) from e
     after = _signature(mod["main"])
     if after != before:  # the pass keeps main's signature (non-dataflow values keep their dtype)
-        raise CompileError(f"the fp16 conversion changed the model's interface ({before} -> {after})",
-                           "compile it with --precision fp32 and please report this with the log file")
+        raise CompileError(
+            f"the fp16 conversion changed the model's interface ({before} -> {after})",
+            "compile it with --precision fp32 and please report this with the log file",
+        )
     log.info("fp16: %d float16 constants (%d bytes), %d float32 left", *constant_summary(mod))
     return mod
 
@@ -107,8 +122,12 @@ def _wrap_call_tir(mod):
     class Wrap(relax.PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if not (isinstance(call.op, tvm.ir.Op) and call.op.same_as(call_tir) and len(call.args) == 2
-                    and isinstance(call.args[1], relax.Tuple)):
+            if not (
+                isinstance(call.op, tvm.ir.Op)
+                and call.op.same_as(call_tir)
+                and len(call.args) == 2
+                and isinstance(call.args[1], relax.Tuple)
+            ):
                 return call  # (call_tir with symbolic tir_vars: left as it is)
             fields = list(call.args[1].fields)
             bb = relax.BlockBuilder()
@@ -161,9 +180,10 @@ def _refuse_unsupported(mod) -> None:
 
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function) and func.attrs is not None and "Codegen" in func.attrs:
-            raise InputError(f"--precision fp16 cannot convert {gv.name_hint}, offloaded to "
-                             f"{func.attrs['Codegen']}",
-                             "use --precision fp32 with --device nnapi (NNAPI chooses its own precision)")
+            raise InputError(
+                f"--precision fp16 cannot convert {gv.name_hint}, offloaded to {func.attrs['Codegen']}",
+                "use --precision fp32 with --device nnapi (NNAPI chooses its own precision)",
+            )
     integer = []
 
     def visit(expr):
@@ -178,6 +198,8 @@ def _refuse_unsupported(mod) -> None:
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
     if integer:
-        raise InputError(f"--precision fp16 applies to float models; this one has integer operators "
-                         f"({', '.join(sorted(set(integer))[:3])}): it is quantized already",
-                         "compile it with --precision fp32 (the default): its 8-bit operators stay 8-bit")
+        raise InputError(
+            f"--precision fp16 applies to float models; this one has integer operators "
+            f"({', '.join(sorted(set(integer))[:3])}): it is quantized already",
+            "compile it with --precision fp32 (the default): its 8-bit operators stay 8-bit",
+        )

@@ -72,14 +72,21 @@ def _with_prefetches(func):
             offset = tirx.min(((r - 1) * per_row + line) * per_line, per_block - 1)
             index = [t + 1]
             for k in range(len(dims)):  # the offset in the block, as indices
-                stride = int(np.prod(dims[k + 1:]))
+                stride = int(np.prod(dims[k + 1 :]))
                 index.append(offset // stride % dims[k] if k else offset // stride)
             address = tirx.address_of(tirx.BufferLoad(w, index))
             hint = tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", address, 0, _TO_L2, 1))
             loop = tirx.For(line, tirx.const(0, dtype), tirx.const(per_row, dtype), tirx.ForKind.SERIAL, hint)
             first = tirx.IfThenElse(tirx.all(r >= 1, t + 1 < tasks), loop, None)
-            return tirx.For(r, rows.min, rows.extent, rows.kind, tirx.SeqStmt([first, rows.body]),
-                            rows.thread_binding, rows.annotations)
+            return tirx.For(
+                r,
+                rows.min,
+                rows.extent,
+                rows.kind,
+                tirx.SeqStmt([first, rows.body]),
+                rows.thread_binding,
+                rows.annotations,
+            )
 
         return prefetch_in
 

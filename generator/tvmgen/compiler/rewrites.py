@@ -21,8 +21,12 @@ def tir_min_max_as_relax(mod):
         func, args = expr.args[0], expr.args[1]
         kind = func.name_hint.rstrip("0123456789_")
         fields = list(getattr(args, "fields", []))
-        if kind in ("maximum", "minimum") and len(fields) == 2 and isinstance(fields[1], ir.Constant) \
-                and len(fields[1].ty.shape.values) == 0:
+        if (
+            kind in ("maximum", "minimum")
+            and len(fields) == 2
+            and isinstance(fields[1], ir.Constant)
+            and len(fields[1].ty.shape.values) == 0
+        ):
             return getattr(relax.op, kind)(fields[0], fields[1])
         return expr
 
@@ -49,12 +53,27 @@ def nchw_input_into_conv(mod):
     def read_nchw(expr, matches):
         axes = matches[perm].attrs.axes
         a = expr.attrs
-        if axes is None or [int(i) for i in axes] != [0, 2, 3, 1] or a.data_layout != "NHWC" \
-                or a.kernel_layout != "HWIO" or (a.out_layout or "NHWC") != "NHWC" or int(a.groups) != 1:
+        if (
+            axes is None
+            or [int(i) for i in axes] != [0, 2, 3, 1]
+            or a.data_layout != "NHWC"
+            or a.kernel_layout != "HWIO"
+            or (a.out_layout or "NHWC") != "NHWC"
+            or int(a.groups) != 1
+        ):
             return expr  # only what legalize_nchw_input_conv can build
-        return relax.op.nn.conv2d(matches[x], matches[w], a.strides, a.padding, a.dilation, a.groups,
-                                  data_layout="NCHW", kernel_layout=a.kernel_layout,
-                                  out_layout=a.out_layout or "NHWC", out_dtype=_dtype_or_none(a.out_dtype))
+        return relax.op.nn.conv2d(
+            matches[x],
+            matches[w],
+            a.strides,
+            a.padding,
+            a.dilation,
+            a.groups,
+            data_layout="NCHW",
+            kernel_layout=a.kernel_layout,
+            out_layout=a.out_layout or "NHWC",
+            out_dtype=_dtype_or_none(a.out_dtype),
+        )
 
     mod["main"] = rewrite_call(conv, read_nchw, mod["main"])
     return relax.transform.DeadCodeElimination()(mod)
@@ -96,8 +115,9 @@ def pad_depthwise_chains(mod, lanes: int):
 
     def nhwc_hwio(call) -> bool:
         a = call.attrs
-        return (a.data_layout, a.kernel_layout, a.out_layout or a.data_layout) == ("NHWC", "HWIO", "NHWC") \
-            and str(call.args[1].ty.dtype) == "float32"
+        return (a.data_layout, a.kernel_layout, a.out_layout or a.data_layout) == ("NHWC", "HWIO", "NHWC") and str(
+            call.args[1].ty.dtype
+        ) == "float32"
 
     def channel_const(c, channels: int) -> bool:
         shape = [int(d) for d in c.ty.shape.values]
@@ -111,10 +131,18 @@ def pad_depthwise_chains(mod, lanes: int):
 
     def conv_like(call, data, weight, groups=None):
         a = call.attrs
-        return relax.op.nn.conv2d(data, weight, a.strides, a.padding, a.dilation,
-                                  int(a.groups) if groups is None else groups, data_layout=a.data_layout,
-                                  kernel_layout=a.kernel_layout, out_layout=a.out_layout or None,
-                                  out_dtype=_dtype_or_none(a.out_dtype))
+        return relax.op.nn.conv2d(
+            data,
+            weight,
+            a.strides,
+            a.padding,
+            a.dilation,
+            int(a.groups) if groups is None else groups,
+            data_layout=a.data_layout,
+            kernel_layout=a.kernel_layout,
+            out_layout=a.out_layout or None,
+            out_dtype=_dtype_or_none(a.out_dtype),
+        )
 
     def like_act(call, data):
         if call.op.name == "relax.nn.relu":
@@ -133,9 +161,15 @@ def pad_depthwise_chains(mod, lanes: int):
         wd = [int(v) for v in d.args[1].ty.shape.values]
         wc = [int(v) for v in expr.args[1].ty.shape.values]
         padded = -(-channels // lanes) * lanes
-        if padded == channels or channels < lanes or int(d.attrs.groups) != channels or wd[2:] != [1, channels] \
-                or wc[2] != channels or not channel_const(ba.args[1], channels) \
-                or not channel_const(bd.args[1], channels):
+        if (
+            padded == channels
+            or channels < lanes
+            or int(d.attrs.groups) != channels
+            or wd[2:] != [1, channels]
+            or wc[2] != channels
+            or not channel_const(ba.args[1], channels)
+            or not channel_const(bd.args[1], channels)
+        ):
             return expr
         extra = padded - channels
         y = conv_like(ca, m[x], pad_last(ca.args[1], extra))
@@ -189,9 +223,18 @@ def pad_conv_output_channels(mod, lanes: int):
         padded = pair if pair - channels <= channels // 8 else padded
         zeros = [(0, 0), (0, 0), (0, 0), (0, padded - channels)]
         wide = relax.const(np.pad(weights.value.numpy(), zeros), "float32")
-        full = relax.op.nn.conv2d(data, wide, a.strides, a.padding, a.dilation, groups,
-                                  data_layout=a.data_layout, kernel_layout=a.kernel_layout,
-                                  out_layout=a.out_layout or None, out_dtype=_dtype_or_none(a.out_dtype))
+        full = relax.op.nn.conv2d(
+            data,
+            wide,
+            a.strides,
+            a.padding,
+            a.dilation,
+            groups,
+            data_layout=a.data_layout,
+            kernel_layout=a.kernel_layout,
+            out_layout=a.out_layout or None,
+            out_dtype=_dtype_or_none(a.out_dtype),
+        )
         return relax.op.strided_slice(full, axes=[3], begin=[0], end=[channels])
 
     mod["main"] = rewrite_call(conv, pad, mod["main"])
@@ -213,13 +256,22 @@ def pad_conv_output_channels(mod, lanes: int):
             slicing = [[int(v.value) for v in a.fields] for a in s.args[1:]]
         except (AttributeError, TypeError, ValueError):
             return expr
-        if slicing[:2] != [[3], [0]] or any(st != [1] for st in slicing[3:]) or len(full) != 4 \
-                or full[:3] != out[:3] or str(c.ty.dtype) != str(s.ty.dtype) or not shape or len(shape) > 4 \
-                or shape[-1] != out[3] or any(d != 1 for d in shape[:-1]):
+        if (
+            slicing[:2] != [[3], [0]]
+            or any(st != [1] for st in slicing[3:])
+            or len(full) != 4
+            or full[:3] != out[:3]
+            or str(c.ty.dtype) != str(s.ty.dtype)
+            or not shape
+            or len(shape) > 4
+            or shape[-1] != out[3]
+            or any(d != 1 for d in shape[:-1])
+        ):
             return expr  # only the channel slice made above, and a per-channel bias
         values = np.pad(c.value.numpy(), [(0, 0)] * (len(shape) - 1) + [(0, full[3] - out[3])])
-        return relax.op.strided_slice(relax.op.add(matches[wide_conv], relax.const(values, str(c.ty.dtype))),
-                                      axes=[3], begin=[0], end=[out[3]])
+        return relax.op.strided_slice(
+            relax.op.add(matches[wide_conv], relax.const(values, str(c.ty.dtype))), axes=[3], begin=[0], end=[out[3]]
+        )
 
     mod["main"] = rewrite_call(add, pad_bias, mod["main"])
     return mod
@@ -253,8 +305,10 @@ def legalize_nchw_input_conv(bb, call):
             (x.shape[0], oh, ow, cout),
             lambda n, y, xx, co: te.sum(
                 padded[n, rc, y * sh + ry * dh, xx * sw + rx * dw].astype(dtype) * w[ry, rx, rc, co].astype(dtype),
-                axis=[ry, rx, rc]),
-            name="conv2d_nchw_nhwc")
+                axis=[ry, rx, rc],
+            ),
+            name="conv2d_nchw_nhwc",
+        )
 
     return bb.call_te(conv, call.args[0], call.args[1], primfunc_name_hint="conv2d")
 
@@ -332,7 +386,7 @@ def short_kernel_names(limit: int = KERNEL_NAME_LIMIT):
         for gv, func in mod.functions.items():
             if isinstance(func, tirx.PrimFunc) and len(gv.name_hint) > limit:
                 digest = hashlib.sha1(gv.name_hint.encode()).hexdigest()[:8]
-                new = tvm.ir.GlobalVar(f"{gv.name_hint[:limit - 9]}_{digest}")
+                new = tvm.ir.GlobalVar(f"{gv.name_hint[: limit - 9]}_{digest}")
                 relax.expr._update_type(new, gv.ty)  # the function's type, as the module gave the old one
                 renamed[gv.name_hint] = new
         if not renamed:
@@ -383,6 +437,7 @@ def concat_in_place(mod):
 
     def retarget(body, old, new, axis, offset):
         """``body`` with every access to buffer ``old`` made to ``new`` at ``offset`` along ``axis``."""
+
         def shift(idx):
             return [i + tirx.const(offset, i.ty.dtype) if k == axis else i for k, i in enumerate(idx)]
 
@@ -395,10 +450,17 @@ def concat_in_place(mod):
         def region(r):
             if not r.source.same_as(old):
                 return r
-            return tirx.BufferRegion(new, [ir.Range.from_min_extent(x.min + tirx.const(offset, x.min.ty.dtype), x.extent)
-                                           if k == axis else x for k, x in enumerate(r.region)])
+            return tirx.BufferRegion(
+                new,
+                [
+                    ir.Range.from_min_extent(x.min + tirx.const(offset, x.min.ty.dtype), x.extent) if k == axis else x
+                    for k, x in enumerate(r.region)
+                ],
+            )
 
-        return tvm_ffi.structural_map(body, [(tirx.BufferStore, store), (ir.TensorLoad, load), (ir.TensorRegion, region)])
+        return tvm_ffi.structural_map(
+            body, [(tirx.BufferStore, store), (ir.TensorLoad, load), (ir.TensorRegion, region)]
+        )
 
     def merge(concat, producers):
         """The merged PrimFunc, or None when the producers do not fit."""
@@ -418,9 +480,14 @@ def concat_in_place(mod):
             func = s_tir.renew_defs(func)  # a kernel used twice gets its own variables each time
             result = func.params[-1]
             root = func.body.block if isinstance(func.body, s_tir.SBlockRealize) else None
-            if root is None or root.name_hint != "root" or root.match_buffers or shape_of(result) != shape \
-                    or str(result.ty.dtype) != str(out.ty.dtype) \
-                    or any(p.same_as(result) for p in func.params[:-1]):
+            if (
+                root is None
+                or root.name_hint != "root"
+                or root.match_buffers
+                or shape_of(result) != shape
+                or str(result.ty.dtype) != str(out.ty.dtype)
+                or any(p.same_as(result) for p in func.params[:-1])
+            ):
                 return None
             params += list(func.params[:-1])
             allocs += list(root.alloc_buffers)
@@ -428,13 +495,19 @@ def concat_in_place(mod):
             offset += shape[axis]
         root = s_tir.SBlock([], [], [], "root", tirx.SeqStmt(bodies), alloc_buffers=allocs)
         attrs = {k: v for k, v in producers[0].attrs.items() if k not in ("global_symbol", "layout_free_buffers")}
-        return tirx.PrimFunc([*params, out], s_tir.SBlockRealize([], True, root), attrs=tvm.ir.make_node("ir.DictAttrs", **attrs))
+        return tirx.PrimFunc(
+            [*params, out], s_tir.SBlockRealize([], True, root), attrs=tvm.ir.make_node("ir.DictAttrs", **attrs)
+        )
 
     for fgv, fn in list(mod.functions.items()):
         if not isinstance(fn, relax.Function):
             continue
-        bindings = {b.var: (b.value, block) for block in getattr(fn.body, "blocks", []) for b in block.bindings
-                    if isinstance(b, relax.VarBinding)}
+        bindings = {
+            b.var: (b.value, block)
+            for block in getattr(fn.body, "blocks", [])
+            for b in block.bindings
+            if isinstance(b, relax.VarBinding)
+        }
         single = single_use_vars(fn)
         rewrites = {}
         for var, (value, block) in bindings.items():
@@ -445,14 +518,24 @@ def concat_in_place(mod):
             if not isinstance(concat, tirx.PrimFunc) or len(args) < 2 or len(concat.params) != len(args) + 1:
                 continue
             made = [bindings.get(a) if isinstance(a, relax.Var) else None for a in args]
-            if any(m is None or not is_call_tir(m[0]) or not m[1].same_as(block) or a not in single
-                   or not isinstance(m[0].ty, relax.TensorType) for a, m in zip(args, made)):
+            if any(
+                m is None
+                or not is_call_tir(m[0])
+                or not m[1].same_as(block)
+                or a not in single
+                or not isinstance(m[0].ty, relax.TensorType)
+                for a, m in zip(args, made)
+            ):
                 continue
             names = [m[0].args[0].name_hint for m in made]
             producers = [funcs.get(n) for n in names]
             if any(a.same_as(b) for i, a in enumerate(args) for b in args[:i]) or not all(
-                    isinstance(p, tirx.PrimFunc) and p.attrs and p.attrs.get("tirx.is_scheduled")
-                    and len(p.params) == len(m[0].args[1].fields) + 1 for p, m in zip(producers, made)):
+                isinstance(p, tirx.PrimFunc)
+                and p.attrs
+                and p.attrs.get("tirx.is_scheduled")
+                and len(p.params) == len(m[0].args[1].fields) + 1
+                for p, m in zip(producers, made)
+            ):
                 continue
             key = (value.args[0].name_hint, *names)
             if key not in merged:

@@ -16,6 +16,7 @@ from tvmgen.compiler import prefetch
 @dataclass(frozen=True)
 class CpuShape:
     """What the schedules need to know of the CPU."""
+
     vector_bits: int  # 512 AVX-512, 256 AVX2, 128 NEON / SSE
     registers: int  # vector registers available for accumulators
 
@@ -30,8 +31,11 @@ def cpu_shape(target) -> CpuShape:
     aarch64 = triple.startswith(("aarch64", "arm64"))
     if triple.startswith(("x86_64", "i686", "i386")):
         # llvm_get_vector_width reports the host's width for any x86 target: ask for the features
-        bits = 512 if codegen.target_has_features("avx512f", target) else (
-            256 if codegen.target_has_features("avx", target) else 128)
+        bits = (
+            512
+            if codegen.target_has_features("avx512f", target)
+            else (256 if codegen.target_has_features("avx", target) else 128)
+        )
     else:
         bits = int(codegen.llvm_get_vector_width(target)) or 128
     # 32 architectural vector registers with AVX-512 and on AArch64, 16 with AVX2/SSE and ARMv7.
@@ -202,11 +206,18 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     budget = max(1, (shape.registers - 4) // vectors)  # accumulators, plus a few for operands
     # the loops outside the row loop: a band of rows is a task, unless the weights stay put
     has_band = rows_loop is not None and any(
-        (_extent(sch, lp) or 1) > 1 for lp in spatial[:next(i for i, lp in enumerate(spatial) if lp.same_as(rows_loop))])
+        (_extent(sch, lp) or 1) > 1
+        for lp in spatial[: next(i for i, lp in enumerate(spatial) if lp.same_as(rows_loop))]
+    )
     stationary = has_band and _weight_stationary(sch, spatial_extents, reduce, block, vec)
     windowed = not pool and int(np.prod([_extent(sch, lp) or 1 for lp in reduce[:-1]])) > 1  # 3x3, not 1x1
-    if stationary and windowed and shape.registers >= 32 and vec_ext % (lanes * 4) == 0 and \
-            vec_ext // (lanes * 4) >= _STATIONARY_TASKS:
+    if (
+        stationary
+        and windowed
+        and shape.registers >= 32
+        and vec_ext % (lanes * 4) == 0
+        and vec_ext // (lanes * 4) >= _STATIONARY_TASKS
+    ):
         # Four vectors of channels (7 rows x 4 vectors with 32 registers): each input value
         # broadcast feeds four multiply-adds, not two (ResNet-18's last stage, see _weight_chunk).
         # 1x1 convolutions (SqueezeNet's classifier) keep two vectors and up to 13 rows.
@@ -247,8 +258,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     # (fewer, larger tasks measured faster), and pads the input rows its band reads while they
     # are in cache (the overlap with the next band is small). Without a band axis (matmul, dense),
     # a task is one tile and pads what it reads.
-    rows_at = next((i for i, lp in enumerate(spatial) if rows_loop is not None and lp.same_as(rows_loop)),
-                   len(outer))
+    rows_at = next((i for i, lp in enumerate(spatial) if rows_loop is not None and lp.same_as(rows_loop)), len(outer))
     band = next((lp for lp in reversed(outer[:rows_at]) if (_extent(sch, lp) or 1) > 1), None)
 
     chunk = None
@@ -271,7 +281,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     elif band is not None:
         b_o, b_i = sch.split(band, [None, _band_rows(_known_extent(sch, band))])
         at = outer.index(band)
-        task, serial = [*outer[:at], b_o], [b_i, *outer[at + 1:], v_o]
+        task, serial = [*outer[:at], b_o], [b_i, *outer[at + 1 :], v_o]
     else:
         task, serial = [*outer, v_o], []
     sch.reorder(*task, *([chunk] if chunk is not None else []), *serial, *reduce, *inner)
@@ -283,7 +293,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, parallel if chunk is not None else tile)
     fold_epilogue(sch, acc, shape)
-    wb = sch.get_loops(acc)[1 + (0 if chunk is not None else len(serial)):]
+    wb = sch.get_loops(acc)[1 + (0 if chunk is not None else len(serial)) :]
     if wb:
         _vectorize_loop(sch, wb[-1], lanes, [lanes * 2, lanes, lanes // 2, lanes // 4])
     sch.vectorize(v_i)
@@ -376,8 +386,12 @@ def _schedule_full_reduction(sch, block, reduce, shape: CpuShape) -> None:
 
 def _is_depthwise(sch, spatial, reduce) -> bool:
     """NHWC depthwise convolution: a window (ry, rx) and a channel reduction of one."""
-    return len(spatial) == 4 and len(reduce) == 3 and _extent(sch, reduce[-1]) == 1 and all(
-        _extent(sch, lp) is not None for lp in spatial)
+    return (
+        len(spatial) == 4
+        and len(reduce) == 3
+        and _extent(sch, reduce[-1]) == 1
+        and all(_extent(sch, lp) is not None for lp in spatial)
+    )
 
 
 # Output pixels in a depthwise tile. Each window row's padded input is copied for the tile (tile

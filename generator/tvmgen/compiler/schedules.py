@@ -32,17 +32,23 @@ from tvmgen.compiler.schedule_rules import CpuShape, cpu_shape
 
 log = logging.getLogger("tvmgen.compiler.schedules")
 
+
 def legalize_map() -> dict:
     """tvmgen's lowering of the operators TOPI lowers badly or not at all in the layouts the CPU
     pipeline uses (``compiler.conv_transpose``), sigmoid in vectors (``rewrites.legalize_sigmoid``),
     quantize without divisions (``int8.legalize_quantize``) and softmax (``compiler.softmax``)."""
     from tvmgen.compiler import conv_transpose, int8, rewrites, softmax
 
-    return {**conv_transpose.legalize_map(), "relax.sigmoid": rewrites.legalize_sigmoid,
-            "relax.quantize": int8.legalize_quantize, "relax.nn.softmax": softmax.legalize_softmax}
+    return {
+        **conv_transpose.legalize_map(),
+        "relax.sigmoid": rewrites.legalize_sigmoid,
+        "relax.quantize": int8.legalize_quantize,
+        "relax.nn.softmax": softmax.legalize_softmax,
+    }
 
 
 # ------------------------------------------------------------------ Relax: layout
+
 
 def layout_passes(target) -> list:
     """NHWC / HWIO convolutions (weights transformed at compile time); 8-bit matmuls on the
@@ -51,12 +57,24 @@ def layout_passes(target) -> list:
 
     from tvmgen.compiler import conv1d, int8, rewrites
 
-    return [conv1d.Conv1dAsConv2d(), relax.transform.FoldConstant(), _ReluBoundsAsRelax(),
-            rewrites.module_pass("TvmgenNonNegativeAxes", rewrites.non_negative_axes), relax.transform.ConvertLayout(
-        {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv2d_transpose": ["NHWC", "IOHW"]}),
-        # pooling and elementwise ops follow their input; transposed convolutions: conv_transpose
-        relax.transform.FoldConstant(), int8.Int8DotProducts(target), _PadConvChannels(target),
-        _NchwInputIntoConv()] if _is_cpu(target) else []
+    return (
+        [
+            conv1d.Conv1dAsConv2d(),
+            relax.transform.FoldConstant(),
+            _ReluBoundsAsRelax(),
+            rewrites.module_pass("TvmgenNonNegativeAxes", rewrites.non_negative_axes),
+            relax.transform.ConvertLayout(
+                {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv2d_transpose": ["NHWC", "IOHW"]}
+            ),
+            # pooling and elementwise ops follow their input; transposed convolutions: conv_transpose
+            relax.transform.FoldConstant(),
+            int8.Int8DotProducts(target),
+            _PadConvChannels(target),
+            _NchwInputIntoConv(),
+        ]
+        if _is_cpu(target)
+        else []
+    )
 
 
 def packed_weights_passes(target) -> list:
@@ -106,16 +124,24 @@ def fold_packed_weights_passes(target) -> list:
     @tvm.transform.module_pass(opt_level=0, name="TvmgenCheckPackedWeights")
     def _check(mod, _ctx):
         prepacks = [gv.name_hint for gv in mod.get_global_vars() if gv.name_hint.endswith("_weight_prepack")]
-        scripts = "".join(f.script(show_meta=False) for f in mod.functions.values()
-                          if isinstance(f, relax.Function)) if prepacks else ""
+        scripts = (
+            "".join(f.script(show_meta=False) for f in mod.functions.values() if isinstance(f, relax.Function))
+            if prepacks
+            else ""
+        )
         left = sorted(name for name in prepacks if f"{name}," in scripts)  # still called
         if left:
             log.warning("weights repacked at every run, not at compile time: %s", ", ".join(left))
         return mod
 
-    return [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant(),
-            relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination(), _check,
-            _ConcatInPlace()]
+    return [
+        relax.transform.SplitLayoutRewritePreproc(),
+        relax.transform.FoldConstant(),
+        relax.transform.CanonicalizeBindings(),
+        relax.transform.DeadCodeElimination(),
+        _check,
+        _ConcatInPlace(),
+    ]
 
 
 def _ConcatInPlace():  # noqa: N802
@@ -147,8 +173,9 @@ def _PadConvChannels(target):  # noqa: N802
     from tvmgen.compiler.rewrites import module_pass, pad_conv_output_channels, pad_depthwise_chains
 
     lanes = cpu_shape(target).lanes(32)
-    return module_pass("TvmgenPadConvChannels",
-                       lambda mod: pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes))
+    return module_pass(
+        "TvmgenPadConvChannels", lambda mod: pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes)
+    )
 
 
 def _NchwInputIntoConv():  # noqa: N802
@@ -168,6 +195,7 @@ def _NchwInputIntoConv():  # noqa: N802
 
 # ------------------------------------------------------------------ TIR: schedules
 
+
 def DefaultSchedules(target, report: dict | None = None):  # noqa: N802 - a pass, named like TVM's
     """Schedule every TIR function not yet scheduled; ``report`` (if given) gets
     ``{"scheduled": [names], "left": [names]}``."""
@@ -182,12 +210,17 @@ def DefaultSchedules(target, report: dict | None = None):  # noqa: N802 - a pass
         written = [gv.name_hint for gv, f in mod.functions.items() if _is_handwritten(f)]
         tuned = [gv.name_hint for gv, f in mod.functions.items() if _is_scheduled(f) and not _is_handwritten(f)]
         done, left = schedule_module(mod, shape)
-        log.info("schedules: %d from the tuning database, %d tvmgen defaults, %d tvmgen kernels, "
-                 "%d left as TVM lowers them%s", len(tuned), len(done), len(written), len(left),
-                 f" ({', '.join(sorted(left))})" if left else "")
+        log.info(
+            "schedules: %d from the tuning database, %d tvmgen defaults, %d tvmgen kernels, "
+            "%d left as TVM lowers them%s",
+            len(tuned),
+            len(done),
+            len(written),
+            len(left),
+            f" ({', '.join(sorted(left))})" if left else "",
+        )
         if report is not None:
-            report.update(tuned=sorted(tuned), scheduled=sorted(done), handwritten=sorted(written),
-                          left=sorted(left))
+            report.update(tuned=sorted(tuned), scheduled=sorted(done), handwritten=sorted(written), left=sorted(left))
         return mod
 
     return _schedules
@@ -291,8 +324,13 @@ def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
     dot = int8.dot_block(sch)
     if dot is not None:
         try:
-            int8.schedule_dot(sch, dot, shape.registers, lambda s, acc: rules.fold_epilogue(s, acc, shape),
-                              lambda s, blocks: rules.schedule_injective(s, blocks, shape))
+            int8.schedule_dot(
+                sch,
+                dot,
+                shape.registers,
+                lambda s, acc: rules.fold_epilogue(s, acc, shape),
+                lambda s, blocks: rules.schedule_injective(s, blocks, shape),
+            )
             return sch
         except Exception as e:
             log.debug("%s: no dot-product schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)

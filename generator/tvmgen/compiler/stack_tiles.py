@@ -42,6 +42,7 @@ def register_tir_pipeline() -> str:
     from tvm.tirx import compilation_pipeline as tir
 
     if TIR_PIPELINE not in tir.PIPELINE_MAP:
+
         def factory():
             lowering, host, device = tir.get_tir_pipeline("s_tir")
             return lowering, lambda: tvm.transform.Sequential([SmallBuffersOnTheStack(), host()]), device

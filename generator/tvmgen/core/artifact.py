@@ -73,12 +73,21 @@ class Manifest:
                 "compile the model again with this version of tvmgen",
             )
         return cls(
-            model=d["model"], platform=d["platform"], abi=d["abi"], arch=d["arch"], device=d["device"],
-            target=d["target"], export=d["export"],
+            model=d["model"],
+            platform=d["platform"],
+            abi=d["abi"],
+            arch=d["arch"],
+            device=d["device"],
+            target=d["target"],
+            export=d["export"],
             inputs=[TensorSpec.from_json(t) for t in d["inputs"]],
             outputs=[TensorSpec.from_json(t) for t in d["outputs"]],
-            vm=d["vm"], params=d.get("params"), files=d.get("files", {}), versions=d.get("versions", {}),
-            created=d.get("created", ""), schema_version=d["schema_version"],
+            vm=d["vm"],
+            params=d.get("params"),
+            files=d.get("files", {}),
+            versions=d.get("versions", {}),
+            created=d.get("created", ""),
+            schema_version=d["schema_version"],
             runtime_needs=d.get("runtime_needs", {}),
             precision=d.get("precision", "fp32"),  # manifests written before --precision: fp32
         )
@@ -102,8 +111,10 @@ def load(directory: Path, verify: bool = True) -> Manifest:
     path = directory / MANIFEST
     if not path.is_file():
         what = "does not exist" if not directory.exists() else f"has no {MANIFEST}"
-        raise InputError(f"{directory} {what}: it is not a tvmgen artifact directory",
-                         "pass the directory that `tvmgen compile` wrote (its --out)")
+        raise InputError(
+            f"{directory} {what}: it is not a tvmgen artifact directory",
+            "pass the directory that `tvmgen compile` wrote (its --out)",
+        )
     try:
         manifest = Manifest.from_json(json.loads(path.read_text()))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
@@ -114,8 +125,10 @@ def load(directory: Path, verify: bool = True) -> Manifest:
             if not f.is_file():
                 raise InputError(f"{f} is missing from the artifact", "compile the model again")
             if sha256_file(f) != info["sha256"]:
-                raise InputError(f"{f} does not match the sha256 in {MANIFEST}: the file changed or is corrupt",
-                                 "compile the model again")
+                raise InputError(
+                    f"{f} does not match the sha256 in {MANIFEST}: the file changed or is corrupt",
+                    "compile the model again",
+                )
     return manifest
 
 
@@ -124,8 +137,9 @@ def staging(out_dir: Path, force: bool):
     """Yield a temporary directory; on success it replaces ``out_dir``, on failure it is removed."""
     out_dir = Path(out_dir).absolute()
     if out_dir.exists() and not force:
-        raise InputError(f"output directory {out_dir} already exists",
-                         "pass --force to replace it, or choose another --out")
+        raise InputError(
+            f"output directory {out_dir} already exists", "pass --force to replace it, or choose another --out"
+        )
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir} exists and is not a directory", "choose another --out")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -149,6 +163,7 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
     """Hash every file in the directory into the manifest, then write it."""
     manifest.files = {
         p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-        for p in sorted(directory.iterdir()) if p.is_file() and p.name != MANIFEST
+        for p in sorted(directory.iterdir())
+        if p.is_file() and p.name != MANIFEST
     }
     (directory / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=2) + "\n")

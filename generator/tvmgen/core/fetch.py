@@ -38,23 +38,28 @@ class DownloadError(ToolMissingError):
 
 
 def manual_hint(url: str, sha256: str, dest: Path) -> str:
-    return (f"download {url} by hand (SHA-256 {sha256}), save it as {dest} and run this command again; "
-            f"or set TVMGEN_DOWNLOAD_MIRROR to a server that has {dest.name}")
+    return (
+        f"download {url} by hand (SHA-256 {sha256}), save it as {dest} and run this command again; "
+        f"or set TVMGEN_DOWNLOAD_MIRROR to a server that has {dest.name}"
+    )
 
 
 def fetch(url: str, sha256: str | None, dest: Path, what: str) -> Path:
     """``url`` as ``dest``, checked against ``sha256``. A right file already at ``dest`` costs no request."""
     if not sha256:
-        raise DownloadError(f"no SHA-256 is pinned for {url}: tvmgen does not install unverified downloads",
-                            "give one in the file TVMGEN_DOWNLOADS names ({\"<name>\": {\"sha256\": ...}}), "
-                            "from the publisher's page")
+        raise DownloadError(
+            f"no SHA-256 is pinned for {url}: tvmgen does not install unverified downloads",
+            'give one in the file TVMGEN_DOWNLOADS names ({"<name>": {"sha256": ...}}), from the publisher\'s page',
+        )
     if dest.is_file():
         if sha256_file(dest) == sha256:
             log.info("%s: %s is already here and verified", what, dest)
             return dest
         dest.unlink()
-        raise DownloadError(f"{dest} is not the file tvmgen expects for {what} (SHA-256 mismatch): deleted",
-                            manual_hint(url, sha256, dest))
+        raise DownloadError(
+            f"{dest} is not the file tvmgen expects for {what} (SHA-256 mismatch): deleted",
+            manual_hint(url, sha256, dest),
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     resumes = 0
@@ -70,17 +75,19 @@ def fetch(url: str, sha256: str | None, dest: Path, what: str) -> Path:
                 continue
             if after == 0:
                 part.unlink(missing_ok=True)
-            raise DownloadError(f"downloading {what} from {url} broke off ({e}); {after} bytes kept in {part}",
-                                "run the command again: it resumes from there; or " +
-                                manual_hint(url, sha256, dest)) from None
+            raise DownloadError(
+                f"downloading {what} from {url} broke off ({e}); {after} bytes kept in {part}",
+                "run the command again: it resumes from there; or " + manual_hint(url, sha256, dest),
+            ) from None
         if complete:
             break
     got = sha256_file(part)
     if got != sha256:
         part.unlink()
-        raise DownloadError(f"{url} has SHA-256 {got}, not the pinned {sha256}: the file was deleted",
-                            "a mirror or proxy may have served another file; run again, or " +
-                            manual_hint(url, sha256, dest))
+        raise DownloadError(
+            f"{url} has SHA-256 {got}, not the pinned {sha256}: the file was deleted",
+            "a mirror or proxy may have served another file; run again, or " + manual_hint(url, sha256, dest),
+        )
     os.replace(part, dest)
     log.info("%s: %s verified (sha256 %s)", what, dest, sha256)
     return dest
@@ -102,15 +109,18 @@ def _transfer(url: str, sha256: str, part: Path, what: str, dest: Path) -> bool:
     except urllib.error.HTTPError as e:
         if e.code == 416 and have:  # nothing after what we have: the .part is whole (the checksum decides)
             return True
-        raise DownloadError(f"downloading {what}: {url} answered HTTP {e.code} {e.reason}",
-                            "check the URL (TVMGEN_DOWNLOAD_MIRROR / TVMGEN_DOWNLOADS), or " +
-                            manual_hint(url, sha256, dest)) from None
+        raise DownloadError(
+            f"downloading {what}: {url} answered HTTP {e.code} {e.reason}",
+            "check the URL (TVMGEN_DOWNLOAD_MIRROR / TVMGEN_DOWNLOADS), or " + manual_hint(url, sha256, dest),
+        ) from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         if have:
             raise _InterruptedError(str(reason)) from None
-        raise DownloadError(f"cannot download {what}: {url} is unreachable ({reason})",
-                            "no network here? " + manual_hint(url, sha256, dest)) from None
+        raise DownloadError(
+            f"cannot download {what}: {url} is unreachable ({reason})",
+            "no network here? " + manual_hint(url, sha256, dest),
+        ) from None
     with response:
         if have and response.status != 206:  # the server ignores Range: start again
             log.info("%s: the server does not resume; downloading from the start", what)
@@ -148,14 +158,20 @@ def _check_space(directory: Path, needed: int | None, what: str) -> None:
         raise _disk_full(directory, what, None, needed, free)
 
 
-def _disk_full(directory: Path, what: str, part: Path | None, needed: int | None = None,
-               free: int | None = None) -> DownloadError:
+def _disk_full(
+    directory: Path, what: str, part: Path | None, needed: int | None = None, free: int | None = None
+) -> DownloadError:
     # _check_space gives both sizes, the other callers neither
-    need = (f" ({needed / 2**20:.0f} MiB needed, {free / 2**20:.0f} MiB free)"
-            if needed is not None and free is not None else "")
+    need = (
+        f" ({needed / 2**20:.0f} MiB needed, {free / 2**20:.0f} MiB free)"
+        if needed is not None and free is not None
+        else ""
+    )
     kept = f"; what arrived is kept in {part} and the next run resumes from it" if part else ""
-    return DownloadError(f"the disk holding {directory} is full: cannot store {what}{need}{kept}",
-                         "free some space there (or set TVMGEN_DATA_DIR to a bigger disk) and run again")
+    return DownloadError(
+        f"the disk holding {directory} is full: cannot store {what}{need}{kept}",
+        "free some space there (or set TVMGEN_DATA_DIR to a bigger disk) and run again",
+    )
 
 
 @contextlib.contextmanager
@@ -169,8 +185,14 @@ def _progress(what: str, total: int | None, done: int):
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  TimeRemainingColumn(), console=logs.console) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=logs.console,
+    ) as bar:
         task = bar.add_task(what, total=total, completed=done)
         yield lambda n: bar.advance(task, n)
 
@@ -189,8 +211,10 @@ def unpack_zip(archive: Path, top: str, final: Path) -> Path:
             for info in z.infolist():
                 target = (scratch / info.filename).resolve()
                 if not target.is_relative_to(scratch.resolve()):
-                    raise DownloadError(f"{archive} holds an entry outside its folder: {info.filename}",
-                                        "delete the file and download it again")
+                    raise DownloadError(
+                        f"{archive} holds an entry outside its folder: {info.filename}",
+                        "delete the file and download it again",
+                    )
                 mode = info.external_attr >> 16
                 if info.is_dir():
                     target.mkdir(parents=True, exist_ok=True)
@@ -204,8 +228,9 @@ def unpack_zip(archive: Path, top: str, final: Path) -> Path:
                     if mode & 0o777:
                         target.chmod(mode & 0o777)
         if not (scratch / top).is_dir():
-            raise DownloadError(f"{archive} has no {top}/ folder: not the expected archive",
-                                f"delete {archive} and run again")
+            raise DownloadError(
+                f"{archive} has no {top}/ folder: not the expected archive", f"delete {archive} and run again"
+            )
         if final.exists():
             shutil.rmtree(final)
         os.replace(scratch / top, final)
@@ -222,6 +247,7 @@ def unpack_zip(archive: Path, top: str, final: Path) -> Path:
 
 
 # ------------------------------------------------------------------ where downloads go
+
 
 def data_dir() -> Path:
     """tvmgen's own data directory: $TVMGEN_DATA_DIR, else $XDG_DATA_HOME/tvmgen (~/.local/share/tvmgen)."""

@@ -21,8 +21,10 @@ def data_dir(name: str) -> Path:
     for candidate in (_PACKAGE / name, _CHECKOUT / name):
         if candidate.is_dir():
             return candidate
-    raise TvmgenError(f"tvmgen's {name}/ directory is missing (looked in {_PACKAGE} and {_CHECKOUT})",
-                      "reinstall tvmgen: pip install --force-reinstall tvmgen")
+    raise TvmgenError(
+        f"tvmgen's {name}/ directory is missing (looked in {_PACKAGE} and {_CHECKOUT})",
+        "reinstall tvmgen: pip install --force-reinstall tvmgen",
+    )
 
 
 def templates_dir() -> Path:

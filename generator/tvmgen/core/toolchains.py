@@ -19,8 +19,13 @@ from tvmgen.core.errors import ToolMissingError, TvmgenError
 log = logging.getLogger("tvmgen.toolchains")
 
 
-def run(argv: Sequence[str | os.PathLike[str]], cwd: str | Path | None = None, check: bool = True,
-        env: dict[str, str] | None = None, input: str | None = None) -> subprocess.CompletedProcess:
+def run(
+    argv: Sequence[str | os.PathLike[str]],
+    cwd: str | Path | None = None,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess:
     """The one seam for subprocess calls: logs the command and its output.
 
     ``env`` adds variables for this child only; their values are never logged (secrets travel
@@ -29,8 +34,14 @@ def run(argv: Sequence[str | os.PathLike[str]], cwd: str | Path | None = None, c
     log.debug("run: %s (cwd=%s)", " ".join(map(str, argv)), cwd or os.getcwd())
     if env:
         log.debug("environment for %s: %s (values not logged)", Path(str(argv[0])).name, ", ".join(sorted(env)))
-    proc = subprocess.run(list(map(str, argv)), cwd=cwd, capture_output=True, text=True, input=input,
-                          env={**os.environ, **env} if env else None)
+    proc = subprocess.run(
+        list(map(str, argv)),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        input=input,
+        env={**os.environ, **env} if env else None,
+    )
     if proc.stdout:
         log.debug("stdout: %s", proc.stdout.rstrip())
     if proc.stderr:
@@ -205,6 +216,7 @@ class Xcode(Tool):
 
 
 # ------------------------------------------------------------------ `tvmgen doctor` rows
+
 
 @dataclass
 class Check:

@@ -50,8 +50,10 @@ def parse_consts(flags) -> dict[str, str]:
     for text in flags or ():
         name, sep, value = text.rpartition("=")
         if not sep or not name or not value.strip():
-            raise InputError(f"cannot read --const {text!r}",
-                             "write it as NAME=VALUE, e.g. --const sr=16000 or --const scale=0.5,0.5,0.5")
+            raise InputError(
+                f"cannot read --const {text!r}",
+                "write it as NAME=VALUE, e.g. --const sr=16000 or --const scale=0.5,0.5,0.5",
+            )
         consts[name] = value
     return consts
 
@@ -62,17 +64,19 @@ def const_value(name: str, text: str, shape, dtype: str) -> np.ndarray:
     try:
         values = [float(v) if dtype.startswith("float") else int(float(v)) for v in text.split(",")]
     except ValueError as e:
-        raise InputError(f"--const {name}={text}: not a number or comma-separated numbers",
-                         "e.g. --const sample_rate=16000") from e
+        raise InputError(
+            f"--const {name}={text}: not a number or comma-separated numbers", "e.g. --const sample_rate=16000"
+        ) from e
     dims = [int(d) if isinstance(d, (int, np.integer)) and d > 0 else None for d in shape]
     known = [d for d in dims if d is not None]
     if len(values) == 1 and len(known) == len(dims):
         return np.full(known, values[0], dtype=dtype)
     size = int(np.prod(known, dtype=np.int64)) if dims else 1
     if len(known) != len(dims) or len(values) != size:
-        raise InputError(f"--const {name}: {len(values)} value(s) for an input of shape "
-                         f"{_dims_text(shape)} ({size} elements)",
-                         "give one value to fill it, or one per element (and fix dynamic sizes with --input)")
+        raise InputError(
+            f"--const {name}: {len(values)} value(s) for an input of shape {_dims_text(shape)} ({size} elements)",
+            "give one value to fill it, or one per element (and fix dynamic sizes with --input)",
+        )
     return np.asarray(values, dtype=dtype).reshape(known)
 
 
@@ -85,10 +89,14 @@ def bind_inputs(imported: ImportedModel, consts: dict[str, str]) -> ImportedMode
     names = [s.name for s in imported.inputs]
     unknown = [n for n in consts if n not in names]
     if unknown:
-        raise InputError(f"--const names {', '.join(map(repr, unknown))}, not among the model's inputs",
-                         f"the model's inputs are: {', '.join(names) or '(none)'}")
+        raise InputError(
+            f"--const names {', '.join(map(repr, unknown))}, not among the model's inputs",
+            f"the model's inputs are: {', '.join(names) or '(none)'}",
+        )
     params = imported.mod["main"].params
-    values = {s.name: const_value(s.name, consts[s.name], s.shape, s.dtype) for s in imported.inputs if s.name in consts}
+    values = {
+        s.name: const_value(s.name, consts[s.name], s.shape, s.dtype) for s in imported.inputs if s.name in consts
+    }
     bindings = {params[names.index(n)]: tvm.runtime.tensor(v) for n, v in values.items()}
     imported.mod = relax.transform.BindParams("main", bindings)(imported.mod)
     imported.inputs = [s for s in imported.inputs if s.name not in consts]
@@ -133,10 +141,16 @@ def weights_as_params(imported: ImportedModel) -> ImportedModel:
     body = Lift(imported.mod).visit_expr(main.body)
     if not lifted:
         return imported
-    func = relax.Function(list(main.params) + [v for _, v in lifted], body, main.ret_ty, main.is_pure,
-                          main.attrs, main.span)
-    imported.mod = tvm.IRModule({**{gv: f for gv, f in imported.mod.functions.items() if gv.name_hint != "main"},
-                                 imported.mod.get_global_var("main"): func}, attrs=imported.mod.attrs)
+    func = relax.Function(
+        list(main.params) + [v for _, v in lifted], body, main.ret_ty, main.is_pure, main.attrs, main.span
+    )
+    imported.mod = tvm.IRModule(
+        {
+            **{gv: f for gv, f in imported.mod.functions.items() if gv.name_hint != "main"},
+            imported.mod.get_global_var("main"): func,
+        },
+        attrs=imported.mod.attrs,
+    )
     imported.params = list(imported.params) + [c.value for c, _ in lifted]
     return imported
 
@@ -174,8 +188,10 @@ def resolve_inputs(raw: Sequence[RawInput], overrides: Sequence[InputOverride]) 
                 " (N = the size you will run with)",
             )
         if dtype not in DTYPES:
-            raise InputError(f"input {name!r} has dtype {dtype}, which tvmgen does not handle",
-                             f"supported dtypes: {', '.join(DTYPES)}")
+            raise InputError(
+                f"input {name!r} has dtype {dtype}, which tvmgen does not handle",
+                f"supported dtypes: {', '.join(DTYPES)}",
+            )
         specs.append(TensorSpec(name, tuple(sizes), dtype))
     return specs
 

@@ -14,8 +14,7 @@ import numpy as np
 from tvmgen.core.errors import InputError
 
 # (output channels, stride) of each depthwise-separable block, MobileNet v1 at width 0.5.
-MOBILENET_BLOCKS = [(32, 1), (64, 2), (64, 1), (128, 2), (128, 1), (256, 2),
-                    (256, 1), (256, 1), (512, 2), (512, 1)]
+MOBILENET_BLOCKS = [(32, 1), (64, 2), (64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (256, 1), (512, 2), (512, 1)]
 
 
 def mobilenet_onnx(resolution: int = 224, classes: int = 1000, seed: int = 0):
@@ -32,15 +31,31 @@ def mobilenet_onnx(resolution: int = 224, classes: int = 1000, seed: int = 0):
     def conv_bn_relu6(x, cin, cout, k, stride, group, tag):
         fan_in = cin // group * k * k
         w = const(f"{tag}.w", rng.standard_normal((cout, cin // group, k, k)) * np.sqrt(2.0 / fan_in))
-        nodes.append(helper.make_node("Conv", [x, w], [f"{tag}.conv"], kernel_shape=[k, k],
-                                      strides=[stride, stride], pads=[k // 2] * 4, group=group,
-                                      name=f"{tag}/conv"))
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, w],
+                [f"{tag}.conv"],
+                kernel_shape=[k, k],
+                strides=[stride, stride],
+                pads=[k // 2] * 4,
+                group=group,
+                name=f"{tag}/conv",
+            )
+        )
         scale = const(f"{tag}.gamma", rng.uniform(0.5, 1.5, cout))
         bias = const(f"{tag}.beta", rng.uniform(-0.1, 0.1, cout))
         mean = const(f"{tag}.mean", rng.uniform(-0.1, 0.1, cout))
         var = const(f"{tag}.var", rng.uniform(0.5, 1.5, cout))
-        nodes.append(helper.make_node("BatchNormalization", [f"{tag}.conv", scale, bias, mean, var],
-                                      [f"{tag}.bn"], epsilon=1e-5, name=f"{tag}/bn"))
+        nodes.append(
+            helper.make_node(
+                "BatchNormalization",
+                [f"{tag}.conv", scale, bias, mean, var],
+                [f"{tag}.bn"],
+                epsilon=1e-5,
+                name=f"{tag}/bn",
+            )
+        )
         lo, hi = const(f"{tag}.lo", np.array(0.0)), const(f"{tag}.hi", np.array(6.0))
         nodes.append(helper.make_node("Clip", [f"{tag}.bn", lo, hi], [f"{tag}.out"], name=f"{tag}/relu6"))
         return f"{tag}.out"
@@ -59,13 +74,13 @@ def mobilenet_onnx(resolution: int = 224, classes: int = 1000, seed: int = 0):
     nodes.append(helper.make_node("Softmax", ["logits"], ["probs"], axis=1, name="softmax"))
 
     graph = helper.make_graph(
-        nodes, "tvmgen_builtin_mobilenet",
+        nodes,
+        "tvmgen_builtin_mobilenet",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, resolution, resolution])],
         [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, classes])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                              producer_name="tvmgen-builtin")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="tvmgen-builtin")
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
@@ -78,8 +93,9 @@ def materialize(spec: str, directory: Path) -> Path:
     """Write builtin:NAME as an ONNX file in ``directory`` and return its path."""
     name = spec.split(":", 1)[1]
     if name not in BUILTINS:
-        raise InputError(f"unknown built-in model {spec!r}",
-                         "built-in models: " + ", ".join(f"builtin:{n}" for n in BUILTINS))
+        raise InputError(
+            f"unknown built-in model {spec!r}", "built-in models: " + ", ".join(f"builtin:{n}" for n in BUILTINS)
+        )
     import onnx
 
     path = directory / f"{name}.onnx"

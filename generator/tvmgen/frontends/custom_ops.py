@@ -44,24 +44,31 @@ _loaded: set[str] = set()
 
 def onnx_op(op_type: str, domain: str = ""):
     """Register an ONNX expansion for ``op_type`` (``domain`` for non-standard operators)."""
+
     def register(fn):
         ONNX[f"{domain}.{op_type}" if domain else op_type] = Entry(op_type, fn, source=_source(fn))
         return fn
+
     return register
 
 
 def tflite_op(custom_code: str, numpy: Callable | None = None):
     """Register a converter for the TFLite custom operator ``custom_code``."""
+
     def register(fn):
         TFLITE[custom_code] = Entry(custom_code, fn, numpy, _source(fn))
         return fn
+
     return register
 
 
 def _source(fn) -> str:
     module = getattr(fn, "__module__", "") or ""
-    return "tvmgen" if module.startswith("tvmgen.") else ((getattr(fn, "__code__", None) and fn.__code__.co_filename)
-                                                         or module)
+    return (
+        "tvmgen"
+        if module.startswith("tvmgen.")
+        else ((getattr(fn, "__code__", None) and fn.__code__.co_filename) or module)
+    )
 
 
 def load() -> None:
@@ -73,16 +80,22 @@ def load() -> None:
         if str(path) in _loaded:
             continue
         if not path.is_file():
-            raise InputError(f"TVMGEN_CUSTOM_OPS names {item}, which is not a file",
-                             "set it to the Python file(s) that register your operators")
+            raise InputError(
+                f"TVMGEN_CUSTOM_OPS names {item}, which is not a file",
+                "set it to the Python file(s) that register your operators",
+            )
         spec = importlib.util.spec_from_file_location(f"tvmgen_user_ops_{len(_loaded)}", path)
         if spec is None or spec.loader is None:  # a suffix no import loader takes
-            raise InputError(f"TVMGEN_CUSTOM_OPS names {item}, which Python cannot load as a module",
-                             "set it to the Python file(s) (.py) that register your operators")
+            raise InputError(
+                f"TVMGEN_CUSTOM_OPS names {item}, which Python cannot load as a module",
+                "set it to the Python file(s) (.py) that register your operators",
+            )
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)
         except Exception as e:
-            raise InputError(f"loading custom operators from {path} failed: {type(e).__name__}: {e}",
-                             "fix the file, or unset TVMGEN_CUSTOM_OPS") from e
+            raise InputError(
+                f"loading custom operators from {path} failed: {type(e).__name__}: {e}",
+                "fix the file, or unset TVMGEN_CUSTOM_OPS",
+            ) from e
         _loaded.add(str(path))

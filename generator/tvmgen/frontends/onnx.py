@@ -26,8 +26,7 @@ def read_model(path: Path):
             "check the file is complete (not truncated) and really ONNX; re-export it from your framework",
         ) from e
     if not model.graph.node:
-        raise ModelError(f"{path} holds no ONNX graph (0 nodes): the file is empty or not ONNX",
-                         "re-export the model")
+        raise ModelError(f"{path} holds no ONNX graph (0 nodes): the file is empty or not ONNX", "re-export the model")
     return model
 
 
@@ -43,8 +42,10 @@ def bind_consts(model, consts: dict[str, str]) -> dict:
     inputs = {vi.name: vi for vi in model.graph.input}
     unknown = [n for n in consts if n not in inputs]
     if unknown:
-        raise InputError(f"--const names {', '.join(map(repr, unknown))}, not among the model's inputs",
-                         f"the model's inputs are: {', '.join(inputs) or '(none)'}")
+        raise InputError(
+            f"--const names {', '.join(map(repr, unknown))}, not among the model's inputs",
+            f"the model's inputs are: {', '.join(inputs) or '(none)'}",
+        )
     values = {}
     for name, text in consts.items():
         t = inputs[name].type.tensor_type
@@ -66,8 +67,9 @@ def import_model(model, overrides: list[InputOverride], source: str, fmt: str, c
         if vi.name in initializers:
             continue
         t = vi.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None)
-                for d in t.shape.dim]
+        dims = [
+            d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None) for d in t.shape.dim
+        ]
         raw.append((vi.name, dims, _np_dtype(t.elem_type)))
     specs = resolve_inputs(raw, overrides)
 
@@ -97,12 +99,18 @@ def import_model(model, overrides: list[InputOverride], source: str, fmt: str, c
 
     integer_ops = sorted({n.op_type for n in graph.node if n.op_type in INTEGER_PRODUCT_OPS})
     if integer_ops:
-        reference, reference_name = exact_integer_reference(original), (
-            f"NumPy (onnx {_version('onnx')} reference evaluator, {', '.join(integer_ops)} exact in int64; "
-            "onnxruntime's 8-bit integer products saturate on x86-64 CPUs without VNNI)")
+        reference, reference_name = (
+            exact_integer_reference(original),
+            (
+                f"NumPy (onnx {_version('onnx')} reference evaluator, {', '.join(integer_ops)} exact in int64; "
+                "onnxruntime's 8-bit integer products saturate on x86-64 CPUs without VNNI)"
+            ),
+        )
     elif custom:
-        reference, reference_name = onnxruntime_reference(model.SerializeToString()), (
-            f"onnxruntime {_version('onnxruntime')} (on tvmgen's expansion of {', '.join(custom)})")
+        reference, reference_name = (
+            onnxruntime_reference(model.SerializeToString()),
+            (f"onnxruntime {_version('onnxruntime')} (on tvmgen's expansion of {', '.join(custom)})"),
+        )
     else:
         reference, reference_name = onnxruntime_reference(original), f"onnxruntime {_version('onnxruntime')}"
     return ImportedModel(
@@ -171,14 +179,16 @@ def check_operators(model) -> None:
     for i, node in enumerate(n for g in _graphs(model.graph) for n in g.node):  # If branches too
         if node.op_type not in supported:
             bad.setdefault(node.op_type if not node.domain else f"{node.domain}.{node.op_type}", []).append(
-                node.name or f"#{i}")
+                node.name or f"#{i}"
+            )
     if bad:
-        desc = "; ".join(f"{op} (nodes: {', '.join(nodes[:5])}{' …' if len(nodes) > 5 else ''})"
-                         for op, nodes in bad.items())
+        desc = "; ".join(
+            f"{op} (nodes: {', '.join(nodes[:5])}{' …' if len(nodes) > 5 else ''})" for op, nodes in bad.items()
+        )
         raise ModelError(
             f"unsupported operator(s) for TVM 0.27's ONNX frontend: {desc}",
             "replace these operators in the source model (or export with a different opset), or register "
-            "an expansion for them (TVMGEN_CUSTOM_OPS, see the README's \"Custom operators\"), then compile again",
+            'an expansion for them (TVMGEN_CUSTOM_OPS, see the README\'s "Custom operators"), then compile again',
         )
 
 

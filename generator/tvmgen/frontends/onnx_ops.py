@@ -119,9 +119,11 @@ def expand(model, expanded: set | None = None):
             except ModelError:
                 raise
             except Exception as e:
-                raise ModelError(f"expanding {node.op_type} node {node.name or node.output[0]!r} failed "
-                                 f"({entry.source}): {type(e).__name__}: {e}",
-                                 "fix the expansion registered for it (TVMGEN_CUSTOM_OPS) or report this") from e
+                raise ModelError(
+                    f"expanding {node.op_type} node {node.name or node.output[0]!r} failed "
+                    f"({entry.source}): {type(e).__name__}: {e}",
+                    "fix the expansion registered for it (TVMGEN_CUSTOM_OPS) or report this",
+                ) from e
         del g.node[:]
         g.node.extend(rewritten)
     model.graph.initializer.extend(ctx.initializers)
@@ -129,6 +131,7 @@ def expand(model, expanded: set | None = None):
 
 
 # ----------------------------------------------------------------------------- recurrent layers
+
 
 def _attrs(node) -> dict:
     from onnx import helper
@@ -147,8 +150,10 @@ def _recurrent_setup(node, ctx: Context, gates: int):
     default = {"LSTM": [b"Sigmoid", b"Tanh", b"Tanh"], "GRU": [b"Sigmoid", b"Tanh"]}[node.op_type]
     acts = [x if isinstance(x, bytes) else x.encode() for x in a.get("activations", [])]
     if acts and acts != default * (len(acts) // len(default)):
-        raise ModelError(f"{label} uses activations {[x.decode() for x in acts]}; tvmgen expands the default ones only",
-                         "export the layer with the default activations (sigmoid, tanh)")
+        raise ModelError(
+            f"{label} uses activations {[x.decode() for x in acts]}; tvmgen expands the default ones only",
+            "export the layer with the default activations (sigmoid, tanh)",
+        )
     if a.get("input_forget", 0):
         raise ModelError(f"{label} sets input_forget, which tvmgen does not expand", "export it without input_forget")
     direction = a.get("direction", b"forward")
@@ -157,19 +162,25 @@ def _recurrent_setup(node, ctx: Context, gates: int):
     layout = int(a.get("layout", 0))
     x_shape = ctx.shape(node.input[0])
     if not x_shape or len(x_shape) != 3 or None in x_shape:
-        raise ModelError(f"{label}: the sequence length of its input {node.input[0]!r} is not fixed "
-                         f"(shape {x_shape}); tvmgen unrolls the sequence",
-                         "fix the model input's shape with --input NAME:SHAPE (e.g. the number of frames)")
+        raise ModelError(
+            f"{label}: the sequence length of its input {node.input[0]!r} is not fixed "
+            f"(shape {x_shape}); tvmgen unrolls the sequence",
+            "fix the model input's shape with --input NAME:SHAPE (e.g. the number of frames)",
+        )
     seq, batch = (x_shape[0], x_shape[1]) if layout == 0 else (x_shape[1], x_shape[0])
     weights = [ctx.value(_input(node, i)) if _input(node, i) else None for i in (1, 2, 3)]
     if weights[0] is None or weights[1] is None:
-        raise ModelError(f"{label}: its weights W and R are computed in the graph, not constants",
-                         "export the model with constant recurrent weights")
+        raise ModelError(
+            f"{label}: its weights W and R are computed in the graph, not constants",
+            "export the model with constant recurrent weights",
+        )
     hidden = int(a.get("hidden_size", weights[1].shape[-1]))
     lens = ctx.value(_input(node, 4)) if _input(node, 4) else None
     if _input(node, 4) and (lens is None or np.any(np.asarray(lens) != seq)):
-        raise ModelError(f"{label}: sequence_lens vary or are computed in the graph; tvmgen unrolls one fixed length",
-                         "export the layer without sequence_lens (all sequences the same length)")
+        raise ModelError(
+            f"{label}: sequence_lens vary or are computed in the graph; tvmgen unrolls one fixed length",
+            "export the layer without sequence_lens (all sequences the same length)",
+        )
     bias = weights[2] if weights[2] is not None else np.zeros((len(directions), 2 * gates * hidden), np.float32)
     return a, directions, layout, seq, batch, hidden, weights[0], weights[1], bias
 
@@ -192,8 +203,15 @@ class _Emit:
         return self.ctx.constant(value, f"{self.hint}_{hint}")
 
     def columns(self, x: str, start: int, end: int) -> str:
-        return self("Slice", [x, self.const(np.array([start], np.int64)), self.const(np.array([end], np.int64)),
-                              self.const(np.array([1], np.int64))])
+        return self(
+            "Slice",
+            [
+                x,
+                self.const(np.array([start], np.int64)),
+                self.const(np.array([end], np.int64)),
+                self.const(np.array([1], np.int64)),
+            ],
+        )
 
     def clip(self, x: str, clip) -> str:
         if clip is None:
@@ -251,9 +269,20 @@ def _fused(e: _Emit, node, kind: str, directions, layout, seq, batch, hidden, in
     for d, direction in enumerate(directions):
         reverse = direction == "reverse"
         y, c = e.ctx.name(f"{e.hint}_y"), e.ctx.name(f"{e.hint}_c")
-        e.nodes.append(helper.make_node(f"Tvmgen{kind}", [x, *inputs_per_dir[d]], [y, c][:2 if kind == "LSTM" else 1],
-                                        domain=FUSED_DOMAIN, S=seq, B=batch, I=width, H=hidden,
-                                        reverse=int(reverse), linear_before_reset=int(lbr)))
+        e.nodes.append(
+            helper.make_node(
+                f"Tvmgen{kind}",
+                [x, *inputs_per_dir[d]],
+                [y, c][: 2 if kind == "LSTM" else 1],
+                domain=FUSED_DOMAIN,
+                S=seq,
+                B=batch,
+                I=width,
+                H=hidden,
+                reverse=int(reverse),
+                linear_before_reset=int(lbr),
+            )
+        )
         ys.append(e("Unsqueeze", [y, e.const(np.array([1], np.int64), "axis")]))  # [S, 1, B, H]
         last_h.append(e("Gather", [y, e.const(np.array([0 if reverse else seq - 1], np.int64), "t")], axis=0))
         if kind == "LSTM":
@@ -280,19 +309,29 @@ def lstm(node, ctx: Context):
     clip = a.get("clip")
     H = hidden
     if peep is None and clip is None and 4 * H <= FUSED_MAX_GATES:
-        per_dir = [[e.const(W[d].T.astype(np.float32), "w"), e.const(R[d].T.astype(np.float32), "r"),
-                    e.const((B[d][:4 * H] + B[d][4 * H:]).astype(np.float32), "b"),
-                    _initial(e, node, 5, d, batch, H, layout), _initial(e, node, 6, d, batch, H, layout)]
-                   for d in range(len(directions))]
+        per_dir = [
+            [
+                e.const(W[d].T.astype(np.float32), "w"),
+                e.const(R[d].T.astype(np.float32), "r"),
+                e.const((B[d][: 4 * H] + B[d][4 * H :]).astype(np.float32), "b"),
+                _initial(e, node, 5, d, batch, H, layout),
+                _initial(e, node, 6, d, batch, H, layout),
+            ]
+            for d in range(len(directions))
+        ]
         return _fused(e, node, "LSTM", directions, layout, seq, batch, H, per_dir)
     all_steps, last_h, last_c = [], [], []
     for d, direction in enumerate(directions):
         w_t = e.const(W[d].T.astype(np.float32), "w")  # [I, 4H], gates i, o, f, c
         r_t = e.const(R[d].T.astype(np.float32), "r")
-        bias = e.const((B[d][:4 * H] + B[d][4 * H:]).astype(np.float32), "b")
+        bias = e.const((B[d][: 4 * H] + B[d][4 * H :]).astype(np.float32), "b")
         h = _initial(e, node, 5, d, batch, H, layout)
         c = _initial(e, node, 6, d, batch, H, layout)
-        p = [e.const(peep[d][k * H:(k + 1) * H].astype(np.float32), "p") for k in range(3)] if peep is not None else None
+        p = (
+            [e.const(peep[d][k * H : (k + 1) * H].astype(np.float32), "p") for k in range(3)]
+            if peep is not None
+            else None
+        )
         steps = {}
         for t, x_t in _steps(e, node.input[0], layout, seq, direction == "reverse"):
             gates = e("Add", [e("Add", [e("MatMul", [x_t, w_t]), e("MatMul", [h, r_t])]), bias])
@@ -323,18 +362,25 @@ def gru(node, ctx: Context):
     clip, H = a.get("clip"), hidden
     before_reset = int(a.get("linear_before_reset", 0))
     if clip is None and 3 * H <= FUSED_MAX_GATES:
-        per_dir = [[e.const(W[d].T.astype(np.float32), "w"), e.const(R[d].T.astype(np.float32), "r"),
-                    e.const(B[d][:3 * H].astype(np.float32), "wb"), e.const(B[d][3 * H:].astype(np.float32), "rb"),
-                    _initial(e, node, 5, d, batch, H, layout)] for d in range(len(directions))]
+        per_dir = [
+            [
+                e.const(W[d].T.astype(np.float32), "w"),
+                e.const(R[d].T.astype(np.float32), "r"),
+                e.const(B[d][: 3 * H].astype(np.float32), "wb"),
+                e.const(B[d][3 * H :].astype(np.float32), "rb"),
+                _initial(e, node, 5, d, batch, H, layout),
+            ]
+            for d in range(len(directions))
+        ]
         return _fused(e, node, "GRU", directions, layout, seq, batch, H, per_dir, before_reset)
     all_steps, last_h = [], []
     for d, direction in enumerate(directions):
-        wb, rb = B[d][:3 * H], B[d][3 * H:]
+        wb, rb = B[d][: 3 * H], B[d][3 * H :]
         w_t = e.const(W[d].T.astype(np.float32), "w")  # [I, 3H], gates z, r, h
-        r_zr = e.const(R[d][:2 * H].T.astype(np.float32), "rzr")
-        r_h = e.const(R[d][2 * H:].T.astype(np.float32), "rh")
-        b_zr = e.const((wb[:2 * H] + rb[:2 * H]).astype(np.float32), "bzr")
-        wb_h, rb_h = e.const(wb[2 * H:].astype(np.float32), "wbh"), e.const(rb[2 * H:].astype(np.float32), "rbh")
+        r_zr = e.const(R[d][: 2 * H].T.astype(np.float32), "rzr")
+        r_h = e.const(R[d][2 * H :].T.astype(np.float32), "rh")
+        b_zr = e.const((wb[: 2 * H] + rb[: 2 * H]).astype(np.float32), "bzr")
+        wb_h, rb_h = e.const(wb[2 * H :].astype(np.float32), "wbh"), e.const(rb[2 * H :].astype(np.float32), "rbh")
         h = _initial(e, node, 5, d, batch, H, layout)
         one = e.const(np.float32(1), "one")
         steps = {}
@@ -370,10 +416,18 @@ def register_converters() -> None:
         class Fused(onnx_frontend.OnnxOpConverter):
             @classmethod
             def _impl_v1(cls, bb, inputs, attr, params):
-                sp = recurrent.spec(kind, attr["S"], attr["B"], attr["I"], attr["H"], bool(attr["reverse"]),
-                                    attr.get("linear_before_reset", 0))
+                sp = recurrent.spec(
+                    kind,
+                    attr["S"],
+                    attr["B"],
+                    attr["I"],
+                    attr["H"],
+                    bool(attr["reverse"]),
+                    attr.get("linear_before_reset", 0),
+                )
                 outs = recurrent.emit(bb, sp, list(inputs))
                 return relax.Tuple(outs) if len(outs) > 1 else outs[0]
+
         Fused.__name__ = f"Tvmgen{kind.upper()}"
         return Fused
 

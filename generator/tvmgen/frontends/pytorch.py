@@ -15,8 +15,9 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
     try:
         import torch
     except ImportError as e:
-        raise ToolMissingError("PyTorch models need the torch extra (torch is not installed)",
-                               "pip install 'tvmgen[torch]'") from e
+        raise ToolMissingError(
+            "PyTorch models need the torch extra (torch is not installed)", "pip install 'tvmgen[torch]'"
+        ) from e
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
 
@@ -28,14 +29,18 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
 
     logging.getLogger("torch.export").setLevel(logging.ERROR)
     if not zipfile.is_zipfile(path):  # a .pt2 is a zip archive
-        raise ModelError(f"{path} is not a torch.export program (.pt2 files are zip archives; this one is not)",
-                         "save it with torch.export.save(torch.export.export(model, example_inputs), 'model.pt2')")
+        raise ModelError(
+            f"{path} is not a torch.export program (.pt2 files are zip archives; this one is not)",
+            "save it with torch.export.save(torch.export.export(model, example_inputs), 'model.pt2')",
+        )
 
     try:
         ep = torch.export.load(str(path))
     except Exception as e:
-        raise ModelError(f"{path} is not a readable torch.export program ({type(e).__name__}: {str(e)[:200]})",
-                         "save it with torch.export.save(torch.export.export(model, example_inputs), 'model.pt2')") from e
+        raise ModelError(
+            f"{path} is not a readable torch.export program ({type(e).__name__}: {str(e)[:200]})",
+            "save it with torch.export.save(torch.export.export(model, example_inputs), 'model.pt2')",
+        ) from e
 
     user_inputs = list(ep.graph_signature.user_inputs)
     metas = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
@@ -43,7 +48,9 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
     for name in user_inputs:
         val = metas.get(name)
         if val is None or not hasattr(val, "shape"):
-            raise ModelError(f"input {name!r} of {path.name} is not a tensor", "export the model with tensor inputs only")
+            raise ModelError(
+                f"input {name!r} of {path.name} is not a tensor", "export the model with tensor inputs only"
+            )
         dims = [int(d) if isinstance(d, int) else None for d in val.shape]
         raw.append((name, dims, str(val.dtype).replace("torch.", "")))
     specs = resolve_inputs(raw, overrides)
@@ -52,8 +59,10 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
         mod = from_exported_program(ep, keep_params_as_input=True)
     except Exception as e:
         lines = [ln for ln in str(e).splitlines() if ln.strip()]
-        raise ModelError(f"TVM's PyTorch importer failed on {path.name}: {type(e).__name__}: {lines[-1] if lines else ''}",
-                         "the program uses an operator TVM 0.27 cannot import; export to ONNX and try that path") from e
+        raise ModelError(
+            f"TVM's PyTorch importer failed on {path.name}: {type(e).__name__}: {lines[-1] if lines else ''}",
+            "the program uses an operator TVM 0.27 cannot import; export to ONNX and try that path",
+        ) from e
     mod, detached = relax.frontend.detach_params(mod)
     mod = bind_symbolic_shapes(mod, specs)
     output_names = [str(n) for n in ep.graph_signature.user_outputs]
@@ -64,8 +73,15 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
         flat = out if isinstance(out, (tuple, list)) else [out]
         return [o.detach().numpy() for o in flat]
 
-    return ImportedModel(mod=mod, params=list(detached.get("main", [])), inputs=specs, output_names=output_names,
-                         format="pytorch", reference_name=f"PyTorch {torch.__version__}", reference=reference)
+    return ImportedModel(
+        mod=mod,
+        params=list(detached.get("main", [])),
+        inputs=specs,
+        output_names=output_names,
+        format="pytorch",
+        reference_name=f"PyTorch {torch.__version__}",
+        reference=reference,
+    )
 
 
 def bind_symbolic_shapes(mod, specs):

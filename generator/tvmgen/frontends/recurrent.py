@@ -31,10 +31,12 @@ def _tanh(x):
 
     c = T.max(T.min(x, T.float32(9)), T.float32(-9))
     z = c * c
-    p = (((T.float32(_P[4]) * z + T.float32(_P[3])) * z + T.float32(_P[2])) * z + T.float32(_P[1])) * z \
-        + T.float32(_P[0])
-    q = (((T.float32(_Q[4]) * z + T.float32(_Q[3])) * z + T.float32(_Q[2])) * z + T.float32(_Q[1])) * z \
-        + T.float32(_Q[0])
+    p = (((T.float32(_P[4]) * z + T.float32(_P[3])) * z + T.float32(_P[2])) * z + T.float32(_P[1])) * z + T.float32(
+        _P[0]
+    )
+    q = (((T.float32(_Q[4]) * z + T.float32(_Q[3])) * z + T.float32(_Q[2])) * z + T.float32(_Q[1])) * z + T.float32(
+        _Q[0]
+    )
     return c * p / q
 
 
@@ -45,14 +47,22 @@ def _sigmoid(x):
 
 
 def spec(kind: str, seq: int, batch: int, inputs: int, hidden: int, reverse: bool, linear_before_reset: int = 0):
-    return {"kind": kind, "S": int(seq), "B": int(batch), "I": int(inputs), "H": int(hidden),
-            "reverse": bool(reverse), "lbr": int(linear_before_reset)}
+    return {
+        "kind": kind,
+        "S": int(seq),
+        "B": int(batch),
+        "I": int(inputs),
+        "H": int(hidden),
+        "reverse": bool(reverse),
+        "lbr": int(linear_before_reset),
+    }
 
 
 def kernel(sp: dict, gpu: bool = False):
     """The PrimFunc for ``sp`` (see ``spec``)."""
-    build = {("lstm", False): _lstm_cpu, ("lstm", True): _lstm_gpu,
-             ("gru", False): _gru_cpu, ("gru", True): _gru_gpu}[(sp["kind"], gpu)]
+    build = {("lstm", False): _lstm_cpu, ("lstm", True): _lstm_gpu, ("gru", False): _gru_cpu, ("gru", True): _gru_gpu}[
+        (sp["kind"], gpu)
+    ]
     func = build(sp["S"], sp["B"], sp["I"], sp["H"], bool(sp["reverse"]), bool(sp["lbr"]))
     # op_pattern 8 (opaque): never fused with its neighbours, whose loops would join this kernel's
     return func.with_attrs({"tvmgen.recurrent": json.dumps(sp, sort_keys=True), "op_pattern": 8})
@@ -85,16 +95,19 @@ def gpu_variants(mod):
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc) and func.attrs and "tvmgen.recurrent" in func.attrs:
             new = kernel(json.loads(str(func.attrs["tvmgen.recurrent"])), gpu=True)
-            updates[gv] = new.with_attr("global_symbol", func.attrs["global_symbol"]) \
-                if "global_symbol" in func.attrs else new
+            updates[gv] = (
+                new.with_attr("global_symbol", func.attrs["global_symbol"]) if "global_symbol" in func.attrs else new
+            )
     if not updates:
         return mod
     # a new module: the imported one may be built for the CPU too (tvmgen app builds both)
-    return tvm.IRModule({gv: updates.get(gv, f) for gv, f in mod.functions.items()}, attrs=mod.attrs,
-                        global_infos=mod.global_infos)
+    return tvm.IRModule(
+        {gv: updates.get(gv, f) for gv, f in mod.functions.items()}, attrs=mod.attrs, global_infos=mod.global_infos
+    )
 
 
 # =========================================================================== CPU
+
 
 def _lstm_cpu(S, B, I, H, reverse, _lbr):
     from tvm.script import tirx as T
@@ -102,12 +115,21 @@ def _lstm_cpu(S, B, I, H, reverse, _lbr):
     G = 4 * H
 
     @T.prim_func(private=True, s_tir=True)
-    def lstm(X: T.Buffer((S, B, I), "float32"), Wt: T.Buffer((I, G), "float32"), Rt: T.Buffer((H, G), "float32"),
-             bias: T.Buffer((G,), "float32"), h0: T.Buffer((B, H), "float32"), c0: T.Buffer((B, H), "float32"),
-             Y: T.Buffer((S, B, H), "float32"), C: T.Buffer((B, H), "float32")):
+    def lstm(
+        X: T.Buffer((S, B, I), "float32"),
+        Wt: T.Buffer((I, G), "float32"),
+        Rt: T.Buffer((H, G), "float32"),
+        bias: T.Buffer((G,), "float32"),
+        h0: T.Buffer((B, H), "float32"),
+        c0: T.Buffer((B, H), "float32"),
+        Y: T.Buffer((S, B, H), "float32"),
+        C: T.Buffer((B, H), "float32"),
+    ):
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
         with T.sblock("root"):
-            with T.sblock("recurrence"):  # one opaque block under the root (TVM's CPU passes expect that): the whole sequence
+            with T.sblock(
+                "recurrence"
+            ):  # one opaque block under the root (TVM's CPU passes expect that): the whole sequence
                 T.reads(X[0:S, 0:B, 0:I], Wt[0:I, 0:G], Rt[0:H, 0:G], bias[0:G], h0[0:B, 0:H], c0[0:B, 0:H])
                 T.writes(Y[0:S, 0:B, 0:H], C[0:B, 0:H])
                 gates = T.alloc_buffer((G,), "float32")
@@ -126,9 +148,12 @@ def _lstm_cpu(S, B, I, H, reverse, _lbr):
                             for j in range(G):
                                 gates[j] = gates[j] + h[b, k] * Rt[k, j]
                         for j in range(H):  # gates i, o, f, c
-                            C[b, j] = _sigmoid(gates[2 * H + j]) * C[b, j] + _sigmoid(gates[j]) * _tanh(gates[3 * H + j])
+                            C[b, j] = _sigmoid(gates[2 * H + j]) * C[b, j] + _sigmoid(gates[j]) * _tanh(
+                                gates[3 * H + j]
+                            )
                             h[b, j] = _sigmoid(gates[H + j]) * _tanh(C[b, j])
                             Y[S - 1 - s if reverse else s, b, j] = h[b, j]
+
     return lstm
 
 
@@ -138,12 +163,20 @@ def _gru_cpu(S, B, I, H, reverse, lbr):
     G = 3 * H
 
     @T.prim_func(private=True, s_tir=True)
-    def gru(X: T.Buffer((S, B, I), "float32"), Wt: T.Buffer((I, G), "float32"), Rt: T.Buffer((H, G), "float32"),
-            wb: T.Buffer((G,), "float32"), rb: T.Buffer((G,), "float32"), h0: T.Buffer((B, H), "float32"),
-            Y: T.Buffer((S, B, H), "float32")):
+    def gru(
+        X: T.Buffer((S, B, I), "float32"),
+        Wt: T.Buffer((I, G), "float32"),
+        Rt: T.Buffer((H, G), "float32"),
+        wb: T.Buffer((G,), "float32"),
+        rb: T.Buffer((G,), "float32"),
+        h0: T.Buffer((B, H), "float32"),
+        Y: T.Buffer((S, B, H), "float32"),
+    ):
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
         with T.sblock("root"):
-            with T.sblock("recurrence"):  # one opaque block under the root (TVM's CPU passes expect that): the whole sequence
+            with T.sblock(
+                "recurrence"
+            ):  # one opaque block under the root (TVM's CPU passes expect that): the whole sequence
                 T.reads(X[0:S, 0:B, 0:I], Wt[0:I, 0:G], Rt[0:H, 0:G], wb[0:G], rb[0:G], h0[0:B, 0:H])
                 T.writes(Y[0:S, 0:B, 0:H])
                 gx = T.alloc_buffer((G,), "float32")  # input side, all gates, with its bias
@@ -171,10 +204,14 @@ def _gru_cpu(S, B, I, H, reverse, lbr):
                                 for j in range(H):
                                     gh[2 * H + j] = gh[2 * H + j] + rh[k] * Rt[k, 2 * H + j]
                         for j in range(H):  # gates z, r, h; h = n + z (h - n), n kept in nv
-                            nv[j] = (_tanh(gx[2 * H + j] + _sigmoid(gx[H + j] + gh[H + j]) * gh[2 * H + j]) if lbr
-                                     else _tanh(gx[2 * H + j] + gh[2 * H + j]))
+                            nv[j] = (
+                                _tanh(gx[2 * H + j] + _sigmoid(gx[H + j] + gh[H + j]) * gh[2 * H + j])
+                                if lbr
+                                else _tanh(gx[2 * H + j] + gh[2 * H + j])
+                            )
                             h[b, j] = nv[j] + _sigmoid(gx[j] + gh[j]) * (h[b, j] - nv[j])
                             Y[S - 1 - s if reverse else s, b, j] = h[b, j]
+
     return gru
 
 
@@ -190,9 +227,16 @@ def _lstm_gpu(S, B, I, H, reverse, _lbr):
     NT = min(G, _GPU_THREADS)
 
     @T.prim_func(private=True)
-    def lstm(X: T.Buffer((S, B, I), "float32"), Wt: T.Buffer((I, G), "float32"), Rt: T.Buffer((H, G), "float32"),
-             bias: T.Buffer((G,), "float32"), h0: T.Buffer((B, H), "float32"), c0: T.Buffer((B, H), "float32"),
-             Y: T.Buffer((S, B, H), "float32"), C: T.Buffer((B, H), "float32")):
+    def lstm(
+        X: T.Buffer((S, B, I), "float32"),
+        Wt: T.Buffer((I, G), "float32"),
+        Rt: T.Buffer((H, G), "float32"),
+        bias: T.Buffer((G,), "float32"),
+        h0: T.Buffer((B, H), "float32"),
+        c0: T.Buffer((B, H), "float32"),
+        Y: T.Buffer((S, B, H), "float32"),
+        C: T.Buffer((B, H), "float32"),
+    ):
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
         b = T.env_thread("blockIdx.x")  # one work-group per sequence of the batch
         tx = T.env_thread("threadIdx.x")
@@ -218,12 +262,14 @@ def _lstm_gpu(S, B, I, H, reverse, _lbr):
             T.tvm_storage_sync("shared")
             for jj in range((H + NT - 1) // NT):
                 if jj * NT + tx < H:
-                    c = (_sigmoid(gates[2 * H + jj * NT + tx]) * C[b, jj * NT + tx]
-                         + _sigmoid(gates[jj * NT + tx]) * _tanh(gates[3 * H + jj * NT + tx]))
+                    c = _sigmoid(gates[2 * H + jj * NT + tx]) * C[b, jj * NT + tx] + _sigmoid(
+                        gates[jj * NT + tx]
+                    ) * _tanh(gates[3 * H + jj * NT + tx])
                     C[b, jj * NT + tx] = c
                     h[jj * NT + tx] = _sigmoid(gates[H + jj * NT + tx]) * _tanh(c)
                     Y[S - 1 - s if reverse else s, b, jj * NT + tx] = h[jj * NT + tx]
             T.tvm_storage_sync("shared")
+
     return lstm
 
 
@@ -234,9 +280,15 @@ def _gru_gpu(S, B, I, H, reverse, lbr):
     NT = min(G, _GPU_THREADS)
 
     @T.prim_func(private=True)
-    def gru(X: T.Buffer((S, B, I), "float32"), Wt: T.Buffer((I, G), "float32"), Rt: T.Buffer((H, G), "float32"),
-            wb: T.Buffer((G,), "float32"), rb: T.Buffer((G,), "float32"), h0: T.Buffer((B, H), "float32"),
-            Y: T.Buffer((S, B, H), "float32")):
+    def gru(
+        X: T.Buffer((S, B, I), "float32"),
+        Wt: T.Buffer((I, G), "float32"),
+        Rt: T.Buffer((H, G), "float32"),
+        wb: T.Buffer((G,), "float32"),
+        rb: T.Buffer((G,), "float32"),
+        h0: T.Buffer((B, H), "float32"),
+        Y: T.Buffer((S, B, H), "float32"),
+    ):
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
         b = T.env_thread("blockIdx.x")  # one work-group per sequence of the batch
         tx = T.env_thread("threadIdx.x")
@@ -283,9 +335,13 @@ def _gru_gpu(S, B, I, H, reverse, lbr):
                 if jj * NT + tx < H:
                     z = _sigmoid(gx[jj * NT + tx] + gh[jj * NT + tx])
                     r = _sigmoid(gx[H + jj * NT + tx] + gh[H + jj * NT + tx])
-                    n = (_tanh(gx[2 * H + jj * NT + tx] + r * gh[2 * H + jj * NT + tx]) if lbr
-                         else _tanh(gx[2 * H + jj * NT + tx] + gn[jj * NT + tx]))
+                    n = (
+                        _tanh(gx[2 * H + jj * NT + tx] + r * gh[2 * H + jj * NT + tx])
+                        if lbr
+                        else _tanh(gx[2 * H + jj * NT + tx] + gn[jj * NT + tx])
+                    )
                     h[jj * NT + tx] = (T.float32(1) - z) * n + z * h[jj * NT + tx]
                     Y[S - 1 - s if reverse else s, b, jj * NT + tx] = h[jj * NT + tx]
             T.tvm_storage_sync("shared")
+
     return gru

@@ -23,8 +23,10 @@ def read_model(path: Path):
     buf = path.read_bytes()
     # A flatbuffer carries its file identifier at bytes 4..8; "TFL3" for TFLite.
     if len(buf) < 8 or buf[4:8] != b"TFL3":
-        raise ModelError(f"{path} is not a TFLite model (no TFL3 identifier; the file is corrupt or another format)",
-                         "convert the model again with tf.lite.TFLiteConverter / ai-edge-torch")
+        raise ModelError(
+            f"{path} is not a TFLite model (no TFL3 identifier; the file is corrupt or another format)",
+            "convert the model again with tf.lite.TFLiteConverter / ai-edge-torch",
+        )
     try:
         model = tflite.Model.GetRootAsModel(buf, 0)
         if model.SubgraphsLength() < 1:
@@ -32,8 +34,9 @@ def read_model(path: Path):
         sub = model.Subgraphs(0)
         sub.InputsAsNumpy(), sub.OutputsAsNumpy(), sub.OperatorsLength()
     except Exception as e:
-        raise ModelError(f"{path} is a truncated or corrupt TFLite model ({type(e).__name__}: {e})",
-                         "convert the model again") from e
+        raise ModelError(
+            f"{path} is a truncated or corrupt TFLite model ({type(e).__name__}: {e})", "convert the model again"
+        ) from e
     return buf, model
 
 
@@ -77,13 +80,17 @@ def check_operators(model, ops: list[tuple[int, str, str]]) -> None:
             bad.setdefault(name, []).append(f"#{i} -> {out}")
     if bad:
         custom = [n for n in bad if n.startswith("CUSTOM:")]
-        desc = "; ".join(f"{op} (operators: {', '.join(nodes[:5])}{' …' if len(nodes) > 5 else ''})"
-                         for op, nodes in bad.items())
-        hint = ("custom operators need the framework that defined them: register a converter for them "
-                "(TVMGEN_CUSTOM_OPS, see the README's \"Custom operators\"), or re-convert the model with builtin "
-                "operators only (TFLiteConverter without custom ops / SELECT_TF_OPS)" if custom else
-                "TVM 0.27's TFLite frontend lacks these operators; convert the source model to ONNX instead, "
-                "or replace them")
+        desc = "; ".join(
+            f"{op} (operators: {', '.join(nodes[:5])}{' …' if len(nodes) > 5 else ''})" for op, nodes in bad.items()
+        )
+        hint = (
+            "custom operators need the framework that defined them: register a converter for them "
+            '(TVMGEN_CUSTOM_OPS, see the README\'s "Custom operators"), or re-convert the model with builtin '
+            "operators only (TFLiteConverter without custom ops / SELECT_TF_OPS)"
+            if custom
+            else "TVM 0.27's TFLite frontend lacks these operators; convert the source model to ONNX instead, "
+            "or replace them"
+        )
         raise ModelError(f"unsupported TFLite operator(s): {desc}", hint)
 
 
@@ -106,14 +113,17 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
     try:
         from tvmgen.frontends.tflite_ops import converter_class
 
-        mod = from_tflite(model, {s.name: s.shape for s in specs}, {s.name: s.dtype for s in specs},
-                          op_converter=converter_class(buf))
+        mod = from_tflite(
+            model, {s.name: s.shape for s in specs}, {s.name: s.dtype for s in specs}, op_converter=converter_class(buf)
+        )
     except ModelError:  # a converter of tvmgen's refused an operator's version or option: its own message
         raise
     except Exception as e:
         lines = [ln for ln in str(e).splitlines() if ln.strip()]
-        raise ModelError(f"TVM's TFLite importer failed on {path}: {type(e).__name__}: {lines[-1] if lines else ''}",
-                         "the model uses an operator form TVM 0.27 cannot import; try converting it to ONNX") from e
+        raise ModelError(
+            f"TVM's TFLite importer failed on {path}: {type(e).__name__}: {lines[-1] if lines else ''}",
+            "the model uses an operator form TVM 0.27 cannot import; try converting it to ONNX",
+        ) from e
     mod = relax.transform.Normalize()(mod)
     params = []
     if mod["main"].attrs is not None and "params" in mod["main"].attrs:
@@ -125,17 +135,18 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
 
     from tvmgen.frontends.tflite_ops import NOT_IN_LITERT
 
-    unrunnable = sorted({name.split(":", 1)[1] for _, name, _ in ops if name.startswith("CUSTOM:")}
-                        & NOT_IN_LITERT)
+    unrunnable = sorted({name.split(":", 1)[1] for _, name, _ in ops if name.startswith("CUSTOM:")} & NOT_IN_LITERT)
 
     def reference(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         from ai_edge_litert.interpreter import Interpreter
 
         if unrunnable:
-            raise ModelError(f"cannot check {path.name} against LiteRT: LiteRT does not run MediaPipe's custom "
-                             f"operator(s) {', '.join(unrunnable)}",
-                             "compile it without --check; tvmgen's conversions of these operators are tested against "
-                             "NumPy statements of MediaPipe's kernels")
+            raise ModelError(
+                f"cannot check {path.name} against LiteRT: LiteRT does not run MediaPipe's custom "
+                f"operator(s) {', '.join(unrunnable)}",
+                "compile it without --check; tvmgen's conversions of these operators are tested against "
+                "NumPy statements of MediaPipe's kernels",
+            )
 
         interp = Interpreter(model_content=buf, num_threads=1)
         details = interp.get_input_details()
@@ -151,6 +162,13 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
 
     from importlib.metadata import version
 
-    return ImportedModel(mod=mod, params=params, inputs=specs, output_names=output_names, format="tflite",
-                         reference_name=f"LiteRT {version('ai-edge-litert')}", reference=reference,
-                         nodes=[(name, out) for _, name, out in ops])
+    return ImportedModel(
+        mod=mod,
+        params=params,
+        inputs=specs,
+        output_names=output_names,
+        format="tflite",
+        reference_name=f"LiteRT {version('ai-edge-litert')}",
+        reference=reference,
+        nodes=[(name, out) for _, name, out in ops],
+    )

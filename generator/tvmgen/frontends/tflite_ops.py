@@ -57,8 +57,12 @@ def converter_class(model_bytes: bytes):
             if isinstance(buffer.DataAsNumpy(), int) and hasattr(buffer, "Offset") and buffer.Offset() > 1:
                 start, size = int(buffer.Offset()), int(buffer.Size())
                 dtype = self.get_tensor_type_as_numpy(tensor_wrapper)
-                data = np.frombuffer(model_bytes[start:start + size], dtype=dtype)
-                shape = [int(d) for d in self.get_tensor_shape(tensor_wrapper)] if tensor_wrapper.tensor.ShapeLength() else []
+                data = np.frombuffer(model_bytes[start : start + size], dtype=dtype)
+                shape = (
+                    [int(d) for d in self.get_tensor_shape(tensor_wrapper)]
+                    if tensor_wrapper.tensor.ShapeLength()
+                    else []
+                )
                 return data if is_sparse else data.reshape(shape)
             return super().get_tensor_value(tensor_wrapper, is_sparse)
 
@@ -66,8 +70,11 @@ def converter_class(model_bytes: bytes):
             from tflite.TensorType import TensorType
 
             (tensor,) = self.get_input_tensors(op)
-            if (tensor.tensor.Type() != TensorType.FLOAT16 and tensor.qnn_params
-                    and not self.has_expr(tensor.tensor_idx)):  # a quantised constant
+            if (
+                tensor.tensor.Type() != TensorType.FLOAT16
+                and tensor.qnn_params
+                and not self.has_expr(tensor.tensor_idx)
+            ):  # a quantised constant
                 return self.dequantize(self.get_tensor_expr(tensor), tensor)
             return super().convert_dequantize(op)
 
@@ -89,6 +96,7 @@ def supported_custom() -> set[str]:
 
 # ------------------------------------------------------------------- constant inputs of custom operators
 
+
 def constant_value(conv, tensor, op_name: str, what: str) -> np.ndarray:
     """The value of ``tensor``, the input ``what`` ("weights", "bias") of custom operator ``op_name``
     that tvmgen needs as a constant: the tensor's buffer (in line or after the flatbuffer), a value
@@ -105,26 +113,35 @@ def constant_value(conv, tensor, op_name: str, what: str) -> np.ndarray:
         buffer = tensor.buffer
         stored = not isinstance(buffer.DataAsNumpy(), int) or (hasattr(buffer, "Offset") and buffer.Offset() > 1)
         if not conv.is_prefetched(tensor.tensor_idx) and not stored:
-            raise ModelError(f"{subject} {are} not constant: the file holds no value for the tensor and no "
-                             "operator computes it", fix)
+            raise ModelError(
+                f"{subject} {are} not constant: the file holds no value for the tensor and no operator computes it", fix
+            )
         return np.asarray(conv.get_tensor_value(tensor))
     expr = conv.get_expr(tensor.tensor_idx)
     order, unbound = _bindings_used(conv, expr)
-    model_inputs = {str(conv.get_expr(int(i)).name): conv.get_expr(int(i))
-                    for i in conv.subgraph.InputsAsNumpy() if conv.has_expr(int(i))}
+    model_inputs = {
+        str(conv.get_expr(int(i)).name): conv.get_expr(int(i))
+        for i in conv.subgraph.InputsAsNumpy()
+        if conv.has_expr(int(i))
+    }
     from_inputs = [n for n, v in model_inputs.items() if any(v.same_as(u) for u in unbound)]
     if from_inputs:
-        raise ModelError(f"{subject} {are} not constant: computed from the model's input(s) "
-                         f"{', '.join(from_inputs)} at run time, and tvmgen needs the {what} of {op_name} "
-                         "constant", fix)
+        raise ModelError(
+            f"{subject} {are} not constant: computed from the model's input(s) "
+            f"{', '.join(from_inputs)} at run time, and tvmgen needs the {what} of {op_name} "
+            "constant",
+            fix,
+        )
     try:
         if unbound:
             raise ValueError(f"it depends on {', '.join(str(v.name) for v in unbound)}")
         return _evaluate(conv, expr, order)
     except Exception as e:
-        raise ModelError(f"{subject} {are} not constant: computed by operators tvmgen could not evaluate to a "
-                         f"constant ({type(e).__name__}: {(str(e).strip().splitlines() or [''])[-1][:200]})",
-                         fix) from e
+        raise ModelError(
+            f"{subject} {are} not constant: computed by operators tvmgen could not evaluate to a "
+            f"constant ({type(e).__name__}: {(str(e).strip().splitlines() or [''])[-1][:200]})",
+            fix,
+        ) from e
 
 
 def _bindings_used(conv, expr):
@@ -174,6 +191,7 @@ def _evaluate(conv, expr, bindings) -> np.ndarray:
 
 # ------------------------------------------------------------------- MediaPipe's custom operators
 
+
 def _transpose_conv_bias_params(options: bytes, in_hw, kernel_hw):
     """MediaPipe's ``TfLiteTransposeConvParams`` (padding, stride_w, stride_h as int32) ->
     strides and [top, left, bottom, right] output cropping, as its Prepare computes them."""
@@ -194,9 +212,10 @@ def transpose_conv_bias_numpy(x: np.ndarray, w: np.ndarray, b: np.ndarray, optio
     full = np.zeros((n, (h - 1) * sh + kh, (wd - 1) * sw + kw, cout), np.float64)
     for y in range(h):
         for x_ in range(wd):
-            full[:, y * sh:y * sh + kh, x_ * sw:x_ * sw + kw, :] += np.einsum(
-                "nc,ohwc->nhwo", x[:, y, x_, :].astype(np.float64), w.astype(np.float64))
-    out = full[:, top:full.shape[1] - bottom, left:full.shape[2] - right, :] + b
+            full[:, y * sh : y * sh + kh, x_ * sw : x_ * sw + kw, :] += np.einsum(
+                "nc,ohwc->nhwo", x[:, y, x_, :].astype(np.float64), w.astype(np.float64)
+            )
+    out = full[:, top : full.shape[1] - bottom, left : full.shape[2] - right, :] + b
     return out.astype(np.float32)
 
 
@@ -217,16 +236,19 @@ def transpose_conv_bias(conv, op):
     data = conv.get_tensor_expr(data_t)
     nchw = relax.op.permute_dims(data, [0, 3, 1, 2])
     kernel = relax.const(np.ascontiguousarray(weights.transpose(3, 0, 1, 2)), "float32")  # IOHW
-    out = relax.op.nn.conv2d_transpose(nchw, kernel, strides=strides, padding=padding,
-                                       data_layout="NCHW", kernel_layout="IOHW")
-    bias = relax.const(np.asarray(constant_value(conv, bias_t, name, "bias"), np.float32).reshape(1, -1, 1, 1),
-                       "float32")
+    out = relax.op.nn.conv2d_transpose(
+        nchw, kernel, strides=strides, padding=padding, data_layout="NCHW", kernel_layout="IOHW"
+    )
+    bias = relax.const(
+        np.asarray(constant_value(conv, bias_t, name, "bias"), np.float32).reshape(1, -1, 1, 1), "float32"
+    )
     return relax.op.permute_dims(relax.op.add(out, bias), [0, 2, 3, 1])
 
 
 # MediaPipe's face-mesh-with-attention operators: Landmarks2TransformMatrix (v2) computes a crop
 # matrix from landmarks; TransformTensorBilinear (v1, v2) samples a feature map through it;
 # TransformLandmarks (v1, v2) maps landmarks through it. Options are flexbuffer maps.
+
 
 def _custom_options(op) -> dict:
     """The operator's flexbuffer custom options as a dict ({} when it has none)."""
@@ -272,16 +294,31 @@ def landmarks_to_transform_matrix_options(options: dict, version: int, num_landm
     name = "Landmarks2TransformMatrix"
     if version != 2:
         _refuse(name, f"version {version} (only version 2, as in the face-mesh attention models)")
-    missing = [k for k in ("subset_idxs", "left_rotation_idx", "right_rotation_idx", "output_height",
-                           "output_width", "scale_x", "scale_y") if k not in options]
+    missing = [
+        k
+        for k in (
+            "subset_idxs",
+            "left_rotation_idx",
+            "right_rotation_idx",
+            "output_height",
+            "output_width",
+            "scale_x",
+            "scale_y",
+        )
+        if k not in options
+    ]
     if missing:
         _refuse(name, f"custom options without {', '.join(missing)}")
-    p: dict[str, Any] = {"subset_idxs": [int(i) for i in options["subset_idxs"]],
-         "left_rotation_idx": int(options["left_rotation_idx"]),
-         "right_rotation_idx": int(options["right_rotation_idx"]),
-         "target_rotation_radians": float(options.get("target_rotation_radians", 0.0)),
-         "output_height": int(options["output_height"]), "output_width": int(options["output_width"]),
-         "scale_x": float(options["scale_x"]), "scale_y": float(options["scale_y"])}
+    p: dict[str, Any] = {
+        "subset_idxs": [int(i) for i in options["subset_idxs"]],
+        "left_rotation_idx": int(options["left_rotation_idx"]),
+        "right_rotation_idx": int(options["right_rotation_idx"]),
+        "target_rotation_radians": float(options.get("target_rotation_radians", 0.0)),
+        "output_height": int(options["output_height"]),
+        "output_width": int(options["output_width"]),
+        "scale_x": float(options["scale_x"]),
+        "scale_y": float(options["scale_y"]),
+    }
     for key in ("output_height", "output_width", "scale_x", "scale_y"):
         if not p[key] > 0:
             _refuse(name, f"{key} = {p[key]} (must be > 0)")
@@ -326,8 +363,9 @@ def landmarks_to_transform_matrix(conv, op):
     ys = relax.op.take(flat, relax.const(idx + 1), axis=0)
     xr = relax.op.subtract(relax.op.multiply(cr, xs), relax.op.multiply(sr, ys))
     yr = relax.op.add(relax.op.multiply(sr, xs), relax.op.multiply(cr, ys))
-    ext = [relax.op.max(v, axis=0, keepdims=True) for v in (xr, yr)] + \
-          [relax.op.min(v, axis=0, keepdims=True) for v in (xr, yr)]
+    ext = [relax.op.max(v, axis=0, keepdims=True) for v in (xr, yr)] + [
+        relax.op.min(v, axis=0, keepdims=True) for v in (xr, yr)
+    ]
     width, height = relax.op.subtract(ext[0], ext[2]), relax.op.subtract(ext[1], ext[3])
     mx = relax.op.multiply(relax.op.add(ext[0], ext[2]), _f32(0.5))
     my = relax.op.multiply(relax.op.add(ext[1], ext[3]), _f32(0.5))
@@ -343,8 +381,9 @@ def landmarks_to_transform_matrix(conv, op):
     zero, one = relax.const(np.zeros(1, np.float32)), relax.const(np.ones(1, np.float32))
     rows = [a, b, zero, tx, c, d, zero, ty, zero, zero, one, zero, zero, zero, zero, one]
     out_shape = _shape(conv, out_t)
-    return relax.op.reshape(relax.op.concat(rows, axis=0), out_shape if int(np.prod(out_shape or [0])) == 16
-                            else [1, 4, 4])
+    return relax.op.reshape(
+        relax.op.concat(rows, axis=0), out_shape if int(np.prod(out_shape or [0])) == 16 else [1, 4, 4]
+    )
 
 
 def transform_tensor_bilinear_options(options: dict, version: int) -> dict:
@@ -400,7 +439,8 @@ def transform_tensor_bilinear(conv, op):
     ty = relax.op.add(relax.op.add(relax.op.multiply(m4, gx), relax.op.multiply(m5, gy)), m7)
     inside = relax.op.logical_and(
         relax.op.logical_and(relax.op.greater_equal(tx, _f32(0)), relax.op.less_equal(tx, _f32(w - 1))),
-        relax.op.logical_and(relax.op.greater_equal(ty, _f32(0)), relax.op.less_equal(ty, _f32(h - 1))))
+        relax.op.logical_and(relax.op.greater_equal(ty, _f32(0)), relax.op.less_equal(ty, _f32(h - 1))),
+    )
     x0, y0 = relax.op.floor(tx), relax.op.floor(ty)
     fx, fy = relax.op.subtract(tx, x0), relax.op.subtract(ty, y0)
 

@@ -60,13 +60,18 @@ def check_options(opts: IosAppOptions, builds_here: bool) -> None:
     if opts.team_id:
         project.check_team_id(opts.team_id)
     elif builds_here:
-        raise InputError("building the iOS app needs a signing team: --team-id is missing",
-                         "pass --team-id (10 characters; `security find-identity -v -p codesigning` shows it in "
-                         "parentheses, e.g. 'Apple Development: Jane Doe (AB12CD34EF)')")
+        raise InputError(
+            "building the iOS app needs a signing team: --team-id is missing",
+            "pass --team-id (10 characters; `security find-identity -v -p codesigning` shows it in "
+            "parentheses, e.g. 'Apple Development: Jane Doe (AB12CD34EF)')",
+        )
     if opts.install and not builds_here:
-        raise ToolMissingError("cannot install on an iPhone/iPad: the app cannot be built here (that needs macOS with "
-                               "Xcode and TVM_SOURCE_DIR)", "leave out --install to render the project, then build it on "
-                               "a Mac with the printed commands (`tvmgen doctor` shows what is here)")
+        raise ToolMissingError(
+            "cannot install on an iPhone/iPad: the app cannot be built here (that needs macOS with "
+            "Xcode and TVM_SOURCE_DIR)",
+            "leave out --install to render the project, then build it on "
+            "a Mac with the printed commands (`tvmgen doctor` shows what is here)",
+        )
     if opts.install and not opts.device_id:
         raise InputError("--install needs the device: --serial DEVICE_ID", "`xcrun devicectl list devices` lists them")
 
@@ -76,13 +81,18 @@ def create(opts: IosAppOptions, out: Path, force: bool) -> IosAppResult:
     tvm_source_dir = os.environ.get("TVM_SOURCE_DIR", "")
     try:
         xcode.verify()
-        not_built_because = "" if tvm_source_dir else (
-            "TVM_SOURCE_DIR is not set (the app's build compiles the TVM runtime for iOS from a TVM source tree)")
+        not_built_because = (
+            ""
+            if tvm_source_dir
+            else ("TVM_SOURCE_DIR is not set (the app's build compiles the TVM runtime for iOS from a TVM source tree)")
+        )
     except ToolMissingError as e:
         not_built_because = e.message
     check_options(opts, builds_here=not not_built_because)
     if out.exists() and not force:
-        raise InputError(f"output directory {out} already exists", "pass --force to replace it, or choose another --out")
+        raise InputError(
+            f"output directory {out} already exists", "pass --force to replace it, or choose another --out"
+        )
     rpc = {"mode": "standalone", "address": "0.0.0.0", "port": 9090, "key": "iphone", **opts.rpc}
     with tempfile.TemporaryDirectory(prefix="tvmgen-ios-") as scratch_name:
         scratch = Path(scratch_name)
@@ -90,10 +100,26 @@ def create(opts: IosAppOptions, out: Path, force: bool) -> IosAppResult:
         with step(f"Importing {opts.model}"):
             imported = frontends.load(model_path, [InputOverride.parse(f) for f in opts.input_flags])
         art = scratch / "artifact"
-        build.compile_to_artifact(imported, build.BuildOptions(PLATFORMS["ios-arm64"], opts.device), art, True,
-                                  {"name": model_stem(opts.model), "source": opts.model, "format": imported.format})
-        ctx = project.context(opts.kind, opts.bundle_id, opts.app_name, model_stem(opts.model), opts.device,
-                              opts.team_id, tvm_source_dir, rpc["mode"], rpc["address"], int(rpc["port"]), rpc["key"])
+        build.compile_to_artifact(
+            imported,
+            build.BuildOptions(PLATFORMS["ios-arm64"], opts.device),
+            art,
+            True,
+            {"name": model_stem(opts.model), "source": opts.model, "format": imported.format},
+        )
+        ctx = project.context(
+            opts.kind,
+            opts.bundle_id,
+            opts.app_name,
+            model_stem(opts.model),
+            opts.device,
+            opts.team_id,
+            tvm_source_dir,
+            rpc["mode"],
+            rpc["address"],
+            int(rpc["port"]),
+            rpc["key"],
+        )
         with artifact.staging(out, force) as staged:
             with step("Rendering the Xcode project (templates/ios_rpc)"):
                 symbols = project.create_project(staged, ctx, art)
@@ -112,8 +138,10 @@ def create(opts: IosAppOptions, out: Path, force: bool) -> IosAppResult:
 
 
 def report(result: IosAppResult, port: int) -> None:
-    console.print(f"[green]✓[/] Xcode project: [bold]{result.project}[/] (model archive Models/libmodel.a: "
-                  f"{len(result.symbols)} symbols indexed)")
+    console.print(
+        f"[green]✓[/] Xcode project: [bold]{result.project}[/] (model archive Models/libmodel.a: "
+        f"{len(result.symbols)} symbols indexed)"
+    )
     if result.built:
         console.print(f"[green]✓[/] app: [bold]{result.built}[/]")
         console.print(f"  USB: iproxy {port} {port}, then connect to 127.0.0.1:{port}")

@@ -35,9 +35,11 @@ def defined_symbols(data: bytes) -> list[str]:
     """The external symbols a 64-bit Mach-O object defines (from LC_SYMTAB), in table order."""
     magic, _ = macho_header(data)
     if magic != MH_MAGIC_64:
-        raise InputError(f"not a 64-bit Mach-O object (magic {magic:#x})",
-                         "the iOS model archive is made from an ios-arm64 artifact's objects")
-    ncmds, = struct.unpack_from("<I", data, 16)
+        raise InputError(
+            f"not a 64-bit Mach-O object (magic {magic:#x})",
+            "the iOS model archive is made from an ios-arm64 artifact's objects",
+        )
+    (ncmds,) = struct.unpack_from("<I", data, 16)
     offset, names = 32, []
     for _ in range(ncmds):
         cmd, size = struct.unpack_from("<II", data, offset)
@@ -48,7 +50,7 @@ def defined_symbols(data: bytes) -> list[str]:
                 if ntype & N_STAB or not ntype & N_EXT or (ntype & N_TYPE) == N_UNDF:
                     continue
                 end = data.index(b"\0", stroff + strx)
-                names.append(data[stroff + strx:end].decode())
+                names.append(data[stroff + strx : end].decode())
         offset += size
     return names
 
@@ -104,8 +106,10 @@ def objects_from_tar(tar_path: Path) -> list[tuple[str, bytes]]:
             assert fileobj is not None  # a regular file (checked above) always has its data
             data = fileobj.read()
             if macho_header(data) != (MH_MAGIC_64, CPU_TYPE_ARM64):
-                raise InputError(f"{tar_path}: {member.name} is not an arm64 Mach-O object",
-                                 "compile the model with --platform ios-arm64")
+                raise InputError(
+                    f"{tar_path}: {member.name} is not an arm64 Mach-O object",
+                    "compile the model with --platform ios-arm64",
+                )
             out.append((Path(member.name).name, data))
     if not out:
         raise InputError(f"{tar_path} holds no object files", "compile the model again with --platform ios-arm64")
@@ -119,18 +123,18 @@ def read_static_library(path: Path) -> tuple[list[tuple[str, int]], dict[int, tu
         raise InputError(f"{path} is not a static library (no !<arch> header)", "make it again")
     pos, toc, members = 8, [], {}
     while pos + 60 <= len(blob):
-        header = blob[pos:pos + 60]
+        header = blob[pos : pos + 60]
         name, size = header[:16].rstrip(b" "), int(header[48:58])
-        data = blob[pos + 60:pos + 60 + size]
+        data = blob[pos + 60 : pos + 60 + size]
         if name.startswith(b"#1/"):
             n = int(name[3:])
             name, data = data[:n].rstrip(b"\0"), data[n:]
         if name.startswith(b"__.SYMDEF"):
             count = struct.unpack_from("<I", data, 0)[0] // 8
-            strtab = data[8 + 8 * count:]
+            strtab = data[8 + 8 * count :]
             for i in range(count):
                 strx, off = struct.unpack_from("<II", data, 4 + 8 * i)
-                toc.append((strtab[strx:strtab.index(b"\0", strx)].decode(), off))
+                toc.append((strtab[strx : strtab.index(b"\0", strx)].decode(), off))
         else:
             members[pos] = (name.decode(), data)
         pos += 60 + size + (size & 1)

@@ -12,8 +12,15 @@ from tvmgen.ios import tools
 
 def checks(runner: tools.Runner | None = None) -> list[Check]:
     if not tools.is_macos():
-        return [Check("Xcode (iOS)", False, False, detail=f"not macOS ({platform.system()}): `tvmgen rpc-app --platform "
-                      "ios` renders the Xcode project here and prints the commands that build it on a Mac")]
+        return [
+            Check(
+                "Xcode (iOS)",
+                False,
+                False,
+                detail=f"not macOS ({platform.system()}): `tvmgen rpc-app --platform "
+                "ios` renders the Xcode project here and prints the commands that build it on a Mac",
+            )
+        ]
     signing = tools.CodeSigning(runner)
 
     def identities() -> str:

@@ -25,27 +25,47 @@ TEAM_ID_RE = re.compile(r"^[A-Z0-9]{10}$")
 MODES = ("standalone", "proxy", "tracker")
 
 # What the app compiles: its own sources, and the runtime and server from the project's copy of jni/.
-APP_SOURCES = ("TvmgenApp/main.mm", "TvmgenApp/AppDelegate.mm", "TvmgenApp/ViewController.mm",
-               "TvmgenApp/TvmgenBridge.mm", "TvmgenApp/Bridge/app_core.cc")
-APP_HEADERS = ("TvmgenApp/AppDelegate.h", "TvmgenApp/ViewController.h", "TvmgenApp/TvmgenBridge.h",
-               "TvmgenApp/Bridge/app_core.h")
+APP_SOURCES = (
+    "TvmgenApp/main.mm",
+    "TvmgenApp/AppDelegate.mm",
+    "TvmgenApp/ViewController.mm",
+    "TvmgenApp/TvmgenBridge.mm",
+    "TvmgenApp/Bridge/app_core.cc",
+)
+APP_HEADERS = (
+    "TvmgenApp/AppDelegate.h",
+    "TvmgenApp/ViewController.h",
+    "TvmgenApp/TvmgenBridge.h",
+    "TvmgenApp/Bridge/app_core.h",
+)
 JNI_SOURCES = ("tvmgen-jni/src/runtime.cc", "tvmgen-jni/src/rpc_server.cc")
 MODEL_ARCHIVE = "Models/libmodel.a"
 MODEL_RESOURCE = "Models/model"  # the artifact's manifest, a folder in the app bundle
-FILE_TYPES = {".mm": "sourcecode.cpp.objcpp", ".cc": "sourcecode.cpp.cpp", ".h": "sourcecode.c.h",
-              ".a": "archive.ar", ".plist": "text.plist.xml", ".sh": "text.script.sh", ".md": "net.daringfireball.markdown"}
+FILE_TYPES = {
+    ".mm": "sourcecode.cpp.objcpp",
+    ".cc": "sourcecode.cpp.cpp",
+    ".h": "sourcecode.c.h",
+    ".a": "archive.ar",
+    ".plist": "text.plist.xml",
+    ".sh": "text.script.sh",
+    ".md": "net.daringfireball.markdown",
+}
 
 
 def check_bundle_id(bundle_id: str) -> None:
     if not BUNDLE_ID_RE.match(bundle_id):
-        raise InputError(f"{bundle_id!r} is not a valid iOS bundle identifier",
-                         "use dotted words of letters, digits and '-', e.g. org.example.mobilenet")
+        raise InputError(
+            f"{bundle_id!r} is not a valid iOS bundle identifier",
+            "use dotted words of letters, digits and '-', e.g. org.example.mobilenet",
+        )
 
 
 def check_team_id(team_id: str) -> None:
     if not TEAM_ID_RE.match(team_id):
-        raise InputError(f"{team_id!r} is not an Apple developer team id (10 upper-case letters and digits)",
-                         "find it in Xcode > Settings > Accounts, or at developer.apple.com > Membership")
+        raise InputError(
+            f"{team_id!r} is not an Apple developer team id (10 upper-case letters and digits)",
+            "find it in Xcode > Settings > Accounts, or at developer.apple.com > Membership",
+        )
 
 
 def object_id(name: str) -> str:
@@ -96,18 +116,33 @@ def build_settings(team_id: str, bundle_id: str, tvm_source_dir: str) -> dict[st
         "CODE_SIGN_STYLE": "Automatic",
         "DEVELOPMENT_TEAM": team_id,
         "GCC_PREPROCESSOR_DEFINITIONS": ["$(inherited)", "TVM_FFI_BACKTRACE_ON_SEGFAULT=0"],
-        "HEADER_SEARCH_PATHS": ["$(inherited)", "$(PROJECT_DIR)/tvmgen-jni/include", "$(PROJECT_DIR)/TvmgenApp/Bridge",
-                                "$(TVM_SOURCE_DIR)/3rdparty/tvm-ffi/include",
-                                "$(TVM_SOURCE_DIR)/3rdparty/tvm-ffi/3rdparty/dlpack/include"],
+        "HEADER_SEARCH_PATHS": [
+            "$(inherited)",
+            "$(PROJECT_DIR)/tvmgen-jni/include",
+            "$(PROJECT_DIR)/TvmgenApp/Bridge",
+            "$(TVM_SOURCE_DIR)/3rdparty/tvm-ffi/include",
+            "$(TVM_SOURCE_DIR)/3rdparty/tvm-ffi/3rdparty/dlpack/include",
+        ],
         "INFOPLIST_FILE": "TvmgenApp/Info.plist",
         "IPHONEOS_DEPLOYMENT_TARGET": DEPLOYMENT_TARGET,
         "LD_RUNPATH_SEARCH_PATHS": ["$(inherited)", "@executable_path/Frameworks"],
         # -force_load: the model and TVM register themselves from static initialisers that nothing
         # references, so a plain link would drop them.
-        "OTHER_LDFLAGS": ["$(inherited)", "-force_load", f"$(PROJECT_DIR)/{MODEL_ARCHIVE}",
-                          "-force_load", "$(PROJECT_DIR)/build/tvm-ios/libtvm_runtime.a",
-                          "-force_load", "$(PROJECT_DIR)/build/tvm-ios/libtvm_ffi_static.a",
-                          "-framework", "Metal", "-framework", "Foundation", "-framework", "UIKit"],
+        "OTHER_LDFLAGS": [
+            "$(inherited)",
+            "-force_load",
+            f"$(PROJECT_DIR)/{MODEL_ARCHIVE}",
+            "-force_load",
+            "$(PROJECT_DIR)/build/tvm-ios/libtvm_runtime.a",
+            "-force_load",
+            "$(PROJECT_DIR)/build/tvm-ios/libtvm_ffi_static.a",
+            "-framework",
+            "Metal",
+            "-framework",
+            "Foundation",
+            "-framework",
+            "UIKit",
+        ],
         "PRODUCT_BUNDLE_IDENTIFIER": bundle_id,
         "PRODUCT_NAME": "$(TARGET_NAME)",
         "SDKROOT": "iphoneos",
@@ -125,9 +160,24 @@ def mac_commands(bundle_id: str, team_id: str, tvm_source_dir: str, port: int) -
     team = team_id or "YOUR_TEAM_ID"
     commands = [] if tvm_source_dir else [f"{TVM_CLONE} ~/tvm   # once: the TVM runtime is built from source for iOS"]
     commands += [
-        " ".join(["xcodebuild", "-project", "TvmgenApp.xcodeproj", "-target", TARGET, "-configuration", "Release",
-                  "-sdk", "iphoneos", "-allowProvisioningUpdates", f"DEVELOPMENT_TEAM={team}",
-                  f"TVM_SOURCE_DIR={tvm_source_dir or '$HOME/tvm'}", "SYMROOT=$PWD/build", "build"]),
+        " ".join(
+            [
+                "xcodebuild",
+                "-project",
+                "TvmgenApp.xcodeproj",
+                "-target",
+                TARGET,
+                "-configuration",
+                "Release",
+                "-sdk",
+                "iphoneos",
+                "-allowProvisioningUpdates",
+                f"DEVELOPMENT_TEAM={team}",
+                f"TVM_SOURCE_DIR={tvm_source_dir or '$HOME/tvm'}",
+                "SYMROOT=$PWD/build",
+                "build",
+            ]
+        ),
         "xcrun devicectl list devices   # the device's identifier",
         f"xcrun devicectl device install app --device DEVICE_ID build/Release-iphoneos/{TARGET}.app",
         f"xcrun devicectl device process launch --device DEVICE_ID {bundle_id}",
@@ -136,9 +186,19 @@ def mac_commands(bundle_id: str, team_id: str, tvm_source_dir: str, port: int) -
     return commands
 
 
-def context(kind: str, bundle_id: str, app_name: str, model_name: str, device: str, team_id: str = "",
-            tvm_source_dir: str = "", mode: str = "standalone", address: str = "0.0.0.0", port: int = 9090,
-            key: str = "iphone") -> dict:
+def context(
+    kind: str,
+    bundle_id: str,
+    app_name: str,
+    model_name: str,
+    device: str,
+    team_id: str = "",
+    tvm_source_dir: str = "",
+    mode: str = "standalone",
+    address: str = "0.0.0.0",
+    port: int = 9090,
+    key: str = "iphone",
+) -> dict:
     """Everything templates/ios_rpc uses: the only place its values are decided."""
     from tvmgen import __version__
 
@@ -168,18 +228,47 @@ def context(kind: str, bundle_id: str, app_name: str, model_name: str, device: s
     main_group = {"id": object_id("group:main"), "children": [readme.id, *(g["id"] for g in groups)]}
     settings = build_settings(team_id, bundle_id, tvm_source_dir)
     return {
-        "kind": kind, "target": TARGET, "bundle_id": bundle_id, "app_name": app_name, "model_name": model_name,
-        "device": device, "team_id": team_id, "tvm_source_dir": tvm_source_dir, "tvmgen_version": __version__,
-        "deployment_target": DEPLOYMENT_TARGET, "default_mode": mode, "default_address": address,
-        "default_port": port, "default_key": key, "modes": list(MODES),
+        "kind": kind,
+        "target": TARGET,
+        "bundle_id": bundle_id,
+        "app_name": app_name,
+        "model_name": model_name,
+        "device": device,
+        "team_id": team_id,
+        "tvm_source_dir": tvm_source_dir,
+        "tvmgen_version": __version__,
+        "deployment_target": DEPLOYMENT_TARGET,
+        "default_mode": mode,
+        "default_address": address,
+        "default_port": port,
+        "default_key": key,
+        "modes": list(MODES),
         "mac_commands": mac_commands(bundle_id, team_id, tvm_source_dir, port),
         # the project file
         "files": [readme, *sources, *headers, plist, *jni, archive, model_dir, script],
-        "compiled": [*sources, *jni], "resources": [model_dir], "groups": groups, "main_group": main_group,
-        "product": product, "settings": settings, "ids": {name: object_id(name) for name in (
-            "project", "target", "phase:sources", "phase:resources", "phase:frameworks", "phase:tvm-runtime",
-            "configs:project", "configs:target", "config:project:Debug", "config:project:Release",
-            "config:target:Debug", "config:target:Release")},
+        "compiled": [*sources, *jni],
+        "resources": [model_dir],
+        "groups": groups,
+        "main_group": main_group,
+        "product": product,
+        "settings": settings,
+        "ids": {
+            name: object_id(name)
+            for name in (
+                "project",
+                "target",
+                "phase:sources",
+                "phase:resources",
+                "phase:frameworks",
+                "phase:tvm-runtime",
+                "configs:project",
+                "configs:target",
+                "config:project:Debug",
+                "config:project:Release",
+                "config:target:Debug",
+                "config:target:Release",
+            )
+        },
     }
 
 
@@ -192,8 +281,9 @@ def create_project(out_dir: Path, ctx: dict, artifact_dir: Path) -> list[str]:
     from tvmgen.ios import archive
 
     templates.render("ios_rpc", out_dir, ctx, filters={"pbx": pbx_string})
-    shutil.copytree(resources.jni_dir(), out_dir / "tvmgen-jni",
-                    ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
+    shutil.copytree(
+        resources.jni_dir(), out_dir / "tvmgen-jni", ignore=shutil.ignore_patterns("__pycache__", "__init__.py")
+    )
     models = out_dir / "Models"
     (models / "model").mkdir(parents=True)
     for f in sorted(artifact_dir.iterdir()):  # the manifest (and detached weights): what the runtime reads

@@ -18,7 +18,9 @@ from tvmgen.core import toolchains
 from tvmgen.core.errors import ToolMissingError
 
 Runner = Callable[..., subprocess.CompletedProcess]
-XCODE_INSTALL = "install Xcode from the App Store, then: sudo xcode-select -s /Applications/Xcode.app && xcodebuild -runFirstLaunch"
+XCODE_INSTALL = (
+    "install Xcode from the App Store, then: sudo xcode-select -s /Applications/Xcode.app && xcodebuild -runFirstLaunch"
+)
 
 
 def run(argv: list, cwd: str | Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -43,23 +45,27 @@ class MacTool(toolchains.Tool):
 
     def _find(self) -> Path:
         if not is_macos():
-            raise ToolMissingError(f"not macOS ({platform.system()}): {self.name} runs only on a Mac with Xcode",
-                                   "copy the rendered project to a Mac and run the printed commands there")
+            raise ToolMissingError(
+                f"not macOS ({platform.system()}): {self.name} runs only on a Mac with Xcode",
+                "copy the rendered project to a Mac and run the printed commands there",
+            )
         found = shutil.which(self.command)
         if found is None:
             raise ToolMissingError(f"{self.command} not found: {self.name} comes with Xcode", self.install)
         if self.probe:
             proc = self.runner([found, *self.probe])
             if proc.returncode != 0:
-                raise ToolMissingError(f"{self.name} is not usable: {(proc.stderr or proc.stdout).strip()[-300:]}",
-                                       self.install)
+                raise ToolMissingError(
+                    f"{self.name} is not usable: {(proc.stderr or proc.stdout).strip()[-300:]}", self.install
+                )
         return Path(found)
 
     def output(self, *args: str) -> str:
         proc = self.runner([str(self.verify()), *args])
         if proc.returncode != 0:
-            raise ToolMissingError(f"{self.command} {' '.join(args)} failed: {(proc.stderr or proc.stdout).strip()[-300:]}",
-                                   self.install)
+            raise ToolMissingError(
+                f"{self.command} {' '.join(args)} failed: {(proc.stderr or proc.stdout).strip()[-300:]}", self.install
+            )
         return proc.stdout
 
 
@@ -85,8 +91,10 @@ class Xcodebuild(MacTool):
             tail = (proc.stdout + proc.stderr)[-3000:]
             hint = "see the log file for xcodebuild's full output"
             if "No Account for Team" in tail or "requires a development team" in tail or "No profiles for" in tail:
-                hint = ("sign in to the team in Xcode > Settings > Accounts (automatic signing needs it), and check "
-                        "--team-id; `security find-identity -v -p codesigning` lists your identities")
+                hint = (
+                    "sign in to the team in Xcode > Settings > Accounts (automatic signing needs it), and check "
+                    "--team-id; `security find-identity -v -p codesigning` lists your identities"
+                )
             raise TvmgenError(f"xcodebuild failed (exit {proc.returncode}):\n{tail}", hint)
         app = project / "build" / f"{configuration}-iphoneos" / "TvmgenApp.app"
         if not app.is_dir():
@@ -96,10 +104,22 @@ class Xcodebuild(MacTool):
 
 def build_argv(project: Path, team_id: str, tvm_source_dir: str, configuration: str = "Release") -> list[str]:
     """The xcodebuild command line (also printed for a Mac when it cannot run here)."""
-    return ["xcodebuild", "-project", str(project / "TvmgenApp.xcodeproj"), "-target", "TvmgenApp",
-            "-configuration", configuration, "-sdk", "iphoneos", "-allowProvisioningUpdates",
-            f"DEVELOPMENT_TEAM={team_id}", f"TVM_SOURCE_DIR={tvm_source_dir}", "SYMROOT=" + str(project / "build"),
-            "build"]
+    return [
+        "xcodebuild",
+        "-project",
+        str(project / "TvmgenApp.xcodeproj"),
+        "-target",
+        "TvmgenApp",
+        "-configuration",
+        configuration,
+        "-sdk",
+        "iphoneos",
+        "-allowProvisioningUpdates",
+        f"DEVELOPMENT_TEAM={team_id}",
+        f"TVM_SOURCE_DIR={tvm_source_dir}",
+        "SYMROOT=" + str(project / "build"),
+        "build",
+    ]
 
 
 class IosSdk(MacTool):
@@ -143,15 +163,20 @@ class Devicectl(MacTool):
         xcrun = str(self.verify())
         proc = self.runner([xcrun, "devicectl", "device", "install", "app", "--device", device, str(app)])
         if proc.returncode != 0:
-            raise TvmgenError(f"installing on {device} failed: {(proc.stderr or proc.stdout).strip()[-1000:]}",
-                              "unlock the device, trust this Mac, and turn on Developer Mode (Settings > Privacy & "
-                              "Security); `xcrun devicectl list devices` shows what is connected")
+            raise TvmgenError(
+                f"installing on {device} failed: {(proc.stderr or proc.stdout).strip()[-1000:]}",
+                "unlock the device, trust this Mac, and turn on Developer Mode (Settings > Privacy & "
+                "Security); `xcrun devicectl list devices` shows what is connected",
+            )
 
     def launch(self, bundle_id: str, device: str) -> None:
         from tvmgen.core.errors import TvmgenError
 
-        proc = self.runner([str(self.verify()), "devicectl", "device", "process", "launch", "--device", device,
-                            bundle_id])
+        proc = self.runner(
+            [str(self.verify()), "devicectl", "device", "process", "launch", "--device", device, bundle_id]
+        )
         if proc.returncode != 0:
-            raise TvmgenError(f"launching {bundle_id} failed: {(proc.stderr or proc.stdout).strip()[-1000:]}",
-                              "trust the developer certificate on the device: Settings > General > VPN & Device Management")
+            raise TvmgenError(
+                f"launching {bundle_id} failed: {(proc.stderr or proc.stdout).strip()[-1000:]}",
+                "trust the developer certificate on the device: Settings > General > VPN & Device Management",
+            )

@@ -44,21 +44,39 @@ class Report:
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"device": self.device, "model": self.model, "platform": self.platform, "dev": self.dev,
-                "cold_ms": self.cold, "warm_ms": stats(self.warm_ms), "warm_samples_ms": self.warm_ms,
-                "copy_in_ms": stats(self.copy_in_ms), "copy_out_ms": stats(self.copy_out_ms),
-                "reference": self.reference, "check": self.check, **self.extra}
+        return {
+            "device": self.device,
+            "model": self.model,
+            "platform": self.platform,
+            "dev": self.dev,
+            "cold_ms": self.cold,
+            "warm_ms": stats(self.warm_ms),
+            "warm_samples_ms": self.warm_ms,
+            "copy_in_ms": stats(self.copy_in_ms),
+            "copy_out_ms": stats(self.copy_out_ms),
+            "reference": self.reference,
+            "check": self.check,
+            **self.extra,
+        }
 
 
 def stats(values: list[float]) -> dict:
     if not values:
         return {"count": 0}
     a = np.asarray(values, dtype=np.float64)
-    return {"count": int(a.size), "mean": float(a.mean()), "std": float(a.std()), "min": float(a.min()),
-            "p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)), "max": float(a.max())}
+    return {
+        "count": int(a.size),
+        "mean": float(a.mean()),
+        "std": float(a.std()),
+        "min": float(a.min()),
+        "p50": float(np.percentile(a, 50)),
+        "p90": float(np.percentile(a, 90)),
+        "max": float(a.max()),
+    }
 
 
 # ------------------------------------------------------------------ sessions
+
 
 def connect(t: Target):
     """An RPC session with the device under ``t.key``, and what the device says it is."""
@@ -70,16 +88,20 @@ def connect(t: Target):
         keys = tracker_summary(t.tracker)
         if t.key not in keys or (keys[t.key].get("total", 0) == 0 and keys[t.key].get("free", 0) == 0):
             known = ", ".join(sorted(k for k, v in keys.items() if v.get("total") or v.get("free"))) or "none"
-            raise RpcError(f"no device with key {t.key!r} is registered with the tracker at {t.tracker}",
-                           f"devices there: {known}; start one with `tvmgen rpc device --key {t.key} --tracker {t.tracker}`")
+            raise RpcError(
+                f"no device with key {t.key!r} is registered with the tracker at {t.tracker}",
+                f"devices there: {known}; start one with `tvmgen rpc device --key {t.key} --tracker {t.tracker}`",
+            )
         if keys[t.key].get("free", 0) == 0:
             console.print(f"  [dim]device {t.key!r} is busy: waiting for it (the tracker queues requests)[/]")
         host, port = parse_address(t.tracker, "tracker")
         try:
             remote = rpc.connect_tracker(host, port).request(t.key, priority=1, session_timeout=t.session_timeout)
         except Exception as e:
-            raise RpcError(f"could not get a session with {t.key!r} from the tracker at {t.tracker}: {_last(e)}",
-                           "check the device server is running (tvmgen devices --tracker ...)") from e
+            raise RpcError(
+                f"could not get a session with {t.key!r} from the tracker at {t.tracker}: {_last(e)}",
+                "check the device server is running (tvmgen devices --tracker ...)",
+            ) from e
     else:
         assert t.proxy is not None  # exactly one of the two (checked above)
         host, port = parse_address(t.proxy, "proxy")
@@ -88,8 +110,10 @@ def connect(t: Target):
         try:
             remote = rpc.connect(host, port, key=t.key, session_timeout=t.session_timeout)
         except Exception as e:
-            raise RpcError(f"no device with key {t.key!r} answered through the proxy at {t.proxy}: {_last(e)}",
-                           f"start one with `tvmgen rpc device --key {t.key} --proxy {t.proxy}`") from e
+            raise RpcError(
+                f"no device with key {t.key!r} answered through the proxy at {t.proxy}: {_last(e)}",
+                f"start one with `tvmgen rpc device --key {t.key} --proxy {t.proxy}`",
+            ) from e
     try:
         info = json.loads(remote.get_function("tvmgen.device_info")())
     except Exception:  # a device server that is not tvmgen's (TVM's Python server): nothing to check against
@@ -104,56 +128,86 @@ def _last(e: Exception) -> str:
 
 def guard(what: str):
     """Turn a lost device into an RpcError naming the step it happened in."""
+
     class _Guard:
         def __enter__(self):
             return self
 
         def __exit__(self, exc_type, exc, tb):
             if exc is not None and not isinstance(exc, (RpcError, InputError, CheckError, KeyboardInterrupt)):
-                raise RpcError(f"the device failed while {what}: {_last(exc)}",
-                               "the device server may have stopped or crashed; see its log") from exc
+                raise RpcError(
+                    f"the device failed while {what}: {_last(exc)}",
+                    "the device server may have stopped or crashed; see its log",
+                ) from exc
             return False
+
     return _Guard()
 
 
 # ------------------------------------------------------------------ model bench
+
 
 def check_compatible(manifest: artifact.Manifest, directory: Path, info: dict, key: str) -> None:
     """Refuse, before any upload, an artifact the device cannot load."""
     if info.get("system_lib_only"):
         check_linked(manifest, info, key)
     elif manifest.export["kind"] != "shared":
-        raise InputError(f"{directory} holds {manifest.export['kind']} ({manifest.export['library']}), not a shared "
-                         "library the device can load", "compile without --objects-only")
+        raise InputError(
+            f"{directory} holds {manifest.export['kind']} ({manifest.export['library']}), not a shared "
+            "library the device can load",
+            "compile without --objects-only",
+        )
     else:
         lib_fmt, lib_arch = binfmt.describe_file(directory / manifest.export["library"])
         if info.get("arch") and (manifest.arch != info["arch"] or lib_arch != info["arch"]):
             raise InputError(
                 f"the artifact is built for {manifest.platform} ({lib_arch}), device {key!r} is "
                 f"{info.get('platform', '?')} ({info['arch']}): nothing was uploaded",
-                f"compile for the device: tvmgen compile MODEL --platform {info.get('platform', 'PLATFORM')}")
+                f"compile for the device: tvmgen compile MODEL --platform {info.get('platform', 'PLATFORM')}",
+            )
     if info.get("devices") and manifest.device not in info["devices"]:
-        raise InputError(f"the artifact runs on {manifest.device}, device {key!r} offers {', '.join(info['devices'])}",
-                         "compile with a --device the device has")
+        raise InputError(
+            f"the artifact runs on {manifest.device}, device {key!r} offers {', '.join(info['devices'])}",
+            "compile with a --device the device has",
+        )
 
 
 def check_linked(manifest: artifact.Manifest, info: dict, key: str) -> None:
     """A device that runs only the model linked into its app (the iOS app): the artifact must be that model."""
     if not manifest.export.get("system_lib"):
-        raise InputError(f"device {key!r} runs only the model linked into its app (iOS cannot load uploaded code); "
-                         f"this {manifest.platform} artifact is not that", "bench the model the app was made with "
-                         "(tvmgen rpc-app --platform ios --model MODEL), or its ios-arm64 artifact")
+        raise InputError(
+            f"device {key!r} runs only the model linked into its app (iOS cannot load uploaded code); "
+            f"this {manifest.platform} artifact is not that",
+            "bench the model the app was made with "
+            "(tvmgen rpc-app --platform ios --model MODEL), or its ios-arm64 artifact",
+        )
     if info.get("arch") and manifest.arch != info["arch"]:
-        raise InputError(f"the artifact is built for {manifest.platform} ({manifest.arch}), device {key!r} is "
-                         f"{info.get('platform', '?')} ({info['arch']})", "bench the model the app was made with")
+        raise InputError(
+            f"the artifact is built for {manifest.platform} ({manifest.arch}), device {key!r} is "
+            f"{info.get('platform', '?')} ({info['arch']})",
+            "bench the model the app was made with",
+        )
     linked = info.get("linked_models") or []
     if linked and manifest.model.get("name") not in linked:
-        raise InputError(f"device {key!r} serves {', '.join(linked)}, not {manifest.model.get('name')}",
-                         "bench that model, or make the app again with --model")
+        raise InputError(
+            f"device {key!r} serves {', '.join(linked)}, not {manifest.model.get('name')}",
+            "bench that model, or make the app again with --model",
+        )
 
 
-def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, number: int, min_repeat_ms: int,
-                seed: int, reference=None, reference_name: str | None = None, profile: bool = False) -> Report:
+def bench_model(
+    remote,
+    info: dict,
+    directory: Path,
+    key: str,
+    repeat: int,
+    number: int,
+    min_repeat_ms: int,
+    seed: int,
+    reference=None,
+    reference_name: str | None = None,
+    profile: bool = False,
+) -> Report:
     import tvm
     from tvm import relax
 
@@ -168,15 +222,23 @@ def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, numb
     lib_name = f"model-{manifest.files[manifest.export['library']]['sha256'][:12]}.so"
     report.cold["upload"] = 0.0
     if not linked:
-        with step(f"Uploading {manifest.export['library']} ({manifest.files[manifest.export['library']]['bytes']:,} "
-                  "bytes)"), guard("receiving the library"):
+        with (
+            step(
+                f"Uploading {manifest.export['library']} ({manifest.files[manifest.export['library']]['bytes']:,} "
+                "bytes)"
+            ),
+            guard("receiving the library"),
+        ):
             t0 = time.perf_counter()
             remote.upload(str(directory / manifest.export["library"]), target=lib_name)
             report.cold["upload"] = (time.perf_counter() - t0) * 1e3
     inputs = random_inputs(manifest.inputs, seed)
     resident = _device_memory(remote)
-    memory = {"source": "the device server's /proc/self/status",
-              "before_load_bytes": resident["rss_bytes"]} if resident else None
+    memory = (
+        {"source": "the device server's /proc/self/status", "before_load_bytes": resident["rss_bytes"]}
+        if resident
+        else None
+    )
     with step("Loading on the device and running once (cold start)"), guard("loading and running the model"):
         t0 = time.perf_counter()
         lib = remote.system_lib() if linked else remote.load_module(lib_name)
@@ -198,8 +260,13 @@ def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, numb
         tensors = device_outputs(remote, out, manifest.outputs)
         outputs = [o.numpy() for o in tensors]
         t5 = time.perf_counter()
-    report.cold.update(load=(t1 - t0) * 1e3, init=(t2 - t1) * 1e3, copy_in=(t3 - t2) * 1e3,
-                       first_run=(t4 - t3) * 1e3, copy_out=(t5 - t4) * 1e3)
+    report.cold.update(
+        load=(t1 - t0) * 1e3,
+        init=(t2 - t1) * 1e3,
+        copy_in=(t3 - t2) * 1e3,
+        first_run=(t4 - t3) * 1e3,
+        copy_out=(t5 - t4) * 1e3,
+    )
     report.cold["total"] = report.cold["load"] + report.cold["init"] + report.cold["first_run"]
     with step(f"Timing {repeat} warm runs on the device"), guard("timing the model"):
         timer = vm.time_evaluator(manifest.vm["entry"], dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
@@ -215,8 +282,9 @@ def bench_model(remote, info: dict, directory: Path, key: str, repeat: int, numb
         del fresh
     if profile:
         with step(f"Profiling {repeat} runs kernel by kernel on the device"), guard("profiling the model"):
-            report.extra["profile"] = _profile_on_device(remote, vm, manifest, directory, dev, repeat,
-                                                         [*args, *params]).to_json()
+            report.extra["profile"] = _profile_on_device(
+                remote, vm, manifest, directory, dev, repeat, [*args, *params]
+            ).to_json()
     if memory:
         memory["overall_peak_bytes"] = _peak_bytes(remote)
         report.extra["memory"] = memory
@@ -251,8 +319,10 @@ def _profile_on_device(remote, vm, manifest: artifact.Manifest, directory: Path,
     try:
         f = remote.get_function("tvmgen.profile_vm")
     except Exception as e:
-        raise InputError("the device server cannot profile (no tvmgen.profile_vm): it is not tvmgen's, or older",
-                         "start tvmgen's device server (tvmgen rpc device), rebuilt by this tvmgen") from e
+        raise InputError(
+            "the device server cannot profile (no tvmgen.profile_vm): it is not tvmgen's, or older",
+            "start tvmgen's device server (tvmgen rpc device), rebuilt by this tvmgen",
+        ) from e
     from tvmgen.compiler.platforms import DL_DEVICE_TYPES
 
     result = json.loads(f(vm.module, manifest.vm["entry"], runs, DL_DEVICE_TYPES[manifest.device], 0, *args))
@@ -291,16 +361,21 @@ def device_outputs(remote, out, specs: list) -> list:
             try:
                 n = int(size(value))
             except Exception as e:
-                raise CheckError(f"the device's output {path} is neither a tensor nor a tuple of tensors "
-                                 f"({type(value).__name__}: {_last(e)})",
-                                 "tvmgen benches models whose outputs are tensors") from e
+                raise CheckError(
+                    f"the device's output {path} is neither a tensor nor a tuple of tensors "
+                    f"({type(value).__name__}: {_last(e)})",
+                    "tvmgen benches models whose outputs are tensors",
+                ) from e
             for i in range(n):
                 walk(get(value, i), f"{path}[{i}]")
 
     walk(out, "out")
     if len(flat) != len(specs):
-        raise CheckError(f"the device returned {len(flat)} output(s), the artifact's manifest lists {len(specs)} "
-                         f"({', '.join(s.name for s in specs)})", "recompile the artifact with this tvmgen")
+        raise CheckError(
+            f"the device returned {len(flat)} output(s), the artifact's manifest lists {len(specs)} "
+            f"({', '.join(s.name for s in specs)})",
+            "recompile the artifact with this tvmgen",
+        )
     return flat
 
 
@@ -323,6 +398,7 @@ class _Scalar:
 
 
 # ------------------------------------------------------------------ the seed's GEMM
+
 
 def gemm_module(n: int, target_spec: dict, device: str):
     """An n x n x n float32 matmul with a schedule for the device: tiled and vectorised on CPU,
@@ -359,8 +435,9 @@ def gemm_module(n: int, target_spec: dict, device: str):
     return tvm.compile(sch.mod, make_target(target_spec))
 
 
-def bench_gemm(remote, info: dict, n: int, platform, device: str, repeat: int, number: int, min_repeat_ms: int,
-               scratch: Path) -> Report:
+def bench_gemm(
+    remote, info: dict, n: int, platform, device: str, repeat: int, number: int, min_repeat_ms: int, scratch: Path
+) -> Report:
     import tvm
     import tvm.support.cc as cc
 
@@ -368,8 +445,10 @@ def bench_gemm(remote, info: dict, n: int, platform, device: str, repeat: int, n
     from tvmgen.compiler.platforms import DL_DEVICE_TYPES, target_dict
 
     if info.get("arch") and platform.arch != info["arch"]:
-        raise InputError(f"--platform {platform.name} ({platform.arch}) does not match device ({info['arch']})",
-                         f"use --platform {info.get('platform')}")
+        raise InputError(
+            f"--platform {platform.name} ({platform.arch}) does not match device ({info['arch']})",
+            f"use --platform {info.get('platform')}",
+        )
     with step(f"Building a {n}x{n}x{n} GEMM for {platform.name}/{device}"):
         mod = gemm_module(n, target_dict(platform, device), device)
         lib_path = scratch / "gemm.so"
@@ -392,36 +471,46 @@ def bench_gemm(remote, info: dict, n: int, platform, device: str, repeat: int, n
     want = a.astype(np.float64) @ b.astype(np.float64)
     err = float(np.abs(got - want).max())
     report.reference = "numpy (float64) on the host"
-    report.check = [{"name": "C", "max_abs": err, "max_rel": err / float(np.abs(want).max()),
-                     "ref_max": float(np.abs(want).max())}]
+    report.check = [
+        {"name": "C", "max_abs": err, "max_rel": err / float(np.abs(want).max()), "ref_max": float(np.abs(want).max())}
+    ]
     median = float(np.median(report.warm_ms))
-    report.extra["gflops"] = 2 * n ** 3 / (median / 1e3) / 1e9
+    report.extra["gflops"] = 2 * n**3 / (median / 1e3) / 1e9
     return report
 
 
 # ------------------------------------------------------------------ output
 
+
 def print_report(r: Report) -> None:
     d = r.device
-    console.print(f"[bold]{r.model}[/] on device {d.get('platform', '?')} ({d.get('arch', '?')}, "
-                  f"{d.get('machine', '?')}), {r.dev}")
+    console.print(
+        f"[bold]{r.model}[/] on device {d.get('platform', '?')} ({d.get('arch', '?')}, "
+        f"{d.get('machine', '?')}), {r.dev}"
+    )
     if r.cold:
         c = r.cold
-        console.print(f"  cold start {c['total']:.1f} ms = load {c['load']:.1f} + init {c['init']:.1f} + "
-                      f"first run {c['first_run']:.1f} (upload {c['upload']:.1f} ms)")
+        console.print(
+            f"  cold start {c['total']:.1f} ms = load {c['load']:.1f} + init {c['init']:.1f} + "
+            f"first run {c['first_run']:.1f} (upload {c['upload']:.1f} ms)"
+        )
     rows = [("run (device)", stats(r.warm_ms)), ("copy-in", stats(r.copy_in_ms)), ("copy-out", stats(r.copy_out_ms))]
     console.print(f"  {'ms':<13}{'count':>6}{'mean':>10}{'std':>9}{'min':>10}{'p50':>10}{'p90':>10}{'max':>10}")
     for name, s in rows:
         if s["count"]:
-            console.print(f"  {name:<13}{s['count']:>6}{s['mean']:>10.3f}{s['std']:>9.3f}{s['min']:>10.3f}"
-                          f"{s['p50']:>10.3f}{s['p90']:>10.3f}{s['max']:>10.3f}")
+            console.print(
+                f"  {name:<13}{s['count']:>6}{s['mean']:>10.3f}{s['std']:>9.3f}{s['min']:>10.3f}"
+                f"{s['p50']:>10.3f}{s['p90']:>10.3f}{s['max']:>10.3f}"
+            )
     if "gflops" in r.extra:
         console.print(f"  {r.extra['gflops']:.2f} GFLOPS (median)")
     m = r.extra.get("memory")
     if m:
-        console.print(f"  device peak resident memory (VmHWM): after load {m['after_load_peak_bytes'] / 2**20:.1f} MB, "
-                      f"overall {m['overall_peak_bytes'] / 2**20:.1f} MB ({m['before_load_bytes'] / 2**20:.1f} MB before "
-                      "loading)")
+        console.print(
+            f"  device peak resident memory (VmHWM): after load {m['after_load_peak_bytes'] / 2**20:.1f} MB, "
+            f"overall {m['overall_peak_bytes'] / 2**20:.1f} MB ({m['before_load_bytes'] / 2**20:.1f} MB before "
+            "loading)"
+        )
     if r.check is not None:
         for row in r.check:
             console.print(f"  outputs vs {r.reference}: {row['name']} max abs error {row['max_abs']:.3g}")

@@ -13,8 +13,9 @@ from tvmgen.core.log import step
 from tvmgen.remote import bench
 
 
-def measure_tvm_costs(partitioned, target, platform: str | None, costs: dict, scratch: Path,
-                      repeat: int = 5, number: int = 10) -> list[dict]:
+def measure_tvm_costs(
+    partitioned, target, platform: str | None, costs: dict, scratch: Path, repeat: int = 5, number: int = 10
+) -> list[dict]:
     """Time each op kind the NNAPI partitions hold, compiled alone for the device's CPU, over RPC
     (tvmgen bench's machinery); returns one row per kind: measured GFLOP/s (median of ``repeat``
     repeats of ``number`` runs), or the table's rate where a kind cannot be built alone."""
@@ -39,9 +40,11 @@ def measure_tvm_costs(partitioned, target, platform: str | None, costs: dict, sc
         build.compile_to_artifact(model, build.BuildOptions(plat, "cpu"), directory, True, {"name": f"op-{kind}"})
         timed = bench.bench_model(remote, info, directory, target.key, repeat, number, 0, seed=0)
         median = float(np.median(timed.warm_ms))
-        row.update(source="measured", median_ms=median, gflops=flops / (median / 1e3) / 1e9,
-                   device=f"{info.get('platform', plat.name)} ({info.get('arch', plat.arch)})")
+        row.update(
+            source="measured",
+            median_ms=median,
+            gflops=flops / (median / 1e3) / 1e9,
+            device=f"{info.get('platform', plat.name)} ({info.get('arch', plat.arch)})",
+        )
         rows.append(row)
     return rows
-
-

@@ -106,8 +106,14 @@ def _spawn(name: str, command: list[str], host: str, port: int, env: dict | None
     log_path = state_dir() / f"{name}.log"
     logs.log.debug("starting %s: %s", name, " ".join(command))
     with open(log_path, "w") as log_file:
-        proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(
+            command,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
     return Server(name, proc.pid, host, port, str(log_path), command)
 
 
@@ -134,21 +140,48 @@ def accepts(host: str, port: int) -> bool:
 
 def start_tracker(host: str = "127.0.0.1", port: int = 9190, port_end: int = 9199) -> Server:
     port = free_port(host, port, port_end)
-    server = _spawn("tracker", [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", host, "--port", str(port),
-                                "--port-end", str(port + 1), "--silent"], host, port)
+    server = _spawn(
+        "tracker",
+        [
+            sys.executable,
+            "-m",
+            "tvm.exec.rpc_tracker",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--port-end",
+            str(port + 1),
+            "--silent",
+        ],
+        host,
+        port,
+    )
     wait_until(server, lambda: accepts(host, port), f"accept connections on {host}:{port}", 30)
     return server
 
 
-def start_proxy(host: str = "127.0.0.1", port: int = 9090, port_end: int = 9189, web_port: int = 0,
-                tracker: str | None = None) -> Server:
+def start_proxy(
+    host: str = "127.0.0.1", port: int = 9090, port_end: int = 9189, web_port: int = 0, tracker: str | None = None
+) -> Server:
     try:
         import tornado  # noqa: F401  - TVM's proxy needs it; it is not an apache-tvm dependency
     except ImportError as e:
         raise ToolMissingError("the RPC proxy needs tornado", "pip install tornado") from e
     port = free_port(host, port, port_end)
-    cmd = [sys.executable, "-m", "tvm.exec.rpc_proxy", "--host", host, "--port", str(port), "--port-end",
-           str(port + 1), "--web-port", str(web_port)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tvm.exec.rpc_proxy",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--port-end",
+        str(port + 1),
+        "--web-port",
+        str(web_port),
+    ]
     if tracker:
         cmd += ["--tracker", tracker]
     server = _spawn("proxy", cmd, host, port)
@@ -156,9 +189,18 @@ def start_proxy(host: str = "127.0.0.1", port: int = 9090, port_end: int = 9189,
     return server
 
 
-def start_device(platform: str, key: str, proxy: str | None = None, tracker: str | None = None,
-                 host: str = "127.0.0.1", work_dir: Path | None = None, session_timeout: int = 600,
-                 max_upload_mb: int = 512, extra: list[str] | None = None, prefix: Path | None = None) -> Server:
+def start_device(
+    platform: str,
+    key: str,
+    proxy: str | None = None,
+    tracker: str | None = None,
+    host: str = "127.0.0.1",
+    work_dir: Path | None = None,
+    session_timeout: int = 600,
+    max_upload_mb: int = 512,
+    extra: list[str] | None = None,
+    prefix: Path | None = None,
+) -> Server:
     """Start the native device server; for linux-aarch64 under qemu with the aarch64 TVM runtime."""
     import shutil
 
@@ -172,12 +214,22 @@ def start_device(platform: str, key: str, proxy: str | None = None, tracker: str
     if platform == "linux-aarch64":
         qemu = shutil.which("qemu-aarch64")
         if qemu is None:
-            raise ToolMissingError("qemu-aarch64 not found: it runs the aarch64 device server here",
-                                   "apt-get install qemu-user")
+            raise ToolMissingError(
+                "qemu-aarch64 not found: it runs the aarch64 device server here", "apt-get install qemu-user"
+            )
         cmd = [qemu, "-L", QEMU_SYSROOT, *cmd]
     work_dir = Path(work_dir or state_dir() / f"device-{key}-work")
-    cmd += ["--key", key, "--work-dir", str(work_dir), "--session-timeout", str(session_timeout),
-            "--max-upload-mb", str(max_upload_mb), *(extra or [])]
+    cmd += [
+        "--key",
+        key,
+        "--work-dir",
+        str(work_dir),
+        "--session-timeout",
+        str(session_timeout),
+        "--max-upload-mb",
+        str(max_upload_mb),
+        *(extra or []),
+    ]
     if proxy is not None:
         cmd += ["--proxy", proxy]
         h, p = parse_address(proxy, "proxy")
@@ -187,8 +239,12 @@ def start_device(platform: str, key: str, proxy: str | None = None, tracker: str
         h, p = parse_address(tracker, "tracker")
     server = _spawn(f"device-{key}", cmd, h, p)
     marker = "waiting for a client on proxy" if proxy else "registered with tracker"
-    wait_until(server, lambda: marker in Path(server.log).read_text(errors="replace"),
-               f"reach the {'proxy' if proxy else 'tracker'} at {h}:{p}", 120)
+    wait_until(
+        server,
+        lambda: marker in Path(server.log).read_text(errors="replace"),
+        f"reach the {'proxy' if proxy else 'tracker'} at {h}:{p}",
+        120,
+    )
     time.sleep(0.3)  # a proxy refuses a duplicate key right after the key is sent
     if not server.alive():
         tail = Path(server.log).read_text(errors="replace").strip().splitlines()[-1:]
@@ -197,6 +253,7 @@ def start_device(platform: str, key: str, proxy: str | None = None, tracker: str
 
 
 # ------------------------------------------------------------------ detached servers
+
 
 def record(server: Server) -> Path:
     path = state_dir() / f"{server.name}.json"
@@ -232,14 +289,17 @@ def stop_recorded(names: list[str] | None = None) -> list[Server]:
 
 # ------------------------------------------------------------------ tracker queries
 
+
 def tracker_summary(tracker: str) -> dict:
     """{key: {"free": n, "pending": n, "total": n}} from the tracker; a clear error when it is unreachable."""
     from tvm import rpc
 
     host, port = parse_address(tracker, "tracker")
     if not accepts(host, port):
-        raise RpcError(f"cannot reach the RPC tracker at {tracker} (connection refused or timed out)",
-                       "start one with `tvmgen rpc tracker`, or check --tracker HOST:PORT")
+        raise RpcError(
+            f"cannot reach the RPC tracker at {tracker} (connection refused or timed out)",
+            "start one with `tvmgen rpc tracker`, or check --tracker HOST:PORT",
+        )
     try:
         summary = rpc.connect_tracker(host, port).summary()
     except Exception as e:

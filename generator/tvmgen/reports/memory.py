@@ -22,6 +22,7 @@ MB = 1024 * 1024
 
 # ------------------------------------------------------------------ the process, measured
 
+
 def proc_status(path: str = "/proc/self/status") -> dict[str, int]:
     """VmRSS and VmHWM in bytes ({} where /proc does not exist, e.g. macOS)."""
     out = {}
@@ -39,6 +40,7 @@ def proc_status(path: str = "/proc/self/status") -> dict[str, int]:
 @dataclass
 class ResidentMemory:
     """Resident memory at three moments; peaks are the kernel's high-water mark (VmHWM)."""
+
     before_load: int = 0  # VmRSS before the model is loaded
     after_load_peak: int = 0  # VmHWM once the model is loaded and the VM initialised
     overall_peak: int = 0  # VmHWM after the runs
@@ -53,21 +55,28 @@ class ResidentMemory:
         self.overall_peak = proc_status().get("VmHWM", 0)
 
     def to_json(self) -> dict:
-        return {"source": "/proc/self/status", "before_load_bytes": self.before_load,
-                "after_load_peak_bytes": self.after_load_peak, "overall_peak_bytes": self.overall_peak,
-                "model_after_load_bytes": max(0, self.after_load_peak - self.before_load),
-                "model_overall_bytes": max(0, self.overall_peak - self.before_load)}
+        return {
+            "source": "/proc/self/status",
+            "before_load_bytes": self.before_load,
+            "after_load_peak_bytes": self.after_load_peak,
+            "overall_peak_bytes": self.overall_peak,
+            "model_after_load_bytes": max(0, self.after_load_peak - self.before_load),
+            "model_overall_bytes": max(0, self.overall_peak - self.before_load),
+        }
 
     def line(self) -> str:
         if not self.overall_peak:
             return "peak memory: not available here (no /proc/self/status)"
-        return (f"peak resident memory (VmHWM): after load {self.after_load_peak / MB:.1f} MB, overall "
-                f"{self.overall_peak / MB:.1f} MB (the model added {(self.after_load_peak - self.before_load) / MB:.1f}"
-                f" and {(self.overall_peak - self.before_load) / MB:.1f} MB to the {self.before_load / MB:.1f} MB "
-                "resident before loading)")
+        return (
+            f"peak resident memory (VmHWM): after load {self.after_load_peak / MB:.1f} MB, overall "
+            f"{self.overall_peak / MB:.1f} MB (the model added {(self.after_load_peak - self.before_load) / MB:.1f}"
+            f" and {(self.overall_peak - self.before_load) / MB:.1f} MB to the {self.before_load / MB:.1f} MB "
+            "resident before loading)"
+        )
 
 
 # ------------------------------------------------------------------ the artifact, from its files
+
 
 def footprint(directory: Path, manifest) -> dict:
     """Weights, code and planned workspace of an artifact, in bytes (None where not recorded)."""
@@ -82,12 +91,16 @@ def footprint(directory: Path, manifest) -> dict:
         weights = sum(c["bytes"] for c in table["constants"]) if table else None
         where = "inside the library"
     plan = (table or {}).get("memory_plan")
-    return {"library_bytes": lib.stat().st_size if lib.is_file() else None, "code_bytes": code,
-            "weights_bytes": weights, "weights_in": where,
-            "embedded_blob_bytes": elf.symbol_size("__tvm_ffi__library_bin") if elf else None,
-            "planned_workspace_bytes": plan["bytes"] if plan else None,
-            "planned_storages": len(plan["storages"]) if plan else None,
-            "source_weights": (table or {}).get("source_weights")}
+    return {
+        "library_bytes": lib.stat().st_size if lib.is_file() else None,
+        "code_bytes": code,
+        "weights_bytes": weights,
+        "weights_in": where,
+        "embedded_blob_bytes": elf.symbol_size("__tvm_ffi__library_bin") if elf else None,
+        "planned_workspace_bytes": plan["bytes"] if plan else None,
+        "planned_storages": len(plan["storages"]) if plan else None,
+        "source_weights": (table or {}).get("source_weights"),
+    }
 
 
 def folded_growth(table: dict | None, weights_bytes: int | None) -> dict | None:
@@ -96,8 +109,12 @@ def folded_growth(table: dict | None, weights_bytes: int | None) -> dict | None:
     src = (table or {}).get("source_weights") or {}
     if not weights_bytes or not src.get("model_file_bytes"):
         return None
-    return {"model_file_bytes": src["model_file_bytes"], "compiled_bytes": weights_bytes,
-            "imported_by_dtype": src.get("by_dtype", {}), "ratio": weights_bytes / src["model_file_bytes"]}
+    return {
+        "model_file_bytes": src["model_file_bytes"],
+        "compiled_bytes": weights_bytes,
+        "imported_by_dtype": src.get("by_dtype", {}),
+        "ratio": weights_bytes / src["model_file_bytes"],
+    }
 
 
 def size_report(directory: Path, manifest, top: int = 15) -> dict:
@@ -111,11 +128,14 @@ def size_report(directory: Path, manifest, top: int = 15) -> dict:
         loaded = tvm.runtime.load_param_dict((directory / manifest.params["file"]).read_bytes())
         for name in manifest.params["names"]:
             a = loaded[name]
-            weights.append({"name": name, "shape": list(a.shape), "dtype": str(a.dtype),
-                            "bytes": int(a.numpy().nbytes)})
+            weights.append(
+                {"name": name, "shape": list(a.shape), "dtype": str(a.dtype), "bytes": int(a.numpy().nbytes)}
+            )
     elif table:
-        weights = [{"name": f"{c['kernel']} arg {c['arg']}", "shape": c["shape"], "dtype": c["dtype"],
-                    "bytes": c["bytes"]} for c in table["constants"]]
+        weights = [
+            {"name": f"{c['kernel']} arg {c['arg']}", "shape": c["shape"], "dtype": c["dtype"], "bytes": c["bytes"]}
+            for c in table["constants"]
+        ]
     weights.sort(key=lambda w: -w["bytes"])
     lib = directory / manifest.export["library"]
     elf = read_elf(lib) if lib.is_file() else None
@@ -124,21 +144,27 @@ def size_report(directory: Path, manifest, top: int = 15) -> dict:
     for sym, size in code.items():
         by_kernel[kernel_of_symbol(sym)] = by_kernel.get(kernel_of_symbol(sym), 0) + size
     kernels = [{"kernel": k, "bytes": v} for k, v in sorted(by_kernel.items(), key=lambda kv: -kv[1])]
-    return {"weights": weights, "weights_total": sum(w["bytes"] for w in weights),
-            "code": kernels, "code_total": sum(k["bytes"] for k in kernels), "recorded": table is not None}
+    return {
+        "weights": weights,
+        "weights_total": sum(w["bytes"] for w in weights),
+        "code": kernels,
+        "code_total": sum(k["bytes"] for k in kernels),
+        "recorded": table is not None,
+    }
 
 
 def kernel_of_symbol(sym: str) -> str:
     """The kernel a code symbol belongs to: ``__tvm_ffi_NAME`` (its entry) and ``NAME_compute_`` (its body)."""
     if sym.startswith("__tvm_ffi_"):
-        return sym[len("__tvm_ffi_"):]
+        return sym[len("__tvm_ffi_") :]
     for tail in ("_compute_",):
         if tail in sym:
-            return sym[:sym.index(tail)]
+            return sym[: sym.index(tail)]
     return sym
 
 
 # ------------------------------------------------------------------ ELF: sections and symbols
+
 
 @dataclass
 class Elf:
@@ -172,10 +198,10 @@ def read_elf(path: Path) -> Elf | None:
         return None
     is64, e = data[4] == 2, "<" if data[5] == 1 else ">"
     if is64:
-        shoff, = struct.unpack_from(e + "Q", data, 0x28)
+        (shoff,) = struct.unpack_from(e + "Q", data, 0x28)
         shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x3A)
     else:
-        shoff, = struct.unpack_from(e + "I", data, 0x20)
+        (shoff,) = struct.unpack_from(e + "I", data, 0x20)
         shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x2E)
     raw = []
     for i in range(shnum):
@@ -189,7 +215,7 @@ def read_elf(path: Path) -> Elf | None:
 
     def cstr(base: int, at: int) -> str:
         end = data.index(b"\0", base + at)
-        return data[base + at:end].decode(errors="replace")
+        return data[base + at : end].decode(errors="replace")
 
     sections, symbols = {}, []
     for name, typ, flags, addr, offset, size, link, entsize in raw:

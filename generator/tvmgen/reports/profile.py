@@ -34,7 +34,7 @@ CLOCKS = {
     "host": "this host's clock around each VM call",
     "device": "the device's steady clock around each VM call",
     "device host": "the device's host clock around each launch: a GPU runs kernels asynchronously, "
-                   "so these are launch costs",
+    "so these are launch costs",
     "device events": "the device's own event timestamps",
     OPENCL_EVENTS: "OpenCL event timestamps (CL_PROFILING_COMMAND_START to END, on the device)",
 }
@@ -56,8 +56,16 @@ class Profile:
     kernels_median_ms: float = 0.0  # the kernels' time in the median profiled run: compared with whole_run_ms
 
     @classmethod
-    def from_counts(cls, counts: dict, runs: int, whole_run_ms: float, table: dict | None,
-                    device: str = "cpu", clock: str = "host", kernels_median_ms: float | None = None) -> Profile:
+    def from_counts(
+        cls,
+        counts: dict,
+        runs: int,
+        whole_run_ms: float,
+        table: dict | None,
+        device: str = "cpu",
+        clock: str = "host",
+        kernels_median_ms: float | None = None,
+    ) -> Profile:
         rows, vm_calls, vm_ns = [], 0, 0
         for name, (calls, total_ns) in counts.items():
             if name.startswith(("vm.", "runtime.")):
@@ -66,18 +74,36 @@ class Profile:
             ops, kind, flops = kernel_table.kind_of(name, table)
             total_ms = total_ns / 1e6 / runs
             per_run = calls / runs
-            row = {"name": name, "ops": ops, "kind": kind, "calls": per_run, "total_ms": total_ms,
-                   "mean_us": total_ms * 1e3 / per_run if per_run else 0.0,
-                   "share": total_ms / whole_run_ms if whole_run_ms else 0.0, "flops": flops, "gflops": None}
+            row = {
+                "name": name,
+                "ops": ops,
+                "kind": kind,
+                "calls": per_run,
+                "total_ms": total_ms,
+                "mean_us": total_ms * 1e3 / per_run if per_run else 0.0,
+                "share": total_ms / whole_run_ms if whole_run_ms else 0.0,
+                "flops": flops,
+                "gflops": None,
+            }
             if flops and total_ms > 0 and (device == "cpu" or clock in EVENT_CLOCKS):
                 row["gflops"] = flops * per_run / (total_ms / 1e3) / 1e9
             rows.append(row)
         rows.sort(key=lambda r: -r["total_ms"])
         if vm_calls:
             total_ms = vm_ns / 1e6 / runs
-            rows.append({"name": VM_ROW, "ops": [], "kind": "vm", "calls": vm_calls / runs, "total_ms": total_ms,
-                         "mean_us": total_ms * 1e3 / (vm_calls / runs), "share": total_ms / whole_run_ms
-                         if whole_run_ms else 0.0, "flops": None, "gflops": None})
+            rows.append(
+                {
+                    "name": VM_ROW,
+                    "ops": [],
+                    "kind": "vm",
+                    "calls": vm_calls / runs,
+                    "total_ms": total_ms,
+                    "mean_us": total_ms * 1e3 / (vm_calls / runs),
+                    "share": total_ms / whole_run_ms if whole_run_ms else 0.0,
+                    "flops": None,
+                    "gflops": None,
+                }
+            )
         profile = cls(rows, runs, whole_run_ms, device, clock)
         profile.kernels_median_ms = kernels_median_ms if kernels_median_ms is not None else profile.kernels_ms
         return profile
@@ -89,8 +115,9 @@ class Profile:
         p = d.get("profile", d)
         # the device says which clock (OPENCL_EVENTS on OpenCL); older ones did not: the host's view of a GPU
         clock = p.get("clock") or ("device" if device == "cpu" else "device host")
-        profile = cls.from_counts(p["counts"], p["runs"], p["whole_run_ms"], table, device, clock,
-                                  kernels_median_ms=p["kernels_median_ms"])
+        profile = cls.from_counts(
+            p["counts"], p["runs"], p["whole_run_ms"], table, device, clock, kernels_median_ms=p["kernels_median_ms"]
+        )
         if "opencl_kernels" in p:  # each OpenCL kernel: [launches, event ns] over the runs
             profile.extra["opencl_kernels"] = p["opencl_kernels"]
         return profile
@@ -108,8 +135,10 @@ class Profile:
         """Per kind of kernel: kernels, calls, time, share, GFLOP/s; slowest first."""
         by: dict[str, dict] = {}
         for r in self.rows:
-            k = by.setdefault(r["kind"], {"kind": r["kind"], "kernels": 0, "calls": 0.0, "total_ms": 0.0,
-                                          "flops": 0.0, "timed_flops_ms": 0.0})
+            k = by.setdefault(
+                r["kind"],
+                {"kind": r["kind"], "kernels": 0, "calls": 0.0, "total_ms": 0.0, "flops": 0.0, "timed_flops_ms": 0.0},
+            )
             k["kernels"] += 1
             k["calls"] += r["calls"]
             k["total_ms"] += r["total_ms"]
@@ -119,38 +148,64 @@ class Profile:
         out = []
         for k in sorted(by.values(), key=lambda k: -k["total_ms"]):
             gflops = k["flops"] / (k["timed_flops_ms"] / 1e3) / 1e9 if k["timed_flops_ms"] else None
-            out.append({"kind": k["kind"], "kernels": k["kernels"], "calls": k["calls"],
-                        "total_ms": k["total_ms"], "share": k["total_ms"] / self.whole_run_ms if self.whole_run_ms
-                        else 0.0, "gflops": gflops})
+            out.append(
+                {
+                    "kind": k["kind"],
+                    "kernels": k["kernels"],
+                    "calls": k["calls"],
+                    "total_ms": k["total_ms"],
+                    "share": k["total_ms"] / self.whole_run_ms if self.whole_run_ms else 0.0,
+                    "gflops": gflops,
+                }
+            )
         return out
 
     def to_json(self) -> dict:
-        return {"device": self.device, "clock": self.clock, "runs": self.runs,
-                "whole_run_ms": self.whole_run_ms, "kernels_ms": self.kernels_ms,
-                "kernels_median_ms": self.kernels_median_ms,
-                "profiled_ms": self.profiled_ms, "kernels": self.rows, "kinds": self.kinds(), **self.extra}
+        return {
+            "device": self.device,
+            "clock": self.clock,
+            "runs": self.runs,
+            "whole_run_ms": self.whole_run_ms,
+            "kernels_ms": self.kernels_ms,
+            "kernels_median_ms": self.kernels_median_ms,
+            "profiled_ms": self.profiled_ms,
+            "kernels": self.rows,
+            "kinds": self.kinds(),
+            **self.extra,
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> Profile:
-        return cls(d["kernels"], d["runs"], d["whole_run_ms"], d.get("device", "cpu"), d.get("clock", "host"),
-                   kernels_median_ms=d.get("kernels_median_ms", 0.0))
+        return cls(
+            d["kernels"],
+            d["runs"],
+            d["whole_run_ms"],
+            d.get("device", "cpu"),
+            d.get("clock", "host"),
+            kernels_median_ms=d.get("kernels_median_ms", 0.0),
+        )
 
     # ------------------------------------------------------------------ output
 
     def table(self, top: int = 25) -> str:
         """A readable table: the slowest kernels, then the summary per kind."""
-        lines = [f"profile: {self.runs} run(s) on {self.device}, times per run; whole run "
-                 f"{self.whole_run_ms:.3f} ms (median), its kernels {self.kernels_median_ms:.3f} ms "
-                 f"({self.kernels_median_ms / self.whole_run_ms:.0%}; median of the profiled runs)"
-                 if self.whole_run_ms else f"profile: {self.runs} run(s) on {self.device}",
-                 f"clock: {clock_label(self.clock)}"]
+        lines = [
+            f"profile: {self.runs} run(s) on {self.device}, times per run; whole run "
+            f"{self.whole_run_ms:.3f} ms (median), its kernels {self.kernels_median_ms:.3f} ms "
+            f"({self.kernels_median_ms / self.whole_run_ms:.0%}; median of the profiled runs)"
+            if self.whole_run_ms
+            else f"profile: {self.runs} run(s) on {self.device}",
+            f"clock: {clock_label(self.clock)}",
+        ]
         head = f"{'kernel':<52} {'kind':<13} {'calls':>5} {'total ms':>9} {'mean us':>9} {'share':>6} {'GFLOP/s':>8}"
         lines += [head, "-" * len(head)]
         shown = self.rows[:top]
         for r in shown:
             name = r["name"] if len(r["name"]) <= 52 else r["name"][:49] + "..."
-            lines.append(f"{name:<52} {r['kind']:<13} {r['calls']:>5g} {r['total_ms']:>9.3f} {r['mean_us']:>9.1f} "
-                         f"{r['share']:>6.1%} {_gf(r['gflops']):>8}")
+            lines.append(
+                f"{name:<52} {r['kind']:<13} {r['calls']:>5g} {r['total_ms']:>9.3f} {r['mean_us']:>9.1f} "
+                f"{r['share']:>6.1%} {_gf(r['gflops']):>8}"
+            )
             if r["ops"]:
                 lines.append(f"  {'ops: ' + ' + '.join(r['ops'])}")
         if len(self.rows) > top:
@@ -158,8 +213,10 @@ class Profile:
             lines.append(f"... {len(rest)} more kernel(s): {sum(r['total_ms'] for r in rest):.3f} ms")
         lines += ["", f"{'kind':<15} {'kernels':>7} {'calls':>6} {'total ms':>9} {'share':>6} {'GFLOP/s':>8}"]
         for k in self.kinds():
-            lines.append(f"{k['kind']:<15} {k['kernels']:>7} {k['calls']:>6g} {k['total_ms']:>9.3f} {k['share']:>6.1%} "
-                         f"{_gf(k['gflops']):>8}")
+            lines.append(
+                f"{k['kind']:<15} {k['kernels']:>7} {k['calls']:>6g} {k['total_ms']:>9.3f} {k['share']:>6.1%} "
+                f"{_gf(k['gflops']):>8}"
+            )
         return "\n".join(lines)
 
     def plot(self, path: Path, top: int = 20) -> None:
@@ -174,11 +231,15 @@ class Profile:
         except ImportError as e:
             raise InputError("--plot needs matplotlib", "pip install matplotlib") from e
         rows = [r for r in self.rows if r["kind"] != "vm"][:top][::-1]
-        colours = dict(zip(kernel_table.KINDS, ("#3572a5", "#6a9f3a", "#c9503c", "#2a9d8f", "#8e6bb8", "#d9a441",
-                                                "#888888")))
+        colours = dict(
+            zip(kernel_table.KINDS, ("#3572a5", "#6a9f3a", "#c9503c", "#2a9d8f", "#8e6bb8", "#d9a441", "#888888"))
+        )
         fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.6))
-        ax.barh([_short(r["name"]) for r in rows], [r["total_ms"] for r in rows],
-                color=[colours.get(r["kind"], "#888888") for r in rows])
+        ax.barh(
+            [_short(r["name"]) for r in rows],
+            [r["total_ms"] for r in rows],
+            color=[colours.get(r["kind"], "#888888") for r in rows],
+        )
         for kind, colour in colours.items():
             if any(r["kind"] == kind for r in rows):
                 ax.barh([0], [0], color=colour, label=kind)
@@ -200,6 +261,7 @@ def _short(name: str) -> str:
 
 
 # ------------------------------------------------------------------ here: the VM's instrument hook
+
 
 def profile_vm(vm, entry: str, args: list, runs: int, sync=None, events=None) -> tuple[dict, list[float], list[float]]:
     """Time ``vm[entry](*args)`` ``runs`` times plain and ``runs`` times with the VM's instrument hook
@@ -284,13 +346,17 @@ def launching_function(kernel: str, functions) -> str:
     suffix = re.compile(r"_kernel(_?\d+)?")
     best = ""
     for name in functions:
-        if (not name.startswith(("vm.", "runtime.")) and len(name) > len(best) and kernel.startswith(name)
-                and suffix.fullmatch(kernel[len(name):])):
+        if (
+            not name.startswith(("vm.", "runtime."))
+            and len(name) > len(best)
+            and kernel.startswith(name)
+            and suffix.fullmatch(kernel[len(name) :])
+        ):
             best = name
     if best:
         return best
     m = re.search(r"_kernel(_?\d+)?$", kernel)
-    return kernel[:m.start()] if m and m.start() > 0 else kernel
+    return kernel[: m.start()] if m and m.start() > 0 else kernel
 
 
 def profile_host_model(model, inputs: dict, runs: int, table: dict | None) -> Profile:
@@ -310,8 +376,15 @@ def profile_host_model(model, inputs: dict, runs: int, table: dict | None) -> Pr
         if on is not None and times is not None:
             events, clock = (on, times, detail), OPENCL_EVENTS
     counts, plain, kernel_runs = profile_vm(vm, entry, args, runs, model.dev.sync, events)
-    profile = Profile.from_counts(counts, runs, float(np.median(plain)), table, model.manifest.device, clock,
-                                  kernels_median_ms=float(np.median(kernel_runs)))
+    profile = Profile.from_counts(
+        counts,
+        runs,
+        float(np.median(plain)),
+        table,
+        model.manifest.device,
+        clock,
+        kernels_median_ms=float(np.median(kernel_runs)),
+    )
     if detail:
         profile.extra["opencl_kernels"] = detail["opencl_kernels"]
     return profile

@@ -27,8 +27,9 @@ def tolerances(precision: str, rtol: float | None = None, atol: float | None = N
     return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
 
 
-def check_against_reference(imported, staged: Path, opts, rtol: float | None, atol: float | None, seed: int,
-                            scratch) -> None:
+def check_against_reference(
+    imported, staged: Path, opts, rtol: float | None, atol: float | None, seed: int, scratch
+) -> None:
     """`compile --check`: run the staged artifact (linux-aarch64: under qemu-aarch64; android-arm64: a
     linux-aarch64 build with the same CPU target; where neither can run here, a host build of the same
     model) and the reference runtime on seeded inputs; raising keeps the artifact from being written.
@@ -52,16 +53,20 @@ def check_against_reference(imported, staged: Path, opts, rtol: float | None, at
             continue
         limit = atol + rtol * r["ref_max"]
         ok = r["max_abs"] <= limit
-        console.print(f"  {'[green]ok[/]' if ok else '[red]FAIL[/]'} {r['name']}: max abs error {r['max_abs']:.3g}, "
-                      f"max rel error {r['max_rel']:.3g} (tolerance: atol {atol:g} + rtol {rtol:g})")
+        console.print(
+            f"  {'[green]ok[/]' if ok else '[red]FAIL[/]'} {r['name']}: max abs error {r['max_abs']:.3g}, "
+            f"max rel error {r['max_rel']:.3g} (tolerance: atol {atol:g} + rtol {rtol:g})"
+        )
         if not ok:
             failed.append(r["name"])
     if len(actual) != len(expected):
         failed.append(f"TVM gave {len(actual)} outputs, the reference {len(expected)}")
     if failed:
-        raise CheckError(f"outputs differ from {imported.reference_name} beyond tolerance: {', '.join(failed)}; "
-                         "no artifact was written",
-                         "this is a compiler bug or a precision issue; raise --atol/--rtol only if the error is expected")
+        raise CheckError(
+            f"outputs differ from {imported.reference_name} beyond tolerance: {', '.join(failed)}; "
+            "no artifact was written",
+            "this is a compiler bug or a precision issue; raise --atol/--rtol only if the error is expected",
+        )
 
 
 # ------------------------------------------------------------------ which code --check runs
@@ -96,16 +101,25 @@ def checked_code(imported, staged: Path, opts, scratch: Path):
         runner, why = aarch64_runner()
         if runner is not None:
             if plat.name == "linux-aarch64":
-                console.print(f"  checking the linux-aarch64 build under {QEMU}: the artifact's own code "
-                              f"({mcpu}, {_features(plat)})")
+                console.print(
+                    f"  checking the linux-aarch64 build under {QEMU}: the artifact's own code "
+                    f"({mcpu}, {_features(plat)})"
+                )
                 return lambda inputs: run_aarch64(runner, staged, inputs, scratch)
             stand_in = linux_stand_in(plat)
-            console.print(f"  checking a linux-aarch64 build under {QEMU}: {name} links with the Android NDK's "
-                          f"C library, which {QEMU} cannot run, so the same model is built for linux-aarch64 with "
-                          f"the same CPU target ({mcpu}, {_features(plat)}: the same NEON schedules) and run")
-            stand_opts = build.BuildOptions(stand_in, "cpu", separate_params=opts.separate_params,
-                                            schedules=opts.schedules, precision=getattr(opts, "precision", "fp32"),
-                                            tuning_db=_stand_in_database(opts.tuning_db, plat, stand_in, scratch))
+            console.print(
+                f"  checking a linux-aarch64 build under {QEMU}: {name} links with the Android NDK's "
+                f"C library, which {QEMU} cannot run, so the same model is built for linux-aarch64 with "
+                f"the same CPU target ({mcpu}, {_features(plat)}: the same NEON schedules) and run"
+            )
+            stand_opts = build.BuildOptions(
+                stand_in,
+                "cpu",
+                separate_params=opts.separate_params,
+                schedules=opts.schedules,
+                precision=getattr(opts, "precision", "fp32"),
+                tuning_db=_stand_in_database(opts.tuning_db, plat, stand_in, scratch),
+            )
             out = scratch / "aarch64-check"
             build.compile_to_artifact(imported, stand_opts, out, True, {"name": "check"})
             return lambda inputs: run_aarch64(runner, out, inputs, scratch)
@@ -113,11 +127,14 @@ def checked_code(imported, staged: Path, opts, scratch: Path):
         why = _not_here(plat, device)
     # The artifact cannot run here: check the same imported module built for this machine.
     host_dir = scratch / "host-check"
-    console.print(f"  [dim]{name} ({mcpu}) cannot run here; checking a host/cpu build of the same model "
-                  f"({host_cpu_target()['mcpu']}), not the {name} code[/]")
+    console.print(
+        f"  [dim]{name} ({mcpu}) cannot run here; checking a host/cpu build of the same model "
+        f"({host_cpu_target()['mcpu']}), not the {name} code[/]"
+    )
     console.print(f"  [dim]  why: {why}[/]")
-    host_opts = build.BuildOptions(PLATFORMS["host"], "cpu", separate_params=opts.separate_params,
-                                   precision=getattr(opts, "precision", "fp32"))  # fp16: x86 emulates it
+    host_opts = build.BuildOptions(
+        PLATFORMS["host"], "cpu", separate_params=opts.separate_params, precision=getattr(opts, "precision", "fp32")
+    )  # fp16: x86 emulates it
     build.compile_to_artifact(imported, host_opts, host_dir, True, {"name": "check"})
     return HostModel(host_dir).run
 
@@ -148,11 +165,15 @@ def aarch64_runner() -> tuple[Path | None, str]:
 
     if _host_arch() != "aarch64":
         if shutil.which(QEMU) is None:
-            return None, (f"{QEMU} is not on PATH; install Debian's qemu-user (apt-get install qemu-user) and "
-                          "--check runs the aarch64 code itself")
+            return None, (
+                f"{QEMU} is not on PATH; install Debian's qemu-user (apt-get install qemu-user) and "
+                "--check runs the aarch64 code itself"
+            )
         if not (AARCH64_SYSROOT / "lib" / "ld-linux-aarch64.so.1").is_file():
-            return None, (f"{AARCH64_SYSROOT}/lib has no aarch64 C library for {QEMU} to load tvmgen-run with; "
-                          "install Debian's g++-aarch64-linux-gnu (apt-get install g++-aarch64-linux-gnu)")
+            return None, (
+                f"{AARCH64_SYSROOT}/lib has no aarch64 C library for {QEMU} to load tvmgen-run with; "
+                "install Debian's g++-aarch64-linux-gnu (apt-get install g++-aarch64-linux-gnu)"
+            )
     try:
         prefix = runtime_build.cached_build("linux-aarch64")
     except TvmgenError as e:
@@ -212,15 +233,27 @@ def run_aarch64(runner: Path, artifact: Path, inputs: dict, scratch: Path) -> li
         np.save(work / f"in{k}.npy", np.asarray(inputs[spec["name"]]))
         args += ["--input", f"in{k}.npy"]
     base = [str(runner)] if _host_arch() == "aarch64" else [QEMU, "-L", str(AARCH64_SYSROOT), str(runner)]
-    cmd = [*base, str(Path(artifact).resolve()), *args, "-o", "out", "--warmup", "0", "--repeat", "1",
-           "--timings", "timings.json"]
+    cmd = [
+        *base,
+        str(Path(artifact).resolve()),
+        *args,
+        "-o",
+        "out",
+        "--warmup",
+        "0",
+        "--repeat",
+        "1",
+        "--timings",
+        "timings.json",
+    ]
     proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
     if proc.returncode != 0:
         lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
-        raise CheckError(f"the aarch64 code failed under {cmd[0]} (exit {proc.returncode}): "
-                         f"{' / '.join(lines[-3:]) or 'no message'}; no artifact was written",
-                         f"compile without --check, then run the artifact by hand to see everything: "
-                         f"{' '.join(base)} ARTIFACT_DIR")
+        raise CheckError(
+            f"the aarch64 code failed under {cmd[0]} (exit {proc.returncode}): "
+            f"{' / '.join(lines[-3:]) or 'no message'}; no artifact was written",
+            f"compile without --check, then run the artifact by hand to see everything: {' '.join(base)} ARTIFACT_DIR",
+        )
     return [np.load(work / "out" / output_file_name(o["name"])) for o in manifest["outputs"]]
 
 

@@ -35,8 +35,10 @@ def compile_platform(platform: str, abi: str | None) -> str:
 def check_artifact(manifest: artifact.Manifest, platform: str, abi: str | None) -> None:
     want = compile_platform(platform, abi)
     if manifest.platform != want:
-        raise InputError(f"the artifact was compiled for {manifest.platform}, the bundle is for {want}",
-                         f"compile the model with --platform {want}, or pass the model file to embed")
+        raise InputError(
+            f"the artifact was compiled for {manifest.platform}, the bundle is for {want}",
+            f"compile the model with --platform {want}, or pass the model file to embed",
+        )
 
 
 def write_bundle(artifact_dir: Path, platform: str, abi: str | None, staged: Path, build_dir: Path) -> list[str]:
@@ -62,8 +64,10 @@ def write_bundle(artifact_dir: Path, platform: str, abi: str | None, staged: Pat
             shutil.copy2(jar, staged / "java" / jar.name)
     else:
         shutil.copytree(jni, staged / "jni", ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
-        notes.append("Android libraries are built by your app's CMake with the NDK and a TVM source tree "
-                     "(see README.md in the bundle)")
+        notes.append(
+            "Android libraries are built by your app's CMake with the NDK and a TVM source tree "
+            "(see README.md in the bundle)"
+        )
     (staged / "cmake").mkdir()
     (staged / "cmake" / "tvmgenConfig.cmake").write_text(cmake_config(target_abi, android=platform == "android"))
     (staged / "README.md").write_text(readme(manifest, platform, target_abi))
@@ -142,9 +146,9 @@ Ship `lib/*.so` with your binary (or keep the rpath the package sets). Try the m
 `bin/tvmgen-run artifact --repeat 10`.
 Java: `java -Djava.library.path=<bundle>/lib -cp <bundle>/java/tvmgen.jar:... YourMain`.
 """
-    return f"""# tvmgen runtime bundle: {manifest.model.get('name')} for {platform} ({abi})
+    return f"""# tvmgen runtime bundle: {manifest.model.get("name")} for {platform} ({abi})
 
-Model: {manifest.model.get('name')} ({manifest.model.get('format')}), device {manifest.device}
+Model: {manifest.model.get("name")} ({manifest.model.get("format")}), device {manifest.device}
 Inputs: {inputs}
 Outputs: {outputs}
 

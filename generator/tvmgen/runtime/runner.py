@@ -27,10 +27,13 @@ class Timings:
     def summary(self) -> dict:
         runs = np.array(self.runs_ms or [float("nan")])
         return {
-            "load_ms": round(self.load_ms, 3), "init_ms": round(self.init_ms, 3),
+            "load_ms": round(self.load_ms, 3),
+            "init_ms": round(self.init_ms, 3),
             "first_run_ms": round(self.first_run_ms, 3),
-            "runs": len(self.runs_ms), "median_ms": round(float(np.median(runs)), 3),
-            "min_ms": round(float(runs.min()), 3), "max_ms": round(float(runs.max()), 3),
+            "runs": len(self.runs_ms),
+            "median_ms": round(float(np.median(runs)), 3),
+            "min_ms": round(float(runs.min()), 3),
+            "max_ms": round(float(runs.max()), 3),
         }
 
 
@@ -144,19 +147,24 @@ class HostModel:
         specs = self.manifest.inputs
         unknown = [n for n in inputs if n not in self._input_names]
         if unknown:
-            raise InputError(f"unknown input name(s) {', '.join(unknown)}",
-                             f"this model's inputs are: {', '.join(map(str, specs))}")
+            raise InputError(
+                f"unknown input name(s) {', '.join(unknown)}", f"this model's inputs are: {', '.join(map(str, specs))}"
+            )
         arrays = []
         for s, dtype in self._expected:
             if s.name not in inputs:
                 raise InputError(f"no value for input {s}", f"pass --input {s.name}=FILE.npy")
             a = np.asarray(inputs[s.name])
             if a.shape != s.shape:
-                raise InputError(f"input {s.name!r} has shape {a.shape}, the model expects {s.shape}",
-                                 "give an array of the expected shape (or recompile with --input)")
+                raise InputError(
+                    f"input {s.name!r} has shape {a.shape}, the model expects {s.shape}",
+                    "give an array of the expected shape (or recompile with --input)",
+                )
             if (a.dtype if isinstance(dtype, np.dtype) else str(a.dtype)) != dtype:
-                raise InputError(f"input {s.name!r} has dtype {a.dtype}, the model expects {s.dtype}",
-                                 f"convert it, e.g. np.save(path, x.astype('{s.dtype}'))")
+                raise InputError(
+                    f"input {s.name!r} has dtype {a.dtype}, the model expects {s.dtype}",
+                    f"convert it, e.g. np.save(path, x.astype('{s.dtype}'))",
+                )
             arrays.append(np.asarray(a, order="C"))  # not ascontiguousarray: it makes a 0-d array 1-d
         return arrays
 
@@ -258,14 +266,26 @@ def compare(actual: list[np.ndarray], expected: list[np.ndarray], names: list[st
         e = np.asarray(e)
         a = np.asarray(a).reshape(e.shape) if a.size == e.size else a
         if a.shape != e.shape:
-            rows.append({"name": name, "shape_mismatch": f"{a.shape} vs reference {e.shape}",
-                         "max_abs": float("inf"), "max_rel": float("inf")})
+            rows.append(
+                {
+                    "name": name,
+                    "shape_mismatch": f"{a.shape} vs reference {e.shape}",
+                    "max_abs": float("inf"),
+                    "max_rel": float("inf"),
+                }
+            )
             continue
         diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
         scale = max(float(np.abs(e).max()) if e.size else 0.0, 1e-12)
-        rows.append({"name": name, "shape": list(e.shape), "ref_max": scale,
-                     "max_abs": float(diff.max()) if diff.size else 0.0,
-                     "max_rel": float(diff.max() / scale) if diff.size else 0.0})
+        rows.append(
+            {
+                "name": name,
+                "shape": list(e.shape),
+                "ref_max": scale,
+                "max_abs": float(diff.max()) if diff.size else 0.0,
+                "max_rel": float(diff.max() / scale) if diff.size else 0.0,
+            }
+        )
     return rows
 
 
@@ -277,8 +297,10 @@ def read_input_files(flags, specs) -> dict[str, np.ndarray]:
         name, sep, path = flag.rpartition("=")
         if not sep:
             if i >= len(names):
-                raise InputError(f"more --input files ({len(flags)}) than model inputs ({len(names)})",
-                                 f"the model's inputs are: {', '.join(names)}")
+                raise InputError(
+                    f"more --input files ({len(flags)}) than model inputs ({len(names)})",
+                    f"the model's inputs are: {', '.join(names)}",
+                )
             name, path = names[i], flag
         p = Path(path)
         if not p.is_file():

@@ -38,14 +38,18 @@ def tvm_prebuilt(platform: str) -> Path:
 
         root = Path(tvm.__file__).resolve().parent.parent
         if Path(tvm_ffi.__file__).resolve().parent.parent != root:
-            raise TvmgenError(f"tvm and tvm_ffi are installed in different places ({root}, {tvm_ffi.__file__})",
-                              "install apache-tvm and apache-tvm-ffi into the same environment")
+            raise TvmgenError(
+                f"tvm and tvm_ffi are installed in different places ({root}, {tvm_ffi.__file__})",
+                "install apache-tvm and apache-tvm-ffi into the same environment",
+            )
         return root
     if platform == "linux-aarch64":
         return _aarch64_wheels()
-    raise InputError(f"the runtime cannot be built here for {platform}",
-                     f"buildable here: {', '.join(BUILDABLE)}; Android builds run inside the app's Gradle build "
-                     "(NDK + TVM_SOURCE_DIR, see jni/CMakeLists.txt)")
+    raise InputError(
+        f"the runtime cannot be built here for {platform}",
+        f"buildable here: {', '.join(BUILDABLE)}; Android builds run inside the app's Gradle build "
+        "(NDK + TVM_SOURCE_DIR, see jni/CMakeLists.txt)",
+    )
 
 
 def _aarch64_wheels() -> Path:
@@ -57,9 +61,25 @@ def _aarch64_wheels() -> Path:
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp_name:
         tmp = Path(tmp_name)
         with step(f"Fetching the aarch64 TVM runtime (apache-tvm {tvm_v}, apache-tvm-ffi {ffi_v}) with pip"):
-            toolchains.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                            "--platform", "manylinux_2_28_aarch64", "--python-version", "3.11", "-d", str(tmp / "whl"),
-                            f"apache-tvm=={tvm_v}", f"apache-tvm-ffi=={ffi_v}"])
+            toolchains.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--only-binary",
+                    ":all:",
+                    "--platform",
+                    "manylinux_2_28_aarch64",
+                    "--python-version",
+                    "3.11",
+                    "-d",
+                    str(tmp / "whl"),
+                    f"apache-tvm=={tvm_v}",
+                    f"apache-tvm-ffi=={ffi_v}",
+                ]
+            )
         out = tmp / "tree"
         for whl in (tmp / "whl").glob("*.whl"):
             with zipfile.ZipFile(whl) as z:
@@ -99,8 +119,17 @@ def build(platform: str, build_dir: Path, jni: bool = True) -> Path:
     build_dir = Path(build_dir).absolute()
     prefix = build_dir / "install"
     with step(f"Building the tvmgen runtime for {platform} (cmake)"):
-        toolchains.run([cmake, "-S", str(resources.jni_dir()), "-B", str(build_dir / "cmake"),
-                        f"-DCMAKE_INSTALL_PREFIX={prefix}", *args])
+        toolchains.run(
+            [
+                cmake,
+                "-S",
+                str(resources.jni_dir()),
+                "-B",
+                str(build_dir / "cmake"),
+                f"-DCMAKE_INSTALL_PREFIX={prefix}",
+                *args,
+            ]
+        )
         toolchains.run([cmake, "--build", str(build_dir / "cmake"), "-j", str(os.cpu_count() or 2)])
         toolchains.run([cmake, "--install", str(build_dir / "cmake")])
     return prefix

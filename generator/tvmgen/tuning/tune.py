@@ -7,15 +7,7 @@ Candidates are built here with the platform's own linker (GPU ones: the OpenCL s
 library) and timed either here (LocalRunner, CPU only) or on a device over RPC (the project's
 tracker or proxy and native device server, which loads libtvmgen_opencl for OpenCL).
 
-A database is a directory per target under one root (the default is the user's state dir)::
-
-    ROOT/<target name>/target.json              the target, as TVM's JSON dict
-    ROOT/<target name>/database_workload.json   MetaSchedule's JSONDatabase
-    ROOT/<target name>/database_tuning_record.json
-    ROOT/<target name>/cost_model.tar             the XGBoost cost model, for the next run
-
-GPU target names carry their host's name (``opencl-host-llvm-mattr=+neon-mtriple=aarch64-linux-android``):
-the kernels of a phone's GPU and those of this machine's OpenCL are timed on different devices.
+The database's layout (a directory per target under one root) is ``compiler.database``'s.
 
 ``--trials N`` is a budget per task. Every measured candidate is a record, so a second run
 counts the trials already spent and only tunes what is left (resume).
@@ -41,6 +33,7 @@ MS_LOGGER = "tvm.s_tir.meta_schedule"
 
 
 # ------------------------------------------------------------------ tuning
+
 
 @dataclass
 class TaskState:
@@ -81,8 +74,10 @@ def prepare(mod, target):
 
     if is_gpu(target):
         if not tunable(target):
-            raise InputError(f"tuning does not handle {target_name(target)}: TVM builds it with its own pipeline",
-                             "tune --device opencl with --gpu-family generic or mali, or --device cpu")
+            raise InputError(
+                f"tuning does not handle {target_name(target)}: TVM builds it with its own pipeline",
+                "tune --device opencl with --gpu-family generic or mali, or --device cpu",
+            )
         mod = recurrent.gpu_variants(mod)
         with target:
             return tvm.transform.Sequential(gpu.prepare_passes(target))(mod)
@@ -116,8 +111,17 @@ def _records_by_workload(database) -> dict:
     return {h: (counts[h], best.get(h)) for h in counts}
 
 
-def tune(mod, target, trials: int, root: Path, device: Device, num_cores: int, compiler: Path,
-         on_progress=None, seed: int = 0) -> Summary:
+def tune(
+    mod,
+    target,
+    trials: int,
+    root: Path,
+    device: Device,
+    num_cores: int,
+    compiler: Path,
+    on_progress=None,
+    seed: int = 0,
+) -> Summary:
     """Tune every task of ``mod`` (bound weights) to ``trials`` measured candidates; returns the summary.
     Each task's default schedule is measured and recorded first (``seed_default``)."""
     import tvm_ffi
@@ -135,17 +139,22 @@ def tune(mod, target, trials: int, root: Path, device: Device, num_cores: int, c
     for i, task in enumerate(extracted):
         if task.mod.attrs is not None and task.mod.attrs.get("tirx.is_scheduled", False):
             continue  # scheduled before the tuning step: compile keeps that schedule
-        ctx = ms.TuneContext(mod=task.dispatched[0], target=ttarget, space_generator="post-order-apply",
-                             search_strategy=_search(ms, trials), task_name=task.task_name,
-                             logger=logging.getLogger(f"{MS_LOGGER}.tvmgen.task{i}"), rand_state=seed + i,
-                             num_threads=_search_threads()).clone()
+        ctx = ms.TuneContext(
+            mod=task.dispatched[0],
+            target=ttarget,
+            space_generator="post-order-apply",
+            search_strategy=_search(ms, trials),
+            task_name=task.task_name,
+            logger=logging.getLogger(f"{MS_LOGGER}.tvmgen.task{i}"),
+            rand_state=seed + i,
+            num_threads=_search_threads(),
+        ).clone()
         spent, best = done.get(tvm_ffi.structural_hash(ctx.mod), (0, None))
         state = TaskState(task.task_name, int(task.weight), spent, None if best is None else best * 1e6)
         summary.tasks.append(state)
         contexts.append(ctx)
     with _candidate_threads(None if device.remote else num_cores):
-        return _tune_contexts(ms, contexts, summary, database, target, trials, device, num_cores, compiler,
-                              on_progress)
+        return _tune_contexts(ms, contexts, summary, database, target, trials, device, num_cores, compiler, on_progress)
 
 
 def _search_threads() -> int:
@@ -197,13 +206,20 @@ def _tune_contexts(ms, contexts, summary, database, target, trials, device, num_
         if on_progress:
             on_progress(summary, i)
         try:
-            ms.tune.tune_tasks(tasks=[ctx], task_weights=[1.0], work_dir=str(summary.directory),
-                               max_trials_global=left, max_trials_per_task=left, num_trials_per_iter=min(left, 32),
-                               builder=build, runner=runner, cost_model=cost_model,
-                               database=database if shape is not None else _search_view(database),
-                               measure_callbacks=[progress.hook,
-                                                  *ms.measure_callback.MeasureCallback.create("default")],
-                               task_scheduler="round-robin")
+            ms.tune.tune_tasks(
+                tasks=[ctx],
+                task_weights=[1.0],
+                work_dir=str(summary.directory),
+                max_trials_global=left,
+                max_trials_per_task=left,
+                num_trials_per_iter=min(left, 32),
+                builder=build,
+                runner=runner,
+                cost_model=cost_model,
+                database=database if shape is not None else _search_view(database),
+                measure_callbacks=[progress.hook, *ms.measure_callback.MeasureCallback.create("default")],
+                task_scheduler="round-robin",
+            )
         except Exception:
             if progress.failure is not None:
                 raise progress.failure from None
@@ -261,8 +277,11 @@ def seed_default(ms, ctx, shape, database, build, runner, device: Device) -> flo
     args_info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
     (built,) = build.build([ms.builder.BuilderInput(sch.mod, ctx.target)])
     if built.error_msg:
-        log.warning("task %s: the default schedule did not build: %s", ctx.task_name,
-                    " ".join(str(built.error_msg).splitlines()[-1:]))
+        log.warning(
+            "task %s: the default schedule did not build: %s",
+            ctx.task_name,
+            " ".join(str(built.error_msg).splitlines()[-1:]),
+        )
         return None
     dev_type = "cpu" if shape is not None else ctx.target.kind.name  # as MetaSchedule names it for its candidates
     (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, dev_type, args_info)])
@@ -272,8 +291,10 @@ def seed_default(ms, ctx, shape, database, build, runner, device: Device) -> flo
         if device.remote:
             from tvmgen.remote.rpc import RpcError
 
-            raise RpcError(f"every candidate failed on device {device.key!r}: {last}",
-                           "the device server may have stopped; see its log, then rerun (tuning resumes)")
+            raise RpcError(
+                f"every candidate failed on device {device.key!r}: {last}",
+                "the device server may have stopped; see its log, then rerun (tuning resumes)",
+            )
         log.warning("task %s: the default schedule did not run: %s", ctx.task_name, last)
         return None
     secs = [float(x) for x in result.run_secs]
@@ -333,8 +354,9 @@ def _search(ms, trials: int):
     """MetaSchedule's evolutionary search, its population scaled down for small budgets (its
     default of 512 candidates per round costs more than a handful of trials measure)."""
     population = min(512, max(32, 8 * trials))
-    return ms.search_strategy.EvolutionarySearch(population_size=population,
-                                                 init_min_unmeasured=min(50, population // 2))
+    return ms.search_strategy.EvolutionarySearch(
+        population_size=population, init_min_unmeasured=min(50, population // 2)
+    )
 
 
 class _ProgressCallback:
@@ -362,8 +384,10 @@ class _ProgressCallback:
             from tvmgen.remote.rpc import RpcError
 
             last = [ln for ln in str(built[-1].error_msg).splitlines() if ln.strip()][-1:]
-            self.failure = RpcError(f"every candidate failed on device {self.device.key!r}: {' '.join(last)}",
-                                    "the device server may have stopped; see its log, then rerun (tuning resumes)")
+            self.failure = RpcError(
+                f"every candidate failed on device {self.device.key!r}: {' '.join(last)}",
+                "the device server may have stopped; see its log, then rerun (tuning resumes)",
+            )
             raise self.failure
         state = self.summary.tasks[self.current]
         for r in runner_results:
@@ -392,12 +416,14 @@ def check_dependencies() -> None:
         except ImportError:
             missing.append(package)
     if missing:
-        raise ToolMissingError(f"tuning needs {', '.join(missing)} (MetaSchedule's cost model and workers)",
-                               f"pip install {' '.join(missing)}  (or: pip install -c scripts/constraints.txt "
-                               "'tvmgen[tune]')")
+        raise ToolMissingError(
+            f"tuning needs {', '.join(missing)} (MetaSchedule's cost model and workers)",
+            f"pip install {' '.join(missing)}  (or: pip install -c scripts/constraints.txt 'tvmgen[tune]')",
+        )
 
 
 # ------------------------------------------------------------------ the command's display
+
 
 def run(imported, target, trials: int, root: Path, device: Device, num_cores: int, compiler: Path) -> Summary:
     """Bind the model's weights and tune it with a progress bar: trials, best latency per task and in all."""
@@ -408,7 +434,7 @@ def run(imported, target, trials: int, root: Path, device: Device, num_cores: in
 
     mod = imported.mod
     if imported.params:  # compile binds them too: the tasks' constants must match
-        weights = mod["main"].params[len(imported.inputs):]
+        weights = mod["main"].params[len(imported.inputs) :]
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
     where = f"device {device.key!r}" if device.remote else "here"
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
@@ -421,14 +447,14 @@ def run(imported, target, trials: int, root: Path, device: Device, num_cores: in
             total = summary.total_us
             overall = f" · model ≈ {total / 1e3:.3f} ms" if total is not None else ""
             if current is None:
-                console.print(f"  {n} tasks, {trials} trials each, measured {where} "
-                              f"({done} trials already in the database)")
+                console.print(
+                    f"  {n} tasks, {trials} trials each, measured {where} ({done} trials already in the database)"
+                )
                 bar.update(row, total=n * trials, completed=done)
                 return
             t = summary.tasks[current]
             best = f"best {t.best_us:.1f} µs" if t.best_us is not None else "no result yet"
-            bar.update(row, completed=done,
-                       description=f"task {current + 1}/{n} {t.name[:32]}: {best}{overall}")
+            bar.update(row, completed=done, description=f"task {current + 1}/{n} {t.name[:32]}: {best}{overall}")
             if finished:
                 console.print(f"  [green]✓[/] {current + 1}/{n} {t.name}: {best} ({t.spent} trials){overall}")
 
@@ -440,20 +466,22 @@ def print_summary(summary: Summary, trials: int) -> None:
 
     total = summary.total_us
     spent = sum(t.spent for t in summary.tasks)
-    line = (f"{len(summary.tasks)} tasks, {spent} trials in the database ({summary.new_trials} new)"
-            + (f"; sum of the best kernel latencies ≈ {total / 1e3:.3f} ms" if total is not None else ""))
+    line = f"{len(summary.tasks)} tasks, {spent} trials in the database ({summary.new_trials} new)" + (
+        f"; sum of the best kernel latencies ≈ {total / 1e3:.3f} ms" if total is not None else ""
+    )
     console.print(line)
     seeded = [t for t in summary.tasks if t.default_us is not None]
     gpu = not summary.target.startswith("llvm")
     defaults = "TVM's default GPU schedules (dlight)" if gpu else "tvmgen's default schedules"
     if seeded and total is not None:
         default = sum(t.default_us * t.weight for t in seeded if t.default_us is not None) + sum(
-            t.best_us * t.weight for t in summary.tasks if t.default_us is None and t.best_us is not None)
-        console.print(f"  {defaults}, measured as candidates: ≈ {default / 1e3:.3f} ms "
-                      f"({default / total:.2f}x the best)")
+            t.best_us * t.weight for t in summary.tasks if t.default_us is None and t.best_us is not None
+        )
+        console.print(
+            f"  {defaults}, measured as candidates: ≈ {default / 1e3:.3f} ms ({default / total:.2f}x the best)"
+        )
     failed = [t.name for t in summary.tasks if t.best_us is None]
     if failed:
-        console.print(f"  [yellow]![/] no working candidate yet for: {', '.join(failed)} "
-                      f"(they keep {defaults}; see the log)")
-
-
+        console.print(
+            f"  [yellow]![/] no working candidate yet for: {', '.join(failed)} (they keep {defaults}; see the log)"
+        )

@@ -51,6 +51,7 @@ def builder(compiler: Path):
 @dataclass
 class Device:
     """Where candidates are timed: here (all None) or a device over RPC."""
+
     key: str | None = None
     tracker: str | None = None
     proxy: str | None = None
@@ -137,17 +138,27 @@ def rpc_cleanup(session, remote_path):
 def candidate_runner(ms, device: Device):
     """MetaSchedule's runner: LocalRunner here, an RPCRunner whose sessions come from rpc_session."""
     if device.key is None:  # not device.remote
-        return ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
-            number=3, repeat=1, min_repeat_ms=20, enable_cpu_cache_flush=False), timeout_sec=60)
+        return ms.runner.LocalRunner(
+            evaluator_config=ms.runner.EvaluatorConfig(
+                number=3, repeat=1, min_repeat_ms=20, enable_cpu_cache_flush=False
+            ),
+            timeout_sec=60,
+        )
     host, port = _rpc_address(device.tracker, device.proxy).rsplit(":", 1)  # sessions come from rpc_session
     return ms.runner.RPCRunner(
-        rpc_config=ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=device.key,
-                                       session_timeout_sec=device.session_timeout),
-        evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=1, min_repeat_ms=device.min_repeat_ms,
-                                                   enable_cpu_cache_flush=False),
+        rpc_config=ms.runner.RPCConfig(
+            tracker_host=host,
+            tracker_port=int(port),
+            tracker_key=device.key,
+            session_timeout_sec=device.session_timeout,
+        ),
+        evaluator_config=ms.runner.EvaluatorConfig(
+            number=1, repeat=1, min_repeat_ms=device.min_repeat_ms, enable_cpu_cache_flush=False
+        ),
         max_workers=1,
-        f_create_session=functools.partial(rpc_session, key=device.key, tracker=device.tracker, proxy=device.proxy,
-                                           timeout=device.session_timeout),
+        f_create_session=functools.partial(
+            rpc_session, key=device.key, tracker=device.tracker, proxy=device.proxy, timeout=device.session_timeout
+        ),
         f_alloc_argument=rpc_alloc_arguments,
         f_cleanup=rpc_cleanup,
     )

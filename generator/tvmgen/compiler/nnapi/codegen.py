@@ -67,8 +67,10 @@ def keep_on_tvm(partitioned, report: Report):
     calls = _nnapi_calls(partitioned)
     candidates = [o for o in report.ops if o.composites]  # what a pattern matched, in the same order
     if len(candidates) != len(calls):
-        raise TvmgenError(f"the NNAPI placement names {len(candidates)} partition calls, the module has {len(calls)}",
-                          "a bug in tvmgen: report it with the log file")
+        raise TvmgenError(
+            f"the NNAPI placement names {len(candidates)} partition calls, the module has {len(calls)}",
+            "a bug in tvmgen: report it with the log file",
+        )
     kept = [c for c, o in zip(calls, candidates) if o.side == "tvm"]
     if not kept:
         return partitioned
@@ -89,9 +91,14 @@ def keep_on_tvm(partitioned, report: Report):
 
     mod["main"] = Redirect(mod).visit_expr(mod["main"])
     used = {c.op for c in _nnapi_calls(mod)}
-    return tvm.IRModule({g: f for g, f in mod.functions.items()
-                         if g in used or not (isinstance(f, relax.Function) and f.attrs is not None
-                                              and "Codegen" in f.attrs)}, attrs=mod.attrs)
+    return tvm.IRModule(
+        {
+            g: f
+            for g, f in mod.functions.items()
+            if g in used or not (isinstance(f, relax.Function) and f.attrs is not None and "Codegen" in f.attrs)
+        },
+        attrs=mod.attrs,
+    )
 
 
 def generate(imported, partitioned, report: Report):
@@ -110,8 +117,14 @@ def generate(imported, partitioned, report: Report):
 
 def runtime_needs(report: Report) -> dict:
     """The manifest's record of what running this artifact takes."""
-    return {"nnapi": {**RUNTIME_NEEDS, "partitions": report.partitions, "strategy": report.strategy,
-                      "feature_level": report.feature_level}}
+    return {
+        "nnapi": {
+            **RUNTIME_NEEDS,
+            "partitions": report.partitions,
+            "strategy": report.strategy,
+            "feature_level": report.feature_level,
+        }
+    }
 
 
 def require_codegen() -> None:
@@ -122,7 +135,8 @@ def require_codegen() -> None:
             "USE_NNAPI_CODEGEN=OFF and USE_NNAPI_RUNTIME=OFF",
             "build TVM from source with USE_NNAPI_CODEGEN=ON for compiling, and the Android runtime with "
             "USE_NNAPI_RUNTIME=ON (tvmgen's jni/ CMake: -DTVMGEN_NNAPI=ON); `tvmgen partition MODEL --nnapi` "
-            "shows the placement meanwhile")
+            "shows the placement meanwhile",
+        )
 
 
 def partition_and_generate(imported, feature_level, strategy, cost_table):
@@ -133,8 +147,9 @@ def partition_and_generate(imported, feature_level, strategy, cost_table):
 
     costs = load_costs(cost_table)
     with logs.step(f"Partitioning for NNAPI ({strategy})"):
-        partitioned, report = partition(imported.mod, imported.params, len(imported.inputs), feature_level,
-                                              strategy, costs)
+        partitioned, report = partition(
+            imported.mod, imported.params, len(imported.inputs), feature_level, strategy, costs
+        )
     logs.console.print(format_report(report))
     with logs.step("Generating the NNAPI parts (relax.ext.nnapi)"):
         generated = generate(imported, partitioned, report)

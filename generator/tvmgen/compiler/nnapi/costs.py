@@ -36,8 +36,12 @@ def single_op_model(kind: str, call):
     for a in call.args:
         if isinstance(a, ir.Constant):
             args.append(a)
-        elif isinstance(a, relax.Var) and isinstance(a.ty, relax.TensorType) and a.ty.shape is not None \
-                and len(tensor_shape(a.ty)) == a.ty.ndim:  # a static shape (scalars included)
+        elif (
+            isinstance(a, relax.Var)
+            and isinstance(a.ty, relax.TensorType)
+            and a.ty.shape is not None
+            and len(tensor_shape(a.ty)) == a.ty.ndim
+        ):  # a static shape (scalars included)
             name = f"x{len(params)}"
             v = relax.Var(name, a.ty)
             params.append(v)
@@ -67,10 +71,14 @@ def with_measured(costs: dict, rows: list[dict]) -> dict:
 
 def format_costs(rows: list[dict]) -> str:
     device = next((r["device"] for r in rows if "device" in r), "?")
-    lines = [f"TVM-side costs measured on {device} (median; NNAPI-side and transition costs stay from the cost table):",
-             f"  {'op':<14}{'MFLOP':>10}{'median ms':>12}{'GFLOP/s':>10}{'table':>8}  source"]
+    lines = [
+        f"TVM-side costs measured on {device} (median; NNAPI-side and transition costs stay from the cost table):",
+        f"  {'op':<14}{'MFLOP':>10}{'median ms':>12}{'GFLOP/s':>10}{'table':>8}  source",
+    ]
     for r in rows:
         ms = f"{r['median_ms']:.4f}" if "median_ms" in r else "-"
-        lines.append(f"  {r['op']:<14}{r['flops'] / 1e6:>10.3f}{ms:>12}{r['gflops']:>10.2f}{r['table_gflops']:>8.1f}  "
-                     f"{r['source']}{' (' + r['why'] + ')' if 'why' in r else ''}")
+        lines.append(
+            f"  {r['op']:<14}{r['flops'] / 1e6:>10.3f}{ms:>12}{r['gflops']:>10.2f}{r['table_gflops']:>8.1f}  "
+            f"{r['source']}{' (' + r['why'] + ')' if 'why' in r else ''}"
+        )
     return "\n".join(lines)

@@ -89,8 +89,9 @@ def load_costs(path: Path | None) -> dict:
     try:
         user = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise InputError(f"cannot read the cost table {path}: {e}",
-                         "give a JSON object like: " + json.dumps(DEFAULT_COSTS)) from e
+        raise InputError(
+            f"cannot read the cost table {path}: {e}", "give a JSON object like: " + json.dumps(DEFAULT_COSTS)
+        ) from e
     for k, v in user.items():
         if k not in DEFAULT_COSTS:
             raise InputError(f"unknown key {k!r} in the cost table {path}", f"keys: {', '.join(DEFAULT_COSTS)}")
@@ -98,8 +99,14 @@ def load_costs(path: Path | None) -> dict:
     return costs
 
 
-def partition(mod, params: list, n_inputs: int, feature_level: int | None = None, strategy: str = "patterns",
-              costs: dict | None = None) -> tuple[object, Report]:
+def partition(
+    mod,
+    params: list,
+    n_inputs: int,
+    feature_level: int | None = None,
+    strategy: str = "patterns",
+    costs: dict | None = None,
+) -> tuple[object, Report]:
     """Bind the weights, prepare, partition; returns the partitioned module and its report."""
     from tvm import relax
     from tvm.relax.backend.contrib.nnapi import partition_for_nnapi

@@ -26,8 +26,12 @@ def prepare(mod):
         x, y = matches[a], matches[b]
         if len(x.ty.shape) == 2 and len(y.ty.shape) == 2:
             out = matches[matmul].ty.shape
-            return relax.op.reshape(relax.op.matmul(relax.op.reshape(x, [1, *x.ty.shape.values]),
-                                                    relax.op.reshape(y, [1, *y.ty.shape.values])), out)
+            return relax.op.reshape(
+                relax.op.matmul(
+                    relax.op.reshape(x, [1, *x.ty.shape.values]), relax.op.reshape(y, [1, *y.ty.shape.values])
+                ),
+                out,
+            )
         return expr
 
     # clip(x, lo, hi) as minimum(maximum(x, lo), hi): both have NNAPI patterns, clip has none.
@@ -85,7 +89,7 @@ class Report:
         out: dict[str, int] = {}
         for o in self.ops:
             if o.side == side:
-                for name in (o.composites or [o.name]):
+                for name in o.composites or [o.name]:
                     out[name] = out.get(name, 0) + 1
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
@@ -108,11 +112,18 @@ class Report:
         return list(seen.values())
 
     def to_json(self) -> dict:
-        return {"strategy": self.strategy, "feature_level": self.feature_level, "partitions": self.partitions,
-                "transitions_per_inference": self.transitions, "flops": self.flops_share(),
-                "nnapi_ops": self.counts("nnapi"), "tvm_ops": self.counts("tvm"), "blockers": self.blockers(),
-                "ops": [asdict(o) for o in self.ops],
-                **({"tvm_costs": self.tvm_costs, "nnapi_costs": "table"} if self.tvm_costs else {})}
+        return {
+            "strategy": self.strategy,
+            "feature_level": self.feature_level,
+            "partitions": self.partitions,
+            "transitions_per_inference": self.transitions,
+            "flops": self.flops_share(),
+            "nnapi_ops": self.counts("nnapi"),
+            "tvm_ops": self.counts("tvm"),
+            "blockers": self.blockers(),
+            "ops": [asdict(o) for o in self.ops],
+            **({"tvm_costs": self.tvm_costs, "nnapi_costs": "table"} if self.tvm_costs else {}),
+        }
 
 
 def tensor_shape(ty) -> list[int]:
@@ -249,8 +260,17 @@ def analyse(partitioned, strategy: str, feature_level: int | None) -> Report:
             if nnapi_fn is not None:
                 composites, kind_flops, _ = inner_ops(nnapi_fn)
                 # every call is its own NNAPI execution, even of a function another call shares
-                op = Op(len(ops), name, "nnapi", partitions, sum(kind_flops.values()), _nbytes(b.var.ty), inputs,
-                        composites, kind_flops)
+                op = Op(
+                    len(ops),
+                    name,
+                    "nnapi",
+                    partitions,
+                    sum(kind_flops.values()),
+                    _nbytes(b.var.ty),
+                    inputs,
+                    composites,
+                    kind_flops,
+                )
                 partitions += 1
             else:
                 flops = op_flops(name, v)
@@ -282,11 +302,13 @@ def why_not_nnapi(name: str, feature_level: int | None) -> str:
 
 def format_report(r: Report) -> str:
     share = r.flops_share()
-    lines = [f"NNAPI partitioning ({r.strategy} strategy, feature level {r.feature_level or 'any'}):",
-             f"  partitions: {r.partitions}   NNAPI<->TVM transitions per inference: {r.transitions}",
-             f"  FLOPs: {share['total_mflops']:.1f} MFLOP, NNAPI {share['nnapi'] * 100:.1f}%, TVM {share['tvm'] * 100:.1f}%",
-             "  on NNAPI: " + (", ".join(f"{k} x{v}" for k, v in r.counts("nnapi").items()) or "nothing"),
-             "  on TVM:   " + (", ".join(f"{k} x{v}" for k, v in r.counts("tvm").items()) or "nothing")]
+    lines = [
+        f"NNAPI partitioning ({r.strategy} strategy, feature level {r.feature_level or 'any'}):",
+        f"  partitions: {r.partitions}   NNAPI<->TVM transitions per inference: {r.transitions}",
+        f"  FLOPs: {share['total_mflops']:.1f} MFLOP, NNAPI {share['nnapi'] * 100:.1f}%, TVM {share['tvm'] * 100:.1f}%",
+        "  on NNAPI: " + (", ".join(f"{k} x{v}" for k, v in r.counts("nnapi").items()) or "nothing"),
+        "  on TVM:   " + (", ".join(f"{k} x{v}" for k, v in r.counts("tvm").items()) or "nothing"),
+    ]
     blockers = r.blockers()
     if blockers:
         lines.append("  splitting NNAPI partitions:")
