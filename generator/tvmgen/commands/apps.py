@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from tvmgen.android import downloads as pins
+from tvmgen.commands import options
 from tvmgen.compiler import database, nnapi
 from tvmgen.compiler import precision as precisions
 from tvmgen.core import log as logs
@@ -202,21 +203,15 @@ def _with(options):
 @click.option(
     "--model", "model", required=True, help="The model (as for compile), e.g. mobilenet.pb or builtin:mobilenet."
 )
-@click.option(
-    "--device",
-    default="cpu",
-    show_default=True,
-    type=click.Choice(["cpu", "opencl", "nnapi", "metal"]),
+@options.device(
+    ["cpu", "opencl", "nnapi", "metal"],
     help="Where the model runs on the phone (opencl falls back to CPU on the phone when absent; metal: iOS).",
 )
-@click.option(
-    "--gpu-family",
-    default="generic",
-    show_default=True,
-    type=click.Choice(["adreno", "mali", "generic", "desktop"]),
+@options.gpu_family(
+    ["adreno", "mali", "generic", "desktop"],
     help="OpenCL GPU family (with --device opencl): adreno uses texture (image) memory.",
 )
-@click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
+@options.inputs()
 @click.option(
     "--kind",
     default="deploy",
@@ -235,19 +230,11 @@ def _with(options):
 )
 @click.option("--feature-level", type=click.IntRange(1, 8), help="--device nnapi: highest NNAPI feature level.")
 @click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
-@click.option(
-    "--tuning-db",
-    type=click.Path(path_type=Path),
+@options.tuning_db(
     help="CPU or OpenCL kernels tuned by `tvmgen tune` on the phone (as for compile); each build uses "
-    "the kernels the database has for its target.",
+    "the kernels the database has for its target."
 )
-@click.option(
-    "--precision",
-    default="fp32",
-    show_default=True,
-    type=click.Choice(precisions.PRECISIONS),
-    help=precisions.HELP + " Applies to the --device build; the CPU fallback of a GPU app stays fp32.",
-)
+@options.precision(help=precisions.HELP + " Applies to the --device build; the CPU fallback of a GPU app stays fp32.")
 @_with(_app_common)
 def app(
     model,
@@ -428,13 +415,7 @@ def app(
     show_default=True,
     help="iOS: the model linked into the app, which it serves (iOS cannot load uploaded code).",
 )
-@click.option(
-    "--device",
-    default="cpu",
-    show_default=True,
-    type=click.Choice(["cpu", "metal"]),
-    help="iOS: where the linked model runs.",
-)
+@options.device(["cpu", "metal"], help="iOS: where the linked model runs.")
 @click.option(
     "--usb",
     is_flag=True,

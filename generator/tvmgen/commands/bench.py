@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from tvmgen.commands import options
 from tvmgen.core import log as logs
 from tvmgen.core.errors import CheckError, InputError
 from tvmgen.runtime import check as numerics
@@ -21,14 +22,11 @@ console = logs.console
 @click.option("--tracker", metavar="HOST:PORT", help="Get the device from this tracker (waits while it is busy).")
 @click.option("--proxy", metavar="HOST:PORT", help="Reach the device through this proxy.")
 @click.option("--platform", help="Compile for this platform. [default: what the device reports]")
-@click.option(
-    "--device",
-    default="cpu",
-    show_default=True,
-    type=click.Choice(["cpu", "opencl", "cuda", "metal"]),
+@options.device(
+    ["cpu", "opencl", "cuda", "metal"],
     help="Processor on the device (metal: the iOS app, benching the model linked into it).",
 )
-@click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
+@options.inputs()
 @click.option(
     "--gemm",
     type=click.IntRange(min=1),

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
+from tvmgen.commands import options
 from tvmgen.compiler import database, nnapi
-from tvmgen.compiler import precision as precisions
 from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError
 from tvmgen.runtime import check as numerics
@@ -33,29 +33,9 @@ def _default_out(model: str, platform: str, device: str) -> Path:
     help="Where the model runs: host, linux-aarch64, android-arm64, android-armv7, "
     "android-x86_64, ios-arm64. (--target is an alias.)",
 )
-@click.option(
-    "--device",
-    default="cpu",
-    show_default=True,
-    type=click.Choice(["cpu", "opencl", "metal", "cuda", "nnapi"]),
-    help="Processor on the platform that runs the model.",
-)
-@click.option(
-    "--gpu-family",
-    default="generic",
-    show_default=True,
-    type=click.Choice(["adreno", "mali", "generic", "desktop"]),
-    help="OpenCL GPU family (with --device opencl): adreno keeps tensors in texture (image) memory "
-    "with TVM's Adreno schedules; mali and generic use buffers; desktop (NVIDIA/AMD/Intel PC "
-    "GPUs) uses the larger convolution tiles TVM gives CUDA.",
-)
-@click.option(
-    "--input",
-    "input_flags",
-    multiple=True,
-    metavar="NAME:SHAPE[:DTYPE]",
-    help="Set or override an input's shape/dtype, e.g. input:1x224x224x3:float32. Repeatable.",
-)
+@options.device()
+@options.gpu_family()
+@options.inputs()
 @click.option(
     "--const",
     "const_flags",
@@ -120,10 +100,8 @@ def _default_out(model: str, platform: str, device: str) -> Path:
     "machine's CPU for --platform host (code that may not run on an older CPU), a generic NEON CPU for "
     "Arm platforms. E.g. haswell or x86-64-v3 (any AVX2 machine), skylake-avx512, cortex-a76.",
 )
-@click.option(
-    "--tuning-db",
-    type=click.Path(path_type=Path),
-    help="CPU or OpenCL kernels tuned by `tvmgen tune` (its --db root): used where the database has them.",
+@options.tuning_db(
+    help="CPU or OpenCL kernels tuned by `tvmgen tune` (its --db root): used where the database has them."
 )
 @click.option(
     "--strategy",
@@ -134,9 +112,7 @@ def _default_out(model: str, platform: str, device: str) -> Path:
 )
 @click.option("--feature-level", type=click.IntRange(1, 8), help="--device nnapi: highest NNAPI feature level.")
 @click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
-@click.option(
-    "--precision", default="fp32", show_default=True, type=click.Choice(precisions.PRECISIONS), help=precisions.HELP
-)
+@options.precision()
 def compile(
     model_arg,
     model_opt,

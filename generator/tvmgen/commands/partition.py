@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from tvmgen.commands import options
 from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError
 
@@ -33,7 +34,7 @@ console = logs.console
     "cost more than NNAPI saves (static cost table).",
 )
 @click.option("--cost-table", type=click.Path(path_type=Path), help="JSON overriding the static cost table.")
-@click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
+@options.inputs()
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the report as JSON here.")
 @click.option(
     "--measure",

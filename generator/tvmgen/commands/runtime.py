@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from tvmgen.commands import options
 from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError, TvmgenError
 
@@ -46,20 +47,8 @@ def runtime_build_cmd(platform, out):
 @click.option(
     "--abi", type=click.Choice(["arm64-v8a", "armeabi-v7a", "x86_64"]), help="Android ABI. [default: arm64-v8a]"
 )
-@click.option(
-    "--device",
-    default="cpu",
-    show_default=True,
-    type=click.Choice(["cpu", "opencl", "cuda"]),
-    help="When SOURCE is a model: the device to compile for.",
-)
-@click.option(
-    "--input",
-    "input_flags",
-    multiple=True,
-    metavar="NAME:SHAPE[:DTYPE]",
-    help="When SOURCE is a model: input shapes, as for compile.",
-)
+@options.device(["cpu", "opencl", "cuda"], help="When SOURCE is a model: the device to compile for.")
+@options.inputs(help="When SOURCE is a model: input shapes, as for compile.")
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Bundle directory to write.")
 @click.option("--force", is_flag=True, help="Replace the bundle directory if it exists.")
 def embed(source, platform, abi, device, input_flags, out, force):

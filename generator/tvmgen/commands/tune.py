@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from tvmgen.commands import options
 from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError
 
@@ -22,19 +23,13 @@ console = logs.console
     "platform",
     help="Tune for this platform. [default: host; over RPC: what the device reports]",
 )
-@click.option(
-    "--device",
-    default="cpu",
-    show_default=True,
-    type=click.Choice(["cpu", "opencl"]),
+@options.device(
+    ["cpu", "opencl"],
     help="Processor to tune for: cpu (MetaSchedule's CPU rules) or opencl (its GPU rules: thread-bound "
     "tiles, shared-memory fetches; timed on an OpenCL device over RPC, --key).",
 )
-@click.option(
-    "--gpu-family",
-    default="generic",
-    show_default=True,
-    type=click.Choice(["generic", "mali", "desktop"]),
+@options.gpu_family(
+    ["generic", "mali", "desktop"],
     help="--device opencl: the OpenCL family, as for compile (adreno builds use TVM's texture "
     "pipeline, which tuning does not cover).",
 )
@@ -63,7 +58,7 @@ console = logs.console
     "(TVM_NUM_THREADS), so tune once per thread count you deploy with. "
     "[default: this machine's physical cores, or the device's threads]",
 )
-@click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help="As for compile.")
+@options.inputs()
 def tune(
     model, platform, device, gpu_family, trials, db_root, key, tracker, proxy, session_timeout, num_cores, input_flags
 ):

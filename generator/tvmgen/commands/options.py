@@ -1,0 +1,64 @@
+"""Options several commands share, declared once: the same flag, type, default and help text
+everywhere. A command that supports only some devices or GPU families names them; they must be
+among the compiler's (``compiler.platforms.DEVICES`` / ``GPU_FAMILIES``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from tvmgen.compiler import precision as precisions
+from tvmgen.compiler.platforms import DEVICES, GPU_FAMILIES
+
+INPUT_HELP = (
+    "Set or override an input's shape/dtype, e.g. input:1x224x224x3:float32 (a 0-d input: sr:scalar:int64). Repeatable."
+)
+GPU_FAMILY_HELP = (
+    "OpenCL GPU family (with --device opencl): adreno keeps tensors in texture (image) memory "
+    "with TVM's Adreno schedules; mali and generic use buffers; desktop (NVIDIA/AMD/Intel PC "
+    "GPUs) uses the larger convolution tiles TVM gives CUDA."
+)
+
+
+def _subset(given: Sequence[str], known: Sequence[str], what: str) -> list[str]:
+    unknown = [c for c in given if c not in known]
+    if unknown:  # a programming error in a command's declaration, found at import
+        raise ValueError(f"{what} {unknown} are not among {list(known)}")
+    return list(given)
+
+
+def device(choices: Sequence[str] = DEVICES, help: str = "Processor on the platform that runs the model."):
+    """--device: ``choices`` are the devices the command supports."""
+    return click.option(
+        "--device",
+        default="cpu",
+        show_default=True,
+        type=click.Choice(_subset(choices, DEVICES, "devices")),
+        help=help,
+    )
+
+
+def gpu_family(choices: Sequence[str] = GPU_FAMILIES, help: str = GPU_FAMILY_HELP):
+    return click.option(
+        "--gpu-family",
+        default="generic",
+        show_default=True,
+        type=click.Choice(_subset(choices, GPU_FAMILIES, "GPU families")),
+        help=help,
+    )
+
+
+def inputs(help: str = INPUT_HELP):
+    return click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help=help)
+
+
+def precision(help: str = precisions.HELP):
+    return click.option(
+        "--precision", default="fp32", show_default=True, type=click.Choice(precisions.PRECISIONS), help=help
+    )
+
+
+def tuning_db(help: str):
+    return click.option("--tuning-db", type=click.Path(path_type=Path), help=help)
