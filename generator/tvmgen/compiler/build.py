@@ -283,10 +283,10 @@ def compile_to_artifact(
                 f"  [yellow]![/] {fb['failed']} failed: {fb['cause']}\n"
                 f"    built with {fb['pipeline']} instead; please report this with the log file"
             )
-        if report.get("scheduled") is not None or report.get("tuned"):
-            console.print(f"  {schedule_summary(report)}")
         for line in gpu.rule_failures_summary(report.get("rule_failures", [])):
             console.print(f"  [yellow]![/] {line}")
+        if report.get("scheduled") is not None or report.get("tuned"):
+            console.print(f"  {schedule_summary(report)}")
             if opts.tuning_db and not report.get("tuned"):
                 console.print(
                     f"  [yellow]![/] {opts.tuning_db} has no tuned kernel of this model for this target "
