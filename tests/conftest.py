@@ -1,7 +1,19 @@
-"""Shared fixtures: models made inside the tests (nothing downloaded), and a CLI runner."""
+"""Shared fixtures: models made inside the tests (nothing downloaded), a CLI runner, the device runtime
+built once per session and platform, and compiled artifacts cached per session.
+
+Two ways to run the suite (from the repository root):
+
+    .venv/bin/python -m pytest                  # everything (about half an hour on 2 cores)
+    .venv/bin/python -m pytest -m "not slow"    # the quick subset: no end-to-end compiles of whole models,
+                                                # RPC, qemu, CMake builds or tuning (tests marked slow)
+
+Tests that take more than about 15 seconds are marked ``@pytest.mark.slow``.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -47,14 +59,31 @@ def opencl_info(lib: Path) -> dict:
 
 
 @pytest.fixture(scope="session")
-def ocl_runtime(tmp_path_factory) -> Path:
-    """The host runtime (tvmgen-run, libtvmgen_runtime, libtvmgen_opencl) built from jni/, once per session."""
+def host_runtime() -> Path:
+    """The host runtime (tvmgen-run, tvmgen-rpc-server, libtvmgen_runtime, libtvmgen_opencl) built from jni/
+    with CMake once (runtime_build.cached_build: rebuilt when jni/'s sources or TVM's version change), shared
+    by every module. Tests about building into a fresh directory build their own."""
     from tvmgen.runtime import runtime_build
 
     require_tool("cmake")
-    prefix = runtime_build.build("host", tmp_path_factory.mktemp("ocl-rt"), jni=False)
-    assert (prefix / "lib" / "libtvmgen_opencl.so").is_file()
-    return prefix
+    return runtime_build.cached_build("host")
+
+
+@pytest.fixture(scope="session")
+def aarch64_runtime() -> Path:
+    """The linux-aarch64 runtime (cross-compiled, run under qemu), built once like ``host_runtime``."""
+    from tvmgen.runtime import runtime_build
+
+    for tool in ("cmake", "aarch64-linux-gnu-g++", "qemu-aarch64"):
+        require_tool(tool)
+    return runtime_build.cached_build("linux-aarch64")
+
+
+@pytest.fixture(scope="session")
+def ocl_runtime(host_runtime) -> Path:
+    """The host runtime, with its libtvmgen_opencl (the session's one build, see ``host_runtime``)."""
+    assert (host_runtime / "lib" / "libtvmgen_opencl.so").is_file()
+    return host_runtime
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +92,49 @@ def opencl_lib(ocl_runtime) -> Path:
     lib = ocl_runtime / "lib" / "libtvmgen_opencl.so"
     opencl_info(lib)
     return lib
+
+
+def _content_digest(path: Path) -> str:
+    """sha256 of a model file's bytes (of every file, with its relative name, for a directory)."""
+    h = hashlib.sha256()
+    if path.is_dir():
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            h.update(str(f.relative_to(path)).encode())
+            h.update(f.read_bytes())
+    else:
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="session")
+def compiled(tmp_path_factory):
+    """``compiled(model_path, platform="host", device="cpu", name=None, **BuildOptions fields)``: the artifact
+    directory of the model compiled with ``compile_to_artifact`` (manifest name ``name``, default the file's
+    stem), once per session for each (sha256 of the model's bytes, options). Shared: a test that changes an
+    artifact copies it first. Tests about compiling itself (its output, its errors) still compile."""
+    root = tmp_path_factory.mktemp("compiled")
+    done: dict[str, Path] = {}
+
+    def compile_once(model_path, platform="host", device="cpu", name=None, **options) -> Path:
+        from tvmgen import frontends
+        from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+        from tvmgen.compiler.platforms import PLATFORMS
+
+        model_path = Path(model_path)
+        plat = PLATFORMS[platform] if isinstance(platform, str) else platform
+        name = name or model_path.stem
+        fields = {k: _content_digest(v) if isinstance(v, Path) else repr(v) for k, v in sorted(options.items())}
+        key_text = json.dumps([_content_digest(model_path), plat.name, device, name, fields])
+        key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
+        if key not in done:
+            out = root / key / name
+            compile_to_artifact(
+                frontends.load(model_path, []), BuildOptions(plat, device, **options), out, True, {"name": name}
+            )
+            done[key] = out
+        return done[key]
+
+    return compile_once
 
 
 def require_tool(name: str) -> None:
@@ -98,6 +170,55 @@ def tvmgen(tmp_path, monkeypatch):
             timeout=timeout,
         )
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+@pytest.fixture
+def tvmgen_inprocess(tmp_path, monkeypatch):
+    """Like ``tvmgen``, but tvmgen.cli's main() runs in this process under click's CliRunner, capturing the
+    file descriptors (what C++ code writes too), with the same exit codes and error output; no new Python,
+    no TVM import (2-5 s each). For argument and error paths that do no TVM work; the subprocess runner
+    stays for everything else."""
+    import logging
+    import warnings
+
+    import click
+    from click.testing import CliRunner
+
+    from tvmgen import cli as tvmgen_cli
+
+    @click.command(
+        context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False, "help_option_names": []}
+    )
+    @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+    def real_main(argv):
+        sys.argv = ["tvmgen", *argv]
+        tvmgen_cli.main()
+
+    env = {"TVMGEN_LOG_DIR": str(tmp_path / "logs"), "COLUMNS": "200"}
+    logger = logging.getLogger("tvmgen")
+
+    def run(*args, cwd=None, extra_env=None) -> CliResult:
+        monkeypatch.chdir(cwd or tmp_path)
+        monkeypatch.setattr(sys, "argv", list(sys.argv))
+        saved = (list(logger.handlers), logger.level, logger.propagate, warnings.showwarning)
+        try:
+            result = CliRunner(capture="fd").invoke(
+                real_main, list(map(str, args)), env={**env, **(extra_env or {})}, catch_exceptions=True
+            )
+        finally:
+            for h in logger.handlers:
+                if h not in saved[0]:
+                    h.close()
+            logger.handlers[:] = saved[0]
+            logger.setLevel(saved[1])
+            logger.propagate = saved[2]
+            logging.captureWarnings(False)
+            warnings.showwarning = saved[3]
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return CliResult(result.exit_code, result.stdout, result.stderr)
 
     return run
 

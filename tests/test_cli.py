@@ -1,4 +1,7 @@
-"""The CLI as a user runs it: real subprocesses, real exit codes, what gets printed and written."""
+"""The CLI as a user runs it: real subprocesses, real exit codes, what gets printed and written.
+
+Argument and error paths that do no TVM work run tvmgen.cli's main() in this process (conftest's
+``tvmgen_inprocess``: click's CliRunner, the same exit codes and output); the rest run ``python -m tvmgen``."""
 
 from __future__ import annotations
 
@@ -30,18 +33,19 @@ def assert_clean_failure(result, code: int, *phrases: str, where: Path | None = 
         assert leftovers(where) == []
 
 
-def test_version_and_help(tvmgen):
+def test_version_and_help(tvmgen_inprocess):
     from tvmgen import __version__
 
-    r = tvmgen("--version")
+    r = tvmgen_inprocess("--version")
     assert r.returncode == 0 and r.stdout.strip() == f"tvmgen {__version__}"
-    r = tvmgen("compile", "--help")
+    r = tvmgen_inprocess("compile", "--help")
     assert r.returncode == 0
     for flag in ("--platform", "--device", "--input", "--check", "--separate-params", "--objects-only", "--force"):
         assert flag in r.stdout
     assert "android-arm64" in r.stdout and "builtin:mobilenet" in r.stdout
 
 
+@pytest.mark.slow
 def test_compile_builtin_check_inspect_run(tvmgen, tmp_path):
     r = tvmgen("compile", "builtin:mobilenet", "--check")
     assert r.returncode == 0, r.output
@@ -98,6 +102,7 @@ def test_compile_builtin_check_inspect_run(tvmgen, tmp_path):
     assert len(summary["outputs"][0]["top5"]) == 5
 
 
+@pytest.mark.slow
 def test_run_rejects_wrong_shape_and_unknown_name(tvmgen, tmp_path, builtin_onnx):
     art = tmp_path / "a"
     assert tvmgen("compile", builtin_onnx, "-o", art).returncode == 0
@@ -108,6 +113,7 @@ def test_run_rejects_wrong_shape_and_unknown_name(tvmgen, tmp_path, builtin_onnx
     assert r.returncode == 2 and "unknown input name(s) nope" in r.stderr and "input:1x3x224x224" in r.stderr
 
 
+@pytest.mark.slow
 def test_run_detects_tampered_artifact(tvmgen, tmp_path, builtin_onnx):
     art = tmp_path / "a"
     assert tvmgen("compile", builtin_onnx, "-o", art).returncode == 0
@@ -118,6 +124,7 @@ def test_run_detects_tampered_artifact(tvmgen, tmp_path, builtin_onnx):
     assert r.returncode == 2 and "does not match the sha256" in r.stderr
 
 
+@pytest.mark.slow
 def test_check_failure_leaves_no_artifact(tvmgen, tmp_path, builtin_onnx):
     r = tvmgen("compile", builtin_onnx, "--check", "--atol", "0", "--rtol", "0", "-o", tmp_path / "out")
     assert_clean_failure(r, 5, "outputs differ from onnxruntime", "no artifact was written", where=tmp_path)
@@ -140,14 +147,14 @@ def test_force_replaces_and_refuses_without(tvmgen, tmp_path):
 # --------------------------------------------------------------------------- bad input
 
 
-def test_missing_file(tvmgen, tmp_path):
-    r = tvmgen("compile", tmp_path / "nope.onnx", "-o", tmp_path / "out")
+def test_missing_file(tvmgen_inprocess, tmp_path):
+    r = tvmgen_inprocess("compile", tmp_path / "nope.onnx", "-o", tmp_path / "out")
     assert_clean_failure(r, 2, "does not exist", where=tmp_path)
 
 
-def test_unknown_extension(tvmgen, tmp_path):
+def test_unknown_extension(tvmgen_inprocess, tmp_path):
     (tmp_path / "model.caffemodel").write_bytes(b"xx")
-    r = tvmgen("compile", tmp_path / "model.caffemodel", "-o", tmp_path / "out")
+    r = tvmgen_inprocess("compile", tmp_path / "model.caffemodel", "-o", tmp_path / "out")
     assert_clean_failure(r, 2, "unknown extension .caffemodel", ".onnx, .tflite, .pt2", where=tmp_path)
 
 
@@ -194,6 +201,7 @@ def test_tflite_custom_operator(tvmgen, tmp_path, tflite_custom_op):
     assert_clean_failure(r, 2, "unsupported TFLite operator", "CUSTOM:", where=tmp_path)
 
 
+@pytest.mark.slow
 def test_dynamic_dims_need_input_flag(tvmgen, tmp_path, torch_onnx):
     r = tvmgen("compile", torch_onnx, "-o", tmp_path / "out")
     assert_clean_failure(
@@ -203,6 +211,7 @@ def test_dynamic_dims_need_input_flag(tvmgen, tmp_path, torch_onnx):
     assert r.returncode == 0, r.output
 
 
+@pytest.mark.slow
 def test_pb_dynamic_batch_then_fixed(tvmgen, tmp_path, pb_model):
     r = tvmgen("compile", pb_model, "-o", tmp_path / "out")
     assert_clean_failure(r, 2, "'input:0' has dynamic dimensions", "--input input:0:Nx32x32x3", where=tmp_path)
@@ -212,13 +221,13 @@ def test_pb_dynamic_batch_then_fixed(tvmgen, tmp_path, pb_model):
     assert "onnxruntime" in r.stderr and "tf2onnx" in r.stderr
 
 
-def test_input_flag_errors(tvmgen, tmp_path):
+def test_input_flag_errors(tvmgen_inprocess, tmp_path):
     model = save_onnx(single_op_models()["softmax"], tmp_path / "m.onnx")
-    r = tvmgen("compile", model, "--input", "a:3by10", "-o", tmp_path / "out")
+    r = tvmgen_inprocess("compile", model, "--input", "a:3by10", "-o", tmp_path / "out")
     assert_clean_failure(r, 2, "cannot read --input 'a:3by10'", "NAME:SHAPE[:DTYPE]", where=tmp_path)
-    r = tvmgen("compile", model, "--input", "b:3x10", "-o", tmp_path / "out")
+    r = tvmgen_inprocess("compile", model, "--input", "b:3x10", "-o", tmp_path / "out")
     assert_clean_failure(r, 2, "not among the model's inputs", "the model's inputs are: a", where=tmp_path)
-    r = tvmgen("compile", model, "--input", "a:3x10x1", "-o", tmp_path / "out")
+    r = tvmgen_inprocess("compile", model, "--input", "a:3x10x1", "-o", tmp_path / "out")
     assert_clean_failure(r, 2, "rank 2", where=tmp_path)
 
 
@@ -231,22 +240,22 @@ def test_input_flag_errors(tvmgen, tmp_path):
         ("host", "nnapi", "device 'nnapi' is not available on platform 'host'"),
     ],
 )
-def test_invalid_platform_device(tvmgen, tmp_path, platform, device, phrase):
-    r = tvmgen("compile", "builtin:mobilenet", "--platform", platform, "--device", device)
+def test_invalid_platform_device(tvmgen_inprocess, tmp_path, platform, device, phrase):
+    r = tvmgen_inprocess("compile", "builtin:mobilenet", "--platform", platform, "--device", device)
     assert_clean_failure(r, 2, phrase, where=tmp_path)
     if "available" in phrase:
         assert "host/cpu" in r.stderr and "android-arm64/opencl" in r.stderr and "ios-arm64/metal" in r.stderr
 
 
-def test_missing_cross_compiler(tvmgen, tmp_path):
+def test_missing_cross_compiler(tvmgen_inprocess, tmp_path):
     empty = tmp_path / "emptybin"
     empty.mkdir()
-    r = tvmgen("compile", "builtin:mobilenet", "--platform", "linux-aarch64", extra_env={"PATH": str(empty)})
+    r = tvmgen_inprocess("compile", "builtin:mobilenet", "--platform", "linux-aarch64", extra_env={"PATH": str(empty)})
     assert_clean_failure(
         r, 3, "aarch64-linux-gnu-g++ not found", "apt-get install g++-aarch64-linux-gnu", where=tmp_path
     )
     assert "Compiling" not in r.stderr  # found missing before any compiling started
-    r = tvmgen(
+    r = tvmgen_inprocess(
         "compile",
         "builtin:mobilenet",
         "--platform",
@@ -256,9 +265,9 @@ def test_missing_cross_compiler(tvmgen, tmp_path):
     assert_clean_failure(r, 3, "TVMGEN_AARCH64_CXX", "is not an executable file", where=tmp_path)
 
 
-def test_missing_ndk(tvmgen, tmp_path):
+def test_missing_ndk(tvmgen_inprocess, tmp_path):
     env = dict.fromkeys(("TVM_NDK_CC", "ANDROID_NDK_HOME", "ANDROID_NDK_ROOT", "ANDROID_HOME", "ANDROID_SDK_ROOT"), "")
-    r = tvmgen("compile", "builtin:mobilenet", "--platform", "android-arm64", extra_env=env)
+    r = tvmgen_inprocess("compile", "builtin:mobilenet", "--platform", "android-arm64", extra_env=env)
     assert_clean_failure(
         r,
         3,
@@ -267,7 +276,7 @@ def test_missing_ndk(tvmgen, tmp_path):
         "--objects-only",
         where=tmp_path,
     )
-    r = tvmgen(
+    r = tvmgen_inprocess(
         "compile",
         "builtin:mobilenet",
         "--platform",
@@ -277,12 +286,12 @@ def test_missing_ndk(tvmgen, tmp_path):
     assert_clean_failure(r, 3, "ANDROID_NDK_HOME=", "is not a directory", where=tmp_path)
 
 
-def test_no_model_and_inspect_non_artifact(tvmgen, tmp_path):
-    r = tvmgen("compile")
+def test_no_model_and_inspect_non_artifact(tvmgen_inprocess, tmp_path):
+    r = tvmgen_inprocess("compile")
     assert r.returncode == 2 and "no model given" in r.stderr
-    r = tvmgen("inspect", tmp_path)
+    r = tvmgen_inprocess("inspect", tmp_path)
     assert r.returncode == 2 and "not a tvmgen artifact directory" in r.stderr
-    r = tvmgen("compile", "builtin:resnet")
+    r = tvmgen_inprocess("compile", "builtin:resnet")
     assert r.returncode == 2 and "builtin:mobilenet" in r.stderr
 
 

@@ -3,7 +3,7 @@
 Builds the host runtime, libtvmgen_jni and tvmgen.jar with CMake, compiles artifacts with tvmgen,
 runs them from Java (tests/java/ModelCheck.java and org.tvmgen.RunModel through the high-level
 Model; tests/java/FfiCheck.java through the low-level Module / Function / NDArray) and compares
-the outputs with the Python Relax VM's (tvmgen.runner.HostModel).
+the outputs with the Python Relax VM's (tvmgen.runtime.runner.HostModel).
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ import numpy as np
 import pytest
 
 from conftest import REPO, onnx_model, unavailable
+
+# every test needs the Java API built with CMake and javac: all slow
+pytestmark = pytest.mark.slow
 
 JAVA_SRC = REPO / "tests" / "java"
 EXTRA_RUNS = 4  # ModelCheck runs the model 3 times (float[], ByteBuffer, Tensor), then EXTRA_RUNS more
@@ -116,34 +119,23 @@ def two_in_two_out():
 
 
 @pytest.fixture(scope="module")
-def artifacts(tmp_path_factory) -> dict[str, Path]:
-    """name -> artifact directory, compiled for host/cpu through tvmgen's Python API."""
+def artifacts(tmp_path_factory, builtin_onnx, compiled) -> dict[str, Path]:
+    """name -> artifact directory, compiled for host/cpu through tvmgen's Python API (once per session,
+    conftest's ``compiled``)."""
     import onnx
 
-    from tvmgen import frontends
-    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
-    from tvmgen.frontends.builtin import materialize
-
     root = tmp_path_factory.mktemp("java-artifacts")
-    host = PLATFORMS["host"]
-    mobilenet = frontends.load(materialize("builtin:mobilenet", root), [])
     two_path = root / "two_in_two_out.onnx"
     onnx.save(two_in_two_out(), str(two_path))
-    two = frontends.load(two_path, [])
     sys.path.insert(0, str(REPO / "benchmarks"))
     import zoo
 
-    scalar = frontends.load(zoo.build("vad_scalar", root)[0], [])
-    out = {}
-    for name, imported, opts in [
-        ("mobilenet", mobilenet, BuildOptions(host, "cpu")),
-        ("mobilenet_separate_params", mobilenet, BuildOptions(host, "cpu", separate_params=True)),
-        ("two_in_two_out", two, BuildOptions(host, "cpu")),
-        ("vad_scalar", scalar, BuildOptions(host, "cpu")),
-    ]:
-        out[name] = root / name
-        compile_to_artifact(imported, opts, out[name], True, {"name": name})
+    out = {
+        "mobilenet": compiled(builtin_onnx, "host", "cpu", name="mobilenet"),
+        "mobilenet_separate_params": compiled(builtin_onnx, "host", "cpu", name="mobilenet", separate_params=True),
+        "two_in_two_out": compiled(two_path, "host", "cpu", name="two_in_two_out"),
+        "vad_scalar": compiled(zoo.build("vad_scalar", root)[0], "host", "cpu", name="vad_scalar"),
+    }
     assert (out["mobilenet_separate_params"] / "model.params").is_file()
     assert not (out["mobilenet"] / "model.params").exists()
     return out

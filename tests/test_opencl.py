@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from conftest import REPO, save_onnx, single_op_models
-from tvmgen import frontends
-from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-from tvmgen.compiler.platforms import PLATFORMS
 from tvmgen.core.model import random_inputs
+
+# every test needs the runtime built with CMake and whole models compiled for OpenCL: all slow
+pytestmark = pytest.mark.slow
 
 SINGLE_OPS = ("conv3x3", "conv_depthwise", "gemm", "softmax", "two_outputs")
 STATS = re.compile(r"tvmgen-opencl: cache (\{.*\})")
@@ -33,27 +33,19 @@ def runtime(ocl_runtime) -> Path:
 
 
 @pytest.fixture(scope="module")
-def arts(tmp_path_factory) -> dict:
-    """(name, device) -> artifact dir, for the built-in model and a few single-op models."""
-    from tvmgen.frontends.builtin import materialize
-
+def arts(tmp_path_factory, builtin_onnx, compiled) -> dict:
+    """(name, device) -> artifact dir, for the built-in model and a few single-op models (compiled once per
+    session, conftest's ``compiled``; shared, so not to be changed)."""
     d = tmp_path_factory.mktemp("ocl-arts")
-    models = {"mobilenet": materialize("builtin:mobilenet", d)}
+    models = {"mobilenet": builtin_onnx}
     for name in SINGLE_OPS:
         models[name] = save_onnx(single_op_models()[name], d / f"{name}.onnx")
     out = {}
     for name, path in models.items():
-        imported = frontends.load(path, [])
         for device in ("cpu", "opencl"):
-            dest = d / f"{name}-{device}"
-            compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], device), dest, True, {"name": name})
-            out[(name, device)] = dest
+            out[(name, device)] = compiled(path, "host", device, name=name)
         if name == "conv3x3":  # the Adreno flavour of the OpenCL target (buffer memory for this model)
-            dest = d / f"{name}-adreno"
-            compile_to_artifact(
-                imported, BuildOptions(PLATFORMS["host"], "opencl", gpu_family="adreno"), dest, True, {"name": name}
-            )
-            out[(name, "adreno")] = dest
+            out[(name, "adreno")] = compiled(path, "host", "opencl", name=name, gpu_family="adreno")
     return out
 
 

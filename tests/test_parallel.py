@@ -183,22 +183,9 @@ def test_default_thread_count_follows_tvm_num_threads(pool_library):
 
 
 @pytest.fixture(scope="module")
-def mobilenet(tmp_path_factory):
-    from tvmgen import frontends
-    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
-    from tvmgen.frontends.builtin import materialize
-
-    d = tmp_path_factory.mktemp("par")
-    out = d / "mobilenet"
-    compile_to_artifact(
-        frontends.load(materialize("builtin:mobilenet", d), []),
-        BuildOptions(PLATFORMS["host"], "cpu"),
-        out,
-        True,
-        {"name": "mobilenet"},
-    )
-    return out
+def mobilenet(builtin_onnx, compiled):
+    """The built-in model for host/cpu (compiled once per session, conftest's ``compiled``)."""
+    return compiled(builtin_onnx, "host", "cpu", name="mobilenet")
 
 
 def _run_in_child(artifact: Path, threads: int, extra: str = "") -> dict:
@@ -223,6 +210,7 @@ print(json.dumps({{"pool": m.parallel, "threads": m.threads}}))
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "out": np.load(npy)}
 
 
+@pytest.mark.slow
 def test_model_outputs_equal_on_one_two_and_three_threads(mobilenet):
     runs = {t: _run_in_child(mobilenet, t) for t in (1, 2, 3)}
     for t, r in runs.items():
@@ -232,6 +220,7 @@ def test_model_outputs_equal_on_one_two_and_three_threads(mobilenet):
     np.testing.assert_array_equal(runs[3]["out"], runs[1]["out"])
 
 
+@pytest.mark.slow
 def test_library_without_the_launcher_uses_tvms_pool(mobilenet, tmp_path, monkeypatch):
     """An artifact from a tvmgen before the launcher: its library has no tvmgen_parallel_install."""
     from tvmgen import frontends
@@ -260,6 +249,7 @@ def test_library_without_the_launcher_uses_tvms_pool(mobilenet, tmp_path, monkey
     np.testing.assert_array_equal(r["out"], _run_in_child(mobilenet, 2)["out"])
 
 
+@pytest.mark.slow
 def test_models_unloaded_while_workers_wait(mobilenet):
     """Dropping a model unloads its library: its pool's workers must stop before their code goes."""
     code = """
@@ -277,11 +267,9 @@ print("ok")
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 
-def test_tvmgen_run_reports_the_pool(mobilenet, tmp_path):
-    from tvmgen.runtime import runtime_build
-
-    require_tool("cmake")
-    prefix = runtime_build.cached_build("host")
+@pytest.mark.slow
+def test_tvmgen_run_reports_the_pool(mobilenet, host_runtime, tmp_path):
+    prefix = host_runtime
     from tvmgen.core import artifact
     from tvmgen.core.model import random_inputs
 
@@ -342,6 +330,7 @@ def zoo_artifacts(tmp_path_factory):
     return built
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pool", ["tvmgen", "tvm"])
 @pytest.mark.parametrize("name", ZOO_AT_TWO_THREADS)
 def test_zoo_models_on_two_threads_match_the_reference(zoo_artifacts, name, pool):

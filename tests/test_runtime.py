@@ -18,51 +18,30 @@ from tvmgen.compiler.platforms import PLATFORMS
 from tvmgen.core.model import random_inputs
 from tvmgen.runtime.runner import HostModel
 
+# every test runs whole compiled models or the CMake-built runtime (qemu, embed): all slow
+pytestmark = pytest.mark.slow
+
 QEMU_SYSROOT = "/usr/aarch64-linux-gnu"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """Artifacts: the built-in model, with separate params, and a 2-in/2-out model; host and aarch64."""
-    from tvmgen.frontends.builtin import materialize
-
+def built(tmp_path_factory, builtin_onnx, compiled):
+    """Artifacts: the built-in model, with separate params, and a 2-in/2-out model; host and aarch64
+    (compiled once per session, conftest's ``compiled``). The runtimes are conftest's ``host_runtime`` and
+    ``aarch64_runtime`` (one CMake build per platform, shared by every module)."""
     d = tmp_path_factory.mktemp("rt")
-    models = {"mobilenet": materialize("builtin:mobilenet", d)}
+    models = {"mobilenet": builtin_onnx}
     for name in ("two_outputs", "matmul"):
         models[name] = save_onnx(single_op_models()[name], d / f"{name}.onnx")
     arts = {}
     for name, path in models.items():
-        imported = frontends.load(path, [])
         for plat in ("host", "linux-aarch64"):
             if plat == "linux-aarch64" and not shutil.which("aarch64-linux-gnu-g++"):
                 continue
-            out = d / f"{name}-{plat}"
-            compile_to_artifact(imported, BuildOptions(PLATFORMS[plat], "cpu"), out, True, {"name": name})
-            arts[(name, plat)] = out
+            arts[(name, plat)] = compiled(path, plat, "cpu", name=name)
         if name == "mobilenet":
-            out = d / "mobilenet-host-params"
-            compile_to_artifact(
-                imported, BuildOptions(PLATFORMS["host"], "cpu", separate_params=True), out, True, {"name": name}
-            )
-            arts[("mobilenet-params", "host")] = out
+            arts[("mobilenet-params", "host")] = compiled(path, "host", "cpu", name=name, separate_params=True)
     return arts
-
-
-@pytest.fixture(scope="module")
-def host_runtime(tmp_path_factory):
-    from tvmgen.runtime import runtime_build
-
-    require_tool("cmake")
-    return runtime_build.build("host", tmp_path_factory.mktemp("host-rt"), jni=False)
-
-
-@pytest.fixture(scope="module")
-def aarch64_runtime(tmp_path_factory):
-    from tvmgen.runtime import runtime_build
-
-    for tool in ("cmake", "aarch64-linux-gnu-g++", "qemu-aarch64"):
-        require_tool(tool)
-    return runtime_build.build("linux-aarch64", tmp_path_factory.mktemp("a64-rt"), jni=False)
 
 
 def run_tool(prefix: Path, artifact: Path, tmp_path: Path, inputs: dict, qemu=False, extra=()):
