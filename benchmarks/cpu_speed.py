@@ -3,7 +3,7 @@
 
 For five models, all made here (nothing is downloaded):
 
-  builtin-mobilenet   tvmgen.builtin.mobilenet_onnx() (MobileNet v1 style, width 0.5), ONNX, 1x3x224x224
+  builtin-mobilenet   tvmgen.frontends.builtin.mobilenet_onnx() (MobileNet v1 style, width 0.5), ONNX, 1x3x224x224
   mobilenetv2-torch   a MobileNetV2 (inverted residuals, width 1.0) written in torch, exported to ONNX
                       with torch.onnx.export (TorchScript exporter), 1x3x224x224
   keras-cnn-tflite    a small Keras CNN (Conv2D, DepthwiseConv2D, pooling, Dense) converted with
@@ -754,8 +754,8 @@ def main() -> int:
     skipped_columns = {}
     args.tuning_dbs = parse_tuning_dbs(args.tuning_db, args.threads, p.error)
     if args.tuning_dbs:
-        if importlib.util.find_spec("tvmgen.tune") is None:
-            skipped_columns["tuned"] = "tvmgen.tune is not importable in this tvmgen, so no tuned builds"
+        if importlib.util.find_spec("tvmgen.tuning.tune") is None:
+            skipped_columns["tuned"] = "tvmgen.tuning.tune is not importable in this tvmgen, so no tuned builds"
             progress(f"note: {skipped_columns['tuned']}; the tuned column is left out")
             args.tuning_dbs = {}
         else:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """OpenCL kernel cache of libtvmgen_opencl: cold start (empty cache) against warm start (cache filled).
 
-The built-in model (tvmgen.builtin "builtin:mobilenet", 1x3x224x224, MobileNet v1 style) compiled
+The built-in model (tvmgen.frontends.builtin "builtin:mobilenet", 1x3x224x224, MobileNet v1 style) compiled
 with --device opencl (--gpu-family generic) runs through the C++ runner tvmgen-run on the OpenCL
 platform found here (PoCL, a CPU OpenCL, on the development machines). Every start is a fresh
 process:

@@ -14,14 +14,14 @@ Part 1, per-call overhead on the same host artifact (host/cpu, TVM_NUM_THREADS=1
   Java, float[]           the same with float[] in and out (GetPrimitiveArrayCritical)
   Python VM               a raw tvm relax.VirtualMachine call: tvm.runtime.tensor() in, the VM's
                           main, .numpy() out, timed with time.perf_counter_ns around each stage
-  Python HostModel.run    tvmgen.runner.HostModel.run(inputs) (adds input checks), timed as a whole
+  Python HostModel.run    tvmgen.runtime.runner.HostModel.run(inputs) (adds input checks), timed as a whole
 
 for two models made here: add-relu-1x16 (ONNX Add + Relu on a 1x16 float32 tensor, made with
 onnx.helper: the call overhead is nearly all there is) and builtin-mobilenet
-(tvmgen.builtin.materialize("builtin:mobilenet"), for context). Each path runs in a fresh process
+(tvmgen.frontends.builtin.materialize("builtin:mobilenet"), for context). Each path runs in a fresh process
 for each of --rounds rounds; a row shows the median over rounds of each round's per-call median.
 
-Part 2, stripped size of what an app ships: the runtime built with tvmgen.runtime_build.build()
+Part 2, stripped size of what an app ships: the runtime built with tvmgen.runtime.runtime_build.build()
 for host (x86_64) and linux-aarch64, each .so copied and stripped (strip / aarch64-linux-gnu-strip).
 
     .venv/bin/python benchmarks/runtime_overhead.py                 # full run (~2 min on 2 cores)
@@ -282,7 +282,9 @@ def worker_compile(model: str, work: Path) -> dict:
         made = make_add_relu(src)
     else:
         src = builtin.materialize("builtin:mobilenet", work)
-        made = {"made_with": 'tvmgen.builtin.materialize("builtin:mobilenet") (MobileNet v1 style, width 0.5)'}
+        made = {
+            "made_with": 'tvmgen.frontends.builtin.materialize("builtin:mobilenet") (MobileNet v1 style, width 0.5)'
+        }
     out = work / f"{model}-host-cpu"
     t0 = time.perf_counter()
     imported = frontends.load(src, [])
@@ -683,7 +685,7 @@ def main() -> int:
     with benchlib.work_dir(args.keep, "tvmgen-overhead-") as work:
         load_start = benchlib.load_at_start()
         start = time.perf_counter()
-        progress("building the host runtime (tvmgen.runtime_build.build('host'), JNI on) ...")
+        progress("building the host runtime (tvmgen.runtime.runtime_build.build('host'), JNI on) ...")
         try:
             prefix = build_runtime("host", work, args.verbose)
             progress(f"host runtime: {prefix}")

@@ -37,7 +37,7 @@ def bundle(out: Path, names=("mobilenet", "int8")) -> None:
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
-    from tvmgen.frontends.base import random_inputs
+    from tvmgen.core.model import random_inputs
     from tvmgen.frontends.builtin import materialize
     from tvmgen.runtime import runtime_build
 

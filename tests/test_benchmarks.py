@@ -58,7 +58,7 @@ def test_cpu_speed_quick_gemm(tmp_path):
     assert set(row["gflops"]) == {"default", "numpy"}
     assert doc["models"][0]["model_info"]["flops"] == 2 * 128**3
 
-    # no records in the database (or no tvmgen.tune): a tuned build is attempted at most, never measured
+    # no records in the database (or no tvmgen.tuning.tune): a tuned build is attempted at most, never measured
     why = doc["skipped_columns"].get("tuned") or doc["models"][0]["skipped"].get("tuned")
     assert why and "tuned" not in row["tvmgen"]
     assert "tuned" in proc.stdout and "tuned ms" not in proc.stdout

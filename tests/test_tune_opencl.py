@@ -262,21 +262,24 @@ def test_app_builds_take_the_records_of_their_own_target(tmp_path):
     """`app --device opencl` builds the GPU artifact and a CPU fallback from one database root: each takes
     the directory of its own target; the root must have one of them. A phone's GPU is not this machine's."""
     from tvmgen.compiler import database
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.platforms import PLATFORMS, BuildTarget
     from tvmgen.core.errors import InputError
 
     phone = PLATFORMS["android-arm64"]
-    gpu = database.database_target(phone, "opencl")
+    phone_gpu, phone_cpu = BuildTarget(phone, "opencl"), BuildTarget(phone, "cpu")
+    gpu = database.database_target(phone_gpu)
     assert database.target_name(gpu) == "opencl-host-llvm-mattr=+neon-mtriple=aarch64-linux-android"
-    assert database.target_name(database.database_target(PLATFORMS["host"], "opencl")) != database.target_name(gpu)
-    assert database.target_name(database.database_target(phone, "opencl", "mali")).startswith(
+    host_gpu = database.database_target(BuildTarget(PLATFORMS["host"], "opencl"))
+    assert database.target_name(host_gpu) != database.target_name(gpu)
+    assert database.target_name(database.database_target(BuildTarget(phone, "opencl", "mali"))).startswith(
         "opencl-device=mali-host-"
     )
-    assert database.database_target(phone, "opencl", "adreno") is None  # TVM's texture pipeline: not tuned
+    # TVM's texture pipeline: not tuned
+    assert database.database_target(BuildTarget(phone, "opencl", "adreno")) is None
     (tmp_path / database.target_name(gpu)).mkdir()
     (tmp_path / database.target_name(gpu) / "database_tuning_record.json").write_text("")
-    assert database.checked_database(tmp_path, phone, "opencl", also=["cpu"]) == tmp_path
-    assert database.database_for(tmp_path, phone, "opencl") == tmp_path
-    assert database.database_for(tmp_path, phone, "cpu") is None  # the CPU fallback: default schedules
+    assert database.checked_database(tmp_path, [phone_gpu, phone_cpu]) == tmp_path
+    assert database.database_for(tmp_path, phone_gpu) == tmp_path
+    assert database.database_for(tmp_path, phone_cpu) is None  # the CPU fallback: default schedules
     with pytest.raises(InputError, match=r"no records for target llvm-mattr=.neon-mtriple=aarch64-linux-android"):
-        database.checked_database(tmp_path, phone, "cpu")
+        database.checked_database(tmp_path, [phone_cpu])

@@ -280,7 +280,7 @@ def app(
     from tvmgen import frontends
     from tvmgen.android import project as android_project
     from tvmgen.compiler import build
-    from tvmgen.compiler.platforms import PLATFORMS, check_pair
+    from tvmgen.compiler.platforms import PLATFORMS, BuildTarget, check_pair
     from tvmgen.core.toolchains import AndroidNdk
     from tvmgen.frontends import builtin
     from tvmgen.frontends.base import InputOverride
@@ -310,9 +310,10 @@ def app(
     android_project.check_package(package)
     for p in platforms:
         check_pair(PLATFORMS[p], device)
-    tuning_db = database.checked_database(
-        tuning_db, PLATFORMS[platforms[0]], device, gpu_family, also=["cpu"] if device != "cpu" else []
-    )
+    devices = [device] + (["cpu"] if device != "cpu" else [])  # a GPU / NNAPI app falls back to the CPU
+    # one ABI's artifacts ship today: the first --platform; each device's target resolved once
+    targets = {dev: BuildTarget(PLATFORMS[platforms[0]], dev, gpu_family) for dev in devices}
+    tuning_db = database.checked_database(tuning_db, list(targets.values()))
     out = out or Path("out") / f"{stem}-android-{device}-app"
     if out.exists() and not force:
         raise InputError(
@@ -343,21 +344,18 @@ def app(
         with logs.step(f"Importing {model}"):
             imported = frontends.load(model_path, [InputOverride.parse(f) for f in input_flags])
         artifacts = {}
-        devices = [device] + (["cpu"] if device != "cpu" else [])
-        for dev in devices:  # one ABI's artifacts ship today: the first --platform
+        for dev in devices:
             artifacts[dev] = scratch / f"model-{dev}"
             to_build, needs = imported, None
             if dev == "nnapi":  # stops here (exit 4) when this TVM has no NNAPI code generator
                 to_build, needs = nnapi.partition_and_generate(imported, feature_level, strategy, cost_table)
             build.compile_to_artifact(
                 to_build,
-                build.BuildOptions(
-                    PLATFORMS[platforms[0]],
-                    dev,
-                    gpu_family,
+                build.BuildOptions.for_target(
+                    targets[dev],
                     objects_only=not linked,
                     runtime_needs=needs,
-                    tuning_db=database.database_for(tuning_db, PLATFORMS[platforms[0]], dev, gpu_family),
+                    tuning_db=database.database_for(tuning_db, targets[dev]),
                     # the CPU fallback of a GPU app: fp32, runs anywhere
                     precision=precision if dev == device else "fp32",
                 ),

@@ -154,7 +154,7 @@ def compile(
     """
     from tvmgen import frontends
     from tvmgen.compiler import build
-    from tvmgen.compiler.platforms import check_pair, get_platform
+    from tvmgen.compiler.platforms import BuildTarget, check_pair, get_platform
     from tvmgen.frontends import builtin
     from tvmgen.frontends.base import InputOverride, parse_consts
 
@@ -164,14 +164,15 @@ def compile(
     if not model:
         raise InputError("no model given", "tvmgen compile MODEL (try builtin:mobilenet)")
     plat = get_platform(platform)
-    check_pair(plat, device)
+    check_pair(plat, device)  # before --cpu: an unknown pair is the first thing to say
     if cpu_name:
         plat = plat.with_cpu(cpu_name)
     if cpu_features:
         plat = plat.with_features(cpu_features.split(","))
     overrides = [InputOverride.parse(f) for f in input_flags]
     consts = parse_consts(const_flags)
-    tuning_db = database.checked_database(tuning_db, plat, device, gpu_family)
+    target = BuildTarget(plat, device, gpu_family)  # resolved once; every later step reads this
+    tuning_db = database.checked_database(tuning_db, [target])
     if precision != "fp32" and device == "nnapi":
         raise InputError(
             f"--precision {precision} does not apply to --device nnapi: the NNAPI parts keep the "
@@ -212,12 +213,10 @@ def compile(
                     "leave out --separate-params",
                 )
             to_build, needs = nnapi.partition_and_generate(imported, feature_level, strategy, cost_table)
-        opts = build.BuildOptions(
-            plat,
-            device,
-            gpu_family,
-            separate_params,
-            objects_only,
+        opts = build.BuildOptions.for_target(
+            target,
+            separate_params=separate_params,
+            objects_only=objects_only,
             runtime_needs=needs,
             schedules=schedules == "default",
             tuning_db=tuning_db,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 from tvmgen import __version__
 from tvmgen.compiler import adreno, gpu, kernels, stack_tiles
 from tvmgen.compiler import export as exporter
-from tvmgen.compiler.platforms import DL_DEVICE_TYPES, Platform, make_target, target_dict
+from tvmgen.compiler.platforms import DL_DEVICE_TYPES, BuildTarget, Platform
 from tvmgen.core import artifact
 from tvmgen.core.errors import CompileError, TvmgenError
 from tvmgen.core.log import console, filtered_stderr, step
@@ -31,6 +32,18 @@ class BuildOptions:
     schedules: bool = True  # False: TVM's own pipeline, unscheduled on CPU (for comparisons)
     runtime_needs: dict | None = None  # what the device runtime needs beyond TVM's core (NNAPI), for the manifest
     precision: str = "fp32"  # "fp16": float16 weights and activations (compiler/precision.py)
+
+    @classmethod
+    def for_target(cls, target: BuildTarget, **options) -> BuildOptions:
+        """Options for a target resolved once from the command line (its TVM target is reused)."""
+        opts = cls(target.platform, target.device, target.gpu_family, **options)
+        opts.__dict__["target"] = target
+        return opts
+
+    @functools.cached_property
+    def target(self) -> BuildTarget:
+        """The platform, device and GPU family checked together, with their TVM target."""
+        return BuildTarget(self.platform, self.device, self.gpu_family)
 
 
 def output_specs(mod, names: list[str]) -> list[TensorSpec]:
@@ -61,7 +74,7 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
     ``report["fallback"]`` says which pipeline built it and why the first failed."""
     from tvm import relax
 
-    target = make_target(target_dict(opts.platform, opts.device, opts.gpu_family))
+    target = opts.target.tvm
     mod = imported.mod
     if target.kind.name != "llvm":
         mod = _copy(mod)
@@ -272,7 +285,7 @@ def compile_to_artifact(
         imported = weights_as_params(imported)
     outputs = output_specs(imported.mod, imported.output_names)
     exporter.linker(opts.platform, opts.objects_only)  # a missing toolchain fails now, not after the build
-    tspec = target_dict(opts.platform, opts.device, opts.gpu_family)
+    tspec = opts.target.spec
     with artifact.staging(out_dir, force) as tmp:
         with step(f"Compiling for {opts.platform.name}/{opts.device} with TVM {tvm.__version__}"):
             report: dict = {}

@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tvmgen.compiler.platforms import tunable
+from tvmgen.compiler.platforms import BuildTarget, tunable
 from tvmgen.core.errors import InputError
 
 
@@ -128,33 +129,30 @@ def open_database(path: Path, target, create: bool = False):
     return ms.database.JSONDatabase(work_dir=str(directory), module_equality="structural")
 
 
-def database_target(plat, device: str, gpu_family: str = "generic"):
-    """The target whose records ``compile --device DEVICE`` looks up, or None where a database does not
+def database_target(target: BuildTarget):
+    """The TVM target whose records a build for ``target`` looks up, or None where a database does not
     apply (Metal, CUDA, Adreno's texture pipeline)."""
-    from tvmgen.compiler.platforms import make_target, target_dict
-
-    if device not in ("cpu", "nnapi", "opencl"):
+    if target.device not in ("cpu", "nnapi", "opencl"):
         return None
-    target = make_target(target_dict(plat, device, gpu_family))
-    return target if not is_gpu(target) or tunable(target) else None
+    tvm_target = target.tvm
+    return tvm_target if not is_gpu(tvm_target) or tunable(tvm_target) else None
 
 
 def has_records(root: Path, target) -> bool:
     return (Path(root) / target_name(target) / "database_tuning_record.json").is_file()
 
 
-def checked_database(
-    root: Path | None, plat, device: str, gpu_family: str = "generic", also: tuple | list = ()
-) -> Path | None:
-    """--tuning-db checked before the model is imported: it must hold records for the target (for one
-    of them, where the command also builds for the devices ``also``, as `app` adds a CPU build)."""
+def checked_database(root: Path | None, targets: Sequence[BuildTarget]) -> Path | None:
+    """--tuning-db checked before the model is imported: it must hold records for the first target, or
+    for one of the others where the command builds for several (`app` adds a CPU build to a GPU one)."""
     if root is None:
         return None
-    usable = [t for t in (database_target(plat, d, gpu_family) for d in (device, *also)) if t is not None]
+    usable = [t for t in map(database_target, targets) if t is not None]
     if not usable:
-        family = f" --gpu-family {gpu_family}" if device == "opencl" else ""
+        first = targets[0]
+        family = f" --gpu-family {first.gpu_family}" if first.device == "opencl" else ""
         raise InputError(
-            f"--tuning-db holds CPU and OpenCL kernels; --device {device}{family} has none to take from it",
+            f"--tuning-db holds CPU and OpenCL kernels; --device {first.device}{family} has none to take from it",
             "leave out --tuning-db, or use --device cpu, or --device opencl with --gpu-family generic or mali",
         )
     if not any(has_records(root, t) for t in usable):
@@ -162,10 +160,10 @@ def checked_database(
     return root
 
 
-def database_for(root: Path | None, plat, device: str, gpu_family: str = "generic") -> Path | None:
-    """``root`` where it holds records for this device's target, else None: for commands that build
-    for several devices from one database (`app`: the GPU build and its CPU fallback)."""
+def database_for(root: Path | None, target: BuildTarget) -> Path | None:
+    """``root`` where it holds records for ``target``, else None: for commands that build for several
+    devices from one database (`app`: the GPU build and its CPU fallback)."""
     if root is None:
         return None
-    target = database_target(plat, device, gpu_family)
-    return root if target is not None and has_records(root, target) else None
+    tvm_target = database_target(target)
+    return root if tvm_target is not None and has_records(root, tvm_target) else None

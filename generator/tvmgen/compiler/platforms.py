@@ -185,6 +185,31 @@ def check_pair(platform: Platform, device: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class BuildTarget:
+    """A platform, a device on it and a GPU family, checked together once (from the command line's
+    options), with the TVM target they make: what every later step reads instead of the options."""
+
+    platform: Platform
+    device: str
+    gpu_family: str = "generic"
+
+    def __post_init__(self) -> None:
+        check_pair(self.platform, self.device)
+        if self.device == "opencl" and self.gpu_family not in GPU_FAMILIES:
+            raise InputError(f"unknown GPU family {self.gpu_family!r}", f"use one of: {', '.join(GPU_FAMILIES)}")
+
+    @functools.cached_property
+    def spec(self) -> dict:
+        """The target as the JSON dict TVM 0.27 accepts (and the manifest records)."""
+        return target_dict(self.platform, self.device, self.gpu_family)
+
+    @functools.cached_property
+    def tvm(self):
+        """The ``tvm.target.Target`` (made once: TVM parses the dict and queries LLVM)."""
+        return make_target(self.spec)
+
+
 def target_dict(platform: Platform, device: str, gpu_family: str = "generic") -> dict:
     """The TVM target for a platform/device pair, as the JSON dict TVM 0.27 accepts.
 
