@@ -13,6 +13,7 @@ from tvmgen.android import downloads as pins
 from tvmgen.commands import options
 from tvmgen.compiler import database, nnapi
 from tvmgen.compiler import precision as precisions
+from tvmgen.core import artifact
 from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
 
@@ -315,10 +316,7 @@ def app(
     targets = {dev: BuildTarget(PLATFORMS[platforms[0]], dev, gpu_family) for dev in devices}
     tuning_db = database.checked_database(tuning_db, list(targets.values()))
     out = out or Path("out") / f"{stem}-android-{device}-app"
-    if out.exists() and not force:
-        raise InputError(
-            f"output directory {out} already exists", "pass --force to replace it, or choose another --out"
-        )
+    artifact.refuse_existing(out, force)
     opts = _app_options(
         "deploy",
         package,
@@ -363,7 +361,6 @@ def app(
                 True,
                 {"name": stem, "source": model, "format": imported.format},
             )
-        from tvmgen.core import artifact
 
         with artifact.staging(out, force) as staged:
             ctx = android_project.android_context(
@@ -449,7 +446,6 @@ def rpc_app(
     service that restarts it), builds, signs and installs it where the tools are present.
     """
     from tvmgen.android import project as android_project
-    from tvmgen.core import artifact
 
     package = package or "org.tvmgen.rpc"
     name = name or "tvmgen RPC"
@@ -469,10 +465,7 @@ def rpc_app(
     if usb:
         mode, address = "proxy", "127.0.0.1"
     out = out or Path("out") / "android-rpc-app"
-    if out.exists() and not force:
-        raise InputError(
-            f"output directory {out} already exists", "pass --force to replace it, or choose another --out"
-        )
+    artifact.refuse_existing(out, force)
     opts = _app_options(
         "rpc",
         package,

@@ -9,6 +9,7 @@ import click
 
 from tvmgen.commands import options
 from tvmgen.compiler import database, nnapi
+from tvmgen.core import artifact
 from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError
 from tvmgen.runtime import check as numerics
@@ -180,10 +181,7 @@ def compile(
             "leave out --precision",
         )
     out = out or _default_out(model, platform, device)
-    if out.exists() and not force:  # fail before minutes of work, not after
-        raise InputError(
-            f"output directory {out} already exists", "pass --force to replace it, or choose another --out"
-        )
+    artifact.refuse_existing(out, force)
 
     with tempfile.TemporaryDirectory(prefix="tvmgen-") as scratch:
         model_path = builtin.materialize(model, Path(scratch)) if model.startswith("builtin:") else Path(model)

@@ -65,10 +65,7 @@ def embed(source, platform, abi, device, input_flags, out, force):
 
     if abi and platform != "android":
         raise InputError("--abi applies to --platform android only", "leave it out for host and linux-aarch64")
-    if out.exists() and not force:
-        raise InputError(
-            f"output directory {out} already exists", "pass --force to replace it, or choose another --out"
-        )
+    artifact.refuse_existing(out, force)
     src = Path(source)
     with tempfile.TemporaryDirectory(prefix="tvmgen-embed-") as scratch:
         scratch = Path(scratch)

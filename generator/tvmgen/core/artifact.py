@@ -132,14 +132,19 @@ def load(directory: Path, verify: bool = True) -> Manifest:
     return manifest
 
 
+def refuse_existing(out_dir: Path, force: bool) -> None:
+    """An existing output directory is replaced only with --force: checked before minutes of work."""
+    if Path(out_dir).exists() and not force:
+        raise InputError(
+            f"output directory {out_dir} already exists", "pass --force to replace it, or choose another --out"
+        )
+
+
 @contextlib.contextmanager
 def staging(out_dir: Path, force: bool):
     """Yield a temporary directory; on success it replaces ``out_dir``, on failure it is removed."""
     out_dir = Path(out_dir).absolute()
-    if out_dir.exists() and not force:
-        raise InputError(
-            f"output directory {out_dir} already exists", "pass --force to replace it, or choose another --out"
-        )
+    refuse_existing(out_dir, force)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir} exists and is not a directory", "choose another --out")
     out_dir.parent.mkdir(parents=True, exist_ok=True)

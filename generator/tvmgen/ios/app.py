@@ -89,10 +89,7 @@ def create(opts: IosAppOptions, out: Path, force: bool) -> IosAppResult:
     except ToolMissingError as e:
         not_built_because = e.message
     check_options(opts, builds_here=not not_built_because)
-    if out.exists() and not force:
-        raise InputError(
-            f"output directory {out} already exists", "pass --force to replace it, or choose another --out"
-        )
+    artifact.refuse_existing(out, force)
     rpc = {"mode": "standalone", "address": "0.0.0.0", "port": 9090, "key": "iphone", **opts.rpc}
     with tempfile.TemporaryDirectory(prefix="tvmgen-ios-") as scratch_name:
         scratch = Path(scratch_name)
