@@ -13,6 +13,8 @@ from conftest import REPO, unavailable
 from tvmgen.core.errors import ToolMissingError
 from tvmgen.core.toolchains import HostCxx
 
+pytestmark = pytest.mark.slow  # the benchmark scripts run end to end
+
 
 def test_cpu_speed_quick_gemm(tmp_path):
     try:

@@ -20,6 +20,8 @@ import pytest
 
 from conftest import REPO, opencl_info, require_tool
 
+pytestmark = pytest.mark.slow  # the benchmark scripts run end to end
+
 GPU = REPO / "benchmarks" / "gpu.py"
 COLUMNS = [
     "model",

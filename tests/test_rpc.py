@@ -15,7 +15,7 @@ import pytest
 from conftest import require_tool
 from tvmgen.remote import rpc
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]  # servers, qemu, tuning runs
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from conftest import require_tool, save_onnx, single_op_models
 from tvmgen.remote import rpc
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]  # servers, qemu, tuning runs
 
 
 @pytest.fixture(scope="module")

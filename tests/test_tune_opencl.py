@@ -23,7 +23,7 @@ import pytest
 from conftest import onnx_model, opencl_info, require_tool, save_onnx
 from tvmgen.remote import rpc
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]  # servers, qemu, tuning runs
 
 KEY = "tune-gpu"
 
