@@ -196,6 +196,30 @@ def test_unsupported_onnx_operator_names_op_and_node(tvmgen, tmp_path):
     assert_clean_failure(r, 2, "unsupported operator", "com.example.FancyActivation", "block3/fancy", where=tmp_path)
 
 
+def test_check_says_when_onnxruntime_cannot_load_the_model(tvmgen, tmp_path):
+    """A model TVM imports but onnxruntime rejects (opset 17 ReduceMean given its axes as an input, as
+    opset 18 writes it): --check names the reference's refusal, exit 5, nothing written."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    axes = numpy_helper.from_array(np.array([-1], np.int64), "axes")
+    model = onnx_model(
+        [helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=1)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [axes],
+    )
+    r = tvmgen("compile", save_onnx(model, tmp_path / "m.onnx"), "--check", "-o", tmp_path / "out")
+    assert_clean_failure(
+        r,
+        5,
+        "onnxruntime, the reference --check compares with, cannot load this model",
+        "INVALID_GRAPH",
+        where=tmp_path,
+    )
+    assert "internal error" not in r.stderr
+
+
 def test_tflite_custom_operator(tvmgen, tmp_path, tflite_custom_op):
     r = tvmgen("compile", tflite_custom_op, "-o", tmp_path / "out")
     assert_clean_failure(r, 2, "unsupported TFLite operator", "CUSTOM:", where=tmp_path)

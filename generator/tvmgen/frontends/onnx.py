@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tvmgen.core.errors import InputError, ModelError
+from tvmgen.core.errors import CheckError, InputError, ModelError
 from tvmgen.core.model import ImportedModel
 from tvmgen.frontends.base import InputOverride, const_value, resolve_inputs
 
@@ -138,7 +138,15 @@ def onnxruntime_reference(model_bytes: bytes):
 
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
-        sess = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+        try:
+            sess = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+        except Exception as e:  # onnxruntime raises its own kinds (InvalidGraph, Fail, ...)
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise CheckError(
+                f"onnxruntime, the reference --check compares with, cannot load this model: {first}",
+                "the model is not valid ONNX as onnxruntime reads it (onnx.checker.check_model says more); "
+                "fix the model, or compile without --check",
+            ) from e
         return sess.run(None, inputs)
 
     return run
