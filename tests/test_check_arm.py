@@ -192,8 +192,7 @@ def test_a_failing_aarch64_run_fails_the_check(tvmgen, tmp_path, model):
 
 def test_other_platforms_say_what_was_checked(tvmgen, tmp_path, model):
     r = tvmgen("compile", model, "--platform", "ios-arm64", "--check", "-o", tmp_path / "ios")
-    if "Xcode" in r.stderr and r.returncode == 3:  # ios-arm64 needs Xcode's tools only on a Mac
-        pytest.skip("no ios-arm64 toolchain here")
+    # ios-arm64 builds here too: tvmgen writes the static library's archive itself (ios/archive.py)
     assert r.returncode == 0, r.output
     assert "ios-arm64/cpu (generic) cannot run here; checking a host/cpu build" in r.output
     assert "an iOS static library runs only inside an app on an Apple device" in r.output
