@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import zipfile
@@ -20,7 +21,7 @@ import pytest
 
 from conftest import unavailable
 from tvmgen.android import adb, doctor, signing, tools
-from tvmgen.core.errors import InputError, ToolMissingError
+from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
 
 RECORDED = Path(__file__).parent / "recorded" / "adb"
 FRAMEWORK_RES = Path("/usr/share/android-framework-res/framework-res.apk")
@@ -417,19 +418,40 @@ def unsigned_apk(tmp_path) -> Path:
     (work / "model.c").write_text("int tvmgen_test_answer(void) { return 42; }\n")
     so = work / "libtvmgen_test.so"
     subprocess.run(
-        ["aarch64-linux-gnu-gcc", "-shared", "-fPIC", "-O2", "-o", str(so), str(work / "model.c")],
+        [
+            "aarch64-linux-gnu-gcc",
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-Wl,-z,max-page-size=16384",
+            "-o",
+            str(so),
+            str(work / "model.c"),
+        ],
         check=True,
         capture_output=True,
     )
     with zipfile.ZipFile(apk, "a") as z:
-        # stored: Android mmaps native libraries straight from the APK (extractNativeLibs=false)
-        z.write(so, "lib/arm64-v8a/libtvmgen_test.so", compress_type=zipfile.ZIP_STORED)
+        # stored on a 16 KB boundary, as AGP 8.5.1+ lays it out: Android mmaps native libraries straight
+        # from the APK (extractNativeLibs=false)
+        write_page_aligned(z, "lib/arm64-v8a/libtvmgen_test.so", so.read_bytes())
         z.writestr(
             "assets/model/manifest.json",
             json.dumps({"name": "test", "platform": "android-arm64"}) * 20,
             compress_type=zipfile.ZIP_DEFLATED,
         )
     return apk
+
+
+def write_page_aligned(z: zipfile.ZipFile, name: str, data: bytes, page: int = 16384) -> None:
+    """A stored entry whose bytes start on a ``page`` boundary: padding in the local header's extra field,
+    as AGP and zipalign -P 16 write it."""
+    info = zipfile.ZipInfo(name)
+    info.compress_type = zipfile.ZIP_STORED
+    start = z.start_dir + 30 + len(name.encode()) + 4  # local header, name, the extra field's own 4 bytes
+    pad = -start % page
+    info.extra = struct.pack("<HH", 0xD935, pad) + bytes(pad)
+    z.writestr(info, data)
 
 
 def so_offset(apk: Path, name: str) -> int:
@@ -458,8 +480,9 @@ def test_real_debug_signing_path(unsigned_apk, tmp_path, monkeypatch, debug_log)
     assert result.schemes[2] and result.schemes[3] and not result.schemes[1] and result.signers == 1
     assert not list(tmp_path.glob("*.idsig")) and not list(tmp_path.glob(".*signing"))
 
-    assert so_offset(signed, "lib/arm64-v8a/libtvmgen_test.so") % 4096 == 0
+    assert so_offset(signed, "lib/arm64-v8a/libtvmgen_test.so") % 16384 == 0  # kept on its 16 KB boundary
     assert subprocess.run(["zipalign", "-c", "-p", "4", str(signed)], capture_output=True).returncode == 0
+    assert [r.ok for r in signing.check_pages(signed)] == [True]
     badging = tools.Aapt(runner).badging(signed)
     assert badging.package == "org.tvmgen.test" and badging.min_sdk == 24
     assert badging.abis == ["arm64-v8a"] and "android.permission.INTERNET" in badging.permissions
@@ -609,3 +632,47 @@ def test_doctor_table_names_fixes():
     assert "Android NDK: sdkmanager 'ndk;27'" in text and text.endswith(
         "ready to build an APK: no (every 'needed for APK' row must be usable)"
     )
+
+
+def test_zipalign_without_16k_pages_is_refused(unsigned_apk, tmp_path):
+    """Debian's zipalign knows only -p, which means 4 KB pages: an APK whose library is off a 16 KB
+    boundary is refused with the fix, never signed with its library on a 4 KB boundary."""
+    moved = tmp_path / "moved.apk"
+    with zipfile.ZipFile(unsigned_apk) as src, zipfile.ZipFile(moved, "w") as dst:
+        for info in src.infolist():  # rewritten without the padding
+            dst.writestr(info.filename, src.read(info), compress_type=info.compress_type)
+    assert so_offset(moved, "lib/arm64-v8a/libtvmgen_test.so") % 16384 != 0
+    tool = tools.Zipalign()
+    if tool.page_size_option() != ["-p"]:
+        pytest.skip(f"{tool.verify()} has -P: it aligns to 16 KB itself")
+    with pytest.raises(TvmgenError, match="on 4 KB boundaries only") as e:
+        signing.zipalign(moved, tmp_path / "aligned.apk", tool=tool)
+    assert "libtvmgen_test.so" in e.value.message and "build-tools;35.0.0" in e.value.hint
+    assert not (tmp_path / "aligned.apk").exists()
+
+
+def test_check_pages_names_a_4k_library(tmp_path):
+    """A library linked for 4 KB pages (NDK r27's default) is named, even when it is stored on a 16 KB boundary."""
+    require_tools("aarch64-linux-gnu-gcc")
+    (tmp_path / "a.c").write_text("int a(void) { return 1; }\n")
+    apk = tmp_path / "app.apk"
+    with zipfile.ZipFile(apk, "w") as z:
+        for page in (4096, 16384):
+            so = tmp_path / f"lib{page}.so"
+            subprocess.run(
+                [
+                    "aarch64-linux-gnu-gcc",
+                    "-shared",
+                    "-fPIC",
+                    f"-Wl,-z,max-page-size={page}",
+                    "-o",
+                    str(so),
+                    str(tmp_path / "a.c"),
+                ],
+                check=True,
+            )
+            write_page_aligned(z, f"lib/arm64-v8a/{so.name}", so.read_bytes())
+    with pytest.raises(TvmgenError, match="1 of the 2 native libraries") as e:
+        signing.check_pages(apk)
+    assert "lib/arm64-v8a/lib4096.so (aarch64): p_align 0x1000" in e.value.message
+    assert "lib16384.so" not in e.value.message and "max-page-size=16384" in e.value.hint

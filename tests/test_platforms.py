@@ -70,12 +70,14 @@ def test_android_objects_only_per_abi(conv_model, tmp_path, monkeypatch, platfor
         assert binfmt.describe(data) == ("elf", arch), name
         assert elf_type(data) == 1
     assert m.export["kind"] == "objects" and "clang++ -shared" in m.export["finish_command"]
+    assert "-Wl,-z,max-page-size=16384" in m.export["finish_command"]
     assert m.export["finish_command"].endswith("objs/*.o objs/parallel_pool.cc")
     assert m.abi == PLATFORMS[platform].abi
 
 
 def fake_ndk(root: Path) -> Path:
-    """An NDK directory layout whose aarch64 clang++ is Debian's aarch64 g++ standing in for it.
+    """An NDK directory layout whose aarch64 clang++ is Debian's aarch64 g++ standing in for it, linking
+    for 4 KB pages unless told otherwise, as NDK r27's clang does.
 
     It exercises tvmgen's NDK discovery and linking flow; the real NDK is tested where
     TVMGEN_TEST_NDK=1 and ANDROID_NDK_HOME point at one.
@@ -83,7 +85,7 @@ def fake_ndk(root: Path) -> Path:
     bindir = root / "toolchains" / "llvm" / "prebuilt" / "linux-x86_64" / "bin"
     bindir.mkdir(parents=True)
     cc = bindir / "aarch64-linux-android24-clang++"
-    cc.write_text(f'#!/bin/sh\nexec {shutil.which("aarch64-linux-gnu-g++")} "$@"\n')
+    cc.write_text(f'#!/bin/sh\nexec {shutil.which("aarch64-linux-gnu-g++")} -Wl,-z,max-page-size=4096 "$@"\n')
     cc.chmod(0o755)
     return cc
 
@@ -118,6 +120,8 @@ def test_android_arm64_links_with_ndk_layout(conv_model, tmp_path, monkeypatch):
     assert m.target["mtriple"] == "aarch64-linux-android"
     dynamic = subprocess.run(["nm", "-D", "--defined-only", str(out / "model.so")], capture_output=True, text=True)
     assert "tvmgen_parallel_install" in dynamic.stdout  # the parallel launcher is linked in
+    pages = binfmt.page_report(out / "model.so")  # tvmgen's -z max-page-size=16384 wins over the 4 KB default
+    assert pages.ok and pages.min_align == 16384, pages.summary()
 
 
 @pytest.mark.skipif(
@@ -130,6 +134,7 @@ def test_android_arm64_links_with_ndk_layout(conv_model, tmp_path, monkeypatch):
 def test_real_ndk(conv_model, tmp_path, platform, arch):
     out, _ = build(conv_model, tmp_path, platform)
     assert binfmt.describe_file(out / "model.so") == ("elf", arch)
+    assert binfmt.page_report(out / "model.so").min_align >= 16384  # 16 KB pages, whatever the NDK's default
 
 
 def test_ios_system_lib_objects_are_arm64_macho(conv_model, tmp_path):

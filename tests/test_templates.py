@@ -63,6 +63,8 @@ def test_deploy_project_files(tmp_path, artifacts):
     assert "abiFilters 'arm64-v8a'" in gradle and "path 'src/main/cpp/CMakeLists.txt'" in gradle
     assert "targets 'tvmgen_jni', 'tvmgen_jni_bridge', 'tvmgen_opencl'" in gradle  # the OpenCL backend ships
     assert "main.java.srcDirs += '../tvmgen-jni/java'" in gradle
+    # 16 KB pages: the NDK told to align every library, and the libraries kept uncompressed (page-aligned by AGP)
+    assert "'-DANDROID_SUPPORT_FLEXIBLE_PAGE_SIZES=ON'" in gradle and "useLegacyPackaging false" in gradle
     assert "id 'com.android.application' version '8.5.2'" in (out / "build.gradle").read_text()
     assert 'rootProject.name = "MobileNet QA"' in (out / "settings.gradle").read_text()
     assert "gradle-8.7-bin.zip" in (out / "gradle/wrapper/gradle-wrapper.properties").read_text()
@@ -408,6 +410,11 @@ def test_rpc_project_files(tmp_path):
     gradle = (out / "app/build.gradle").read_text()
     assert "namespace 'org.tvmgen.rpc'" in gradle and "targets 'tvmgen_rpc_server_exe'" in gradle
     assert "abiFilters 'arm64-v8a', 'armeabi-v7a'" in gradle and "useLegacyPackaging true" in gradle
+    # 16 KB pages: the libraries (extracted at install, so their place in the APK does not matter) and the
+    # server executable packaged as a .so are all linked for them
+    assert "'-DANDROID_SUPPORT_FLEXIBLE_PAGE_SIZES=ON'" in gradle
+    cmake = (out / "app/src/main/cpp/CMakeLists.txt").read_text()
+    assert "target_link_options(tvmgen_rpc_server_exe PRIVATE LINKER:-z,max-page-size=${TVMGEN_MAX_PAGE_SIZE})" in cmake
     java = (out / "app/src/main/java/org/tvmgen/rpc/RpcActivity.java").read_text()
     assert '"9191"' in java and '"pixel"' in java and '"proxy".equals("proxy")' in java
     service = (out / "app/src/main/java/org/tvmgen/rpc/RpcService.java").read_text()

@@ -44,7 +44,7 @@ def missing_for_apk() -> list[doctor.Check]:
 
 
 def build_apk(project: Path, opts: AppOptions) -> Path:
-    """Gradle build, zipalign, sign (v2 + v3), verify: the signed APK's path."""
+    """Gradle build, zipalign, the 16 KB page check, sign (v2 + v3), verify: the signed APK's path."""
     gradle = tools.Gradle(project).verify()
     task = "assembleRelease"
     env = build_env()
@@ -64,6 +64,7 @@ def build_apk(project: Path, opts: AppOptions) -> Path:
     out_dir = project / "apk"
     out_dir.mkdir(exist_ok=True)
     aligned = signing.zipalign(built[0], out_dir / "aligned.apk")
+    signing.check_pages(aligned)  # every library linked for 16 KB pages and placed on a 16 KB boundary
     if not opts.release:
         key = signing.debug_key()
     elif opts.keystore is not None and opts.key_alias is not None:

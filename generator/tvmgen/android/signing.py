@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tvmgen.android.tools import Apksigner, Jdk, Zipalign
+from tvmgen.core import binfmt
 from tvmgen.core.errors import InputError, TvmgenError
 
 log = logging.getLogger("tvmgen.android.signing")
@@ -133,20 +135,53 @@ def release_key(keystore: str | Path, alias: str, prompt: Callable[..., str] | N
 
 
 def zipalign(apk_in: str | Path, apk_out: str | Path, tool: Zipalign | None = None) -> Path:
-    """Align stored entries to 4 bytes and .so files to pages (-p), so the phone can mmap them.
+    """Align stored entries to 4 bytes and uncompressed .so files to 16 KB pages, so that a phone with
+    4 KB or 16 KB pages maps them from the APK in place (Google Play requires 16 KB for Android 15+).
 
-    Must run before signing: v2/v3 signatures cover the whole file, so aligning after breaks them.
+    An APK already laid out that way (AGP 8.5.1 and later does it) is copied as it is: an older
+    zipalign would move its libraries back to 4 KB boundaries. Must run before signing: v2/v3
+    signatures cover the whole file, so aligning after breaks them.
     """
-    tool = tool or Zipalign()
     apk_out = Path(apk_out)
-    out = tool("-p", "-f", "4", apk_in, apk_out)
+    if binfmt.zip_aligned(Path(apk_in)):
+        shutil.copyfile(apk_in, apk_out)
+        return apk_out
+    tool = tool or Zipalign()
+    out = tool(*tool.page_size_option(), "-f", "4", apk_in, apk_out)
     if out.returncode != 0:
         apk_out.unlink(missing_ok=True)
         raise TvmgenError(
             f"zipalign failed on {apk_in}: {(out.stdout + out.stderr).strip()[-500:]}",
             "check that the input is a valid APK (zip); the log has the full command",
         )
+    misplaced = [
+        r
+        for r in binfmt.archive_page_reports(apk_out)
+        if r.zip_offset and not r.compressed and r.zip_offset % r.page_size
+    ]
+    if misplaced:
+        apk_out.unlink(missing_ok=True)
+        raise TvmgenError(
+            f"{tool.verify()} placed {len(misplaced)} uncompressed native libraries on 4 KB boundaries only "
+            f"({misplaced[0].summary()}); Android 15's 16 KB pages (and Google Play) need 16 KB",
+            "use the zipalign of build-tools 35 or newer (it has -P 16): tvmgen doctor --install, or "
+            "sdkmanager 'build-tools;35.0.0', and set TVMGEN_ZIPALIGN to it",
+        )
     return apk_out
+
+
+def check_pages(apk: Path) -> list[binfmt.PageReport]:
+    """Every .so in ``apk`` checked for 16 KB pages; raises naming each library that is not ready."""
+    reports = binfmt.archive_page_reports(apk)
+    bad = [r for r in reports if not r.ok]
+    if bad:
+        raise TvmgenError(
+            f"{len(bad)} of the {len(reports)} native libraries in {apk} are not ready for 16 KB pages "
+            "(Android 15+, required by Google Play):\n" + "\n".join(f"  {r.summary()}" for r in bad),
+            "link them with -Wl,-z,max-page-size=16384 (NDK r27: -DANDROID_SUPPORT_FLEXIBLE_PAGE_SIZES=ON; r28+ "
+            "does it by default) and keep them uncompressed and 16 KB-aligned (AGP 8.5.1+, or zipalign -P 16)",
+        )
+    return reports
 
 
 # apksigner's messages for an unusable key → (cause, fix). {ks} and {alias} are filled in.

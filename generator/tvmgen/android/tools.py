@@ -190,6 +190,12 @@ class Zipalign(AndroidTool):
         parent = self.verify().resolve().parent
         return parent.name if parent.parent.name == "build-tools" and parent.name != "debian" else None
 
+    def page_size_option(self) -> list[str]:
+        """How this zipalign aligns uncompressed .so files to Android's 16 KB pages: ``-P 16`` where its
+        usage lists -P (build-tools 35 and later), else ``-p``, which older ones (Debian's) take to mean 4 KB."""
+        usage = self()
+        return ["-P", "16"] if re.search(r"^\s*-P\b", usage.stdout + usage.stderr, re.M) else ["-p"]
+
 
 class Apksigner(AndroidTool):
     name = "apksigner"

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import struct
+import zipfile
 from pathlib import Path
 
 import click
 import numpy as np
 
+from tvmgen.core import binfmt
 from tvmgen.core import log as logs
 from tvmgen.runtime import runner
 
@@ -20,13 +23,20 @@ console = logs.console
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest (and the memory figures) as JSON.")
 @click.option("--size", is_flag=True, help="Show what makes the library big: weights by tensor, code by kernel.")
 def inspect(artifact_dir, as_json, size):
-    """Show what an artifact directory holds (its manifest) and the memory it needs."""
+    """Show what an artifact directory holds (its manifest) and the memory it needs.
+
+    Given a .so, .apk or .aar instead: whether each native library is ready for Android's 16 KB
+    pages (its LOAD segments' alignment and, inside an archive, where it is stored); exit 2 if not.
+    """
     from rich.table import Table
 
     from tvmgen.compiler import kernels
     from tvmgen.core import artifact
     from tvmgen.reports import memory
 
+    if artifact_dir.is_file():
+        _inspect_pages(artifact_dir, as_json)
+        return
     m = artifact.load(artifact_dir)
     footprint = memory.footprint(artifact_dir, m)
     growth = memory.folded_growth(kernels.load(artifact_dir), footprint["weights_bytes"])
@@ -55,6 +65,9 @@ def inspect(artifact_dir, as_json, size):
     for s in m.outputs:
         t.add_row("output", str(s))
     t.add_row("weights", f"{m.params['count']} tensors in {m.params['file']}" if m.params else "inside the library")
+    library = Path(artifact_dir) / m.export["library"]
+    if m.platform.startswith("android") and library.suffix == ".so":
+        t.add_row("16 KB pages", binfmt.page_report(library).summary())
     for name, need in m.runtime_needs.items():  # e.g. NNAPI: TVM's NNAPI runtime on the phone
         t.add_row(
             "needs",
@@ -70,6 +83,42 @@ def inspect(artifact_dir, as_json, size):
     out.print(t)
     if sizes:
         _print_sizes(sizes)
+
+
+def _inspect_pages(path: Path, as_json: bool) -> None:
+    """The 16 KB page check of one library or of every library in an APK / AAR."""
+    from tvmgen.core.errors import InputError
+
+    try:
+        reports = [binfmt.page_report(path)] if path.suffix == ".so" else binfmt.archive_page_reports(path)
+    except (ValueError, zipfile.BadZipFile, struct.error) as e:
+        raise InputError(f"{path} is not an ELF library, an APK or an AAR ({e})", "pass a .so, .apk or .aar") from e
+    if as_json:
+        rows = [
+            {
+                "name": r.name,
+                "arch": r.arch,
+                "p_align": [s.align for s in r.segments],
+                "zip_offset": r.zip_offset,
+                "compressed": r.compressed,
+                "ready_16k": r.ok,
+            }
+            for r in reports
+        ]
+        click.echo(json.dumps({"file": str(path), "libraries": rows}, indent=2))
+    else:
+        for r in reports:
+            click.echo(r.summary())
+        if not reports:
+            click.echo(f"{path}: no native libraries")
+    bad = [r for r in reports if not r.ok]
+    if bad:
+        raise InputError(
+            f"{len(bad)} of {len(reports)} native libraries in {path.name} are not ready for 16 KB pages: "
+            + ", ".join(r.name for r in bad),
+            "link with -Wl,-z,max-page-size=16384 (NDK r27: -DANDROID_SUPPORT_FLEXIBLE_PAGE_SIZES=ON; r28+ by default); "
+            "in an APK keep libraries uncompressed and aligned with zipalign -P 16 (build-tools 35+) or AGP 8.5.1+",
+        )
 
 
 def _mb(n) -> str:
@@ -194,9 +243,12 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
             np.save(output_dir / runner.output_file_name(spec.name), arr)
 
     summary = {
+        "model": manifest.model.get("name"),
+        "artifact": str(Path(artifact_dir).resolve()),  # tvmgen report reads its manifest from here
         "threads": model.threads,
         "thread_pool": model.parallel,
         "timings": model.timings.summary(),
+        "runs_ms": [round(t, 4) for t in model.timings.runs_ms],  # each timed run: the report's distribution
         "outputs": [
             {
                 "name": s.name,

@@ -48,7 +48,7 @@ def export(ex, platform: Platform, directory: Path, objects_only: bool) -> Expor
         ex.export_library(str(directory / "model.tar"), addons=pool)
         return Exported("objects", "model.tar", _link_command(platform))
     compiler = linker(platform, objects_only)
-    options = POOL_FLAGS + (["-static-libstdc++"] if platform.exporter == "ndk" else [])
+    options = POOL_FLAGS + (["-static-libstdc++", *toolchains.ANDROID_LINK_FLAGS] if platform.exporter == "ndk" else [])
     ex.export_library(
         str(directory / "model.so"), fcompile=cc.cross_compiler(str(compiler), options=options), addons=pool
     )
@@ -59,6 +59,7 @@ def _link_command(platform: Platform) -> str:
     clang = f"{toolchains.ANDROID_CLANG_PREFIX.get(platform.abi, 'CXX')}{toolchains.ANDROID_MIN_API}-clang++"
     return (
         f"mkdir objs && tar -xf model.tar -C objs && {clang} -shared -fPIC {' '.join(POOL_FLAGS)} "
+        f"-static-libstdc++ {' '.join(toolchains.ANDROID_LINK_FLAGS)} "
         f"-o model.so objs/*.o objs/{parallel_pool_source().name}"
     )
 
