@@ -21,6 +21,7 @@ APT_PACKAGES=(
   apksigner                # signs APKs (v2/v3) and verifies signatures
   adb                      # installs and starts apps on a phone, reads logcat
   android-framework-res    # framework-res.apk: the android.* resources aapt links a manifest against
+  chromium chromium-driver # headless browser the report tests open pages in (Selenium drives it)
 )
 
 missing=()

@@ -52,7 +52,7 @@ def cli(ctx, verbose):
 
 def _register() -> None:
     """Each command lives in its own module under tvmgen.commands; this group only holds them."""
-    from tvmgen.commands import apps, bench, compile, partition, rpc, run, runtime, tune
+    from tvmgen.commands import apps, bench, compile, partition, report, rpc, run, runtime, tune
 
     for command in (
         compile.compile,
@@ -68,6 +68,7 @@ def _register() -> None:
         apps.rpc_app,
         apps.doctor,
         partition.partition,
+        report.report,
     ):
         cli.add_command(command)
 

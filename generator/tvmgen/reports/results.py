@@ -1,0 +1,378 @@
+"""Result files of every kind read into one shape, for the QA report (`tvmgen report`).
+
+The JSON files tvmgen writes describe a run each in their own words:
+
+- ``tvmgen run --json`` (optionally ``--profile``): ``timings`` (load, init, first run, median, runs_ms),
+  ``memory``, ``outputs``, ``profile``;
+- ``tvmgen bench --json`` over RPC: ``cold_ms``, ``warm_ms`` statistics and ``warm_samples_ms``, copies,
+  ``device`` (what the device server reports), ``check`` against the reference;
+- the deploy app's ``tvmgen-results.json`` (``tvmgen app --run``): ``timings`` from the Java API, ``memory``,
+  the device's raw ``profile`` and, when ``app`` pulled it, the phone's properties (``phone``);
+- ``benchmarks/gpu.py --json`` and ``benchmarks/speed.py --json``: a table, one row per model and build.
+
+:func:`load` detects which it is and returns :class:`Run` records (a benchmark table gives one per row).
+A field a result does not have stays ``None``: the report writes "not reported" for it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tvmgen.core import artifact
+from tvmgen.core.errors import InputError
+
+KINDS = {
+    "run": "tvmgen run --json",
+    "bench": "tvmgen bench --json (RPC)",
+    "app": "the deploy app (tvmgen app --run)",
+    "gpu-benchmark": "benchmarks/gpu.py --json",
+    "speed-benchmark": "benchmarks/speed.py --json",
+}
+
+# The metrics compared across runs: key -> (label, unit, lower is better). All are "lower is better".
+METRICS = {
+    "p50_ms": ("steady run p50", "ms"),
+    "p90_ms": ("steady run p90", "ms"),
+    "p99_ms": ("steady run p99", "ms"),
+    "first_run_ms": ("first run (cold)", "ms"),
+    "init_ms": ("init", "ms"),
+    "load_ms": ("load", "ms"),
+    "copy_in_ms": ("copy-in", "ms"),
+    "copy_out_ms": ("copy-out", "ms"),
+    "peak_bytes": ("peak resident memory", "bytes"),
+    "max_abs_error": ("max abs error vs reference", ""),
+}
+
+
+@dataclass
+class Run:
+    """One run of one model on one device, as the report shows it; None means "not reported"."""
+
+    source: str  # the file it came from (with "#row" for a benchmark table's row)
+    kind: str  # a key of KINDS
+    model: str | None = None
+    label: str = ""
+    artifact: dict = field(default_factory=dict)  # target, device, precision, platform, library bytes, sha256
+    device: dict = field(default_factory=dict)  # label -> value, only what the result reports
+    latency: dict = field(default_factory=dict)  # load/init/first_run/warm_first/copy_in/copy_out, p50/p90/p99...
+    samples_ms: list[float] = field(default_factory=list)  # the steady runs, one per run
+    profile: dict | None = None  # kernels (slowest first), kinds, clock, runs
+    memory: dict = field(default_factory=dict)  # before_load, after_load_peak, overall_peak (bytes)
+    check: list[dict] | None = None  # per output: name, max_abs, max_rel, top5 agreement
+    reference: str | None = None
+    outputs: list[dict] | None = None  # summaries of the outputs (run --json, the app)
+    error: str | None = None  # the run failed: the result holds only this
+    notes: list[str] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, float | None]:
+        lat = self.latency
+        return {
+            "p50_ms": lat.get("p50_ms"),
+            "p90_ms": lat.get("p90_ms"),
+            "p99_ms": lat.get("p99_ms"),
+            "first_run_ms": lat.get("first_run_ms"),
+            "init_ms": lat.get("init_ms"),
+            "load_ms": lat.get("load_ms"),
+            "copy_in_ms": lat.get("copy_in_ms"),
+            "copy_out_ms": lat.get("copy_out_ms"),
+            "peak_bytes": self.memory.get("overall_peak_bytes"),
+            "max_abs_error": max((c["max_abs"] for c in self.check), default=None) if self.check else None,
+        }
+
+
+def load(path: Path, artifact_dir: Path | None = None) -> list[Run]:
+    """The runs in one result file; raises InputError naming the file and the fix when it cannot be read."""
+    if not path.is_file():
+        raise InputError(
+            f"result file {path} does not exist",
+            "give the JSON a tvmgen command wrote: tvmgen run --json > r.json, tvmgen bench --json r.json, "
+            "or the tvmgen-results.json that tvmgen app --run pulls",
+        )
+    try:
+        doc = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(
+            f"result file {path} is not JSON ({e})",
+            "give the JSON file itself (tvmgen run --json prints it on stdout: redirect only stdout into the file)",
+        ) from None
+    kind = detect(doc)
+    if kind is None:
+        keys = ", ".join(list(doc)[:8]) if isinstance(doc, dict) else type(doc).__name__
+        raise InputError(
+            f"result file {path} is not a result tvmgen knows (its keys: {keys})",
+            "the report reads " + "; ".join(KINDS.values()),
+        )
+    runs = READERS[kind](doc, str(path))
+    recorded = Path(doc["artifact"]) if kind == "run" and isinstance(doc.get("artifact"), str) else None
+    if artifact_dir is None and recorded is not None and (recorded / artifact.MANIFEST).is_file():
+        artifact_dir = recorded  # tvmgen run --json names the artifact it ran: still here, so its manifest is known
+    if artifact_dir is not None:
+        art = artifact_summary(artifact_dir)
+        for r in runs:
+            r.artifact.update(art)
+            r.model = r.model or art["model"]
+            r.label = r.label if r.label != Path(path).stem else r.model or r.label
+    return runs
+
+
+def detect(doc) -> str | None:
+    """Which producer wrote ``doc``: a key of KINDS, or None."""
+    if not isinstance(doc, dict):
+        return None
+    if doc.get("benchmark") == "gpu" and isinstance(doc.get("rows"), list):
+        return "gpu-benchmark"
+    if doc.get("benchmark") == "speed" and isinstance(doc.get("rows"), list):
+        return "speed-benchmark"
+    if "warm_samples_ms" in doc or ("cold_ms" in doc and "warm_ms" in doc):
+        return "bench"
+    timings = doc.get("timings")
+    if isinstance(timings, dict) and "median_ms" in timings:
+        return "run"
+    if (isinstance(timings, dict) and "run_ms" in timings) or set(doc) == {"error"}:
+        return "app"
+    return None
+
+
+def artifact_summary(directory: Path) -> dict:
+    """What the report shows of an artifact: target, device, precision, library size and hash."""
+    m = artifact.load(directory, verify=False)
+    lib = m.files.get(m.export["library"], {})
+    return {
+        "directory": str(directory),
+        "platform": m.platform,
+        "device": m.device,
+        "target": m.target.get("kind", "?") + (f" {m.target['mtriple']}" if m.target.get("mtriple") else ""),
+        "precision": m.precision,
+        "library": m.export["library"],
+        "library_bytes": lib.get("bytes"),
+        "sha256": lib.get("sha256"),
+        "total_bytes": sum(f["bytes"] for f in m.files.values()) or None,
+        "model_sha256": m.model.get("sha256"),
+        "model": m.model.get("name"),
+    }
+
+
+# ------------------------------------------------------------------ the readers, one per kind
+
+
+def _samples(run: Run, samples: list[float]) -> None:
+    """The steady runs and their percentiles."""
+    if not samples:
+        return
+    run.samples_ms = [float(x) for x in samples]
+    a = np.asarray(run.samples_ms)
+    for p in (50, 90, 99):
+        run.latency[f"p{p}_ms"] = float(np.percentile(a, p))
+    run.latency.update(min_ms=float(a.min()), max_ms=float(a.max()), mean_ms=float(a.mean()), runs=int(a.size))
+
+
+def _profile(p: dict | None, device: str = "cpu") -> dict | None:
+    """A profile as ``tvmgen run --profile``/bench write it (rows), or the device's raw counts (the app)."""
+    if not p:
+        return None
+    if "counts" in p or "counts" in p.get("profile", {}):
+        from tvmgen.reports.profile import Profile
+
+        p = Profile.from_device(p, None, device).to_json()
+    return {
+        "kernels": p.get("kernels", []),
+        "kinds": p.get("kinds", []),
+        "clock": p.get("clock"),
+        "runs": p.get("runs"),
+        "whole_run_ms": p.get("whole_run_ms"),
+    }
+
+
+def _memory(m: dict | None) -> dict:
+    if not m or m.get("source") == "unavailable":
+        return {}
+    return {k: m[k] for k in ("before_load_bytes", "after_load_peak_bytes", "overall_peak_bytes") if m.get(k)}
+
+
+def read_run(doc: dict, source: str) -> list[Run]:
+    t = doc["timings"]
+    r = Run(source, "run", model=doc.get("model"))
+    r.latency = {k: t.get(k) for k in ("load_ms", "init_ms", "first_run_ms")}
+    _samples(r, doc.get("runs_ms") or t.get("runs_ms") or [])
+    if not r.samples_ms and t.get("median_ms") is not None:
+        r.latency["p50_ms"] = t["median_ms"]
+        r.latency.update(min_ms=t.get("min_ms"), max_ms=t.get("max_ms"), runs=t.get("runs"))
+        r.notes.append("the steady runs one by one are not in this result (tvmgen run --json from an older tvmgen)")
+    r.device = {
+        "host": "this machine (tvmgen run)",
+        "threads": doc.get("threads"),
+        "thread pool": doc.get("thread_pool"),
+    }
+    r.memory = _memory(doc.get("memory"))
+    r.profile = _profile(doc.get("profile"))
+    r.outputs = doc.get("outputs")
+    r.label = r.model or Path(source).stem
+    return [r]
+
+
+def read_bench(doc: dict, source: str) -> list[Run]:
+    r = Run(source, "bench", model=doc.get("model"))
+    info = doc.get("device") or {}
+    r.device = {
+        "key": info.get("key"),
+        "machine": info.get("machine"),
+        "OS": info.get("os"),
+        "kernel": info.get("kernel"),
+        "ABI": info.get("abi"),
+        "arch": info.get("arch"),
+        "devices": ", ".join(info["devices"]) if isinstance(info.get("devices"), list) else info.get("devices"),
+    }
+    r.artifact = {"platform": doc.get("platform"), "device": doc.get("dev")}
+    cold = doc.get("cold_ms") or {}
+    r.latency = {
+        "load_ms": cold.get("load"),
+        "init_ms": cold.get("init"),
+        "first_run_ms": cold.get("first_run"),
+        "upload_ms": cold.get("upload"),
+        "copy_in_ms": (doc.get("copy_in_ms") or {}).get("p50", cold.get("copy_in")),
+        "copy_out_ms": (doc.get("copy_out_ms") or {}).get("p50", cold.get("copy_out")),
+    }
+    _samples(r, doc.get("warm_samples_ms") or [])
+    warm = doc.get("warm_ms") or {}
+    if not r.samples_ms and warm.get("count"):
+        r.latency.update(p50_ms=warm.get("p50"), p90_ms=warm.get("p90"), min_ms=warm.get("min"), max_ms=warm.get("max"))
+    r.memory = _memory(doc.get("memory"))
+    r.profile = _profile(doc.get("profile"), doc.get("dev") or "cpu")
+    r.check, r.reference = doc.get("check"), doc.get("reference")
+    r.label = f"{r.model or '?'} on {info.get('key') or info.get('machine') or 'the device'}"
+    return [r]
+
+
+def read_app(doc: dict, source: str) -> list[Run]:
+    r = Run(source, "app", model=doc.get("model"))
+    if "error" in doc and "timings" not in doc:
+        r.error = str(doc["error"])
+        r.label = f"{Path(source).stem} (failed)"
+        return [r]
+    t = doc.get("timings") or {}
+    phone = doc.get("phone") or {}
+    r.device = {
+        "model": phone.get("model"),
+        "manufacturer": phone.get("manufacturer"),
+        "SoC": phone.get("soc") or phone.get("board"),
+        "Android": phone.get("android"),
+        "API level": phone.get("sdk"),
+        "ABI": phone.get("abi"),
+        "GPU": phone.get("gpu"),
+        "GPU driver": phone.get("gpu_driver"),
+        "runtime device": doc.get("device"),
+    }
+    r.artifact = {"asset": doc.get("artifact"), "device": doc.get("device")}
+    r.latency = {
+        "load_ms": t.get("load_ms"),
+        "init_ms": t.get("init_ms"),
+        "first_run_ms": t.get("first_run_ms"),
+        "copy_in_ms": t.get("copy_in_ms"),
+        "copy_out_ms": t.get("copy_out_ms"),
+    }
+    _samples(r, doc.get("runs_ms") or [])
+    if not r.samples_ms:
+        r.latency.update(p50_ms=doc.get("median_run_ms"), min_ms=doc.get("min_run_ms"), runs=doc.get("iterations"))
+    if doc.get("fallback"):
+        r.notes.append(f"fell back to the CPU: {doc['fallback']}")
+    r.memory = _memory(doc.get("memory"))
+    r.profile = _profile(doc.get("profile"), doc.get("device") or "cpu")
+    r.outputs = doc.get("outputs")
+    r.label = f"{r.model or '?'} on {phone.get('model') or 'the phone'} ({doc.get('device') or '?'})"
+    return [r]
+
+
+def read_gpu_benchmark(doc: dict, source: str) -> list[Run]:
+    runs = []
+    machine = doc.get("machine") or {}
+    for i, row in enumerate(doc["rows"]):
+        r = Run(f"{source}#{i}", "gpu-benchmark", model=row.get("model"))
+        r.label = f"{row.get('model', '?')} {row.get('id', '')}".strip()
+        r.device = {k: v for k, v in machine.items() if isinstance(v, str | int | float)}
+        r.artifact = {"device": row.get("device"), "precision": row.get("precision"), "directory": row.get("artifact")}
+        if row.get("error"):
+            r.error = str(row["error"])
+            runs.append(r)
+            continue
+        cold = [c.get("first_run_ms") for c in row.get("cold", []) if c.get("first_run_ms") is not None]
+        warm = [c.get("first_run_ms") for c in row.get("warm", []) if c.get("first_run_ms") is not None]
+        steady = row.get("steady") or {}
+        r.latency = {
+            "load_ms": steady.get("load_ms"),
+            "init_ms": steady.get("init_ms"),
+            "first_run_ms": float(np.median(cold)) if cold else None,
+            "warm_first_run_ms": float(np.median(warm)) if warm else None,
+            "copy_in_ms": (steady.get("copy_in_ms") or {}).get("median"),
+            "copy_out_ms": (steady.get("copy_out_ms") or {}).get("median"),
+        }
+        run_ms = steady.get("run_ms") or {}
+        r.latency.update(p50_ms=run_ms.get("median"), min_ms=run_ms.get("min"), max_ms=run_ms.get("max"))
+        r.memory = _memory(steady.get("memory"))
+        if row.get("max_abs_error") is not None:
+            r.check, r.reference = [{"name": "outputs", "max_abs": row["max_abs_error"]}], "the CPU build"
+        runs.append(r)
+    return runs
+
+
+def read_speed_benchmark(doc: dict, source: str) -> list[Run]:
+    runs = []
+    for i, row in enumerate(doc["rows"]):
+        r = Run(f"{source}#{i}", "speed-benchmark", model=row.get("model"))
+        r.label = f"{row.get('model', '?')} at {row.get('threads', '?')} thread(s)"
+        r.device = {"host": "this machine", "threads": row.get("threads"), "thread pool": row.get("thread_pool")}
+        if row.get("error"):
+            r.error = str(row["error"])
+            runs.append(r)
+            continue
+        quiet = row.get("quiet") or {}
+        r.latency = {"p50_ms": quiet.get("tvmgen")}
+        if quiet.get("reference") is not None:
+            r.notes.append(
+                f"{row.get('reference', 'the reference')} median {quiet['reference']:.3f} ms on the same host"
+            )
+        if row.get("outputs"):
+            r.notes.append(f"outputs against {row.get('reference', 'the reference')}: {row['outputs']}")
+        runs.append(r)
+    return runs
+
+
+READERS = {
+    "run": read_run,
+    "bench": read_bench,
+    "app": read_app,
+    "gpu-benchmark": read_gpu_benchmark,
+    "speed-benchmark": read_speed_benchmark,
+}
+
+
+# ------------------------------------------------------------------ comparison
+
+
+@dataclass
+class Change:
+    metric: str
+    base: float
+    value: float
+    change: float  # relative: (value - base) / base
+    verdict: str  # "regression", "improvement" or "same"
+
+
+def compare(runs: list[Run], threshold: float) -> list[dict[str, Change]]:
+    """Each run against the first: per metric both report, the relative change and its verdict."""
+    base = runs[0].metrics()
+    out = []
+    for r in runs:
+        changes = {}
+        for key, value in r.metrics().items():
+            b = base.get(key)
+            if value is None or b is None or b == 0:
+                continue
+            rel = (value - b) / abs(b)
+            verdict = "regression" if rel > threshold else "improvement" if rel < -threshold else "same"
+            changes[key] = Change(key, b, value, rel, verdict)
+        out.append(changes)
+    return out

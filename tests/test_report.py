@@ -1,0 +1,289 @@
+"""tvmgen report: result files read and compared, and the page checked in a real headless chromium.
+
+The browser is Debian's chromium driven by Selenium through Debian's chromium-driver (scripts/bootstrap.sh
+installs both); nothing is downloaded. Without them these tests skip here and fail under CI.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tvmgen.reports import html
+from tvmgen.reports import results as result_files
+
+RECORDED = Path(__file__).parent / "recorded" / "results"
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+DOCS_SCREENSHOT = Path(__file__).parent.parent / "docs" / "img" / "report.png"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.is_file()]
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        missing.append("the selenium package")
+    if missing:
+        why = f"{', '.join(missing)} missing: run scripts/bootstrap.sh (apt chromium chromium-driver, the test extra)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1150,900"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    yield driver
+    driver.quit()
+
+
+def open_page(driver, path: Path):
+    """Load the page; fail on any console message of level SEVERE (errors, blocked or failed loads)."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(path.resolve().as_uri())
+    assert driver.find_element(By.TAG_NAME, "h1").text.startswith("tvmgen QA report")
+    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == [], errors
+    return lambda css: driver.find_elements(By.CSS_SELECTOR, css)
+
+
+def cell(find, run: int, metric: str):
+    found = find(f'section#run-{run} td[data-metric="{metric}"]')
+    assert len(found) == 1, metric
+    return found[0]
+
+
+def shown_ms(element) -> float:
+    m = re.fullmatch(r"([\d.]+) ms", element.text.strip())
+    assert m, element.text
+    return float(m.group(1))
+
+
+@pytest.fixture(scope="module")
+def run_json(compiled, builtin_onnx, tmp_path_factory) -> tuple[Path, Path]:
+    """A real `tvmgen run --json --profile` of the built-in MobileNet (the session's compiled artifact)."""
+    from click.testing import CliRunner
+
+    from tvmgen.commands.run import run
+
+    artifact = compiled(builtin_onnx, "host", "cpu", name="mobilenet")
+    result = CliRunner().invoke(run, [str(artifact), "--json", "--profile", "--repeat", "40"])
+    assert result.exit_code == 0, result.output
+    out = tmp_path_factory.mktemp("run") / "run.json"
+    out.write_text(result.stdout[result.stdout.index("{") :])
+    return out, artifact
+
+
+def test_run_report_in_browser(run_json, browser, tvmgen_inprocess, tmp_path):
+    path, artifact = run_json
+    doc = json.loads(path.read_text())
+    r = tvmgen_inprocess("report", path, "-o", tmp_path / "report.html", "--markdown", tmp_path / "summary.md")
+    assert r.returncode == 0, r.output
+    find = open_page(browser, tmp_path / "report.html")
+
+    # the histogram: one bar per bin, every steady run counted once
+    samples = doc["runs_ms"]
+    assert len(samples) == 40
+    counts, _ = html.histogram_bins(samples)
+    bars = find("svg.histogram rect.bar")
+    assert len(bars) == len(counts) >= 5
+    assert [int(b.get_attribute("data-count")) for b in bars] == counts
+    assert sum(counts) == 40
+    assert len(find("svg.histogram line.mark")) == 3  # p50, p90, p99
+
+    # the numbers shown are the JSON's
+    t = doc["timings"]
+    for metric in ("load_ms", "init_ms", "first_run_ms"):
+        assert shown_ms(cell(find, 0, metric)) == pytest.approx(t[metric], abs=1e-3)
+    for p in (50, 90, 99):
+        c = cell(find, 0, f"p{p}_ms")
+        assert float(c.get_attribute("data-value")) == pytest.approx(np.percentile(samples, p))
+        assert shown_ms(c) == pytest.approx(np.percentile(samples, p), abs=1e-3)
+    assert cell(find, 0, "copy_in_ms").text == "not reported"  # run --json does not time copies
+    peak = cell(find, 0, "overall_peak_bytes")
+    assert int(peak.get_attribute("data-value")) == doc["memory"]["overall_peak_bytes"]
+    assert peak.text == f"{doc['memory']['overall_peak_bytes'] / 1e6:.1f} MB"
+
+    # the artifact, found through the path run --json records: its library's hash from the manifest
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    page_text = browser.find_element("tag name", "body").text
+    assert manifest["files"]["model.so"]["sha256"][:16] in page_text
+    assert "mobilenet" in browser.find_element("tag name", "h1").text
+
+    # the profile: one bar per kernel shown (at most 12) and per kind, times as in the JSON
+    kernels, kinds = doc["profile"]["kernels"], doc["profile"]["kinds"]
+    kbars = find("svg.kernels rect.bar")
+    assert len(kbars) == min(len(kernels), html.TOP_KERNELS) > 0
+    assert float(kbars[0].get_attribute("data-value")) == pytest.approx(kernels[0]["total_ms"])
+    assert len(find("svg.kinds rect.bar")) == len(kinds)
+    first_row = find("table.kernels tr")[1].find_elements("tag name", "td")
+    assert first_row[0].text == kernels[0]["name"]
+    if kernels[0]["gflops"]:
+        assert float(first_row[5].text) == pytest.approx(kernels[0]["gflops"], abs=0.01)
+
+    # a screenshot of this real report for the docs (TVMGEN_DOCS_SCREENSHOT=1 writes docs/img/report.png)
+    png = tmp_path / "report.png"
+    browser.set_window_size(1150, 1400)
+    browser.save_screenshot(str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if os.environ.get("TVMGEN_DOCS_SCREENSHOT") == "1":
+        shutil.copyfile(png, DOCS_SCREENSHOT)
+
+    md = (tmp_path / "summary.md").read_text()
+    assert f"| steady run p50 | {np.percentile(samples, 50):.3f} ms |" in md
+
+
+def test_comparison_flags_a_planted_regression(browser, tvmgen_inprocess, tmp_path):
+    base = json.loads((RECORDED / "bench_pixel6.json").read_text())
+    slower = copy.deepcopy(base)
+    slower["warm_samples_ms"] = [x * 1.25 for x in base["warm_samples_ms"]]  # planted: 25% slower steady runs
+    slower["cold_ms"]["init"] = base["cold_ms"]["init"] / 2  # and an improvement
+    (tmp_path / "new.json").write_text(json.dumps(slower))
+    out, md = tmp_path / "compare.html", tmp_path / "compare.md"
+    r = tvmgen_inprocess(
+        "report",
+        RECORDED / "bench_pixel6.json",
+        tmp_path / "new.json",
+        "-o",
+        out,
+        "--markdown",
+        md,
+        "--threshold",
+        "10",
+    )
+    assert r.returncode == 0, r.output
+    find = open_page(browser, out)
+    flagged = {(li.get_attribute("class"), li.get_attribute("data-metric")) for li in find("#verdicts li")}
+    assert ("regression", "p50_ms") in flagged
+    assert ("regression", "p90_ms") in flagged
+    assert ("improvement", "init_ms") in flagged
+    assert not {m for v, m in flagged if m in ("load_ms", "first_run_ms", "peak_bytes")}  # unchanged: not flagged
+    p50 = find('#compare td[data-run="1"][data-metric="p50_ms"]')[0]
+    assert "regression" in p50.get_attribute("class").split()
+    assert "+25.0%" in p50.text
+    assert "regression" not in find('#compare td[data-run="0"][data-metric="p50_ms"]')[0].get_attribute("class")
+    assert len(find("svg.p50 rect.bar")) == 2
+    assert len(find("svg.histogram")) == 2
+    # the device as the server reported it; what it did not report says so
+    device = find("section#run-0 .grid table.fields")[1].text
+    assert "Android 14" in device
+    assert "GPU driver not reported" in device
+    summary = md.read_text()
+    assert re.search(r"\| steady run p50 \| [\d.]+ ms \| [\d.]+ ms \(\+25\.0% \*\*regression\*\*\) \|", summary)
+    assert "**improvement**" in summary
+
+
+def test_app_results_report(browser, tvmgen_inprocess, tmp_path):
+    """The deploy app's results: no per-run times (so no histogram), the device's raw profile counts."""
+    doc = json.loads((RECORDED / "app_pixel6_opencl.json").read_text())
+    out = tmp_path / "app.html"
+    r = tvmgen_inprocess("report", RECORDED / "app_pixel6_opencl.json", "-o", out)
+    assert r.returncode == 0, r.output
+    find = open_page(browser, out)
+    assert find("svg.histogram") == []
+    assert "not reported" in find("section#run-0 p.missing")[0].text
+    assert shown_ms(cell(find, 0, "p50_ms")) == pytest.approx(doc["median_run_ms"], abs=1e-3)
+    assert shown_ms(cell(find, 0, "init_ms")) == pytest.approx(doc["timings"]["init_ms"], rel=1e-3)
+    assert cell(find, 0, "p99_ms").text == "not reported"
+    kernels = [k for k in doc["profile"]["counts"] if not k.startswith("vm.")]
+    assert len(find("svg.kernels rect.bar")) == len(kernels) + 1  # and the VM's builtins as one row
+    assert float(find("svg.kernels rect.bar")[0].get_attribute("data-value")) == pytest.approx(52000000 / 1e6 / 20)
+    body = find("body")[0].text
+    for shown in ("Pixel 6", "Tensor", "Android 14", "mali", "model-opencl"):
+        assert shown in body
+
+
+def test_benchmark_tables_give_one_run_per_row(tmp_path):
+    gpu = {
+        "benchmark": "gpu",
+        "created": "2025-11-20T10:00:00+0000",
+        "machine": {"cpu": "AMD EPYC", "gpu": None},
+        "rows": [
+            {
+                "model": "mobilenet",
+                "id": "opencl-fp16",
+                "device": "opencl",
+                "precision": "fp16",
+                "cold": [{"first_run_ms": 80.0}, {"first_run_ms": 90.0}],
+                "warm": [{"first_run_ms": 20.0}],
+                "steady": {"load_ms": 5.0, "init_ms": 40.0, "run_ms": {"median": 3.5, "min": 3.1, "max": 4.0}},
+                "max_abs_error": 0.002,
+            },
+            {"model": "vit", "id": "opencl-fp32", "error": "build failed: out of memory"},
+        ],
+    }
+    speed = {
+        "benchmark": "speed",
+        "rows": [{"model": "mobilenet", "threads": 2, "quiet": {"tvmgen": 1.2, "reference": 1.5}}],
+    }
+    (tmp_path / "gpu.json").write_text(json.dumps(gpu))
+    (tmp_path / "speed.json").write_text(json.dumps(speed))
+    runs = result_files.load(tmp_path / "gpu.json")
+    assert [r.label for r in runs] == ["mobilenet opencl-fp16", "vit opencl-fp32"]
+    assert runs[0].latency["first_run_ms"] == 85.0 and runs[0].latency["warm_first_run_ms"] == 20.0
+    assert runs[0].metrics()["max_abs_error"] == 0.002
+    assert runs[1].error == "build failed: out of memory"
+    page = html.render([*runs, *result_files.load(tmp_path / "speed.json")], 0.05)
+    assert "This run failed: build failed: out of memory" in page
+    assert page.count('class="run"') == 3
+
+
+def test_missing_fields_say_not_reported(tvmgen_inprocess, tmp_path):
+    (tmp_path / "old.json").write_text(
+        json.dumps({"timings": {"load_ms": 1.0, "init_ms": 0.5, "first_run_ms": 2.0, "runs": 3, "median_ms": 1.5}})
+    )
+    r = tvmgen_inprocess("report", tmp_path / "old.json", "-o", tmp_path / "old.html")
+    assert r.returncode == 0, r.output
+    page = (tmp_path / "old.html").read_text()
+    assert 'data-metric="p50_ms" data-value="1.5">1.500 ms' in page
+    for section in ("Per-kernel profile", "Memory", "Outputs against the host reference"):
+        after = page[page.index(section) :]
+        assert "not reported" in after[:600], section
+
+
+@pytest.mark.parametrize(
+    ("content", "message", "fix"),
+    [
+        (None, "does not exist", "tvmgen run --json"),
+        ("load 6.7 ms · VM init 0.3 ms", "is not JSON", "redirect only stdout"),
+        ('{"rows": [1, 2]}', "is not a result tvmgen knows (its keys: rows)", "tvmgen bench --json"),
+        ("[1, 2]", "is not a result tvmgen knows (its keys: list)", "the deploy app"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_writes_nothing(tvmgen_inprocess, tmp_path, content, message, fix):
+    bad = tmp_path / "bad.json"
+    if content is not None:
+        bad.write_text(content)
+    out = tmp_path / "out"
+    r = tvmgen_inprocess(
+        "report", RECORDED / "bench_pixel6.json", bad, "-o", out / "r.html", "--markdown", out / "s.md"
+    )
+    assert r.returncode == 2, r.output
+    assert f"result file {bad} {message}" in r.output
+    assert fix in r.output
+    assert not out.exists()  # nothing written, not even the folder
+
+
+def test_a_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    out = tmp_path / "report.html"
+    out.write_text("the previous report")
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        html.write_atomic(out, "<html>new</html>")
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]
+    assert out.read_text() == "the previous report"
