@@ -287,3 +287,78 @@ def test_a_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
         html.write_atomic(out, "<html>new</html>")
     assert [p.name for p in tmp_path.iterdir()] == ["report.html"]
     assert out.read_text() == "the previous report"
+
+
+# ------------------------------------------------------------------ tvmgen app --run --report (adb recorded)
+
+ADB_RECORDED = Path(__file__).parent / "recorded" / "adb"
+
+
+class RecordedAdb:
+    """Stands in for tools.run behind tools.Adb: each adb verb answered from tests/recorded/adb; the pull
+    writes the recorded deploy-app results where adb would."""
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv, cwd=None, env=None):
+        import subprocess
+
+        argv = [str(a) for a in argv]
+        self.calls.append(argv)
+        verb = argv[3] if argv[3] != "shell" else argv[4]
+        text = {
+            "install": (ADB_RECORDED / "install_adb34_success.txt").read_text(),
+            "am": (ADB_RECORDED / "am_start_ok.txt").read_text(),
+            "logcat": "11-21 10:41:09.001  4321  4350 I tvmgen  : results {...}\n",
+            "pull": (ADB_RECORDED / "pull_ok.txt").read_text(),
+            "getprop": (ADB_RECORDED / "getprop_pixel6.txt").read_text(),
+        }[verb]
+        if verb == "pull":
+            shutil.copyfile(RECORDED / "app_pixel6_opencl.json", argv[5])
+        return subprocess.CompletedProcess(argv, 0, text, "")
+
+
+def test_app_run_pulls_results_with_the_phone_and_writes_the_report(tmp_path, monkeypatch):
+    from tvmgen.android import adb, tools
+    from tvmgen.android import app as android_app
+    from tvmgen.commands import report
+
+    runner = RecordedAdb()
+    tool = tools.Adb(runner)
+    tool._path = Path("/sdk/platform-tools/adb")
+    phone = adb.Phone(adb.Device("38011FDJH00AB3", "device", model="Pixel_6"), tool)
+    monkeypatch.setattr(adb, "choose_device", lambda serial=None, adb=None: phone)
+    opts = android_app.AppOptions(
+        "deploy", "org.tvmgen.mobilenet", "m", ["arm64-v8a"], run=True, install=True, report=tmp_path / "qa.html"
+    )
+    (tmp_path / "results").mkdir()
+    results = android_app.install_and_run(tmp_path / "app.apk", opts, tmp_path / "results")
+    assert [c[3:5] for c in runner.calls] == [
+        ["install", "-r"],
+        ["shell", "am"],
+        ["logcat", "-d"],
+        ["pull", "/sdcard/Android/data/org.tvmgen.mobilenet/files/tvmgen-results.json"],
+        ["shell", "getprop"],
+    ]
+    assert results["phone"] == {
+        "model": "Pixel 6",
+        "manufacturer": "Google",
+        "soc": "Tensor",
+        "board": "gs101",
+        "android": "14",
+        "sdk": "34",
+        "abi": "arm64-v8a",
+        "gpu": "mali",
+    }
+    saved = tmp_path / "results" / "tvmgen-results.json"
+    assert json.loads(saved.read_text())["phone"]["model"] == "Pixel 6"  # the file the report reads has it too
+    report.write([saved], opts.report)
+    page = opts.report.read_text()
+    assert "<td>Pixel 6</td>" in page and "<td>Tensor</td>" in page and "<td>14</td>" in page
+
+
+def test_app_report_needs_run(tvmgen_inprocess, tmp_path):
+    r = tvmgen_inprocess("app", "--model", "builtin:mobilenet", "--report", tmp_path / "r.html")
+    assert r.returncode == 2, r.output
+    assert "--report writes the report of the phone's results" in r.output and "add --run" in r.output

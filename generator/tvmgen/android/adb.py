@@ -244,6 +244,27 @@ class Phone:
             )
         return [ln for ln in out.stdout.splitlines() if ln.strip() and not ln.startswith("--------- beginning of")]
 
+    def properties(self) -> dict[str, str]:
+        """What the QA report shows of the phone, from getprop: model, SoC, Android version, ABI, GPU driver."""
+        out = self._adb("shell", "getprop")
+        if out.returncode != 0:
+            raise DeviceError(
+                f"adb shell getprop failed on {self.device.name}: {out.stderr.strip()[-500:]}",
+                "check the phone is still attached: adb devices -l",
+            )
+        props = dict(re.findall(r"(?m)^\[([^\]\n]+)\]: \[([^\]\n]*)\]$", out.stdout))
+        wanted = {
+            "model": "ro.product.model",
+            "manufacturer": "ro.product.manufacturer",
+            "soc": "ro.soc.model",  # Android 12+
+            "board": "ro.board.platform",
+            "android": "ro.build.version.release",
+            "sdk": "ro.build.version.sdk",
+            "abi": "ro.product.cpu.abi",
+            "gpu": "ro.hardware.egl",  # the GLES/Vulkan driver's name (mali, adreno, ...)
+        }
+        return {key: props[prop] for key, prop in wanted.items() if props.get(prop)}
+
     def pull(self, remote: str, local: str | Path) -> Path:
         out = self._adb("pull", remote, local)
         if out.returncode != 0:

@@ -36,6 +36,7 @@ class AppOptions:
     warmup: int = 2
     usb: bool = False
     rpc: dict = field(default_factory=dict)  # mode, address, port, key for the RPC app
+    report: Path | None = None  # --run --report: the HTML QA report of the results, written here
 
 
 def missing_for_apk() -> list[doctor.Check]:
@@ -114,7 +115,10 @@ def install_and_run(apk: Path, opts: AppOptions, results_dir: Path) -> dict | No
         else:
             raise TvmgenError("the app wrote no results within 10 minutes", "look at `adb logcat -s tvmgen`")
     local = phone.pull(remote, results_dir / "tvmgen-results.json")
-    return json.loads(local.read_text())
+    results = json.loads(local.read_text())
+    results["phone"] = phone.properties()  # the app does not know its phone's name; the QA report shows it
+    local.write_text(json.dumps(results, indent=2))
+    return results
 
 
 def build_env() -> dict[str, str]:

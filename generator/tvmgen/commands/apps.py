@@ -70,6 +70,10 @@ def _finish_app(project: Path, opts, artifacts_ok: bool):
         results = android_app.install_and_run(apk, opts, project / "results")
         if results is not None:
             click.echo(json.dumps(results, indent=2))
+        if results is not None and opts.report:
+            from tvmgen.commands import report
+
+            report.write([project / "results" / "tvmgen-results.json"], opts.report)
 
 
 def _interactive() -> bool:
@@ -223,6 +227,12 @@ def _with(options):
 @click.option("--run", "run_app", is_flag=True, help="Install, launch headless, wait for the results and print them.")
 @click.option("--iterations", default=10, show_default=True, help="--run: timed runs on the phone.")
 @click.option(
+    "--report",
+    "report_path",
+    type=click.Path(path_type=Path),
+    help="--run: also write the results as an HTML QA report here (as tvmgen report).",
+)
+@click.option(
     "--strategy",
     default="patterns",
     show_default=True,
@@ -245,6 +255,7 @@ def app(
     kind,
     run_app,
     iterations,
+    report_path,
     strategy,
     feature_level,
     cost_table,
@@ -275,7 +286,7 @@ def app(
     \b
       tvmgen app --model mobilenet.pb --device opencl --yes
       tvmgen app --model mobilenet.pb --input input:1x224x224x3 --device opencl
-      tvmgen app --model builtin:mobilenet --install --run --serial R58M123
+      tvmgen app --model builtin:mobilenet --install --run --serial R58M123 --report report.html
       tvmgen app --platform ios-arm64 --model builtin:mobilenet --device metal --team-id AB12CD34EF
     """
     from tvmgen import frontends
@@ -296,6 +307,8 @@ def app(
             "(NNAPI drivers choose their own precision; the iOS app builds fp32)",
             "leave out --precision",
         )
+    if report_path and not run_app:
+        raise InputError("--report writes the report of the phone's results", "add --run")
     if "ios-arm64" in platforms:
         _android_only(platforms, release=release, run=run_app)
         if tuning_db:
@@ -329,6 +342,7 @@ def app(
         run_app,
         serial,
         iterations=iterations,
+        report=report_path,
     )
     _set_up_android(yes)  # before compiling: a downloaded NDK links the model
     try:
