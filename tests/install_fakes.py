@@ -55,7 +55,7 @@ if [ $licenses = 1 ]; then
   exit 0
 fi
 if [ ! -f "$root/licenses/android-sdk-license" ]; then
-  echo "Warning: License for package Android SDK Platform 34 not accepted." >&2; exit 1
+  echo "Warning: License for package Android SDK Platform 35 not accepted." >&2; exit 1
 fi
 for p in $pkgs; do
   case "$p" in

@@ -261,21 +261,21 @@ def test_adb_version_real():
 
 def test_sdk_tools_come_from_android_home_before_path(tmp_path, monkeypatch):
     sdk = tmp_path / "sdk"
-    for v in ("33.0.2", "34.0.0"):
+    for v in ("34.0.0", "35.0.0"):
         exe = sdk / "build-tools" / v / "apksigner"
         exe.parent.mkdir(parents=True)
         exe.write_text("#!/bin/sh\necho 0.9\n")
         exe.chmod(0o755)
-    (sdk / "platforms" / "android-34").mkdir(parents=True)
-    (sdk / "platforms" / "android-34" / "android.jar").write_bytes(b"")
+    (sdk / "platforms" / "android-35").mkdir(parents=True)
+    (sdk / "platforms" / "android-35" / "android.jar").write_bytes(b"")
     monkeypatch.setenv("ANDROID_HOME", str(sdk))
     monkeypatch.delenv("TVMGEN_APKSIGNER", raising=False)
-    assert tools.Apksigner().verify() == sdk / "build-tools" / "34.0.0" / "apksigner"
+    assert tools.Apksigner().verify() == sdk / "build-tools" / "35.0.0" / "apksigner"
     s = tools.AndroidSdk()
-    assert s.platforms() == [34] and s.build_tools() == ["33.0.2", "34.0.0"]
+    assert s.platforms() == [35] and s.build_tools() == ["34.0.0", "35.0.0"]
     s.require()
-    with pytest.raises(ToolMissingError, match="platforms;android-35") as e:
-        s.require(35)
+    with pytest.raises(ToolMissingError, match="platforms;android-36") as e:
+        s.require(36)
     assert e.value.hint.startswith("sdkmanager --sdk_root=")
 
 
@@ -369,7 +369,7 @@ def test_debug_keystore_location_honours_xdg(tmp_path, monkeypatch):
 MANIFEST = """<?xml version="1.0" encoding="utf-8"?>
 <manifest xmlns:android="http://schemas.android.com/apk/res/android"
     package="org.tvmgen.test" android:versionCode="1" android:versionName="1.0">
-  <uses-sdk android:minSdkVersion="24" android:targetSdkVersion="34"/>
+  <uses-sdk android:minSdkVersion="24" android:targetSdkVersion="35"/>
   <uses-permission android:name="android.permission.INTERNET"/>
   <application android:label="tvmgen test" android:hasCode="false"/>
 </manifest>
@@ -574,9 +574,9 @@ def _doctor(tmp_path, env_extra: dict) -> subprocess.CompletedProcess:
 def test_doctor_ready_with_a_complete_sdk(tmp_path):
     require_tools("javac", "keytool")
     sdk, ndk, tvm = tmp_path / "sdk", tmp_path / "ndk", tmp_path / "tvm"
-    (sdk / "platforms" / "android-34").mkdir(parents=True)
-    (sdk / "platforms" / "android-34" / "android.jar").write_bytes(b"")
-    bt = sdk / "build-tools" / "34.0.0"
+    (sdk / "platforms" / "android-35").mkdir(parents=True)
+    (sdk / "platforms" / "android-35" / "android.jar").write_bytes(b"")
+    bt = sdk / "build-tools" / "35.0.0"
     _exe(bt / "apksigner", "echo 0.9")
     _exe(bt / "zipalign", "exit 0")
     _exe(bt / "aapt", "echo 'Android Asset Packaging Tool, v0.2-10932466'")
@@ -604,7 +604,7 @@ def test_doctor_ready_with_a_complete_sdk(tmp_path):
     rows = {c["name"]: c for c in report["checks"]}
     assert proc.returncode == 0 and report["ready"], proc.stdout + proc.stderr
     assert rows["Android NDK"]["version"] == "27.2.12479018"
-    assert rows["Android SDK"]["version"] == "android-34, build-tools 34.0.0"
+    assert rows["Android SDK"]["version"] == "android-35, build-tools 35.0.0"
     assert rows["apksigner"]["path"] == str(bt / "apksigner") and rows["aapt"]["version"] == "0.2-10932466"
     assert rows["adb"]["version"] == "34.0.5-10900879" and "38011FDJH00AB3 (Pixel 6): device" in rows["adb"]["detail"]
     assert (

@@ -239,12 +239,12 @@ def test_an_old_gradle_on_path_is_replaced_and_yours_win(tmp_path, monkeypatch):
     monkeypatch.setenv("TVMGEN_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("TVM_SOURCE_DIR", str(tmp_path / "my-tvm"))
     sdk = tmp_path / "my-sdk"
-    (sdk / "platforms" / "android-34").mkdir(parents=True)
-    (sdk / "platforms" / "android-34" / "android.jar").write_bytes(b"")
+    (sdk / "platforms" / "android-35").mkdir(parents=True)
+    (sdk / "platforms" / "android-35" / "android.jar").write_bytes(b"")
     monkeypatch.setenv("ANDROID_HOME", str(sdk))
     plan = install.make_plan()
     assert plan.gradle and not plan.tvm  # Gradle 4.4.1 cannot run AGP 8.5; your TVM_SOURCE_DIR is kept
-    assert plan.sdk == sdk and plan.packages == ["build-tools;34.0.0", "ndk;27.2.12479018", "cmake;3.22.1"]
+    assert plan.sdk == sdk and plan.packages == ["build-tools;35.0.0", "ndk;27.2.12479018", "cmake;3.22.1"]
     monkeypatch.setenv("ANDROID_NDK_HOME", str(tmp_path / "my-ndk"))
     assert "ndk;27.2.12479018" not in install.make_plan().packages
     (bin_dir / "bin").mkdir()
@@ -277,7 +277,7 @@ def test_doctor_install_on_a_fresh_machine_then_nothing_again(machine, server, t
         assert rows[name]["usable"] and rows[name]["source"] == "tvmgen download", rows[name]
     assert rows["JDK"]["source"] == "yours ($JAVA_HOME)"
     assert rows["Gradle"]["version"] == "8.7" and rows["Android NDK"]["version"] == "27.2.12479018"
-    assert rows["Android SDK"]["version"] == "android-34, build-tools 34.0.0"
+    assert rows["Android SDK"]["version"] == "android-35, build-tools 35.0.0"
     assert rows["TVM source tree"]["version"] == "0.27.0" and rows["TVM source tree"]["path"] == str(
         data / "tvm-0.27.0"
     )
@@ -291,7 +291,7 @@ def test_doctor_install_on_a_fresh_machine_then_nothing_again(machine, server, t
     assert (sdk / "cmdline-tools" / "latest" / "bin" / "sdkmanager").is_file()
     calls = (tmp_path / "sdkmanager.log").read_text().splitlines()
     assert calls == [f"--sdk_root={sdk} --licenses"] * 2 + [
-        f"--sdk_root={sdk} platforms;android-34 build-tools;34.0.0 ndk;27.2.12479018 cmake;3.22.1"
+        f"--sdk_root={sdk} platforms;android-35 build-tools;35.0.0 ndk;27.2.12479018 cmake;3.22.1"
     ]
     assert "accepting the Android SDK licences (--yes): android-sdk-license" in r.stderr
     clone = data / "tvm-0.27.0"
@@ -350,8 +350,8 @@ def test_no_network_gives_the_manual_steps_and_leaves_nothing_half_written(machi
     # Gradle and TVM alone (an SDK of yours is complete): each failure names its manual step too
     sdk = tmp_path / "my-sdk"
     for rel in (
-        "platforms/android-34/android.jar",
-        "build-tools/34.0.0/apksigner",
+        "platforms/android-35/android.jar",
+        "build-tools/35.0.0/apksigner",
         "ndk/27.2.12479018/source.properties",
         "cmake/3.22.1/bin/cmake",
     ):

@@ -59,13 +59,13 @@ def test_deploy_project_files(tmp_path, artifacts):
 
     gradle = (out / "app/build.gradle").read_text()
     assert "namespace 'org.example.mobilenet'" in gradle and "applicationId 'org.example.mobilenet'" in gradle
-    assert re.search(r"compileSdk 34\b", gradle) and "minSdk 24" in gradle and "targetSdk 34" in gradle
+    assert re.search(r"compileSdk 35\b", gradle) and "minSdk 24" in gradle and "targetSdk 35" in gradle
     assert "abiFilters 'arm64-v8a'" in gradle and "path 'src/main/cpp/CMakeLists.txt'" in gradle
     assert "targets 'tvmgen_jni', 'tvmgen_jni_bridge', 'tvmgen_opencl'" in gradle  # the OpenCL backend ships
     assert "main.java.srcDirs += '../tvmgen-jni/java'" in gradle
     # 16 KB pages: the NDK told to align every library, and the libraries kept uncompressed (page-aligned by AGP)
     assert "'-DANDROID_SUPPORT_FLEXIBLE_PAGE_SIZES=ON'" in gradle and "useLegacyPackaging false" in gradle
-    assert "id 'com.android.application' version '8.5.2'" in (out / "build.gradle").read_text()
+    assert "id 'com.android.application' version '8.6.1'" in (out / "build.gradle").read_text()
     assert 'rootProject.name = "MobileNet QA"' in (out / "settings.gradle").read_text()
     assert "gradle-8.7-bin.zip" in (out / "gradle/wrapper/gradle-wrapper.properties").read_text()
     strings = ET.parse(out / "app/src/main/res/values/strings.xml").getroot()

@@ -1,8 +1,8 @@
 """What `tvmgen doctor --install` fetches, from where, with which SHA-256, and where it goes.
 
 One table: every URL and checksum tvmgen downloads lives here. The versions are the ones the
-app templates name (generator/apps.py: android_context): Gradle 8.7, compileSdk 34,
-build-tools 34.0.0, NDK 27.2.12479018, CMake 3.22.1, and the TVM release tvmgen pins.
+app templates name (android/project.py: android_context): Gradle 8.7, AGP 8.6.1, compileSdk and
+targetSdk 35 (Google Play requires targetSdk 35 since 31 August 2025), build-tools 35.0.0, NDK 27.2.12479018, CMake 3.22.1, and the TVM release tvmgen pins.
 
 Where the checksums come from:
 - Android command-line tools 11076708 (linux and mac): the SHA-256 values Google lists on
@@ -36,9 +36,10 @@ from tvmgen.core.fetch import data_dir
 
 # The versions the Android templates build with (the single place tvmgen decides them).
 GRADLE_VERSION = "8.7"
-AGP_VERSION = "8.5.2"
-COMPILE_SDK = 34
-BUILD_TOOLS = "34.0.0"
+# AGP 8.6 is the first to support compileSdk 35 (it needs Gradle 8.7+); build-tools 35 has zipalign -P 16.
+AGP_VERSION = "8.6.1"
+COMPILE_SDK = 35
+BUILD_TOOLS = "35.0.0"
 NDK_VERSION = "27.2.12479018"
 CMAKE_VERSION = "3.22.1"
 TVM_TAG = "v0.27.0"

@@ -50,7 +50,7 @@ def android_context(
         "abis": abis,
         "min_sdk": 24,
         "compile_sdk": COMPILE_SDK,
-        "target_sdk": COMPILE_SDK,
+        "target_sdk": COMPILE_SDK,  # what Google Play requires of new apps and updates
         "agp_version": AGP_VERSION,
         "gradle_version": GRADLE_VERSION,
         "ndk_version": NDK_VERSION,
