@@ -112,7 +112,12 @@ def compiled(tmp_path_factory):
     directory of the model compiled with ``compile_to_artifact`` (manifest name ``name``, default the file's
     stem), once per session for each (sha256 of the model's bytes, options). Shared: a test that changes an
     artifact copies it first. Tests about compiling itself (its output, its errors) still compile."""
-    root = tmp_path_factory.mktemp("compiled")
+    from tvmgen.core.artifact import exclusive
+
+    # One cache for the whole run: with pytest-xdist each worker has its own basetemp below the run's, and
+    # the workers share the run's folder, taking turns (a lock per key) so a model is compiled once per run.
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "compiled"
     done: dict[str, Path] = {}
 
     def compile_once(model_path, platform="host", device="cpu", name=None, **options) -> Path:
@@ -128,9 +133,11 @@ def compiled(tmp_path_factory):
         key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
         if key not in done:
             out = root / key / name
-            compile_to_artifact(
-                frontends.load(model_path, []), BuildOptions(plat, device, **options), out, True, {"name": name}
-            )
+            with exclusive(root / f"{key}.lock"):
+                if not (out / "manifest.json").is_file():  # not compiled by another worker of this run
+                    compile_to_artifact(
+                        frontends.load(model_path, []), BuildOptions(plat, device, **options), out, True, {"name": name}
+                    )
             done[key] = out
         return done[key]
 

@@ -101,6 +101,22 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+@contextlib.contextmanager
+def exclusive(lock_path: Path):
+    """Hold an exclusive lock on ``lock_path`` (created if missing) for the ``with`` block: processes that
+    build into the same cache directory (two test workers, two shells) take turns instead of racing."""
+    import fcntl
+
+    lock_path = Path(lock_path)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def now() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat()
 

@@ -15,7 +15,7 @@ import zipfile
 from importlib.metadata import version
 from pathlib import Path
 
-from tvmgen.core import resources, toolchains
+from tvmgen.core import artifact, resources, toolchains
 from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
 from tvmgen.core.log import step
 
@@ -155,4 +155,7 @@ def cached_build(platform: str) -> Path:
     prefix = build_dir / "install"
     if (prefix / "bin" / "tvmgen-rpc-server").is_file():
         return prefix
-    return build(platform, build_dir, jni=False)
+    with artifact.exclusive(build_dir.with_name(build_dir.name + ".lock")):  # another process may be building it
+        if (prefix / "bin" / "tvmgen-rpc-server").is_file():
+            return prefix
+        return build(platform, build_dir, jni=False)
