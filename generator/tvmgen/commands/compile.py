@@ -104,15 +104,7 @@ def _default_out(model: str, platform: str, device: str) -> Path:
 @options.tuning_db(
     help="CPU or OpenCL kernels tuned by `tvmgen tune` (its --db root): used where the database has them."
 )
-@click.option(
-    "--strategy",
-    default="patterns",
-    show_default=True,
-    type=click.Choice(["patterns", "cost"]),
-    help="--device nnapi: how to place operators (as for `tvmgen partition`).",
-)
-@click.option("--feature-level", type=click.IntRange(1, 8), help="--device nnapi: highest NNAPI feature level.")
-@click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
+@options.nnapi()
 @options.precision()
 def compile(
     model_arg,

@@ -50,6 +50,16 @@ def gpu_family(choices: Sequence[str] = GPU_FAMILIES, help: str = GPU_FAMILY_HEL
     )
 
 
+RUNTIME_PLATFORMS = ["host", "linux-aarch64"]  # where tvmgen builds and runs its own runtime (CMake here)
+
+
+def runtime_platform(help: str):
+    """--platform for the runtime built here: the host, or linux-aarch64 (cross-built, run under qemu)."""
+    return click.option(
+        "--platform", default="host", show_default=True, type=click.Choice(RUNTIME_PLATFORMS), help=help
+    )
+
+
 def inputs(help: str = INPUT_HELP):
     return click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help=help)
 
@@ -62,3 +72,41 @@ def precision(help: str = precisions.HELP):
 
 def tuning_db(help: str):
     return click.option("--tuning-db", type=click.Path(path_type=Path), help=help)
+
+
+def nnapi(prefix: str = "--device nnapi: "):
+    """--strategy, --feature-level and --cost-table: how operators are placed on NNAPI. ``prefix`` starts
+    each help text (the condition under which the option counts)."""
+
+    def text(body: str) -> str:
+        return prefix + body if prefix else body[0].upper() + body[1:]
+
+    def apply(f):
+        for option in reversed(
+            [
+                click.option(
+                    "--strategy",
+                    default="patterns",
+                    show_default=True,
+                    type=click.Choice(["patterns", "cost"]),
+                    help=text(
+                        "patterns: TVM's greedy pattern partitioner; cost: keep a piece on TVM when its "
+                        "transitions cost more than NNAPI saves (static cost table)."
+                    ),
+                ),
+                click.option(
+                    "--feature-level",
+                    type=click.IntRange(1, 8),
+                    help=text("highest NNAPI feature level the phones have."),
+                ),
+                click.option(
+                    "--cost-table",
+                    type=click.Path(path_type=Path),
+                    help=text("JSON overriding the static cost table (--strategy cost)."),
+                ),
+            ]
+        ):
+            f = option(f)
+        return f
+
+    return apply

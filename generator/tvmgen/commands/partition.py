@@ -24,16 +24,7 @@ console = logs.console
     required=True,
     help="Partition for Android's NNAPI (the only backend so far).",
 )
-@click.option("--feature-level", type=click.IntRange(1, 8), help="Highest NNAPI feature level the phones have.")
-@click.option(
-    "--strategy",
-    default="patterns",
-    show_default=True,
-    type=click.Choice(["patterns", "cost"]),
-    help="patterns: TVM's greedy pattern partitioner; cost: keep a piece on TVM when its transitions "
-    "cost more than NNAPI saves (static cost table).",
-)
-@click.option("--cost-table", type=click.Path(path_type=Path), help="JSON overriding the static cost table.")
+@options.nnapi(prefix="")
 @options.inputs()
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the report as JSON here.")
 @click.option(

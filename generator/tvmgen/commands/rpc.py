@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from tvmgen.commands import options
 from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError
 
@@ -87,13 +88,7 @@ def rpc_proxy(host, port, port_end, web_port, tracker, detach):
 
 
 @rpc_group.command("device")
-@click.option(
-    "--platform",
-    default="host",
-    show_default=True,
-    type=click.Choice(["host", "linux-aarch64"]),
-    help="linux-aarch64 runs the cross-built server under qemu-aarch64: the emulated phone CPU.",
-)
+@options.runtime_platform(help="linux-aarch64 runs the cross-built server under qemu-aarch64: the emulated phone CPU.")
 @click.option("--key", required=True, help="The key benches ask for.")
 @click.option("--proxy", metavar="HOST:PORT", help="Connect to this proxy.")
 @click.option("--tracker", metavar="HOST:PORT", help="Register with this tracker (and listen on --host).")

@@ -20,12 +20,8 @@ def runtime():
 
 
 @runtime.command("build")
-@click.option(
-    "--platform",
-    default="host",
-    show_default=True,
-    type=click.Choice(["host", "linux-aarch64"]),
-    help="Where the runtime runs. Android builds run in the app's Gradle build (NDK + TVM source).",
+@options.runtime_platform(
+    help="Where the runtime runs. Android builds run in the app's Gradle build (NDK + TVM source)."
 )
 @click.option(
     "-o", "--out", type=click.Path(path_type=Path), help="Build directory. [default: build/runtime-<platform>]"

@@ -138,27 +138,18 @@ def accepts(host: str, port: int) -> bool:
         return False
 
 
-def start_tracker(host: str = "127.0.0.1", port: int = 9190, port_end: int = 9199) -> Server:
+def _start_tvm_server(kind: str, module: str, host: str, port: int, port_end: int, extra: list[str]) -> Server:
+    """Start one of TVM's Python servers (``python -m tvm.exec.<module>``) on the first free port in
+    [port, port_end) and wait until it accepts connections."""
     port = free_port(host, port, port_end)
-    server = _spawn(
-        "tracker",
-        [
-            sys.executable,
-            "-m",
-            "tvm.exec.rpc_tracker",
-            "--host",
-            host,
-            "--port",
-            str(port),
-            "--port-end",
-            str(port + 1),
-            "--silent",
-        ],
-        host,
-        port,
-    )
+    cmd = [sys.executable, "-m", f"tvm.exec.{module}", "--host", host, "--port", str(port), "--port-end", str(port + 1)]
+    server = _spawn(kind, cmd + extra, host, port)
     wait_until(server, lambda: accepts(host, port), f"accept connections on {host}:{port}", 30)
     return server
+
+
+def start_tracker(host: str = "127.0.0.1", port: int = 9190, port_end: int = 9199) -> Server:
+    return _start_tvm_server("tracker", "rpc_tracker", host, port, port_end, ["--silent"])
 
 
 def start_proxy(
@@ -168,25 +159,8 @@ def start_proxy(
         import tornado  # noqa: F401  - TVM's proxy needs it; it is not an apache-tvm dependency
     except ImportError as e:
         raise ToolMissingError("the RPC proxy needs tornado", "pip install tornado") from e
-    port = free_port(host, port, port_end)
-    cmd = [
-        sys.executable,
-        "-m",
-        "tvm.exec.rpc_proxy",
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--port-end",
-        str(port + 1),
-        "--web-port",
-        str(web_port),
-    ]
-    if tracker:
-        cmd += ["--tracker", tracker]
-    server = _spawn("proxy", cmd, host, port)
-    wait_until(server, lambda: accepts(host, port), f"accept connections on {host}:{port}", 30)
-    return server
+    extra = ["--web-port", str(web_port)] + (["--tracker", tracker] if tracker else [])
+    return _start_tvm_server("proxy", "rpc_proxy", host, port, port_end, extra)
 
 
 def start_device(
