@@ -82,3 +82,84 @@ def test_axes_counted_from_the_end_keep_the_layout_conversion(tvmgen, tmp_path):
     r = tvmgen("compile", path, "--check", "-o", tmp_path / "a")
     assert r.returncode == 0, r.stderr
     assert "failed" not in r.stderr and "ok y: max abs error" in r.stderr and "ok z: max abs error" in r.stderr
+
+
+def unit_axis_conv_model(unit: str, combine: str):
+    """A 1-D convolution written as a 2-D one with a unit ``unit`` axis ("width": [1, C, L, 1],
+    weights [O, C, 5, 1]; "height": [1, C, 1, L]), pooled, then an ONNX ``combine`` of several inputs
+    (Max(x, 0), Mean of three): TVM's importer writes those as a reduction over a ``stack``."""
+    rng = np.random.default_rng(0)
+    cin, cout, length = 32, 64, 48
+    kernel, pads, squeezed = ([5, 1], [2, 0, 2, 0], 3) if unit == "width" else ([1, 5], [0, 2, 0, 2], 2)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.2, (cout, cin, *kernel)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.normal(0, 0.1, cout).astype(np.float32), "b"),
+        numpy_helper.from_array(np.array([squeezed], np.int64), "unit"),
+        numpy_helper.from_array(rng.normal(0, 0.2, (cout, 10)).astype(np.float32), "fc"),
+        numpy_helper.from_array(np.zeros(1, np.float32), "zero"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=kernel, pads=pads),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Squeeze", ["r", "unit"], ["s"]),  # [1, O, L]
+        helper.make_node("ReduceMax", ["s"], ["p"], axes=[2], keepdims=0),  # [1, O]
+        helper.make_node("MatMul", ["p", "fc"], ["m"]),
+    ]
+    if combine == "max":
+        nodes.append(helper.make_node("Max", ["m", "zero"], ["y"]))
+    else:
+        nodes += [
+            helper.make_node("Neg", ["m"], ["n"]),
+            helper.make_node("Relu", ["m"], ["q"]),
+            helper.make_node("Mean", ["m", "n", "q"], ["y"]),
+        ]
+    shape = [1, cin, length, 1] if unit == "width" else [1, cin, 1, length]
+    return onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+
+
+@pytest.mark.parametrize(("unit", "combine"), [("width", "max"), ("height", "max"), ("width", "mean")])
+def test_unit_axis_convolution_before_an_nary_max_keeps_the_layout_conversion(unit, combine, tvmgen, tmp_path):
+    """Issue 37: TVM's layout inference names a stack's new axis "S", and the Max / Mean of several
+    inputs that the importer writes as a reduction over a stack failed the layout conversion
+    ("Invalid SLayout: can't find S in source layout ABC"): the whole model fell back to NCHW, its
+    convolution 14x slower. rewrites.stack_free removes the stack; the convolution is NHWC."""
+    import tvm
+
+    from tvmgen import frontends
+    from tvmgen.compiler import schedules
+    from tvmgen.compiler.platforms import PLATFORMS, make_target
+
+    path = save_onnx(unit_axis_conv_model(unit, combine), tmp_path / f"{unit}_{combine}.onnx")
+    target = make_target(PLATFORMS["host"].cpu_target())
+    passes = schedules.layout_passes(target)
+    upto = [p.info.name for p in passes].index("ConvertLayout") + 1  # before the layout passes legalize
+    with target:
+        laid_out = tvm.transform.Sequential(passes[:upto])(frontends.load(path, []).mod)
+    script = laid_out["main"].script(show_meta=False)
+    assert "R.stack" not in script and 'data_layout="NHWC"' in script, script
+    _, done, left = prepared_and_scheduled(path)
+    assert any("conv2d" in f for f in done) and not [f for f in left if "conv" in f], (done, left)
+    r = tvmgen("compile", path, "--check", "-o", tmp_path / "a")
+    assert r.returncode == 0, r.stderr
+    assert "failed" not in r.output and "ok y: max abs error" in r.output, r.output
+
+
+def test_a_fallback_build_names_its_cost(tvmgen_inprocess, monkeypatch, tmp_path):
+    """Where the CPU pipeline still falls back (here: the stack rewrite taken away, so the layout
+    conversion fails as before), compile says what that costs: the convolutions left in NCHW."""
+    from tvmgen.compiler import rewrites
+
+    monkeypatch.setattr(rewrites, "stack_free", lambda mod: mod)
+    path = save_onnx(unit_axis_conv_model("width", "max"), tmp_path / "m.onnx")
+    r = tvmgen_inprocess("compile", path, "--check", "-o", tmp_path / "a")
+    assert r.returncode == 0, r.output
+    out = " ".join(r.output.split())  # the console wraps long lines
+    assert "tvmgen's CPU pipeline failed: " in out and "can't find S" in out, out
+    assert "built with tvmgen's CPU pipeline without the NHWC layout conversion instead" in out, out
+    assert "cost: 1 kernel (fused_conv2d" in out and "of the model's FLOPs) left in the model's NCHW layout" in out
+    assert "ok y: max abs error" in out

@@ -117,6 +117,7 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
                 "pipeline": name,
                 "failed": first,
                 "cause": tvm_error_summary(error, getattr(imported, "nodes", ())),
+                "cost": fallback_cost(name, report),
             }
             log.info("%s failed (%s); built with %s", first, report["fallback"]["cause"], name)
         return ex
@@ -128,6 +129,31 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
         "`tvmgen compile --help` lists the ways round it (--const, custom operators); "
         "try --device cpu to isolate a GPU scheduling problem",
     ) from error
+
+
+def fallback_cost(pipeline: str, report: dict) -> str:
+    """What a fallback build gives up, by kernel, from the module it built: the convolutions left in
+    the model's layout (no NHWC: their tiles cannot vectorise the output channels), or every kernel
+    left unscheduled (TVM's own pipeline: one thread, no vectors); the numbers are docs/cpu.md's."""
+    table = kernels.describe(report["module"]) if report.get("module") is not None else {"kernels": []}
+    work = sum(k["flops"] * max(k["calls"], 1) for k in table["kernels"]) or 1.0
+
+    def named(ks: list) -> str:
+        names = ", ".join(k["name"] for k in ks[:3]) + (f", +{len(ks) - 3} more" if len(ks) > 3 else "")
+        share = sum(k["flops"] * max(k["calls"], 1) for k in ks) / work
+        return f"{len(ks)} kernel{'s' if len(ks) != 1 else ''} ({names}; {share:.0%} of the model's FLOPs)"
+
+    if "without the NHWC" in pipeline:
+        convs = [k for k in table["kernels"] if k["kind"] in ("conv2d", "depthwise")]
+        if not convs:
+            return "no convolution lost its NHWC layout"
+        return (
+            f"{named(convs)} left in the model's NCHW layout, without tvmgen's NHWC convolution "
+            "schedules (several times slower: a 1-D convolution's ran at 4.4 GFLOP/s instead of 193)"
+        )
+    if "unscheduled" in pipeline:
+        return f"{named(table['kernels'])} left unscheduled by tvmgen: one thread, no vectors (the built-in model ran 26x slower so)"
+    return ""
 
 
 def _copy(mod):
@@ -295,6 +321,7 @@ def compile_to_artifact(
             console.print(
                 f"  [yellow]![/] {fb['failed']} failed: {fb['cause']}\n"
                 f"    built with {fb['pipeline']} instead; please report this with the log file"
+                + (f"\n    cost: {fb['cost']}" if fb.get("cost") else "")
             )
         for line in gpu.rule_failures_summary(report.get("rule_failures", [])):
             console.print(f"  [yellow]![/] {line}")

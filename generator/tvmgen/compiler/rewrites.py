@@ -565,6 +565,69 @@ def concat_in_place(mod):
 
 REDUCTIONS = ("sum", "mean", "max", "min", "prod", "variance", "std")
 
+# reduction over a stacked axis -> the elementwise operator that combines two of its slices
+_PAIRWISE = {"max": "maximum", "min": "minimum", "sum": "add", "mean": "add"}
+
+
+def stack_free(mod):
+    """No ``stack`` left for the layout conversion: ``max|min|sum|mean(stack([x0, .., xn], k), k)``
+    becomes ``x0 op x1 op .. xn`` (mean: the sum times 1/n), any other ``stack`` the concatenation
+    of its inputs each with a unit axis ``k``.
+
+    TVM 0.27's ONNX importer writes a Max, Min, Sum or Mean of several inputs as that reduction of
+    their stack, and TVM's layout inference names the new axis of a ``stack`` "S", a letter no
+    layout of its rank has: the reduction after it failed with ``Invalid SLayout: can't find S in
+    source layout ABC``, and the CPU build fell back to no NHWC layout conversion for the whole
+    model (a 1-D convolutional classifier with a ``Max(x, 0)`` ran its convolution 14x slower).
+    The pairwise form is also one elementwise kernel, where the stack was a copy and a reduction."""
+    from tvm import relax
+    from tvm.relax.dpl.pattern import is_op, wildcard
+
+    def stacked(expr):
+        """(the stacked values, the new axis) of a ``stack`` call, else None."""
+        if not (isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.stack"):
+            return None
+        values = expr.args[0]
+        if not isinstance(values, relax.Tuple) or not values.fields:
+            return None
+        rank = len(expr.ty.shape.values) if isinstance(expr.ty, relax.TensorType) and expr.ty.shape else -1
+        axis = int(expr.attrs.axis) if expr.attrs.axis is not None else 0
+        return (list(values.fields), axis % rank) if rank > 0 else None
+
+    def combine(call, matches):
+        name = getattr(getattr(call, "op", None), "name", "").removeprefix("relax.")
+        found = stacked(matches[stack]) if name in _PAIRWISE else None
+        axes = call.attrs.axis if found else None
+        if found is None or axes is None or len(axes) != 1:
+            return call
+        values, axis = found
+        if int(axes[0]) % len(call.args[0].ty.shape.values) != axis:
+            return call
+        dtype = str(call.ty.dtype)
+        if name == "mean" and not dtype.startswith("float"):
+            return call
+        result = values[0]
+        for v in values[1:]:
+            result = getattr(relax.op, _PAIRWISE[name])(result, v)
+        if name == "mean":
+            result = relax.op.multiply(result, relax.const(1.0 / len(values), dtype))
+        return relax.op.expand_dims(result, [axis]) if bool(call.attrs.keepdims) else result
+
+    def as_concat(call, _matches):
+        found = stacked(call)
+        if found is None:
+            return call
+        values, axis = found
+        return relax.op.concat([relax.op.expand_dims(v, [axis]) for v in values], axis=axis)
+
+    stack = is_op("relax.stack")(wildcard())
+    reduction = is_op("relax.max")(stack)
+    for op in list(_PAIRWISE)[1:]:
+        reduction = reduction | is_op(f"relax.{op}")(stack)
+    mod = rewrite_functions(mod, reduction, combine)
+    mod = relax.transform.DeadCodeElimination()(mod)
+    return rewrite_functions(mod, stack, as_concat)
+
 
 def non_negative_axes(mod):
     """Axes counted from the end (``squeeze(x, axis=[-1])``, ``mean(x, axis=[-1])``,
@@ -587,6 +650,8 @@ def non_negative_axes(mod):
         return [int(a) % rank if int(a) < 0 else int(a) for a in axes]
 
     def rewrite(call, _matches):
+        if not isinstance(call, relax.Call):  # a variable bound to the match (`gv = lv`): its binding is rewritten
+            return call
         name, a, x = call.op.name.removeprefix("relax."), call.attrs, call.args[0]
         axes = a.axis if hasattr(a, "axis") else None
         if axes is None:

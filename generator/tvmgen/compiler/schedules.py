@@ -63,6 +63,7 @@ def layout_passes(target) -> list:
             relax.transform.FoldConstant(),
             _ReluBoundsAsRelax(),
             rewrites.module_pass("TvmgenNonNegativeAxes", rewrites.non_negative_axes),
+            rewrites.module_pass("TvmgenStackFree", rewrites.stack_free),  # TVM's layout of a stack breaks
             relax.transform.ConvertLayout(
                 {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv2d_transpose": ["NHWC", "IOHW"]}
             ),
