@@ -52,7 +52,7 @@ def cli(ctx, verbose):
 
 def _register() -> None:
     """Each command lives in its own module under tvmgen.commands; this group only holds them."""
-    from tvmgen.commands import apps, bench, compile, partition, report, rpc, run, runtime, tune
+    from tvmgen.commands import aar, apps, bench, compile, partition, report, rpc, run, runtime, tune
 
     for command in (
         compile.compile,
@@ -67,6 +67,7 @@ def _register() -> None:
         apps.app,
         apps.rpc_app,
         apps.doctor,
+        aar.aar,
         partition.partition,
         report.report,
     ):

@@ -1,0 +1,202 @@
+"""A model-specific Android library (AAR): what an existing app adds as one Gradle dependency.
+
+Layout (the AAR format Android's Gradle plugin reads):
+
+    AndroidManifest.xml      the library's package, minSdk, the optional OpenCL library entry
+    classes.jar              tvmgen's Java API (org.tvmgen), compiled here by javac for Java 8 bytecode
+    jni/<abi>/*.so           the tvmgen runtime, JNI bridge, TVM runtime (+ OpenCL backend) for each ABI
+    assets/tvmgen/<model>/   the artifact directory (manifest.json, model.so, model.params)
+    proguard.txt             consumer R8/ProGuard rules: the JNI bridge finds org.tvmgen's classes by name
+    R.txt                    empty: the library has no resources
+
+No Gradle is needed to write it. The native libraries must be Android builds (the NDK, bionic): the
+ones built here for linux-aarch64 link glibc and would not load on a phone, so they are refused.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tvmgen.android import tools
+from tvmgen.android.project import check_package
+from tvmgen.core import artifact, binfmt, resources, toolchains
+from tvmgen.core.errors import InputError
+from tvmgen.core.log import step
+
+# The ELF machine each ABI's libraries are built for.
+ABI_ARCH = {"arm64-v8a": "aarch64", "armeabi-v7a": "arm", "x86_64": "x86_64"}
+# What Model.load needs at run time, besides the model library itself.
+RUNTIME_LIBRARIES = (
+    "libtvmgen_jni.so",
+    "libtvmgen_jni_bridge.so",
+    "libtvmgen_runtime.so",
+    "libtvm_runtime.so",
+    "libtvm_ffi.so",
+)
+OPTIONAL_LIBRARIES = ("libc++_shared.so",)  # when the NDK build used the shared C++ runtime
+ZIP_TIME = (2025, 1, 1, 0, 0, 0)  # fixed entry times: the same inputs give the same bytes
+
+PROGUARD_RULES = """\
+# tvmgen (consumer rules, applied to the app that uses this library): the JNI bridge looks up
+# org.tvmgen's classes, fields and methods by name (RegisterNatives, exceptions it throws, the
+# objects it creates), so R8 must neither rename nor remove them.
+-keep class org.tvmgen.** { *; }
+-keepclasseswithmembernames,includedescriptorclasses class * {
+    native <methods>;
+}
+"""
+
+
+@dataclass
+class Aar:
+    path: Path
+    abis: list[str]
+    models: list[str]  # asset folders, assets/tvmgen/<name>
+    entries: list[str] = field(default_factory=list)
+    pages: list[binfmt.PageReport] = field(default_factory=list)
+
+
+def manifest_xml(package: str, opencl: bool) -> str:
+    from tvmgen.android.downloads import COMPILE_SDK
+
+    uses = (
+        '\n        <uses-native-library android:name="libOpenCL.so" android:required="false" />\n    ' if opencl else ""
+    )
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>\n'
+        f'<manifest xmlns:android="http://schemas.android.com/apk/res/android" package="{package}">\n'
+        f'    <uses-sdk android:minSdkVersion="{toolchains.ANDROID_MIN_API}" '
+        f'android:targetSdkVersion="{COMPILE_SDK}" />\n'
+        f"    <application>{uses}</application>\n"
+        "</manifest>\n"
+    )
+
+
+def compile_classes_jar(out: Path) -> Path:
+    """org.tvmgen's sources compiled with --release 8 (Java 8 bytecode and API: every Android version)."""
+    jdk = tools.Jdk().verify()
+    sources = sorted((resources.jni_dir() / "java" / "org" / "tvmgen").glob("*.java"))
+    with tempfile.TemporaryDirectory() as tmp:
+        classes = Path(tmp)
+        toolchains.run(
+            [jdk / "bin" / "javac", "--release", "8", "-Xlint:-options", "-encoding", "UTF-8", "-d", classes, *sources]
+        )
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as jar:
+            jar.writestr(zipfile.ZipInfo("META-INF/MANIFEST.MF", ZIP_TIME), "Manifest-Version: 1.0\r\n\r\n")
+            for f in sorted(classes.rglob("*.class")):
+                jar.writestr(zipfile.ZipInfo(f.relative_to(classes).as_posix(), ZIP_TIME), f.read_bytes())
+    return out
+
+
+def check_native(abi: str, directory: Path, opencl: bool, require_android: bool) -> list[Path]:
+    """The libraries of one ABI, checked: present, built for the ABI's machine, for Android, 16 KB pages."""
+    if abi not in ABI_ARCH:
+        raise InputError(f"unknown ABI {abi!r}", f"use one of {', '.join(ABI_ARCH)}")
+    wanted = [*RUNTIME_LIBRARIES, *(["libtvmgen_opencl.so"] if opencl else [])]
+    missing = [n for n in wanted if not (directory / n).is_file()]
+    if missing:
+        raise InputError(
+            f"{directory} lacks {', '.join(missing)} (the {abi} runtime libraries the AAR ships)",
+            "build the runtime for Android with the NDK and install it (jni/CMakeLists.txt, build (c)): cmake -S jni "
+            "-B build -DCMAKE_TOOLCHAIN_FILE=$ANDROID_NDK_HOME/build/cmake/android.toolchain.cmake "
+            f"-DANDROID_ABI={abi} -DANDROID_PLATFORM=android-24 -DTVM_SOURCE_DIR=... && cmake --build build "
+            "&& cmake --install build --prefix out; then pass --native " + f"{abi}=out/lib",
+        )
+    libs = [directory / n for n in wanted] + [directory / n for n in OPTIONAL_LIBRARIES if (directory / n).is_file()]
+    for lib in libs:
+        arch = binfmt.describe_file(lib)[1]
+        if arch != ABI_ARCH[abi]:
+            raise InputError(f"{lib} is built for {arch}, not {abi} ({ABI_ARCH[abi]})", f"pass the {abi} build")
+        if require_android and b"GLIBC_2." in lib.read_bytes():
+            raise InputError(
+                f"{lib} is linked against glibc (a Linux build, e.g. `tvmgen runtime build --platform linux-aarch64`): "
+                "it does not load on Android, whose C library is bionic",
+                "pass the runtime built with the Android NDK (see jni/CMakeLists.txt, build (c))",
+            )
+        report = binfmt.page_report(lib)
+        if ABI_ARCH[abi] in ("aarch64", "x86_64") and not report.ok:
+            raise InputError(
+                f"{report.summary()}: Android 15's 16 KB pages (and Google Play) need 16 KB",
+                "rebuild it with -Wl,-z,max-page-size=16384 (tvmgen's CMake does on Android; NDK r27: "
+                "-DANDROID_SUPPORT_FLEXIBLE_PAGE_SIZES=ON)",
+            )
+    return libs
+
+
+def build_aar(
+    artifacts: list[Path], native: dict[str, Path], out: Path, package: str, require_android: bool = True
+) -> Aar:
+    """Write the AAR. ``artifacts``: Android artifact directories (one per device or model), shipped under
+    assets/tvmgen/<model>-<device>/; ``native``: ABI -> a directory holding that ABI's runtime libraries.
+    ``require_android=False`` only lets tests package Linux builds of the libraries."""
+    check_package(package)
+    if not artifacts:
+        raise InputError(
+            "no artifact directory given", "pass the directory `tvmgen compile --platform android-arm64` wrote"
+        )
+    if not native:
+        raise InputError(
+            "no native libraries given (--native ABI=DIR)",
+            "build the runtime for Android with the NDK (jni/CMakeLists.txt, build (c)) and pass --native arm64-v8a=DIR",
+        )
+    models: dict[str, Path] = {}
+    opencl = False
+    for d in artifacts:
+        m = artifact.load(d)
+        if not m.platform.startswith("android-"):
+            raise InputError(
+                f"{d} is compiled for {m.platform}, not Android",
+                "compile it with --platform android-arm64 (or another android-*)",
+            )
+        if m.abi not in native:
+            raise InputError(
+                f"{d} is built for {m.abi}, and no --native {m.abi}=DIR was given", f"pass --native {m.abi}=DIR"
+            )
+        if m.export["kind"] != "shared":
+            raise InputError(
+                f"{d} holds {m.export['library']} ({m.export['kind']}), not a linked model.so",
+                "compile it where the Android NDK is (without --objects-only), or link it: "
+                + str(m.export.get("finish_command")),
+            )
+        if m.platform != "android-armv7":
+            report = binfmt.page_report(d / m.export["library"])
+            if not report.ok:
+                raise InputError(
+                    f"{d}: {report.summary()}", "compile it again with this tvmgen (it links for 16 KB pages)"
+                )
+        opencl |= m.device == "opencl"
+        name = f"{m.model.get('name', d.name)}-{m.device}"
+        if name in models:
+            raise InputError(
+                f"two artifacts would both be assets/tvmgen/{name}", "pass one artifact per model and device"
+            )
+        models[name] = d
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    libs = {abi: check_native(abi, Path(directory), opencl, require_android) for abi, directory in native.items()}
+    with step(f"Writing {out.name} ({', '.join(native)}; {', '.join(models)})"), tempfile.TemporaryDirectory() as tmp:
+        jar = compile_classes_jar(Path(tmp) / "classes.jar")
+        partial = Path(tmp) / out.name
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
+
+            def add(name: str, data: bytes | str) -> None:
+                z.writestr(zipfile.ZipInfo(name, ZIP_TIME), data, compress_type=zipfile.ZIP_DEFLATED)
+
+            add("AndroidManifest.xml", manifest_xml(package, opencl))
+            add("classes.jar", jar.read_bytes())
+            add("proguard.txt", PROGUARD_RULES)
+            add("R.txt", "")
+            for abi, files in libs.items():
+                for lib in files:
+                    add(f"jni/{abi}/{lib.name}", lib.read_bytes())
+            for name, d in models.items():
+                for f in sorted(p for p in d.rglob("*") if p.is_file()):
+                    add(f"assets/tvmgen/{name}/{f.relative_to(d).as_posix()}", f.read_bytes())
+        shutil.move(str(partial), out)
+    with zipfile.ZipFile(out) as z:
+        entries = z.namelist()
+    return Aar(out, list(native), list(models), entries, binfmt.archive_page_reports(out))

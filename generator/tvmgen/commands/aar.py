@@ -1,0 +1,50 @@
+"""`tvmgen aar`: a model-specific Android library (AAR) from artifact directories and Android runtime builds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tvmgen.core import log as logs
+from tvmgen.core.errors import InputError
+
+
+def _native(values: tuple[str, ...]) -> dict[str, Path]:
+    out = {}
+    for v in values:
+        abi, sep, directory = v.partition("=")
+        if not sep or not directory:
+            raise InputError(f"--native {v!r} is not ABI=DIR", "e.g. --native arm64-v8a=build-android/install/lib")
+        out[abi] = Path(directory)
+    return out
+
+
+@click.command()
+@click.argument("artifact_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--native",
+    "native",
+    multiple=True,
+    metavar="ABI=DIR",
+    help="The Android (NDK) build of the tvmgen runtime for one ABI: the directory holding libtvmgen_jni.so, "
+    "libtvmgen_jni_bridge.so, libtvmgen_runtime.so, libtvm_runtime.so, libtvm_ffi.so (and libtvmgen_opencl.so "
+    "for OpenCL models). Repeat for each ABI.",
+)
+@click.option(
+    "-o", "--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The .aar to write."
+)
+@click.option(
+    "--package", default="org.tvmgen.model", show_default=True, help="The library's Android package (its namespace)."
+)
+def aar(artifact_dirs, native, out, package):
+    """Package Android artifacts as an AAR: classes.jar (org.tvmgen), jni/<abi>/ libraries, the models under
+    assets/tvmgen/, consumer R8 rules and the manifest. Every native library is checked for 16 KB pages."""
+    from tvmgen.android.aar import build_aar
+
+    built = build_aar(list(artifact_dirs), _native(native), out, package)
+    logs.console.print(
+        f"[green]wrote[/] {built.path}: ABIs {', '.join(built.abis)}; models under assets/tvmgen/: {', '.join(built.models)}"
+    )
+    for r in built.pages:
+        logs.console.print(f"  {r.summary()}")
