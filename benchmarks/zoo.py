@@ -41,6 +41,9 @@ OTHERS = (
     "det_head_tflite",
     "audio_rnn",
     "text_recognizer",
+    "byte_cnn",
+    "mobilevit_xxs",
+    "text_encoder",
     "vad_if",
     "vad_scalar",
     "selfie_seg_fp16",
@@ -58,6 +61,9 @@ WHAT = {
     "det_head_tflite": "TRANSPOSE_CONV, RESIZE_BILINEAR, PRELU",
     "audio_rnn": "Conv1d, GRU, LSTM",
     "text_recognizer": "GELU (Erf) conv epilogues, LayerNorm, attention, 1x7 conv",
+    "byte_cnn": "Conv1d, [C,L,1] and [C,1,L] Conv, Max(x,0)",
+    "mobilevit_xxs": "ViT hybrid: patches, attention, 4000 classes",
+    "text_encoder": "embeddings, attention with a padding mask",
     "vad_if": "LSTM in If, --const sr=16000",
     "vad_scalar": "scalar input into If and arithmetic, scalar output",
     "selfie_seg_fp16": "fp16 weights (DEQUANTIZE), MediaPipe Convolution2DTransposeBias",
@@ -96,7 +102,13 @@ def build(name: str, work: Path) -> tuple[Path, list[str]]:
     if name == "selfie_seg_fp16":
         return _selfie_seg_fp16(work), []
     if name == "text_recognizer":
-        return _onnx_from_torch(_TextRecognizer(), torch.randn(1, 3, 32, 128), work / "text_recognizer.onnx"), []
+        return _onnx_from_torch(_zoo_module(2), torch.randn(1, 3, 32, 128), work / "text_recognizer.onnx"), []
+    if name == "byte_cnn":  # issue 37: 512 bytes
+        return _onnx_from_torch(_zoo_module(3), torch.randint(0, 256, (1, 512)), work / "byte_cnn.onnx"), []
+    if name == "mobilevit_xxs":
+        return _onnx_from_torch(_zoo_module(4), torch.randn(1, 3, 64, 64), work / "mobilevit_xxs.onnx"), []
+    if name == "text_encoder":
+        return _onnx_from_torch(_zoo_module(5), torch.randint(0, 1000, (1, 32)), work / "text_encoder.onnx"), []
     if name == "audio_rnn":
         return _onnx_from_torch(_AudioRnn(), torch.randn(1, 40, 50), work / "audio_rnn.onnx"), []
     if name == "vad_if":
@@ -229,11 +241,24 @@ def _torch_modules():
             super().__init__()
             self.heads, self.qkv, self.proj = heads, nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
 
-        def forward(self, x):  # [batch, tokens, dim]
+        def forward(self, x, bias=None):  # [batch, tokens, dim]; bias: added to the scores (a mask)
             b, n, d = x.shape
             q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-            a = torch.softmax(q @ k.transpose(-2, -1) * (d // self.heads) ** -0.5, dim=-1)
+            scores = q @ k.transpose(-2, -1) * (d // self.heads) ** -0.5
+            a = torch.softmax(scores if bias is None else scores + bias, dim=-1)
             return self.proj((a @ v).transpose(1, 2).reshape(b, n, d))
+
+    class Block(nn.Module):
+        """A pre-norm transformer block: LayerNorm, attention, LayerNorm, GELU MLP (Erf), residuals."""
+
+        def __init__(self, dim, heads, hidden):
+            super().__init__()
+            self.norm1, self.attn, self.norm2 = nn.LayerNorm(dim), Attention(dim, heads), nn.LayerNorm(dim)
+            self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+
+        def forward(self, x, bias=None):
+            x = x + self.attn(self.norm1(x), bias)
+            return x + self.mlp(self.norm2(x))
 
     class TextRecognizer(nn.Module):
         """An SVTR-style text recognizer (PP-OCR's shape): convolutions with a GELU epilogue (Erf), a
@@ -257,7 +282,88 @@ def _torch_modules():
             cols = t.reshape(1, 8, 32, -1).mean(1)
             return torch.softmax(self.head(cols), dim=-1)
 
-    return SegHead, AudioRnn, TextRecognizer
+    class ByteCnn(nn.Module):
+        """A byte-level content classifier (issue 37's shape): the bytes embedded, three 1-D
+        convolutions of width 5 written the three ways exporters write them (Conv1d; a 2-D
+        convolution over [1, C, L, 1], as the issue's [512, 256, 5, 1]; one over [1, C, 1, L]),
+        global max pooling, a ReLU exported as ONNX Max(x, 0) (which TVM's importer writes as a
+        reduction over a stack), a classifier."""
+
+        def __init__(self, dim=64, width=128, classes=32):
+            super().__init__()
+            self.embed = nn.Embedding(256, dim)
+            self.conv1d = nn.Conv1d(dim, width, 5, padding=2)
+            self.conv_l1 = nn.Conv2d(width, width, (5, 1), padding=(2, 0))
+            self.conv_1l = nn.Conv2d(width, width, (1, 5), padding=(0, 2))
+            self.fc, self.out = nn.Linear(width, 64), nn.Linear(64, classes)
+
+        def forward(self, ids):  # [1, L] bytes
+            x = torch.relu(self.conv1d(self.embed(ids).transpose(1, 2)))  # [1, C, L]
+            x = torch.relu(self.conv_l1(x.unsqueeze(3))).squeeze(3)
+            x = torch.relu(self.conv_1l(x.unsqueeze(2))).squeeze(2)
+            return self.out(torch.maximum(self.fc(x.amax(2)), torch.zeros(())))
+
+    class MobileVitBlock(nn.Module):
+        """MobileViT's block: a local 3x3 and a 1x1 convolution, the feature map unfolded into 2 x 2
+        patches (one token sequence per position in the patch), transformer blocks, folded back,
+        projected and fused with the block's input by a 3x3 convolution."""
+
+        def __init__(self, c, dim, heads, depth, patch=2):
+            super().__init__()
+            self.patch = patch
+            self.local = nn.Sequential(nn.Conv2d(c, c, 3, 1, 1), nn.SiLU(), nn.Conv2d(c, dim, 1))
+            self.blocks = nn.ModuleList(Block(dim, heads, 2 * dim) for _ in range(depth))
+            self.norm = nn.LayerNorm(dim)
+            self.proj = nn.Sequential(nn.Conv2d(dim, c, 1), nn.SiLU())
+            self.fuse = nn.Sequential(nn.Conv2d(2 * c, c, 3, 1, 1), nn.SiLU())
+
+        def forward(self, x):
+            b, _, h, w = x.shape
+            p, y = self.patch, self.local(x)
+            d = y.shape[1]
+            t = y.reshape(b, d, h // p, p, w // p, p).permute(0, 3, 5, 2, 4, 1).reshape(b * p * p, -1, d)
+            for block in self.blocks:
+                t = block(t)
+            t = self.norm(t).reshape(b, p, p, h // p, w // p, d).permute(0, 5, 3, 1, 4, 2).reshape(b, d, h, w)
+            return self.fuse(torch.cat([x, self.proj(t)], 1))
+
+    class MobileVit(nn.Module):
+        """A small MobileViT-style hybrid (XXS widths): a stride-2 stem, an inverted residual, a
+        MobileViT block on 16 x 16, a 1x1 expansion, global pooling and a large classifier."""
+
+        def __init__(self, classes=4000):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.SiLU())
+            self.mv2 = nn.Sequential(
+                nn.Conv2d(16, 32, 1), nn.SiLU(), nn.Conv2d(32, 32, 3, 2, 1, groups=32), nn.SiLU(), nn.Conv2d(32, 24, 1)
+            )
+            self.vit = MobileVitBlock(24, 48, 4, 2)
+            self.head = nn.Sequential(nn.Conv2d(24, 96, 1), nn.SiLU())
+            self.classifier = nn.Linear(96, classes)
+
+        def forward(self, x):  # [1, 3, 64, 64]
+            y = self.head(self.vit(self.mv2(self.stem(x))))
+            return self.classifier(y.mean((2, 3)))
+
+    class TextEncoder(nn.Module):
+        """A BERT-style text encoder: token and position embeddings (Gather), transformer blocks whose
+        attention ignores the padding tokens (id 0: a mask made in the graph from the ids, added to
+        the scores), the first token's vector normalised and projected."""
+
+        def __init__(self, vocab=1000, tokens=32, dim=64, heads=4, depth=2, classes=8):
+            super().__init__()
+            self.tokens, self.positions = nn.Embedding(vocab, dim), nn.Parameter(torch.randn(1, tokens, dim))
+            self.blocks = nn.ModuleList(Block(dim, heads, 4 * dim) for _ in range(depth))
+            self.norm, self.out = nn.LayerNorm(dim), nn.Linear(dim, classes)
+
+        def forward(self, ids):  # [1, tokens]
+            x = self.tokens(ids) + self.positions
+            bias = (ids == 0).float()[:, None, None, :] * -10000.0
+            for block in self.blocks:
+                x = block(x, bias)
+            return self.out(torch.tanh(self.norm(x)[:, 0]))
+
+    return SegHead, AudioRnn, TextRecognizer, ByteCnn, MobileVit, TextEncoder
 
 
 def _SegHead():  # noqa: N802
@@ -266,15 +372,19 @@ def _SegHead():  # noqa: N802
     return zoo_nets.randomise(_torch_modules()[0]())
 
 
-def _TextRecognizer():  # noqa: N802
+def _zoo_module(index: int):
+    """Module ``index`` of ``_torch_modules()``, randomised (zoo_nets.randomise), with random
+    LayerNorm affine parameters, so the check sees them."""
+    import torch
+
     import zoo_nets
 
-    net = zoo_nets.randomise(_torch_modules()[2]())
-    g = __import__("torch").Generator().manual_seed(2)
-    for m in net.modules():  # LayerNorm's affine parameters random, so the check sees them
-        if isinstance(m, __import__("torch").nn.LayerNorm):
-            m.weight.data = 0.5 + __import__("torch").rand(m.weight.shape, generator=g)
-            m.bias.data = 0.1 * __import__("torch").randn(m.bias.shape, generator=g)
+    net = zoo_nets.randomise(_torch_modules()[index]())
+    g = torch.Generator().manual_seed(2)
+    for m in net.modules():
+        if isinstance(m, torch.nn.LayerNorm):
+            m.weight.data = 0.5 + torch.rand(m.weight.shape, generator=g)
+            m.bias.data = 0.1 * torch.randn(m.bias.shape, generator=g)
     return net
 
 

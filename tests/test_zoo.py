@@ -14,7 +14,18 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 @pytest.mark.parametrize(
     "name",
-    ["seg_head", "audio_rnn", "vad_if", "vad_scalar", "det_head_tflite", "mobilenet_v3_small", "selfie_seg_fp16"],
+    [
+        "seg_head",
+        "audio_rnn",
+        "vad_if",
+        "vad_scalar",
+        "det_head_tflite",
+        "mobilenet_v3_small",
+        "selfie_seg_fp16",
+        "byte_cnn",
+        "mobilevit_xxs",
+        "text_encoder",
+    ],
 )
 def test_zoo_model_compiles_and_matches_its_reference(name, tmp_path):
     import zoo
