@@ -681,3 +681,14 @@ def test_low_level_use_after_close(ffi_checks):
     assert cls == "none" and msg.startswith("true true true ") and msg.count("closed)") == 3, msg
     # a function keeps its module's library alive after the Module object is closed
     assert ffi_checks["function_outlives_module"] == ("none", "relax.VirtualMachine")
+
+
+def test_run_async(java_build, artifacts):
+    """Model.runAsync / runAsyncAndRead over the real JNI bridge (tests/java/AsyncCheck.java): the model's own
+    thread, the same outputs as run(), queued runs in order, errors through the future, close() with runs queued."""
+    p = java(java_build, "AsyncCheck", str(artifacts["mobilenet"]))
+    assert p.returncode == 0, f"{p.stdout}\n{p.stderr}"
+    assert_no_jni_warnings(p)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("ok ")]
+    assert len(lines) == 8, p.stdout
+    assert "runAsync ran on tvmgen-run-" in p.stdout and "8 queued runs ran one after another" in p.stdout

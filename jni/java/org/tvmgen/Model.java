@@ -5,6 +5,11 @@ import java.nio.ByteOrder;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executor;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ThreadFactory;
 
 /**
  * A model artifact loaded by the tvmgen native runtime: the directory {@code tvmgen compile}
@@ -40,6 +45,14 @@ import java.util.List;
  * <p>A model holds native memory until {@link #close()}: use try-with-resources. Methods are
  * synchronized, so one model may be shared between threads, though its runs happen one at a time.
  * After {@code close()} every method throws {@link IllegalStateException}.
+ *
+ * <p>Threads: each call is atomic, a sequence of calls is not: another thread may set an input between
+ * your {@code setInput} and {@code run}, or run again before your {@code getOutput}. Keep a model to one
+ * thread, or hold its lock ({@code synchronized (model) {...}}) around a whole sequence, or use
+ * {@link #runAsyncAndRead(java.util.function.Function)}, which runs and reads the outputs under the lock. The
+ * asynchronous runs ({@link #runAsync()}) go to one thread the model owns, one at a time, so an app's
+ * UI thread never waits for a run; {@code close()} waits for the run in progress and stops that thread,
+ * and runs still queued then fail with {@link IllegalStateException}.
  */
 public final class Model extends NativeHandle {
   /** Thread affinity: no preference (TVM's default). */
@@ -390,6 +403,93 @@ public final class Model extends NativeHandle {
    */
   public synchronized void run() {
     NativeLib.modelRun(checkOpen());
+  }
+
+  /**
+   * Runs the model on the thread this model owns (made on first use, stopped by {@link #close()}) and
+   * returns at once; the future completes with this model when the run is done, or exceptionally
+   * with the run's {@link TvmgenException}. Runs queue one after another.
+   *
+   * <pre>{@code
+   * model.setInput("input", pixels);
+   * model.runAsync().thenAccept(m -> show(m.getOutputFloats(0)));   // not on the UI thread
+   * }</pre>
+   *
+   * @return the run's future
+   * @throws IllegalStateException if the model is closed
+   */
+  public CompletableFuture<Model> runAsync() {
+    return runAsync(runThread());
+  }
+
+  /**
+   * Runs the model on {@code executor}; see {@link #runAsync()}.
+   *
+   * @param executor where the run happens (e.g. an app's own background executor)
+   * @return the run's future
+   * @throws IllegalStateException if the model is closed
+   */
+  public CompletableFuture<Model> runAsync(Executor executor) {
+    checkOpen();
+    return CompletableFuture.supplyAsync(() -> {
+      run();
+      return this;
+    }, executor);
+  }
+
+  /**
+   * Runs the model on its own thread and hands the result to {@code read} under the model's lock, so
+   * no other thread's input or run can come between the run and the outputs {@code read} copies.
+   *
+   * <pre>{@code
+   * CompletableFuture<float[]> probs = model.runAsyncAndRead(m -> m.getOutputFloats(0));
+   * }</pre>
+   *
+   * @param read what to take from the model after the run (runs on the model's thread)
+   * @param <T> what {@code read} returns
+   * @return the future of {@code read}'s result
+   * @throws IllegalStateException if the model is closed
+   */
+  public <T> CompletableFuture<T> runAsyncAndRead(java.util.function.Function<Model, T> read) {
+    checkOpen();
+    return CompletableFuture.supplyAsync(() -> {
+      synchronized (this) {
+        run();
+        return read.apply(this);
+      }
+    }, runThread());
+  }
+
+  private ExecutorService runExecutor;  // runAsync's thread, made on first use
+
+  private synchronized Executor runThread() {
+    checkOpen();
+    if (runExecutor == null) {
+      final String name = "tvmgen-run-" + new java.io.File(directory).getName();
+      runExecutor = Executors.newSingleThreadExecutor(new ThreadFactory() {
+        @Override
+        public Thread newThread(Runnable r) {
+          Thread t = new Thread(r, name);
+          t.setDaemon(true);  // a model left open does not keep the JVM alive
+          return t;
+        }
+      });
+    }
+    return runExecutor;
+  }
+
+  /** Frees the model, after the run in progress (if any); stops the thread of {@link #runAsync()}. */
+  @Override
+  public void close() {
+    ExecutorService thread;
+    synchronized (this) {
+      super.close();
+      thread = runExecutor;
+      runExecutor = null;
+    }
+    if (thread != null) {
+      thread.shutdown();  // runs still queued find the model closed and fail with IllegalStateException
+    }
   }
 
   // ------------------------------------------------------------------ outputs
