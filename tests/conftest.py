@@ -151,6 +151,43 @@ def require_tool(name: str) -> None:
         unavailable(f"{name} is not installed (run scripts/bootstrap.sh)")
 
 
+QEMU_AARCH64 = ("qemu-aarch64", "-L", "/usr/aarch64-linux-gnu")  # runs the linux-aarch64 runtime here
+
+
+def run_native(
+    runtime: Path,
+    artifact: Path,
+    inputs: dict,
+    tmp_path: Path,
+    *extra: str,
+    launcher: tuple | list = (),
+    env: dict | None = None,
+    tag: str = "out",
+    repeat: int | None = 1,
+):
+    """tvmgen-run from ``runtime`` (an install prefix) on ``artifact`` with ``inputs`` (name -> array, saved
+    as .npy), under ``launcher`` (e.g. QEMU_AARCH64) if given. Returns (the finished process, the outputs in
+    the manifest's order, or None when it failed). ``repeat`` None: tvmgen-run's default."""
+    from tvmgen.runtime.runner import output_file_name
+
+    args = []
+    for name, arr in inputs.items():
+        p = tmp_path / f"in-{tag}-{name}.npy"
+        np.save(p, arr)
+        args += ["--input", f"{name}={p}"]
+    outdir = tmp_path / tag
+    outdir.mkdir(exist_ok=True)
+    cmd = [*launcher, str(runtime / "bin" / "tvmgen-run"), str(artifact), *args, "-o", str(outdir)]
+    cmd += [*(["--repeat", str(repeat)] if repeat else []), *extra]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env=None if env is None else {**os.environ, **env}
+    )
+    if proc.returncode != 0:
+        return proc, None
+    manifest = json.loads((Path(artifact) / "manifest.json").read_text())
+    return proc, [np.load(outdir / output_file_name(o["name"])) for o in manifest["outputs"]]
+
+
 @dataclass
 class CliResult:
     returncode: int

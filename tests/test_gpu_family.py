@@ -4,12 +4,10 @@ tvmgen-run and matches onnxruntime."""
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
 
-from conftest import save_onnx, single_op_models
+from conftest import run_native, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler import gpu
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
@@ -50,24 +48,9 @@ def test_desktop_build_runs_on_pocl_and_matches_onnxruntime(ocl_runtime, opencl_
     assert b"float2" in sources["desktop"] and b"float2" not in sources["generic"]
     x = np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype("float32")
     want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
-    np.save(tmp_path / "x.npy", x)
-    proc = subprocess.run(
-        [
-            str(ocl_runtime / "bin" / "tvmgen-run"),
-            str(tmp_path / "desktop"),
-            "-i",
-            f"x={tmp_path / 'x.npy'}",
-            "-o",
-            str(tmp_path / "out"),
-            "--repeat",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc, outs = run_native(ocl_runtime, tmp_path / "desktop", {"x": x}, tmp_path, repeat=2)
     assert proc.returncode == 0, proc.stderr
-    np.testing.assert_allclose(np.load(next((tmp_path / "out").glob("*.npy"))), want, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
 
 
 def test_cli_accepts_desktop_and_names_the_families(tvmgen, tmp_path):
@@ -114,24 +97,9 @@ def test_depthwise_convolution_without_local_memory_reductions_on_pocl(ocl_runti
     assert b"red_buf" not in (art / "model.so").read_bytes()
     x = np.random.default_rng(3).standard_normal((1, 8, 16, 16)).astype("float32")
     want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
-    np.save(tmp_path / "x.npy", x)
-    proc = subprocess.run(
-        [
-            str(ocl_runtime / "bin" / "tvmgen-run"),
-            str(art),
-            "-i",
-            f"x={tmp_path / 'x.npy'}",
-            "-o",
-            str(tmp_path / "out"),
-            "--repeat",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=2)
     assert proc.returncode == 0, proc.stderr
-    np.testing.assert_allclose(np.load(next((tmp_path / "out").glob("*.npy"))), want, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
 
 
 def test_a_rule_that_raises_or_leaves_host_loops_is_passed_over_for_that_kernel_alone():

@@ -11,7 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import onnx_model, require_tool, save_onnx
+from conftest import QEMU_AARCH64, onnx_model, require_tool, run_native, save_onnx
 from tvmgen import frontends
 from tvmgen.compiler import cpu, int8
 from tvmgen.compiler.build import BuildOptions, build_executable, compile_to_artifact
@@ -189,31 +189,10 @@ def test_aarch64_dotprod_under_qemu_is_exact(a_dtype, instruction, tmp_path):
     assert f"\t{instruction}\t" in disassembly
     lo, hi = (0, 256) if a_dtype == "uint8" else (-128, 128)
     a = np.random.default_rng(2).integers(lo, hi, (4, 64)).astype(a_dtype)
-    np.save(tmp_path / "a.npy", a)
-    (tmp_path / "o").mkdir()
     runtime = runtime_build.cached_build("linux-aarch64")
-    proc = subprocess.run(
-        [
-            "qemu-aarch64",
-            "-L",
-            "/usr/aarch64-linux-gnu",
-            str(runtime / "bin" / "tvmgen-run"),
-            str(out),
-            "--input",
-            f"a={tmp_path / 'a.npy'}",
-            "-o",
-            str(tmp_path / "o"),
-            "--repeat",
-            "1",
-            "--warmup",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc, outs = run_native(runtime, out, {"a": a}, tmp_path, "--warmup", "0", launcher=QEMU_AARCH64)
     assert proc.returncode == 0, proc.stderr
-    np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), exact_product(model, a))
+    np.testing.assert_array_equal(outs[0], exact_product(model, a))
 
 
 def test_cpu_features_flag(tvmgen, tmp_path):
@@ -400,30 +379,7 @@ def test_quantised_matmul_on_aarch64_sdot_under_qemu(tmp_path):
     ).stdout
     assert "\tsdot\t" in disassembly
     x = np.random.default_rng(6).uniform(-6, 6, (4, 32)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    (tmp_path / "o").mkdir()
     runtime = runtime_build.cached_build("linux-aarch64")
-    proc = subprocess.run(
-        [
-            "qemu-aarch64",
-            "-L",
-            "/usr/aarch64-linux-gnu",
-            str(runtime / "bin" / "tvmgen-run"),
-            str(out),
-            "--input",
-            f"x={tmp_path / 'x.npy'}",
-            "-o",
-            str(tmp_path / "o"),
-            "--repeat",
-            "1",
-            "--warmup",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc, outs = run_native(runtime, out, {"x": x}, tmp_path, "--warmup", "0", launcher=QEMU_AARCH64)
     assert proc.returncode == 0, proc.stderr
-    np.testing.assert_allclose(
-        np.load(tmp_path / "o" / "y.npy"), qdq_expected(x, w, sw, sx, zx, "int8"), rtol=2e-6, atol=1e-5
-    )
+    np.testing.assert_allclose(outs[0], qdq_expected(x, w, sw, sx, zx, "int8"), rtol=2e-6, atol=1e-5)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, save_onnx, single_op_models
+from conftest import REPO, run_native, save_onnx, single_op_models
 from tvmgen.core.model import random_inputs
 
 # every test needs the runtime built with CMake and whole models compiled for OpenCL: all slow
@@ -65,31 +65,12 @@ def run_tool(
     extra: list | None = None,
 ):
     """tvmgen-run with .npy inputs; returns (returncode, outputs, stats dict or None, stderr)."""
-    args = []
-    for name, arr in inputs.items():
-        p = tmp_path / f"in-{name}.npy"
-        np.save(p, arr)
-        args += ["--input", f"{name}={p}"]
-    outdir = tmp_path / tag
-    outdir.mkdir(exist_ok=True)
-    full_env = dict(os.environ, TVMGEN_OPENCL_LOG="1", **(env or {}))
+    full_env = {"TVMGEN_OPENCL_LOG": "1", **(env or {})}
     if cache is not None:
         full_env["TVMGEN_OPENCL_CACHE_DIR"] = str(cache)
-    proc = subprocess.run(
-        [str(runtime / "bin" / "tvmgen-run"), str(artifact), *args, "-o", str(outdir), "--repeat", "1", *(extra or [])],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=full_env,
-    )
+    proc, outputs = run_native(runtime, artifact, inputs, tmp_path, *(extra or []), env=full_env, tag=tag)
     m = STATS.search(proc.stderr)
-    stats = json.loads(m.group(1)) if m else None
-    if proc.returncode != 0:
-        return proc.returncode, None, stats, proc.stderr
-    manifest = json.loads((artifact / "manifest.json").read_text())
-    from tvmgen.runtime.runner import output_file_name
-
-    return 0, [np.load(outdir / output_file_name(o["name"])) for o in manifest["outputs"]], stats, proc.stderr
+    return proc.returncode, outputs, json.loads(m.group(1)) if m else None, proc.stderr
 
 
 def reference(runtime, arts, name, tmp_path, inputs):

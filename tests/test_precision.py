@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import TVMGEN, onnx_model, opencl_info, save_onnx
+from conftest import TVMGEN, onnx_model, opencl_info, run_native, save_onnx
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -279,25 +279,10 @@ def test_fp16_on_opencl_runs_or_names_the_missing_extension(built, tmp_path, ocl
     assert r.returncode == 0, r.stdout + r.stderr
     info = opencl_info(opencl_lib)
     x = np.random.default_rng(3).standard_normal((1, 8, 16, 16)).astype("float32")
-    np.save(tmp_path / "x.npy", x)
-    proc = subprocess.run(
-        [
-            str(ocl_runtime / "bin" / "tvmgen-run"),
-            str(tmp_path / "fp16"),
-            "-i",
-            f"x={tmp_path / 'x.npy'}",
-            "-o",
-            str(tmp_path / "out"),
-            "--repeat",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc, outs = run_native(ocl_runtime, tmp_path / "fp16", {"x": x}, tmp_path)
     if info["devices"][0]["fp16"]:
         assert proc.returncode == 0, proc.stderr
-        out = np.load(next((tmp_path / "out").glob("*.npy")))
+        out = outs[0]
         rtol, atol = tolerances("fp16")
         np.testing.assert_allclose(out, run_artifact(built["dir"] / "fp32", x), rtol=rtol, atol=atol)
     else:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import require_tool, save_onnx, single_op_models
+from conftest import QEMU_AARCH64, require_tool, run_native, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS
@@ -20,8 +20,6 @@ from tvmgen.runtime.runner import HostModel
 
 # every test runs whole compiled models or the CMake-built runtime (qemu, embed): all slow
 pytestmark = pytest.mark.slow
-
-QEMU_SYSROOT = "/usr/aarch64-linux-gnu"
 
 
 @pytest.fixture(scope="module")
@@ -46,30 +44,13 @@ def built(tmp_path_factory, builtin_onnx, compiled):
 
 def run_tool(prefix: Path, artifact: Path, tmp_path: Path, inputs: dict, qemu=False, extra=()):
     """Run tvmgen-run with .npy inputs; returns (returncode, outputs by name, timings, stderr)."""
-    args = []
-    for name, arr in inputs.items():
-        p = tmp_path / f"in-{name}.npy"
-        np.save(p, arr)
-        args += ["--input", f"{name}={p}"]
-    outdir = tmp_path / "outputs"
-    outdir.mkdir(exist_ok=True)
-    cmd = [
-        str(prefix / "bin" / "tvmgen-run"),
-        str(artifact),
-        *args,
-        "-o",
-        str(outdir),
-        "--timings",
-        str(tmp_path / "t.json"),
-        *extra,
-    ]
-    if qemu:
-        cmd = ["qemu-aarch64", "-L", QEMU_SYSROOT, *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    launcher = QEMU_AARCH64 if qemu else ()
+    timings = ["--timings", str(tmp_path / "t.json")]
+    proc, outs = run_native(
+        prefix, artifact, inputs, tmp_path, *timings, *extra, launcher=launcher, tag="outputs", repeat=None
+    )
     if proc.returncode != 0:
         return proc.returncode, None, None, proc.stderr
-    manifest = json.loads((artifact / "manifest.json").read_text())
-    outs = [np.load(outdir / f"{o['name']}.npy") for o in manifest["outputs"]]
     return 0, outs, json.loads((tmp_path / "t.json").read_text()), proc.stderr
 
 

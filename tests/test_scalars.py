@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, TVMGEN
+from conftest import REPO, TVMGEN, run_native
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -90,25 +90,7 @@ def test_run_refuses_a_scalar_given_as_an_array(vad, tvmgen, tmp_path):
 def test_tvmgen_run_reads_and_writes_scalars(vad, ocl_runtime, tmp_path):
     path, out, _ = vad
     x = np.random.default_rng(1).standard_normal((16, 1, 64)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    np.save(tmp_path / "sr.npy", np.array(16000, np.int64))
-    p = subprocess.run(
-        [
-            str(ocl_runtime / "bin" / "tvmgen-run"),
-            str(out),
-            "-i",
-            f"x={tmp_path / 'x.npy'}",
-            "-i",
-            f"sr={tmp_path / 'sr.npy'}",
-            "-o",
-            str(tmp_path / "o"),
-            "--repeat",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    p, _ = run_native(ocl_runtime, out, {"x": x, "sr": np.array(16000, np.int64)}, tmp_path, tag="o")
     assert p.returncode == 0, p.stderr
     y, mean = _reference(path, x, 16000)
     got = np.load(tmp_path / "o" / "mean.npy")

@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import onnx_model, save_onnx
+from conftest import onnx_model, run_native, save_onnx
 from test_frontends import assert_close, compile_and_run
 from tvmgen import frontends
 from tvmgen.compiler import cpu, schedules
@@ -358,30 +358,17 @@ def test_x86_builds_use_their_vector_width_and_run_on_their_cpu(name, tmp_path):
         ran = True
     if qemu_cpu:
         require_tool("qemu-x86_64")
-        np.save(tmp_path / "x.npy", inputs["x"])
-        tool = runtime_build.cached_build("host") / "bin" / "tvmgen-run"
-        proc = subprocess.run(
-            [
-                "qemu-x86_64",
-                "-cpu",
-                qemu_cpu,
-                str(tool),
-                str(out),
-                "--input",
-                f"x={tmp_path / 'x.npy'}",
-                "-o",
-                str(tmp_path / "o"),
-                "--repeat",
-                "1",
-                "--warmup",
-                "0",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
+        proc, outs = run_native(
+            runtime_build.cached_build("host"),
+            out,
+            {"x": inputs["x"]},
+            tmp_path,
+            "--warmup",
+            "0",
+            launcher=("qemu-x86_64", "-cpu", qemu_cpu),
         )
         assert proc.returncode == 0, proc.stderr
-        assert_close([np.load(tmp_path / "o" / "y.npy")], [expected], atol=1e-4, rtol=1e-4)
+        assert_close([outs[0]], [expected], atol=1e-4, rtol=1e-4)
         ran = True
     if not ran:
         reason = (

@@ -19,6 +19,8 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import run_native
+
 SCOPES = ("global.texture", "global.texture-nhwc", "global.texture-weight")
 
 SCRIPT = r"""
@@ -185,28 +187,13 @@ def test_adreno_models_run_in_texture_memory(ocl_runtime, opencl_lib, tmp_path, 
     assert len(report.vm["devices"]) > 2  # one OpenCL entry per memory scope, then the host
     x = np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype("float32")
     want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
-    np.save(tmp_path / "x.npy", x)
-    proc = subprocess.run(
-        [
-            str(ocl_runtime / "bin" / "tvmgen-run"),
-            str(art),
-            "-i",
-            f"x={tmp_path / 'x.npy'}",
-            "-o",
-            str(tmp_path / "out"),
-            "--repeat",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=2)
     assert proc.returncode == 0, proc.stderr
     assert "Scope Loaded" not in proc.stderr  # TVM's per-constant log lines are filtered out
-    got = np.load(next((tmp_path / "out").glob("*.npy")))
-    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
     # the Python VM, in a process of its own: PoCL's LLVM crashes when it loads into a process where
     # TensorFlow's (another LLVM) already is, as in this test session
+    np.save(tmp_path / "x.npy", x)
     code = (
         "import sys, numpy as np; from tvmgen.runtime.runner import HostModel; "
         "np.save(sys.argv[3], np.asarray(HostModel(sys.argv[1]).run({'x': np.load(sys.argv[2])})[0]))"
