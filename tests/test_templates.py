@@ -10,6 +10,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import require_tool, save_onnx, single_op_models
@@ -19,6 +20,7 @@ from tvmgen.apps import templates
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS
 from tvmgen.core.errors import InputError
+from tvmgen.reports import agreement
 
 ANDROID = "{http://schemas.android.com/apk/res/android}"
 
@@ -150,7 +152,8 @@ def host_app(tmp_path_factory, artifacts):
 
     d = tmp_path_factory.mktemp("host-app")
     imported = frontends.load(save_onnx(single_op_models()["softmax"], d / "m.onnx"), [])
-    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), d / "host-cpu", True, {"name": "m"})
+    model = {"name": "m", "source": str(d / "m.onnx")}  # the source lets the host run its reference
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), d / "host-cpu", True, model)
     out = render(d, {"opencl": artifacts["opencl"], "cpu": d / "host-cpu"})
     site = Path(tvm.__file__).resolve().parent.parent
     build = d / "build"
@@ -307,7 +310,7 @@ def test_app_java_compiles_for_every_device(tmp_path, artifacts):
             "deploy", out, ctx, dict.fromkeys(ctx["model_devices"], artifacts["cpu"])
         )
         src = (out / "app/src/main/java/org/example/app/MainActivity.java").read_text()
-        assert '\\"memory\\": " + memory.toJson()' in src and 'getBooleanExtra("profile", false)' in src
+        assert '.putJson("memory", memory.toJson())' in src and 'getBooleanExtra("profile", false)' in src
         compile_app_java(out, "org.example.app", tmp_path / f"{device}-java")
     readme = (out / "README.md").read_text()
     for key in ("after_load_peak_bytes", "overall_peak_bytes", "--ez profile true", "kernels_median_ms"):
@@ -370,6 +373,31 @@ def test_app_results_have_memory_and_profile(host_app, tmp_path):
         assert mem["model_overall_bytes"] == mem["overall_peak_bytes"] - mem["before_load_bytes"]
         assert "peak resident memory (VmHWM): after load " in log
     assert results["profile"] is None
+
+    # every timed round (setInput, run, getOutput) one by one, with numpy's percentiles of them
+    runs = results["runs_ms"]
+    assert len(runs) == len(results["copy_in_runs_ms"]) == len(results["copy_out_runs_ms"]) == 3
+    assert all(r > 0 for r in runs) and all(c > 0 for c in results["copy_in_runs_ms"] + results["copy_out_runs_ms"])
+    for key, p in (("median_run_ms", 50), ("p90_run_ms", 90), ("p99_run_ms", 99), ("min_run_ms", 0)):
+        assert results[key] == pytest.approx(np.percentile(runs, p)), key
+    # a warm start: the same artifact loaded again in the process and run once
+    warm = results["warm_start"]
+    assert warm["runs"] == 1 and warm["first_run_ms"] > 0 and warm["load_ms"] > 0
+    # the input the app ran, named so the host makes it again; the output whole
+    assert results["inputs"] == [
+        {"name": "a", "shape": [3, 10], "dtype": "float32", "fill": "pseudo-random", "seed": 42}
+    ]
+    (out,) = results["outputs"]
+    assert out["name"] == "y" and len(out["values"]) == 30 and out["non_finite"] == 0
+    assert np.asarray(out["values"]).reshape(3, 10).sum(axis=1) == pytest.approx([1, 1, 1], abs=1e-5)  # softmax rows
+    # the host's reference (onnxruntime on the source model) on the same input agrees with the app's output
+    assert agreement.check_app_results(results, host_app["project"] / "app/src/main/assets/model-cpu") is None
+    (row,) = results["check"]
+    assert row["compared"] == "all 30 values" and row["max_abs"] < 1e-5 and "onnxruntime" in results["reference"]
+    # and the app run after a different input would not: the check sees it
+    planted = {**results, "inputs": [{**results["inputs"][0], "seed": 7}]}
+    assert agreement.check_app_results(planted, host_app["project"] / "app/src/main/assets/model-cpu") is None
+    assert planted["check"][0]["max_abs"] > 1e-3
 
     results, log = run_app_on_host(host_app, tmp_path / "profiled", profile=True)
     p = results["profile"]

@@ -18,6 +18,7 @@ from tvmgen.android import adb, doctor, downloads, signing, tools
 from tvmgen.core import toolchains
 from tvmgen.core.errors import InputError, TvmgenError
 from tvmgen.core.log import step
+from tvmgen.reports import agreement
 
 
 @dataclass
@@ -84,7 +85,10 @@ def build_apk(project: Path, opts: AppOptions) -> Path:
     return final
 
 
-def install_and_run(apk: Path, opts: AppOptions, results_dir: Path) -> dict | None:
+def install_and_run(apk: Path, opts: AppOptions, results_dir: Path, assets: Path | None = None) -> dict | None:
+    """Install; for the deploy app with --run also launch it headless, wait for its results and pull them,
+    adding the phone's properties and, where the artifact it ran is in ``assets`` with its source model
+    readable here, its outputs checked against the host's reference on the same inputs."""
     phone = adb.choose_device(opts.serial)
     with step(f"Installing on {phone.serial}"):
         phone.install(apk, package=opts.package)
@@ -117,6 +121,11 @@ def install_and_run(apk: Path, opts: AppOptions, results_dir: Path) -> dict | No
     local = phone.pull(remote, results_dir / "tvmgen-results.json")
     results = json.loads(local.read_text())
     results["phone"] = phone.properties()  # the app does not know its phone's name; the QA report shows it
+    if assets is not None and results.get("artifact"):
+        with step(f"Checking the outputs against the host's reference ({results['artifact']})"):
+            skipped = agreement.check_app_results(results, assets / results["artifact"])
+        if skipped:
+            results["check_skipped"] = skipped
     local.write_text(json.dumps(results, indent=2))
     return results
 

@@ -67,7 +67,7 @@ def _finish_app(project: Path, opts, artifacts_ok: bool):
     apk = android_app.build_apk(project, opts)
     console.print(f"[green]✓[/] APK: [bold]{apk}[/]")
     if opts.install:
-        results = android_app.install_and_run(apk, opts, project / "results")
+        results = android_app.install_and_run(apk, opts, project / "results", project / "app/src/main/assets")
         if results is not None:
             click.echo(json.dumps(results, indent=2))
         if results is not None and opts.report:

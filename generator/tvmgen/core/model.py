@@ -67,3 +67,20 @@ def random_inputs(specs: Sequence[TensorSpec], seed: int = 0) -> dict[str, np.nd
         else:
             out[s.name] = rng.integers(0, 10, s.shape).astype(s.dtype)
     return out
+
+
+PSEUDO_RANDOM_FIRST_SEED = 42  # input k gets seed 42 + k
+
+
+def pseudo_random(shape: Sequence[int], dtype: str, seed: int) -> np.ndarray:
+    """The inputs tvmgen-run, the Java API's RunModel and the deploy app make (org.tvmgen.PseudoRandom): a
+    32-bit LCG (s = s * 1664525 + 1013904223) mapped to [-1, 1) for float32, zeros for other types; so the
+    host can run its reference on exactly the input the phone ran."""
+    n = int(np.prod(shape, dtype=np.int64))
+    if dtype != "float32":
+        return np.zeros(shape, dtype)
+    # s_i = a^i s_0 + c (1 + a + ... + a^(i-1)) mod 2^32, i = 1..n; uint64 arithmetic wraps mod 2^64, a multiple of 2^32
+    powers = np.cumprod(np.full(n, 1664525, np.uint64), dtype=np.uint64)  # a^1 .. a^n
+    sums = np.cumsum(np.concatenate([[np.uint64(1)], powers[:-1]]), dtype=np.uint64)  # 1 + a + ... + a^(i-1)
+    states = (powers * np.uint64(seed & 0xFFFFFFFF) + sums * np.uint64(1013904223)) & np.uint64(0xFFFFFFFF)
+    return ((states >> np.uint64(8)).astype(np.float64) / 2**23 - 1.0).astype(np.float32).reshape(shape)

@@ -7,7 +7,6 @@ import java.io.OutputStream;
 import java.io.RandomAccessFile;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.nio.FloatBuffer;
 import java.nio.channels.FileChannel;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -174,7 +173,7 @@ public final class RunModel {
     for (int k = 0; k < inputs.size(); ++k) {
       if (in[k] == null) {
         System.err.println("RunModel: input \"" + inputs.get(k).name() + "\" not given: using pseudo-random values");
-        in[k] = pseudoRandom(inputs.get(k), 42 + k);
+        in[k] = pseudoRandom(inputs.get(k), PseudoRandom.FIRST_SEED + k);
       }
     }
     List<TensorInfo> outputs = model.outputs();
@@ -242,16 +241,11 @@ public final class RunModel {
     return 2;
   }
 
-  /** The values tvmgen-run uses: a 32-bit LCG mapped to [-1, 1). */
+  /** The values tvmgen-run uses ({@link PseudoRandom}); zeros for types other than float32. */
   private static Tensor pseudoRandom(TensorInfo info, int seed) {
     Tensor t = Tensor.allocate(info);
     if (info.isFloat32()) {
-      FloatBuffer f = t.asFloatBuffer();
-      int s = seed;
-      for (long i = 0; i < info.elementCount(); ++i) {
-        s = s * 1664525 + 1013904223;
-        f.put((float) (s >>> 8) / 16777216.0f * 2.0f - 1.0f);
-      }
+      t.asFloatBuffer().put(PseudoRandom.floats((int) info.elementCount(), seed));
     }
     return t;
   }
