@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tvmgen.reports import html
+from tvmgen.reports import agreement, html
 from tvmgen.reports import results as result_files
 
 RECORDED = Path(__file__).parent / "recorded" / "results"
@@ -71,14 +71,26 @@ def shown_ms(element) -> float:
 
 
 @pytest.fixture(scope="module")
-def run_json(compiled, builtin_onnx, tmp_path_factory) -> tuple[Path, Path]:
-    """A real `tvmgen run --json --profile` of the built-in MobileNet (the session's compiled artifact)."""
+def mobilenet_artifact(compiled, builtin_onnx, tmp_path_factory) -> Path:
+    """The session's compiled built-in MobileNet, copied under the name `tvmgen compile` gives it, with the
+    source `tvmgen compile builtin:mobilenet` records (so --check and the app's check find the reference)."""
+    artifact = tmp_path_factory.mktemp("artifact") / "mobilenet-host-cpu"
+    shutil.copytree(compiled(builtin_onnx, "host", "cpu", name="mobilenet"), artifact)
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    manifest["model"]["source"] = "builtin:mobilenet"
+    (artifact / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return artifact
+
+
+@pytest.fixture(scope="module")
+def run_json(mobilenet_artifact, tmp_path_factory) -> tuple[Path, Path]:
+    """A real `tvmgen run --json --profile --check` of the built-in MobileNet."""
     from click.testing import CliRunner
 
     from tvmgen.commands.run import run
 
-    artifact = compiled(builtin_onnx, "host", "cpu", name="mobilenet")
-    result = CliRunner().invoke(run, [str(artifact), "--json", "--profile", "--repeat", "40"])
+    artifact = mobilenet_artifact
+    result = CliRunner().invoke(run, [str(artifact), "--json", "--profile", "--check", "--repeat", "40"])
     assert result.exit_code == 0, result.output
     out = tmp_path_factory.mktemp("run") / "run.json"
     out.write_text(result.stdout[result.stdout.index("{") :])
@@ -115,11 +127,22 @@ def test_run_report_in_browser(run_json, browser, tvmgen_inprocess, tmp_path):
     assert int(peak.get_attribute("data-value")) == doc["memory"]["overall_peak_bytes"]
     assert peak.text == f"{doc['memory']['overall_peak_bytes'] / 1e6:.1f} MB"
 
-    # the artifact, found through the path run --json records: its library's hash from the manifest
+    # the artifact, found through the path run --json records: its library's hash from the manifest; the
+    # artifact and the result named, not their temporary paths
     manifest = json.loads((artifact / "manifest.json").read_text())
     page_text = browser.find_element("tag name", "body").text
     assert manifest["files"]["model.so"]["sha256"][:16] in page_text
     assert "mobilenet" in browser.find_element("tag name", "h1").text
+    assert "mobilenet-host-cpu" in page_text and str(tmp_path) not in page_text and str(artifact) not in page_text
+
+    # --check: the outputs against onnxruntime on the same inputs, the top class the same
+    (check,) = doc["check"]
+    assert check["compared"] == "all 1000 values" and check["max_abs"] < 1e-4 and check["top1_match"]
+    assert check["top5"] == doc["outputs"][0]["top5"] and check["top5_overlap"] >= 4
+    assert "onnxruntime" in doc["reference"]
+    assert float(find('table.check td[data-metric="max_abs"]')[0].get_attribute("data-value")) == check["max_abs"]
+    assert find('table.check td[data-metric="top1"]')[0].text == "same class"
+    assert find('table.check td[data-metric="top5_overlap"]')[0].text == f"{check['top5_overlap']}/5"
 
     # the profile: one bar per kernel shown (at most 12) and per kind, times as in the JSON
     kernels, kinds = doc["profile"]["kernels"], doc["profile"]["kinds"]
@@ -137,8 +160,10 @@ def test_run_report_in_browser(run_json, browser, tvmgen_inprocess, tmp_path):
     browser.set_window_size(1150, 1400)
     browser.save_screenshot(str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    if os.environ.get("TVMGEN_DOCS_SCREENSHOT") == "1":
-        shutil.copyfile(png, DOCS_SCREENSHOT)
+    if os.environ.get("TVMGEN_DOCS_SCREENSHOT") == "1":  # 64 colours: a small file that reads the same
+        from PIL import Image
+
+        Image.open(png).convert("RGB").quantize(64).save(DOCS_SCREENSHOT, optimize=True)
 
     md = (tmp_path / "summary.md").read_text()
     assert f"| steady run p50 | {np.percentile(samples, 50):.3f} ms |" in md
@@ -184,18 +209,40 @@ def test_comparison_flags_a_planted_regression(browser, tvmgen_inprocess, tmp_pa
     assert "**improvement**" in summary
 
 
-def test_app_results_report(browser, tvmgen_inprocess, tmp_path):
-    """The deploy app's results: no per-run times (so no histogram), the device's raw profile counts."""
+def test_app_results_report(browser, tvmgen_inprocess, mobilenet_artifact, tmp_path):
+    """The deploy app's results: every timed run (histogram, percentiles), the copies' medians, a warm start,
+    the device's raw profile counts, and its outputs checked against the host's reference on its input."""
     doc = json.loads((RECORDED / "app_pixel6_opencl.json").read_text())
+    assets = tmp_path / "assets"
+    shutil.copytree(mobilenet_artifact, assets / doc["artifact"])  # the host build stands in for the phone's
+    assert agreement.check_app_results(doc, assets / doc["artifact"]) is None  # as tvmgen app --run does
+    (check,) = doc["check"]
+    assert check["max_abs"] < 1e-4 and check["top1_match"] and check["top5_overlap"] == 5
+    (tmp_path / "results.json").write_text(json.dumps(doc))
     out = tmp_path / "app.html"
-    r = tvmgen_inprocess("report", RECORDED / "app_pixel6_opencl.json", "-o", out)
+    r = tvmgen_inprocess("report", tmp_path / "results.json", "-o", out)
     assert r.returncode == 0, r.output
     find = open_page(browser, out)
-    assert find("svg.histogram") == []
-    assert "not reported" in find("section#run-0 p.missing")[0].text
+    runs = doc["runs_ms"]
+    counts, _ = html.histogram_bins(runs)
+    assert [int(b.get_attribute("data-count")) for b in find("svg.histogram rect.bar")] == counts
+    assert sum(counts) == len(runs) == 20
+    for p in (50, 90, 99):
+        assert float(cell(find, 0, f"p{p}_ms").get_attribute("data-value")) == pytest.approx(np.percentile(runs, p))
     assert shown_ms(cell(find, 0, "p50_ms")) == pytest.approx(doc["median_run_ms"], abs=1e-3)
     assert shown_ms(cell(find, 0, "init_ms")) == pytest.approx(doc["timings"]["init_ms"], rel=1e-3)
-    assert cell(find, 0, "p99_ms").text == "not reported"
+    assert shown_ms(cell(find, 0, "copy_in_ms")) == pytest.approx(np.median(doc["copy_in_runs_ms"]), abs=1e-3)
+    assert shown_ms(cell(find, 0, "warm_first_run_ms")) == pytest.approx(doc["warm_start"]["first_run_ms"], abs=1e-3)
+    # the mark labels of p50, p90 and p99 never overlap, though the slow run pulls p99 away from the others
+    labels = [(float(t.get_attribute("x")), float(t.get_attribute("y"))) for t in find("svg.histogram text.mark-label")]
+    assert len(labels) == 3
+    boxes = [t.rect for t in find("svg.histogram text.mark-label")]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            apart = a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+            assert apart or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"], (a, b)
+    assert find('table.check td[data-metric="top1"]')[0].text == "same class"
+    assert find('table.check td[data-metric="top5_overlap"]')[0].text == "5/5"
     kernels = [k for k in doc["profile"]["counts"] if not k.startswith("vm.")]
     assert len(find("svg.kernels rect.bar")) == len(kernels) + 1  # and the VM's builtins as one row
     assert float(find("svg.kernels rect.bar")[0].get_attribute("data-value")) == pytest.approx(52000000 / 1e6 / 20)
@@ -319,7 +366,7 @@ class RecordedAdb:
         return subprocess.CompletedProcess(argv, 0, text, "")
 
 
-def test_app_run_pulls_results_with_the_phone_and_writes_the_report(tmp_path, monkeypatch):
+def test_app_run_pulls_results_with_the_phone_and_writes_the_report(tmp_path, monkeypatch, mobilenet_artifact):
     from tvmgen.android import adb, tools
     from tvmgen.android import app as android_app
     from tvmgen.commands import report
@@ -333,7 +380,9 @@ def test_app_run_pulls_results_with_the_phone_and_writes_the_report(tmp_path, mo
         "deploy", "org.tvmgen.mobilenet", "m", ["arm64-v8a"], run=True, install=True, report=tmp_path / "qa.html"
     )
     (tmp_path / "results").mkdir()
-    results = android_app.install_and_run(tmp_path / "app.apk", opts, tmp_path / "results")
+    assets = tmp_path / "assets"
+    shutil.copytree(mobilenet_artifact, assets / "model-opencl")  # the project's asset; the host build stands in
+    results = android_app.install_and_run(tmp_path / "app.apk", opts, tmp_path / "results", assets)
     assert [c[3:5] for c in runner.calls] == [
         ["install", "-r"],
         ["shell", "am"],
@@ -353,8 +402,13 @@ def test_app_run_pulls_results_with_the_phone_and_writes_the_report(tmp_path, mo
     }
     saved = tmp_path / "results" / "tvmgen-results.json"
     assert json.loads(saved.read_text())["phone"]["model"] == "Pixel 6"  # the file the report reads has it too
+    # the outputs checked against the reference of the asset's source model, on the app's recorded input
+    assert re.fullmatch(r"onnxruntime [\d.]+ on the host, same inputs", results["reference"])
+    assert results["check"][0]["top1_match"] and results["check"][0]["max_abs"] < 1e-4
+    assert json.loads(saved.read_text())["check"] == results["check"]
     report.write([saved], opts.report)
     page = opts.report.read_text()
+    assert '<td data-metric="top1" class="improvement">same class</td>' in page
     assert "<td>Pixel 6</td>" in page and "<td>Tensor</td>" in page and "<td>14</td>" in page
 
 
@@ -362,3 +416,69 @@ def test_app_report_needs_run(tvmgen_inprocess, tmp_path):
     r = tvmgen_inprocess("app", "--model", "builtin:mobilenet", "--report", tmp_path / "r.html")
     assert r.returncode == 2, r.output
     assert "--report writes the report of the phone's results" in r.output and "add --run" in r.output
+
+
+def test_app_check_says_why_it_was_skipped(tmp_path):
+    doc = json.loads((RECORDED / "app_pixel6_opencl.json").read_text())
+    assert agreement.check_app_results(doc, tmp_path / "model-opencl").startswith(
+        "the artifact the app ran is not here"
+    )
+    on_file = {**doc, "inputs": [{**doc["inputs"][0], "fill": "file", "file": "/sdcard/x.bin"}]}
+    assert agreement.check_app_results(on_file, tmp_path) == (
+        "input input came from a file on the phone (/sdcard/x.bin), which is not here"
+    )
+    assert "check" not in doc and "check" not in on_file
+    (tmp_path / "r.json").write_text(json.dumps({**doc, "check_skipped": "the source model m.onnx is not here"}))
+    (run,) = result_files.load(tmp_path / "r.json")
+    assert run.check is None and "not checked against the host's reference: the source model" in run.notes[0]
+
+
+def test_top_k_agreement():
+    ref = np.array([[0.1, 0.5, 0.2, 0.9, 0.05, 0.3, 0.0]], np.float32)
+    same = agreement.compare_arrays([ref + 1e-6], [ref], ["p"])[0]
+    assert (
+        same["top1_match"] and same["top5_overlap"] == 5 and same["max_abs"] == pytest.approx(1e-6, rel=0.1)
+    )  # float32
+    assert same["top5"] == same["top5_reference"] == [3, 1, 5, 2, 0]
+    swapped = ref.copy()
+    swapped[0, [3, 6]] = swapped[0, [6, 3]]  # the top class sinks to the bottom: planted disagreement
+    row = agreement.compare_arrays([swapped], [ref], ["p"])[0]
+    assert not row["top1_match"] and row["top5_overlap"] == 4 and row["max_abs"] == pytest.approx(0.9)
+    # the summary of a big output: only its top-5 entries compared, and said so
+    summary = {"name": "p", "top5": [3, 1, 5, 2, 0], "top5_values": [0.9, 0.5, 0.3, 0.2, 0.1001]}
+    (row,) = agreement.compare_summaries([summary], [ref])
+    assert row["compared"] == "the top-5 entries" and row["max_abs"] == pytest.approx(1e-4, rel=1e-3)
+    assert row["top1_match"] and row["top5_overlap"] == 5
+    (row,) = agreement.compare_summaries([{"name": "map", "min": 0, "max": 1}], [np.zeros((4, 4))])
+    assert row["max_abs"] is None and "top1_match" not in row
+
+
+def test_mark_labels_do_not_overlap():
+    # p50 and p90 one pixel apart, p99 at the right edge: stacked rows, the last drawn left of its line
+    (x0, r0, a0), (x1, r1, a1), (x2, r2, a2) = html._label_positions([100.0, 101.0, 549.0], 550)
+    assert (r0, a0) == (0, "start") and r1 == 1 and a2 == "end" and x2 < 549
+    assert r2 == 0  # far from the others: back on the first row
+    svg = html.histogram_svg([1.0] * 30 + [1.01] * 9 + [5.0], {"p50": 1.0, "p90": 1.01, "p99": 4.9})
+    ys = [int(y) for y in re.findall(r'class="mark-label" x="[\d.]+" y="(\d+)"', svg)]
+    assert ys == [16, 28, 16]
+    bars_top = min(float(y) for y in re.findall(r'class="bar" x="[\d.]+" y="([\d.]+)"', svg))
+    assert bars_top > max(ys) + 2  # the labels sit above the bars, never on them
+
+
+def test_fail_on_regression_exit_code(tvmgen_inprocess, tmp_path):
+    base = RECORDED / "bench_pixel6.json"
+    slower = json.loads(base.read_text())
+    slower["warm_samples_ms"] = [x * 1.25 for x in slower["warm_samples_ms"]]
+    (tmp_path / "new.json").write_text(json.dumps(slower))
+    out = tmp_path / "compare.html"
+    r = tvmgen_inprocess("report", base, tmp_path / "new.json", "-o", out, "--fail-on-regression")
+    assert r.returncode == 5, r.output
+    assert "regressions beyond 5% against" in r.output and "steady run p50 +25.0%" in r.output
+    assert "raise --threshold" in r.output
+    assert out.is_file() and "regression" in out.read_text()  # the report is written all the same
+    # no regression (the same run twice, or a change under the threshold): exit 0
+    assert tvmgen_inprocess("report", base, base, "-o", out, "--fail-on-regression").returncode == 0
+    r = tvmgen_inprocess("report", base, tmp_path / "new.json", "-o", out, "--fail-on-regression", "--threshold", "30")
+    assert r.returncode == 0, r.output
+    # without the flag, a regression is only flagged in the page
+    assert tvmgen_inprocess("report", base, tmp_path / "new.json", "-o", out).returncode == 0

@@ -38,8 +38,13 @@ console = logs.console
     type=click.FloatRange(min=0),
     help="Comparing runs: a change beyond this many percent against the first is flagged.",
 )
+@click.option(
+    "--fail-on-regression",
+    is_flag=True,
+    help="Comparing runs: exit with code 5 when a change is flagged as a regression (the report is written first).",
+)
 @click.option("--title", help="The page's title. [default: the model and device, or the number of runs]")
-def report(results, out, markdown_path, artifact_dir, threshold, title):
+def report(results, out, markdown_path, artifact_dir, threshold, fail_on_regression, title):
     """A QA report of one run, or several runs side by side (the first is the baseline).
 
     \b
@@ -48,8 +53,21 @@ def report(results, out, markdown_path, artifact_dir, threshold, title):
     \b
       tvmgen run out/mobilenet-host-cpu --json --profile > run.json && tvmgen report run.json -o report.html
       tvmgen report base.json new.json -o compare.html --markdown summary.md --threshold 10
+      tvmgen report base.json new.json -o compare.html --fail-on-regression   # in CI: exit 5 on a regression
     """
-    write(list(results), out, markdown_path, artifact_dir, threshold / 100, title)
+    runs = write(list(results), out, markdown_path, artifact_dir, threshold / 100, title)
+    if fail_on_regression:
+        from tvmgen.core.errors import CheckError
+        from tvmgen.reports.results import METRICS, regressions
+
+        found = regressions(runs, threshold / 100)
+        if found:
+            listed = "; ".join(f"{r.label}: {METRICS[c.metric][0]} {c.change:+.1%}" for r, c in found)
+            raise CheckError(
+                f"{len(found)} regression{'s' if len(found) != 1 else ''} beyond {threshold:g}% against "
+                f"{runs[0].label}: {listed}",
+                f"see {out}; if the change is expected, raise --threshold or leave out --fail-on-regression",
+            )
 
 
 def write(
@@ -59,8 +77,8 @@ def write(
     artifact_dir: Path | None = None,
     threshold: float = 0.05,
     title: str | None = None,
-) -> None:
-    """Read every result first, render, then write: bad input leaves no file behind."""
+) -> list:
+    """Read every result first, render, then write: bad input leaves no file behind. Returns the runs."""
     from tvmgen.reports import html
     from tvmgen.reports import results as result_files
 
@@ -72,3 +90,4 @@ def write(
     if markdown_path and summary:
         html.write_atomic(markdown_path, summary)
         console.print(f"[green]✓[/] summary: [bold]{markdown_path}[/]")
+    return runs

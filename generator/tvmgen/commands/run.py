@@ -203,7 +203,13 @@ def _print_sizes(sizes: dict, top: int = 15) -> None:
     type=click.Path(path_type=Path),
     help="With --profile: a bar chart of the slowest kernels (PNG) here.",
 )
-def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, profile, plot_path):
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Also run the source model in its reference runtime (onnxruntime, LiteRT, PyTorch) on the same inputs: "
+    'max error and top-5 agreement per output (in --json as "check", for tvmgen report).',
+)
+def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, profile, plot_path, check):
     """Run a host artifact with TVM's Relax VM, write outputs, print timings and peak memory."""
     if threads:  # also for TVM's own pool (older artifacts), which reads it once when it starts
         os.environ["TVM_NUM_THREADS"] = str(threads)
@@ -218,6 +224,8 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
     if plot_path and not profile:
         raise InputError("--plot draws the per-kernel profile", "add --profile")
     manifest = artifact.load(artifact_dir)
+    if check:
+        _require_source(manifest)  # before the timed runs, not after
     inputs = runner.read_input_files(input_files, manifest.inputs)
     missing = [s for s in manifest.inputs if s.name not in inputs]
     if missing:
@@ -264,6 +272,8 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
         "memory": resident.to_json(),
         **({"profile": report.to_json()} if report else {}),
     }
+    if check:
+        summary.update(_check(manifest, inputs, outputs))
     if plot_path:
         report.plot(plot_path)
     if as_json:
@@ -280,6 +290,15 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
             f"{o['name']}: shape {tuple(o['shape'])} {o['dtype']} min {o['min']:.4g} max {o['max']:.4g} "
             f"mean {o['mean']:.4g}{extra}"
         )
+    for c in summary.get("check", []):
+        top = (
+            f", top-1 {'matches' if c['top1_match'] else 'differs'}, top-5 overlap {c['top5_overlap']}/5"
+            if "top1_match" in c
+            else ""
+        )
+        click.echo(
+            f"{c['name']} vs {summary['reference']}: max abs error {c['max_abs']:.3g} (rel {c['max_rel']:.3g}){top}"
+        )
     click.echo(resident.line())
     if report:
         click.echo(report.table())
@@ -287,3 +306,35 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
         console.print(f"plot: {plot_path}")
     if output_dir:
         console.print(f"outputs written to {output_dir}/")
+
+
+def _require_source(manifest) -> None:
+    from tvmgen.core.errors import InputError
+
+    src = manifest.model.get("source") or ""
+    if not (src.startswith("builtin:") or (src and Path(src).exists())):
+        raise InputError(
+            f"--check runs the source model ({src or 'not recorded'}) in its reference runtime, and it is not here",
+            "run where the model file is (the path manifest.json records), or leave out --check",
+        )
+
+
+def _check(manifest, inputs: dict, outputs: list) -> dict:
+    """--check: the source model's reference runtime on the same inputs; max error and top-5 agreement."""
+    import tempfile
+
+    from tvmgen.core.errors import InputError
+    from tvmgen.reports import agreement
+    from tvmgen.runtime.check import artifact_reference
+
+    with tempfile.TemporaryDirectory(prefix="tvmgen-reference-") as scratch:
+        reference, name = artifact_reference(manifest, Path(scratch))
+        if reference is None:
+            raise InputError(
+                f"--check cannot import the source model {manifest.model.get('source')} (the reason is above)",
+                "leave out --check",
+            )
+        with logs.step(f"Running {name} on the same inputs"):
+            expected = reference(inputs)
+    rows = agreement.compare_arrays(outputs, expected, [s.name for s in manifest.outputs])
+    return {"check": rows, "reference": f"{name} on the host, same inputs"}

@@ -56,10 +56,15 @@ def histogram_bins(samples: list[float]) -> tuple[list[int], list[float]]:
 
 
 def histogram_svg(samples: list[float], marks: dict[str, float | None]) -> str:
-    """The steady runs as a histogram, with vertical lines at p50/p90/p99."""
+    """The steady runs as a histogram, with vertical lines at p50/p90/p99 labelled in a band above the bars."""
     counts, edges = histogram_bins(samples)
-    w, h, left, bottom, top = 560, 200, 40, 30, 10
-    plot_w, plot_h = w - left - 10, h - bottom - top
+    w, left, bottom, plot_h = 560, 40, 30, 160
+    plot_w = w - left - 10
+    span = edges[-1] - edges[0]
+    placed = [(left + plot_w * (v - edges[0]) / span, name, v) for name, v in marks.items() if v is not None]
+    labels = _label_positions([x for x, _, _ in placed], w - 10)
+    top = 6 + 12 * max((row for _, row, _ in labels), default=-1) + 12 + 4  # the labels' rows, then the bars
+    h = top + plot_h + bottom
     peak = max(counts)
     bar_w = plot_w / len(counts)
     parts = [
@@ -73,21 +78,39 @@ def histogram_svg(samples: list[float], marks: dict[str, float | None]) -> str:
             f'<rect class="bar" x="{left + i * bar_w + 1:.1f}" y="{top + plot_h - bh:.1f}" width="{bar_w - 2:.1f}" '
             f'height="{bh:.1f}" data-count="{c}"><title>{edges[i]:.3f}–{edges[i + 1]:.3f} ms: {c} run(s)</title></rect>'
         )
-    span = edges[-1] - edges[0]
-    for name, v in marks.items():
-        if v is None:
-            continue
-        x = left + plot_w * (v - edges[0]) / span
+    for (x, name, v), (lx, row, anchor) in zip(placed, labels):
         parts.append(
-            f'<line class="mark" x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + plot_h}"><title>{name} '
+            f'<line class="mark" x1="{x:.1f}" y1="{6 + 12 * row + 2}" x2="{x:.1f}" y2="{top + plot_h}"><title>{name} '
             f"{v:.3f} ms</title></line>"
-            f'<text class="mark-label" x="{x + 2:.1f}" y="{top + 10}">{name}</text>'
+            f'<text class="mark-label" x="{lx:.1f}" y="{6 + 12 * row + 10}" text-anchor="{anchor}">{name}</text>'
         )
     parts.append(f'<text x="{left}" y="{h - 8}">{edges[0]:.3f} ms</text>')
     parts.append(f'<text x="{w - 10}" y="{h - 8}" text-anchor="end">{edges[-1]:.3f} ms</text>')
     parts.append(f'<text x="4" y="{top + 10}">{peak}</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+LABEL_W = 24  # a mark's label ("p99") at 11px, in SVG units
+
+
+def _label_positions(xs: list[float], right: float) -> list[tuple[float, int, str]]:
+    """Where each mark's label goes, above the bars: beside its line, on the first row where it overlaps no
+    label already placed (marks close together, as p50 and p90 of steady runs with one slow outlier, stack
+    instead of overlapping); at the right edge, on the line's left. Returns (x, row, text-anchor) per mark."""
+    rows: list[list[tuple[float, float]]] = []
+    out = []
+    for x in xs:
+        start, anchor = (x - 2 - LABEL_W, "end") if x + 2 + LABEL_W > right else (x + 2, "start")
+        span = (start, start + LABEL_W)
+        row = next(
+            (i for i, taken in enumerate(rows) if all(span[1] + 3 < a or span[0] > b + 3 for a, b in taken)), len(rows)
+        )
+        if row == len(rows):
+            rows.append([])
+        rows[row].append(span)
+        out.append((x - 2 if anchor == "end" else x + 2, row, anchor))
+    return out
 
 
 def hbars_svg(css: str, rows: list[tuple[str, float, str]]) -> str:
@@ -118,7 +141,12 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters.update(
-        ms=fmt_ms, mb=fmt_bytes, metric=fmt_metric, metric_name=lambda k: METRICS[k][0], kind_name=KINDS.__getitem__
+        ms=fmt_ms,
+        mb=fmt_bytes,
+        metric=fmt_metric,
+        metric_name=lambda k: METRICS[k][0],
+        kind_name=KINDS.__getitem__,
+        filename=lambda p: Path(str(p).split("#")[0]).name + ("#" + str(p).split("#")[1] if "#" in str(p) else ""),
     )
     env.globals.update(NOT_REPORTED=NOT_REPORTED, METRICS=METRICS)
     return env
@@ -182,7 +210,7 @@ def _artifact_fields(run: Run) -> dict:
         "library": f"{a['library']} ({fmt_bytes(a.get('library_bytes'))})" if a.get("library") else None,
         "artifact size": fmt_bytes(a["total_bytes"]) if a.get("total_bytes") else None,
         "library sha256": sha[:16] + "…" if sha else None,
-        **({"artifact directory": a["directory"]} if a.get("directory") else {}),
+        **({"artifact": Path(a["directory"]).name} if a.get("directory") else {}),
         **({"app asset": a["asset"]} if a.get("asset") else {}),
     }
 

@@ -6,8 +6,10 @@ The JSON files tvmgen writes describe a run each in their own words:
   ``memory``, ``outputs``, ``profile``;
 - ``tvmgen bench --json`` over RPC: ``cold_ms``, ``warm_ms`` statistics and ``warm_samples_ms``, copies,
   ``device`` (what the device server reports), ``check`` against the reference;
-- the deploy app's ``tvmgen-results.json`` (``tvmgen app --run``): ``timings`` from the Java API, ``memory``,
-  the device's raw ``profile`` and, when ``app`` pulled it, the phone's properties (``phone``);
+- the deploy app's ``tvmgen-results.json`` (``tvmgen app --run``): ``timings`` from the Java API, every timed run
+  and the copies around it (``runs_ms``, ``copy_in_runs_ms``, ``copy_out_runs_ms``), a ``warm_start``, ``memory``,
+  the device's raw ``profile``, ``outputs`` and, when ``app`` pulled it, the phone's properties (``phone``) and
+  the outputs checked against the host's reference (``check``);
 - ``benchmarks/gpu.py --json`` and ``benchmarks/speed.py --json``: a table, one row per model and build.
 
 :func:`load` detects which it is and returns :class:`Run` records (a benchmark table gives one per row).
@@ -80,7 +82,9 @@ class Run:
             "copy_in_ms": lat.get("copy_in_ms"),
             "copy_out_ms": lat.get("copy_out_ms"),
             "peak_bytes": self.memory.get("overall_peak_bytes"),
-            "max_abs_error": max((c["max_abs"] for c in self.check), default=None) if self.check else None,
+            "max_abs_error": max((c["max_abs"] for c in self.check if c.get("max_abs") is not None), default=None)
+            if self.check
+            else None,
         }
 
 
@@ -210,6 +214,7 @@ def read_run(doc: dict, source: str) -> list[Run]:
     r.memory = _memory(doc.get("memory"))
     r.profile = _profile(doc.get("profile"))
     r.outputs = doc.get("outputs")
+    r.check, r.reference = doc.get("check"), doc.get("reference")
     r.label = r.model or Path(source).stem
     return [r]
 
@@ -267,21 +272,26 @@ def read_app(doc: dict, source: str) -> list[Run]:
         "runtime device": doc.get("device"),
     }
     r.artifact = {"asset": doc.get("artifact"), "device": doc.get("device")}
+    copies = {k: doc.get(f"{k}_runs_ms") for k in ("copy_in", "copy_out")}  # one per timed run: their median
     r.latency = {
         "load_ms": t.get("load_ms"),
         "init_ms": t.get("init_ms"),
         "first_run_ms": t.get("first_run_ms"),
-        "copy_in_ms": t.get("copy_in_ms"),
-        "copy_out_ms": t.get("copy_out_ms"),
+        "warm_first_run_ms": (doc.get("warm_start") or {}).get("first_run_ms"),
+        **{f"{k}_ms": float(np.median(v)) if v else t.get(f"{k}_ms") for k, v in copies.items()},
     }
     _samples(r, doc.get("runs_ms") or [])
     if not r.samples_ms:
         r.latency.update(p50_ms=doc.get("median_run_ms"), min_ms=doc.get("min_run_ms"), runs=doc.get("iterations"))
+        r.notes.append("the timed runs one by one are not in this result (a deploy app from an older tvmgen)")
     if doc.get("fallback"):
         r.notes.append(f"fell back to the CPU: {doc['fallback']}")
     r.memory = _memory(doc.get("memory"))
     r.profile = _profile(doc.get("profile"), doc.get("device") or "cpu")
     r.outputs = doc.get("outputs")
+    r.check, r.reference = doc.get("check"), doc.get("reference")
+    if doc.get("check_skipped"):
+        r.notes.append(f"outputs not checked against the host's reference: {doc['check_skipped']}")
     r.label = f"{r.model or '?'} on {phone.get('model') or 'the phone'} ({doc.get('device') or '?'})"
     return [r]
 
@@ -376,3 +386,15 @@ def compare(runs: list[Run], threshold: float) -> list[dict[str, Change]]:
             changes[key] = Change(key, b, value, rel, verdict)
         out.append(changes)
     return out
+
+
+def regressions(runs: list[Run], threshold: float) -> list[tuple[Run, Change]]:
+    """The changes flagged as regressions: each run (after the first) with its metric beyond the threshold."""
+    if len(runs) < 2:
+        return []
+    return [
+        (r, c)
+        for r, ch in zip(runs[1:], compare(runs, threshold)[1:])
+        for c in ch.values()
+        if c.verdict == "regression"
+    ]
