@@ -54,15 +54,9 @@ def sdk_root() -> Path | None:
 
 def _chosen_sdk() -> Path | None:
     """The SDK named by the environment, else the one tvmgen installed; None when neither."""
-    for var in SDK_ENV_VARS:
-        if os.environ.get(var):
-            root = Path(os.environ[var])
-            if not root.is_dir():
-                raise ToolMissingError(
-                    f"{var}={root} is not a directory",
-                    f"point {var} at an Android SDK (the folder holding platforms/ and build-tools/), or unset it",
-                )
-            return root
+    root = toolchains.env_dir(SDK_ENV_VARS, "an Android SDK (the folder holding platforms/ and build-tools/)")
+    if root is not None:
+        return root
     ours = fetch.sdk_dir()
     return ours if (ours / "platforms").is_dir() or (ours / "build-tools").is_dir() else None
 

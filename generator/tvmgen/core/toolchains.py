@@ -56,6 +56,18 @@ def run(
     return proc
 
 
+def env_dir(variables, what: str) -> Path | None:
+    """The directory named by the first of ``variables`` that is set; None when none is. A variable that
+    names no directory is an error saying to point it at ``what`` or unset it."""
+    for var in variables:
+        if os.environ.get(var):
+            root = Path(os.environ[var])
+            if not root.is_dir():
+                raise ToolMissingError(f"{var}={root} is not a directory", f"point {var} at {what}, or unset it")
+            return root
+    return None
+
+
 class Tool:
     """A found tool: its path, cached after the first verify()."""
 
@@ -151,15 +163,9 @@ class AndroidNdk(Tool):
         self.abi = abi
 
     def ndk_root(self) -> Path | None:
-        for var in ("ANDROID_NDK_HOME", "ANDROID_NDK_ROOT"):
-            if os.environ.get(var):
-                root = Path(os.environ[var])
-                if not root.is_dir():
-                    raise ToolMissingError(
-                        f"{var}={root} is not a directory",
-                        f"point {var} at an unpacked Android NDK (r25 or newer), or unset it",
-                    )
-                return root
+        root = env_dir(("ANDROID_NDK_HOME", "ANDROID_NDK_ROOT"), "an unpacked Android NDK (r25 or newer)")
+        if root is not None:
+            return root
         from tvmgen.core.fetch import sdk_dir
 
         # the SDK's ndk/<version> folders: the environment's SDK, else the one `tvmgen doctor --install` made
