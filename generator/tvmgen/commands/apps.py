@@ -195,15 +195,6 @@ _app_common = [
 ]
 
 
-def _with(options):
-    def deco(f):
-        for o in reversed(options):
-            f = o(f)
-        return f
-
-    return deco
-
-
 @click.command()
 @click.option(
     "--model", "model", required=True, help="The model (as for compile), e.g. mobilenet.pb or builtin:mobilenet."
@@ -232,21 +223,13 @@ def _with(options):
     type=click.Path(path_type=Path),
     help="--run: also write the results as an HTML QA report here (as tvmgen report).",
 )
-@click.option(
-    "--strategy",
-    default="patterns",
-    show_default=True,
-    type=click.Choice(["patterns", "cost"]),
-    help="--device nnapi: how to place operators (as for `tvmgen partition`).",
-)
-@click.option("--feature-level", type=click.IntRange(1, 8), help="--device nnapi: highest NNAPI feature level.")
-@click.option("--cost-table", type=click.Path(path_type=Path), help="--device nnapi --strategy cost: JSON cost table.")
+@options.nnapi()
 @options.tuning_db(
     help="CPU or OpenCL kernels tuned by `tvmgen tune` on the phone (as for compile); each build uses "
     "the kernels the database has for its target."
 )
 @options.precision(help=precisions.HELP + " Applies to the --device build; the CPU fallback of a GPU app stays fp32.")
-@_with(_app_common)
+@options.combine(*_app_common)
 def app(
     model,
     device,
@@ -431,7 +414,7 @@ def app(
     help="Reach the host's proxy over the cable: adb reverse tcp:PORT tcp:PORT, then start the app "
     "in proxy mode on 127.0.0.1 (no shared Wi-Fi needed).",
 )
-@_with([o for o in _app_common if o is not _platforms_option])  # rpc-app's --platform is the OS
+@options.combine(*[o for o in _app_common if o is not _platforms_option])  # rpc-app's --platform is the OS
 def rpc_app(
     target_os,
     platforms,

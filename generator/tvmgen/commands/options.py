@@ -81,32 +81,34 @@ def nnapi(prefix: str = "--device nnapi: "):
     def text(body: str) -> str:
         return prefix + body if prefix else body[0].upper() + body[1:]
 
+    return combine(
+        click.option(
+            "--strategy",
+            default="patterns",
+            show_default=True,
+            type=click.Choice(["patterns", "cost"]),
+            help=text(
+                "patterns: TVM's greedy pattern partitioner; cost: keep a piece on TVM when its "
+                "transitions cost more than NNAPI saves (static cost table)."
+            ),
+        ),
+        click.option(
+            "--feature-level", type=click.IntRange(1, 8), help=text("highest NNAPI feature level the phones have.")
+        ),
+        click.option(
+            "--cost-table",
+            type=click.Path(path_type=Path),
+            help=text("JSON overriding the static cost table (--strategy cost)."),
+        ),
+    )
+
+
+def combine(*decorators):
+    """One decorator applying ``decorators`` so that their options show in the given order."""
+
     def apply(f):
-        for option in reversed(
-            [
-                click.option(
-                    "--strategy",
-                    default="patterns",
-                    show_default=True,
-                    type=click.Choice(["patterns", "cost"]),
-                    help=text(
-                        "patterns: TVM's greedy pattern partitioner; cost: keep a piece on TVM when its "
-                        "transitions cost more than NNAPI saves (static cost table)."
-                    ),
-                ),
-                click.option(
-                    "--feature-level",
-                    type=click.IntRange(1, 8),
-                    help=text("highest NNAPI feature level the phones have."),
-                ),
-                click.option(
-                    "--cost-table",
-                    type=click.Path(path_type=Path),
-                    help=text("JSON overriding the static cost table (--strategy cost)."),
-                ),
-            ]
-        ):
-            f = option(f)
+        for d in reversed(decorators):
+            f = d(f)
         return f
 
     return apply
