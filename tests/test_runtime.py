@@ -73,6 +73,22 @@ def test_host_runner_matches_python_vm(host_runtime, built, tmp_path, name):
     assert "median of 3" in err
 
 
+@pytest.mark.parametrize("name", ["mobilenet-params", "two_outputs"])
+def test_host_runner_from_memory(host_runtime, built, tmp_path, name):
+    """tvmgen-run --from-memory: the artifact's files read into memory and loaded through tvmgen::ArtifactData
+    (the library through memfd_create, the weights from bytes) give the Python VM's outputs, on tvmgen's own
+    thread launcher as from the directory (found in the library loaded from /proc/self/fd/N)."""
+    art = built[(name, "host")]
+    model = HostModel(art)
+    inputs = random_inputs(model.manifest.inputs, seed=5)
+    rc, got, timings, err = run_tool(host_runtime, art, tmp_path, inputs, extra=["--repeat", "2", "--from-memory"])
+    assert rc == 0, err
+    for g, w in zip(got, model.run(inputs), strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-5, rtol=0)
+    assert timings["thread_pool"] == "tvmgen" and timings["runs"] == 2
+    assert f"{art} (read into memory) on cpu" in err
+
+
 def test_host_runner_raw_input_and_threads(host_runtime, built, tmp_path):
     art = built[("matmul", "host")]
     a = np.arange(2 * 8 * 16, dtype=np.float32).reshape(2, 8, 16) / 100

@@ -64,7 +64,7 @@ def test_deploy_project_files(tmp_path, artifacts):
     assert re.search(r"compileSdk 35\b", gradle) and "minSdk 24" in gradle and "targetSdk 35" in gradle
     assert "abiFilters 'arm64-v8a'" in gradle and "path 'src/main/cpp/CMakeLists.txt'" in gradle
     assert "targets 'tvmgen_jni', 'tvmgen_jni_bridge', 'tvmgen_opencl'" in gradle  # the OpenCL backend ships
-    assert "main.java.srcDirs += '../tvmgen-jni/java'" in gradle
+    assert "main.java.srcDirs += ['../tvmgen-jni/java', '../tvmgen-jni/java-android']" in gradle
     # 16 KB pages: the NDK told to align every library, and the libraries kept uncompressed (page-aligned by AGP)
     assert "'-DANDROID_SUPPORT_FLEXIBLE_PAGE_SIZES=ON'" in gradle and "useLegacyPackaging false" in gradle
     assert "id 'com.android.application' version '8.6.1'" in (out / "build.gradle").read_text()
@@ -289,6 +289,7 @@ def compile_app_java(project: Path, package: str, into: Path) -> Path:
     sources = [
         *stubs.rglob("*.java"),
         *(project / "tvmgen-jni/java/org/tvmgen").glob("*.java"),
+        *(project / "tvmgen-jni/java-android").rglob("*.java"),  # Android-only classes, as Gradle's srcDirs
         project / "app/src/main/java" / package.replace(".", "/") / "MainActivity.java",
     ]
     classes = into / "classes"
@@ -354,6 +355,9 @@ def test_app_results_have_memory_and_profile(host_app, tmp_path):
     so it falls back to the host CPU artifact; memory after load and overall; the profile when asked."""
     results, log = run_app_on_host(host_app, tmp_path / "plain")
     assert results["artifact"] == "model-cpu" and results["device"] == "cpu"
+    # loaded from the assets in memory (AndroidAssets): nothing copied to the app's files
+    files = tmp_path / "plain" / "device" / "files"
+    assert not files.exists() or not any(files.iterdir()), sorted(files.rglob("*"))
     assert results["fallback"].startswith("model-opencl could not start: ")
     assert results["iterations"] == 3 and results["timings"]["runs"] == 3 + 2  # + the default warm-up
     mem = results["memory"]

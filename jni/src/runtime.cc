@@ -7,6 +7,10 @@
 #else
 #include <link.h>
 #endif
+#if defined(__linux__)  // also Android
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
 #include <tvm/ffi/container/shape.h>
@@ -18,6 +22,7 @@
 #include <tvm/ffi/function.h>
 #include <tvm/ffi/string.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -144,6 +149,83 @@ std::vector<TensorInfo> TensorList(json::Object manifest, const char* key) {
   }
   return out;
 }
+
+// manifest.json's text as its top-level object, its schema version checked; `where` names it in errors.
+json::Object ParseManifest(const std::string& text, const std::string& where) {
+  ffi::String err;
+  json::Value root = json::Parse(text, &err);
+  if (!err.empty()) throw Error("manifest.json in " + where + " is corrupt: " + std::string(err));
+  json::Object man = AsObject(root, "the top level");
+  if (Int(Field(man, "schema_version", "manifest"), "schema_version") != 1) {
+    throw Error("manifest.json in " + where + " has a schema version this runtime does not read (want 1)");
+  }
+  return man;
+}
+
+// The weights file the manifest names ("" when the weights are inside the library).
+std::string ParamsFile(json::Object man) {
+  auto it = man.find(ffi::String("params"));
+  if (it == man.end() || (*it).second == nullptr) return "";
+  return Str(AsObject((*it).second, "params"), "file", "params");
+}
+
+// A model library's bytes in an anonymous in-memory file (memfd_create: tmpfs, no path on any file system),
+// for dlopen through /proc/self/fd/N. TVM builds its library module only from a path it dlopens itself
+// (ffi.Module.load_from_file.so), so a path it is. Android's linker accepts a file on tmpfs whatever the
+// app's linker namespace allows, which is what lets apps dlopen a memfd.
+class MemoryLibrary {
+ public:
+  MemoryLibrary(const void* data, size_t size, const std::string& name) {
+#if defined(__linux__)
+    // The raw system call: bionic declares memfd_create() only from API 30, the kernel has had it since 3.17.
+    fd_ = static_cast<int>(syscall(SYS_memfd_create, ("tvmgen:" + name).c_str(), 1u /* MFD_CLOEXEC */));
+    if (fd_ < 0) {
+      throw Error("cannot load the model library " + name + " from memory: memfd_create failed (" +
+                  std::strerror(errno) + "; Linux kernels older than 3.17 lack it): load the artifact from a "
+                  "directory instead");
+    }
+    const char* p = static_cast<const char*>(data);
+    for (size_t left = size; left > 0;) {
+      ssize_t n = write(fd_, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        int e = errno;
+        close(fd_);
+        throw Error("cannot load the model library " + name + " from memory: writing its " + std::to_string(size) +
+                    " bytes to an in-memory file failed: " + std::strerror(e));
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
+    path_ = "/proc/self/fd/" + std::to_string(fd_);
+#else
+    (void)data;
+    (void)size;
+    throw Error("loading the model library " + name + " from memory needs Linux or Android (memfd_create); "
+                "load the artifact from a directory, or link the model into the app (iOS)");
+#endif
+  }
+  ~MemoryLibrary() {
+#if defined(__linux__)
+    // glibc finds a library already loaded by the name it was opened with: while this one stays mapped (its
+    // module still referenced, or not unloadable), keep the descriptor so that no later memfd gets the same
+    // number, and the same path, and is taken for it.
+    void* still = dlopen(path_.c_str(), RTLD_NOW | RTLD_NOLOAD);
+    if (still != nullptr) {
+      dlclose(still);
+      return;
+    }
+    close(fd_);
+#endif
+  }
+  MemoryLibrary(const MemoryLibrary&) = delete;
+  MemoryLibrary& operator=(const MemoryLibrary&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
 
 }  // namespace
 
@@ -302,6 +384,14 @@ void ConfigureThreads(const ThreadOptions& options) {
   Global("runtime.config_threadpool")(options.affinity, options.threads);
 }
 
+ArtifactFiles ReadArtifactFiles(const std::string& manifest_json) {
+  json::Object man = ParseManifest(manifest_json, "the text given");
+  ArtifactFiles files;
+  files.library = Str(AsObject(Field(man, "export", "manifest"), "export"), "library", "export");
+  files.params = ParamsFile(man);
+  return files;
+}
+
 std::string Timings::ToJson() const {
   char buf[512];
   std::snprintf(buf, sizeof(buf),
@@ -313,6 +403,7 @@ std::string Timings::ToJson() const {
 
 // ---------------------------------------------------------------- Model
 struct Model::Impl {
+  std::unique_ptr<MemoryLibrary> memory_library;  // first member, so released after the library's module
   std::string dir, device;
   std::vector<TensorInfo> inputs, outputs;
   DLDevice dev{kDLCPU, 0};
@@ -348,21 +439,26 @@ std::unique_ptr<Model> Model::Load(const std::string& dir_in, const ThreadOption
 }
 
 std::unique_ptr<Model> Model::Load(const std::string& dir_in, const LoadOptions& options) {
+  std::string dir = dir_in.empty() || dir_in.back() == '/' ? dir_in : dir_in + "/";
+  ArtifactData data;
+  data.manifest_json = ReadFile(dir + "manifest.json", "the artifact manifest");
+  return LoadArtifact(dir.empty() ? "./" : dir, std::move(data), options);
+}
+
+std::unique_ptr<Model> Model::Load(const ArtifactData& data, const LoadOptions& options) {
+  return LoadArtifact("", data, options);
+}
+
+std::unique_ptr<Model> Model::LoadArtifact(const std::string& dir, ArtifactData data, const LoadOptions& options) {
   const ThreadOptions& threads = options.threads;
   std::unique_ptr<Model> model(new Model());
   Impl& m = *model->impl_;
-  m.dir = dir_in.empty() || dir_in.back() == '/' ? dir_in : dir_in + "/";
+  const bool from_dir = !dir.empty();
+  m.dir = from_dir ? dir : data.name;
   auto t0 = Clock::now();
 
   // --- manifest
-  std::string text = ReadFile(m.dir + "manifest.json", "the artifact manifest");
-  ffi::String err;
-  json::Value root = json::Parse(text, &err);
-  if (!err.empty()) throw Error("manifest.json in " + m.dir + " is corrupt: " + std::string(err));
-  json::Object man = AsObject(root, "the top level");
-  if (Int(Field(man, "schema_version", "manifest"), "schema_version") != 1) {
-    throw Error("manifest.json in " + m.dir + " has a schema version this runtime does not read (want 1)");
-  }
+  json::Object man = ParseManifest(data.manifest_json, m.dir);
   std::string platform = Str(man, "platform", "manifest");
   std::string arch = Str(man, "arch", "manifest");
   m.device = Str(man, "device", "manifest");
@@ -372,11 +468,13 @@ std::unique_ptr<Model> Model::Load(const std::string& dir_in, const LoadOptions&
   }
   json::Object exp = AsObject(Field(man, "export", "manifest"), "export");
   std::string kind = Str(exp, "kind", "export");
-  std::string library = m.dir + Str(exp, "library", "export");
+  const std::string library_file = Str(exp, "library", "export");
+  std::string library = m.dir + library_file;  // what dlopen gets
+  std::string library_shown = library;         // what messages call it
   auto system_lib_it = exp.find(ffi::String("system_lib"));
   // iOS artifacts are linked into the app (TVM system-lib mode) instead of loaded from a file.
   const bool linked_in = system_lib_it != exp.end() && (*system_lib_it).second.try_cast<bool>().value_or(false);
-  if (linked_in) library = "the models linked into this program";
+  if (linked_in) library = library_shown = "the models linked into this program";
   if (kind != "shared" && !linked_in) {
     throw Error("the artifact in " + m.dir + " holds " + kind + " (" + library +
                 "), not a shared library: link it first, or compile without --objects-only");
@@ -385,11 +483,30 @@ std::unique_ptr<Model> Model::Load(const std::string& dir_in, const LoadOptions&
   m.outputs = TensorList(man, "outputs");
   m.input_set.assign(m.inputs.size(), false);
 
+  // --- library from memory: bytes (an in-memory file), or a path or name for the dynamic linker
+  if (!from_dir && !linked_in) {
+    if ((data.library_bytes != nullptr) == !data.library_path.empty()) {
+      throw Error("the artifact in " + m.dir + ": give its model library (" + library_file +
+                  ") either as bytes or as a file or library name (ArtifactData library_bytes / library_path; Java: "
+                  "library(...) / libraryPath(...)), " +
+                  (data.library_path.empty() ? "neither was given" : "not both"));
+    }
+    if (data.library_bytes != nullptr) {
+      library_shown = library_file + " of " + m.dir + " (" + std::to_string(data.library_size) + " bytes in memory)";
+      m.memory_library.reset(new MemoryLibrary(data.library_bytes, data.library_size, library_file));
+      library = m.memory_library->path();
+    } else {
+      library = library_shown = data.library_path;
+    }
+  }
+  // a bare name is the dynamic linker's to find (an Android app's packaged library): nothing to read here
+  const bool by_name = !linked_in && library.find('/') == std::string::npos;
+
   // --- library: check its architecture before dlopen, whose own error is misleading
-  std::string lib_arch = linked_in ? RuntimeArch() : LibraryArch(library);
-  if (lib_arch == "unreadable") throw Error("cannot read the model library " + library);
+  std::string lib_arch = linked_in || by_name ? RuntimeArch() : LibraryArch(library);
+  if (lib_arch == "unreadable") throw Error("cannot read the model library " + library_shown);
   if (lib_arch != RuntimeArch()) {
-    throw Error("the model library " + library + " is built for " + lib_arch + ", this device is " +
+    throw Error("the model library " + library_shown + " is built for " + lib_arch + ", this device is " +
                 RuntimeArch() + ": compile the model for this device's platform");
   }
   json::Object vm_info = AsObject(Field(man, "vm", "manifest"), "vm");
@@ -401,20 +518,40 @@ std::unique_ptr<Model> Model::Load(const std::string& dir_in, const LoadOptions&
   LoadBackend(m.device);
   ScopeLogFilter quiet_scopes;  // until the VM is created
   try {
-    m.lib = linked_in ? SystemLibrary() : ffi::Module::LoadFromFile(library);
+    if (linked_in) {
+      m.lib = SystemLibrary();
+    } else if (from_dir) {
+      m.lib = ffi::Module::LoadFromFile(library);
+    } else {  // LoadFromFile takes the format from the file's extension, which /proc/self/fd/N lacks
+      m.lib = Global("ffi.Module.load_from_file.so")(ffi::String(library), ffi::String("so")).cast<ffi::Module>();
+    }
   } catch (const ffi::Error& e) {
-    throw Error("cannot load the model library " + library + ": " + e.what());
+    throw Error("cannot load the model library " + library_shown + ": " + e.what());
   }
-  // --- weights kept apart from the library (--separate-params)
+  // --- weights kept apart from the library (--separate-params): a file of the directory, or bytes given
   std::vector<ffi::Tensor> host_params;
-  auto params_it = man.find(ffi::String("params"));
-  if (params_it != man.end() && (*params_it).second != nullptr) {
-    json::Object p = AsObject((*params_it).second, "params");
-    std::string file = m.dir + Str(p, "file", "params");
-    std::string blob = ReadFile(file, "the weights file");
+  const std::string params_file = ParamsFile(man);
+  if (!from_dir && params_file.empty() && data.params_bytes != nullptr) {
+    throw Error("weights were given for the artifact in " + m.dir + ", but its manifest names none: the model "
+                "was compiled without --separate-params (its weights are inside " + library_file + ")");
+  }
+  if (!params_file.empty()) {
+    json::Object p = AsObject((*man.find(ffi::String("params"))).second, "params");
+    std::string file = m.dir + params_file;
+    std::string blob;
+    if (from_dir) {
+      blob = ReadFile(file, "the weights file");
+      data.params_bytes = blob.data();
+      data.params_size = blob.size();
+    } else if (data.params_bytes == nullptr) {
+      throw Error("the artifact in " + m.dir + " keeps its weights apart (" + params_file +
+                  ", --separate-params): give their bytes too (ArtifactData params_bytes; Java: weights(...))");
+    } else {
+      file = params_file + " of " + m.dir + " (" + std::to_string(data.params_size) + " bytes in memory)";
+    }
     ffi::Map<ffi::String, ffi::Tensor> loaded;
-    try {
-      loaded = Global("runtime.LoadParams")(ffi::Bytes(blob.data(), blob.size()))
+    try {  // runtime.LoadParams reads a copy (ffi::Bytes); the caller's bytes are not kept
+      loaded = Global("runtime.LoadParams")(ffi::Bytes(static_cast<const char*>(data.params_bytes), data.params_size))
                    .cast<ffi::Map<ffi::String, ffi::Tensor>>();
     } catch (const ffi::Error& e) {
       throw Error("cannot read the weights in " + file + ": " + e.what());
@@ -450,7 +587,7 @@ std::unique_ptr<Model> Model::Load(const std::string& dir_in, const LoadOptions&
     if (!f.has_value()) throw Error("the model library has no function " + m.entry);
     m.main = *f;
   } catch (const ffi::Error& e) {
-    throw Error("cannot create the VM for " + m.device + " from " + library + ": " + e.what());
+    throw Error("cannot create the VM for " + m.device + " from " + library_shown + ": " + e.what());
   }
   CheckThreadOptions(threads);
   if (!linked_in && threads.affinity == 0) {

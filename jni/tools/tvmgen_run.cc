@@ -1,6 +1,7 @@
 // tvmgen-run: load an artifact, feed inputs (.npy or raw bytes), run, write outputs and timings.
 // The device-side twin of `tvmgen run`, usable over `adb shell` and under qemu.
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,6 +31,9 @@ const char* kUsage =
     "  --affinity big|little|any pin TVM's thread pool to these cores (default any: tvmgen's own\n"
     "                            launcher, unpinned; see ThreadOptions in tvmgen/runtime.h)\n"
     "  --host-visible-inputs     OpenCL: inputs in host-visible (mapped) buffers, copied with memcpy\n"
+    "  --from-memory             read the artifact's files into memory first and load it from there\n"
+    "                            (tvmgen::ArtifactData: the library through an in-memory file, the\n"
+    "                            weights from bytes), as an app with downloaded or decrypted models does\n"
     "  --timings FILE            write the timings JSON to FILE (default: stdout)\n"
     "  --profile FILE            also time each kernel over --repeat runs; the profile JSON to FILE\n"
     "  -h, --help                this text\n";
@@ -98,13 +103,34 @@ std::vector<char> ReadInput(const std::string& path, const tvmgen::TensorInfo& t
   return std::vector<char>(std::istreambuf_iterator<char>(f), {});
 }
 
+// The artifact in `dir` read into memory and loaded from there (the bytes are freed once Load returns).
+std::unique_ptr<tvmgen::Model> LoadFromMemory(const std::string& dir, const tvmgen::LoadOptions& options) {
+  auto read = [&](const std::string& name) {
+    std::ifstream f(dir + "/" + name, std::ios::binary);
+    if (!f) throw tvmgen::Error("cannot open " + dir + "/" + name + ": " + std::strerror(errno));
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  };
+  tvmgen::ArtifactData data;
+  data.name = dir + " (read into memory)";
+  data.manifest_json = read("manifest.json");
+  tvmgen::ArtifactFiles files = tvmgen::ReadArtifactFiles(data.manifest_json);
+  std::string library = read(files.library), params = files.params.empty() ? "" : read(files.params);
+  data.library_bytes = library.data();
+  data.library_size = library.size();
+  if (!files.params.empty()) {
+    data.params_bytes = params.data();
+    data.params_size = params.size();
+  }
+  return tvmgen::Model::Load(data, options);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string dir, output_dir, timings_file, profile_file;
   std::vector<std::string> input_flags;
   int warmup = 1, repeat = 10;
-  bool host_visible_inputs = false;
+  bool host_visible_inputs = false, from_memory = false;
   tvmgen::ThreadOptions threads;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -134,6 +160,8 @@ int main(int argc, char** argv) {
         else return Usage("--affinity takes big, little or any, not " + v);
       } else if (a == "--host-visible-inputs") {
         host_visible_inputs = true;
+      } else if (a == "--from-memory") {
+        from_memory = true;
       } else if (a == "--timings") {
         timings_file = value("--timings");
       } else if (a == "--profile") {
@@ -159,7 +187,7 @@ int main(int argc, char** argv) {
     load_options.threads = threads;
     load_options.host_visible_inputs = host_visible_inputs;
     tvmgen::ResidentMemory before_load = tvmgen::ReadResidentMemory();
-    auto model = tvmgen::Model::Load(dir, load_options);
+    auto model = from_memory ? LoadFromMemory(dir, load_options) : tvmgen::Model::Load(dir, load_options);
     tvmgen::ResidentMemory after_load = tvmgen::ReadResidentMemory();
     if (host_visible_inputs && !model->host_visible_inputs()) {
       std::fprintf(stderr, "tvmgen-run: --host-visible-inputs ignored: the model runs on %s, not opencl\n",
@@ -237,7 +265,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "tvmgen-run: %s on %s (%s, threads: %d): load %.1f ms, init %.1f ms, first run %.1f ms; median of %d: "
                  "copy-in %.3f ms, run %.3f ms, copy-out %.3f ms\n",
-                 dir.c_str(), model->device().c_str(), tvmgen::RuntimeArch(), model->threads(), t.load_ms, t.init_ms, t.first_run_ms,
+                 (from_memory ? dir + " (read into memory)" : dir).c_str(), model->device().c_str(), tvmgen::RuntimeArch(), model->threads(), t.load_ms, t.init_ms, t.first_run_ms,
                  repeat, copy_in.Median(), run.Median(), copy_out.Median());
     if (end.peak_bytes > 0) {
       std::fprintf(stderr, "tvmgen-run: peak resident memory (VmHWM): after load %.1f MB, overall %.1f MB\n",

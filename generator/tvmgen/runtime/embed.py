@@ -128,6 +128,7 @@ android {{
     defaultConfig {{ externalNativeBuild {{ cmake {{ arguments "-DTVM_SOURCE_DIR=/path/to/tvm" }} }} }}
 }}
 dependencies {{ implementation files('<bundle>/java/tvmgen.jar') }}  // or add java/src as a source dir
+android {{ sourceSets {{ main.java.srcDirs += '<bundle>/jni/java-android' }} }}  // AndroidAssets: models from assets
 ```
 The same build by hand, per ABI:
 ```sh

@@ -102,6 +102,42 @@ const char* RuntimeArch();
  */
 std::string LibraryArch(const std::string& path);
 
+/*!
+ * \brief An artifact held by the app rather than in a directory: its manifest's text, its weights' bytes
+ * (decrypted or downloaded by the app) and its model library as bytes or as a name for the dynamic linker.
+ * Model::Load reads it all during the call and keeps no pointer into it: the caller may free (or wipe)
+ * its buffers as soon as Load returns.
+ */
+struct ArtifactData {
+  /*! \brief What messages call the artifact ("the artifact in NAME"): an asset directory, a URL, ... */
+  std::string name = "memory";
+  /*! \brief manifest.json's text. */
+  std::string manifest_json;
+  /*!
+   * \brief The model library's bytes (manifest export.library). Linux and Android: written to an anonymous
+   * in-memory file (memfd_create, no file on any file system) and dlopen'ed from /proc/self/fd/N.
+   */
+  const void* library_bytes = nullptr;
+  size_t library_size = 0;
+  /*!
+   * \brief Instead of library_bytes: a library file, or a bare library name ("libmodel_cpu.so") that the
+   * dynamic linker looks up. On Android that is how a model library packaged in the APK's lib/<abi>/
+   * loads in place: stored uncompressed and 16 KB-aligned, the platform's linker maps it straight from the APK.
+   */
+  std::string library_path;
+  /*! \brief The weights' bytes (manifest params.file, written by --separate-params); none otherwise. */
+  const void* params_bytes = nullptr;
+  size_t params_size = 0;
+};
+
+/*! \brief The files an artifact's manifest names besides itself: its model library and its weights ("" if none). */
+struct ArtifactFiles {
+  std::string library;
+  std::string params;
+};
+/*! \brief Read from manifest.json's text, so an app knows which files to fetch for ArtifactData. */
+ArtifactFiles ReadArtifactFiles(const std::string& manifest_json);
+
 /*! \brief A loaded artifact, ready to run. Not thread-safe: one caller at a time. */
 class Model {
  public:
@@ -112,6 +148,11 @@ class Model {
   static std::unique_ptr<Model> Load(const std::string& dir, const ThreadOptions& threads = {});
   /*! \brief Load with options beyond the thread pool (see LoadOptions). */
   static std::unique_ptr<Model> Load(const std::string& dir, const LoadOptions& options);
+  /*!
+   * \brief Load an artifact from memory (see ArtifactData): no file is read for the manifest or the weights,
+   * and none is written. The same checks as a directory's (platform, library architecture).
+   */
+  static std::unique_ptr<Model> Load(const ArtifactData& data, const LoadOptions& options = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -148,6 +189,8 @@ class Model {
 
  private:
   Model();
+  // Both Loads: `dir` is the artifact directory ("" for ArtifactData), whose files fill in `data`.
+  static std::unique_ptr<Model> LoadArtifact(const std::string& dir, ArtifactData data, const LoadOptions& options);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

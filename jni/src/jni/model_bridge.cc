@@ -41,6 +41,63 @@ jlong JNICALL Load(JNIEnv* env, jclass, jstring dir, jint threads, jint affinity
   });
 }
 
+// An artifact from memory (org.tvmgen.ArtifactData): the library and the weights each come as a Java array, a
+// direct buffer (its whole capacity: Java passes a slice) or, for the library, a path or name. A weights array
+// is pinned, not copied, for the load; a library array is copied (into the in-memory file it goes to anyway;
+// only one array may be pinned while no JNI call is made). Nothing is kept once Load returns.
+jlong JNICALL LoadFromMemory(JNIEnv* env, jclass, jstring name, jbyteArray manifest, jbyteArray library_array,
+                             jobject library_buffer, jstring library_path, jbyteArray weights_array,
+                             jobject weights_buffer, jint threads, jint affinity) {
+  return Guard<jlong>(env, 0, [&] {
+    tvmgen::ArtifactData data;
+    data.name = ToString(env, name);
+    data.manifest_json = BytesOf(env, manifest);
+    data.library_path = ToString(env, library_path);
+    auto direct = [&](jobject buffer, const void** bytes, size_t* size, const char* what) {
+      if (buffer == nullptr) return;
+      jlong n = env->GetDirectBufferCapacity(buffer);
+      *bytes = DirectRange(env, buffer, 0, static_cast<jint>(n), what);
+      *size = static_cast<size_t>(n);
+    };
+    direct(library_buffer, &data.library_bytes, &data.library_size, "the model library's buffer");
+    direct(weights_buffer, &data.params_bytes, &data.params_size, "the weights' buffer");
+    tvmgen::LoadOptions options;
+    options.threads.threads = threads;
+    options.threads.affinity = affinity;
+    std::string library_copy;
+    if (library_array != nullptr) {
+      library_copy = BytesOf(env, library_array);
+      data.library_bytes = library_copy.data();
+      data.library_size = library_copy.size();
+    }
+    // pinned last: no JNI call may come between pinning and unpinning
+    std::unique_ptr<PinnedArray> weights_pin;
+    if (weights_array != nullptr) {
+      weights_pin.reset(new PinnedArray(env, weights_array, 1, PinnedArray::kRead, "the weights' bytes"));
+      data.params_bytes = weights_pin->data();
+      data.params_size = weights_pin->nbytes();
+    }
+    std::unique_ptr<tvmgen::Model> model = tvmgen::Model::Load(data, options);
+    return static_cast<jlong>(reinterpret_cast<intptr_t>(model.release()));
+  });
+}
+
+// {export.library, params.file or null} of a manifest's text (tvmgen::ReadArtifactFiles).
+jobjectArray JNICALL ArtifactFilesOf(JNIEnv* env, jclass, jbyteArray manifest) {
+  return Guard<jobjectArray>(env, nullptr, [&]() -> jobjectArray {
+    tvmgen::ArtifactFiles files = tvmgen::ReadArtifactFiles(BytesOf(env, manifest));
+    jclass string_class = env->FindClass("java/lang/String");
+    CheckJava(env);
+    jobjectArray out = env->NewObjectArray(2, string_class, nullptr);
+    CheckJava(env);
+    env->SetObjectArrayElement(out, 0, env->NewStringUTF(files.library.c_str()));
+    CheckJava(env);
+    if (!files.params.empty()) env->SetObjectArrayElement(out, 1, env->NewStringUTF(files.params.c_str()));
+    CheckJava(env);
+    return out;
+  });
+}
+
 void JNICALL Free(JNIEnv* env, jclass, jlong handle) {
   GuardVoid(env, [&] { delete reinterpret_cast<tvmgen::Model*>(static_cast<intptr_t>(handle)); });
 }
@@ -175,6 +232,10 @@ jstring JNICALL RuntimeArch(JNIEnv* env, jclass) { return env->NewStringUTF(tvmg
 std::vector<JNINativeMethod> ModelNatives() {
   return {
       Native("modelLoad", "(Ljava/lang/String;II)J", Load),
+      Native("modelLoadFromMemory",
+             "(Ljava/lang/String;[B[BLjava/nio/ByteBuffer;Ljava/lang/String;[BLjava/nio/ByteBuffer;II)J",
+             LoadFromMemory),
+      Native("artifactFiles", "([B)[Ljava/lang/String;", ArtifactFilesOf),
       Native("modelFree", "(J)V", Free),
       Native("modelDevice", "(J)Ljava/lang/String;", DeviceName),
       Native("modelTensorCount", "(JZ)I", TensorCount),

@@ -31,6 +31,9 @@ import java.util.concurrent.ThreadFactory;
  * }
  * }</pre>
  *
+ * <p>An artifact can also come from memory instead of a directory ({@link #load(ArtifactData)}): weights the
+ * app decrypted or downloaded, an Android app's assets, nothing written to a file.
+ *
  * <p>Data cross into and out of the model as host bytes: {@code float[]} arrays (copied straight
  * from the array's memory, no intermediate Java copy) or direct {@link ByteBuffer}s (passed by
  * address, no copy at all). Inputs keep their values between runs until set again.
@@ -167,9 +170,45 @@ public final class Model extends NativeHandle {
     loadNativeLibrary();
     long[] before = NativeLib.residentMemory();  // as tvmgen-run: VmRSS before, VmHWM after (load + VM init)
     long h = NativeLib.modelLoad(dir, threads, affinity);
+    return wrap(h, dir, before);
+  }
+
+  /**
+   * Loads an artifact held in memory (see {@link ArtifactData}) with the default CPU threading.
+   *
+   * @param data the manifest, library and weights
+   * @return the loaded model; close it when done
+   * @throws TvmgenException if the artifact cannot be loaded (its library or weights missing, another
+   *     platform's library, ...)
+   */
+  public static Model load(ArtifactData data) {
+    return load(data, 0, AFFINITY_ANY);
+  }
+
+  /**
+   * Loads an artifact held in memory and sets its CPU threads (see {@link #load(String, int, int)}). No file
+   * is read or written; the runtime keeps no reference to {@code data}'s bytes once this returns.
+   *
+   * @param data the manifest, library and weights
+   * @param threads CPU threads; 0 for {@code TVM_NUM_THREADS}, else one per physical big core
+   * @param affinity {@link #AFFINITY_BIG}, {@link #AFFINITY_LITTLE} or {@link #AFFINITY_ANY}
+   * @return the loaded model, whose {@link #directory()} is the artifact's {@link ArtifactData#name()}
+   * @throws TvmgenException if the artifact cannot be loaded or the thread settings are invalid
+   */
+  public static Model load(ArtifactData data, int threads, int affinity) {
+    if (data == null) {
+      throw new NullPointerException("data");
+    }
+    loadNativeLibrary();
+    long[] before = NativeLib.residentMemory();
+    long h = data.load(threads, affinity);
+    return wrap(h, data.name(), before);
+  }
+
+  private static Model wrap(long h, String name, long[] before) {
     long[] after = NativeLib.residentMemory();
     try {
-      return new Model(h, dir, before[0], after[1]);
+      return new Model(h, name, before[0], after[1]);
     } catch (RuntimeException | Error e) {
       NativeLib.modelFree(h);
       throw e;
@@ -191,7 +230,7 @@ public final class Model extends NativeHandle {
   /**
    * The directory the model was loaded from.
    *
-   * @return the path given to {@link #load(String)}
+   * @return the path given to {@link #load(String)}, or the {@link ArtifactData#name()} of an artifact from memory
    */
   public String directory() {
     return directory;

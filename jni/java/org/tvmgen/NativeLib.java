@@ -95,6 +95,13 @@ final class NativeLib {
 
   static native long modelLoad(String dir, int threads, int affinity);
 
+  /** An artifact from memory (ArtifactData): library and weights each as an array, a direct buffer or null. */
+  static native long modelLoadFromMemory(String name, byte[] manifest, byte[] libraryArray, ByteBuffer libraryBuffer,
+      String libraryPath, byte[] weightsArray, ByteBuffer weightsBuffer, int threads, int affinity);
+
+  /** {export.library, params.file or null} of a manifest.json's bytes. */
+  static native String[] artifactFiles(byte[] manifest);
+
   static native void modelFree(long model);
 
   static native String modelDevice(long model);
