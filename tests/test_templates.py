@@ -498,11 +498,11 @@ def test_app_renders_and_says_what_is_missing(tvmgen, tmp_path):
     r = tvmgen(
         "app",
         "--model",
-        "builtin:mobilenet",
+        "builtin:tiny",
         "--device",
         "opencl",
         "--package",
-        "org.qa.mobilenet",
+        "org.qa.tiny",
         "-o",
         tmp_path / "proj",
         extra_env=NO_ANDROID,
@@ -516,15 +516,15 @@ def test_app_renders_and_says_what_is_missing(tvmgen, tmp_path):
     for dev in ("opencl", "cpu"):
         m = json.loads((proj / f"app/src/main/assets/model-{dev}/manifest.json").read_text())
         assert m["platform"] == "android-arm64" and m["device"] == dev
-    assert "applicationId 'org.qa.mobilenet'" in (proj / "app/build.gradle").read_text()
+    assert "applicationId 'org.qa.tiny'" in (proj / "app/build.gradle").read_text()
     # asked to install, but no APK can be built here: a clear failure, the project kept
-    r = tvmgen("app", "--model", "builtin:mobilenet", "-o", tmp_path / "proj2", "--install", extra_env=NO_ANDROID)
+    r = tvmgen("app", "--model", "builtin:tiny", "-o", tmp_path / "proj2", "--install", extra_env=NO_ANDROID)
     assert r.returncode == 3 and "cannot install or run" in r.stderr and (tmp_path / "proj2/app").is_dir()
-    r = tvmgen("app", "--model", "builtin:mobilenet", "-o", tmp_path / "proj", extra_env=NO_ANDROID)
+    r = tvmgen("app", "--model", "builtin:tiny", "-o", tmp_path / "proj", extra_env=NO_ANDROID)
     assert r.returncode == 2 and "already exists" in r.stderr
-    r = tvmgen("app", "--model", "builtin:mobilenet", "--package", "Bad Id", "-o", tmp_path / "p3")
+    r = tvmgen("app", "--model", "builtin:tiny", "--package", "Bad Id", "-o", tmp_path / "p3")
     assert r.returncode == 2 and "not a valid Android application id" in r.stderr and not (tmp_path / "p3").exists()
-    r = tvmgen("app", "--model", "builtin:mobilenet", "--release", "-o", tmp_path / "p4")
+    r = tvmgen("app", "--model", "builtin:tiny", "--release", "-o", tmp_path / "p4")
     assert r.returncode == 2 and "--release needs --keystore" in r.stderr
 
 

@@ -3,6 +3,9 @@
 ``builtin:mobilenet`` is a MobileNet-v1-style classifier (depthwise-separable blocks with
 batch norm and ReLU6, global pooling, a 1000-way classifier, softmax) at width 0.5, written
 as ONNX so it follows the same path as a user's ONNX file and is checked with onnxruntime.
+
+``builtin:tiny`` is the same network cut to two blocks at 32x32 with 10 classes: it compiles in a
+couple of seconds, for trying the tools (and for the tests of plumbing: options, errors, layouts).
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ from tvmgen.core.errors import InputError
 MOBILENET_BLOCKS = [(32, 1), (64, 2), (64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (256, 1), (512, 2), (512, 1)]
 
 
-def mobilenet_onnx(resolution: int = 224, classes: int = 1000, seed: int = 0):
+# The tiny variant: two blocks, for a model that compiles in seconds.
+TINY_BLOCKS = [(16, 2), (32, 2)]
+
+
+def mobilenet_onnx(
+    resolution: int = 224, classes: int = 1000, seed: int = 0, blocks=MOBILENET_BLOCKS, name: str = "mobilenet"
+):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -62,7 +71,7 @@ def mobilenet_onnx(resolution: int = 224, classes: int = 1000, seed: int = 0):
 
     x = conv_bn_relu6("input", 3, 16, 3, 2, 1, "stem")
     cin = 16
-    for i, (cout, stride) in enumerate(MOBILENET_BLOCKS):
+    for i, (cout, stride) in enumerate(blocks):
         x = conv_bn_relu6(x, cin, cin, 3, stride, cin, f"block{i}.dw")
         x = conv_bn_relu6(x, cin, cout, 1, 1, 1, f"block{i}.pw")
         cin = cout
@@ -75,7 +84,7 @@ def mobilenet_onnx(resolution: int = 224, classes: int = 1000, seed: int = 0):
 
     graph = helper.make_graph(
         nodes,
-        "tvmgen_builtin_mobilenet",
+        f"tvmgen_builtin_{name}",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, resolution, resolution])],
         [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, classes])],
         inits,
@@ -86,7 +95,11 @@ def mobilenet_onnx(resolution: int = 224, classes: int = 1000, seed: int = 0):
     return model
 
 
-BUILTINS = {"mobilenet": mobilenet_onnx}
+def tiny_onnx():
+    return mobilenet_onnx(resolution=32, classes=10, blocks=TINY_BLOCKS, name="tiny")
+
+
+BUILTINS = {"mobilenet": mobilenet_onnx, "tiny": tiny_onnx}
 
 
 def materialize(spec: str, directory: Path) -> Path:
