@@ -94,6 +94,66 @@ def opencl_lib(ocl_runtime) -> Path:
     return lib
 
 
+def _run_captured(cmd, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def java_build(tmp_path_factory) -> dict:
+    """libtvmgen_jni.so + tvmgen.jar built from jni/ with CMake against the host TVM, and tests/java compiled
+    against the jar: once per run (pytest-xdist workers take turns on one build, as ``compiled`` does), shared
+    by the Java API's tests and the AAR's host run."""
+    import platform
+    import shutil
+
+    from tvmgen.core.artifact import exclusive
+
+    for tool in ("cmake", "javac", "java"):
+        if shutil.which(tool) is None:
+            unavailable(f"{tool} is not installed: cannot build and test the Java API")
+    import tvm
+    import tvm_ffi
+
+    site = Path(tvm.__file__).resolve().parent.parent
+    if Path(tvm_ffi.__file__).resolve().parent.parent != site:
+        unavailable("tvm and tvm_ffi are installed in different directories; TVMGEN_TVM_PREBUILT needs one")
+    base = tmp_path_factory.getbasetemp()
+    build = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jni-build"
+    lib, jar, classes = build / "libtvmgen_jni.so", build / "tvmgen.jar", build / "test-classes"
+    with exclusive(build.with_name("jni-build.lock")):
+        if not (classes / "ModelCheck.class").is_file():  # not built by another worker of this run
+            conf = _run_captured(
+                [
+                    "cmake",
+                    "-S",
+                    REPO / "jni",
+                    "-B",
+                    build,
+                    f"-DTVMGEN_TVM_PREBUILT={site}",
+                    "-DTVMGEN_BUILD_TOOLS=OFF",
+                    "-DCMAKE_BUILD_TYPE=Release",
+                ]
+            )
+            assert conf.returncode == 0, f"cmake configure failed:\n{conf.stdout}\n{conf.stderr}"
+            if "no JNI headers found" in conf.stdout:
+                unavailable("no JNI headers (jni.h) found by CMake: set JAVA_HOME to a JDK")
+            if "no Java compiler found" in conf.stdout:
+                unavailable("CMake found no Java compiler (javac, jar): set JAVA_HOME to a JDK")
+            jobs = str(max(1, min(4, os.cpu_count() or 1)))
+            b = _run_captured(
+                ["cmake", "--build", build, "--target", "tvmgen_jni", "tvmgen_jar", "-j", jobs], timeout=900
+            )
+            assert b.returncode == 0, f"build failed:\n{b.stdout[-4000:]}\n{b.stderr[-4000:]}"
+            c = _run_captured(["javac", "-cp", jar, "-d", classes, *sorted((REPO / "tests" / "java").glob("*.java"))])
+            assert c.returncode == 0, f"javac failed:\n{c.stdout}\n{c.stderr}"
+    assert lib.is_file() and jar.is_file() and (build / "libtvmgen_jni_bridge.so").is_file(), sorted(
+        p.name for p in build.iterdir()
+    )
+    if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64"):
+        assert (build / "libtvmgen_jni_sigguard.so").is_file(), sorted(p.name for p in build.iterdir())
+    return {"dir": build, "lib": lib, "jar": jar, "classpath": f"{jar}{os.pathsep}{classes}"}
+
+
 def _content_digest(path: Path) -> str:
     """sha256 of a model file's bytes (of every file, with its relative name, for a directory)."""
     h = hashlib.sha256()

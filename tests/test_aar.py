@@ -1,5 +1,6 @@
-"""`tvmgen aar`: the AAR's layout, manifest, consumer rules and classes.jar (compiled against by javac here),
-its libraries checked for the ABI, for Android (bionic) and for 16 KB pages.
+"""`tvmgen aar`: the AAR's layout (each model's library among the native libraries, loaded in place), manifest,
+consumer rules and classes.jar (Java 8 bytecode, compiled against by javac here and run on the host JVM with the
+host JNI library), its libraries checked for the ABI, for Android (bionic) and for 16 KB pages.
 
 The Android runtime libraries need the NDK, which is not here: the packaging is exercised with the
 linux-aarch64 build of the same sources (real aarch64 ELF files linked here, passed with
@@ -10,6 +11,8 @@ libraries are packaged through the CLI.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -17,6 +20,7 @@ import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import REPO, require_tool, save_onnx, single_op_models
@@ -84,26 +88,42 @@ def aarch64_native(tmp_path_factory, aarch64_runtime) -> Path:
     return lib
 
 
-def test_aar_layout(android_artifact, aarch64_native, tmp_path):
-    out = aar.build_aar(
+@pytest.fixture(scope="module")
+def softmax_aar(android_artifact, aarch64_native, tmp_path_factory) -> aar.Aar:
+    return aar.build_aar(
         [android_artifact],
         {"arm64-v8a": aarch64_native},
-        tmp_path / "softmax.aar",
+        tmp_path_factory.mktemp("aar") / "softmax.aar",
         "org.example.softmax",
         require_android=False,
     )
+
+
+def test_aar_layout(softmax_aar, android_artifact, aarch64_native, tmp_path):
+    out = softmax_aar
     names = set(out.entries)
     assert {"AndroidManifest.xml", "classes.jar", "proguard.txt", "R.txt"} <= names
     assert {f"jni/arm64-v8a/{n}" for n in aar.RUNTIME_LIBRARIES} <= names
     assert "jni/arm64-v8a/libtvmgen_opencl.so" not in names  # a CPU model ships no OpenCL backend
-    assert {"assets/tvmgen/softmax-cpu/manifest.json", "assets/tvmgen/softmax-cpu/model.so"} <= names
     assert out.models == ["softmax-cpu"] and out.abis == ["arm64-v8a"]
+    # the model's library is one of the native libraries (loaded in place from the APK), named after the model,
+    # the device and the manifest's sha256 of it, and byte for byte the library that sha256 describes; the
+    # assets keep the rest of the artifact and name the library
+    sha = json.loads((android_artifact / "manifest.json").read_text())["files"]["model.so"]["sha256"]
+    library = f"libtvmgen_model_softmax_cpu_{sha[:12]}.so"
+    assert out.libraries == {"softmax-cpu": library}
+    assets = {n.removeprefix("assets/tvmgen/softmax-cpu/") for n in names if n.startswith("assets/")}
+    assert assets == {p.name for p in android_artifact.iterdir()} - {"model.so"} | {"library.txt"}
+    assert f"jni/arm64-v8a/{library}" in names
 
     with zipfile.ZipFile(out.path) as z:
         manifest = ET.fromstring(z.read("AndroidManifest.xml"))
         rules = z.read("proguard.txt").decode()
         (tmp_path / "classes.jar").write_bytes(z.read("classes.jar"))
-        assert z.read("assets/tvmgen/softmax-cpu/model.so") == (android_artifact / "model.so").read_bytes()
+        shipped = z.read(f"jni/arm64-v8a/{library}")
+        assert z.read("assets/tvmgen/softmax-cpu/library.txt") == f"{library}\n".encode()
+        assert z.read("assets/tvmgen/softmax-cpu/manifest.json") == (android_artifact / "manifest.json").read_bytes()
+    assert shipped == (android_artifact / "model.so").read_bytes() and hashlib.sha256(shipped).hexdigest() == sha
     assert manifest.get("package") == "org.example.softmax"
     sdk = manifest.find("uses-sdk")
     assert sdk.get(f"{ANDROID}minSdkVersion") == "24" and sdk.get(f"{ANDROID}targetSdkVersion") == "35"
@@ -112,17 +132,17 @@ def test_aar_layout(android_artifact, aarch64_native, tmp_path):
 
     # every library in it (the runtime's and the model's) is 16 KB-ready, as `tvmgen inspect x.aar` says
     assert out.pages and all(r.ok for r in out.pages), [r.summary() for r in out.pages if not r.ok]
-    assert {r.name for r in out.pages} >= {
-        "jni/arm64-v8a/libtvmgen_jni_bridge.so",
-        "assets/tvmgen/softmax-cpu/model.so",
-    }
+    assert {r.name for r in out.pages} >= {"jni/arm64-v8a/libtvmgen_jni_bridge.so", f"jni/arm64-v8a/{library}"}
 
-    # classes.jar: Java 8 class files (major 52) holding the API; an app compiles against it
+    # classes.jar: Java 8 class files (major 52) holding the API, Android's class (android.jar) left out;
+    # an app compiles against it
     with zipfile.ZipFile(tmp_path / "classes.jar") as jar:
-        classes = set(jar.namelist())
-        model_class = jar.read("org/tvmgen/Model.class")
-    assert {"org/tvmgen/Model.class", "org/tvmgen/NativeLib.class", "org/tvmgen/TvmgenException.class"} <= classes
-    assert int.from_bytes(model_class[6:8], "big") == 52
+        classes = {n: jar.read(n) for n in jar.namelist() if n.endswith(".class")}
+    assert {"org/tvmgen/Model.class", "org/tvmgen/ArtifactData.class", "org/tvmgen/TvmgenException.class"} <= set(
+        classes
+    )
+    assert "org/tvmgen/AndroidAssets.class" not in classes
+    assert {n: int.from_bytes(c[6:8], "big") for n, c in classes.items()} == dict.fromkeys(classes, 52)
     app = tmp_path / "App.java"
     app.write_text(
         "import org.tvmgen.Model;\n"
@@ -144,6 +164,98 @@ def test_aar_layout(android_artifact, aarch64_native, tmp_path):
         require_android=False,
     )
     assert again.path.read_bytes() == out.path.read_bytes()  # deterministic
+
+
+# What an app does with the AAR, in plain Java 8 (the AAR's classes.jar holds no android.jar class): a packaged
+# artifact's manifest and weights read from its asset directory, its library found by name among the native
+# libraries; one run through runAsyncAndRead. args: ASSET_DIR INPUT.bin OUTPUT.bin (little-endian float32).
+AAR_APP = """\
+import java.io.File;
+import java.io.FileInputStream;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.file.Files;
+import org.tvmgen.ArtifactData;
+import org.tvmgen.Model;
+
+public class AarApp {
+  public static void main(String[] args) throws Exception {
+    final File assets = new File(args[0]);
+    ArtifactData data = ArtifactData.readPackaged(args[0], name -> new FileInputStream(new File(assets, name)));
+    float[] x = new float[(int) new File(args[1]).length() / 4];
+    ByteBuffer.wrap(Files.readAllBytes(new File(args[1]).toPath())).order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer().get(x);
+    try (Model model = Model.load(data, 1, Model.AFFINITY_ANY)) {
+      model.setInput(0, x);
+      float[] y = model.runAsyncAndRead(m -> m.getOutputFloats(0)).get();
+      ByteBuffer out = ByteBuffer.allocate(4 * y.length).order(ByteOrder.LITTLE_ENDIAN);
+      out.asFloatBuffer().put(y);
+      Files.write(new File(args[2]).toPath(), out.array());
+      System.out.println("ran " + data + " on " + model.device());
+    }
+  }
+}
+"""
+
+
+def test_classes_jar_runs_a_packaged_model_on_the_host(softmax_aar, java_build, compiled, tmp_path):
+    """The AAR's classes.jar (Java 8 bytecode) on this JVM with the host's JNI library: a host artifact packaged
+    as the AAR packages its models (the library among the native libraries, on the linker's path here as the
+    APK's lib/<abi>/ is on Android; the manifest and --separate-params weights in the assets) loads by name
+    and gives the Python VM's and onnxruntime's outputs."""
+    import onnxruntime as ort
+
+    from tvmgen.android import project
+    from tvmgen.runtime.runner import HostModel
+
+    with zipfile.ZipFile(softmax_aar.path) as z:
+        (tmp_path / "classes.jar").write_bytes(z.read("classes.jar"))
+    onnx_path = save_onnx(single_op_models()["gemm"], tmp_path / "gemm.onnx")
+    art = compiled(onnx_path, name="gemm", separate_params=True)
+    packaged = project.package_model(art)
+    packaged.write(tmp_path / "assets" / "gemm-cpu", tmp_path / "lib")
+    assert "model.so" not in {p.name for p in (tmp_path / "assets" / "gemm-cpu").iterdir()}
+    assert (tmp_path / "assets" / "gemm-cpu" / "model.params").is_file()
+
+    (tmp_path / "AarApp.java").write_text(AAR_APP)
+    javac = subprocess.run(
+        ["javac", "--release", "8", "-cp", tmp_path / "classes.jar", "-d", tmp_path / "app", tmp_path / "AarApp.java"],
+        capture_output=True,
+        text=True,
+    )
+    assert javac.returncode == 0, javac.stderr
+    x = np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)
+    x.tofile(tmp_path / "x.bin")
+    env = dict(
+        os.environ,
+        LD_LIBRARY_PATH=os.pathsep.join(
+            filter(None, [str(tmp_path / "lib" / packaged.abi), os.environ.get("LD_LIBRARY_PATH")])
+        ),
+    )
+    r = subprocess.run(
+        [
+            "java",
+            "-Xcheck:jni",
+            f"-Djava.library.path={java_build['dir']}",
+            "-cp",
+            os.pathsep.join([str(tmp_path / "classes.jar"), str(tmp_path / "app")]),
+            "AarApp",
+            tmp_path / "assets" / "gemm-cpu",
+            tmp_path / "x.bin",
+            tmp_path / "y.bin",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "warning" not in (r.stdout + r.stderr).lower(), r.stdout + r.stderr  # -Xcheck:jni
+    assert f"ran ArtifactData({tmp_path / 'assets' / 'gemm-cpu'}: model.so, model.params) on cpu" in r.stdout
+    got = np.fromfile(tmp_path / "y.bin", "<f4").reshape(4, 32)
+    (vm,) = HostModel(art).run({"a": x})
+    (reference,) = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(None, {"a": x})
+    np.testing.assert_allclose(got, vm, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-4)
 
 
 def test_aar_refuses_linux_libraries_and_4k_pages(android_artifact, aarch64_native, tmp_path, tvmgen):

@@ -34,53 +34,7 @@ def run(cmd, timeout=300, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, **kw)
 
 
-# ----------------------------------------------------------------------------- build
-
-
-@pytest.fixture(scope="module")
-def java_build(tmp_path_factory) -> dict:
-    """libtvmgen_jni.so + tvmgen.jar built with CMake, and the test harness compiled against the jar."""
-    for tool in ("cmake", "javac", "java"):
-        if shutil.which(tool) is None:
-            unavailable(f"{tool} is not installed: cannot build and test the Java API")
-    import tvm
-    import tvm_ffi
-
-    site = Path(tvm.__file__).resolve().parent.parent
-    if Path(tvm_ffi.__file__).resolve().parent.parent != site:
-        unavailable("tvm and tvm_ffi are installed in different directories; TVMGEN_TVM_PREBUILT needs one")
-    build = tmp_path_factory.mktemp("jni-build")
-    conf = run(
-        [
-            "cmake",
-            "-S",
-            REPO / "jni",
-            "-B",
-            build,
-            f"-DTVMGEN_TVM_PREBUILT={site}",
-            "-DTVMGEN_BUILD_TOOLS=OFF",
-            "-DCMAKE_BUILD_TYPE=Release",
-        ]
-    )
-    assert conf.returncode == 0, f"cmake configure failed:\n{conf.stdout}\n{conf.stderr}"
-    if "no JNI headers found" in conf.stdout:
-        unavailable("no JNI headers (jni.h) found by CMake: set JAVA_HOME to a JDK")
-    if "no Java compiler found" in conf.stdout:
-        unavailable("CMake found no Java compiler (javac, jar): set JAVA_HOME to a JDK")
-    jobs = str(max(1, min(4, os.cpu_count() or 1)))
-    b = run(["cmake", "--build", build, "--target", "tvmgen_jni", "tvmgen_jar", "-j", jobs], timeout=900)
-    assert b.returncode == 0, f"build failed:\n{b.stdout[-4000:]}\n{b.stderr[-4000:]}"
-    lib, jar = build / "libtvmgen_jni.so", build / "tvmgen.jar"
-    assert lib.is_file() and jar.is_file() and (build / "libtvmgen_jni_bridge.so").is_file(), sorted(
-        p.name for p in build.iterdir()
-    )
-    if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64"):
-        assert (build / "libtvmgen_jni_sigguard.so").is_file(), sorted(p.name for p in build.iterdir())
-
-    classes = build / "test-classes"
-    c = run(["javac", "-cp", jar, "-d", classes, *sorted(JAVA_SRC.glob("*.java"))])
-    assert c.returncode == 0, f"javac failed:\n{c.stdout}\n{c.stderr}"
-    return {"dir": build, "lib": lib, "jar": jar, "classpath": f"{jar}{os.pathsep}{classes}"}
+# ----------------------------------------------------------------------------- build (conftest.java_build)
 
 
 def assert_no_jni_warnings(p: subprocess.CompletedProcess) -> None:

@@ -434,3 +434,22 @@ def test_flops_of_a_tflite_depthwise_block_and_mobilenetv2(tmp_path):
     total = sum(conv_macs(r).values())
     assert 295e6 <= total <= 305e6, conv_macs(r)  # 300.8 M counted by hand from the architecture
     assert 590 <= r.flops_share()["total_mflops"] <= 640, r.flops_share()  # plus adds, activations, pooling
+
+
+def test_nnapi_commands_say_it_is_deprecated(tvmgen_inprocess, tmp_path):
+    """NNAPI is deprecated since Android 15: compile and app with --device nnapi, and partition, say so before
+    anything else (here each then stops on an argument error, so no TVM work runs) and point to the GPU path;
+    a command for another device says nothing of it."""
+    notice = "NNAPI is deprecated since Android 15 (developer.android.com/ndk/guides/neuralnetworks/migration-guide)"
+    nnapi_fp16 = ["--platform", "android-arm64", "--device", "nnapi", "--precision", "fp16"]
+    runs = {
+        "compile": tvmgen_inprocess("compile", "builtin:mobilenet", *nnapi_fp16, "-o", tmp_path / "c"),
+        "app": tvmgen_inprocess("app", "--model", "builtin:mobilenet", *nnapi_fp16, "-o", tmp_path / "a"),
+        "partition": tvmgen_inprocess("partition", "builtin:mobilenet", "--nnapi", "--measure"),
+    }
+    for command, r in runs.items():
+        assert r.returncode == 2, (command, r.output)
+        assert notice in r.stderr and "For the phone's GPU use --device opencl" in r.stderr, (command, r.stderr)
+        assert r.stderr.index(notice) < r.stderr.index("error"), (command, r.stderr)  # said first
+    r = tvmgen_inprocess("app", "--model", "builtin:mobilenet", "--device", "opencl", "--report", tmp_path / "r.html")
+    assert r.returncode == 2 and "--report writes" in r.stderr and "NNAPI" not in r.output, r.output

@@ -3,6 +3,8 @@ native part built on the host with CMake against the host runtime."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -65,8 +67,13 @@ def test_deploy_project_files(tmp_path, artifacts):
     assert "abiFilters 'arm64-v8a'" in gradle and "path 'src/main/cpp/CMakeLists.txt'" in gradle
     assert "targets 'tvmgen_jni', 'tvmgen_jni_bridge', 'tvmgen_opencl'" in gradle  # the OpenCL backend ships
     assert "main.java.srcDirs += ['../tvmgen-jni/java', '../tvmgen-jni/java-android']" in gradle
-    # 16 KB pages: the NDK told to align every library, and the libraries kept uncompressed (page-aligned by AGP)
-    assert "'-DANDROID_SUPPORT_FLEXIBLE_PAGE_SIZES=ON'" in gradle and "useLegacyPackaging false" in gradle
+    # 16 KB pages: the NDK told to align every library, and the libraries kept uncompressed (page-aligned by AGP);
+    # the models' libraries (src/main/jniLibs) left unstripped, the bytes their manifests' sha256 describe
+    assert "'-DANDROID_SUPPORT_FLEXIBLE_PAGE_SIZES=ON'" in gradle
+    jni_libs = re.search(r"packaging \{\s*jniLibs \{(.*?)\n        \}", gradle, re.S).group(1)
+    assert "useLegacyPackaging = false" in jni_libs, jni_libs
+    assert "keepDebugSymbols += ['**/libtvmgen_model_*.so']" in jni_libs, jni_libs
+    assert "packagingOptions" not in gradle  # AGP 8's name for it is packaging
     assert "id 'com.android.application' version '8.6.1'" in (out / "build.gradle").read_text()
     assert 'rootProject.name = "MobileNet QA"' in (out / "settings.gradle").read_text()
     assert "gradle-8.7-bin.zip" in (out / "gradle/wrapper/gradle-wrapper.properties").read_text()
@@ -84,6 +91,10 @@ def test_deploy_project_files(tmp_path, artifacts):
     assert (out / "tvmgen-jni/java/org/tvmgen/Model.java").is_file()
     for device in ("opencl", "cpu"):
         assert (out / f"app/src/main/assets/model-{device}/manifest.json").is_file()
+        # objects only (no NDK here): no library to package, the artifact stays whole (model.tar) in the assets
+        assert (out / f"app/src/main/assets/model-{device}/model.tar").is_file()
+        assert not (out / f"app/src/main/assets/model-{device}/library.txt").exists()
+    assert not (out / "app/src/main/jniLibs").exists()
     assert not list(out.rglob("*.jinja"))
 
 
@@ -172,7 +183,33 @@ def host_app(tmp_path_factory, artifacts):
     )
     r = subprocess.run(["cmake", "--build", build, "-j2"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return {"project": out, "build": build}
+    return {"project": out, "build": build, "host_artifact": d / "host-cpu"}
+
+
+def test_model_library_packaged_as_native_library(host_app):
+    """A linked artifact ships its library as one of the app's native libraries (jniLibs/<abi>/, the APK's
+    lib/<abi>/), byte for byte what its manifest's sha256 describes, named in its assets; the rest stays there."""
+    main = host_app["project"] / "app/src/main"
+    manifest = json.loads((main / "assets/model-cpu/manifest.json").read_text())
+    sha = manifest["files"]["model.so"]["sha256"]
+    name = (main / "assets/model-cpu/library.txt").read_text()
+    assert name == f"libtvmgen_model_m_cpu_{sha[:12]}.so\n"
+    (lib,) = (main / "jniLibs").rglob("*.so")
+    assert lib.relative_to(main / "jniLibs").as_posix() == f"{manifest['abi']}/{name.strip()}"
+    assert hashlib.sha256(lib.read_bytes()).hexdigest() == sha
+    shipped = {p.name for p in (main / "assets/model-cpu").iterdir()}
+    assert shipped == {p.name for p in host_app["host_artifact"].iterdir()} - {"model.so"} | {"library.txt"}
+    # the OpenCL artifact has objects only (no NDK here): whole in the assets, nothing among the native libraries
+    assert (main / "assets/model-opencl/model.tar").is_file() and not (
+        main / "assets/model-opencl/library.txt"
+    ).exists()
+    # an artifact whose library changed after compiling is refused, not packaged
+    changed = host_app["project"].parent / "changed"
+    shutil.copytree(host_app["host_artifact"], changed)
+    with open(changed / "model.so", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(InputError, match="does not match the sha256"):
+        android_project.package_model(changed)
 
 
 def test_app_native_part_builds_on_the_host(host_app):
@@ -318,14 +355,20 @@ def test_app_java_compiles_for_every_device(tmp_path, artifacts):
         assert key in readme, key
 
 
-def run_app_on_host(host_app, tmp_path, **extras) -> dict:
-    """The rendered app's MainActivity on this JVM (ANDROID_STUBS), its native part the host build."""
+def run_app_on_host(host_app, tmp_path, native_libraries=True, **extras) -> dict:
+    """The rendered app's MainActivity on this JVM (ANDROID_STUBS), its native part the host build. The
+    project's jniLibs/<abi>/ (the APK's lib/<abi>/) is on the dynamic linker's path (LD_LIBRARY_PATH), where
+    an app's own native libraries are on Android, unless ``native_libraries`` is False."""
     require_tool("java")
     project = host_app["project"]
     classes = compile_app_java(project, "org.example.mobilenet", tmp_path)
     root = tmp_path / "device"
     shutil.copytree(project / "app/src/main/assets", root / "assets")
     jni = next(host_app["build"].rglob("libtvmgen_jni.so"))
+    env = dict(os.environ)
+    if native_libraries:
+        (abi_dir,) = (project / "app/src/main/jniLibs").iterdir()
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(abi_dir), env.get("LD_LIBRARY_PATH")]))
     props = [f"-Dextra.{k}={str(v).lower()}" for k, v in {"iterations": 3, "exit": True, **extras}.items()]
     r = subprocess.run(
         [
@@ -341,12 +384,10 @@ def run_app_on_host(host_app, tmp_path, **extras) -> dict:
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    import json
-
     results = json.loads((root / "external/tvmgen-results.json").read_text())
-    assert "error" not in results, results
     return results, r.stdout
 
 
@@ -354,8 +395,10 @@ def test_app_results_have_memory_and_profile(host_app, tmp_path):
     """tvmgen-results.json from the real activity: the OpenCL (android-arm64) artifact cannot load here,
     so it falls back to the host CPU artifact; memory after load and overall; the profile when asked."""
     results, log = run_app_on_host(host_app, tmp_path / "plain")
+    assert "error" not in results, results
     assert results["artifact"] == "model-cpu" and results["device"] == "cpu"
-    # loaded from the assets in memory (AndroidAssets): nothing copied to the app's files
+    # manifest from the assets in memory and the library by name from the native libraries (AndroidAssets):
+    # nothing copied to the app's files
     files = tmp_path / "plain" / "device" / "files"
     assert not files.exists() or not any(files.iterdir()), sorted(files.rglob("*"))
     assert results["fallback"].startswith("model-opencl could not start: ")
@@ -404,6 +447,7 @@ def test_app_results_have_memory_and_profile(host_app, tmp_path):
     assert planted["check"][0]["max_abs"] > 1e-3
 
     results, log = run_app_on_host(host_app, tmp_path / "profiled", profile=True)
+    assert "error" not in results, results
     p = results["profile"]
     assert p["runs"] == 3 and p["whole_run_ms"] > 0 and p["kernels_median_ms"] > 0
     kernels = [name for name in p["counts"] if not name.startswith(("vm.", "runtime."))]
@@ -411,6 +455,16 @@ def test_app_results_have_memory_and_profile(host_app, tmp_path):
     assert all(p["counts"][k][0] % 3 == 0 for k in kernels)  # every kernel once (or n times) per profiled run
     assert "profile: 3 runs (device clock), whole run " in log
     assert results["timings"]["runs"] == 3 + 2  # profiling leaves the model's own run count alone
+
+
+def test_app_loads_the_model_library_by_name(host_app, tmp_path):
+    """The activity finds the model's library by name only where the app's native libraries are: without
+    jniLibs/<abi>/ on the linker's path it has no copy of its own to fall back on, and says which library."""
+    name = (host_app["project"] / "app/src/main/assets/model-cpu/library.txt").read_text().strip()
+    results, log = run_app_on_host(host_app, tmp_path, native_libraries=False)
+    # (the OpenCL artifact could not start first, so the CPU fallback's error is the app's)
+    assert results["error"].startswith(f"cannot load the model library {name}: "), results
+    assert "cannot open shared object file" in results["error"], results
 
 
 def render_rpc(tmp_path, package="org.tvmgen.rpc"):
@@ -559,3 +613,13 @@ def test_real_gradle_build_and_phone_run(tvmgen, tmp_path):
 
     results = json.loads(r.stdout)
     assert results["device"] == "cpu" and results["median_run_ms"] > 0 and len(results["outputs"][0]["top5"]) == 5
+    # the model's library is a native library of the APK, stored uncompressed (loaded in place; the app checked
+    # its 16 KB alignment before signing), and no copy of it is among the assets
+    import zipfile
+
+    (apk,) = (tmp_path / "proj" / "apk").glob("*.apk")
+    with zipfile.ZipFile(apk) as z:
+        pattern = r"lib/arm64-v8a/libtvmgen_model_mobilenet_cpu_[0-9a-f]{12}\.so"
+        (lib,) = [i for i in z.infolist() if re.fullmatch(pattern, i.filename)]
+        assert lib.compress_type == zipfile.ZIP_STORED
+        assert not [n for n in z.namelist() if n.startswith("assets/") and n.endswith(".so")]

@@ -4,8 +4,9 @@ Layout (the AAR format Android's Gradle plugin reads):
 
     AndroidManifest.xml      the library's package, minSdk, the optional OpenCL library entry
     classes.jar              tvmgen's Java API (org.tvmgen), compiled here by javac for Java 8 bytecode
-    jni/<abi>/*.so           the tvmgen runtime, JNI bridge, TVM runtime (+ OpenCL backend) for each ABI
-    assets/tvmgen/<model>/   the artifact directory (manifest.json, model.so, model.params)
+    jni/<abi>/*.so           the tvmgen runtime, JNI bridge, TVM runtime (+ OpenCL backend) for each ABI, and
+                             each model's library (libtvmgen_model_<model>_<device>_<sha>.so), loaded in place
+    assets/tvmgen/<model>/   the rest of the artifact (manifest.json, model.params) and library.txt naming its library
     proguard.txt             consumer R8/ProGuard rules: the JNI bridge finds org.tvmgen's classes by name
     R.txt                    empty: the library has no resources
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tvmgen.android import tools
-from tvmgen.android.project import check_package
+from tvmgen.android.project import LIBRARY_NAME_FILE, PackagedModel, check_package, package_model
 from tvmgen.core import artifact, binfmt, resources, toolchains
 from tvmgen.core.errors import InputError
 from tvmgen.core.log import step
@@ -56,6 +57,7 @@ class Aar:
     path: Path
     abis: list[str]
     models: list[str]  # asset folders, assets/tvmgen/<name>
+    libraries: dict[str, str] = field(default_factory=dict)  # asset folder -> its model library, jni/<abi>/<name>
     entries: list[str] = field(default_factory=list)
     pages: list[binfmt.PageReport] = field(default_factory=list)
 
@@ -131,7 +133,7 @@ def build_aar(
     artifacts: list[Path], native: dict[str, Path], out: Path, package: str, require_android: bool = True
 ) -> Aar:
     """Write the AAR. ``artifacts``: Android artifact directories (one per device or model), shipped under
-    assets/tvmgen/<model>-<device>/; ``native``: ABI -> a directory holding that ABI's runtime libraries.
+    assets/tvmgen/<model>-<device>/ with their model libraries in jni/<abi>/ (PackagedModel); ``native``: ABI -> a directory holding that ABI's runtime libraries.
     ``require_android=False`` only lets tests package Linux builds of the libraries."""
     check_package(package)
     if not artifacts:
@@ -143,7 +145,7 @@ def build_aar(
             "no native libraries given (--native ABI=DIR)",
             "build the runtime for Android with the NDK (jni/CMakeLists.txt, build (c)) and pass --native arm64-v8a=DIR",
         )
-    models: dict[str, Path] = {}
+    models: dict[str, PackagedModel] = {}
     opencl = False
     for d in artifacts:
         m = artifact.load(d)
@@ -174,7 +176,7 @@ def build_aar(
             raise InputError(
                 f"two artifacts would both be assets/tvmgen/{name}", "pass one artifact per model and device"
             )
-        models[name] = d
+        models[name] = package_model(d)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     libs = {abi: check_native(abi, Path(directory), opencl, require_android) for abi, directory in native.items()}
@@ -193,10 +195,14 @@ def build_aar(
             for abi, files in libs.items():
                 for lib in files:
                     add(f"jni/{abi}/{lib.name}", lib.read_bytes())
-            for name, d in models.items():
-                for f in sorted(p for p in d.rglob("*") if p.is_file()):
-                    add(f"assets/tvmgen/{name}/{f.relative_to(d).as_posix()}", f.read_bytes())
+            for name, packaged in models.items():
+                assert packaged.library is not None  # checked above: a linked model.so
+                add(f"jni/{packaged.abi}/{packaged.library_name}", packaged.library.read_bytes())
+                add(f"assets/tvmgen/{name}/{LIBRARY_NAME_FILE}", packaged.library_name + "\n")
+                for file_name, f in packaged.assets.items():
+                    add(f"assets/tvmgen/{name}/{file_name}", f.read_bytes())
         shutil.move(str(partial), out)
     with zipfile.ZipFile(out) as z:
         entries = z.namelist()
-    return Aar(out, list(native), list(models), entries, binfmt.archive_page_reports(out))
+    libraries = {name: packaged.library_name for name, packaged in models.items()}
+    return Aar(out, list(native), list(models), libraries, entries, binfmt.archive_page_reports(out))

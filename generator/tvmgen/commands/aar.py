@@ -38,13 +38,14 @@ def _native(values: tuple[str, ...]) -> dict[str, Path]:
     "--package", default="org.tvmgen.model", show_default=True, help="The library's Android package (its namespace)."
 )
 def aar(artifact_dirs, native, out, package):
-    """Package Android artifacts as an AAR: classes.jar (org.tvmgen), jni/<abi>/ libraries, the models under
-    assets/tvmgen/, consumer R8 rules and the manifest. Every native library is checked for 16 KB pages."""
+    """Package Android artifacts as an AAR: classes.jar (org.tvmgen), jni/<abi>/ libraries (the runtime's and
+    each model's, loaded in place from the APK), the models' manifests and weights under assets/tvmgen/,
+    consumer R8 rules and the manifest. Every native library is checked for 16 KB pages."""
     from tvmgen.android.aar import build_aar
 
     built = build_aar(list(artifact_dirs), _native(native), out, package)
-    logs.console.print(
-        f"[green]wrote[/] {built.path}: ABIs {', '.join(built.abis)}; models under assets/tvmgen/: {', '.join(built.models)}"
-    )
+    logs.console.print(f"[green]wrote[/] {built.path}: ABIs {', '.join(built.abis)}")
+    for name, library in built.libraries.items():
+        logs.console.print(f"  assets/tvmgen/{name}/ (load: ArtifactData.readPackaged), its library {library}")
     for r in built.pages:
         logs.console.print(f"  {r.summary()}")

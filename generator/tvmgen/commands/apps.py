@@ -284,6 +284,8 @@ def app(
         raise InputError(
             "--kind rpc builds the RPC app, which takes no model", "use `tvmgen rpc-app --platform android`"
         )
+    if device == "nnapi":
+        options.nnapi_notice()
     if precision != "fp32" and (device == "nnapi" or "ios-arm64" in platforms):
         raise InputError(
             f"--precision {precision} is for Android --device cpu or opencl builds "

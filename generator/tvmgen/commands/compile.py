@@ -158,6 +158,8 @@ def compile(
         raise InputError("no model given", "tvmgen compile MODEL (try builtin:mobilenet)")
     plat = get_platform(platform)
     check_pair(plat, device)  # before --cpu: an unknown pair is the first thing to say
+    if device == "nnapi":
+        options.nnapi_notice()
     if cpu_name:
         plat = plat.with_cpu(cpu_name)
     if cpu_features:

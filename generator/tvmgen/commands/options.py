@@ -74,6 +74,21 @@ def tuning_db(help: str):
     return click.option("--tuning-db", type=click.Path(path_type=Path), help=help)
 
 
+NNAPI_DEPRECATED = (
+    "NNAPI is deprecated since Android 15 (developer.android.com/ndk/guides/neuralnetworks/migration-guide): "
+    "it still runs, but Google expects most phones to run it on NNAPI's own CPU implementation rather than an "
+    "accelerator, and recommends other paths for fast inference. For the phone's GPU use --device opencl "
+    "(--gpu-family adreno|mali), which tvmgen compiles and checks itself; --device cpu runs everywhere."
+)
+
+
+def nnapi_notice() -> None:
+    """Said by every command that targets NNAPI (compile and app --device nnapi, partition), before its work."""
+    from tvmgen.core.log import console
+
+    console.print(f"[yellow]![/] {NNAPI_DEPRECATED}")
+
+
 def nnapi(prefix: str = "--device nnapi: "):
     """--strategy, --feature-level and --cost-table: how operators are placed on NNAPI. ``prefix`` starts
     each help text (the condition under which the option counts)."""

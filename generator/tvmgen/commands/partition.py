@@ -22,7 +22,7 @@ console = logs.console
     "backend",
     flag_value="nnapi",
     required=True,
-    help="Partition for Android's NNAPI (the only backend so far).",
+    help="Partition for Android's NNAPI (the only backend so far; NNAPI is deprecated since Android 15).",
 )
 @options.nnapi(prefix="")
 @options.inputs()
@@ -41,7 +41,8 @@ def partition(
     model, backend, feature_level, strategy, cost_table, input_flags, json_path, measure, key, tracker, proxy, platform
 ):
     """Report how MODEL would be split between NNAPI and TVM: partitions, operators on each side with
-    their share of FLOPs, what splits partitions and why, and the transitions per inference.
+    their share of FLOPs, what splits partitions and why, and the transitions per inference. NNAPI is
+    deprecated since Android 15: for the phone's GPU, compile with --device opencl.
 
     \b
       tvmgen partition mobilenet.tflite --nnapi --feature-level 3
@@ -54,6 +55,7 @@ def partition(
     from tvmgen.frontends.base import InputOverride
     from tvmgen.remote import bench, nnapi_costs
 
+    options.nnapi_notice()
     if measure and (strategy != "cost" or not key or (tracker is None) == (proxy is None)):
         raise InputError(
             "--measure times operators on a device for the cost strategy",

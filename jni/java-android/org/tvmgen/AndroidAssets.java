@@ -4,24 +4,32 @@ import android.content.res.AssetManager;
 
 import java.io.IOException;
 import java.io.InputStream;
+import java.util.Arrays;
 
 /**
- * Models from an Android app's assets, loaded from memory: no copy to the app's files, no file written.
+ * Models from an Android app's assets, loaded with nothing copied to the app's files and no file written.
  *
  * <pre>{@code
  * try (Model model = AndroidAssets.load(getAssets(), "tvmgen/mobilenet-cpu", 0, Model.AFFINITY_ANY)) { ... }
  * }</pre>
  *
+ * <p>An artifact packaged by {@code tvmgen app} or {@code tvmgen aar} keeps its model library among the app's
+ * native libraries and names it in {@value ArtifactData#LIBRARY_NAME_FILE}: the platform's linker maps it in place
+ * from the APK ({@link ArtifactData#readPackaged}). An artifact directory copied whole into the assets (model.so
+ * included) loads from memory ({@link ArtifactData#read}: the library through an in-memory file).
+ *
  * <p>Android only: this class needs android.jar, so it lives apart from the plain-Java API
- * (jni/java-android) and is compiled by the app's Gradle build (tvmgen's deploy app uses it). Its logic is
- * {@link ArtifactData#read(String, ArtifactData.Files)} with {@link AssetManager#open(String)} as the opener;
- * an app using tvmgen's AAR (whose classes.jar is built without android.jar) writes the same line itself.
+ * (jni/java-android) and is compiled by the app's Gradle build (tvmgen's deploy app uses it). An app using
+ * tvmgen's AAR (whose classes.jar is built without android.jar) calls {@link ArtifactData#readPackaged} with
+ * {@link AssetManager#open(String)} as the opener, as this class does.
  */
 public final class AndroidAssets {
   private AndroidAssets() {}
 
   /**
-   * Reads an artifact directory of the assets (manifest.json, the model library, the weights) into memory.
+   * Reads an artifact directory of the assets: manifest.json and the weights into memory, and the model library
+   * by its name among the app's native libraries ({@value ArtifactData#LIBRARY_NAME_FILE}) or, for a directory
+   * holding it, as bytes.
    *
    * @param assets the app's assets ({@code context.getAssets()})
    * @param dir the artifact's directory under assets/, e.g. {@code tvmgen/mobilenet-cpu}
@@ -29,12 +37,15 @@ public final class AndroidAssets {
    * @throws IOException if a file is missing from the assets
    */
   public static ArtifactData read(final AssetManager assets, final String dir) throws IOException {
-    return ArtifactData.read("assets/" + dir, new ArtifactData.Files() {
+    ArtifactData.Files files = new ArtifactData.Files() {
       @Override
       public InputStream open(String fileName) throws IOException {
         return assets.open(dir + "/" + fileName);
       }
-    });
+    };
+    String[] names = assets.list(dir);
+    boolean packaged = names != null && Arrays.asList(names).contains(ArtifactData.LIBRARY_NAME_FILE);
+    return packaged ? ArtifactData.readPackaged("assets/" + dir, files) : ArtifactData.read("assets/" + dir, files);
   }
 
   /**

@@ -13,6 +13,8 @@ import java.nio.ByteBuffer;
  * <pre>{@code
  * // every file through one opener: an Android app's assets, a zip, a download cache, ...
  * ArtifactData data = ArtifactData.read("assets/model-cpu", name -> getAssets().open("model-cpu/" + name));
+ * // an artifact packaged by tvmgen (aar, app): its library one of the app's native libraries, loaded in place
+ * ArtifactData data = ArtifactData.readPackaged("tvmgen/m-cpu", name -> getAssets().open("tvmgen/m-cpu/" + name));
  * // or piece by piece: the weights decrypted by the app, the library from its own storage
  * ArtifactData data = ArtifactData.ofManifest("model", manifestBytes)
  *     .library(libraryBytes)                    // or .libraryPath("libmodel_cpu.so"): see libraryPath
@@ -37,6 +39,12 @@ public final class ArtifactData {
      */
     InputStream open(String fileName) throws IOException;
   }
+
+  /**
+   * In the asset directory of an artifact packaged by {@code tvmgen aar} or {@code tvmgen app}: the name of its
+   * model library among the app's native libraries (one line, e.g. {@code libtvmgen_model_m_cpu_0123456789ab.so}).
+   */
+  public static final String LIBRARY_NAME_FILE = "library.txt";
 
   private final String name;
   private final byte[] manifest;
@@ -87,6 +95,32 @@ public final class ArtifactData {
   public static ArtifactData read(String name, Files files) throws IOException {
     ArtifactData data = new ArtifactData(name, readAll(files, "manifest.json"));
     data.library(readAll(files, data.libraryFile));
+    if (data.weightsFile != null) {
+      data.weights(readAll(files, data.weightsFile));
+    }
+    return data;
+  }
+
+  /**
+   * Reads an artifact packaged by {@code tvmgen aar} or {@code tvmgen app}: manifest.json and the weights through
+   * {@code files}, and the name of its model library from {@value #LIBRARY_NAME_FILE}. The library itself is one
+   * of the app's native libraries (the AAR's {@code jni/<abi>/}, the APK's {@code lib/<abi>/}, stored uncompressed
+   * and 16 KB-aligned), which the dynamic linker finds by that name and maps in place: nothing is read or copied.
+   *
+   * @param name what messages call the artifact
+   * @param files opens a file of the artifact's asset directory by name
+   * @return the artifact, ready for {@link Model#load(ArtifactData)}
+   * @throws IOException if a file cannot be read, or {@value #LIBRARY_NAME_FILE} names no library
+   * @throws TvmgenException if the manifest cannot be read
+   */
+  public static ArtifactData readPackaged(String name, Files files) throws IOException {
+    ArtifactData data = new ArtifactData(name, readAll(files, "manifest.json"));
+    String library = new String(readAll(files, LIBRARY_NAME_FILE), "UTF-8").trim();
+    if (!library.startsWith("lib") || !library.endsWith(".so") || library.indexOf('/') >= 0) {
+      throw new IOException(name + "/" + LIBRARY_NAME_FILE + " should name a native library (lib*.so), not \""
+          + library + "\"");
+    }
+    data.libraryPath(library);
     if (data.weightsFile != null) {
       data.weights(readAll(files, data.weightsFile));
     }
