@@ -118,8 +118,10 @@ try (org.tvmgen.Model model = org.tvmgen.Model.load(artifactDir)) {{
     if platform == "android":
         build = f"""## Add to an Android app
 
-1. Copy `artifact/` into `app/src/main/assets/model/` (copy it to the app's files directory at first start:
-   the runtime loads from a real path).
+1. Copy `artifact/` into `app/src/main/assets/model/` and load it from there with
+   `org.tvmgen.AndroidAssets.load(getAssets(), "model", threads, affinity)`: nothing is copied to files
+   (the library loads from memory). For a library mapped in place from the APK, use `tvmgen aar` or
+   `tvmgen app`, which package it under `jniLibs/` (see docs/commands/aar.md).
 2. In `app/build.gradle` (Android Gradle Plugin 8.x):
 ```groovy
 android {{
