@@ -49,18 +49,7 @@ def test_convnet_placement_and_feature_levels(builtin):
 
 
 def test_unsupported_op_in_the_middle(tmp_path):
-    nodes = [
-        helper.make_node("Conv", ["x", "W1", "B1"], ["a"], pads=[1, 1, 1, 1]),
-        helper.make_node("Erf", ["a"], ["b"]),
-        helper.make_node("Conv", ["b", "W2", "B2"], ["y"], pads=[1, 1, 1, 1]),
-    ]
-    m = onnx_model(
-        nodes,
-        [vi("x", [1, 4, 16, 16])],
-        [vi("y", [1, 4, 16, 16])],
-        [w("W1", 4, 4, 3, 3), w("B1", 4), w("W2", 4, 4, 3, 3), w("B2", 4)],
-    )
-    r = report(save_onnx(m, tmp_path / "m.onnx"))
+    r = report(conv_erf_conv(tmp_path))
     assert r.partitions == 2 and r.counts("nnapi") == {"conv2d": 2}  # the pattern is conv2d + bias add
     assert r.counts("tvm") == {"erf": 1}
     assert r.blockers() == [{"op": "erf", "count": 1, "why": "NNAPI has no pattern for it in TVM 0.27"}]
@@ -191,17 +180,8 @@ def test_this_tvm_has_no_nnapi_codegen_and_app_stops_cleanly(tvmgen, tmp_path):
     assert r.returncode == 4, r.stderr
     assert "cost strategy" in r.stdout + r.stderr and "USE_NNAPI_CODEGEN=ON" in r.stderr
     assert not (tmp_path / "proj").exists()
-    r = tvmgen(
-        "compile",
-        "builtin:mobilenet",
-        "--platform",
-        "android-arm64",
-        "--device",
-        "nnapi",
-        "--separate-params",
-        "-o",
-        tmp_path / "o",
-    )
+    nnapi_build = ["--platform", "android-arm64", "--device", "nnapi"]
+    r = tvmgen("compile", "builtin:mobilenet", *nnapi_build, "--separate-params", "-o", tmp_path / "o")
     assert r.returncode == 2 and "--separate-params does not apply" in r.stderr
 
 
@@ -269,31 +249,17 @@ def test_measured_rates_replace_the_tvm_column(tmp_path):
 def host_device(tmp_path_factory):
     """A tracker and a proxy, each with the native host device server, on 127.0.0.1 (as
     tests/test_rpc.py starts them)."""
-    import os
-
     from conftest import require_tool
-    from tvmgen.remote import rpc
+    from helpers import device_behind, environment
 
     require_tool("cmake")
     state = tmp_path_factory.mktemp("nnapi-rpc")
-    old = os.environ.get("TVMGEN_STATE_DIR")
-    os.environ["TVMGEN_STATE_DIR"] = str(state)
-    started = []
-    try:
-        tracker = rpc.start_tracker(port=19640, port_end=19700)
-        started.append(tracker)
-        started.append(rpc.start_device("host", "nnapi-costs", tracker=tracker.address, work_dir=state / "w1"))
-        proxy = rpc.start_proxy(port=19700, port_end=19760)
-        started.append(proxy)
-        started.append(rpc.start_device("host", "nnapi-costs-p", proxy=proxy.address, work_dir=state / "w2"))
+    with (
+        environment(TVMGEN_STATE_DIR=state),
+        device_behind("tracker", "host", "nnapi-costs", state / "w1", 19640, 19700) as (tracker, _),
+        device_behind("proxy", "host", "nnapi-costs-p", state / "w2", 19700, 19760) as (proxy, _),
+    ):
         yield {"tracker": (tracker.address, "nnapi-costs"), "proxy": (proxy.address, "nnapi-costs-p")}
-    finally:
-        for s in reversed(started):
-            s.stop()
-        if old is None:
-            os.environ.pop("TVMGEN_STATE_DIR")
-        else:
-            os.environ["TVMGEN_STATE_DIR"] = old
 
 
 @pytest.mark.parametrize("via", ["tracker", "proxy"])

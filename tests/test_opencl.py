@@ -7,7 +7,6 @@ installed by scripts/bootstrap.sh). Without one the tests are skipped (failed un
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -54,21 +53,13 @@ def shared_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("ocl-cache")
 
 
-def run_tool(
-    runtime: Path,
-    artifact: Path,
-    tmp_path: Path,
-    inputs: dict,
-    cache: Path | None = None,
-    env: dict | None = None,
-    tag: str = "out",
-    extra: list | None = None,
-):
-    """tvmgen-run with .npy inputs; returns (returncode, outputs, stats dict or None, stderr)."""
+def run_tool(runtime: Path, artifact: Path, tmp_path: Path, inputs: dict, cache=None, env=None, tag="out", extra=()):
+    """tvmgen-run with .npy inputs (kernel cache ``cache``, environment ``env``, arguments ``extra``); returns
+    (returncode, outputs, stats dict or None, stderr)."""
     full_env = {"TVMGEN_OPENCL_LOG": "1", **(env or {})}
     if cache is not None:
         full_env["TVMGEN_OPENCL_CACHE_DIR"] = str(cache)
-    proc, outputs = run_native(runtime, artifact, inputs, tmp_path, *(extra or []), env=full_env, tag=tag)
+    proc, outputs = run_native(runtime, artifact, inputs, tmp_path, *extra, env=full_env, tag=tag)
     m = STATS.search(proc.stderr)
     return proc.returncode, outputs, json.loads(m.group(1)) if m else None, proc.stderr
 
@@ -98,26 +89,12 @@ def test_opencl_artifact_matches_cpu(runtime, opencl_lib, arts, shared_cache, tm
 
 def test_python_run_on_opencl(opencl_lib, arts, shared_cache, tmp_path):
     """`tvmgen run` (the Python Relax VM) on an OpenCL artifact loads libtvmgen_opencl itself."""
-    env = dict(os.environ, TVMGEN_OPENCL_BACKEND=str(opencl_lib), TVMGEN_OPENCL_CACHE_DIR=str(shared_cache))
+    from helpers import run_tvmgen
+
+    env = {"TVMGEN_OPENCL_BACKEND": str(opencl_lib), "TVMGEN_OPENCL_CACHE_DIR": str(shared_cache)}
     outs = {}
     for device in ("cpu", "opencl"):
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "tvmgen",
-                "run",
-                str(arts[("mobilenet", device)]),
-                "-o",
-                str(tmp_path / device),
-                "--repeat",
-                "1",
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=600,
-        )
+        proc = run_tvmgen("run", arts[("mobilenet", device)], "-o", tmp_path / device, "--repeat", "1", env=env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         outs[device] = np.load(tmp_path / device / "probs.npy")
     np.testing.assert_allclose(outs["opencl"], outs["cpu"], atol=1e-4, rtol=0)
@@ -167,15 +144,22 @@ def test_gemm_module_matches_numpy(opencl_lib, tmp_path):
     assert len(list((tmp_path / "cache").glob("*.clbin"))) == 1
 
 
-def test_cache_written_then_hit(runtime, opencl_lib, arts, tmp_path):
+def first_run_with_a_cache(runtime, arts, name, tmp_path, seed):
+    """NAME's OpenCL build run once (a new process) with the empty kernel cache tmp_path/cache, which must
+    succeed: (the artifact, its inputs, the CPU build's outputs for them, the cache, the run's cache stats)."""
     from tvmgen.core import artifact
 
-    art = arts[("conv3x3", "opencl")]
-    inputs = random_inputs(artifact.load(art).inputs, seed=1)
-    want = reference(runtime, arts, "conv3x3", tmp_path, inputs)
+    art = arts[(name, "opencl")]
+    inputs = random_inputs(artifact.load(art).inputs, seed=seed)
+    want = reference(runtime, arts, name, tmp_path, inputs)
     cache = tmp_path / "cache"
-    rc, got, first, err = run_tool(runtime, art, tmp_path, inputs, cache=cache, tag="first")
+    rc, _, first, err = run_tool(runtime, art, tmp_path, inputs, cache=cache, tag="first")
     assert rc == 0, err
+    return art, inputs, want, cache, first
+
+
+def test_cache_written_then_hit(runtime, opencl_lib, arts, tmp_path):
+    art, inputs, want, cache, first = first_run_with_a_cache(runtime, arts, "conv3x3", tmp_path, seed=1)
     assert first["hits"] == 0 and first["misses"] > 0 and first["writes"] == first["misses"], first
     files = sorted(cache.glob("*.clbin"))
     assert len(files) == first["writes"]
@@ -187,14 +171,7 @@ def test_cache_written_then_hit(runtime, opencl_lib, arts, tmp_path):
 
 
 def test_corrupt_cache_entry_is_rebuilt(runtime, opencl_lib, arts, tmp_path):
-    from tvmgen.core import artifact
-
-    art = arts[("conv_depthwise", "opencl")]
-    inputs = random_inputs(artifact.load(art).inputs, seed=2)
-    want = reference(runtime, arts, "conv_depthwise", tmp_path, inputs)
-    cache = tmp_path / "cache"
-    rc, _, first, err = run_tool(runtime, art, tmp_path, inputs, cache=cache, tag="first")
-    assert rc == 0, err
+    art, inputs, want, cache, first = first_run_with_a_cache(runtime, arts, "conv_depthwise", tmp_path, seed=2)
     files = sorted(cache.glob("*.clbin"))
     assert files
     for i, f in enumerate(files):  # truncated, a flipped byte, garbage
@@ -249,50 +226,13 @@ def test_a_vendor_icd_named_as_the_library_says_to_use_the_loader(runtime, arts,
     assert "not the ICD loader" in err and "libOpenCL.so.1" in err and "OCL_ICD_VENDORS" in err, err
 
 
-def test_bench_over_rpc_on_opencl(opencl_lib, tmp_path, monkeypatch):
+def test_bench_over_rpc_on_opencl(opencl_lib, tmp_path):
     """`tvmgen bench --device opencl` against the native device server, which loads libtvmgen_opencl."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from helpers import bench_on_a_gpu_device
 
-    from tvmgen.remote import rpc
-
-    monkeypatch.setenv("TVMGEN_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("TVMGEN_OPENCL_CACHE_DIR", str(tmp_path / "cl-cache"))
-    tracker = rpc.start_tracker(port=19900, port_end=19990)
-    device = rpc.start_device("host", "gpu", tracker=tracker.address, work_dir=tmp_path / "w")
-    try:
-        r = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "tvmgen",
-                "bench",
-                "builtin:mobilenet",
-                "--key",
-                "gpu",
-                "--tracker",
-                tracker.address,
-                "--device",
-                "opencl",
-                "--repeat",
-                "2",
-                "--json",
-                str(tmp_path / "r.json"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path / "logs")),
-        )
-        assert r.returncode == 0, r.stderr
-        res = json.loads((tmp_path / "r.json").read_text())
-        assert res["dev"] == "opencl" and "opencl" in res["device"]["devices"]
-        assert res["check"][0]["max_abs"] < 1e-5 and res["warm_ms"]["count"] == 2
-    finally:
-        device.stop()
-        tracker.stop()
+    res = bench_on_a_gpu_device("builtin:mobilenet", tmp_path, "--device", "opencl")
+    assert res["dev"] == "opencl" and "opencl" in res["device"]["devices"]
+    assert res["check"][0]["max_abs"] < 1e-5 and res["warm_ms"]["count"] == 2
 
 
 def test_host_visible_inputs_match_plain_copies(runtime, opencl_lib, arts, shared_cache, tmp_path):
@@ -389,7 +329,7 @@ def zoo_gpu_models(tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize("family", ["generic", "mali", "desktop", "adreno"])
 def test_gelu_epilogues_and_attention_build_for_every_family_and_match_on_pocl(
-    runtime, opencl_lib, zoo_gpu_models, tmp_path, family
+    runtime, opencl_lib, zoo_gpu_models, tvmgen, tmp_path, family
 ):
     """Every OpenCL family builds the text recognizer and matches onnxruntime on PoCL. dlight's
     Adreno Conv2d rule left its GELU epilogues (the convolution's result read twice) as host loops
@@ -401,26 +341,9 @@ def test_gelu_epilogues_and_attention_build_for_every_family_and_match_on_pocl(
 
     path = zoo_gpu_models["text_recognizer"]
     out = tmp_path / "art"
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tvmgen",
-            "compile",
-            str(path),
-            "--device",
-            "opencl",
-            "--gpu-family",
-            family,
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert "failed: " not in p.stderr + p.stdout, p.stderr  # no whole-pipeline fallback (Adreno: texture memory kept)
+    p = tvmgen("compile", path, "--device", "opencl", "--gpu-family", family, "-o", out, timeout=900)
+    assert p.returncode == 0, p.output
+    assert "failed: " not in p.output, p.stderr  # no whole-pipeline fallback (Adreno: texture memory kept)
     inputs = random_inputs(artifact.load(out).inputs, seed=2)
     rc, got, _, err = run_tool(runtime, out, tmp_path, inputs)
     assert rc == 0, err
@@ -428,7 +351,7 @@ def test_gelu_epilogues_and_attention_build_for_every_family_and_match_on_pocl(
     assert zoo.max_error(got, want) <= zoo.tolerance(want)
 
 
-def test_scalar_input_and_output_on_pocl(runtime, opencl_lib, zoo_gpu_models, tmp_path):
+def test_scalar_input_and_output_on_pocl(runtime, opencl_lib, zoo_gpu_models, tvmgen, tmp_path):
     """A 0-d input deciding an If and scaling the output, and a 0-d output (a mean, whose Reduction
     rule raised in rfactor and GeneralReduction now schedules), on both branches."""
     sys.path.insert(0, str(REPO / "benchmarks"))
@@ -437,13 +360,8 @@ def test_scalar_input_and_output_on_pocl(runtime, opencl_lib, zoo_gpu_models, tm
 
     path = zoo_gpu_models["vad_scalar"]
     out = tmp_path / "art"
-    p = subprocess.run(
-        [sys.executable, "-m", "tvmgen", "compile", str(path), "--device", "opencl", "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert p.returncode == 0, p.stdout + p.stderr
+    p = tvmgen("compile", path, "--device", "opencl", "-o", out, timeout=900)
+    assert p.returncode == 0, p.output
     assert "dlight's Reduction rule failed on 1 kernel(s) (mean): scheduled by GeneralReduction instead" in p.stderr
     for sr in (16000, 8000):
         inputs = zoo.model_inputs(artifact.load(out).inputs, 0, {"sr": sr})

@@ -7,7 +7,6 @@ machine's PoCL has no cl_khr_fp16)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import TVMGEN, onnx_model, opencl_info, run_native, save_onnx
+from conftest import onnx_model, opencl_info, run_native, save_onnx
+from helpers import run_tvmgen
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -47,8 +47,7 @@ def conv_relu_gemm():
 
 
 def cli(*args, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TVMGEN_LOG_DIR=str(cwd / "logs"), COLUMNS="200")
-    return subprocess.run([*TVMGEN, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+    return run_tvmgen(*args, env={"TVMGEN_LOG_DIR": str(cwd / "logs"), "COLUMNS": "200"}, cwd=cwd, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -142,24 +141,29 @@ def test_conversion_keeps_interface_and_folds_weights(built):
     assert nbytes == sum(p.numpy().size for p in imported.params) * 2
 
 
+def compile_for_opencl(model: Path, precision: str, out: Path) -> None:
+    """`tvmgen compile MODEL --device opencl --platform host --precision PRECISION -o OUT`, which must succeed."""
+    r = cli(
+        "compile",
+        model,
+        "--device",
+        "opencl",
+        "--platform",
+        "host",
+        "--precision",
+        precision,
+        "-o",
+        out,
+        cwd=out.parent,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_opencl_kernels_are_half(built, tmp_path):
     """--device opencl: the kernels (OpenCL C, kept as source in the library) take half and enable
     cl_khr_fp16; the fp32 build's do not."""
     for precision in ("fp16", "fp32"):
-        r = cli(
-            "compile",
-            built["model"],
-            "--device",
-            "opencl",
-            "--platform",
-            "host",
-            "--precision",
-            precision,
-            "-o",
-            tmp_path / precision,
-            cwd=tmp_path,
-        )
-        assert r.returncode == 0, r.stdout + r.stderr
+        compile_for_opencl(built["model"], precision, tmp_path / precision)
     lib16 = (tmp_path / "fp16" / "model.so").read_bytes()
     lib32 = (tmp_path / "fp32" / "model.so").read_bytes()
     assert b"#pragma OPENCL EXTENSION cl_khr_fp16 : enable" in lib16
@@ -169,20 +173,8 @@ def test_opencl_kernels_are_half(built, tmp_path):
 
 
 def test_user_tolerances_override_fp16_defaults(built, tmp_path):
-    r = cli(
-        "compile",
-        built["model"],
-        "--precision",
-        "fp16",
-        "--check",
-        "--rtol",
-        "1e-6",
-        "--atol",
-        "0",
-        "-o",
-        tmp_path / "out",
-        cwd=tmp_path,
-    )
+    tight = ["--rtol", "1e-6", "--atol", "0"]
+    r = cli("compile", built["model"], "--precision", "fp16", "--check", *tight, "-o", tmp_path / "out", cwd=tmp_path)
     assert r.returncode == 5, r.stdout + r.stderr
     assert "FAIL y" in r.stderr and "atol 0 + rtol 1e-06" in r.stderr
     assert not (tmp_path / "out").exists()
@@ -199,17 +191,8 @@ def test_bad_precision_is_refused(tmp_path):
 
 
 def test_fp16_refused_for_nnapi(tmp_path):
-    r = cli(
-        "compile",
-        "builtin:mobilenet",
-        "--platform",
-        "android-arm64",
-        "--device",
-        "nnapi",
-        "--precision",
-        "fp16",
-        cwd=tmp_path,
-    )
+    nnapi_build = ["--platform", "android-arm64", "--device", "nnapi"]
+    r = cli("compile", "builtin:mobilenet", *nnapi_build, "--precision", "fp16", cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "does not apply to --device nnapi" in r.stderr and "fix:" in r.stderr
 
@@ -263,20 +246,7 @@ def test_fp16_on_opencl_runs_or_names_the_missing_extension(built, tmp_path, ocl
     the fix, instead of a driver's build log on the first run."""
     from tvmgen.runtime.check import tolerances
 
-    r = cli(
-        "compile",
-        built["model"],
-        "--device",
-        "opencl",
-        "--platform",
-        "host",
-        "--precision",
-        "fp16",
-        "-o",
-        tmp_path / "fp16",
-        cwd=tmp_path,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
+    compile_for_opencl(built["model"], "fp16", tmp_path / "fp16")
     info = opencl_info(opencl_lib)
     x = np.random.default_rng(3).standard_normal((1, 8, 16, 16)).astype("float32")
     proc, outs = run_native(ocl_runtime, tmp_path / "fp16", {"x": x}, tmp_path)

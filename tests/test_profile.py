@@ -9,11 +9,13 @@ import os
 import resource
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import TVMGEN, onnx_model, save_onnx
+from helpers import run_tvmgen
 
 # conv 3->32 (stride 2), depthwise 3x3, 1x1 conv 32->64, global pool, matmul with fp16 weights (cast to fp32)
 H = 112
@@ -39,15 +41,8 @@ def small_cnn():
         helper.make_node("Cast", ["w4h"], ["w4"], to=TensorProto.FLOAT),
         helper.make_node("MatMul", ["f", "w4"], ["y"]),
     ]
-    inits = [
-        w("w1", 32, 3, 3, 3),
-        w("b1", 32),
-        w("w2", 32, 1, 3, 3),
-        w("b2", 32),
-        w("w3", 64, 32, 1, 1),
-        w("b3", 64),
-        w("w4h", 64, 100, dtype=np.float16),
-    ]
+    inits = [w("w1", 32, 3, 3, 3), w("b1", 32), w("w2", 32, 1, 3, 3), w("b2", 32), w("w3", 64, 32, 1, 1), w("b3", 64)]
+    inits.append(w("w4h", 64, 100, dtype=np.float16))
     return onnx_model(
         nodes,
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, H, H])],
@@ -60,13 +55,13 @@ def small_cnn():
 def art(tmp_path_factory):
     d = tmp_path_factory.mktemp("profile")
     model = save_onnx(small_cnn(), d / "cnn.onnx")
-    out = d / "cnn-host-cpu"
-    r = subprocess.run(
-        [*TVMGEN, "compile", str(model), "-o", str(out)],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, TVMGEN_LOG_DIR=str(d / "logs")),
-        timeout=600,
+    return compile_here(model, d / "cnn-host-cpu")
+
+
+def compile_here(model, out: Path, *flags, timeout: float = 600) -> Path:
+    """`tvmgen compile MODEL FLAGS -o OUT` (its logs beside OUT), which must succeed: OUT."""
+    r = run_tvmgen(
+        "compile", model, *flags, "-o", out, env={"TVMGEN_LOG_DIR": str(out.parent / "logs")}, timeout=timeout
     )
     assert r.returncode == 0, r.stdout + r.stderr
     return out
@@ -120,6 +115,16 @@ def test_plot_without_profile_is_refused(art, tmp_path):
     assert r.returncode != 0 and "add --profile" in r.stdout + r.stderr
 
 
+def memory_and_maxrss(cmd: list[str]) -> tuple[dict, int]:
+    """Runs ``cmd``, which must succeed and print JSON with a "memory" object: that object, and the peak
+    resident bytes the kernel accounted to the process (wait4's ru_maxrss)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return json.loads(out)["memory"], usage.ru_maxrss * 1024  # kB on Linux
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM is Linux/Android's")
 def test_peak_memory_matches_the_kernels_accounting(art):
     # the child's own peak as the kernel accounts it (wait4's rusage) against what it reported; its
@@ -127,17 +132,7 @@ def test_peak_memory_matches_the_kernels_accounting(art):
     from tvmgen.reports import memory
 
     before_exec = memory.proc_status()["VmHWM"]
-    proc = subprocess.Popen(
-        [*TVMGEN, "run", str(art), "--json", "--repeat", "3"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    mem = json.loads(out)["memory"]
-    os_peak = usage.ru_maxrss * 1024  # kB on Linux
+    mem, os_peak = memory_and_maxrss([*TVMGEN, "run", str(art), "--json", "--repeat", "3"])
     assert mem["after_load_peak_bytes"] <= mem["overall_peak_bytes"] <= os_peak
     # only printing the JSON came after the last reading
     assert os_peak < max(mem["overall_peak_bytes"], before_exec) + 16 * 2**20
@@ -217,16 +212,6 @@ def test_profile_table_from_counts():
 # ------------------------------------------------------------------ on the device: tvmgen-run and RPC
 
 
-@pytest.fixture(scope="module")
-def host_runtime():
-    from conftest import require_tool
-
-    require_tool("cmake")
-    from tvmgen.runtime import runtime_build
-
-    return runtime_build.cached_build("host")
-
-
 def test_tvmgen_run_profile_and_memory(art, host_runtime, tmp_path):
     from tvmgen.compiler import kernels
     from tvmgen.reports.profile import Profile
@@ -254,17 +239,7 @@ def test_tvmgen_run_peak_equals_the_kernels_accounting(art, host_runtime):
     # a child's ru_maxrss also counts the memory it shared with this process before exec: the
     # kernel's figure is the larger of that and tvmgen-run's own peak
     before_exec = memory.proc_status()["VmHWM"]
-    proc = subprocess.Popen(
-        [str(host_runtime / "bin" / "tvmgen-run"), str(art), "--repeat", "3"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    mem = json.loads(out)["memory"]
-    os_peak = usage.ru_maxrss * 1024
+    mem, os_peak = memory_and_maxrss([str(host_runtime / "bin" / "tvmgen-run"), str(art), "--repeat", "3"])
     assert mem["overall_peak_bytes"] <= os_peak < max(mem["overall_peak_bytes"], before_exec) + 4 * 2**20
     assert mem["overall_peak_bytes"] > 4 * 2**20
 
@@ -272,27 +247,18 @@ def test_tvmgen_run_peak_equals_the_kernels_accounting(art, host_runtime):
 @pytest.fixture(scope="module")
 def devices(tmp_path_factory, host_runtime):
     from conftest import require_tool
+    from helpers import device_behind, environment, stopping
     from tvmgen.remote import rpc
 
     state = tmp_path_factory.mktemp("rpc-profile")
-    old = os.environ.get("TVMGEN_STATE_DIR")
-    os.environ["TVMGEN_STATE_DIR"] = str(state)
-    started = []
-    try:
-        proxy = rpc.start_proxy(port=19560, port_end=19600)
-        started.append(proxy)
-        started.append(rpc.start_device("host", "prof-host", proxy=proxy.address, work_dir=state / "h"))
+    with (
+        environment(TVMGEN_STATE_DIR=state),
+        device_behind("proxy", "host", "prof-host", state / "h", 19560, 19600) as (proxy, _),
+    ):
         for tool in ("aarch64-linux-gnu-g++", "qemu-aarch64"):
             require_tool(tool)
-        started.append(rpc.start_device("linux-aarch64", "prof-arm", proxy=proxy.address, work_dir=state / "a"))
-        yield {"proxy": proxy.address, "state": state}
-    finally:
-        for s in reversed(started):
-            s.stop()
-        if old is None:
-            os.environ.pop("TVMGEN_STATE_DIR", None)
-        else:
-            os.environ["TVMGEN_STATE_DIR"] = old
+        with stopping(rpc.start_device("linux-aarch64", "prof-arm", proxy=proxy.address, work_dir=state / "a")):
+            yield {"proxy": proxy.address, "state": state}
 
 
 @pytest.mark.parametrize("key", ["prof-host", "prof-arm"])
@@ -345,32 +311,11 @@ def test_launching_function_from_opencl_kernel_names():
 
 
 @pytest.fixture(scope="module")
-def opencl_art(tmp_path_factory, host_runtime):
+def opencl_art(tmp_path_factory, opencl_lib):
     """builtin:mobilenet compiled for --device opencl, after checking that PoCL (or another OpenCL
-    platform) is there: missing, the test is skipped, and fails under CI=true."""
-    from conftest import unavailable
-
-    code = (
-        "import ctypes, sys, tvm; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
-        "print(tvm.get_global_func('tvmgen.opencl.info')())"
-    )
-    lib = host_runtime / "lib" / "libtvmgen_opencl.so"
-    proc = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
-    if not info["available"]:
-        unavailable(f"no OpenCL platform here ({info.get('error')}); install PoCL: apt-get install pocl-opencl-icd")
+    platform) is there (``opencl_lib``): missing, the test is skipped, and fails under CI=true."""
     d = tmp_path_factory.mktemp("profile-ocl")
-    out = d / "mobilenet-opencl"
-    r = subprocess.run(
-        [*TVMGEN, "compile", "builtin:mobilenet", "--device", "opencl", "-o", str(out)],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, TVMGEN_LOG_DIR=str(d / "logs")),
-        timeout=900,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    return out
+    return compile_here("builtin:mobilenet", d / "mobilenet-opencl", "--device", "opencl", timeout=900)
 
 
 def test_tvmgen_run_profile_on_opencl_uses_event_timestamps(opencl_art, host_runtime, tmp_path):

@@ -167,7 +167,7 @@ def test_onnx_lstm_fused_or_unrolled(hidden, peepholes, fused, tmp_path):
     assert_close(actual, expected, atol=1e-5, rtol=1e-4)
 
 
-def test_pytorch_gru_lstm_on_opencl_match_onnxruntime(tmp_path):
+def test_pytorch_gru_lstm_on_opencl_match_onnxruntime(tvmgen, tmp_path):
     """The GPU variants inside a model: Conv1d, GRU (linear_before_reset 1), bidirectional LSTM."""
     import torch
 
@@ -203,13 +203,8 @@ def test_pytorch_gru_lstm_on_opencl_match_onnxruntime(tmp_path):
                           "fused": sorted(n for n in names if n.startswith("tvmgen_"))}))
     """)
     art = tmp_path / "ocl"
-    p = subprocess.run(
-        [sys.executable, "-m", "tvmgen", "compile", str(path), "--device", "opencl", "-o", str(art)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert p.returncode == 0, p.stdout + p.stderr
+    p = tvmgen("compile", path, "--device", "opencl", "-o", art, timeout=900)
+    assert p.returncode == 0, p.output
     proc = subprocess.run(
         [sys.executable, "-c", code, str(path), str(art)], capture_output=True, text=True, timeout=900
     )
@@ -221,7 +216,7 @@ def test_pytorch_gru_lstm_on_opencl_match_onnxruntime(tmp_path):
     assert r["scale"] > 0.05 and r["err"] < 1e-5 + 1e-4 * r["scale"], r
 
 
-def test_unrolled_lstm_on_opencl_gets_short_kernel_names(tmp_path):
+def test_unrolled_lstm_on_opencl_gets_short_kernel_names(tvmgen, tmp_path):
     """An LSTM with peepholes stays unrolled; fusion names a step's kernel after its 20-odd operators,
     which PoCL's kernel cache cannot put in a file name: tvmgen shortens such names (rewrites.py)."""
     import re
@@ -231,13 +226,8 @@ def test_unrolled_lstm_on_opencl_gets_short_kernel_names(tmp_path):
 
     path = save_onnx(_lstm_model(8, peepholes=True), tmp_path / "lstm.onnx")
     art = tmp_path / "ocl"
-    p = subprocess.run(
-        [sys.executable, "-m", "tvmgen", "compile", str(path), "--device", "opencl", "-o", str(art)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert p.returncode == 0, p.stdout + p.stderr
+    p = tvmgen("compile", path, "--device", "opencl", "-o", art, timeout=900)
+    assert p.returncode == 0, p.output
     names = [k["name"] for k in kernels.load(art)["kernels"]]
     assert not [n for n in names if n.startswith("tvmgen_lstm")]
     assert max(map(len, names)) <= KERNEL_NAME_LIMIT, names

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_tool
+from conftest import TVMGEN, require_tool
+from helpers import device_behind, environment, run_tvmgen
 from tvmgen.remote import rpc
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]  # servers, qemu, tuning runs
@@ -21,43 +22,53 @@ pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.m
 @pytest.fixture(scope="module")
 def state(tmp_path_factory):
     d = tmp_path_factory.mktemp("rpc-state")
-    old = os.environ.get("TVMGEN_STATE_DIR")
-    os.environ["TVMGEN_STATE_DIR"] = str(d)
-    yield d
-    if old is None:
-        os.environ.pop("TVMGEN_STATE_DIR")
-    else:
-        os.environ["TVMGEN_STATE_DIR"] = old
+    with environment(TVMGEN_STATE_DIR=d):
+        yield d
 
 
 @pytest.fixture(scope="module")
 def servers(state):
     """A tracker and a proxy, with a host device on each."""
     require_tool("cmake")
-    started = []
-    try:
-        tracker = rpc.start_tracker(port=19190, port_end=19290)
-        started.append(tracker)
-        proxy = rpc.start_proxy(port=19300, port_end=19400)
-        started.append(proxy)
-        started.append(rpc.start_device("host", "host-t", tracker=tracker.address, work_dir=state / "w1"))
-        started.append(rpc.start_device("host", "host-p", proxy=proxy.address, work_dir=state / "w2"))
+    with (
+        device_behind("tracker", "host", "host-t", state / "w1", 19190, 19290) as (tracker, _),
+        device_behind("proxy", "host", "host-p", state / "w2", 19300, 19400) as (proxy, _),
+    ):
         yield {"tracker": tracker, "proxy": proxy, "state": state}
-    finally:
-        for s in reversed(started):
-            s.stop()
+
+
+def state_env(state) -> dict:
+    return {"TVMGEN_STATE_DIR": str(state), "TVMGEN_LOG_DIR": str(state / "logs")}
 
 
 def bench(*args, state, timeout=300):
-    env = dict(os.environ, TVMGEN_STATE_DIR=str(state), TVMGEN_LOG_DIR=str(state / "logs"))
-    return subprocess.run(
-        [sys.executable, "-m", "tvmgen", "bench", *map(str, args)],
-        capture_output=True,
+    return run_tvmgen("bench", *args, env=state_env(state), timeout=timeout, cwd=state)
+
+
+def bench_in_background(*args, state) -> subprocess.Popen:
+    """`tvmgen bench ARGS` started, not waited for (stdout and stderr piped)."""
+    return subprocess.Popen(
+        [*TVMGEN, "bench", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        env=env,
-        timeout=timeout,
-        cwd=state,
+        env=dict(os.environ, **state_env(state)),
     )
+
+
+def wait_for_log(device, text: str, timeout: float = 120) -> None:
+    """Until the device server's log holds ``text`` (at most ``timeout`` seconds)."""
+    deadline = time.time() + timeout
+    while text not in Path(device.log).read_text() and time.time() < deadline:
+        time.sleep(0.1)
+
+
+def bench_json(servers, via: str, key: str, *args, out: Path):
+    """`tvmgen bench ARGS --json OUT` on device ``key`` through the servers' tracker or proxy (``via``),
+    which must succeed: (the process, the JSON it wrote)."""
+    r = bench(*args, "--key", key, f"--{via}", servers[via].address, "--json", out, state=servers["state"])
+    assert r.returncode == 0, r.stderr
+    return r, json.loads(out.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -70,22 +81,10 @@ def small_onnx(tmp_path_factory):
 @pytest.mark.parametrize("via", ["tracker", "proxy"])
 def test_host_device(servers, via, tmp_path):
     key = "host-t" if via == "tracker" else "host-p"
-    r = bench(
-        "builtin:mobilenet",
-        "--key",
-        key,
-        f"--{via}",
-        servers[via].address,
-        "--repeat",
-        "4",
-        "--json",
-        tmp_path / "r.json",
-        "--plot",
-        tmp_path / "r.png",
-        state=servers["state"],
+    plot = tmp_path / "r.png"
+    r, res = bench_json(
+        servers, via, key, "builtin:mobilenet", "--repeat", "4", "--plot", plot, out=tmp_path / "r.json"
     )
-    assert r.returncode == 0, r.stderr
-    res = json.loads((tmp_path / "r.json").read_text())
     assert res["device"]["arch"] == "x86_64" and res["device"]["platform"] == "host"
     assert res["warm_ms"]["count"] == 4 and 0 < res["warm_ms"]["min"] <= res["warm_ms"]["p50"] <= res["warm_ms"]["max"]
     for k in ("load", "init", "first_run", "copy_in", "copy_out", "upload", "total"):
@@ -120,22 +119,8 @@ def arm_devices(servers):
 def test_emulated_aarch64_device(servers, arm_devices, via, tmp_path, torch_onnx):
     """The emulated phone CPU: a MobileNet-like model compiled for linux-aarch64, run under qemu."""
     key = "arm-t" if via == "tracker" else "arm-p"
-    r = bench(
-        torch_onnx,
-        "--input",
-        "image:1x3x64x64",
-        "--key",
-        key,
-        f"--{via}",
-        servers[via].address,
-        "--repeat",
-        "2",
-        "--json",
-        tmp_path / "r.json",
-        state=servers["state"],
-    )
-    assert r.returncode == 0, r.stderr
-    res = json.loads((tmp_path / "r.json").read_text())
+    model = [torch_onnx, "--input", "image:1x3x64x64"]
+    r, res = bench_json(servers, via, key, *model, "--repeat", "2", out=tmp_path / "r.json")
     assert res["device"]["arch"] == "aarch64" and res["platform"] == "linux-aarch64"
     assert res["check"][0]["max_abs"] < 1e-4  # vs onnxruntime on the host, same seeded inputs
     assert "Compiling for linux-aarch64/cpu" in r.stderr
@@ -171,20 +156,7 @@ def test_several_outputs(servers, key, two_output_onnx, tmp_path, request):
     copied and checked, the 0-d one included (this failed with 'RPCObjectRef' object is not iterable)."""
     if key == "arm-p":
         request.getfixturevalue("arm_devices")
-    r = bench(
-        two_output_onnx,
-        "--key",
-        key,
-        "--proxy",
-        servers["proxy"].address,
-        "--repeat",
-        "2",
-        "--json",
-        tmp_path / "r.json",
-        state=servers["state"],
-    )
-    assert r.returncode == 0, r.stderr
-    res = json.loads((tmp_path / "r.json").read_text())
+    r, res = bench_json(servers, "proxy", key, two_output_onnx, "--repeat", "2", out=tmp_path / "r.json")
     assert res["device"]["arch"] == ("aarch64" if key == "arm-p" else "x86_64")
     assert [c["name"] for c in res["check"]] == ["y", "s"]
     assert [c["shape"] for c in res["check"]] == [[1, 8], []]
@@ -244,90 +216,31 @@ def test_nested_tuple_outputs(servers, arm_devices, tmp_path):
 
 
 def test_remote_gemm(servers, arm_devices, tmp_path):
-    r = bench(
-        "--gemm",
-        "128",
-        "--key",
-        "arm-t",
-        "--tracker",
-        servers["tracker"].address,
-        "--repeat",
-        "2",
-        "--json",
-        tmp_path / "g.json",
-        state=servers["state"],
-    )
-    assert r.returncode == 0, r.stderr
-    res = json.loads((tmp_path / "g.json").read_text())
+    r, res = bench_json(servers, "tracker", "arm-t", "--gemm", "128", "--repeat", "2", out=tmp_path / "g.json")
     assert res["gflops"] > 0 and res["check"][0]["max_abs"] < 1e-3 and res["model"] == "gemm128"
 
 
 def test_two_benches_share_one_device(servers, state, small_onnx, tmp_path):
     """Through one tracker with one device: the second waits for the first, both finish."""
-    tracker = rpc.start_tracker(port=19500, port_end=19590)
-    device = rpc.start_device("host", "solo", tracker=tracker.address, work_dir=state / "solo")
-    try:
-        env = dict(os.environ, TVMGEN_STATE_DIR=str(state), TVMGEN_LOG_DIR=str(state / "logs"))
-        cmd = [
-            sys.executable,
-            "-m",
-            "tvmgen",
-            "bench",
-            "builtin:mobilenet",
-            "--key",
-            "solo",
-            "--tracker",
-            tracker.address,
-        ]
-        first = subprocess.Popen(
-            [*cmd, "--repeat", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    with device_behind("tracker", "host", "solo", state / "solo", 19500, 19590) as (tracker, device):
+        first = bench_in_background(
+            "builtin:mobilenet", "--key", "solo", "--tracker", tracker.address, "--repeat", "30", state=state
         )
-        deadline = time.time() + 120
-        while "session 1:" not in Path(device.log).read_text() and time.time() < deadline:
-            time.sleep(0.1)
-        second = subprocess.run(
-            [*cmd[:4], str(small_onnx), *cmd[5:], "--repeat", "2"], capture_output=True, text=True, env=env, timeout=300
-        )
+        wait_for_log(device, "session 1:")
+        second = bench(small_onnx, "--key", "solo", "--tracker", tracker.address, "--repeat", "2", state=state)
         out1, err1 = first.communicate(timeout=300)
         assert first.returncode == 0, err1
         assert second.returncode == 0, second.stderr
         assert "busy: waiting for it" in second.stderr
         log = Path(device.log).read_text()
         assert log.index("session 1 done") < log.index("session 2:")  # served one after the other
-    finally:
-        device.stop()
-        tracker.stop()
 
 
 def test_device_killed_mid_bench(servers, state):
-    tracker = rpc.start_tracker(port=19600, port_end=19690)
-    device = rpc.start_device("host", "doomed", tracker=tracker.address, work_dir=state / "doomed")
-    try:
-        env = dict(os.environ, TVMGEN_STATE_DIR=str(state), TVMGEN_LOG_DIR=str(state / "logs"))
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tvmgen",
-                "bench",
-                "builtin:mobilenet",
-                "--key",
-                "doomed",
-                "--tracker",
-                tracker.address,
-                "--repeat",
-                "100",
-                "--min-repeat-ms",
-                "200",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        deadline = time.time() + 120
-        while "load module" not in Path(device.log).read_text() and time.time() < deadline:
-            time.sleep(0.1)
+    with device_behind("tracker", "host", "doomed", state / "doomed", 19600, 19690) as (tracker, device):
+        via = ["--key", "doomed", "--tracker", tracker.address]
+        proc = bench_in_background("builtin:mobilenet", *via, "--repeat", "100", "--min-repeat-ms", "200", state=state)
+        wait_for_log(device, "load module")
         time.sleep(1.0)  # well inside the timed runs (100 x 200 ms)
         os.killpg(device.pid, signal.SIGKILL)
         start = time.time()
@@ -335,9 +248,6 @@ def test_device_killed_mid_bench(servers, state):
         assert time.time() - start < 30
         assert proc.returncode == 6, err
         assert "the device failed while timing the model" in err and "fix:" in err and "Traceback" not in err
-    finally:
-        device.stop()
-        tracker.stop()
 
 
 def test_tracker_unreachable(state):

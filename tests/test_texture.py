@@ -210,14 +210,14 @@ def test_adreno_models_run_in_texture_memory(ocl_runtime, opencl_lib, tmp_path, 
     np.testing.assert_allclose(np.load(tmp_path / "py.npy"), want, atol=1e-4, rtol=1e-4)
 
 
-def test_bench_over_rpc_runs_a_texture_artifact(opencl_lib, tmp_path, monkeypatch):
+def test_bench_over_rpc_runs_a_texture_artifact(opencl_lib, tmp_path):
     """`tvmgen bench ARTIFACT` of a --gpu-family adreno build on the native device server: the remote VM
     gets one OpenCL device per memory scope, and the outputs match the reference."""
     from conftest import save_onnx, single_op_models
+    from helpers import bench_on_a_gpu_device
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
-    from tvmgen.remote import rpc
 
     path = save_onnx(single_op_models()["conv1x1"], tmp_path / "conv1x1.onnx")
     art = tmp_path / "adreno"
@@ -228,35 +228,5 @@ def test_bench_over_rpc_runs_a_texture_artifact(opencl_lib, tmp_path, monkeypatc
         True,
         {"name": "conv1x1", "source": str(path), "format": "onnx"},
     )
-    monkeypatch.setenv("TVMGEN_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("TVMGEN_OPENCL_CACHE_DIR", str(tmp_path / "cl-cache"))
-    tracker = rpc.start_tracker(port=19900, port_end=19990)
-    device = rpc.start_device("host", "gpu", tracker=tracker.address, work_dir=tmp_path / "w")
-    try:
-        r = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "tvmgen",
-                "bench",
-                str(art),
-                "--key",
-                "gpu",
-                "--tracker",
-                tracker.address,
-                "--repeat",
-                "2",
-                "--json",
-                str(tmp_path / "r.json"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path / "logs")),
-        )
-        assert r.returncode == 0, r.stdout + r.stderr
-        res = json.loads((tmp_path / "r.json").read_text())
-        assert res["dev"] == "opencl" and res["check"][0]["max_abs"] < 1e-4, res
-    finally:
-        device.stop()
-        tracker.stop()
+    res = bench_on_a_gpu_device(art, tmp_path)
+    assert res["dev"] == "opencl" and res["check"][0]["max_abs"] < 1e-4, res

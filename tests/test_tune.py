@@ -10,7 +10,7 @@ import os
 import pytest
 
 from conftest import require_tool, save_onnx, single_op_models
-from tvmgen.remote import rpc
+from helpers import device_behind, run_tvmgen
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]  # servers, qemu, tuning runs
 
@@ -23,16 +23,15 @@ def gemm(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory, gemm):
     """A database with the GEMM tuned here, 2 trials (one task)."""
-    import subprocess
-    import sys
-
     work = tmp_path_factory.mktemp("tuned")
-    env = dict(os.environ, TVMGEN_LOG_DIR=str(work / "logs"), COLUMNS="200")
-    r = subprocess.run(
-        [sys.executable, "-m", "tvmgen", "tune", gemm, "--trials", "2", "--db", work / "db"],
-        capture_output=True,
-        text=True,
-        env=env,
+    r = run_tvmgen(
+        "tune",
+        gemm,
+        "--trials",
+        "2",
+        "--db",
+        work / "db",
+        env={"TVMGEN_LOG_DIR": str(work / "logs"), "COLUMNS": "200"},
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
@@ -139,62 +138,25 @@ def test_tune_on_the_emulated_aarch64_device(gemm, tvmgen, tmp_path, monkeypatch
     state.mkdir()
     env = {"TVMGEN_STATE_DIR": str(state)}
     monkeypatch.setenv("TVMGEN_STATE_DIR", str(state))
-    started = []
-    try:
-        tracker = rpc.start_tracker(port=19900, port_end=19950)
-        started.append(tracker)
-        started.append(rpc.start_device("linux-aarch64", "arm-tune", tracker=tracker.address, work_dir=state / "w"))
-        r = tvmgen(
-            "tune",
-            gemm,
-            "--trials",
-            "1",
-            "--key",
-            "arm-tune",
-            "--tracker",
-            tracker.address,
-            "--db",
-            tmp_path / "db",
-            extra_env=env,
-        )
+    with device_behind("tracker", "linux-aarch64", "arm-tune", state / "w", 19900, 19950) as (tracker, _):
+        via = ["--key", "arm-tune", "--tracker", tracker.address]
+        r = tvmgen("tune", gemm, "--trials", "1", *via, "--db", tmp_path / "db", extra_env=env)
         assert r.returncode == 0, r.stderr
         assert "device: linux-aarch64 (aarch64)" in r.stderr
         assert "1/1 fused_matmul_add: best" in r.stderr
         assert (
             tmp_path / "db" / "llvm-mattr=+neon-mtriple=aarch64-linux-gnu" / "database_tuning_record.json"
         ).is_file()
+        a64 = tmp_path / "a64"
         r = tvmgen(
-            "compile",
-            gemm,
-            "--platform",
-            "linux-aarch64",
-            "--tuning-db",
-            tmp_path / "db",
-            "-o",
-            tmp_path / "a64",
-            extra_env=env,
+            "compile", gemm, "--platform", "linux-aarch64", "--tuning-db", tmp_path / "db", "-o", a64, extra_env=env
         )
         assert r.returncode == 0, r.stderr
         assert "kernels: 1 from the tuning database" in r.stderr
-        r = tvmgen(
-            "bench",
-            tmp_path / "a64",
-            "--key",
-            "arm-tune",
-            "--tracker",
-            tracker.address,
-            "--repeat",
-            "1",
-            "--json",
-            tmp_path / "r.json",
-            extra_env=env,
-        )
+        r = tvmgen("bench", a64, *via, "--repeat", "1", "--json", tmp_path / "r.json", extra_env=env)
         assert r.returncode == 0, r.stderr
         res = json.loads((tmp_path / "r.json").read_text())
         assert res["device"]["arch"] == "aarch64" and res["check"][0]["max_abs"] < 1e-4
-    finally:
-        for s in reversed(started):
-            s.stop()
 
 
 def test_device_lost_mid_tuning(gemm, tmp_path, monkeypatch):
@@ -209,9 +171,7 @@ def test_device_lost_mid_tuning(gemm, tmp_path, monkeypatch):
     require_tool("cmake")
     conv = save_onnx(single_op_models()["conv3x3"], tmp_path / "conv.onnx")
     monkeypatch.setenv("TVMGEN_STATE_DIR", str(tmp_path / "state"))
-    tracker = rpc.start_tracker(port=19960, port_end=19989)
-    device = rpc.start_device("host", "doomed", tracker=tracker.address, work_dir=tmp_path / "w")
-    try:
+    with device_behind("tracker", "host", "doomed", tmp_path / "w", 19960, 19989) as (tracker, device):
         env = dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path / "logs"))
         proc = subprocess.Popen(
             [
@@ -251,9 +211,6 @@ def test_device_lost_mid_tuning(gemm, tmp_path, monkeypatch):
         assert len(records.read_text().splitlines()) <= kept + 32  # at most the batch running when it died
         run_secs = [json.loads(line)[1][1] for line in records.read_text().splitlines()]
         assert all(max(secs) < 1e9 for secs in run_secs)  # MetaSchedule writes 1e10 for a failed run
-    finally:
-        device.stop()
-        tracker.stop()
 
 
 def test_local_candidates_run_with_num_cores_threads(gemm, tmp_path, monkeypatch):

@@ -12,16 +12,14 @@ without one the tests that measure are skipped (failed under CI=true).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import onnx_model, opencl_info, require_tool, save_onnx
-from tvmgen.remote import rpc
+from helpers import device_behind, environment, run_tvmgen
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]  # servers, qemu, tuning runs
 
@@ -71,52 +69,32 @@ def gpu_device(opencl_runtime, tmp_path_factory):
         "TVMGEN_OPENCL_CACHE_DIR": str(work / "cl-cache"),
         "TVMGEN_OPENCL_BACKEND": str(opencl_runtime / "lib" / "libtvmgen_opencl.so"),
     }
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
-        started = []
-        try:
-            tracker = rpc.start_tracker(port=19600, port_end=19680)
-            started.append(tracker)
-            started.append(
-                rpc.start_device("host", KEY, tracker=tracker.address, work_dir=work / "w", prefix=opencl_runtime)
-            )
-            yield tracker.address, env
-        finally:
-            for s in reversed(started):
-                s.stop()
+    with (
+        environment(**env),
+        device_behind("tracker", "host", KEY, work / "w", 19600, 19680, prefix=opencl_runtime) as (tracker, _),
+    ):
+        yield tracker.address, env
 
 
 @pytest.fixture(scope="module")
 def tuned(gpu_device, gemm, tmp_path_factory):
     """The model tuned on the device, 3 trials per task: dlight's schedule first, then MetaSchedule's."""
-    address, env = gpu_device
     work = tmp_path_factory.mktemp("tuned-ocl")
-    r = _cli(
-        "tune",
-        gemm,
-        "--device",
-        "opencl",
-        "--trials",
-        "3",
-        "--key",
-        KEY,
-        "--tracker",
-        address,
-        "--db",
-        work / "db",
-        env=env,
-        logs=work / "logs",
-    )
-    assert r.returncode == 0, r.stderr
+    r = _tune(gemm, gpu_device, work / "db", logs=work / "logs")
     return work / "db", r
 
 
 def _cli(*args, env: dict, logs: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    full = dict(os.environ, TVMGEN_LOG_DIR=str(logs), COLUMNS="200", **env)
-    return subprocess.run(
-        [sys.executable, "-m", "tvmgen", *map(str, args)], capture_output=True, text=True, env=full, timeout=timeout
-    )
+    return run_tvmgen(*args, env={"TVMGEN_LOG_DIR": str(logs), "COLUMNS": "200", **env}, timeout=timeout)
+
+
+def _tune(gemm: Path, gpu_device, db: Path, logs: Path) -> subprocess.CompletedProcess:
+    """`tvmgen tune --device opencl`, 3 trials a task, on the device into ``db``; it must succeed."""
+    address, env = gpu_device
+    via = ["--key", KEY, "--tracker", address]
+    r = _cli("tune", gemm, "--device", "opencl", "--trials", "3", *via, "--db", db, env=env, logs=logs)
+    assert r.returncode == 0, r.stderr
+    return r
 
 
 def test_tune_on_the_opencl_device_writes_a_gpu_database(tuned):
@@ -149,51 +127,29 @@ def test_compile_applies_the_gpu_database_and_matches_untuned(tuned, gpu_device,
     build's (both run here on PoCL) and onnxruntime's (--check), and it runs on the device over RPC."""
     db, _ = tuned
     address, env = gpu_device
-    logs = tmp_path / "logs"
-    r = _cli(
-        "compile",
-        gemm,
-        "--device",
-        "opencl",
-        "--tuning-db",
-        db,
-        "--check",
-        "-o",
-        tmp_path / "tuned",
-        env=env,
-        logs=logs,
-    )
+
+    def cli(*args):
+        return _cli(*args, env=env, logs=tmp_path / "logs")
+
+    r = cli("compile", gemm, "--device", "opencl", "--tuning-db", db, "--check", "-o", tmp_path / "tuned")
     assert r.returncode == 0, r.stderr
     assert "kernels: 2 from the tuning database" in r.stderr and "has no tuned kernel" not in r.stderr
     assert "ok y: max abs error" in r.stderr
     for name, flags in (("untuned", ["--device", "opencl"]), ("cpu", [])):
-        r = _cli("compile", gemm, *flags, "-o", tmp_path / name, env=env, logs=logs)
+        r = cli("compile", gemm, *flags, "-o", tmp_path / name)
         assert r.returncode == 0, r.stderr
     assert "from the tuning database" not in r.stderr
     outs = {}
     for name in ("tuned", "untuned", "cpu"):
-        r = _cli(
-            "run", tmp_path / name, "-o", tmp_path / f"out-{name}", "--repeat", "1", "--seed", "3", env=env, logs=logs
-        )
+        r = cli("run", tmp_path / name, "-o", tmp_path / f"out-{name}", "--repeat", "1", "--seed", "3")
         assert r.returncode == 0, r.stdout + r.stderr
         outs[name] = np.load(tmp_path / f"out-{name}" / "y.npy")
     assert not np.array_equal(outs["cpu"], np.zeros_like(outs["cpu"]))
     np.testing.assert_allclose(outs["tuned"], outs["untuned"], atol=1e-5, rtol=0)
     np.testing.assert_allclose(outs["tuned"], outs["cpu"], atol=1e-4, rtol=0)
     # the tuned artifact on the device server, as on a phone
-    r = _cli(
-        "bench",
-        tmp_path / "tuned",
-        "--key",
-        KEY,
-        "--tracker",
-        address,
-        "--repeat",
-        "2",
-        "--json",
-        tmp_path / "r.json",
-        env=env,
-        logs=logs,
+    r = cli(
+        "bench", tmp_path / "tuned", "--key", KEY, "--tracker", address, "--repeat", "2", "--json", tmp_path / "r.json"
     )
     assert r.returncode == 0, r.stderr
     res = json.loads((tmp_path / "r.json").read_text())
@@ -202,24 +158,7 @@ def test_compile_applies_the_gpu_database_and_matches_untuned(tuned, gpu_device,
 
 def test_rerun_resumes_from_the_gpu_records(tuned, gpu_device, gemm, tmp_path):
     db, _ = tuned
-    address, env = gpu_device
-    r = _cli(
-        "tune",
-        gemm,
-        "--device",
-        "opencl",
-        "--trials",
-        "3",
-        "--key",
-        KEY,
-        "--tracker",
-        address,
-        "--db",
-        db,
-        env=env,
-        logs=tmp_path / "logs",
-    )
-    assert r.returncode == 0, r.stderr
+    r = _tune(gemm, gpu_device, db, logs=tmp_path / "logs")
     assert "(6 trials already in the database)" in r.stderr and "(0 new)" in r.stderr
 
 

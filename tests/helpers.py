@@ -1,0 +1,133 @@
+"""Plain helpers the test modules share (conftest.py holds the fixtures): the CLI in a subprocess from a
+module-scoped fixture, environment variables set for a block, and RPC servers on 127.0.0.1 that stop
+when the block ends."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TVMGEN
+
+
+def run_tvmgen(
+    *args, env: dict | None = None, cwd: Path | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """`python -m tvmgen ARGS` in a subprocess, with the environment as it is now plus ``env``.
+    (The ``tvmgen`` fixture is for tests; this one also serves module-scoped fixtures.)"""
+    return subprocess.run(
+        [*TVMGEN, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **(env or {})),
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+@contextlib.contextmanager
+def environment(**values) -> Iterator[None]:
+    """os.environ with ``values`` set inside the block (restored after it); for module-scoped fixtures,
+    which cannot take ``monkeypatch``."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in values.items():
+            mp.setenv(name, str(value))
+        yield
+
+
+@contextlib.contextmanager
+def stopping(*servers) -> Iterator[None]:
+    """Stops the rpc servers given (started by tvmgen.remote.rpc), last first, when the block ends."""
+    with contextlib.ExitStack() as stack:
+        for server in servers:
+            stack.callback(server.stop)
+        yield
+
+
+@contextlib.contextmanager
+def device_behind(via: str, platform: str, key: str, work_dir: Path, port: int, port_end: int, **device_options):
+    """A tracker (``via`` "tracker") or a proxy ("proxy") on a free port in [port, port_end], with one of
+    tvmgen's device servers for ``platform`` registered on it under ``key``; yields (that tracker or
+    proxy, the device). Both are stopped when the block ends."""
+    from tvmgen.remote import rpc
+
+    start = rpc.start_tracker if via == "tracker" else rpc.start_proxy
+    server = start(port=port, port_end=port_end)
+    with stopping(server):
+        device = rpc.start_device(platform, key, work_dir=work_dir, **{via: server.address}, **device_options)
+        with stopping(device):
+            yield server, device
+
+
+def bench_on_a_gpu_device(model, tmp_path: Path, *flags) -> dict:
+    """`tvmgen bench MODEL FLAGS --repeat 2` on tvmgen's host device server ("gpu", behind a tracker started
+    for it; its state, logs and OpenCL kernel cache under ``tmp_path``), which must succeed: its JSON."""
+    out = tmp_path / "r.json"
+    with (
+        environment(TVMGEN_STATE_DIR=tmp_path / "state", TVMGEN_OPENCL_CACHE_DIR=tmp_path / "cl-cache"),
+        device_behind("tracker", "host", "gpu", tmp_path / "w", 19900, 19990) as (tracker, _),
+    ):
+        via = ["--key", "gpu", "--tracker", tracker.address]
+        r = run_tvmgen(
+            "bench", model, *via, *flags, "--repeat", "2", "--json", out, env={"TVMGEN_LOG_DIR": str(tmp_path / "logs")}
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(out.read_text())
+
+
+def load_benchmark(name: str):
+    """The module benchmarks/NAME.py, imported (its sibling benchlib importable while it loads)."""
+    import importlib.util
+
+    folder = str(REPO / "benchmarks")
+    sys.path.insert(0, folder)
+    try:
+        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
+    return module
+
+
+def run_benchmark(
+    script: str, *args, python: tuple | list = (sys.executable,), env: dict | None = None, cwd=REPO, timeout=900
+) -> subprocess.CompletedProcess:
+    """benchmarks/SCRIPT ARGS run by ``python``, which must succeed (the end of its stderr shown if not):
+    the finished process."""
+    proc = subprocess.run(
+        [*python, str(REPO / "benchmarks" / script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+# where tvmgen looks for the Android SDK and NDK, the TVM source tree and Gradle before its own downloads
+TOOL_LOCATION_VARS = (
+    "ANDROID_HOME",
+    "ANDROID_SDK_ROOT",
+    "ANDROID_NDK_HOME",
+    "ANDROID_NDK_ROOT",
+    "TVM_NDK_CC",
+    "TVM_SOURCE_DIR",
+    "GRADLE_HOME",
+)
+
+
+def environ_without_tools(*more: str) -> dict:
+    """os.environ less TOOL_LOCATION_VARS and the variables ``more``: a machine whose tools tvmgen has
+    to find (or download) itself."""
+    drop = {*TOOL_LOCATION_VARS, *more}
+    return {k: v for k, v in os.environ.items() if k not in drop}
