@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import unavailable
+from helpers import environ_without_tools
 from tvmgen.android import adb, doctor, signing, tools
 from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
 
@@ -328,16 +329,9 @@ def test_sign_argv_keeps_passwords_out_of_argv(tmp_path):
         "env:TVMGEN_KEY_PASSWORD",
         "--v1-signing-enabled",
     ]
-    assert argv[11:19] == [
-        "false",
-        "--v2-signing-enabled",
-        "true",
-        "--v3-signing-enabled",
-        "true",
-        "--v4-signing-enabled",
-        "false",
-        "--out",
-    ]
+    schemes = [("--v1-signing-enabled", "false"), ("--v2-signing-enabled", "true")]
+    schemes += [("--v3-signing-enabled", "true"), ("--v4-signing-enabled", "false")]
+    assert list(zip(argv[10:18:2], argv[11:19:2])) == schemes and argv[18] == "--out"
     assert argv[-1] == str(apk)
     assert not any("Secret" in a for a in argv)
     assert runner.envs[0] == {"TVMGEN_KEYSTORE_PASSWORD": "St0re-Secret-1", "TVMGEN_KEY_PASSWORD": "K3y-Secret-2"}
@@ -542,23 +536,7 @@ def _exe(path: Path, body: str) -> None:
 
 
 def _doctor(tmp_path, env_extra: dict) -> subprocess.CompletedProcess:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k
-        not in (
-            "ANDROID_HOME",
-            "ANDROID_SDK_ROOT",
-            "ANDROID_NDK_HOME",
-            "ANDROID_NDK_ROOT",
-            "TVM_NDK_CC",
-            "TVM_SOURCE_DIR",
-            "TVMGEN_AAPT",
-            "TVMGEN_ZIPALIGN",
-            "TVMGEN_APKSIGNER",
-            "GRADLE_HOME",
-        )
-    }
+    env = environ_without_tools("TVMGEN_AAPT", "TVMGEN_ZIPALIGN", "TVMGEN_APKSIGNER")
     # tvmgen's own downloads (tvmgen doctor --install) live elsewhere: an empty data directory here
     env.update(TVMGEN_LOG_DIR=str(tmp_path / "logs"), TVMGEN_DATA_DIR=str(tmp_path / "tvmgen-data"), **env_extra)
     return subprocess.run(

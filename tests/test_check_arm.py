@@ -8,14 +8,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import require_tool, save_onnx
+from conftest import QEMU_AARCH64, require_tool, run_native, save_onnx
 from tvmgen.compiler.platforms import PLATFORMS
 
 QEMU_LINE = "checking the linux-aarch64 build under qemu-aarch64"
@@ -55,30 +54,10 @@ def aarch64_error_by_hand(model: Path, artifact: Path, work: Path) -> float:
 
     work = Path(tempfile.mkdtemp(prefix="by-hand-", dir=work))
     x = random_inputs([TensorSpec("x", (4, 1000), "float32")], 0)["x"]
-    np.save(work / "x.npy", x)
-    runner = runtime_build.cached_build("linux-aarch64") / "bin" / "tvmgen-run"
-    proc = subprocess.run(
-        [
-            "qemu-aarch64",
-            "-L",
-            "/usr/aarch64-linux-gnu",
-            str(runner),
-            str(artifact),
-            "--input",
-            f"x={work / 'x.npy'}",
-            "-o",
-            str(work / "out"),
-            "--warmup",
-            "0",
-            "--repeat",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    runtime = runtime_build.cached_build("linux-aarch64")
+    proc, outputs = run_native(runtime, artifact, {"x": x}, work, "--warmup", "0", launcher=QEMU_AARCH64)
     assert proc.returncode == 0, proc.stderr
-    actual = np.load(work / "out" / "y.npy")
+    (actual,) = outputs
     expected = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     return float(np.max(np.abs(actual.astype(np.float64) - expected)))
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TVMGEN, onnx_model, save_onnx, unavailable
+from helpers import environ_without_tools
 from install_fakes import (
     ARCHIVES,
     CMDLINE_ZIP,
@@ -89,20 +90,7 @@ def machine(tmp_path, server, tvm_repo):
             }
         )
     )
-    drop = (
-        "ANDROID_HOME",
-        "ANDROID_SDK_ROOT",
-        "ANDROID_NDK_HOME",
-        "ANDROID_NDK_ROOT",
-        "TVM_NDK_CC",
-        "TVM_SOURCE_DIR",
-        "GRADLE_HOME",
-        "TVMGEN_AAPT",
-        "TVMGEN_ZIPALIGN",
-        "TVMGEN_APKSIGNER",
-        "TVMGEN_DOWNLOAD_MIRROR",
-    )
-    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env = environ_without_tools("TVMGEN_AAPT", "TVMGEN_ZIPALIGN", "TVMGEN_APKSIGNER", "TVMGEN_DOWNLOAD_MIRROR")
     env.update(
         GIT_ENV,
         TVMGEN_DATA_DIR=str(tmp_path / "data"),
@@ -489,22 +477,7 @@ def _relu_model():
     reason="downloads about 2 GB from Google, Gradle and GitHub: set TVMGEN_TEST_REAL_DOWNLOADS=1",
 )
 def test_real_downloads(tmp_path):
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k
-        not in (
-            "ANDROID_HOME",
-            "ANDROID_SDK_ROOT",
-            "ANDROID_NDK_HOME",
-            "ANDROID_NDK_ROOT",
-            "TVM_NDK_CC",
-            "TVM_SOURCE_DIR",
-            "GRADLE_HOME",
-            "TVMGEN_DOWNLOADS",
-            "TVMGEN_DOWNLOAD_MIRROR",
-        )
-    }
+    env = environ_without_tools("TVMGEN_DOWNLOADS", "TVMGEN_DOWNLOAD_MIRROR")
     env.update(TVMGEN_DATA_DIR=str(tmp_path / "data"), TVMGEN_LOG_DIR=str(tmp_path / "logs"))
     r = _tvmgen(env, "doctor", "--install", "--yes", "--json", cwd=tmp_path, timeout=3 * 3600)
     assert r.returncode == 0, r.stderr[-3000:]

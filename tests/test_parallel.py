@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import require_tool
+from conftest import require_tool, run_native
 from tvmgen.compiler.export import POOL_FLAGS, parallel_pool_source
 
 ENV = ctypes.c_void_p  # TVMParallelGroupEnv*: {void* sync_handle; int32_t num_task}
@@ -269,40 +269,23 @@ print("ok")
 
 @pytest.mark.slow
 def test_tvmgen_run_reports_the_pool(mobilenet, host_runtime, tmp_path):
-    prefix = host_runtime
     from tvmgen.core import artifact
     from tvmgen.core.model import random_inputs
 
     want = _run_in_child(mobilenet, 1)["out"]
     (spec,) = artifact.load(mobilenet).inputs
-    np.save(tmp_path / "x.npy", random_inputs([spec], seed=3)[spec.name])  # the child's input
+    inputs = random_inputs([spec], seed=3)  # the child's input
     for extra, pool, threads in (
         (["--threads", "2"], "tvmgen", 2),
         (["--threads", "3"], "tvmgen", 3),
         (["--threads", "1", "--affinity", "big"], "tvm", 1),
     ):
-        out = tmp_path / "-".join(extra)
-        proc = subprocess.run(
-            [
-                str(prefix / "bin" / "tvmgen-run"),
-                str(mobilenet),
-                "-i",
-                str(tmp_path / "x.npy"),
-                "-o",
-                str(out),
-                "--repeat",
-                "2",
-                *extra,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc, outputs = run_native(host_runtime, mobilenet, inputs, tmp_path, *extra, tag="-".join(extra), repeat=2)
         assert proc.returncode == 0, proc.stderr
         timings = json.loads(proc.stdout)
         assert (timings["thread_pool"], timings["threads"]) == (pool, threads), extra
         assert f"threads: {threads})" in proc.stderr
-        got = np.load(next(out.glob("*.npy")))
+        (got,) = outputs
         np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
 
 

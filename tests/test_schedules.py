@@ -18,6 +18,11 @@ from tvmgen.compiler import cpu, schedules
 from tvmgen.compiler.platforms import PLATFORMS, make_target
 
 
+def conv_params(w, name: str, cout: int, cin: int, k: int) -> list:
+    """A convolution's weight W<name> [cout, cin, k, k] and bias B<name> [cout], drawn by ``w`` in that order."""
+    return [w(f"W{name}", cout, cin, k, k), w(f"B{name}", cout)]
+
+
 def awkward_models() -> dict:
     """Shapes that do not divide by the vector width or the register tile, and unusual convolutions."""
     from onnx import TensorProto, helper, numpy_helper
@@ -453,14 +458,7 @@ def _conv_models() -> dict:
             odd,
             [vi("x", [1, 24, 10, 10])],
             [vi("y", [1, 116, 5, 5])],
-            [
-                w("W1", 58, 24, 1, 1),
-                w("B1", 58),
-                w("W2", 58, 1, 3, 3),
-                w("B2", 58),
-                w("W3", 116, 58, 1, 1),
-                w("B3", 116),
-            ],
+            [*conv_params(w, "1", 58, 24, 1), *conv_params(w, "2", 58, 1, 3), *conv_params(w, "3", 116, 58, 1)],
         ),
         "large_weights": onnx_model(
             big,
@@ -626,14 +624,10 @@ def _fire_and_pool_models() -> dict:
             [vi("x", [1, 6, 9, 10])],
             [vi("y1", [1, 25, 4, 5]), vi("y2", [1, 9, 9, 10])],
             [
-                w("Ws", 5, 6, 1, 1),
-                w("Bs", 5),
-                w("Wa", 7, 5, 1, 1),
-                w("Ba", 7),
-                w("Wb", 9, 5, 3, 3),
-                w("Bb", 9),
-                w("Wc", 9, 5, 3, 3),
-                w("Bc", 9),
+                *conv_params(w, "s", 5, 6, 1),
+                *conv_params(w, "a", 7, 5, 1),
+                *conv_params(w, "b", 9, 5, 3),
+                *conv_params(w, "c", 9, 5, 3),
                 w("Wd", 4, 5, 1, 1),
             ],
         ),
