@@ -200,6 +200,9 @@ def test_comparison_flags_a_planted_regression(browser, tvmgen_inprocess, tmp_pa
     assert "regression" not in find('#compare td[data-run="0"][data-metric="p50_ms"]')[0].get_attribute("class")
     assert len(find("svg.p50 rect.bar")) == 2
     assert len(find("svg.histogram")) == 2
+    # the same model on the same phone twice: each column names its result file
+    head = md.read_text().splitlines()[2]
+    assert "(bench_pixel6.json)" in head and "(new.json)" in head, head
     # the device as the server reported it; what it did not report says so
     device = find("section#run-0 .grid table.fields")[1].text
     assert "Android 14" in device

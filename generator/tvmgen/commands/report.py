@@ -83,6 +83,7 @@ def write(
     from tvmgen.reports import results as result_files
 
     runs = [r for path in results for r in result_files.load(path, artifact_dir)]
+    result_files.distinct_labels(runs)
     page = html.render(runs, threshold, title)
     summary = html.markdown(runs, threshold) if markdown_path else None
     html.write_atomic(out, page)

@@ -398,3 +398,15 @@ def regressions(runs: list[Run], threshold: float) -> list[tuple[Run, Change]]:
         for c in ch.values()
         if c.verdict == "regression"
     ]
+
+
+def distinct_labels(runs: list[Run]) -> None:
+    """Make the runs' labels tell them apart: runs sharing a label get their result file's name added
+    ("tiny (r1.json)"), so the columns of a comparison are never two alike."""
+    by_label: dict[str, list[Run]] = {}
+    for r in runs:
+        by_label.setdefault(r.label, []).append(r)
+    for same in by_label.values():
+        if len(same) > 1:
+            for r in same:
+                r.label = f"{r.label} ({Path(r.source).name})" if r.source else r.label
