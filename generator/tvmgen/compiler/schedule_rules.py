@@ -102,9 +102,36 @@ def _vectorize_loop(sch, loop, lanes: int, preferred) -> None:
 
 
 def schedule_injective(sch, blocks, shape: CpuShape) -> None:
-    for b in blocks[:-1]:
-        sch.compute_inline(b)
-    out = blocks[-1]
+    """Copies and elementwise blocks: each block that writes one of the function's outputs (a
+    split writes several) gets a loop nest of its own, the others are inlined into them."""
+    outputs = [b for b in blocks if _writes_output(sch, b)] or blocks[-1:]
+    names = {sch.get(b).name_hint for b in outputs}
+    for b in blocks:
+        if sch.get(b).name_hint not in names:
+            sch.compute_inline(b)
+    for out in outputs:
+        _schedule_injective_output(sch, out, shape)
+
+
+def _reads_per_row(block, buffers) -> bool:
+    """Whether ``block`` reads each of ``buffers`` (results of reductions along rows) at its own
+    row: indexed by its leading block variables (``sum[i, j]`` in a block over ``i, j, k``)."""
+    axes = [iv.var for iv in block.iter_vars]
+    for read in block.reads:
+        if any(read.source.same_as(b) for b in buffers):
+            index = [r.min for r in read.region]
+            if len(index) > len(axes) or not all(i.same_as(a) for i, a in zip(index, axes)):
+                return False
+    return True
+
+
+def _writes_output(sch, block) -> bool:
+    """Whether ``block`` writes a buffer of the function's (not one the function allocates)."""
+    allocated = sch.get(sch.get_sblock("root")).alloc_buffers
+    return any(not any(w.source.same_as(a) for a in allocated) for w in sch.get(block).writes)
+
+
+def _schedule_injective_output(sch, out, shape: CpuShape) -> None:
     loops = sch.get_loops(out)
     if not loops:
         return
@@ -149,6 +176,70 @@ def schedule_injective(sch, blocks, shape: CpuShape) -> None:
 
 
 _INJECTIVE_TASKS = 64
+
+
+def schedule_rows(sch, shape: CpuShape) -> None:
+    """Several reductions along the rows of the output (softmax: the row maximum, then the sum of
+    exponentials; layer normalisation: the mean, then the variance): rows in parallel, each row's
+    steps in turn inside its task while the row is in cache, the element loops in vectors.
+
+    A block that both reads a reduction's result and feeds another (softmax's exponentials,
+    layer normalisation's mean) is computed per row; elementwise producers (a scale, a mask, a
+    residual add) and consumers are inlined. Each reduction over a row of whole vectors (or half
+    or quarter vectors: rows of 1000) is computed as a vector of partial results combined at the
+    end: a scalar loop is a chain of dependent additions (4 cycles each), vectors do ``lanes`` at
+    a time."""
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    reductions = {sch.get(b).name_hint for b in blocks if COMM_REDUCE in iter_kinds(sch, b)}
+    if not reductions:
+        raise _schedule_error("rows: no reduction")
+    *rest, out = blocks
+    if sch.get(out).name_hint in reductions:
+        raise _schedule_error("rows: the output is a reduction")
+    lanes = shape.lanes(_dtype_bits(sch, out))
+    after_reduction: set[str] = set()  # blocks that depend on a reduction's result
+    for b in blocks:
+        name = sch.get(b).name_hint
+        if name in reductions or any(sch.get(p).name_hint in after_reduction for p in sch.get_producers(b)):
+            after_reduction.add(name)
+    for b in rest:
+        name = sch.get(b).name_hint
+        feeds_reduction = any(sch.get(c).name_hint in reductions for c in sch.get_consumers(b))
+        if name not in reductions and not (name in after_reduction and feeds_reduction):
+            sch.compute_inline(b)
+    kept = sch.get_child_blocks(sch.get_sblock("root"))
+    results = [w.source for b in kept if sch.get(b).name_hint in reductions for w in sch.get(b).writes]
+    if not all(_reads_per_row(sch.get(b), results) for b in kept):
+        raise _schedule_error("rows: a reduction's result read across rows (a reduction over another axis)")
+    partials = []
+    for b in kept:
+        if sch.get(b).name_hint in reductions:
+            k = sch.get_loops(b)[-1]
+            extent = _extent(sch, k) or 0
+            # rows of 1000 (a classifier's softmax): 8 partial results, not a scalar chain
+            part = _pick(extent, [lanes, lanes // 2, lanes // 4])
+            if part >= 4 and extent >= 2 * part:
+                _, ki = sch.split(k, [None, part])
+                partials.append(sch.rfactor(ki, len(sch.get_loops(b)) - 2))
+    *outer, _ = sch.get_loops(out)
+    if not outer:
+        raise _schedule_error("rows: a single row, nothing to parallelise")
+    row = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    sch.parallel(row)
+    *steps, out = sch.get_child_blocks(sch.get_sblock("root"))
+    for b in reversed(steps):  # consumers first: each is computed at the row before its producers
+        sch.compute_at(b, row, preserve_unit_loops=False)
+    for rf in partials:  # the partial results' loops: [lanes (spatial), k / lanes], lanes innermost
+        ki, ko = sch.get_loops(rf)[-2:]
+        sch.reorder(ko, ki)
+        sch.vectorize(ki)
+    skip = reductions | {sch.get(rf).name_hint for rf in partials}
+    for b in [*steps, out]:
+        if sch.get(b).name_hint in skip:
+            continue
+        loops = sch.get_loops(b)
+        if len(loops) > 1:  # an element loop inside the row's
+            _vectorize_loop(sch, loops[-1], lanes, [lanes, lanes // 2, lanes // 4])
 
 
 def _transposed_axis(sch, block, loops) -> int | None:

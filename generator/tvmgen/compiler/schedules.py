@@ -15,7 +15,8 @@ Two steps, chosen from the target's vector width (AVX-512, AVX2, NEON):
   * anything else is left as TVM lowers it (correct, but slow): the compile log says which.
 Nothing here changes what is computed, only the loop order, with two exceptions within float32
 rounding: float32 sigmoid's ``exp`` is a polynomial that vectorises (``rewrites.vector_exp``, 7.5e-8
-relative) and convolutions with channel counts short of whole vectors compute a few zero channels
+relative), ``erf`` and ``tanh`` rational functions (``rewrites.vector_erf``, ``vector_tanh``, 4.3e-7
+absolute), and convolutions with channel counts short of whole vectors compute a few zero channels
 more (``rewrites.pad_conv_output_channels``); the tests compare every scheduled model with its
 reference runtime. This module holds the passes and picks a rule for each function;
 the rules themselves are in ``schedule_rules``.
@@ -35,13 +36,16 @@ log = logging.getLogger("tvmgen.compiler.schedules")
 
 def legalize_map() -> dict:
     """tvmgen's lowering of the operators TOPI lowers badly or not at all in the layouts the CPU
-    pipeline uses (``compiler.conv_transpose``), sigmoid in vectors (``rewrites.legalize_sigmoid``),
-    quantize without divisions (``int8.legalize_quantize``) and softmax (``compiler.softmax``)."""
+    pipeline uses (``compiler.conv_transpose``), sigmoid, erf and tanh in vectors
+    (``rewrites.legalize_sigmoid``, ``legalize_erf``, ``legalize_tanh``), quantize without
+    divisions (``int8.legalize_quantize``) and softmax (``compiler.softmax``)."""
     from tvmgen.compiler import conv_transpose, int8, rewrites, softmax
 
     return {
         **conv_transpose.legalize_map(),
         "relax.sigmoid": rewrites.legalize_sigmoid,
+        "relax.erf": rewrites.legalize_erf,
+        "relax.tanh": rewrites.legalize_tanh,
         "relax.quantize": int8.legalize_quantize,
         "relax.nn.softmax": softmax.legalize_softmax,
     }
@@ -337,14 +341,13 @@ def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
             log.debug("%s: no dot-product schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
             return None
     _inline_dequantize(sch)
-    from tvmgen.compiler import softmax
-
-    if softmax.is_softmax(sch):  # tvmgen's lowering of softmax: its own schedule
-        try:
-            softmax.schedule_softmax(sch, shape.lanes(32))
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    if sum(rules.COMM_REDUCE in rules.iter_kinds(sch, b) for b in blocks) > 1:
+        try:  # softmax, layer normalisation: reductions along rows
+            rules.schedule_rows(sch, shape)
             return sch
         except Exception as e:
-            log.debug("%s: no softmax schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
+            log.debug("%s: no row schedule (%s)", name, str(e).splitlines()[-1] if str(e) else type(e).__name__)
             return None
     for depthwise_rule in (True, False):  # the depthwise rule, else the general one
         if not depthwise_rule:  # the depthwise rule did not fit: start again from the function
@@ -355,11 +358,8 @@ def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
         try:
             if not reductions:
                 rules.schedule_injective(sch, blocks, shape)
-            elif len(reductions) == 1:
-                rules.schedule_reduction(sch, reductions[0], shape, depthwise_rule)
             else:
-                log.debug("%s: %d reductions, left unscheduled", name, len(reductions))
-                return None
+                rules.schedule_reduction(sch, reductions[0], shape, depthwise_rule)
             return sch
         except Exception as e:
             if depthwise_rule:  # a depthwise convolution the depthwise rule does not fit: try the general one
