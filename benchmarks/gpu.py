@@ -584,6 +584,24 @@ def _fmt(x) -> str:
     return f"{x:.0f}" if x >= 1000 else f"{x:.1f}" if x >= 10 else f"{x:.3f}"
 
 
+COLUMNS = [  # the table's
+    "model",
+    "device",
+    "precision",
+    "cold first run ms",
+    "warm first run ms",
+    "cold/warm",
+    "init ms",
+    "kernels built / hits",
+    "steady ms",
+    "copy-in ms",
+    "copy-out ms",
+    "steady x cpu",
+    "max abs err",
+    "status",
+]
+
+
 def report(plan: dict, results: list[dict], args) -> str:
     steady = {(r["model"], r["id"]): r["steady"]["run_ms"]["median"] for r in results if "steady" in r}
     body, notes = [], []
@@ -622,22 +640,6 @@ def report(plan: dict, results: list[dict], args) -> str:
                 "ok",
             ]
         )
-    header = [
-        "model",
-        "device",
-        "precision",
-        "cold first run ms",
-        "warm first run ms",
-        "cold/warm",
-        "init ms",
-        "kernels built / hits",
-        "steady ms",
-        "copy-in ms",
-        "copy-out ms",
-        "steady x cpu",
-        "max abs err",
-        "status",
-    ]
     lines = [
         f"GPU benchmark: tvmgen-run, fresh process per start; cold/warm: median of {args.repeat} starts each "
         f"(first inference); steady: median of {args.runs} runs after 1 warm-up; max abs err vs the CPU build"
@@ -652,7 +654,7 @@ def report(plan: dict, results: list[dict], args) -> str:
         f"host: {m['cpu']} ({m['cpus']} CPUs); work directory built {plan.get('created')}, "
         f"{plan.get('size_mb', '?')} MB"
     )
-    lines.append(benchlib.table(header, body, set(range(3, 13))))
+    lines.append(benchlib.table(COLUMNS, body, set(range(3, 13))))
     extra = []
     for model in plan["models"]:
         for p in ("fp32", "fp16"):

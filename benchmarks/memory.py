@@ -82,27 +82,8 @@ def measure_cpp(runner: Path, artifact: Path, work: Path) -> dict:
         np.save(work / f"in{i}.npy", arr)
         args += ["--input", f"{name}={work / f'in{i}.npy'}"]
     timings = work / "timings.json"
-    proc = subprocess.run(
-        [
-            str(runner),
-            str(artifact),
-            *args,
-            "--repeat",
-            str(RUNS),
-            "--threads",
-            "1",
-            "--timings",
-            str(timings),
-            "-o",
-            str(work / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        env=benchlib.thread_env(1),
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"tvmgen-run failed: {proc.stderr.strip()[-300:]}")
+    args += ["--repeat", str(RUNS), "--threads", "1", "--timings", str(timings), "-o", str(work / "out")]
+    one_thread([str(runner), str(artifact), *args], "tvmgen-run")
     mem = json.loads(timings.read_text())["memory"]
     return {k: mem[k] for k in ("before_load_bytes", "after_load_peak_bytes", "overall_peak_bytes")}
 
@@ -112,16 +93,17 @@ def child(engine: str, model: str, artifact: str) -> None:
 
 
 def in_child(engine: str, model: Path, artifact: Path) -> dict:
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", engine, str(model), str(artifact)],
-        capture_output=True,
-        text=True,
-        env=benchlib.thread_env(1),
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{engine} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1][:300]}")
+    proc = one_thread([sys.executable, __file__, "--child", engine, str(model), str(artifact)], engine)
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def one_thread(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+    """``cmd`` run with one thread (benchlib.thread_env); RuntimeError with the last line of its stderr if
+    it fails."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=benchlib.thread_env(1), timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1][:300]}")
+    return proc
 
 
 def added(reading: dict, key: str) -> float:

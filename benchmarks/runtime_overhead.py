@@ -181,21 +181,8 @@ public final class OverheadBench {
         allFloat &= m.outputs().get(k).isFloat32();
         outF[k] = new float[(int) m.outputs().get(k).elementCount()];
       }
-      long[] t = new long[4 * calls];
       if (mode.equals("buffer")) {  // Tensor (direct ByteBuffers): the zero-copy path
-        for (int r = 0; r < warmup + calls; ++r) {
-          long t0 = System.nanoTime();
-          for (int k = 0; k < nin; ++k) m.setInput(k, in[k]);
-          long t1 = System.nanoTime();
-          m.run();
-          long t2 = System.nanoTime();
-          for (int k = 0; k < nout; ++k) m.getOutput(k, out[k]);
-          long t3 = System.nanoTime();
-          if (r >= warmup) {
-            int i = 4 * (r - warmup);
-            t[i] = t1 - t0; t[i + 1] = t2 - t1; t[i + 2] = t3 - t2; t[i + 3] = t3 - t0;
-          }
-        }
+        long[] t = time(m, warmup, calls, nin, k -> m.setInput(k, in[k]), nout, k -> m.getOutput(k, out[k]));
         write(t, prefix + "-buffer.times");
         modes.add("\"buffer\"");
         for (int k = 0; k < nout; ++k) {
@@ -208,19 +195,7 @@ public final class OverheadBench {
       } else if (!mode.equals("floats")) {
         throw new IllegalArgumentException("mode is buffer or floats, not " + mode);
       } else if (allFloat) {  // float[] in and out
-        for (int r = 0; r < warmup + calls; ++r) {
-          long t0 = System.nanoTime();
-          for (int k = 0; k < nin; ++k) m.setInput(k, inF[k]);
-          long t1 = System.nanoTime();
-          m.run();
-          long t2 = System.nanoTime();
-          for (int k = 0; k < nout; ++k) m.getOutput(k, outF[k]);
-          long t3 = System.nanoTime();
-          if (r >= warmup) {
-            int i = 4 * (r - warmup);
-            t[i] = t1 - t0; t[i + 1] = t2 - t1; t[i + 2] = t3 - t2; t[i + 3] = t3 - t0;
-          }
-        }
+        long[] t = time(m, warmup, calls, nin, k -> m.setInput(k, inF[k]), nout, k -> m.getOutput(k, outF[k]));
         write(t, prefix + "-floats.times");
         modes.add("\"floats\"");
       }
@@ -228,6 +203,31 @@ public final class OverheadBench {
     System.out.println("{\"java\": \"" + System.getProperty("java.version") + "\", \"vm\": \""
         + System.getProperty("java.vm.name") + "\", \"arch\": \"" + Model.runtimeArch() + "\", \"modes\": "
         + modes + "}");
+  }
+
+  /** Copies one input or one output (its index) in or out of the model. */
+  private interface Copy {
+    void apply(int k);
+  }
+
+  /** WARMUP + CALLS calls (every input set, run, every output read), each timed in four parts
+   *  (inputs, run, outputs, the whole call; ns): those of the CALLS timed calls, in order. */
+  private static long[] time(Model m, int warmup, int calls, int nin, Copy setInput, int nout, Copy getOutput) {
+    long[] t = new long[4 * calls];
+    for (int r = 0; r < warmup + calls; ++r) {
+      long t0 = System.nanoTime();
+      for (int k = 0; k < nin; ++k) setInput.apply(k);
+      long t1 = System.nanoTime();
+      m.run();
+      long t2 = System.nanoTime();
+      for (int k = 0; k < nout; ++k) getOutput.apply(k);
+      long t3 = System.nanoTime();
+      if (r >= warmup) {
+        int i = 4 * (r - warmup);
+        t[i] = t1 - t0; t[i + 1] = t2 - t1; t[i + 2] = t3 - t2; t[i + 3] = t3 - t0;
+      }
+    }
+    return t;
   }
 
   private static void write(long[] t, String path) throws IOException {

@@ -4,47 +4,30 @@ and a tuning database that cannot be used leaves the tuned column out with the r
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO, unavailable
+from conftest import unavailable
+from helpers import load_benchmark, run_benchmark
 from tvmgen.core.errors import ToolMissingError
 from tvmgen.core.toolchains import HostCxx
 
 pytestmark = pytest.mark.slow  # the benchmark scripts run end to end
 
 
-def test_cpu_speed_quick_gemm(tmp_path):
+def require_host_cxx() -> None:
     try:
         HostCxx().verify()
     except ToolMissingError as e:
         unavailable(str(e))
+
+
+def test_cpu_speed_quick_gemm(tmp_path):
+    require_host_cxx()
     out, empty_db = tmp_path / "speed.json", tmp_path / "empty-db"
     empty_db.mkdir()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "cpu_speed.py"),
-            "--quick",
-            "--models",
-            "gemm",
-            "--threads",
-            "1",
-            "--gemm-size",
-            "128",
-            "--tuning-db",
-            str(empty_db),
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    gemm = ["--models", "gemm", "--threads", "1", "--gemm-size", "128"]
+    proc = run_benchmark("cpu_speed.py", "--quick", *gemm, "--tuning-db", empty_db, "--json", out, timeout=300)
 
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "cpu_speed" and doc["failures"] == []
@@ -72,15 +55,7 @@ def test_cpu_speed_quick_gemm(tmp_path):
 
 def test_cpu_speed_takes_a_tuning_database_per_thread_count(tmp_path):
     """--tuning-db DIR is for every row, --tuning-db N=DIR for the N-thread rows (tune per thread count)."""
-    import importlib.util
-
-    sys.path.insert(0, str(REPO / "benchmarks"))  # its benchlib
-    try:
-        spec = importlib.util.spec_from_file_location("cpu_speed", REPO / "benchmarks" / "cpu_speed.py")
-        cpu_speed = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(cpu_speed)
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    cpu_speed = load_benchmark("cpu_speed")
     one, two = tmp_path / "db-1t", tmp_path / "db-2t"
     one.mkdir()
     two.mkdir()
@@ -108,28 +83,9 @@ def test_cpu_speed_takes_a_tuning_database_per_thread_count(tmp_path):
 def test_memory_benchmark_on_a_tflite_head(tmp_path):
     """benchmarks/memory.py on one small model: every engine measured in its own process, readings in
     the order the kernel produces them, and the model's weights resident in tvmgen's peak."""
-    try:
-        HostCxx().verify()
-    except ToolMissingError as e:
-        unavailable(str(e))
+    require_host_cxx()
     out = tmp_path / "mem.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "memory.py"),
-            "--models",
-            "det_head_tflite",
-            "--keep",
-            str(tmp_path / "work"),
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_benchmark("memory.py", "--models", "det_head_tflite", "--keep", tmp_path / "work", "--json", out)
     assert "det_head_tflite" in proc.stdout and "LiteRT" in proc.stdout
     [row] = json.loads(out.read_text())["rows"]
     assert set(row["readings"]) == {"tvmgen-run (C++)", "tvmgen (Python)", "LiteRT"}
@@ -144,27 +100,8 @@ def test_speed_quiet_and_busy_on_one_zoo_model(tmp_path):
     """benchmarks/speed.py on the zoo's voice-activity detector at 1 and 2 threads: both phases timed for
     both engines, the outputs checked, tvmgen's own launcher with the thread count asked for."""
     out = tmp_path / "speed.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "speed.py"),
-            "--models",
-            "vad_if",
-            "--threads",
-            "1,2",
-            "--runs",
-            "3",
-            "--work",
-            str(tmp_path / "work"),
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    settings = ["--models", "vad_if", "--threads", "1,2", "--runs", "3"]
+    proc = run_benchmark("speed.py", *settings, "--work", tmp_path / "work", "--json", out, timeout=600)
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "speed" and [r["threads"] for r in doc["rows"]] == [1, 2]
     for row in doc["rows"]:

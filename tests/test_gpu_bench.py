@@ -18,27 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, opencl_info, require_tool
+from conftest import opencl_info, require_tool
+from helpers import load_benchmark, run_benchmark
 
 pytestmark = pytest.mark.slow  # the benchmark scripts run end to end
 
-GPU = REPO / "benchmarks" / "gpu.py"
-COLUMNS = [
-    "model",
-    "device",
-    "precision",
-    "cold first run ms",
-    "warm first run ms",
-    "cold/warm",
-    "init ms",
-    "kernels built / hits",
-    "steady ms",
-    "copy-in ms",
-    "copy-out ms",
-    "steady x cpu",
-    "max abs err",
-    "status",
-]
+COLUMNS = load_benchmark("gpu").COLUMNS  # the table's header
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +31,7 @@ def work(tmp_path_factory) -> Path:
     """A work directory filled by --build-only, after checking that an OpenCL platform exists."""
     require_tool("cmake")
     w = tmp_path_factory.mktemp("gpu-bench")
-    proc = subprocess.run(
-        [sys.executable, str(GPU), "--build-only", "--work", str(w)], capture_output=True, text=True, timeout=900
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_benchmark("gpu.py", "--build-only", "--work", w)
     plan = json.loads((w / "plan.json").read_text())
     assert [r["id"] for r in plan["rows"]] == ["cpu", "opencl"], plan["rows"]
     assert all("error" not in r for r in plan["rows"]), plan["rows"]
@@ -77,7 +59,7 @@ def check_rows(stdout: str) -> None:
     rows = parse_table(stdout)
     assert set(rows) == {"cpu", "opencl"}, stdout
     for device, row in rows.items():
-        assert row["status"] == "ok", stdout
+        assert row["device"] == device and row["status"] == "ok", stdout
         assert row["precision"] == "fp32"
         for col in ("cold first run ms", "warm first run ms", "init ms", "steady ms", "copy-in ms", "copy-out ms"):
             assert float(row[col]) >= 0, (device, col, row[col])
@@ -89,18 +71,18 @@ def check_rows(stdout: str) -> None:
     assert "OpenCL: " in stdout and "platform" in stdout  # the platform / device / driver line
 
 
+def run_and_check(*args, **options) -> None:
+    """gpu.py ARGS (``options`` as ``run_benchmark``'s), which must succeed and print a table whose cpu and
+    opencl rows are ok (check_rows)."""
+    proc = run_benchmark("gpu.py", *args, **options)
+    print(proc.stdout)
+    check_rows(proc.stdout)
+
+
 def test_quick_end_to_end(work):
     """Both phases (the build reused from the work directory), one start each, one timed run."""
     out = work / "quick.json"
-    proc = subprocess.run(
-        [sys.executable, str(GPU), "--quick", "--work", str(work), "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    print(proc.stdout)
-    check_rows(proc.stdout)
+    run_and_check("--quick", "--work", work, "--json", out)
     doc = json.loads(out.read_text())
     opencl = next(r for r in doc["rows"] if r["id"] == "opencl")
     assert opencl["cold"][0]["cache"]["hits"] == 0 and opencl["warm"][0]["cache"]["misses"] == 0
@@ -125,14 +107,4 @@ def test_run_only_without_tvm(work, tmp_path):
     proc = subprocess.run([*py, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout  # nothing of TVM is importable there
-    proc = subprocess.run(
-        [*py, str(GPU), "--run-only", "--work", str(work), "--quick"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    print(proc.stdout)
-    check_rows(proc.stdout)
+    run_and_check("--run-only", "--work", work, "--quick", python=py, env=env, cwd=tmp_path)
