@@ -6,6 +6,7 @@ Argument and error paths that do no TVM work run tvmgen.cli's main() in this pro
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -103,24 +104,22 @@ def test_compile_builtin_check_inspect_run(tvmgen, tmp_path):
 
 
 @pytest.mark.slow
-def test_run_rejects_wrong_shape_and_unknown_name(tvmgen, tmp_path, builtin_onnx):
-    art = tmp_path / "a"
-    assert tvmgen("compile", builtin_onnx, "-o", art).returncode == 0
+def test_run_rejects_wrong_shape_and_unknown_name(tvmgen_inprocess, tmp_path, compiled, builtin_onnx):
+    art = compiled(builtin_onnx)  # the session's build: run refuses before running anything
     np.save(tmp_path / "bad.npy", np.zeros((1, 3, 10, 10), np.float32))
-    r = tvmgen("run", art, "--input", tmp_path / "bad.npy")
+    r = tvmgen_inprocess("run", art, "--input", tmp_path / "bad.npy")
     assert r.returncode == 2 and "has shape (1, 3, 10, 10), the model expects (1, 3, 224, 224)" in r.stderr
-    r = tvmgen("run", art, "--input", f"nope={tmp_path / 'bad.npy'}")
+    r = tvmgen_inprocess("run", art, "--input", f"nope={tmp_path / 'bad.npy'}")
     assert r.returncode == 2 and "unknown input name(s) nope" in r.stderr and "input:1x3x224x224" in r.stderr
 
 
-@pytest.mark.slow
-def test_run_detects_tampered_artifact(tvmgen, tmp_path, builtin_onnx):
+def test_run_detects_tampered_artifact(tvmgen_inprocess, tmp_path, compiled, builtin_onnx):
     art = tmp_path / "a"
-    assert tvmgen("compile", builtin_onnx, "-o", art).returncode == 0
+    shutil.copytree(compiled(builtin_onnx), art)  # a copy of the session's build, then tampered with
     with open(art / "model.so", "r+b") as f:
         f.seek(1000)
         f.write(b"\0garbage")
-    r = tvmgen("run", art)
+    r = tvmgen_inprocess("run", art)
     assert r.returncode == 2 and "does not match the sha256" in r.stderr
 
 
