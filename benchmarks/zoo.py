@@ -581,7 +581,10 @@ def max_error(actual, expected) -> float:
     )
 
 
-def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict) -> dict:
+def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict, compile=None) -> dict:
+    """Build, compile, check (and time) one zoo model on each target. ``compile(path, flags, platform,
+    device)``, when given, returns the artifact instead of a `tvmgen compile` run (the tests pass their
+    session's shared build, so no model is compiled twice in one test run)."""
     row = {"model": name, "what": WHAT.get(name, "classifier"), "targets": {}}
     t0 = time.perf_counter()
     path, flags = build(name, work)
@@ -592,6 +595,11 @@ def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict
         platform, device = TARGETS[target]
         out = work / f"{name}-{target}"
         t0 = time.perf_counter()
+        if compile is not None:
+            out = compile(path, flags, platform, device)
+            row["targets"][target] = {"compile_s": time.perf_counter() - t0}
+            _check_target(name, target, out, path, consts, work, runs, runtimes, row["targets"][target])
+            continue
         proc = subprocess.run(
             [
                 sys.executable,
@@ -617,31 +625,36 @@ def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict
         if proc.returncode != 0:
             cell.update(status="compile failed", error=_last_error(proc))
             continue
-        from tvmgen.core.artifact import load
-
-        manifest = load(out)
-        reference = reference_runner(path, consts)
-        try:
-            checks = []
-            for values in INPUT_VALUES.get(name, ({},)):
-                inputs = model_inputs(manifest.inputs, 0, values)
-                actual, timing = _run_target(target, out, inputs, work, runs, runtimes)
-                checks.append((actual, reference(inputs), reference(model_inputs(manifest.inputs, 1, values))))
-        except Exception as e:
-            cell.update(status="run failed", error=f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}")
-            continue
-        if "int8" in name:
-            cell.update(_int8_check(*checks[0]))
-        else:
-            err = max(max_error(actual, expected) for actual, expected, _ in checks)
-            tol = min(tolerance(expected) for _, expected, _ in checks)
-            # the check means something only if another input moves the outputs well beyond the tolerance
-            moved = min(max_error(other, expected) for _, expected, other in checks)
-            status = "VACUOUS" if moved <= 10 * tol else "ok" if err <= tol else "MISMATCH"
-            cell.update(status=status, max_error=err, tolerance=tol, input_sensitivity=moved)
-        if timing is not None:
-            cell.update(timing)
+        _check_target(name, target, out, path, consts, work, runs, runtimes, cell)
     return row
+
+
+def _check_target(name, target, out, path, consts, work, runs, runtimes, cell) -> None:
+    """Run the artifact ``out`` against the reference on the zoo's inputs; the verdict goes in ``cell``."""
+    from tvmgen.core.artifact import load
+
+    manifest = load(out)
+    reference = reference_runner(path, consts)
+    try:
+        checks = []
+        for values in INPUT_VALUES.get(name, ({},)):
+            inputs = model_inputs(manifest.inputs, 0, values)
+            actual, timing = _run_target(target, out, inputs, work, runs, runtimes)
+            checks.append((actual, reference(inputs), reference(model_inputs(manifest.inputs, 1, values))))
+    except Exception as e:
+        cell.update(status="run failed", error=f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}")
+        return
+    if "int8" in name:
+        cell.update(_int8_check(*checks[0]))
+    else:
+        err = max(max_error(actual, expected) for actual, expected, _ in checks)
+        tol = min(tolerance(expected) for _, expected, _ in checks)
+        # the check means something only if another input moves the outputs well beyond the tolerance
+        moved = min(max_error(other, expected) for _, expected, other in checks)
+        status = "VACUOUS" if moved <= 10 * tol else "ok" if err <= tol else "MISMATCH"
+        cell.update(status=status, max_error=err, tolerance=tol, input_sensitivity=moved)
+    if timing is not None:
+        cell.update(timing)
 
 
 def model_inputs(specs, seed: int, values: dict) -> dict:

@@ -168,7 +168,8 @@ def _content_digest(path: Path) -> str:
 
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
-    """``compiled(model_path, platform="host", device="cpu", name=None, **BuildOptions fields)``: the artifact
+    """``compiled(model_path, platform="host", device="cpu", name=None, consts=None, **BuildOptions fields)``
+    (``consts``: --const values, name -> text): the artifact
     directory of the model compiled with ``compile_to_artifact`` (manifest name ``name``, default the file's
     stem), once per session for each (sha256 of the model's bytes, options). Shared: a test that changes an
     artifact copies it first. Tests about compiling itself (its output, its errors) still compile."""
@@ -180,7 +181,7 @@ def compiled(tmp_path_factory):
     root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "compiled"
     done: dict[str, Path] = {}
 
-    def compile_once(model_path, platform="host", device="cpu", name=None, **options) -> Path:
+    def compile_once(model_path, platform="host", device="cpu", name=None, consts=None, **options) -> Path:
         from tvmgen import frontends
         from tvmgen.compiler.build import BuildOptions, compile_to_artifact
         from tvmgen.compiler.platforms import PLATFORMS
@@ -189,14 +190,18 @@ def compiled(tmp_path_factory):
         plat = PLATFORMS[platform] if isinstance(platform, str) else platform
         name = name or model_path.stem
         fields = {k: _content_digest(v) if isinstance(v, Path) else repr(v) for k, v in sorted(options.items())}
-        key_text = json.dumps([_content_digest(model_path), plat.name, device, name, fields])
+        key_text = json.dumps([_content_digest(model_path), plat.name, device, name, consts or {}, fields])
         key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
         if key not in done:
             out = root / key / name
             with exclusive(root / f"{key}.lock"):
                 if not (out / "manifest.json").is_file():  # not compiled by another worker of this run
                     compile_to_artifact(
-                        frontends.load(model_path, []), BuildOptions(plat, device, **options), out, True, {"name": name}
+                        frontends.load(model_path, [], consts=consts),
+                        BuildOptions(plat, device, **options),
+                        out,
+                        True,
+                        {"name": name},
                     )
             done[key] = out
         return done[key]

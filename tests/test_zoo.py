@@ -1,5 +1,6 @@
 """The model zoo's fast subset (benchmarks/zoo.py runs all of it, on every target): each model
-built here with random weights, compiled by the real CLI, checked against its reference runtime."""
+built here with random weights, compiled once per test run (the session's shared builds, which other
+modules reuse), checked against its reference runtime."""
 
 from __future__ import annotations
 
@@ -27,10 +28,14 @@ sys.path.insert(0, str(REPO / "benchmarks"))
         "text_encoder",
     ],
 )
-def test_zoo_model_compiles_and_matches_its_reference(name, tmp_path):
+def test_zoo_model_compiles_and_matches_its_reference(name, tmp_path, compiled):
     import zoo
+    from tvmgen.frontends.base import parse_consts
 
-    row = zoo.run_one(name, ["host"], tmp_path, runs=1, runtimes={})
+    def shared_build(path, flags, platform, device):  # the session's build, shared with test_parallel & co
+        return compiled(path, platform, device, name=name, consts=parse_consts(flags[1::2]) or None)
+
+    row = zoo.run_one(name, ["host"], tmp_path, runs=1, runtimes={}, compile=shared_build)
     cell = row["targets"]["host"]
     assert cell["status"] == "ok", cell
     assert cell["max_error"] <= cell["tolerance"] < 0.01 * max(1.0, cell["tolerance"] * 1e3)
