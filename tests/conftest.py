@@ -171,7 +171,8 @@ def compiled(tmp_path_factory):
     """``compiled(model_path, platform="host", device="cpu", name=None, consts=None, **BuildOptions fields)``
     (``consts``: --const values, name -> text): the artifact
     directory of the model compiled with ``compile_to_artifact`` (manifest name ``name``, default the file's
-    stem), once per session for each (sha256 of the model's bytes, options). Shared: a test that changes an
+    stem; its source, format and sha256 recorded as `tvmgen compile` records them, so --check and bench find
+    the reference), once per session for each (sha256 of the model's bytes, options). Shared: a test that changes an
     artifact copies it first. Tests about compiling itself (its output, its errors) still compile."""
     from tvmgen.core.artifact import exclusive
 
@@ -196,12 +197,18 @@ def compiled(tmp_path_factory):
             out = root / key / name
             with exclusive(root / f"{key}.lock"):
                 if not (out / "manifest.json").is_file():  # not compiled by another worker of this run
+                    imported = frontends.load(model_path, [], consts=consts)
+                    info = {"name": name, "source": str(model_path.resolve()), "format": imported.format}
+                    if model_path.is_file():
+                        info["sha256"] = _content_digest(model_path)
+                    if imported.constants:
+                        info["constants"] = imported.constants
                     compile_to_artifact(
-                        frontends.load(model_path, [], consts=consts),
+                        imported,
                         BuildOptions(plat, device, **options),
                         out,
                         True,
-                        {"name": name},
+                        info,
                     )
             done[key] = out
         return done[key]

@@ -78,13 +78,20 @@ def small_onnx(tmp_path_factory):
     return save_onnx(single_op_models()["conv3x3"], tmp_path_factory.mktemp("m") / "conv.onnx")
 
 
+@pytest.fixture(scope="module")
+def mobilenet(compiled, builtin_onnx) -> Path:
+    """The session's host build of the built-in model: benches of an artifact compile nothing."""
+    return compiled(builtin_onnx)
+
+
 @pytest.mark.parametrize("via", ["tracker", "proxy"])
-def test_host_device(servers, via, tmp_path):
+def test_host_device(servers, via, tmp_path, mobilenet):
+    """Through the tracker, bench compiles a model itself (builtin:tiny); through the proxy, it benches an
+    artifact (the session's build of the built-in model, checked against the model its manifest names)."""
     key = "host-t" if via == "tracker" else "host-p"
+    model = "builtin:tiny" if via == "tracker" else mobilenet
     plot = tmp_path / "r.png"
-    r, res = bench_json(
-        servers, via, key, "builtin:mobilenet", "--repeat", "4", "--plot", plot, out=tmp_path / "r.json"
-    )
+    r, res = bench_json(servers, via, key, model, "--repeat", "4", "--plot", plot, out=tmp_path / "r.json")
     assert res["device"]["arch"] == "x86_64" and res["device"]["platform"] == "host"
     assert res["warm_ms"]["count"] == 4 and 0 < res["warm_ms"]["min"] <= res["warm_ms"]["p50"] <= res["warm_ms"]["max"]
     for k in ("load", "init", "first_run", "copy_in", "copy_out", "upload", "total"):
@@ -221,10 +228,19 @@ def test_remote_gemm(servers, arm_devices, tmp_path):
 
 
 def test_two_benches_share_one_device(servers, state, small_onnx, tmp_path):
-    """Through one tracker with one device: the second waits for the first, both finish."""
+    """Through one tracker with one device: the second waits for the first, both finish. The first
+    compiles the built-in model while it holds the device, which keeps the device busy however loaded
+    the machine is (a fixed number of runs may end before the second bench has started)."""
     with device_behind("tracker", "host", "solo", state / "solo", 19500, 19590) as (tracker, device):
         first = bench_in_background(
-            "builtin:mobilenet", "--key", "solo", "--tracker", tracker.address, "--repeat", "30", state=state
+            "builtin:mobilenet",
+            "--key",
+            "solo",
+            "--tracker",
+            tracker.address,
+            "--repeat",
+            "30",
+            state=state,
         )
         wait_for_log(device, "session 1:")
         second = bench(small_onnx, "--key", "solo", "--tracker", tracker.address, "--repeat", "2", state=state)
@@ -236,10 +252,10 @@ def test_two_benches_share_one_device(servers, state, small_onnx, tmp_path):
         assert log.index("session 1 done") < log.index("session 2:")  # served one after the other
 
 
-def test_device_killed_mid_bench(servers, state):
+def test_device_killed_mid_bench(servers, state, mobilenet):
     with device_behind("tracker", "host", "doomed", state / "doomed", 19600, 19690) as (tracker, device):
         via = ["--key", "doomed", "--tracker", tracker.address]
-        proc = bench_in_background("builtin:mobilenet", *via, "--repeat", "100", "--min-repeat-ms", "200", state=state)
+        proc = bench_in_background(mobilenet, *via, "--repeat", "100", "--min-repeat-ms", "200", state=state)
         wait_for_log(device, "load module")
         time.sleep(1.0)  # well inside the timed runs (100 x 200 ms)
         os.killpg(device.pid, signal.SIGKILL)
@@ -250,13 +266,13 @@ def test_device_killed_mid_bench(servers, state):
         assert "the device failed while timing the model" in err and "fix:" in err and "Traceback" not in err
 
 
-def test_tracker_unreachable(state):
-    r = bench("builtin:mobilenet", "--key", "x", "--tracker", "127.0.0.1:1", state=state)
+def test_tracker_unreachable(state, mobilenet):
+    r = bench(mobilenet, "--key", "x", "--tracker", "127.0.0.1:1", state=state)
     assert r.returncode == 6 and "cannot reach the RPC tracker at 127.0.0.1:1" in r.stderr and "fix:" in r.stderr
 
 
-def test_unknown_key_on_tracker(servers):
-    r = bench("builtin:mobilenet", "--key", "nosuch", "--tracker", servers["tracker"].address, state=servers["state"])
+def test_unknown_key_on_tracker(servers, mobilenet):
+    r = bench(mobilenet, "--key", "nosuch", "--tracker", servers["tracker"].address, state=servers["state"])
     assert r.returncode == 6 and "no device with key 'nosuch'" in r.stderr and "host-t" in r.stderr
 
 
