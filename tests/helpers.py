@@ -131,3 +131,33 @@ def environ_without_tools(*more: str) -> dict:
     to find (or download) itself."""
     drop = {*TOOL_LOCATION_VARS, *more}
     return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def cmake_configure(source: Path, build: Path, *definitions: str, aarch64: bool = False) -> Path:
+    """Configure ``source`` into ``build`` with Makefiles against the pip-installed TVM (the host's, or the
+    linux-aarch64 one with the cross toolchain and the host JDK's jni.h); a failure shows CMake's output."""
+    from tvmgen.runtime import runtime_build
+
+    args = [
+        "-G",
+        "Unix Makefiles",
+        f"-DTVMGEN_TVM_PREBUILT={runtime_build.tvm_prebuilt('linux-aarch64' if aarch64 else 'host')}",
+    ]
+    if aarch64:
+        args.append(f"-DCMAKE_TOOLCHAIN_FILE={REPO / 'jni' / 'cmake' / 'aarch64-linux-gnu.cmake'}")
+        args.append(f"-DTVMGEN_JNI_INCLUDE_DIRS={';'.join(map(str, runtime_build.host_jni_include_dirs()))}")
+    r = subprocess.run(
+        ["cmake", "-S", str(source), "-B", str(build), *args, *definitions], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return build
+
+
+def cmake_build(build: Path, *targets: str) -> None:
+    """Build ``targets`` (all when none) of a configured tree; a failure shows the compiler's output."""
+    r = subprocess.run(
+        ["cmake", "--build", str(build), "-j2", *(["--target", *targets] if targets else [])],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, require_tool, save_onnx, single_op_models
+from helpers import cmake_configure
 from tvmgen.android import aar
 from tvmgen.core import binfmt
 from tvmgen.core.errors import InputError
@@ -58,25 +59,9 @@ def android_artifact(tmp_path_factory, compiled) -> Path:
 def aarch64_native(tmp_path_factory, aarch64_runtime) -> Path:
     """The runtime libraries for arm64-v8a as linux-aarch64 builds: the session's runtime build plus the JNI
     loader and bridge linked here from jni/'s CMake (for 16 KB pages, as on Android)."""
-    from tvmgen.runtime import runtime_build
 
-    build = tmp_path_factory.mktemp("aar-jni")
-    subprocess.run(
-        [
-            "cmake",
-            "-S",
-            REPO / "jni",
-            "-B",
-            build,
-            "-G",
-            "Unix Makefiles",
-            f"-DTVMGEN_TVM_PREBUILT={runtime_build.tvm_prebuilt('linux-aarch64')}",
-            f"-DCMAKE_TOOLCHAIN_FILE={REPO / 'jni' / 'cmake' / 'aarch64-linux-gnu.cmake'}",
-            f"-DTVMGEN_JNI_INCLUDE_DIRS={';'.join(map(str, runtime_build.host_jni_include_dirs()))}",
-            "-DTVMGEN_MAX_PAGE_SIZE=16384",
-        ],
-        check=True,
-        capture_output=True,
+    build = cmake_configure(
+        REPO / "jni", tmp_path_factory.mktemp("aar-jni"), "-DTVMGEN_MAX_PAGE_SIZE=16384", aarch64=True
     )
     # the bridge links the runtime library: the session's build of it stands in for this tree's
     shutil.copy(aarch64_runtime / "lib" / "libtvmgen_runtime.so", build / "libtvmgen_runtime.so")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, require_tool
+from helpers import cmake_configure
 from tvmgen.core import binfmt
 
 
@@ -88,30 +89,10 @@ def test_runtime_libraries_built_here_are_16k_ready(aarch64_runtime):
 
 def configure(tmp_path: Path, *extra: str) -> Path:
     """jni/ configured for linux-aarch64 (no build): link lines land in CMakeFiles/<target>.dir/link.txt."""
-    from tvmgen.runtime import runtime_build
 
     require_tool("cmake")
     require_tool("aarch64-linux-gnu-g++")
-    build = tmp_path / "cmake"
-    jni_headers = runtime_build.host_jni_include_dirs()
-    subprocess.run(
-        [
-            "cmake",
-            "-S",
-            REPO / "jni",
-            "-B",
-            build,
-            f"-DTVMGEN_TVM_PREBUILT={runtime_build.tvm_prebuilt('linux-aarch64')}",
-            f"-DCMAKE_TOOLCHAIN_FILE={REPO / 'jni' / 'cmake' / 'aarch64-linux-gnu.cmake'}",
-            f"-DTVMGEN_JNI_INCLUDE_DIRS={';'.join(map(str, jni_headers))}",
-            "-G",
-            "Unix Makefiles",
-            *extra,
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return build
+    return cmake_configure(REPO / "jni", tmp_path / "cmake", *extra, aarch64=True)
 
 
 LIBRARIES = ("tvmgen_runtime", "tvmgen_rpc", "tvmgen_opencl", "tvmgen_jni", "tvmgen_jni_bridge")

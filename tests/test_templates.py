@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import require_tool, save_onnx, single_op_models
+from helpers import cmake_build, cmake_configure
 from tvmgen import frontends
 from tvmgen.android import project as android_project
 from tvmgen.apps import templates
@@ -159,30 +160,14 @@ def host_app(tmp_path_factory, artifacts):
     """An OpenCL deploy project whose CPU fallback asset is a host (x86_64/aarch64) artifact, its native
     part built on the host with the app's CMake (the same file Gradle's externalNativeBuild calls)."""
     require_tool("cmake")
-    import tvm
 
     d = tmp_path_factory.mktemp("host-app")
     imported = frontends.load(save_onnx(single_op_models()["softmax"], d / "m.onnx"), [])
     model = {"name": "m", "source": str(d / "m.onnx")}  # the source lets the host run its reference
     compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), d / "host-cpu", True, model)
     out = render(d, {"opencl": artifacts["opencl"], "cpu": d / "host-cpu"})
-    site = Path(tvm.__file__).resolve().parent.parent
-    build = d / "build"
-    subprocess.run(
-        [
-            "cmake",
-            "-S",
-            out / "app/src/main/cpp",
-            "-B",
-            build,
-            f"-DTVMGEN_TVM_PREBUILT={site}",
-            "-DTVMGEN_BUILD_TOOLS=OFF",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    r = subprocess.run(["cmake", "--build", build, "-j2"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    build = cmake_configure(out / "app/src/main/cpp", d / "build", "-DTVMGEN_BUILD_TOOLS=OFF")
+    cmake_build(build)
     return {"project": out, "build": build, "host_artifact": d / "host-cpu"}
 
 
@@ -513,27 +498,8 @@ def test_rpc_app_native_part_builds_and_runs_on_the_host(tmp_path):
     """The server executable the RPC app packages, built from the app's own CMake, answers --info."""
     require_tool("cmake")
     out = render_rpc(tmp_path)
-    import tvm
-
-    site = Path(tvm.__file__).resolve().parent.parent
-    build = tmp_path / "build"
-    subprocess.run(
-        [
-            "cmake",
-            "-S",
-            out / "app/src/main/cpp",
-            "-B",
-            build,
-            f"-DTVMGEN_TVM_PREBUILT={site}",
-            "-DTVMGEN_BUILD_JNI=OFF",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    r = subprocess.run(
-        ["cmake", "--build", build, "--target", "tvmgen_rpc_server_exe", "-j2"], capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    build = cmake_configure(out / "app/src/main/cpp", tmp_path / "build", "-DTVMGEN_BUILD_JNI=OFF")
+    cmake_build(build, "tvmgen_rpc_server_exe")
     exe = build / "libtvmgen_rpc_server.so"
     info = subprocess.run([exe, "--info"], capture_output=True, text=True, check=True)
     import json
