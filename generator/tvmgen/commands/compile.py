@@ -12,6 +12,7 @@ from tvmgen.compiler import database, nnapi
 from tvmgen.core import artifact
 from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError
+from tvmgen.reports import slow_kernels
 from tvmgen.runtime import check as numerics
 
 console = logs.console
@@ -214,12 +215,13 @@ def compile(
             tuning_db=tuning_db,
             precision=precision,
         )
-        verify = (
-            (lambda staged: numerics.check_against_reference(imported, staged, opts, rtol, atol, seed, scratch))
-            if check
-            else None
-        )
-        manifest = build.compile_to_artifact(to_build, opts, out, force, model_info, verify=verify)
+
+        def verify(staged):
+            checked = numerics.check_against_reference(imported, staged, opts, rtol, atol, seed, scratch)
+            if checked:  # the artifact itself ran here: its kernels' speed too
+                slow_kernels.guard_host_model(*checked, staged)
+
+        manifest = build.compile_to_artifact(to_build, opts, out, force, model_info, verify=verify if check else None)
         console.print(f"[green]✓[/] artifact: [bold]{out}[/] ({manifest.export['library']}, {_size(out)} total)")
         if manifest.export.get("finish_command"):
             console.print(f"  to link it later: cd {out} && {manifest.export['finish_command']}")

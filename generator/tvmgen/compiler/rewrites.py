@@ -342,14 +342,77 @@ def legalize_tanh(bb, call):
     return _legalize_float32(bb, call, "tanh", vector_tanh, topi.tanh)
 
 
+def legalize_exp(bb, call):
+    """LegalizeOps for ``relax.exp`` on CPUs: ``vector_exp`` for float32 (TVM's lowering is LLVM's
+    ``exp``, one libm ``expf`` call per vector lane, alone or fused into a convolution's epilogue)."""
+    from tvm import topi
+
+    return _legalize_float32(bb, call, "exp", vector_exp, topi.exp)
+
+
+def legalize_log(bb, call):
+    """LegalizeOps for ``relax.log`` on CPUs: ``vector_log`` for float32 (TVM's lowering calls libm's
+    ``logf`` once per vector lane)."""
+    from tvm import topi
+
+    return _legalize_float32(bb, call, "log", vector_log, topi.log)
+
+
+# pow(x, c) for these constant exponents, written out for float32: x * x ... and sqrt vectorise, where
+# TVM lowers a power other than 2 to libm's powf per lane (GELU's tanh form: 0.044715 x^3).
+_POWERS = {0.5: lambda x: _sqrt(x), -0.5: lambda x: _f32(1.0) / _sqrt(x), -1.0: lambda x: _f32(1.0) / x}
+
+
+def legalize_power(bb, call):
+    """LegalizeOps for ``relax.power`` on CPUs: a float32 power by a constant scalar exponent that is a
+    whole number from -4 to 8, 0.5 or -0.5 as multiplications, a square root or a reciprocal (exact or
+    within an ulp or two of powf, which LLVM calls per lane); anything else keeps TOPI's lowering."""
+    from tvm import ir, topi
+
+    x, y = call.args
+    compute = None
+    if isinstance(y, ir.Constant) and str(x.ty.dtype) == str(y.ty.dtype) == "float32":
+        c = y.value.numpy()
+        if c.size == 1 and c.ndim <= x.ty.ndim:  # broadcasts to x's shape
+            exponent = float(c.reshape(()))
+            compute = _POWERS.get(exponent)
+            if compute is None and exponent == int(exponent) and -4 <= exponent <= 8:
+                compute = _integer_power(int(exponent))
+    if compute is None:
+        return bb.call_te(topi.power, x, y, primfunc_name_hint="power")
+    return _elementwise(bb, x, "power", compute)
+
+
+def _integer_power(n: int):
+    def compute(x):
+        if n == 0:
+            return _f32(1.0)
+        value = x
+        for _ in range(abs(n) - 1):
+            value = value * x
+        return _f32(1.0) / value if n < 0 else value
+
+    return compute
+
+
+def _sqrt(x):
+    from tvm import tirx
+
+    return tirx.sqrt(x)
+
+
 def _legalize_float32(bb, call, name: str, compute, topi_op):
     """An elementwise operator as ``compute`` of each float32 element (tagged elementwise, so it
     fuses into the kernel before it and vectorises there); other types keep TOPI's ``topi_op``."""
-    from tvm import te
-
     x = call.args[0]
     if str(x.ty.dtype) != "float32":
         return bb.call_te(topi_op, x, primfunc_name_hint=f"tir_{name}")
+    return _elementwise(bb, x, name, compute)
+
+
+def _elementwise(bb, x, name: str, compute):
+    from tvm import te
+
     return bb.call_te(
         lambda t: te.compute(t.shape, lambda *i: compute(t(*i)), name=name, tag="elemwise"),
         x,
@@ -383,6 +446,49 @@ def vector_exp(x):
     for k in (720, 120, 24, 6, 2, 1, 1):  # Horner: 1 + r (1 + r (1/2 + r (1/6 + ...)))
         poly = poly * r + _f32(1.0 / k)
     return poly * tirx.reinterpret("float32", tirx.shift_left(n.astype("int32") + 127, 23))
+
+
+# log(m) for m in [sqrt(1/2), sqrt(2)) as f - f^2/2 + f^3 P(f), f = m - 1: Cephes' logf (highest degree first)
+_LOG = (
+    7.0376836292e-2,
+    -1.1514610310e-1,
+    1.1676998740e-1,
+    -1.2420140846e-1,
+    1.4249322787e-1,
+    -1.6668057665e-1,
+    2.0000714765e-1,
+    -2.4999993993e-1,
+    3.3333331174e-1,
+)
+_MIN_NORMAL = 1.1754943508222875e-38
+
+
+def vector_log(x):
+    """``log(x)`` for a float32 expression from integer and multiply-add operations that vectorise
+    (Cephes' ``logf``): ``x = m 2^e`` read from the bits, ``m`` in [sqrt(1/2), sqrt(2)), ``log(m)``
+    by a degree-9 polynomial in ``m - 1``, ``e ln 2`` in two parts. ``log(0) = -inf``, ``log(x < 0)``
+    and ``log(NaN)`` are NaN, ``log(inf) = inf``; subnormal inputs are read as the smallest normal
+    float (-87.34 instead of down to -103.3)."""
+    from tvm import tirx
+
+    v = tirx.max(x, _f32(_MIN_NORMAL))
+    bits = tirx.reinterpret("int32", v)
+    e = tirx.shift_right(bits, tirx.const(23, "int32")) - tirx.const(126, "int32")  # v = m 2^e, m in [0.5, 1)
+    m = tirx.reinterpret(
+        "float32",
+        tirx.bitwise_or(tirx.bitwise_and(bits, tirx.const(0x007FFFFF, "int32")), tirx.const(0x3F000000, "int32")),
+    )
+    low = m < _f32(0.7071067811865476)
+    f = tirx.Select(low, m + m - _f32(1.0), m - _f32(1.0))
+    ef = tirx.Select(low, e - tirx.const(1, "int32"), e).astype("float32")
+    poly = _f32(_LOG[0])
+    for c in _LOG[1:]:
+        poly = poly * f + _f32(c)
+    # Written out, not Let-bound (TVM's FLOP estimate cannot read Let): LLVM merges the repeats.
+    value = f * f * f * poly - ef * _f32(2.12194440e-4) - _f32(0.5) * f * f + f + ef * _f32(0.693359375)
+    value = tirx.Select(x == _f32(float("inf")), x, value)
+    value = tirx.Select(x == _f32(0.0), _f32(float("-inf")), value)
+    return tirx.Select(x < _f32(0.0), _f32(float("nan")), tirx.Select(tirx.isnan(x), x, value))
 
 
 # erf and tanh as odd rational functions x P(x^2) / Q(x^2) of a clamped x: the float32

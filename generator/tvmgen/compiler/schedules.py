@@ -36,8 +36,9 @@ log = logging.getLogger("tvmgen.compiler.schedules")
 
 def legalize_map() -> dict:
     """tvmgen's lowering of the operators TOPI lowers badly or not at all in the layouts the CPU
-    pipeline uses (``compiler.conv_transpose``), sigmoid, erf and tanh in vectors
-    (``rewrites.legalize_sigmoid``, ``legalize_erf``, ``legalize_tanh``), quantize without
+    pipeline uses (``compiler.conv_transpose``), sigmoid, erf, tanh, exp, log and constant powers in
+    vectors (``rewrites.legalize_sigmoid``, ``legalize_erf``, ``legalize_tanh``, ``legalize_exp``,
+    ``legalize_log``, ``legalize_power``), quantize without
     divisions (``int8.legalize_quantize``) and softmax (``compiler.softmax``)."""
     from tvmgen.compiler import conv_transpose, int8, rewrites, softmax
 
@@ -46,6 +47,9 @@ def legalize_map() -> dict:
         "relax.sigmoid": rewrites.legalize_sigmoid,
         "relax.erf": rewrites.legalize_erf,
         "relax.tanh": rewrites.legalize_tanh,
+        "relax.exp": rewrites.legalize_exp,
+        "relax.log": rewrites.legalize_log,
+        "relax.power": rewrites.legalize_power,
         "relax.quantize": int8.legalize_quantize,
         "relax.nn.softmax": softmax.legalize_softmax,
     }

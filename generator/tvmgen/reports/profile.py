@@ -65,8 +65,14 @@ class Profile:
         device: str = "cpu",
         clock: str = "host",
         kernels_median_ms: float | None = None,
+        medians_ns: dict | None = None,
     ) -> Profile:
+        """``medians_ns``: each kernel's median time per run over the profiled runs, where it was
+        recorded (here, by ``profile_vm``): the slow-kernel guard reads it instead of the mean."""
         rows, vm_calls, vm_ns = [], 0, 0
+        weights: dict[str, int] = {}
+        for c in (table or {}).get("constants", []):
+            weights[c["kernel"]] = weights.get(c["kernel"], 0) + int(c["bytes"])
         for name, (calls, total_ns) in counts.items():
             if name.startswith(("vm.", "runtime.")):
                 vm_calls, vm_ns = vm_calls + calls, vm_ns + total_ns
@@ -84,7 +90,10 @@ class Profile:
                 "share": total_ms / whole_run_ms if whole_run_ms else 0.0,
                 "flops": flops,
                 "gflops": None,
+                "weight_bytes": weights.get(name, 0),
             }
+            if medians_ns and name in medians_ns:
+                row["median_ms"] = medians_ns[name] / 1e6
             if flops and total_ms > 0 and (device == "cpu" or clock in EVENT_CLOCKS):
                 row["gflops"] = flops * per_run / (total_ms / 1e3) / 1e9
             rows.append(row)
@@ -121,6 +130,15 @@ class Profile:
         if "opencl_kernels" in p:  # each OpenCL kernel: [launches, event ns] over the runs
             profile.extra["opencl_kernels"] = p["opencl_kernels"]
         return profile
+
+    def slow_kernels(self) -> list:
+        """The slow-kernel guard's findings (``reports.slow_kernels``); none for a profile whose clock
+        times launches rather than kernels (a GPU timed from the host)."""
+        from tvmgen.reports import slow_kernels
+
+        if self.device != "cpu" and self.clock not in EVENT_CLOCKS:
+            return []
+        return slow_kernels.find(self.rows, self.whole_run_ms)
 
     @property
     def kernels_ms(self) -> float:
@@ -171,6 +189,7 @@ class Profile:
             "profiled_ms": self.profiled_ms,
             "kernels": self.rows,
             "kinds": self.kinds(),
+            "slow_kernels": [k.to_json() for k in self.slow_kernels()],
             **self.extra,
         }
 
@@ -217,6 +236,10 @@ class Profile:
                 f"{k['kind']:<15} {k['kernels']:>7} {k['calls']:>6g} {k['total_ms']:>9.3f} {k['share']:>6.1%} "
                 f"{_gf(k['gflops']):>8}"
             )
+        slow = self.slow_kernels()
+        if slow:
+            lines += ["", f"{len(slow)} slow kernel(s) (median of the profiled runs):"]
+            lines += [f"! {k.line()}" for k in slow]
         return "\n".join(lines)
 
     def plot(self, path: Path, top: int = 20) -> None:
@@ -263,7 +286,9 @@ def _short(name: str) -> str:
 # ------------------------------------------------------------------ here: the VM's instrument hook
 
 
-def profile_vm(vm, entry: str, args: list, runs: int, sync=None, events=None) -> tuple[dict, list[float], list[float]]:
+def profile_vm(
+    vm, entry: str, args: list, runs: int, sync=None, events=None, per_run: dict | None = None
+) -> tuple[dict, list[float], list[float]]:
     """Time ``vm[entry](*args)`` ``runs`` times plain and ``runs`` times with the VM's instrument hook
     timing each call it makes (kernels and builtins), interleaved so that a busy machine slows
     both alike. Returns ``{name: [calls, total_ns]}``, each plain run's ms and each instrumented
@@ -272,11 +297,13 @@ def profile_vm(vm, entry: str, args: list, runs: int, sync=None, events=None) ->
     ``events`` (OpenCL): ``(tvmgen.opencl.profiling, tvmgen.opencl.kernel_times)``; the profiled runs
     then take each kernel's time from its OpenCL event, ``{function: [VM calls, event ns]}`` per VM
     function that launched kernels, and ``events_out`` (the dict passed as ``events[2]`` when given)
-    receives ``opencl_kernels`` and ``host_counts``."""
+    receives ``opencl_kernels`` and ``host_counts``. ``per_run`` (a dict, when given) receives each
+    function's time in each profiled run, ``{name: [ns, ...]}`` (host clock)."""
     counts: dict[str, list] = {}
     started: list[int] = []
     clock = time.perf_counter_ns
     kernel_ns = [0]
+    this_run: dict[str, int] = {}
 
     def instrument(func, name, before, ret, *call_args):
         if before:
@@ -288,6 +315,7 @@ def profile_vm(vm, entry: str, args: list, runs: int, sync=None, events=None) ->
             entry_ = counts[name] = [0, 0]
         entry_[0] += 1
         entry_[1] += elapsed
+        this_run[name] = this_run.get(name, 0) + elapsed
         if not name.startswith(("vm.", "runtime.")):
             kernel_ns[0] += elapsed
         return 0
@@ -306,10 +334,14 @@ def profile_vm(vm, entry: str, args: list, runs: int, sync=None, events=None) ->
                 events[1]()  # nothing from before this run
             vm.set_instrument(instrument)
             kernel_ns[0] = 0
+            this_run.clear()
             vm[entry](*args)
             if sync:
                 sync()
             vm.set_instrument(None)
+            if per_run is not None:
+                for name, ns in this_run.items():
+                    per_run.setdefault(name, []).append(ns)
             if events:
                 ns = 0
                 for name, (n, t) in events[1]().items():
@@ -375,7 +407,8 @@ def profile_host_model(model, inputs: dict, runs: int, table: dict | None) -> Pr
         times = tvm.get_global_func("tvmgen.opencl.kernel_times", allow_missing=True)
         if on is not None and times is not None:
             events, clock = (on, times, detail), OPENCL_EVENTS
-    counts, plain, kernel_runs = profile_vm(vm, entry, args, runs, model.dev.sync, events)
+    per_run: dict[str, list] = {}
+    counts, plain, kernel_runs = profile_vm(vm, entry, args, runs, model.dev.sync, events, per_run)
     profile = Profile.from_counts(
         counts,
         runs,
@@ -384,6 +417,7 @@ def profile_host_model(model, inputs: dict, runs: int, table: dict | None) -> Pr
         model.manifest.device,
         clock,
         kernels_median_ms=float(np.median(kernel_runs)),
+        medians_ns={name: float(np.median(ns)) for name, ns in per_run.items()} if events is None else None,
     )
     if detail:
         profile.extra["opencl_kernels"] = detail["opencl_kernels"]

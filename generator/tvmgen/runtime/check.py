@@ -29,11 +29,13 @@ def tolerances(precision: str, rtol: float | None = None, atol: float | None = N
 
 def check_against_reference(
     imported, staged: Path, opts, rtol: float | None, atol: float | None, seed: int, scratch
-) -> None:
+) -> tuple | None:
     """`compile --check`: run the staged artifact (linux-aarch64: under qemu-aarch64; android-arm64: a
     linux-aarch64 build with the same CPU target; where neither can run here, a host build of the same
     model) and the reference runtime on seeded inputs; raising keeps the artifact from being written.
-    ``rtol`` / ``atol`` None: the defaults for the build's precision (TOLERANCES)."""
+    ``rtol`` / ``atol`` None: the defaults for the build's precision (TOLERANCES). Returns (HostModel,
+    inputs) when the code checked is the artifact itself, run here on its CPU (for the slow-kernel
+    guard), else None."""
     from tvmgen.core.model import random_inputs
     from tvmgen.runtime.runner import compare
 
@@ -67,6 +69,10 @@ def check_against_reference(
             "no artifact was written",
             "this is a compiler bug or a precision issue; raise --atol/--rtol only if the error is expected",
         )
+    model = getattr(run, "__self__", None)  # the artifact's own HostModel where it runs here
+    if model is not None and model.directory == Path(staged) and model.manifest.device == "cpu":
+        return model, inputs  # for the slow-kernel guard (commands/compile.py)
+    return None
 
 
 # ------------------------------------------------------------------ which code --check runs
@@ -95,7 +101,7 @@ def checked_code(imported, staged: Path, opts, scratch: Path):
         missing = missing_cpu_features(target_dict(plat, device))
         if not missing:
             console.print(f"  [dim]checking the artifact itself: the {name} build, run here[/]")
-            return HostModel(staged).run
+            return HostModel(staged).run  # check_against_reference profiles this model (the guard)
         why = f"its code uses {', '.join(missing)}, which this CPU lacks"
     elif plat.name in AARCH64_PLATFORMS and device == "cpu":
         runner, why = aarch64_runner()

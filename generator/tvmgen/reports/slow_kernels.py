@@ -1,0 +1,161 @@
+"""The slow-kernel guard: kernels whose measured speed says a schedule did not fit them.
+
+A kernel is flagged when it takes a real share of the run and its GFLOP/s is
+
+- below ``1 / RATIO`` of what the fastest kernel of its kind reaches in the same model (a
+  convolution at 7.9 GFLOP/s beside convolutions at 150: issue 37's 1-D convolution left out of
+  the NHWC schedules by a layout fallback, or a GELU epilogue computed by a libm call per element),
+- or below its kind's floor (``FLOORS``: rates no vectorised kernel of that kind falls to, even on
+  a phone's small core at one thread).
+
+Measured times are noisy (a shared machine, a phone's governor), so the guard reads each kernel's
+median over the profiled runs where the profile has it (``median_ms``; else its mean), flags only
+kernels of at least ``MIN_MS`` per run (a tiny kernel's rate is mostly call overhead), and leaves
+a wide margin (8x). Only the compute kinds are compared: elementwise and layout kernels differ in
+arithmetic per byte by far more than 8x between an ``add`` and a polynomial, so their GFLOP/s say
+nothing about their schedule. For the same reason a kernel that does fewer than
+``MEMORY_BOUND_FLOPS_PER_BYTE`` FLOPs per byte of its weights (a matrix-vector product: 0.5, its
+speed the memory's) is held only to the floor, not to its kind's best.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+RATIO = 8.0
+MIN_MS = 0.05
+MIN_SHARE = 0.02
+# GFLOP/s no scheduled kernel of the kind falls below (a scalar loop of libm calls runs at ~0.3).
+FLOORS = {"conv2d": 2.0, "matmul": 1.0, "depthwise": 0.5, "recurrent": 0.5}
+COMPARED = tuple(FLOORS)
+MEMORY_BOUND_FLOPS_PER_BYTE = 2.0
+# Relax operators that TVM lowers to a libm call per element unless tvmgen writes them out
+TRANSCENDENTAL = ("erf", "exp", "tanh", "log", "pow", "power", "sqrt", "rsqrt", "sigmoid", "sin", "cos", "gelu")
+
+
+@dataclass
+class SlowKernel:
+    name: str
+    kind: str
+    ops: list
+    ms: float  # per run: the median over the profiled runs where known
+    gflops: float
+    kind_best: float | None  # the fastest kernel of the same kind in the model (None: it is the only one)
+    kind_best_name: str | None
+    reason: str  # "ratio" (far below its kind's best) or "floor"
+    cause: str
+
+    def line(self) -> str:
+        """One line for the user: the kernel, its rate, what its kind reaches, why and what to do."""
+        if self.kind_best is not None:
+            versus = (
+                f"{self.kind_best / self.gflops:.0f}x below the {self.kind_best:.1f} GFLOP/s of "
+                f"{self.kind_best_name} (same kind, {self.kind})"
+            )
+        else:
+            versus = f"below the {FLOORS[self.kind]:g} GFLOP/s floor for a {self.kind} kernel"
+        if self.reason == "floor" and self.kind_best is not None:
+            versus += f"; below the {FLOORS[self.kind]:g} GFLOP/s floor"
+        return f"slow kernel {self.name}: {self.gflops:.1f} GFLOP/s, {self.ms:.3f} ms per run, {versus}. {self.cause}"
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "ms": self.ms,
+            "gflops": self.gflops,
+            "kind_best_gflops": self.kind_best,
+            "kind_best": self.kind_best_name,
+            "reason": self.reason,
+            "cause": self.cause,
+        }
+
+
+def robust_rate(row: dict) -> tuple[float, float | None]:
+    """(ms per run, GFLOP/s) of a profile row from its median time when the profile has one."""
+    ms = row.get("median_ms") or row["total_ms"]
+    if not row.get("flops") or ms <= 0:
+        return ms, None
+    return ms, row["flops"] * row["calls"] / (ms / 1e3) / 1e9
+
+
+def find(rows: list[dict], whole_run_ms: float, ratio: float = RATIO, min_ms: float = MIN_MS) -> list[SlowKernel]:
+    """The slow kernels among a profile's rows (``Profile.rows``), slowest first."""
+    rated = []
+    for r in rows:
+        if r["kind"] not in COMPARED:
+            continue
+        ms, gflops = robust_rate(r)
+        if gflops:
+            rated.append((r, ms, gflops))
+    out = []
+    for r, ms, gflops in rated:
+        if ms < min_ms or (whole_run_ms and ms < MIN_SHARE * whole_run_ms):
+            continue
+        others = [(g, o["name"]) for o, _, g in rated if o is not r and o["kind"] == r["kind"]]
+        best, best_name = max(others) if others else (None, None)
+        memory_bound = r.get("weight_bytes") and r["flops"] < MEMORY_BOUND_FLOPS_PER_BYTE * r["weight_bytes"]
+        if best is not None and gflops * ratio < best and not memory_bound:
+            reason = "ratio"
+        elif gflops < FLOORS[r["kind"]]:
+            reason = "floor"
+        else:
+            continue
+        out.append(SlowKernel(r["name"], r["kind"], list(r["ops"]), ms, gflops, best, best_name, reason, cause(r)))
+    return sorted(out, key=lambda k: -k.ms)
+
+
+def cause(row: dict) -> str:
+    """The likely cause of a slow kernel and what to do, from its operators and kind."""
+    ops = [o.lower() for o in row.get("ops") or []]
+    libm = [o for o in ops if o in TRANSCENDENTAL]
+    tail = "If it is not that, report it with `tvmgen run ARTIFACT --profile --json` (docs/troubleshooting.md)."
+    if libm:
+        return (
+            f"Likely: its {', '.join(dict.fromkeys(libm))} computed by a libm call per element, which no loop "
+            "vectorises (tvmgen writes exp, erf, tanh and sigmoid out for float32 CPU builds; other types and "
+            "operators keep TVM's lowering). " + tail
+        )
+    if row["kind"] == "conv2d":
+        return (
+            "Likely: the convolution was left out of tvmgen's NHWC schedules (the compile output says "
+            "'built with tvmgen's CPU pipeline without the NHWC layout conversion' and prints a 'cost:' line) "
+            "or no schedule rule fits its shape (the compile summary names unscheduled kernels). " + tail
+        )
+    if row["kind"] == "matmul":
+        return (
+            "Likely: no schedule rule fits the product's shape (the compile summary names unscheduled kernels), "
+            "or its operands are not constants that can be packed (--separate-params, weights computed at run "
+            "time). " + tail
+        )
+    return "Likely: no schedule rule fits it (the compile summary names unscheduled kernels). " + tail
+
+
+# --check's profile for the guard: a few runs (medians), fewer for a slow model
+GUARD_RUNS, GUARD_BUDGET_MS = 5, 1500.0
+
+
+def guard_host_model(model, inputs: dict, artifact_dir: Path) -> list[SlowKernel]:
+    """`compile --check` on a build that runs here (a runner.HostModel that has run once): profile a
+    few runs kernel by kernel and print the slow kernels. A warning, not a failure: the timings are
+    this machine's, and the outputs are right."""
+    from rich.markup import escape
+
+    from tvmgen.compiler import kernels
+    from tvmgen.core import log as logs
+    from tvmgen.reports.profile import profile_host_model
+
+    first_ms = model.timings.first_run_ms  # the check's run (warming up: an upper bound)
+    runs = max(3, min(GUARD_RUNS, int(GUARD_BUDGET_MS / max(first_ms, 1e-3) / 2)))  # plain + profiled runs
+    with logs.step(f"Profiling {runs} runs kernel by kernel (slow-kernel guard)"):
+        profile = profile_host_model(model, inputs, runs, kernels.load(artifact_dir))
+    slow = profile.slow_kernels()
+    for k in slow:
+        logs.console.print(f"  [yellow]![/] {escape(k.line())}", highlight=False)
+    if not slow:
+        logs.console.print(
+            f"  [dim]kernel speed: no slow kernel (median of {runs} profiled runs; "
+            "`tvmgen run --profile` for the table)[/]"
+        )
+    return slow

@@ -1,0 +1,138 @@
+"""The slow-kernel guard (reports/slow_kernels.py): which kernels it flags, from profiles built here
+from recorded counts (no timing is asserted), and a real profile of the built-in model run through
+it by `tvmgen run --profile` and `compile --check`'s guard (whatever this machine's timings flag)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tvmgen.reports import slow_kernels
+from tvmgen.reports.profile import Profile
+
+RUNS = 10
+
+
+def kernel(name, kind, gflops, ms, ops=None, weight_bytes=0):
+    """A kernels.json entry and its profile counts: ``ms`` per run at ``gflops`` (one call a run)."""
+    flops = gflops * 1e9 * ms / 1e3
+    entry = {"name": name, "ops": ops or [kind], "kind": kind, "flops": flops, "calls": 1}
+    const = [{"kernel": name, "arg": 1, "shape": [weight_bytes // 4], "dtype": "float32", "bytes": weight_bytes}]
+    return entry, (const if weight_bytes else []), [RUNS, int(ms * 1e6 * RUNS)]
+
+
+def profile(*kernels, medians_ms=None, device="cpu", clock="host", whole_run_ms=None):
+    table = {"kernels": [k[0] for k in kernels], "constants": [c for k in kernels for c in k[1]]}
+    counts = {k[0]["name"]: k[2] for k in kernels}
+    whole = whole_run_ms or sum(c[1] for c in counts.values()) / 1e6 / RUNS
+    medians = {n: ms * 1e6 for n, ms in (medians_ms or {}).items()}
+    return Profile.from_counts(counts, RUNS, whole, table, device, clock, medians_ns=medians or None)
+
+
+def flagged(p):
+    return {k.name: k for k in p.slow_kernels()}
+
+
+def test_a_convolution_far_below_the_others_is_flagged_with_its_cause():
+    # issue 37's byte classifier: the unit-axis convolution outside the NHWC schedules beside scheduled ones
+    p = profile(
+        kernel("fused_conv2d_add_relu", "conv2d", 150.0, 0.4),
+        kernel("fused_conv2d1_add1", "conv2d", 120.0, 0.3),
+        kernel("fused_conv2d2_add2", "conv2d", 7.9, 5.0),
+        kernel("fused_add3_relu1", "elementwise", 0.2, 0.5, ["add", "relu"]),
+    )
+    slow = flagged(p)
+    assert set(slow) == {"fused_conv2d2_add2"}
+    k = slow["fused_conv2d2_add2"]
+    assert (k.reason, k.kind_best_name) == ("ratio", "fused_conv2d_add_relu")
+    assert k.gflops == pytest.approx(7.9) and k.kind_best == pytest.approx(150.0)
+    line = k.line()
+    for text in ("fused_conv2d2_add2", "7.9 GFLOP/s", "19x below", "150.0 GFLOP/s", "NHWC", "--profile --json"):
+        assert text in line, (text, line)
+    assert "slow kernel fused_conv2d2_add2" in p.table()
+    out = json.loads(json.dumps(p.to_json()))["slow_kernels"]
+    assert [(s["name"], s["reason"]) for s in out] == [("fused_conv2d2_add2", "ratio")]
+
+
+def test_a_libm_epilogue_is_named_as_the_likely_cause():
+    # the text recognizer's convolutions with an Erf GELU computed per element
+    ops = ["conv2d", "add", "multiply", "erf", "add", "multiply", "multiply"]
+    p = profile(
+        kernel("fused_conv2d_add_multiply_erf", "conv2d", 0.3, 2.0, ops),
+        kernel("fused_conv2d1_add1", "conv2d", 150.0, 0.5),
+    )
+    k = flagged(p)["fused_conv2d_add_multiply_erf"]
+    assert "its erf computed by a libm call per element" in k.line()
+
+
+def test_small_noisy_memory_bound_and_elementwise_kernels_are_not_flagged():
+    p = profile(
+        kernel("fused_conv2d_add", "conv2d", 150.0, 1.0),
+        kernel("fused_conv2d1", "conv2d", 3.0, 0.01),  # 10 us: call overhead, never flagged
+        kernel("fused_conv2d2", "conv2d", 100.0, 0.5),  # one run 40x slower: its mean drops, its median not
+        # a matrix-vector product at memory speed: 0.5 FLOP per weight byte, 17.8 GFLOP/s
+        kernel("fused_matmul_add", "matmul", 17.8, 1.6, weight_bytes=int(17.8e9 * 1.6e-3 / 0.5)),
+        kernel("fused_matmul1_add1", "matmul", 160.0, 0.5),
+        kernel("fused_erf_multiply", "elementwise", 0.3, 2.0, ["erf", "multiply"]),  # no GFLOP/s comparison
+        medians_ms={"fused_conv2d2": 0.5},
+    )
+    conv2 = next(r for r in p.rows if r["name"] == "fused_conv2d2")
+    p.rows[p.rows.index(conv2)] = {**conv2, "total_ms": conv2["total_ms"] * 40}  # the mean an outlier gives
+    assert flagged(p) == {}
+
+
+def test_the_floor_flags_a_kernel_with_nothing_to_compare_with():
+    p = profile(kernel("fused_conv2d_add", "conv2d", 0.9, 3.0), kernel("fused_add", "elementwise", 1.0, 0.1))
+    k = flagged(p)["fused_conv2d_add"]
+    assert (k.reason, k.kind_best) == ("floor", None)
+    assert "below the 2 GFLOP/s floor for a conv2d kernel" in k.line()
+    # a matrix-vector product is held to its floor even though it is memory-bound
+    mv = kernel("fused_matmul", "matmul", 0.5, 3.0, weight_bytes=10_000_000)
+    assert flagged(profile(mv))["fused_matmul"].reason == "floor"
+
+
+def test_a_kernel_under_its_share_of_the_run_is_not_flagged():
+    p = profile(
+        kernel("fused_conv2d", "conv2d", 150.0, 10.0),
+        kernel("fused_conv2d1", "conv2d", 5.0, 0.1),
+        whole_run_ms=100.0,  # 0.1 ms of 100: under MIN_SHARE
+    )
+    assert flagged(p) == {}
+
+
+def test_a_gpu_profile_timed_from_the_host_is_not_judged():
+    p = profile(
+        kernel("fused_conv2d", "conv2d", 150.0, 1.0),
+        kernel("fused_conv2d1", "conv2d", 1.0, 3.0),
+        device="opencl",
+        clock="device host",
+    )
+    assert p.slow_kernels() == [] and p.to_json()["slow_kernels"] == []
+    events = profile(
+        kernel("fused_conv2d", "conv2d", 150.0, 1.0),
+        kernel("fused_conv2d1", "conv2d", 1.0, 3.0),
+        device="opencl",
+        clock="device events",
+    )
+    assert set(flagged(events)) == {"fused_conv2d1"}
+
+
+def test_a_real_profile_runs_through_the_guard(compiled, builtin_onnx, tvmgen_inprocess):
+    from tvmgen.core.model import random_inputs
+    from tvmgen.runtime.runner import HostModel
+
+    art = compiled(builtin_onnx)
+    r = tvmgen_inprocess("run", art, "--profile", "--repeat", "3", "--threads", "1", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    p = json.loads(r.stdout[r.stdout.index("{") :])["profile"]
+    assert isinstance(p["slow_kernels"], list)  # whatever this machine's timings flag
+    assert all(r["median_ms"] > 0 for r in p["kernels"] if r["kind"] != "vm")
+    for s in p["slow_kernels"]:
+        assert s["name"] in {r["name"] for r in p["kernels"]} and s["reason"] in ("ratio", "floor")
+
+    model = HostModel(art, threads=1)
+    inputs = random_inputs(model.manifest.inputs, 0)
+    model.run(inputs)
+    slow = slow_kernels.guard_host_model(model, inputs, art)  # what compile --check runs after the comparison
+    assert all(isinstance(k, slow_kernels.SlowKernel) for k in slow)
