@@ -395,10 +395,32 @@ ArtifactFiles ReadArtifactFiles(const std::string& manifest_json) {
 std::string Timings::ToJson() const {
   char buf[512];
   std::snprintf(buf, sizeof(buf),
-                "{\"load_ms\": %.4f, \"init_ms\": %.4f, \"first_run_ms\": %.4f, \"copy_in_ms\": %.4f, "
-                "\"run_ms\": %.4f, \"copy_out_ms\": %.4f, \"runs\": %d}",
-                load_ms, init_ms, first_run_ms, copy_in_ms, run_ms, copy_out_ms, runs);
+                "{\"load_ms\": %.4f, \"init_ms\": %.4f, \"prepare_ms\": %.4f, \"first_run_ms\": %.4f, "
+                "\"copy_in_ms\": %.4f, \"run_ms\": %.4f, \"copy_out_ms\": %.4f, \"runs\": %d}",
+                load_ms, init_ms, prepare_ms, first_run_ms, copy_in_ms, run_ms, copy_out_ms, runs);
   return buf;
+}
+
+std::string PrepareStats::ToJson() const {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "{\"programs\": %d, \"kernels\": %d, \"built\": %d, \"cached\": %d, \"ms\": %.4f}", programs,
+                kernels, built, cached, ms);
+  return buf;
+}
+
+// The function of libtvmgen_opencl's kernel module that builds all its programs: (device_id, wait) -> JSON.
+constexpr const char* kOpenCLPrepare = "__tvmgen_opencl_prepare";
+
+// Every OpenCL kernel module the library imports (TVM puts each target's kernels in a module of its own).
+void CollectOpenCLModules(const ffi::Module& mod, std::vector<ffi::Module>* out) {
+  for (const ffi::Module& seen : *out) {
+    if (seen.same_as(mod)) return;
+  }
+  if (std::string(mod->kind()) == "opencl") out->push_back(mod);
+  for (const ffi::Any& imp : mod->imports()) {
+    if (auto m = imp.try_cast<ffi::Module>()) CollectOpenCLModules(*m, out);
+  }
 }
 
 // ---------------------------------------------------------------- Model
@@ -418,6 +440,9 @@ struct Model::Impl {
   int threads = 0;
   std::string thread_pool = "tvm";
   Timings timings;
+  std::vector<ffi::Module> opencl_modules;  // the library's OpenCL kernels (Prepare)
+  bool prepared = false;
+  PrepareStats prepare_stats;
 
   // scope "global.host": a host-visible OpenCL buffer (libtvmgen_opencl), see LoadOptions.
   ffi::Tensor Alloc(const TensorInfo& t, const char* scope = nullptr) {
@@ -527,6 +552,17 @@ std::unique_ptr<Model> Model::LoadArtifact(const std::string& dir, ArtifactData 
     }
   } catch (const ffi::Error& e) {
     throw Error("cannot load the model library " + library_shown + ": " + e.what());
+  }
+  // GPU kernels: their programs start building in the background now, overlapped with the rest of the
+  // load (weights, VM); Prepare() or the first run waits for them. A build error surfaces there.
+  CollectOpenCLModules(m.lib.value(), &m.opencl_modules);
+  for (const ffi::Module& cl : m.opencl_modules) {
+    if (auto f = cl->GetFunction(kOpenCLPrepare)) {
+      try {
+        (*f)(static_cast<int64_t>(m.dev.device_id), false);
+      } catch (const ffi::Error&) {  // e.g. no OpenCL here: the VM's creation says so
+      }
+    }
   }
   // --- weights kept apart from the library (--separate-params): a file of the directory, or bytes given
   std::vector<ffi::Tensor> host_params;
@@ -672,6 +708,37 @@ void Model::SetInput(int index, const void* data, size_t nbytes) {
   }
   m.timings.copy_in_ms += MsSince(t0);
   m.input_set[index] = true;
+}
+
+PrepareStats Model::Prepare() {
+  Impl& m = *impl_;
+  if (m.prepared) return m.prepare_stats;
+  auto t0 = Clock::now();
+  PrepareStats stats;
+  for (const ffi::Module& cl : m.opencl_modules) {
+    auto f = cl->GetFunction(kOpenCLPrepare);
+    if (!f.has_value()) {
+      throw Error("the OpenCL backend loaded cannot prepare kernels ahead of the first run (is libtvmgen_opencl "
+                  "the OpenCL backend?)");
+    }
+    std::string text;
+    try {
+      text = std::string((*f)(static_cast<int64_t>(m.dev.device_id), true).cast<ffi::String>());
+    } catch (const ffi::Error& e) {
+      throw Error("preparing the model's kernels on " + m.device + " failed: " + e.what());
+    }
+    ffi::String err;
+    json::Object o = json::Parse(text, &err).cast<json::Object>();
+    stats.programs += static_cast<int>(Int(Field(o, "programs", "prepare"), "programs"));
+    stats.kernels += static_cast<int>(Int(Field(o, "kernels", "prepare"), "kernels"));
+    stats.built += static_cast<int>(Int(Field(o, "built", "prepare"), "built"));
+    stats.cached += static_cast<int>(Int(Field(o, "cached", "prepare"), "cached"));
+  }
+  stats.ms = MsSince(t0);
+  m.timings.prepare_ms = stats.ms;
+  m.prepare_stats = stats;
+  m.prepared = true;
+  return stats;
 }
 
 void Model::Run() {

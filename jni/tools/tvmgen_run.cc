@@ -34,6 +34,8 @@ const char* kUsage =
     "  --from-memory             read the artifact's files into memory first and load it from there\n"
     "                            (tvmgen::ArtifactData: the library through an in-memory file, the\n"
     "                            weights from bytes), as an app with downloaded or decrypted models does\n"
+    "  --prepare                 build the GPU kernels (or load them from the kernel cache) after loading,\n"
+    "                            before the first run (Model::Prepare): the first run compiles nothing\n"
     "  --timings FILE            write the timings JSON to FILE (default: stdout)\n"
     "  --profile FILE            also time each kernel over --repeat runs; the profile JSON to FILE\n"
     "  -h, --help                this text\n";
@@ -130,7 +132,7 @@ int main(int argc, char** argv) {
   std::string dir, output_dir, timings_file, profile_file;
   std::vector<std::string> input_flags;
   int warmup = 1, repeat = 10;
-  bool host_visible_inputs = false, from_memory = false;
+  bool host_visible_inputs = false, from_memory = false, prepare = false;
   tvmgen::ThreadOptions threads;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -162,6 +164,8 @@ int main(int argc, char** argv) {
         host_visible_inputs = true;
       } else if (a == "--from-memory") {
         from_memory = true;
+      } else if (a == "--prepare") {
+        prepare = true;
       } else if (a == "--timings") {
         timings_file = value("--timings");
       } else if (a == "--profile") {
@@ -192,6 +196,13 @@ int main(int argc, char** argv) {
     if (host_visible_inputs && !model->host_visible_inputs()) {
       std::fprintf(stderr, "tvmgen-run: --host-visible-inputs ignored: the model runs on %s, not opencl\n",
                    model->device().c_str());
+    }
+    std::string prepared = "null";
+    if (prepare) {
+      tvmgen::PrepareStats ps = model->Prepare();
+      prepared = ps.ToJson();
+      std::fprintf(stderr, "tvmgen-run: prepared %d kernels in %d programs (%d built, %d from the kernel cache) in %.1f ms\n",
+                   ps.kernels, ps.programs, ps.built, ps.cached, ps.ms);
     }
     const auto& inputs = model->inputs();
     std::vector<std::vector<char>> data(inputs.size());
@@ -256,7 +267,8 @@ int main(int argc, char** argv) {
     js << "{\"device\": \"" << model->device() << "\", \"arch\": \"" << tvmgen::RuntimeArch() << "\", "
        << "\"host_visible_inputs\": " << (model->host_visible_inputs() ? "true" : "false") << ", "
        << "\"threads\": " << model->threads() << ", \"thread_pool\": \"" << model->thread_pool() << "\", "
-       << "\"load_ms\": " << t.load_ms << ", \"init_ms\": " << t.init_ms << ", \"first_run_ms\": " << t.first_run_ms
+       << "\"load_ms\": " << t.load_ms << ", \"init_ms\": " << t.init_ms << ", \"prepare\": " << prepared
+       << ", \"first_run_ms\": " << t.first_run_ms
        << ", \"warmup\": " << warmup << ", \"runs\": " << repeat << ", \"copy_in_ms\": " << copy_in.Json()
        << ", \"run_ms\": " << run.Json() << ", \"copy_out_ms\": " << copy_out.Json()
        << ", \"total_ms\": " << total.Json() << ", \"memory\": {\"source\": \"/proc/self/status\", "

@@ -36,7 +36,8 @@ struct TensorInfo {
 struct Timings {
   double load_ms = 0;       // manifest, library and weights read
   double init_ms = 0;       // VM created for the device, inputs allocated, weights on the device
-  double first_run_ms = 0;  // the first Run(): includes one-time work (kernel compilation on GPUs)
+  double first_run_ms = 0;  // the first Run(): includes one-time work (kernel compilation on GPUs, unless prepared)
+  double prepare_ms = 0;    // Prepare(): GPU kernels built or loaded from the kernel cache (0 if not called)
   double copy_in_ms = 0;    // SetInput calls since the previous Run()
   double run_ms = 0;        // the latest Run()
   double copy_out_ms = 0;   // GetOutput calls after the latest Run()
@@ -51,6 +52,17 @@ struct Timings {
  * naming every library tried when none registers the device.
  */
 void LoadBackend(const std::string& device);
+
+/*! \brief What Model::Prepare did: GPU programs (each holding kernels) built from source or loaded from the cache. */
+struct PrepareStats {
+  int programs = 0;
+  int kernels = 0;
+  int built = 0;   // compiled by the driver (and stored in the kernel cache)
+  int cached = 0;  // loaded from the kernel cache
+  double ms = 0;
+  /*! \brief The stats as a JSON object. */
+  std::string ToJson() const;
+};
 
 /*!
  * \brief CPU thread settings, applied by Model::Load.
@@ -172,6 +184,13 @@ class Model {
   /*! \brief Copy `nbytes` host bytes into input `index` (must equal the input's size). */
   void SetInput(int index, const void* data, size_t nbytes);
   void SetInput(const std::string& name, const void* data, size_t nbytes);
+  /*!
+   * \brief Build the model's GPU kernels now (or load them from the kernel cache), so that the first Run()
+   * compiles nothing: call it behind a splash screen, or once at install to fill the cache. Load starts
+   * these builds in the background already; Prepare waits for them (a build error is thrown here).
+   * Nothing to do on the CPU (all zero). Calling it again costs nothing.
+   */
+  PrepareStats Prepare();
   /*! \brief Run `main` on the inputs set so far. */
   void Run();
   /*! \brief Copy output `index` of the latest run into `nbytes` host bytes. */

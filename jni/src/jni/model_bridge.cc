@@ -164,6 +164,18 @@ void JNICALL Run(JNIEnv* env, jclass, jlong handle) {
   GuardVoid(env, [&] { ModelOf(handle)->Run(); });
 }
 
+jdoubleArray JNICALL Prepare(JNIEnv* env, jclass, jlong handle) {
+  return Guard<jdoubleArray>(env, nullptr, [&]() -> jdoubleArray {
+    tvmgen::PrepareStats p = ModelOf(handle)->Prepare();
+    jdouble values[5] = {static_cast<jdouble>(p.programs), static_cast<jdouble>(p.kernels),
+                         static_cast<jdouble>(p.built), static_cast<jdouble>(p.cached), p.ms};
+    jdoubleArray arr = env->NewDoubleArray(5);
+    if (arr == nullptr) return nullptr;
+    env->SetDoubleArrayRegion(arr, 0, 5, values);
+    return arr;
+  });
+}
+
 void JNICALL GetOutputFloats(JNIEnv* env, jclass, jlong handle, jint index, jfloatArray out) {
   GuardVoid(env, [&] {
     tvmgen::Model* m = ModelOf(handle);
@@ -247,6 +259,7 @@ std::vector<JNINativeMethod> ModelNatives() {
       Native("modelSetInputFloats", "(JI[F)V", SetInputFloats),
       Native("modelSetInputBuffer", "(JILjava/nio/ByteBuffer;II)V", SetInputBuffer),
       Native("modelRun", "(J)V", Run),
+      Native("modelPrepare", "(J)[D", Prepare),
       Native("modelGetOutputFloats", "(JI[F)V", GetOutputFloats),
       Native("modelGetOutputBuffer", "(JILjava/nio/ByteBuffer;II)V", GetOutputBuffer),
       Native("modelTimings", "(J)[D", TimingsOf),

@@ -42,7 +42,7 @@ const std::string& BuildOptions() {
   return options;
 }
 
-cl_program BuildProgram(const std::string& source, int device_id, const std::string& what) {
+cl_program BuildProgram(const std::string& source, int device_id, const std::string& what, bool* from_cache) {
   Workspace& w = Workspace::Global();
   const Api& api = cl::Get();
   DeviceInfo& dev = w.device(device_id);
@@ -62,6 +62,7 @@ cl_program BuildProgram(const std::string& source, int device_id, const std::str
       if (err == CL_SUCCESS) {
         cache.stats.hits++;
         cache.stats.load_us += static_cast<int64_t>(MsSince(t0) * 1000);
+        if (from_cache) *from_cache = true;
         return prog;
       }
     }
@@ -84,6 +85,7 @@ cl_program BuildProgram(const std::string& source, int device_id, const std::str
   cache.stats.source_builds++;
   cache.stats.build_us += static_cast<int64_t>(MsSince(t0) * 1000);
   cache.Write(key, ProgramBinary(api, prog, dev.id));
+  if (from_cache) *from_cache = false;
   return prog;
 }
 

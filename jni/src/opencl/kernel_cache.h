@@ -10,10 +10,13 @@ namespace opencl {
 struct CacheStats {
   std::atomic<int64_t> hits{0}, misses{0}, corrupt{0}, writes{0}, write_errors{0}, source_builds{0};
   std::atomic<int64_t> build_us{0}, load_us{0};
+  // Kernel launches that found their program not built yet (built it, or waited for a build thread): 0
+  // after Model::Prepare, whose builds happen before the first run.
+  std::atomic<int64_t> launch_waits{0};
 };
 
-// Compiled programs on disk, one file per kernel source and device:
-//   <dir>/<sha256(key)[:40]>.clbin, key = sha256(kernel source) + device name + driver version
+// Compiled programs on disk, one file per program source (a model's kernels, see opencl_module.cc) and device:
+//   <dir>/<sha256(key)[:40]>.clbin, key = sha256(program source) + device name + driver version
 //   + platform (OpenCL runtime) version + device version + build options + this library's version.
 // File: "TVMGENCL" magic, u32 format, u64 key length, key, u64 binary length, binary, 32-byte
 // sha256(binary). Anything that does not verify (or that the driver refuses) is deleted and
@@ -121,13 +124,14 @@ class KernelCache {
     o << "{\"hits\": " << stats.hits << ", \"misses\": " << stats.misses << ", \"corrupt\": " << stats.corrupt
       << ", \"writes\": " << stats.writes << ", \"write_errors\": " << stats.write_errors
       << ", \"source_builds\": " << stats.source_builds << ", \"build_ms\": " << stats.build_us / 1000.0
-      << ", \"load_ms\": " << stats.load_us / 1000.0 << ", \"dir\": \"" << JsonEscape(Dir()) << "\"}";
+      << ", \"load_ms\": " << stats.load_us / 1000.0 << ", \"launch_waits\": " << stats.launch_waits
+      << ", \"dir\": \"" << JsonEscape(Dir()) << "\"}";
     return o.str();
   }
 
   void ResetStats() {
     stats.hits = stats.misses = stats.corrupt = stats.writes = stats.write_errors = stats.source_builds = 0;
-    stats.build_us = stats.load_us = 0;
+    stats.build_us = stats.load_us = stats.launch_waits = 0;
   }
 
   CacheStats stats;
@@ -193,9 +197,9 @@ std::string BuildLog(const Api& api, cl_program prog, cl_device_id dev);
 // The compiled binary of `prog` for `dev` ("" when the driver gives none).
 std::string ProgramBinary(const Api& api, cl_program prog, cl_device_id dev);
 
-// A built program for one kernel source on one device: from the cache when it verifies and the
-// driver accepts it, otherwise compiled from source (and stored).
-cl_program BuildProgram(const std::string& source, int device_id, const std::string& what);
+// A built program for one source on one device: from the cache when it verifies and the driver
+// accepts it (*from_cache set), otherwise compiled from source (and stored).
+cl_program BuildProgram(const std::string& source, int device_id, const std::string& what, bool* from_cache = nullptr);
 
 }  // namespace opencl
 }  // namespace tvmgen

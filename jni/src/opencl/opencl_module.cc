@@ -107,10 +107,10 @@ class BlobReader {
   const char* end_;
 };
 
-// Splits TVM's OpenCL source into kernels at its "// Function: NAME" lines.
-std::unordered_map<std::string, std::string> SplitSource(const std::string& src) {
+// TVM's OpenCL source split into its kernels at the "// Function: NAME" lines, in source order.
+std::vector<std::pair<std::string, std::string>> SplitSource(const std::string& src) {
   static const std::string marker = "// Function: ";
-  std::unordered_map<std::string, std::string> out;
+  std::vector<std::pair<std::string, std::string>> out;
   size_t pos = src.find(marker);
   while (pos != std::string::npos) {
     size_t name_begin = pos + marker.size();
@@ -119,42 +119,132 @@ std::unordered_map<std::string, std::string> SplitSource(const std::string& src)
     std::string name = src.substr(name_begin, eol - name_begin);
     while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
     size_t next = src.find(marker, eol + 1);
-    out[name] = src.substr(eol + 1, next == std::string::npos ? std::string::npos : next - eol - 1);
+    out.emplace_back(name, src.substr(eol + 1, next == std::string::npos ? std::string::npos : next - eol - 1));
     pos = next;
   }
   return out;
 }
 
+// Where kernel `name`'s definition starts in its section (npos if nowhere). TVM declares every kernel
+// of the module on one line ending in ");" before the definition.
+size_t DefinitionStart(const std::string& section, const std::string& name) {
+  size_t pos = 0;
+  while (pos < section.size()) {
+    size_t eol = section.find('\n', pos);
+    std::string line = section.substr(pos, eol == std::string::npos ? std::string::npos : eol - pos);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.rfind("__kernel ", 0) == 0 && line.find(" " + name + "(") != std::string::npos && line.back() != ';') {
+      return pos;
+    }
+    if (eol == std::string::npos) break;
+    pos = eol + 1;
+  }
+  return std::string::npos;
+}
+
+// One source for several kernels. TVM 0.27 writes each kernel as a whole translation unit: the
+// declaration of every kernel of the module, the macros and pragmas this kernel needs, its definition.
+// Merged: each distinct block of macros and pragmas once (a block already contained in what is kept
+// is dropped), each declaration once, then the definitions. "" when a section is not of that shape.
+std::string MergeSources(const std::vector<const std::pair<std::string, std::string>*>& kernels) {
+  if (kernels.size() == 1) return kernels[0]->second;
+  std::string blocks, decls, defs;
+  std::unordered_set<std::string> declared;
+  for (const auto* k : kernels) {
+    const std::string& section = k->second;
+    size_t def = DefinitionStart(section, k->first);
+    if (def == std::string::npos) return "";
+    std::string block;
+    size_t pos = 0;
+    while (pos < def) {
+      size_t eol = std::min(section.find('\n', pos), def);
+      std::string line = section.substr(pos, eol - pos);
+      std::string trimmed = line;
+      while (!trimmed.empty() && (trimmed.back() == '\r' || trimmed.back() == ' ')) trimmed.pop_back();
+      if (trimmed.rfind("__kernel ", 0) == 0 && !trimmed.empty() && trimmed.back() == ';') {
+        if (declared.insert(trimmed).second) decls += trimmed + "\n";
+      } else {
+        block += line + "\n";
+      }
+      pos = eol + 1;
+    }
+    if (block.find_first_not_of(" \r\n\t") != std::string::npos && blocks.find(block) == std::string::npos) {
+      blocks += block;
+    }
+    defs += "// Function: " + k->first + "\n" + section.substr(def);
+    if (defs.back() != '\n') defs += "\n";
+  }
+  return blocks + decls + defs;
+}
+
+// Kernels per OpenCL program: TVMGEN_OPENCL_KERNELS_PER_PROGRAM, 8 by default (0: one program per module,
+// 1: one per kernel). Drivers compile program by program at a cost per program (NVIDIA's 580 driver builds
+// one at a time in a process: 57 kernels as 57 programs made a 4.4 s first run), while one program per model
+// is loaded from the cache as one piece ahead of the first kernel (NVIDIA H200: a 4-15 ms first run instead
+// of 1-5 ms). Groups of 8, built and loaded by parallel threads, measured best of both (docs/benchmarks.md).
+int KernelsPerProgram() {
+  static int n = [] {
+    const char* v = std::getenv("TVMGEN_OPENCL_KERNELS_PER_PROGRAM");
+    return v && *v ? std::max(0, std::atoi(v)) : 8;
+  }();
+  return n;
+}
+
+// The module function that builds every program ahead of the first run (runtime.cc: Model::Prepare).
+constexpr const char* kPrepare = "__tvmgen_opencl_prepare";
+
+// One program of a module: its kernels and its source.
+struct ProgramSource {
+  std::vector<std::string> kernels;
+  std::string source;
+};
+
 class OpenCLModule : public ffi::ModuleObj {
  public:
   OpenCLModule(std::string blob, std::string fmt, std::map<std::string, FunctionInfo> fmap, std::string code)
       : blob_(std::move(blob)), fmt_(std::move(fmt)), fmap_(std::move(fmap)), code_(std::move(code)) {
+    std::vector<std::pair<std::string, std::string>> sections;
+    if (fmt_ == "cl") sections = SplitSource(code_);
+    for (const auto& kv : sections) sources_[kv.first] = kv.second;
+    bool split = fmt_ == "cl";
+    for (const auto& kv : fmap_) split &= sources_.count(kv.first) > 0;
+    if (!split) sources_.clear();  // no per-kernel markers (a hand-made module): the whole source
     if (fmt_ == "cl") {
-      sources_ = SplitSource(code_);
-      for (const auto& kv : fmap_) {
-        if (!sources_.count(kv.first)) {
-          // no per-kernel markers (hand-made module): build the whole source as one program
-          sources_.clear();
-          break;
-        }
-      }
       for (auto& kv : fmap_) {
-        kv.second.image_args = ImageParams(sources_.empty() ? code_ : sources_.at(kv.first), kv.first);
+        kv.second.image_args = ImageParams(split ? sources_.at(kv.first) : code_, kv.first);
         for (bool b : kv.second.image_args) has_images_ |= b;
       }
+    }
+    // The programs: KernelsPerProgram() kernels each, in source order (0: the whole module in one).
+    std::vector<const std::pair<std::string, std::string>*> used;
+    for (const auto& kv : sections) {
+      if (split && fmap_.count(kv.first)) used.push_back(&kv);
+    }
+    size_t per = KernelsPerProgram() > 0 ? static_cast<size_t>(KernelsPerProgram()) : std::max<size_t>(1, used.size());
+    for (size_t i = 0; i < used.size(); i += per) {
+      std::vector<const std::pair<std::string, std::string>*> group(used.begin() + i,
+                                                                    used.begin() + std::min(used.size(), i + per));
+      ProgramSource p;
+      for (const auto* k : group) p.kernels.push_back(k->first);
+      p.source = MergeSources(group);
+      if (p.source.empty()) {  // not TVM's usual shape: one program per kernel
+        for (const auto* k : group) programs_plan_.push_back(ProgramSource{{k->first}, k->second});
+        continue;
+      }
+      programs_plan_.push_back(std::move(p));
+    }
+    if (!split) {
+      ProgramSource whole{{}, code_};
+      for (const auto& kv : fmap_) whole.kernels.push_back(kv.first);
+      programs_plan_.push_back(std::move(whole));
+    }
+    for (size_t i = 0; i < programs_plan_.size(); ++i) {
+      for (const std::string& k : programs_plan_[i].kernels) program_of_[k] = i;
     }
   }
 
   ~OpenCLModule() {
-    for (auto& kv : prebuilds_) kv.second->Stop();
-    if (!Available()) return;
-    const Api& api = cl::Get();
-    for (auto& kv : kernels_) {
-      for (cl_kernel k : kv.second) if (k) api.ReleaseKernel(k);
-    }
-    for (auto& kv : programs_) {
-      for (cl_program p : kv.second) if (p) api.ReleaseProgram(p);
-    }
+    for (auto& kv : builds_) kv.second->Stop();  // builds_, destroyed next, releases the kernels and programs
   }
 
   const char* kind() const final { return "opencl"; }
@@ -165,6 +255,17 @@ class OpenCLModule : public ffi::ModuleObj {
   }
 
   ffi::Optional<ffi::Function> GetFunction(const ffi::String& name) final {
+    if (name == kPrepare) {
+      // (device_id, wait) -> JSON. Builds (or loads from the cache) every program of the module for the
+      // device: in the background (wait false: returns at once), or before returning (wait true: then
+      // {"programs", "kernels", "built", "cached", "ms"}, and the first run compiles nothing).
+      ffi::ObjectPtr<ffi::Object> self = ffi::GetObjectPtr<ffi::Object>(this);
+      return ffi::Function::FromTyped([self, this](int device_id, bool wait) -> ffi::String {
+        Builds& b = BuildsFor(device_id);
+        b.Start();
+        return wait ? ffi::String(b.WaitAll()) : ffi::String("{}");
+      });
+    }
     auto it = fmap_.find(std::string(name));
     if (it == fmap_.end()) return std::nullopt;
     const FunctionInfo* info = &it->second;
@@ -201,36 +302,9 @@ class OpenCLModule : public ffi::ModuleObj {
 
  private:
   cl_kernel Kernel(const std::string& name, int device_id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& ks = kernels_[name];
-    if (ks.size() <= static_cast<size_t>(device_id)) ks.resize(device_id + 1, nullptr);
-    if (ks[device_id]) return ks[device_id];
-    const Api& api = cl::Get();
-    std::string prog_key = sources_.empty() ? std::string("\x01whole") : name;
-    auto& ps = programs_[prog_key];
-    if (ps.size() <= static_cast<size_t>(device_id)) ps.resize(device_id + 1, nullptr);
-    if (ps[device_id] == nullptr) {
-      if (fmt_ != "cl") {
-        Workspace& w = Workspace::Global();
-        DeviceInfo& dev = w.device(device_id);
-        const unsigned char* b = reinterpret_cast<const unsigned char*>(code_.data());
-        size_t len = code_.size();
-        cl_int status = CL_SUCCESS, err = CL_SUCCESS;
-        cl_program p = api.CreateProgramWithBinary(w.context(), 1, &dev.id, &len, &b, &status, &err);
-        TVMGEN_CL_CHECK(err, "clCreateProgramWithBinary (" + fmt_ + ")");
-        TVMGEN_CL_CHECK(api.BuildProgram(p, 1, &dev.id, "", nullptr, nullptr), "clBuildProgram (" + fmt_ + ")");
-        ps[device_id] = p;
-      } else if (!sources_.empty() && BuildThreads() > 1) {
-        ps[device_id] = Prebuilt(device_id).Take(name);  // built in parallel with the module's other kernels
-      } else {
-        ps[device_id] = BuildProgram(sources_.empty() ? code_ : sources_.at(name), device_id, "kernel " + name);
-      }
-    }
-    cl_int err = CL_SUCCESS;
-    cl_kernel k = api.CreateKernel(ps[device_id], name.c_str(), &err);
-    TVMGEN_CL_CHECK(err, "clCreateKernel(" + name + ")");
-    ks[device_id] = k;
-    return k;
+    Builds& builds = BuildsFor(device_id);
+    builds.Start();
+    return builds.Take(name);  // another thread may be building it
   }
 
   void Launch(const std::string& name, const FunctionInfo& info, const std::vector<size_t>& sizes,
@@ -323,12 +397,11 @@ class OpenCLModule : public ffi::ModuleObj {
     }
   }
 
-  // ---------------------------------------------------------------- parallel program builds
-  // The driver compiles one program at a time per call, and a model has tens of kernels, each its own
-  // program: built lazily one by one, a cold start (empty cache) spends the sum of their compile times
-  // in the first run. So the first kernel needed on a device starts BuildThreads() threads that build
-  // (or load from the cache) every kernel's program; a launch takes its program when ready, and builds
-  // it itself when no thread has started it yet. TVMGEN_OPENCL_BUILD_THREADS=1: one at a time, lazily.
+  // ---------------------------------------------------------------- program builds
+  // A device's programs (programs_plan_), built from the first launch on, or earlier by the prepare
+  // function (Model::Prepare; Model::Load starts it in the background, overlapped with the rest of the load).
+  // BuildThreads() threads take the programs in order; a launch takes its program when ready, or builds it
+  // itself when no thread has started it.
   static int BuildThreads() {
     static int n = [] {
       const char* v = std::getenv("TVMGEN_OPENCL_BUILD_THREADS");
@@ -338,19 +411,30 @@ class OpenCLModule : public ffi::ModuleObj {
     return n;
   }
 
-  class Prebuild {
+  class Builds {
    public:
-    Prebuild(const OpenCLModule* m, int device_id) : m_(m), device_id_(device_id) {
-      for (const auto& kv : m->fmap_) names_.push_back(kv.first);
-      for (const std::string& n : names_) state_[n] = Slot{};
-      int threads = std::min<int>(BuildThreads(), static_cast<int>(names_.size()));
-      for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
-    }
-    ~Prebuild() {
+    Builds(const OpenCLModule* m, int device_id) : m_(m), device_id_(device_id), slots_(m->programs_plan_.size()) {}
+    ~Builds() {
       Stop();
-      for (auto& kv : state_) {  // built, never launched
-        if (kv.second.program) cl::Get().ReleaseProgram(kv.second.program);
+      if (!Available()) return;
+      for (Slot& s : slots_) {
+        for (auto& kv : s.kernels) cl::Get().ReleaseKernel(kv.second);
       }
+      std::unordered_set<cl_program> released;
+      for (Slot& s : slots_) {
+        for (auto& kv : s.programs) {
+          if (kv.second && released.insert(kv.second).second) cl::Get().ReleaseProgram(kv.second);
+        }
+      }
+    }
+
+    // The build threads, once (BuildThreads() of them, at most one per program).
+    void Start() {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (started_ || stop_) return;
+      started_ = true;
+      int threads = std::min<int>(BuildThreads(), static_cast<int>(slots_.size()));
+      for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
     }
 
     void Stop() {
@@ -361,77 +445,156 @@ class OpenCLModule : public ffi::ModuleObj {
       for (std::thread& t : threads_) if (t.joinable()) t.join();
     }
 
-    // The program of kernel `name`: waits for a thread building it, or builds it here. Throws its
-    // build error. The caller owns the program from then on.
-    cl_program Take(const std::string& name) {
+    // Kernel `name`: its program built already, or waited for, or built here. Throws its build error.
+    cl_kernel Take(const std::string& name) {
+      size_t i = m_->program_of_.at(name);
       std::unique_lock<std::mutex> lock(mu_);
-      Slot& slot = state_.at(name);
-      if (slot.state == kPending) {
-        slot.state = kBuilding;
+      if (slots_[i].state != kDone) {
+        KernelCache::Global().stats.launch_waits++;
         lock.unlock();
-        Build(name);
+        Claim(i);
         lock.lock();
       }
-      cv_.wait(lock, [&] { return slot.state == kDone; });
-      if (!slot.error.empty()) TVM_FFI_THROW(RuntimeError) << slot.error;
-      cl_program p = slot.program;
-      slot.program = nullptr;
-      return p;
+      cv_.wait(lock, [&] { return slots_[i].state == kDone; });
+      if (!slots_[i].error.empty()) TVM_FFI_THROW(RuntimeError) << slots_[i].error;
+      return slots_[i].kernels.at(name);
+    }
+
+    // Every program built (here too, beside the threads): JSON {"programs", "kernels", "built", "cached", "ms"}.
+    std::string WaitAll() {
+      auto t0 = std::chrono::steady_clock::now();
+      for (size_t i = 0; i < slots_.size(); ++i) Claim(i);
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        for (const Slot& s : slots_) if (s.state != kDone) return false;
+        return true;
+      });
+      int built = 0, cached = 0;
+      size_t kernels = 0;
+      for (size_t i = 0; i < slots_.size(); ++i) {
+        if (!slots_[i].error.empty()) TVM_FFI_THROW(RuntimeError) << slots_[i].error;
+        (slots_[i].from_cache ? cached : built)++;
+        kernels += m_->programs_plan_[i].kernels.size();
+      }
+      std::ostringstream o;
+      o << "{\"programs\": " << slots_.size() << ", \"kernels\": " << kernels << ", \"built\": " << built
+        << ", \"cached\": " << cached << ", \"ms\": " << MsSince(t0) << "}";
+      return o.str();
     }
 
    private:
     enum { kPending, kBuilding, kDone };
     struct Slot {
       int state = kPending;
-      cl_program program = nullptr;
+      bool from_cache = true;
+      std::unordered_map<std::string, cl_program> programs;  // kernel -> its program
+      std::unordered_map<std::string, cl_kernel> kernels;    // made with the program (a driver may load its code then)
       std::string error;
     };
 
+    // Builds program i here unless a thread has it already.
+    void Claim(size_t i) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (slots_[i].state != kPending) return;
+        slots_[i].state = kBuilding;
+      }
+      Build(i);
+    }
+
     void Work() {
       for (;;) {
-        std::string name;
+        size_t i;
         {
           std::lock_guard<std::mutex> lock(mu_);
-          while (next_ < names_.size() && state_[names_[next_]].state != kPending) ++next_;
-          if (stop_ || next_ >= names_.size()) return;
-          name = names_[next_];
-          state_[name].state = kBuilding;
+          while (next_ < slots_.size() && slots_[next_].state != kPending) ++next_;
+          if (stop_ || next_ >= slots_.size()) return;
+          i = next_;
+          slots_[i].state = kBuilding;
         }
-        Build(name);
+        Build(i);
       }
     }
 
-    void Build(const std::string& name) {
-      cl_program p = nullptr;
-      std::string error;
+    void Build(size_t i) {
+      const ProgramSource& plan = m_->programs_plan_[i];
+      Slot done;
+      auto t0 = std::chrono::steady_clock::now();
       try {
-        p = BuildProgram(m_->sources_.at(name), device_id_, "kernel " + name);
+        if (m_->fmt_ != "cl") {
+          cl_program p = m_->BuildBinary(device_id_);
+          for (const std::string& k : plan.kernels) done.programs[k] = p;
+        } else {
+          BuildSource(plan, &done);
+        }
+        for (const std::string& k : plan.kernels) {
+          cl_int err = CL_SUCCESS;
+          done.kernels[k] = cl::Get().CreateKernel(done.programs.at(k), k.c_str(), &err);
+          TVMGEN_CL_CHECK(err, "clCreateKernel(" + k + ")");
+        }
+        if (LogOn()) {
+          std::fprintf(stderr, "tvmgen-opencl: program %zu/%zu (%zu kernels) %s in %.1f ms\n", i + 1, slots_.size(),
+                       plan.kernels.size(), done.from_cache ? "loaded from the cache" : "built", MsSince(t0));
+        }
       } catch (const ffi::Error& e) {
-        error = e.message();
+        done.error = e.message();
       }
       std::lock_guard<std::mutex> lock(mu_);
-      Slot& slot = state_[name];
-      slot.program = p;
-      slot.error = error;
-      slot.state = kDone;
+      slots_[i] = std::move(done);
+      slots_[i].state = kDone;
       cv_.notify_all();
+    }
+
+    // One program for the plan's kernels; should the driver refuse the merged source, one per kernel.
+    void BuildSource(const ProgramSource& plan, Slot* out) {
+      std::string what = plan.kernels.size() == 1 ? "kernel " + plan.kernels[0]
+                                                  : "the program of " + std::to_string(plan.kernels.size()) + " kernels";
+      bool cached = false;
+      try {
+        cl_program p = BuildProgram(plan.source, device_id_, what, &cached);
+        for (const std::string& k : plan.kernels) out->programs[k] = p;
+        out->from_cache = cached;
+        return;
+      } catch (const ffi::Error& e) {
+        if (plan.kernels.size() == 1 || m_->sources_.empty()) throw;
+        std::fprintf(stderr, "tvmgen-opencl: %s failed to build (%s); building them one by one\n", what.c_str(),
+                     e.message().substr(0, 300).c_str());
+      }
+      for (const std::string& k : plan.kernels) {
+        out->programs[k] = BuildProgram(m_->sources_.at(k), device_id_, "kernel " + k, &cached);
+        out->from_cache &= cached;
+      }
     }
 
     const OpenCLModule* m_;
     int device_id_;
-    std::vector<std::string> names_;
-    std::unordered_map<std::string, Slot> state_;
+    std::vector<Slot> slots_;
     size_t next_ = 0;
-    bool stop_ = false;
+    bool started_ = false, stop_ = false;
     std::mutex mu_;
     std::condition_variable cv_;
     std::vector<std::thread> threads_;
   };
 
-  Prebuild& Prebuilt(int device_id) {  // with mu_ held
-    auto& p = prebuilds_[device_id];
-    if (!p) p = std::make_unique<Prebuild>(this, device_id);
-    return *p;
+  Builds& BuildsFor(int device_id) {
+    std::lock_guard<std::mutex> lock(builds_mu_);
+    auto& b = builds_[device_id];
+    if (!b) b = std::make_unique<Builds>(this, device_id);
+    return *b;
+  }
+
+  // A module of a binary format (xclbin, aocx): its code is the program.
+  cl_program BuildBinary(int device_id) const {
+    Workspace& w = Workspace::Global();
+    const Api& api = cl::Get();
+    DeviceInfo& dev = w.device(device_id);
+    const unsigned char* b = reinterpret_cast<const unsigned char*>(code_.data());
+    size_t len = code_.size();
+    cl_int status = CL_SUCCESS, err = CL_SUCCESS;
+    cl_program p = api.CreateProgramWithBinary(w.context(), 1, &dev.id, &len, &b, &status, &err);
+    TVMGEN_CL_CHECK(err, "clCreateProgramWithBinary (" + fmt_ + ")");
+    TVMGEN_CL_CHECK(api.BuildProgram(p, 1, &dev.id, "", nullptr, nullptr), "clBuildProgram (" + fmt_ + ")");
+    return p;
   }
 
   // A texture kernel's image parameter must get an image and a buffer parameter a buffer (a driver
@@ -446,15 +609,15 @@ class OpenCLModule : public ffi::ModuleObj {
                                    "device API, or the VM's allocator DeviceAllocator.opencl)" : "");
   }
 
-  std::map<int, std::unique_ptr<Prebuild>> prebuilds_;  // per device; joined before the programs are released
   bool has_images_ = false;
   std::string blob_, fmt_;
   std::map<std::string, FunctionInfo> fmap_;
   std::string code_;
-  std::unordered_map<std::string, std::string> sources_;
-  std::mutex mu_, launch_mu_;
-  std::unordered_map<std::string, std::vector<cl_program>> programs_;
-  std::unordered_map<std::string, std::vector<cl_kernel>> kernels_;
+  std::unordered_map<std::string, std::string> sources_;  // each kernel's own source (TVM's sections)
+  std::vector<ProgramSource> programs_plan_;
+  std::unordered_map<std::string, size_t> program_of_;  // kernel -> index in programs_plan_
+  std::mutex launch_mu_, builds_mu_;
+  std::map<int, std::unique_ptr<Builds>> builds_;  // per device; owns the kernels and programs
 };
 
 // Half-precision kernels (--precision fp16) need cl_khr_fp16: checked when the model is loaded, so the

@@ -435,6 +435,22 @@ public final class Model extends NativeHandle {
   // ------------------------------------------------------------------ running
 
   /**
+   * Builds the model's GPU kernels now, or loads them from the kernel cache, so that the first
+   * {@link #run()} compiles nothing. Loading a model starts these builds in the background already;
+   * this waits for them. Call it behind a splash screen (off the UI thread: a cold start compiles for
+   * up to seconds), or once after install to fill the kernel cache. Nothing to do on the CPU; calling
+   * it again costs nothing.
+   *
+   * @return what was built and what came from the cache
+   * @throws TvmgenException if a kernel fails to build (the driver's log is in the message)
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized PrepareStats prepare() {
+    double[] p = NativeLib.modelPrepare(checkOpen());
+    return new PrepareStats((int) p[0], (int) p[1], (int) p[2], (int) p[3], p[4]);
+  }
+
+  /**
    * Runs the model on the inputs set so far (each input must have been set at least once).
    *
    * @throws TvmgenException if an input was never set or the run fails

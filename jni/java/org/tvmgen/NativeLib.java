@@ -124,6 +124,9 @@ final class NativeLib {
 
   static native void modelRun(long model);
 
+  /** Model::Prepare: {programs, kernels, built, cached, ms}. */
+  static native double[] modelPrepare(long model);
+
   static native void modelGetOutputFloats(long model, int index, float[] out);
 
   static native void modelGetOutputBuffer(long model, int index, ByteBuffer out, int position, int length);
