@@ -5,10 +5,12 @@ Every artifact runs through the C++ runner tvmgen-run, each start a fresh proces
 
   cold first run   the first inference of a process whose OpenCL kernel cache (TVMGEN_OPENCL_CACHE_DIR)
                    and driver caches (PoCL's POCL_CACHE_DIR, NVIDIA's CUDA_CACHE_PATH) are empty:
-                   kernels are compiled lazily, on their first launch, so their compile lands here
+                   the kernels' programs start building when the model loads and the first run waits for
+                   what is left, so most of their compile lands here (tvmgen-run --prepare would move it out)
   warm first run   the same, with the caches the cold start filled
   init             VM initialisation with OpenCL context / CUDA context creation (median of all starts)
-  kernels          programs built from source in a cold start / loaded from tvmgen's cache in a warm one
+  kernels          programs (up to 8 kernels each) built from source in a cold start / loaded from tvmgen's
+                   cache in a warm one
   steady           median of --runs timed runs (after one warm-up) in one warm process; "run" waits for
                    the kernels; copy-in / copy-out are the host<->device copies (medians)
   max abs err      against the CPU (LLVM) build of the same model, on one fixed random input (seed 0)
