@@ -389,9 +389,13 @@ def test_app_yes_on_a_machine_with_only_a_jdk_gets_to_gradle(machine, server, tm
     gradle = dict(line.split("=", 1) for line in (tmp_path / "gradle.log").read_text().splitlines())
     assert gradle["ANDROID_HOME"] == str(data / "android-sdk") and gradle["TVM_SOURCE_DIR"] == str(data / "tvm-0.27.0")
     assert gradle["JAVA_HOME"] == machine["JAVA_HOME"] and "assembleRelease" in gradle["argv"]
-    # the model was linked with the downloaded NDK (not left as an object archive), for both devices
+    # the model was linked with the downloaded NDK (not left as an object archive), for both devices: each
+    # library is one of the app's native libraries (loaded in place from the APK), named in its assets
+    main = tmp_path / "proj/app/src/main"
     for dev in ("opencl", "cpu"):
-        assert (tmp_path / f"proj/app/src/main/assets/model-{dev}/model.so").is_file()
+        assert not (main / f"assets/model-{dev}/model.tar").exists()
+        library = (main / f"assets/model-{dev}/library.txt").read_text().strip()
+        assert (main / "jniLibs/arm64-v8a" / library).read_bytes()[:4] == b"\x7fELF", library
     assert f"'{data / 'tvm-0.27.0'}'" in (tmp_path / "proj/app/build.gradle").read_text()
 
 
