@@ -206,20 +206,28 @@ def test_nested_tuple_outputs(servers, arm_devices, tmp_path):
     tvm.compile(Nested, make_target(target_dict(plat, "cpu"))).export_library(
         str(lib), fcompile=cc.cross_compiler(str(export.linker(plat, objects_only=False)))
     )
-    remote = session(servers, "arm-t")
-    remote.upload(str(lib), target="nested.so")
-    dev = remote.cpu(0)
-    vm = relax.VirtualMachine(remote.load_module("nested.so"), dev)
     x = np.array([[1.0, -2.0, 3.5, 4.0]], np.float32)
-    out = vm["main"](tvm.runtime.tensor(x, dev))
     specs = [TensorSpec("y", (1, 4), "float32"), TensorSpec("s", (), "float32"), TensorSpec("z", (1, 4), "int32")]
-    got = [t.numpy() for t in benching.device_outputs(remote, out, specs)]
+
+    def on_the_device():
+        """In a function of its own: the session, module and tensors are freed when it returns, which ends the
+        session at once (instead of holding the device until its 60 s timeout, which the next test would wait
+        out)."""
+        remote = session(servers, "arm-t")
+        remote.upload(str(lib), target="nested.so")
+        dev = remote.cpu(0)
+        vm = relax.VirtualMachine(remote.load_module("nested.so"), dev)
+        out = vm["main"](tvm.runtime.tensor(x, dev))
+        got = [t.numpy() for t in benching.device_outputs(remote, out, specs)]
+        with pytest.raises(CheckError, match=r"the device returned 3 output\(s\), the artifact's manifest lists 2"):
+            benching.device_outputs(remote, out, specs[:2])
+        return got
+
+    got = on_the_device()
     want = [x + x, np.array(x.mean(), np.float32), (x * x).astype(np.int32)]
     assert [(g.shape, g.dtype) for g in got] == [(w.shape, w.dtype) for w in want]
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-6)
-    with pytest.raises(CheckError, match=r"the device returned 3 output\(s\), the artifact's manifest lists 2"):
-        benching.device_outputs(remote, out, specs[:2])
 
 
 def test_remote_gemm(servers, arm_devices, tmp_path):
@@ -276,15 +284,9 @@ def test_unknown_key_on_tracker(servers, mobilenet):
     assert r.returncode == 6 and "no device with key 'nosuch'" in r.stderr and "host-t" in r.stderr
 
 
-def test_wrong_architecture_refused_before_upload(servers, tmp_path, small_onnx):
+def test_wrong_architecture_refused_before_upload(servers, tmp_path, small_onnx, compiled):
     require_tool("aarch64-linux-gnu-g++")
-    art = tmp_path / "a64"
-    subprocess.run(
-        [sys.executable, "-m", "tvmgen", "compile", small_onnx, "--platform", "linux-aarch64", "-o", art],
-        check=True,
-        capture_output=True,
-        env=dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path)),
-    )
+    art = compiled(small_onnx, "linux-aarch64")
     log = Path(servers["state"] / "device-host-t.log")
     uploads_before = log.read_text().count("upload ")
     r = bench(art, "--key", "host-t", "--tracker", servers["tracker"].address, state=servers["state"])
