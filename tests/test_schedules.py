@@ -747,24 +747,23 @@ def _stationary_3x3_model():
 def test_large_weights_reduction_runs_in_chunks_that_fit_l1(cpu, tmp_path):
     """A weight-stationary convolution whose block of weights is larger than L1 runs its input
     channels in chunks (a power of two dividing them, window x chunk x tile channels <= 32 KB),
-    each over all the task's pixels, with the accumulators' init before the first chunk. With 32
-    registers the tile is 4 vectors of channels (AVX-512: 64, NEON: 16) x 7 rows at most; AVX2
-    keeps 2 vectors. 264 input channels: chunks of 8 (264 = 33 x 8). Results as onnxruntime's."""
+    each over all the task's pixels, with the accumulators' init before the first chunk. The tile
+    is 2 vectors of channels on every target (4 with 7 rows spilled accumulators out of 32
+    registers). 264 input channels: chunks of a power of two dividing them whose weights fit
+    32 KB: 8 (264 = 33 x 8). Results as onnxruntime's."""
     path = save_onnx(_stationary_3x3_model(), tmp_path / "late.onnx")
-    spec, (lanes, registers), _ = CPU_TARGETS[cpu]
+    spec, (lanes, _), _ = CPU_TARGETS[cpu]
     mod, done, _ = prepared_and_scheduled(path, target_spec=spec)
     (conv,) = [f for f in done if "conv2d" in f]
     script = mod[conv].script()
-    vectors = 4 if registers >= 32 else 2
-    tile = lanes * vectors
+    tile = lanes * 2
     assert re.search(rf"\w+_0 in T\.parallel\(T\.int64\({512 // tile}\)\)", script), script
     window_bytes = 9 * tile * 4
     chunk = max(c for c in (1, 2, 4, 8, 16, 32, 64) if c * window_bytes <= 32 * 1024 and 264 % c == 0)
     assert chunk == 8, chunk  # 264 = 33 x 8 on each target
-    # the chunks outside the rows: for rc_0, nn, yy, xx_0, ry, rx, rc_1 in T.grid(33, ..., 8)
-    assert re.search(r"for rc_0, \w+, \w+, \w+, ry, rx, rc_1 in T\.grid\(T\.int64\(33\),.*T\.int64\(8\)\)", script), (
-        script
-    )
+    # the chunks outside the rows: for rc_0 in 33 chunks: (n, y: the rows): for xx_0, ry, rx, rc_1 (8)
+    assert re.search(r"for rc_0 in T\.serial\(T\.int64\(33\), annotations=\{\"tvmgen\.weight_chunks\"", script), script
+    assert re.search(r"for \w+, ry, rx, rc_1 in T\.grid\(.*T\.int64\(8\)\)", script.split("for rc_0")[1]), script
     assert re.search(r"T\.sblock\(\"\w+_init\"\)", script.split("for rc_0")[0])  # accumulators zeroed once
     if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
         _, _, actual, expected = compile_and_run(path, tmp_path)
@@ -871,41 +870,79 @@ def test_odd_vector_counts_tile_three_vectors_of_channels(cpu, tmp_path):
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("arch", ["avx512", "avx2", "neon"])
-def test_weight_stationary_rows_prefetch_the_next_block_of_weights(arch, tmp_path):
-    """A weight-stationary 1x1 convolution (7 x 7 pixels, 192 -> 1152: 884 KB of weights) runs a
-    task per block of output channels. Its rows after the first prefetch the next task's block,
-    a share each: together every cache line of it, at addresses inside the packed weights."""
+def _prefetching_conv(path, arch: str) -> str:
+    """The script of the model's convolution after the schedules and ``PrefetchNextWeights``."""
     import tvm
     from tvm import relax
 
-    model = _one_conv([1, 192, 7, 7], [1, 1152, 7, 7], (1152, 192, 1, 1), seed=3, relu=True)
-    path = save_onnx(model, tmp_path / "late.onnx")
     imported = frontends.load(path, [])
-    mod = relax.transform.BindParams("main", dict(zip(imported.mod["main"].params[1:], imported.params)))(imported.mod)
+    weights = imported.mod["main"].params[len(imported.inputs) :]
+    mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(imported.mod)
     target = make_target(CPU_TARGETS[arch][0])
     with target:
         mod = tvm.transform.Sequential(cpu.prepare_passes(target) + cpu.schedule_passes(target))(mod)
     (script,) = [
         f.script() for gv, f in mod.functions.items() if "conv2d" in gv.name_hint and isinstance(f, tvm.tirx.PrimFunc)
     ]
+    return script
+
+
+def _prefetched_lines(script: str, rows: int, block: int) -> str:
+    """The one prefetch of ``script``, checked to cover a ``block`` of floats in the rows after the
+    first of ``rows``, a share each, clamped inside it."""
+    loop = re.search(
+        r"for (\w+) in T\.serial\(T\.int64\((\d+)\), annotations=\{\"tvmgen\.prefetch_next_weights\"", script
+    )
+    assert loop and int(loop[2]) == rows, script
+    lines = re.search(r"for line in range\(T\.int64\((\d+)\)\)", script)
+    assert lines, script
+    per_line = 64 // 4
+    assert int(lines[1]) * (rows - 1) * per_line >= block > (int(lines[1]) - 1) * (rows - 1) * per_line
+    (hint,) = [ln for ln in script.splitlines() if "T.prefetch" in ln]
+    assert f"T.min((({loop[1]} - T.int64(1)) * T.int64({lines[1]}) + line) * T.int64(16), T.int64({block - 1}))" in hint
+    return hint
+
+
+@pytest.mark.parametrize("arch", ["avx512", "avx2", "neon"])
+def test_weight_stationary_rows_prefetch_the_next_block_of_weights(arch, tmp_path):
+    """A weight-stationary 1x1 convolution (7 x 7 pixels, 192 -> 1152: 884 KB of weights) runs a
+    task per block of output channels. Its rows after the first prefetch the next task's block
+    into L2, a share each: together every cache line of it, at addresses inside the packed weights."""
+    model = _one_conv([1, 192, 7, 7], [1, 1152, 7, 7], (1152, 192, 1, 1), seed=3, relu=True)
+    path = save_onnx(model, tmp_path / "late.onnx")
+    script = _prefetching_conv(path, arch)
     lanes = CPU_TARGETS[arch][1][0]
     block = 192 * 2 * lanes  # a task: two vectors of channels by the 192 input channels
     tasks = 1152 // (2 * lanes)
     task = re.search(rf"(\w+) in T\.parallel\(T\.int64\({tasks}\)\)", script)
     assert task, script
-    rows = re.search(
-        r"for (\w+) in T\.serial\(T\.int64\((\d+)\), annotations=\{\"tvmgen\.prefetch_next_weights\"", script
-    )
-    assert rows and int(rows[2]) == 7, script
-    lines = re.search(r"for line in range\(T\.int64\((\d+)\)\)", script)
-    assert lines, script
-    per_line = 64 // 4
-    assert int(lines[1]) * (7 - 1) * per_line >= block > (int(lines[1]) - 1) * (7 - 1) * per_line
-    (hint,) = [ln for ln in script.splitlines() if "T.prefetch" in ln]
+    hint = _prefetched_lines(script, 7, block)
     t = task[1]
-    assert f"param_0_global[{t} + T.int64(1), " in hint and f"T.int64({block - 1})" in hint, hint
-    assert re.search(rf"if {rows[1]} >= T\.int64\(1\) and {t} \+ T\.int64\(1\) < T\.int64\({tasks}\)", script), script
+    assert f"param_0_global_flat[({t} + T.int64(1)) * T.int64({block}) + " in hint, hint
+    assert hint.endswith(", 0, 2, 1)"), hint  # locality 2: L2
+    assert re.search(rf"if \w+ >= T\.int64\(1\) and {t} \+ T\.int64\(1\) < T\.int64\({tasks}\)", script), script
+    if arch == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["avx512", "avx2", "neon"])
+def test_weight_chunks_prefetch_the_next_chunk(arch, tmp_path):
+    """A weight-stationary 3x3 convolution in chunks of input channels (5 x 6 pixels, 264 -> 512:
+    33 chunks of 8 channels per task): the rows after a chunk's first prefetch the next chunk
+    into L1, a share each, the next task's first chunk after a task's last (the packed weights'
+    blocks in order), none after the last task's last. Results as onnxruntime's."""
+    path = save_onnx(_stationary_3x3_model(), tmp_path / "late.onnx")
+    script = _prefetching_conv(path, arch)
+    lanes = CPU_TARGETS[arch][1][0]
+    tasks, block = 512 // (2 * lanes), 9 * 8 * 2 * lanes  # a chunk: 3x3 x 8 channels x 2 vectors
+    task = re.search(rf"(\w+) in T\.parallel\(T\.int64\({tasks}\)\)", script)
+    assert task, script
+    hint = _prefetched_lines(script, 5, block)
+    following = f"{task[1]} * T.int64(33) + rc_0 + T.int64(1)"
+    assert f"param_0_global_flat[({following}) * T.int64({block}) + " in hint, hint
+    assert hint.endswith(", 0, 3, 1)"), hint  # locality 3: L1
+    assert re.search(rf"if \w+ >= T\.int64\(1\) and {re.escape(following)} < T\.int64\({tasks * 33}\)", script)
     if arch == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
         _, _, actual, expected = compile_and_run(path, tmp_path)
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)

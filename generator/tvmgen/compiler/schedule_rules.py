@@ -302,21 +302,12 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     )
     stationary = has_band and _weight_stationary(sch, spatial_extents, reduce, block, vec)
     windowed = not pool and int(np.prod([_extent(sch, lp) or 1 for lp in reduce[:-1]])) > 1  # 3x3, not 1x1
-    if (
-        stationary
-        and windowed
-        and shape.registers >= 32
-        and vec_ext % (lanes * 4) == 0
-        and vec_ext // (lanes * 4) >= _STATIONARY_TASKS
-    ):
-        # Four vectors of channels (7 rows x 4 vectors with 32 registers): each input value
-        # broadcast feeds four multiply-adds, not two (ResNet-18's last stage, see _weight_chunk).
-        # 1x1 convolutions (SqueezeNet's classifier) keep two vectors and up to 13 rows.
-        vec, vectors = lanes * 4, 4
-        budget = max(1, (shape.registers - 4) // vectors)
     # Up to 8 rows per tile, 14 for a convolution with a window (3x3: 28 accumulators of two
     # vectors with 32 registers, 6 with AVX2's 16); all the registers hold when the weights stay
-    # put (see there). 1x1 convolutions, matmuls and pooling keep 8 (not measured faster).
+    # put (see there). 1x1 convolutions, matmuls and pooling keep 8 (not measured faster). A
+    # weight-stationary 3x3 convolution keeps two vectors too: its tile of 7 rows x 4 vectors (28
+    # accumulators, 4 weight vectors and a broadcast input: 33 of 32 registers) spilled two
+    # accumulators to the stack at every step (ResNet-18's last stage: 110 GFLOP/s; 7 x 2: 187).
     across = 1
     if rows_loop is not None and vectors == 1 and vec == lanes and not stationary:
         # An odd number of vectors of channels (144 = 9 x 16, 48 = 3 x 16): a tile of rows x one
@@ -352,7 +343,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     rows_at = next((i for i, lp in enumerate(spatial) if rows_loop is not None and lp.same_as(rows_loop)), len(outer))
     band = next((lp for lp in reversed(outer[:rows_at]) if (_extent(sch, lp) or 1) > 1), None)
 
-    chunk = None
+    chunk = prefetching = None
     if band is not None and stationary:
         # More weights than activations (the last stages of a CNN, a classifier convolution): a
         # task is a block of output channels over every pixel, so each weight is read from memory
@@ -363,12 +354,11 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         padding = []
         chunk = _weight_chunk(sch, reduce, vec, _dtype_bits(sch, block)) if windowed else None
         rows_of_task = next((lp for lp in serial if (_extent(sch, lp) or 1) > 1), None)
-        if chunk is None and rows_of_task is not None:  # its rows after the first fetch the next block's weights
-            sch.annotate(rows_of_task, prefetch.ANNOTATION, 1)
         if chunk is not None:
             # the reduction in chunks whose weights fit L1, each chunk over all the task's pixels
             c_o, c_i = sch.split(reduce[-1], [None, chunk])
             chunk, reduce = c_o, [*reduce[:-1], c_i]
+        prefetching = rows_of_task  # its rows after the first fetch the next block's (chunk's) weights
     elif band is not None:
         b_o, b_i = sch.split(band, [None, _band_rows(_known_extent(sch, band))])
         at = outer.index(band)
@@ -396,6 +386,10 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         sch.decompose_reduction(block, chunk)
     elif reduce:  # after vectorize: without its init the block is no longer a "reduction block"
         sch.decompose_reduction(block, reduce[0])
+    if prefetching is not None:  # after the init's loops are copied from these
+        sch.annotate(prefetching, prefetch.ANNOTATION, 1 if chunk is None else 2)
+    if chunk is not None:
+        sch.annotate(chunk, prefetch.CHUNKS, 1)
 
 
 def _is_pool(sch, block) -> bool:
@@ -425,10 +419,11 @@ def _weight_chunk(sch, reduce, vec: int, bits: int) -> int | None:
 
     Such a task computes every output pixel of its channel block; with the whole reduction inside
     each tile of rows, it re-read its 590 KB block (ResNet-18's last stage, 3x3x512 x 32 channels)
-    from L2 once per output row. In chunks of input channels whose weights fit L1 (8 channels:
-    3x3x8 x 64 channels = 18 KB), each chunk runs over all the task's rows (the accumulators of
+    from L2 once per output row. In chunks of input channels whose weights fit L1 (16 channels:
+    3x3x16 x 32 channels = 18 KB), each chunk runs over all the task's rows (the accumulators of
     the other rows wait in a small local buffer), so each weight comes from memory once and from
-    L1 after. The chunk is a power of two dividing the channels."""
+    L1 after; the rows after a chunk's first prefetch the next chunk (``compiler.prefetch``). The
+    chunk is a power of two dividing the channels."""
     channels = _extent(sch, reduce[-1]) if reduce else None
     window = int(np.prod([_extent(sch, lp) or 1 for lp in reduce[:-1]]))
     per_channel = window * vec * bits // 8
