@@ -421,7 +421,7 @@ def _reference(cpu_art: Path, dest: Path, np) -> dict:
     work = dest.parent.parent
     ins = []
     for k, (n, a) in enumerate(inputs.items()):
-        np.save(dest / f"in{k}.npy", np.ascontiguousarray(a))
+        np.save(dest / f"in{k}.npy", np.asarray(a, order="C"))  # ascontiguousarray makes a 0-d input [1]
         ins.append({"name": n, "file": str((dest / f"in{k}.npy").relative_to(work))})
     refs = []
     for k, (o, a) in enumerate(zip(m.manifest.outputs, outs)):

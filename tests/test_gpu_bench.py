@@ -108,3 +108,16 @@ def test_run_only_without_tvm(work, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout  # nothing of TVM is importable there
     run_and_check("--run-only", "--work", work, "--quick", python=py, env=env, cwd=tmp_path)
+
+
+def test_reference_inputs_keep_a_scalar_input_scalar(compiled, tmp_path):
+    """The seeded inputs gpu.py carries to the GPU machine keep their shapes: a 0-d input (the VAD's sample
+    rate) stays 0-d, which tvmgen-run requires (np.ascontiguousarray made it [1])."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import zoo
+
+    art = compiled(zoo.build("vad_scalar", tmp_path)[0], "host", "cpu", name="vad_scalar")
+    dest = tmp_path / "work" / "ref" / "vad_scalar"
+    plan = load_benchmark("gpu")._reference(art, dest, np)
+    shapes = {i["name"]: np.load(tmp_path / "work" / i["file"]).shape for i in plan["inputs"]}
+    assert shapes["sr"] == () and len(shapes) == 2, shapes
