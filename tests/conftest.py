@@ -3,7 +3,7 @@ built once per session and platform, and compiled artifacts cached per session.
 
 Two ways to run the suite (from the repository root):
 
-    .venv/bin/python -m pytest                  # everything (about half an hour on 2 cores)
+    .venv/bin/python -m pytest                  # everything, on every core (pytest-xdist; -n0: one process)
     .venv/bin/python -m pytest -m "not slow"    # the quick subset: no end-to-end compiles of whole models,
                                                 # RPC, qemu, CMake builds or tuning (tests marked slow)
 
