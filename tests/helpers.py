@@ -72,7 +72,7 @@ def bench_on_a_gpu_device(model, tmp_path: Path, *flags) -> dict:
     out = tmp_path / "r.json"
     with (
         environment(TVMGEN_STATE_DIR=tmp_path / "state", TVMGEN_OPENCL_CACHE_DIR=tmp_path / "cl-cache"),
-        device_behind("tracker", "host", "gpu", tmp_path / "w", 19900, 19990) as (tracker, _),
+        device_behind("tracker", "host", "gpu", tmp_path / "w", 20200, 20290) as (tracker, _),
     ):
         via = ["--key", "gpu", "--tracker", tracker.address]
         r = run_tvmgen(

@@ -256,8 +256,8 @@ def host_device(tmp_path_factory):
     state = tmp_path_factory.mktemp("nnapi-rpc")
     with (
         environment(TVMGEN_STATE_DIR=state),
-        device_behind("tracker", "host", "nnapi-costs", state / "w1", 19640, 19700) as (tracker, _),
-        device_behind("proxy", "host", "nnapi-costs-p", state / "w2", 19700, 19760) as (proxy, _),
+        device_behind("tracker", "host", "nnapi-costs", state / "w1", 20000, 20060) as (tracker, _),
+        device_behind("proxy", "host", "nnapi-costs-p", state / "w2", 20060, 20120) as (proxy, _),
     ):
         yield {"tracker": (tracker.address, "nnapi-costs"), "proxy": (proxy.address, "nnapi-costs-p")}
 

@@ -71,7 +71,7 @@ def gpu_device(opencl_runtime, tmp_path_factory):
     }
     with (
         environment(**env),
-        device_behind("tracker", "host", KEY, work / "w", 19600, 19680, prefix=opencl_runtime) as (tracker, _),
+        device_behind("tracker", "host", KEY, work / "w", 20120, 20200, prefix=opencl_runtime) as (tracker, _),
     ):
         yield tracker.address, env
 
