@@ -12,7 +12,7 @@ from tvmgen.compiler import database, nnapi
 from tvmgen.core import artifact
 from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError
-from tvmgen.reports import slow_kernels
+from tvmgen.reports import profile as kernel_profile
 from tvmgen.runtime import check as numerics
 
 console = logs.console
@@ -219,7 +219,7 @@ def compile(
         def verify(staged):
             checked = numerics.check_against_reference(imported, staged, opts, rtol, atol, seed, scratch)
             if checked:  # the artifact itself ran here: its kernels' speed too
-                slow_kernels.guard_host_model(*checked, staged)
+                kernel_profile.guard_host_model(*checked, staged)
 
         manifest = build.compile_to_artifact(to_build, opts, out, force, model_info, verify=verify if check else None)
         console.print(f"[green]✓[/] artifact: [bold]{out}[/] ({manifest.export['library']}, {_size(out)} total)")
