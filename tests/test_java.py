@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, onnx_model, unavailable
+from helpers import assert_kernels_add_up
 
 # every test needs the Java API built with CMake and javac: all slow
 pytestmark = pytest.mark.slow
@@ -267,8 +268,8 @@ def test_profile_names_the_models_kernels(checked, artifacts):
     assert got == {name: calls * PROFILE_RUNS for name, calls in expected.items()}
     kinds = {k["kind"] for k in table["kernels"] if k["name"] in got}
     assert {"conv2d", "depthwise"} <= kinds, kinds
-    # the kernels of the median profiled run are the run: within 10% of the median plain run
-    assert 0.9 <= raw["kernels_median_ms"] / raw["whole_run_ms"] <= 1.1, (raw["kernels_median_ms"], raw["whole_run_ms"])
+    # the kernels of a profiled run are the run: within 10% (fastest runs, see the helper)
+    assert_kernels_add_up(raw)
     text = (out / "profile.txt").read_text()
     assert text.startswith(f"profile: {PROFILE_RUNS} runs (device clock), whole run ") and rows[0][0] in text
     # profiling runs the VM directly: the model's own run count is unchanged

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import TVMGEN, onnx_model, save_onnx
-from helpers import run_tvmgen
+from helpers import assert_kernels_add_up, run_tvmgen
 
 # conv 3->32 (stride 2), depthwise 3x3, 1x1 conv 32->64, global pool, matmul with fp16 weights (cast to fp32)
 H = 112
@@ -96,8 +96,8 @@ def test_kernel_table_kinds_flops_and_memory_plan(art):
 def test_run_profile_adds_up_to_the_whole_run(art, tmp_path):
     r = cli("run", art, "--profile", "--json", "--repeat", "30", "--plot", tmp_path / "top.png")
     p = json.loads(r.stdout)["profile"]
-    # what the profiled kernels took in a run is the run: within 10% of the plain run's median
-    assert 0.9 <= p["kernels_median_ms"] / p["whole_run_ms"] <= 1.1, (p["kernels_median_ms"], p["whole_run_ms"])
+    # what the profiled kernels took in a run is the run: within 10% (fastest runs, see the helper)
+    assert_kernels_add_up(p)
     rows = [k for k in p["kernels"] if k["kind"] != "vm"]
     assert [k["total_ms"] for k in rows] == sorted((k["total_ms"] for k in rows), reverse=True)
     assert {k["kind"] for k in p["kinds"]} >= {"conv2d", "depthwise", "matmul"}
@@ -226,7 +226,7 @@ def test_tvmgen_run_profile_and_memory(art, host_runtime, tmp_path):
     _, status, usage = os.wait4(proc.pid, 0) if proc.returncode is None else (0, 0, None)
     assert proc.returncode == 0, err
     p = Profile.from_device(json.loads((tmp_path / "p.json").read_text()), kernels.load(art), "cpu")
-    assert 0.9 <= p.kernels_median_ms / p.whole_run_ms <= 1.1, (p.kernels_median_ms, p.whole_run_ms)
+    assert_kernels_add_up(p)
     assert {r["kind"] for r in p.rows} >= {"conv2d", "depthwise", "matmul"} and p.clock == "device"
     mem = json.loads(out)["memory"]
     assert 0 < mem["before_load_bytes"] <= mem["after_load_peak_bytes"] <= mem["overall_peak_bytes"]
@@ -275,7 +275,7 @@ def test_bench_profile_over_rpc(devices, key, art, tmp_path):
             "--proxy",
             devices["proxy"],
             "--repeat",
-            "5",
+            "10",
             "--profile",
             "--json",
             str(tmp_path / "r.json"),
@@ -288,7 +288,7 @@ def test_bench_profile_over_rpc(devices, key, art, tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads((tmp_path / "r.json").read_text())
     p = res["profile"]
-    assert 0.9 <= p["kernels_median_ms"] / p["whole_run_ms"] <= 1.1, (p["kernels_median_ms"], p["whole_run_ms"])
+    assert_kernels_add_up(p)
     assert p["clock"] == "device" and {k["kind"] for k in p["kinds"]} >= {"conv2d", "depthwise", "matmul"}
     mem = res["memory"]
     assert 0 < mem["before_load_bytes"] <= mem["after_load_peak_bytes"] <= mem["overall_peak_bytes"]
@@ -325,7 +325,7 @@ def test_tvmgen_run_profile_on_opencl_uses_event_timestamps(opencl_art, host_run
     from tvmgen.reports.profile import OPENCL_EVENTS, Profile, launching_function
 
     env = dict(os.environ, TVMGEN_OPENCL_CACHE_DIR=str(tmp_path / "cl-cache"))
-    runs = 5
+    runs = 10
     proc = subprocess.run(
         [
             str(host_runtime / "bin" / "tvmgen-run"),
@@ -348,7 +348,7 @@ def test_tvmgen_run_profile_on_opencl_uses_event_timestamps(opencl_art, host_run
     p = Profile.from_device(d, table, "opencl")
     print(f"OpenCL events: kernels {p.kernels_median_ms:.1f} ms of a {p.whole_run_ms:.1f} ms run (median of {runs})")
     # the acceptance criterion: the kernels' device time adds up to the whole run's within 10%
-    assert 0.9 <= p.kernels_median_ms / p.whole_run_ms <= 1.1, (p.kernels_median_ms, p.whole_run_ms)
+    assert_kernels_add_up(p)
     assert p.clock == OPENCL_EVENTS and "OpenCL event timestamps" in p.table()
     assert all(r["kind"] != "vm" for r in p.rows)  # no host-timed rows: builtins stay in host_counts
     # rows are the model's fused functions (those the VM called), not OpenCL kernel names
