@@ -16,6 +16,8 @@ APT_PACKAGES=(
   python3-venv
   pocl-opencl-icd ocl-icd-opencl-dev  # CPU OpenCL (PoCL) + ICD loader: libtvmgen_opencl's tests
   clinfo                   # lists OpenCL platforms and devices (diagnosis)
+  glslang-tools spirv-tools  # --device vulkan: GLSL -> SPIR-V (glslangValidator), SPIR-V validation (spirv-val)
+  libvulkan-dev libvulkan1 mesa-vulkan-drivers  # Vulkan headers + loader, lavapipe (CPU Vulkan): libtvmgen_vulkan's tests
   aapt                     # builds and inspects APKs (aapt package, aapt dump badging)
   zipalign                 # page-aligns an APK's uncompressed .so files before signing
   apksigner                # signs APKs (v2/v3) and verifies signatures

@@ -297,12 +297,12 @@ void LoadBackend(const std::string& device) {
     }
     return dir;
   };
-  // tvmgen's own backend (libtvmgen_opencl, beside libtvmgen_runtime) first, then TVM's.
+  // tvmgen's own backend (libtvmgen_opencl / libtvmgen_vulkan, beside libtvmgen_runtime) first, then TVM's.
   std::vector<std::string> candidates;
-  if (device == "opencl") {
+  if (device == "opencl" || device == "vulkan") {
     std::string own = dir_of(reinterpret_cast<const void*>(&LibraryArch));
-    candidates.push_back(own + "libtvmgen_opencl.so");
-    candidates.push_back("libtvmgen_opencl.so");
+    candidates.push_back(own + "libtvmgen_" + device + ".so");
+    candidates.push_back("libtvmgen_" + device + ".so");
   }
   // TVM's backend libraries sit beside libtvm_runtime.so (in the wheel: tvm/lib, not tvm_ffi/lib).
   std::string lib = nnapi ? "libtvm_runtime_extra.so" : "libtvm_runtime_" + device + ".so";

@@ -87,6 +87,10 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
         from tvmgen.compiler import precision
 
         mod = precision.apply(mod, opts.precision)  # interface stays float32
+    if target.kind.name == "vulkan":  # TVM's wheel has no Vulkan code generator: tvmgen's own
+        from tvmgen.compiler import vulkan
+
+        vulkan.register()
     report = {} if report is None else report
     failures: list[tuple[str, Exception]] = []
     for name, make_pipeline in _pipelines(target, opts, report):

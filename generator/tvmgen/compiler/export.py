@@ -7,6 +7,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tvmgen.compiler import vulkan
 from tvmgen.compiler.platforms import Platform
 from tvmgen.core import resources, toolchains
 
@@ -45,12 +46,15 @@ def export(ex, platform: Platform, directory: Path, objects_only: bool) -> Expor
         return _export_ios(ex, directory)
     pool = [str(parallel_pool_source())]
     if objects_only:  # the archive carries the launcher's source; the link command compiles it
-        ex.export_library(str(directory / "model.tar"), addons=pool)
+        ex.export_library(str(directory / "model.tar"), addons=pool, **vulkan.export_options(ex))
         return Exported("objects", "model.tar", _link_command(platform))
     compiler = linker(platform, objects_only)
     options = POOL_FLAGS + (["-static-libstdc++", *toolchains.ANDROID_LINK_FLAGS] if platform.exporter == "ndk" else [])
     ex.export_library(
-        str(directory / "model.so"), fcompile=cc.cross_compiler(str(compiler), options=options), addons=pool
+        str(directory / "model.so"),
+        fcompile=cc.cross_compiler(str(compiler), options=options),
+        addons=pool,
+        **vulkan.export_options(ex),
     )
     return Exported("shared", "model.so")
 

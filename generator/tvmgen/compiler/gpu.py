@@ -46,7 +46,7 @@ def default_rules(target=None) -> list:
     from tvm.s_tir import dlight as dl
 
     matmul = desktop_matmul() if is_desktop(target) else dl.gpu.Matmul()
-    small = [small_reductions()] if target is None or target.kind.name == "opencl" else []
+    small = [small_reductions()] if target is None or target.kind.name in ("opencl", "vulkan") else []
     return [matmul, dl.gpu.GEMV(), *small, dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
 
 
@@ -351,7 +351,7 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
 
     from tvmgen.compiler import conv_transpose, rewrites
 
-    if not tunable(target):
+    if not tunable(target) and target.kind.name != "vulkan":  # Vulkan: tvmgen's code generator, these schedules
         if tuning_db:
             log.info("the tuning database is not used for %s: TVM builds it with its own pipeline", target.kind.name)
         return tvm.transform.Sequential(

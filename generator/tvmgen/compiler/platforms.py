@@ -14,8 +14,9 @@ from typing import Any
 
 from tvmgen.core.errors import InputError
 
-# DLPack device types (dlpack.h): what the runtime passes to vm_initialization.
-DL_DEVICE_TYPES = {"cpu": 1, "cuda": 2, "opencl": 4, "metal": 8, "nnapi": 1}  # NNAPI parts are called from the CPU
+# DLPack device types (dlpack.h): what the runtime passes to vm_initialization (NNAPI parts are called
+# from the CPU).
+DL_DEVICE_TYPES = {"cpu": 1, "cuda": 2, "opencl": 4, "vulkan": 7, "metal": 8, "nnapi": 1}
 
 GPU_FAMILIES = ("adreno", "mali", "generic", "desktop")
 
@@ -106,7 +107,7 @@ PLATFORMS: dict[str, Platform] = {
             _host_arch(),
             _host_arch(),
             (),
-            ("cpu", "opencl", "cuda"),
+            ("cpu", "opencl", "cuda", "vulkan"),
             "host",
         ),
         Platform(
@@ -115,7 +116,7 @@ PLATFORMS: dict[str, Platform] = {
             "aarch64",
             "aarch64",
             (("mtriple", "aarch64-linux-gnu"), ("mattr", ["+neon"])),
-            ("cpu", "opencl"),
+            ("cpu", "opencl", "vulkan"),
             "aarch64-linux-gnu",
         ),
         Platform(
@@ -124,7 +125,7 @@ PLATFORMS: dict[str, Platform] = {
             "arm64-v8a",
             "aarch64",
             (("mtriple", "aarch64-linux-android"), ("mattr", ["+neon"])),
-            ("cpu", "opencl", "nnapi"),
+            ("cpu", "opencl", "vulkan", "nnapi"),
             "ndk",
         ),
         Platform(
@@ -133,7 +134,7 @@ PLATFORMS: dict[str, Platform] = {
             "armeabi-v7a",
             "arm",
             (("mtriple", "armv7a-linux-androideabi"), ("mattr", ["+neon"])),
-            ("cpu", "opencl", "nnapi"),
+            ("cpu", "opencl", "vulkan", "nnapi"),
             "ndk",
         ),
         Platform(
@@ -142,7 +143,7 @@ PLATFORMS: dict[str, Platform] = {
             "x86_64",
             "x86_64",
             (("mtriple", "x86_64-linux-android"),),
-            ("cpu", "opencl", "nnapi"),
+            ("cpu", "opencl", "vulkan", "nnapi"),
             "ndk",
         ),
         Platform(
@@ -158,7 +159,7 @@ PLATFORMS: dict[str, Platform] = {
     ]
 }
 
-DEVICES = ("cpu", "opencl", "metal", "cuda", "nnapi")
+DEVICES = ("cpu", "opencl", "vulkan", "metal", "cuda", "nnapi")
 
 
 def valid_pairs() -> list[str]:
@@ -228,6 +229,8 @@ def target_dict(platform: Platform, device: str, gpu_family: str = "generic") ->
             gpu.update(device="adreno", keys=["adreno", "opencl", "gpu", "texture"])
         elif gpu_family != "generic":
             gpu["device"] = gpu_family
+    elif device == "vulkan":  # tvmgen's own code generator (compiler.vulkan): GLSL -> SPIR-V
+        gpu = {"kind": "vulkan"}
     elif device == "metal":
         gpu = {"kind": "metal"}
     elif device == "cuda":

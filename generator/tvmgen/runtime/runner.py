@@ -76,7 +76,7 @@ class HostModel:
                 f"{directory} was compiled for {m.platform}, not for this machine",
                 f"run it on a {m.platform} device (tvmgen bench), or compile with --platform host",
             )
-        runnable = dict(HOST_RUNNABLE, opencl="opencl")  # opencl through tvmgen's own backend
+        runnable = dict(HOST_RUNNABLE, opencl="opencl", vulkan="vulkan")  # through tvmgen's own backends
         if m.device not in runnable:
             raise InputError(
                 f"{directory} targets {m.device}, which the Python TVM runtime cannot run here "
@@ -93,6 +93,10 @@ class HostModel:
             )
         if m.device == "opencl":
             self.load_opencl_backend()
+        elif m.device == "vulkan":
+            from tvmgen.runtime import vulkan_backend
+
+            vulkan_backend.load()
         self.timings = Timings()
         # made once for check_inputs: a small model's whole call takes 12 us
         self._expected = [(s, _numpy_dtype(s.dtype)) for s in m.inputs]

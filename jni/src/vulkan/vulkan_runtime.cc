@@ -1,0 +1,774 @@
+// tvmgen's own Vulkan backend for the TVM 0.27 runtime (libtvmgen_vulkan.so).
+//
+// The PyPI TVM runtime has no Vulkan, and tvmgen's Vulkan kernels are its own (GLSL compute shaders
+// compiled to SPIR-V by `tvmgen compile --device vulkan`, generator/tvmgen/compiler/vulkan.py). Loading
+// this library registers, through tvm-ffi globals:
+//   device_api.vulkan                   a kDLVulkan DeviceAPI (buffers, copies, attributes)
+//   ffi.Module.load_from_bytes.vulkan   the loader of the SPIR-V kernels embedded in a model library
+//   tvmgen.vulkan.info                  JSON: the loader, instance and device in use (or the error)
+// libvulkan is opened with dlopen on first use (nothing links it): libvulkan.so.1 / libvulkan.so,
+// or TVMGEN_VULKAN_LIBRARY. The device: the first discrete GPU, else integrated, else any (lavapipe, a
+// CPU device, on the hosts here); TVMGEN_VULKAN_DEVICE=N picks the N-th physical device.
+//
+// Execution: kernel launches and device-to-device copies are recorded into one command buffer, with
+// a compute-to-compute memory barrier after each; it is submitted and waited for when the host needs
+// the results (a copy to or from the host, StreamSync) or when its descriptor pool is full. Each kernel
+// is one compute pipeline (created on first use, with a VkPipelineCache): its buffers are the storage
+// buffers of descriptor set 0 (bindings in parameter order), its scalars 4-byte push constants.
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan.h>
+
+#include <dlfcn.h>
+#include <tvm/ffi/any.h>
+#include <tvm/ffi/cast.h>
+#include <tvm/ffi/container/array.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/extra/c_env_api.h>
+#include <tvm/ffi/extra/module.h>
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/string.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../opencl/device_api.h"
+
+namespace tvmgen {
+namespace vulkan {
+
+namespace ffi = tvm::ffi;
+using tvm::runtime::DeviceAPI;
+using tvm::runtime::DeviceAttrKind;
+
+const char* ResultName(VkResult r) {
+  switch (r) {
+    case VK_SUCCESS: return "VK_SUCCESS";
+    case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST";
+    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
+    case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
+    case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
+    case VK_ERROR_OUT_OF_POOL_MEMORY: return "VK_ERROR_OUT_OF_POOL_MEMORY";
+    case VK_ERROR_INVALID_SHADER_NV: return "VK_ERROR_INVALID_SHADER_NV";
+    default: return "VkResult";
+  }
+}
+
+#define TVMGEN_VK_CHECK(expr, what)                                                                  \
+  do {                                                                                              \
+    VkResult _r = (expr);                                                                           \
+    if (_r != VK_SUCCESS) {                                                                         \
+      TVM_FFI_THROW(RuntimeError) << "Vulkan: " << what << " failed: " << ResultName(_r) << " (" << _r \
+                                  << ")";                                                           \
+    }                                                                                               \
+  } while (0)
+
+// ------------------------------------------------------------------ the entry points, opened with dlopen
+struct Api {
+  void* lib = nullptr;
+  std::string path;
+  PFN_vkGetInstanceProcAddr GetInstanceProcAddr = nullptr;
+#define TVMGEN_VK_FN(name) PFN_vk##name name = nullptr;
+#define TVMGEN_VK_FUNCTIONS(X)                                                                                     \
+  X(CreateInstance) X(EnumeratePhysicalDevices) X(GetPhysicalDeviceProperties) X(GetPhysicalDeviceQueueFamilyProperties) \
+  X(GetPhysicalDeviceMemoryProperties) X(CreateDevice) X(GetDeviceQueue) X(CreateBuffer) X(DestroyBuffer)          \
+  X(GetBufferMemoryRequirements) X(AllocateMemory) X(FreeMemory) X(BindBufferMemory) X(MapMemory) X(UnmapMemory)   \
+  X(CreateCommandPool) X(AllocateCommandBuffers) X(BeginCommandBuffer) X(EndCommandBuffer) X(ResetCommandBuffer)   \
+  X(QueueSubmit) X(QueueWaitIdle) X(CreateFence) X(WaitForFences) X(ResetFences) X(CmdCopyBuffer)                  \
+  X(CmdPipelineBarrier) X(CmdBindPipeline) X(CmdBindDescriptorSets) X(CmdPushConstants) X(CmdDispatch)             \
+  X(CreateShaderModule) X(DestroyShaderModule) X(CreateDescriptorSetLayout) X(CreatePipelineLayout)                \
+  X(CreateComputePipelines) X(CreatePipelineCache) X(CreateDescriptorPool) X(ResetDescriptorPool)                  \
+  X(AllocateDescriptorSets) X(UpdateDescriptorSets)
+  TVMGEN_VK_FUNCTIONS(TVMGEN_VK_FN)
+#undef TVMGEN_VK_FN
+};
+
+std::string OpenLibrary(Api* api) {
+  std::vector<std::string> paths;
+  if (const char* p = std::getenv("TVMGEN_VULKAN_LIBRARY")) {
+    paths.push_back(p);
+  } else {
+    paths = {"libvulkan.so.1", "libvulkan.so"};
+  }
+  std::string errors;
+  for (const std::string& p : paths) {
+    void* h = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      const char* e = dlerror();
+      errors += "; " + p + ": " + (e ? e : "not found");
+      continue;
+    }
+    auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(h, "vkGetInstanceProcAddr"));
+    if (gipa == nullptr) {
+      errors += "; " + p + ": no vkGetInstanceProcAddr";
+      dlclose(h);
+      continue;
+    }
+    api->lib = h;
+    api->path = p;
+    api->GetInstanceProcAddr = gipa;
+    return "";
+  }
+  return "no Vulkan loader could be opened" + errors +
+         " (install the Vulkan loader: Debian libvulkan1; a phone has /system/lib64/libvulkan.so; or set "
+         "TVMGEN_VULKAN_LIBRARY)";
+}
+
+// ------------------------------------------------------------------ the workspace: instance, device, queue
+struct Buffer {
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  size_t size = 0;
+  void* mapped = nullptr;  // host-visible, coherent memory: persistently mapped
+};
+
+class Workspace {
+ public:
+  static Workspace& Global() {
+    static Workspace* w = new Workspace();  // never destroyed: TVM may free buffers at exit
+    return *w;
+  }
+
+  bool TryInit() {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    if (!initialised_) {
+      initialised_ = true;
+      try {
+        Init();
+        ok_ = true;
+      } catch (const ffi::Error& e) {
+        error_ = e.message();
+      }
+    }
+    return ok_;
+  }
+
+  void Check() {
+    if (!TryInit()) TVM_FFI_THROW(RuntimeError) << "Vulkan is not available: " << error_;
+  }
+  const std::string& error() const { return error_; }
+
+  Api api;
+  VkInstance instance = VK_NULL_HANDLE;
+  VkPhysicalDevice physical = VK_NULL_HANDLE;
+  VkPhysicalDeviceProperties props{};
+  VkPhysicalDeviceMemoryProperties memory{};
+  VkDevice device = VK_NULL_HANDLE;
+  uint32_t queue_family = 0;
+  VkQueue queue = VK_NULL_HANDLE;
+  VkCommandPool pool = VK_NULL_HANDLE;
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  VkFence fence = VK_NULL_HANDLE;
+  VkDescriptorPool descriptors = VK_NULL_HANDLE;
+  VkPipelineCache pipeline_cache = VK_NULL_HANDLE;
+  std::recursive_mutex mu;
+  bool recording = false;
+  int pending_sets = 0;
+  static constexpr int kMaxSets = 1024;
+  static constexpr int kMaxDescriptors = 16384;
+  std::unordered_map<const void*, Buffer*> buffers;
+
+  // ---- the command buffer
+  void Begin() {
+    if (recording) return;
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    TVMGEN_VK_CHECK(api.BeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
+    recording = true;
+  }
+
+  // Everything recorded so far, submitted and finished.
+  void Flush() {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    if (!recording) return;
+    recording = false;
+    TVMGEN_VK_CHECK(api.EndCommandBuffer(cmd), "vkEndCommandBuffer");
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cmd;
+    TVMGEN_VK_CHECK(api.ResetFences(device, 1, &fence), "vkResetFences");
+    TVMGEN_VK_CHECK(api.QueueSubmit(queue, 1, &si, fence), "vkQueueSubmit");
+    TVMGEN_VK_CHECK(api.WaitForFences(device, 1, &fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+    TVMGEN_VK_CHECK(api.ResetCommandBuffer(cmd, 0), "vkResetCommandBuffer");
+    TVMGEN_VK_CHECK(api.ResetDescriptorPool(device, descriptors, 0), "vkResetDescriptorPool");
+    pending_sets = 0;
+  }
+
+  // Compute and transfer writes before it are visible to compute and transfer after it.
+  void Barrier() {
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                       VK_ACCESS_TRANSFER_WRITE_BIT;
+    VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    api.CmdPipelineBarrier(cmd, stages, stages, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  }
+
+  VkDescriptorSet AllocateSet(VkDescriptorSetLayout layout) {
+    if (pending_sets >= kMaxSets) Flush();
+    VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+    ai.descriptorPool = descriptors;
+    ai.descriptorSetCount = 1;
+    ai.pSetLayouts = &layout;
+    VkDescriptorSet set = VK_NULL_HANDLE;
+    VkResult r = api.AllocateDescriptorSets(device, &ai, &set);
+    if (r == VK_ERROR_OUT_OF_POOL_MEMORY || r == VK_ERROR_FRAGMENTED_POOL) {
+      Flush();
+      r = api.AllocateDescriptorSets(device, &ai, &set);
+    }
+    TVMGEN_VK_CHECK(r, "vkAllocateDescriptorSets");
+    ++pending_sets;
+    return set;
+  }
+
+  // ---- memory
+  Buffer* Allocate(size_t nbytes) {
+    Check();
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    auto* b = new Buffer();
+    b->size = nbytes;
+    VkBufferCreateInfo ci{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+    ci.size = nbytes ? nbytes : 4;
+    ci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    ci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    TVMGEN_VK_CHECK(api.CreateBuffer(device, &ci, nullptr, &b->buffer), "vkCreateBuffer");
+    VkMemoryRequirements req;
+    api.GetBufferMemoryRequirements(device, b->buffer, &req);
+    // Device-local memory; host-visible and coherent too where there is such (phones, lavapipe): then it is
+    // mapped once and copies are memcpy. Otherwise copies go through a staging buffer.
+    const VkMemoryPropertyFlags want[] = {
+        VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+        VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT,
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT};
+    VkResult last = VK_ERROR_OUT_OF_DEVICE_MEMORY;
+    for (VkMemoryPropertyFlags flags : want) {
+      int type = MemoryType(req.memoryTypeBits, flags);
+      if (type < 0) continue;
+      VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+      ai.allocationSize = req.size;
+      ai.memoryTypeIndex = static_cast<uint32_t>(type);
+      last = api.AllocateMemory(device, &ai, nullptr, &b->memory);
+      if (last != VK_SUCCESS) continue;
+      TVMGEN_VK_CHECK(api.BindBufferMemory(device, b->buffer, b->memory, 0), "vkBindBufferMemory");
+      VkMemoryPropertyFlags have = memory.memoryTypes[type].propertyFlags;
+      if ((have & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) && (have & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)) {
+        TVMGEN_VK_CHECK(api.MapMemory(device, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped), "vkMapMemory");
+      }
+      buffers[b] = b;
+      return b;
+    }
+    api.DestroyBuffer(device, b->buffer, nullptr);
+    delete b;
+    TVM_FFI_THROW(RuntimeError) << "Vulkan: allocating " << nbytes << " bytes on " << props.deviceName
+                                << " failed: " << ResultName(last);
+    return nullptr;
+  }
+
+  void Free(void* ptr) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    auto it = buffers.find(ptr);
+    if (it == buffers.end()) return;
+    Flush();  // a recorded kernel may still use it
+    Buffer* b = it->second;
+    buffers.erase(it);
+    if (b->mapped) api.UnmapMemory(device, b->memory);
+    api.DestroyBuffer(device, b->buffer, nullptr);
+    api.FreeMemory(device, b->memory, nullptr);
+    delete b;
+  }
+
+  Buffer* Find(const void* ptr, const char* what) {
+    auto it = buffers.find(ptr);
+    if (it == buffers.end()) {
+      TVM_FFI_THROW(RuntimeError) << "Vulkan: " << what << " is not a buffer of tvmgen's Vulkan runtime";
+    }
+    return it->second;
+  }
+
+ private:
+  bool initialised_ = false;
+  bool ok_ = false;
+  std::string error_;
+
+  int MemoryType(uint32_t bits, VkMemoryPropertyFlags flags) const {
+    for (uint32_t i = 0; i < memory.memoryTypeCount; ++i) {
+      if ((bits & (1u << i)) && (memory.memoryTypes[i].propertyFlags & flags) == flags) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  void Init() {
+    std::string err = OpenLibrary(&api);
+    if (!err.empty()) TVM_FFI_THROW(RuntimeError) << err;
+    api.CreateInstance = reinterpret_cast<PFN_vkCreateInstance>(api.GetInstanceProcAddr(nullptr, "vkCreateInstance"));
+    VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+    app.pApplicationName = "tvmgen";
+    app.apiVersion = VK_API_VERSION_1_0;
+    VkInstanceCreateInfo ici{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+    ici.pApplicationInfo = &app;
+    TVMGEN_VK_CHECK(api.CreateInstance(&ici, nullptr, &instance), "vkCreateInstance (is a Vulkan driver installed?)");
+#define TVMGEN_VK_LOAD(name)                                                                          \
+  api.name = reinterpret_cast<PFN_vk##name>(api.GetInstanceProcAddr(instance, "vk" #name));          \
+  if (api.name == nullptr) TVM_FFI_THROW(RuntimeError) << "Vulkan: " << api.path << " has no vk" #name;
+    TVMGEN_VK_FUNCTIONS(TVMGEN_VK_LOAD)
+#undef TVMGEN_VK_LOAD
+    uint32_t n = 0;
+    TVMGEN_VK_CHECK(api.EnumeratePhysicalDevices(instance, &n, nullptr), "vkEnumeratePhysicalDevices");
+    if (n == 0) TVM_FFI_THROW(RuntimeError) << "no Vulkan device (the loader " << api.path << " found no driver)";
+    std::vector<VkPhysicalDevice> devs(n);
+    TVMGEN_VK_CHECK(api.EnumeratePhysicalDevices(instance, &n, devs.data()), "vkEnumeratePhysicalDevices");
+    int pick = -1;
+    if (const char* v = std::getenv("TVMGEN_VULKAN_DEVICE")) {
+      pick = std::atoi(v);
+      if (pick < 0 || pick >= static_cast<int>(n)) {
+        TVM_FFI_THROW(RuntimeError) << "TVMGEN_VULKAN_DEVICE=" << v << ": there are " << n << " Vulkan devices";
+      }
+    } else {
+      for (VkPhysicalDeviceType t : {VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU}) {
+        for (uint32_t i = 0; i < n && pick < 0; ++i) {
+          VkPhysicalDeviceProperties p;
+          api.GetPhysicalDeviceProperties(devs[i], &p);
+          if (p.deviceType == t) pick = static_cast<int>(i);
+        }
+      }
+      if (pick < 0) pick = 0;
+    }
+    physical = devs[pick];
+    api.GetPhysicalDeviceProperties(physical, &props);
+    api.GetPhysicalDeviceMemoryProperties(physical, &memory);
+    uint32_t nq = 0;
+    api.GetPhysicalDeviceQueueFamilyProperties(physical, &nq, nullptr);
+    std::vector<VkQueueFamilyProperties> qs(nq);
+    api.GetPhysicalDeviceQueueFamilyProperties(physical, &nq, qs.data());
+    bool found = false;
+    for (uint32_t i = 0; i < nq && !found; ++i) {
+      if (qs[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+        queue_family = i;
+        found = true;
+      }
+    }
+    if (!found) TVM_FFI_THROW(RuntimeError) << "Vulkan device " << props.deviceName << " has no compute queue";
+    float priority = 1.0f;
+    VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+    qci.queueFamilyIndex = queue_family;
+    qci.queueCount = 1;
+    qci.pQueuePriorities = &priority;
+    VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+    dci.queueCreateInfoCount = 1;
+    dci.pQueueCreateInfos = &qci;
+    TVMGEN_VK_CHECK(api.CreateDevice(physical, &dci, nullptr, &device), "vkCreateDevice");
+    api.GetDeviceQueue(device, queue_family, 0, &queue);
+    VkCommandPoolCreateInfo pci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    pci.queueFamilyIndex = queue_family;
+    TVMGEN_VK_CHECK(api.CreateCommandPool(device, &pci, nullptr, &pool), "vkCreateCommandPool");
+    VkCommandBufferAllocateInfo cai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    cai.commandPool = pool;
+    cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    cai.commandBufferCount = 1;
+    TVMGEN_VK_CHECK(api.AllocateCommandBuffers(device, &cai, &cmd), "vkAllocateCommandBuffers");
+    VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    TVMGEN_VK_CHECK(api.CreateFence(device, &fci, nullptr, &fence), "vkCreateFence");
+    VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kMaxDescriptors};
+    VkDescriptorPoolCreateInfo dpi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    dpi.maxSets = kMaxSets;
+    dpi.poolSizeCount = 1;
+    dpi.pPoolSizes = &size;
+    TVMGEN_VK_CHECK(api.CreateDescriptorPool(device, &dpi, nullptr, &descriptors), "vkCreateDescriptorPool");
+    VkPipelineCacheCreateInfo pcci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+    TVMGEN_VK_CHECK(api.CreatePipelineCache(device, &pcci, nullptr, &pipeline_cache), "vkCreatePipelineCache");
+    if (std::getenv("TVMGEN_VULKAN_LOG")) {
+      std::fprintf(stderr, "tvmgen-vulkan: %s (%s), device %s\n", api.path.c_str(), "Vulkan 1.0", props.deviceName);
+    }
+  }
+};
+
+std::string JsonEscape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    o += c;
+  }
+  return o;
+}
+
+std::string InfoJson() {
+  Workspace& w = Workspace::Global();
+  std::ostringstream o;
+  if (!w.TryInit()) {
+    o << "{\"available\": false, \"error\": \"" << JsonEscape(w.error()) << "\"}";
+    return o.str();
+  }
+  const auto& p = w.props;
+  o << "{\"available\": true, \"library\": \"" << JsonEscape(w.api.path) << "\", \"device\": \""
+    << JsonEscape(p.deviceName) << "\", \"type\": " << p.deviceType << ", \"api\": \"" << VK_VERSION_MAJOR(p.apiVersion)
+    << "." << VK_VERSION_MINOR(p.apiVersion) << "." << VK_VERSION_PATCH(p.apiVersion) << "\", \"driver\": "
+    << p.driverVersion << ", \"max_workgroup_invocations\": " << p.limits.maxComputeWorkGroupInvocations
+    << ", \"shared_memory\": " << p.limits.maxComputeSharedMemorySize
+    << ", \"max_push_constants\": " << p.limits.maxPushConstantsSize << "}";
+  return o.str();
+}
+
+// ------------------------------------------------------------------ the device API
+class VulkanDeviceAPI final : public DeviceAPI {
+ public:
+  static VulkanDeviceAPI* Global() {
+    static VulkanDeviceAPI* api = new VulkanDeviceAPI();
+    return api;
+  }
+
+  void SetDevice(DLDevice dev) final {}
+
+  void GetAttr(DLDevice dev, DeviceAttrKind kind, ffi::Any* rv) final {
+    Workspace& w = Workspace::Global();
+    if (kind == tvm::runtime::kExist) {
+      *rv = static_cast<int64_t>(w.TryInit() && dev.device_id == 0);
+      return;
+    }
+    if (!w.TryInit()) return;
+    const auto& l = w.props.limits;
+    switch (kind) {
+      case tvm::runtime::kMaxThreadsPerBlock: *rv = static_cast<int64_t>(l.maxComputeWorkGroupInvocations); break;
+      case tvm::runtime::kWarpSize: *rv = static_cast<int64_t>(1); break;
+      case tvm::runtime::kMaxSharedMemoryPerBlock: *rv = static_cast<int64_t>(l.maxComputeSharedMemorySize); break;
+      case tvm::runtime::kDeviceName: *rv = ffi::String(w.props.deviceName); break;
+      case tvm::runtime::kMaxThreadDimensions: {
+        std::ostringstream o;
+        o << "[" << l.maxComputeWorkGroupSize[0] << ", " << l.maxComputeWorkGroupSize[1] << ", "
+          << l.maxComputeWorkGroupSize[2] << "]";
+        *rv = ffi::String(o.str());
+        break;
+      }
+      case tvm::runtime::kDriverVersion: *rv = ffi::String(std::to_string(w.props.driverVersion)); break;
+      case tvm::runtime::kApiVersion: *rv = static_cast<int64_t>(w.props.apiVersion); break;
+      default: break;
+    }
+  }
+
+  void* AllocDataSpace(DLDevice dev, size_t nbytes, size_t alignment, DLDataType type_hint) final {
+    return Workspace::Global().Allocate(nbytes);
+  }
+
+  void FreeDataSpace(DLDevice dev, void* ptr) final {
+    if (ptr != nullptr) Workspace::Global().Free(ptr);
+  }
+
+  void StreamSync(DLDevice dev, TVMStreamHandle stream) final { Workspace::Global().Flush(); }
+
+  TVMStreamHandle CreateStream(DLDevice dev) final { return nullptr; }  // one queue: every stream is it
+  void FreeStream(DLDevice dev, TVMStreamHandle stream) final {}
+  void SyncStreamFromTo(DLDevice dev, TVMStreamHandle src, TVMStreamHandle dst) final {}
+  bool SupportsDevicePointerArithmeticsOnHost() final { return false; }
+
+ protected:
+  void CopyDataFromTo(const void* from, size_t from_offset, void* to, size_t to_offset, size_t nbytes,
+                      DLDevice dev_from, DLDevice dev_to, DLDataType type_hint, TVMStreamHandle stream) final {
+    if (nbytes == 0) return;
+    Workspace& w = Workspace::Global();
+    w.Check();
+    std::lock_guard<std::recursive_mutex> lock(w.mu);
+    bool from_vk = dev_from.device_type == kDLVulkan, to_vk = dev_to.device_type == kDLVulkan;
+    if (from_vk && to_vk) {
+      Buffer* s = w.Find(from, "the copy's source");
+      Buffer* d = w.Find(to, "the copy's target");
+      w.Begin();
+      VkBufferCopy region{from_offset, to_offset, nbytes};
+      w.api.CmdCopyBuffer(w.cmd, s->buffer, d->buffer, 1, &region);
+      w.Barrier();
+      return;
+    }
+    if (from_vk == to_vk) {
+      TVM_FFI_THROW(RuntimeError) << "Vulkan: cannot copy from device type " << dev_from.device_type << " to "
+                                  << dev_to.device_type;
+    }
+    Buffer* b = w.Find(from_vk ? from : to, from_vk ? "the copy's source" : "the copy's target");
+    size_t offset = from_vk ? from_offset : to_offset;
+    if (offset + nbytes > b->size) {
+      TVM_FFI_THROW(RuntimeError) << "Vulkan: a copy of " << nbytes << " bytes at offset " << offset << " overruns a "
+                                  << b->size << "-byte buffer";
+    }
+    w.Flush();  // the kernels recorded before the copy have run
+    if (b->mapped) {
+      if (from_vk) {
+        std::memcpy(static_cast<char*>(to) + to_offset, static_cast<const char*>(b->mapped) + offset, nbytes);
+      } else {
+        std::memcpy(static_cast<char*>(b->mapped) + offset, static_cast<const char*>(from) + from_offset, nbytes);
+      }
+      return;
+    }
+    // Device-only memory: through a host-visible staging buffer.
+    Buffer* staging = StagingBuffer(nbytes);
+    w.Begin();
+    VkBufferCopy region{from_vk ? offset : 0, from_vk ? 0 : offset, nbytes};
+    if (!from_vk) std::memcpy(staging->mapped, static_cast<const char*>(from) + from_offset, nbytes);
+    w.api.CmdCopyBuffer(w.cmd, from_vk ? b->buffer : staging->buffer, from_vk ? staging->buffer : b->buffer, 1, &region);
+    w.Barrier();
+    w.Flush();
+    if (from_vk) std::memcpy(static_cast<char*>(to) + to_offset, staging->mapped, nbytes);
+  }
+
+ private:
+  Buffer* staging_ = nullptr;
+
+  Buffer* StagingBuffer(size_t nbytes) {
+    Workspace& w = Workspace::Global();
+    if (staging_ != nullptr && staging_->size >= nbytes) return staging_;
+    if (staging_ != nullptr) w.Free(staging_);
+    staging_ = w.Allocate(std::max<size_t>(nbytes, 1 << 20));
+    if (staging_->mapped == nullptr) {
+      TVM_FFI_THROW(RuntimeError) << "Vulkan device " << w.props.deviceName << " gave no host-visible memory";
+    }
+    return staging_;
+  }
+};
+
+// ------------------------------------------------------------------ the kernel module
+struct Kernel {
+  std::string name;
+  std::vector<DLDataType> arg_types;
+  std::vector<std::string> launch_tags;
+  uint32_t workgroup[3] = {1, 1, 1};
+  uint32_t buffers = 0;
+  uint32_t push_bytes = 0;
+  std::string spirv;
+  // created on first launch
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  VkPipeline pipeline = VK_NULL_HANDLE;
+};
+
+class Reader {
+ public:
+  Reader(const char* p, size_t n) : p_(p), end_(p + n) {}
+  const char* Take(size_t n) {
+    if (static_cast<size_t>(end_ - p_) < n) {
+      TVM_FFI_THROW(RuntimeError) << "the Vulkan module in this library is truncated or of an unknown format "
+                                  << "(was it compiled by this tvmgen?)";
+    }
+    const char* q = p_;
+    p_ += n;
+    return q;
+  }
+  template <typename T>
+  T Pod() {
+    T v;
+    std::memcpy(&v, Take(sizeof(T)), sizeof(T));
+    return v;
+  }
+  std::string Str() {
+    uint64_t n = Pod<uint64_t>();
+    return std::string(Take(n), n);
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+class VulkanModule : public ffi::ModuleObj {
+ public:
+  VulkanModule(std::string blob, std::map<std::string, std::shared_ptr<Kernel>> kernels)
+      : blob_(std::move(blob)), kernels_(std::move(kernels)) {}
+
+  const char* kind() const final { return "vulkan"; }
+  int GetPropertyMask() const final { return ffi::Module::kBinarySerializable | ffi::Module::kRunnable; }
+  ffi::Bytes SaveToBytes() const final { return ffi::Bytes(blob_.data(), blob_.size()); }
+
+  ffi::Optional<ffi::Function> GetFunction(const ffi::String& name) final {
+    auto it = kernels_.find(std::string(name));
+    if (it == kernels_.end()) return std::nullopt;
+    std::shared_ptr<Kernel> k = it->second;
+    ffi::ObjectPtr<ffi::Object> self = ffi::GetObjectPtr<ffi::Object>(this);
+    return ffi::Function::FromPacked([self, k](ffi::PackedArgs args, ffi::Any* rv) { Launch(*k, args); });
+  }
+
+ private:
+  std::string blob_;
+  std::map<std::string, std::shared_ptr<Kernel>> kernels_;
+
+  static void Create(Kernel& k) {
+    Workspace& w = Workspace::Global();
+    const Api& api = w.api;
+    if (k.push_bytes > w.props.limits.maxPushConstantsSize) {
+      TVM_FFI_THROW(RuntimeError) << "Vulkan kernel " << k.name << " needs " << k.push_bytes
+                                  << " bytes of push constants; the device has " << w.props.limits.maxPushConstantsSize;
+    }
+    std::vector<VkDescriptorSetLayoutBinding> bindings(k.buffers);
+    for (uint32_t i = 0; i < k.buffers; ++i) {
+      bindings[i] = VkDescriptorSetLayoutBinding{i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT,
+                                                 nullptr};
+    }
+    VkDescriptorSetLayoutCreateInfo dl{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+    dl.bindingCount = k.buffers;
+    dl.pBindings = bindings.data();
+    TVMGEN_VK_CHECK(api.CreateDescriptorSetLayout(w.device, &dl, nullptr, &k.set_layout), "vkCreateDescriptorSetLayout");
+    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, k.push_bytes};
+    VkPipelineLayoutCreateInfo pl{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+    pl.setLayoutCount = 1;
+    pl.pSetLayouts = &k.set_layout;
+    pl.pushConstantRangeCount = k.push_bytes ? 1 : 0;
+    pl.pPushConstantRanges = &range;
+    TVMGEN_VK_CHECK(api.CreatePipelineLayout(w.device, &pl, nullptr, &k.layout), "vkCreatePipelineLayout");
+    VkShaderModuleCreateInfo sm{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    sm.codeSize = k.spirv.size();
+    sm.pCode = reinterpret_cast<const uint32_t*>(k.spirv.data());
+    VkShaderModule shader;
+    TVMGEN_VK_CHECK(api.CreateShaderModule(w.device, &sm, nullptr, &shader), "vkCreateShaderModule (" + k.name + ")");
+    VkComputePipelineCreateInfo cp{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+    cp.stage = VkPipelineShaderStageCreateInfo{VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+    cp.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    cp.stage.module = shader;
+    cp.stage.pName = "main";
+    cp.layout = k.layout;
+    VkResult r = api.CreateComputePipelines(w.device, w.pipeline_cache, 1, &cp, nullptr, &k.pipeline);
+    api.DestroyShaderModule(w.device, shader, nullptr);
+    TVMGEN_VK_CHECK(r, "vkCreateComputePipelines (" + k.name + ")");
+  }
+
+  static void Launch(Kernel& k, ffi::PackedArgs args) {
+    Workspace& w = Workspace::Global();
+    w.Check();
+    std::lock_guard<std::recursive_mutex> lock(w.mu);
+    size_t nargs = k.arg_types.size();
+    if (static_cast<size_t>(args.size()) < nargs + k.launch_tags.size()) {
+      TVM_FFI_THROW(RuntimeError) << "Vulkan kernel " << k.name << " takes " << nargs + k.launch_tags.size()
+                                  << " arguments, " << args.size() << " were given";
+    }
+    if (k.pipeline == VK_NULL_HANDLE) Create(k);
+    std::vector<VkDescriptorBufferInfo> infos;
+    std::vector<uint32_t> push;
+    for (size_t i = 0; i < nargs; ++i) {
+      const DLDataType& t = k.arg_types[i];
+      if (t.code == kDLOpaqueHandle) {
+        const TVMFFIAny& raw = reinterpret_cast<const TVMFFIAny*>(args.data())[i];
+        void* ptr = nullptr;
+        if (raw.type_index == ffi::TypeIndex::kTVMFFIOpaquePtr) {
+          ptr = raw.v_ptr;
+        } else if (raw.type_index == ffi::TypeIndex::kTVMFFIDLTensorPtr) {
+          ptr = static_cast<DLTensor*>(raw.v_ptr)->data;
+        } else if (auto tensor = args[i].try_cast<ffi::Tensor>()) {
+          ptr = tensor->data_ptr();
+        }
+        Buffer* b = w.Find(ptr, ("argument " + std::to_string(i) + " of kernel " + k.name).c_str());
+        infos.push_back(VkDescriptorBufferInfo{b->buffer, 0, VK_WHOLE_SIZE});
+      } else if (t.code == kDLFloat) {
+        float f = static_cast<float>(args[i].cast<double>());
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        push.push_back(u);
+      } else {
+        int64_t v = 0;
+        if (auto x = args[i].try_cast<int64_t>()) {
+          v = *x;
+        } else {
+          v = args[i].cast<bool>();
+        }
+        if (v > INT32_MAX || v < INT32_MIN) {
+          TVM_FFI_THROW(RuntimeError) << "Vulkan kernel " << k.name << ": argument " << i << " = " << v
+                                      << " does not fit the 32-bit integers tvmgen's Vulkan kernels use";
+        }
+        push.push_back(static_cast<uint32_t>(static_cast<int32_t>(v)));
+      }
+    }
+    uint32_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+    for (size_t j = 0; j < k.launch_tags.size(); ++j) {
+      const std::string& tag = k.launch_tags[j];
+      int64_t v = args[nargs + j].cast<int64_t>();
+      if (tag.size() == 10 && tag.rfind("blockIdx.", 0) == 0) {
+        grid[tag[9] - 'x'] = static_cast<uint32_t>(std::max<int64_t>(v, 1));
+      } else if (tag.size() == 11 && tag.rfind("threadIdx.", 0) == 0) {
+        block[tag[10] - 'x'] = static_cast<uint32_t>(std::max<int64_t>(v, 1));
+      }
+    }
+    for (int d = 0; d < 3; ++d) {
+      if (block[d] != k.workgroup[d]) {
+        TVM_FFI_THROW(RuntimeError) << "Vulkan kernel " << k.name << ": launched with " << block[0] << "x" << block[1]
+                                    << "x" << block[2] << " threads, compiled for " << k.workgroup[0] << "x"
+                                    << k.workgroup[1] << "x" << k.workgroup[2];
+      }
+    }
+    VkDescriptorSet set = w.AllocateSet(k.set_layout);
+    std::vector<VkWriteDescriptorSet> writes(infos.size());
+    for (size_t i = 0; i < infos.size(); ++i) {
+      writes[i] = VkWriteDescriptorSet{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+      writes[i].dstSet = set;
+      writes[i].dstBinding = static_cast<uint32_t>(i);
+      writes[i].descriptorCount = 1;
+      writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      writes[i].pBufferInfo = &infos[i];
+    }
+    w.api.UpdateDescriptorSets(w.device, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
+    w.Begin();
+    w.api.CmdBindPipeline(w.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, k.pipeline);
+    w.api.CmdBindDescriptorSets(w.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, k.layout, 0, 1, &set, 0, nullptr);
+    if (!push.empty()) {
+      w.api.CmdPushConstants(w.cmd, k.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                             static_cast<uint32_t>(push.size() * 4), push.data());
+    }
+    w.api.CmdDispatch(w.cmd, grid[0], grid[1], grid[2]);
+    w.Barrier();
+  }
+};
+
+ffi::Module LoadFromBytes(const ffi::Bytes& bytes) {
+  std::string blob(bytes.data(), bytes.size());
+  Reader r(blob.data(), blob.size());
+  std::string magic(r.Take(8), 8);
+  if (magic != "TVMGENVK") {
+    TVM_FFI_THROW(RuntimeError) << "the Vulkan module in this library is not tvmgen's (no TVMGENVK header): "
+                                << "compile the model with tvmgen compile --device vulkan";
+  }
+  r.Pod<uint64_t>();  // total length
+  uint32_t version = r.Pod<uint32_t>();
+  if (version != 1) TVM_FFI_THROW(RuntimeError) << "Vulkan module format " << version << " is not supported";
+  uint32_t count = r.Pod<uint32_t>();
+  std::map<std::string, std::shared_ptr<Kernel>> kernels;
+  for (uint32_t i = 0; i < count; ++i) {
+    auto k = std::make_shared<Kernel>();
+    k->name = r.Str();
+    uint32_t na = r.Pod<uint32_t>();
+    for (uint32_t j = 0; j < na; ++j) {
+      DLDataType t;
+      t.code = r.Pod<uint8_t>();
+      t.bits = r.Pod<uint8_t>();
+      t.lanes = r.Pod<uint16_t>();
+      k->arg_types.push_back(t);
+    }
+    uint32_t nt = r.Pod<uint32_t>();
+    for (uint32_t j = 0; j < nt; ++j) k->launch_tags.push_back(r.Str());
+    for (int d = 0; d < 3; ++d) k->workgroup[d] = r.Pod<uint32_t>();
+    k->buffers = r.Pod<uint32_t>();
+    k->push_bytes = r.Pod<uint32_t>();
+    k->spirv = r.Str();
+    r.Str();  // the GLSL source (for reading, not needed here)
+    if (k->spirv.size() % 4 != 0) TVM_FFI_THROW(RuntimeError) << "Vulkan kernel " << k->name << ": bad SPIR-V size";
+    kernels[k->name] = k;
+  }
+  return ffi::Module(ffi::make_object<VulkanModule>(std::move(blob), std::move(kernels)));
+}
+
+struct Registration {
+  Registration() {
+    auto set = [](const char* name, ffi::Function f) { ffi::Function::SetGlobal(name, std::move(f), true); };
+    set("device_api.vulkan", ffi::Function::FromTyped([]() -> void* {
+          return static_cast<DeviceAPI*>(VulkanDeviceAPI::Global());
+        }));
+    set("ffi.Module.load_from_bytes.vulkan", ffi::Function::FromTyped(LoadFromBytes));
+    set("tvmgen.vulkan.info", ffi::Function::FromTyped([]() { return ffi::String(InfoJson()); }));
+  }
+};
+Registration registration;
+
+}  // namespace vulkan
+}  // namespace tvmgen
