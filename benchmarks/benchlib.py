@@ -320,12 +320,13 @@ def table(header: list[str], body: list[list[str] | None], right: set[int]) -> s
 
 
 def opencl_runtime(prefix: Path | None, work: Path, log) -> Path:
-    """An installed runtime prefix with libtvmgen_opencl: the one given, else built (cmake) into ``work``."""
+    """An installed runtime prefix with libtvmgen_opencl: the one given, else the host runtime built (cmake)
+    once per version of jni/'s sources, in the user cache (``runtime_build.cached_build``)."""
     from tvmgen.runtime import runtime_build
 
     if prefix is None:
-        log("building the host runtime (cmake) ...")
-        prefix = runtime_build.build("host", work / "runtime", jni=False)
+        log("the host runtime (cmake, reused from the user cache while jni/ is unchanged) ...")
+        prefix = runtime_build.cached_build("host")
     if not (prefix / "lib" / "libtvmgen_opencl.so").is_file():
         raise SystemExit(f"{prefix}/lib has no libtvmgen_opencl.so")
     return prefix

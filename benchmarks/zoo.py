@@ -859,8 +859,10 @@ def _runtimes(targets: list[str], work: Path) -> dict:
 
     found = {}
     if "aarch64" in targets:
-        benchlib.progress("building the aarch64 runtime (cmake, cross g++) ...")
-        found["aarch64"] = runtime_build.build("linux-aarch64", work / "rt-aarch64", jni=False) / "bin" / "tvmgen-run"
+        benchlib.progress(
+            "the aarch64 runtime (cmake, cross g++; reused from the user cache while jni/ is unchanged) ..."
+        )
+        found["aarch64"] = runtime_build.cached_build("linux-aarch64") / "bin" / "tvmgen-run"
     if "opencl" in targets:
         found["opencl"] = benchlib.opencl_runtime(None, work, benchlib.progress) / "bin" / "tvmgen-run"
     return found

@@ -80,13 +80,34 @@ def test_cpu_speed_takes_a_tuning_database_per_thread_count(tmp_path):
     )
 
 
-def test_memory_benchmark_on_a_tflite_head(tmp_path):
+def shared_zoo_build(name: str, work, compiled):
+    """The zoo model ``name`` written into a benchmark's work directory with the session's build of it
+    beside it (``{name}-host``, as test_zoo compiled it): the benchmark measures, it does not compile again."""
+    import shutil
+    import sys
+
+    from conftest import REPO
+    from tvmgen.frontends.base import parse_consts
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import zoo
+
+    work.mkdir(parents=True, exist_ok=True)
+    path, flags = zoo.build(name, work)
+    built = compiled(path, name=name, consts=parse_consts(flags[1::2]) or None)
+    shutil.copytree(built, work / f"{name}-host")
+    return path
+
+
+def test_memory_benchmark_on_a_tflite_head(tmp_path, compiled):
     """benchmarks/memory.py on one small model: every engine measured in its own process, readings in
     the order the kernel produces them, and the model's weights resident in tvmgen's peak."""
     require_host_cxx()
-    out = tmp_path / "mem.json"
-    proc = run_benchmark("memory.py", "--models", "det_head_tflite", "--keep", tmp_path / "work", "--json", out)
+    out, work = tmp_path / "mem.json", tmp_path / "work"
+    shared_zoo_build("det_head_tflite", work, compiled)
+    proc = run_benchmark("memory.py", "--models", "det_head_tflite", "--keep", work, "--json", out)
     assert "det_head_tflite" in proc.stdout and "LiteRT" in proc.stdout
+    assert "reusing" in proc.stderr  # the session's build, checked by its sha256, not compiled again
     [row] = json.loads(out.read_text())["rows"]
     assert set(row["readings"]) == {"tvmgen-run (C++)", "tvmgen (Python)", "LiteRT"}
     for engine, r in row["readings"].items():
@@ -96,10 +117,11 @@ def test_memory_benchmark_on_a_tflite_head(tmp_path):
     assert cpp["overall_peak_bytes"] - cpp["before_load_bytes"] >= 0.5 * weights, (cpp, weights)
 
 
-def test_speed_quiet_and_busy_on_one_zoo_model(tmp_path):
+def test_speed_quiet_and_busy_on_one_zoo_model(tmp_path, compiled):
     """benchmarks/speed.py on the zoo's voice-activity detector at 1 and 2 threads: both phases timed for
     both engines, the outputs checked, tvmgen's own launcher with the thread count asked for."""
     out = tmp_path / "speed.json"
+    shared_zoo_build("vad_if", tmp_path / "work", compiled)  # speed.py reuses what --work holds
     settings = ["--models", "vad_if", "--threads", "1,2", "--runs", "3"]
     proc = run_benchmark("speed.py", *settings, "--work", tmp_path / "work", "--json", out, timeout=600)
     doc = json.loads(out.read_text())
