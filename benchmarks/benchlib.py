@@ -262,6 +262,22 @@ def round_robin(contenders: list[Timed], warmup: int, runs: int, rounds: int, mi
     return settled
 
 
+def paced(contenders: list[Timed], pace_s: float, runs: int, rounds: int) -> None:
+    """Time every contender as an app calls a model once per camera frame: a sleep of ``pace_s`` before
+    each timed call, so the cores idle and the caches cool in between. ``rounds`` blocks per contender,
+    the one going first rotating, at least ``runs`` calls each."""
+    import math
+
+    for r in contenders:  # warm, in case nothing ran before
+        r.run()
+    block = math.ceil(runs / rounds)
+    for k in range(rounds):
+        for r in contenders[k % len(contenders) :] + contenders[: k % len(contenders)]:
+            for _ in range(block):
+                time.sleep(pace_s)
+                r.timed_run()
+
+
 # =========================================================================== statistics and tables
 
 

@@ -15,6 +15,8 @@ Part 1, per-call overhead on the same host artifact (host/cpu, TVM_NUM_THREADS=1
   Python VM               a raw tvm relax.VirtualMachine call: tvm.runtime.tensor() in, the VM's
                           main, .numpy() out, timed with time.perf_counter_ns around each stage
   Python HostModel.run    tvmgen.runtime.runner.HostModel.run(inputs) (adds input checks), timed as a whole
+  references              onnxruntime's InferenceSession.run on the ONNX source and LiteRT's set_tensor,
+                          invoke, get_tensor on the same model as TFLite (add-relu only), timed as a whole
 
 for two models made here: add-relu-1x16 (ONNX Add + Relu on a 1x16 float32 tensor, made with
 onnx.helper: the call overhead is nearly all there is) and builtin-mobilenet
@@ -61,6 +63,8 @@ PATHS = {
     "java_floats": "Java Model, float[]",
     "python_vm": "Python VM (tensor/numpy)",
     "python_hostmodel": "Python HostModel.run",
+    "python_onnxruntime": "Python onnxruntime run (ref.)",
+    "python_litert": "Python LiteRT set/invoke/get (ref.)",
 }
 
 # What an app ships: (row label, files)
@@ -264,7 +268,20 @@ def make_add_relu(path: Path) -> dict:
     model.ir_version = 8
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
-    return {"made_with": "onnx.helper: y = Relu(x + bias), x 1x16 float32, bias seeded constant"}
+    made = "onnx.helper: y = Relu(x + bias), x 1x16 float32, bias seeded constant"
+    try:  # the same for LiteRT (its invoke is the reference's per-call cost)
+        import tensorflow as tf
+
+        @tf.function(input_signature=[tf.TensorSpec([1, 16], tf.float32, name="x")])
+        def add_relu(x):
+            return tf.nn.relu(x + numpy_helper.to_array(bias))
+
+        tflite = tf.lite.TFLiteConverter.from_concrete_functions([add_relu.get_concrete_function()]).convert()
+        path.with_suffix(".tflite").write_bytes(tflite)
+        made += "; the same as TFLite (tf.lite.TFLiteConverter) for LiteRT"
+    except ImportError:
+        pass
+    return {"made_with": made}
 
 
 def worker_compile(model: str, work: Path) -> dict:
@@ -360,22 +377,49 @@ def worker_python(artifact: Path, inputs_npz: Path, warmup: int, calls: int, sav
     pool = int(tvm.get_global_func("runtime.NumThreads")())
     np.savez(save, *result)
 
+    def whole_calls(call) -> dict:
+        total = np.zeros((calls, 4), dtype=np.int64)
+        for r in range(warmup + calls):
+            t0 = clock()
+            call()
+            t1 = clock()
+            if r >= warmup:
+                total[r - warmup, 3] = t1 - t0
+        st = _stage_stats(total)
+        return {"total": st["total"], "calls": st["calls"]}
+
     # tvmgen's Python API, as `tvmgen run` and cpu_speed.py use it
-    total = np.zeros((calls, 4), dtype=np.int64)
-    for r in range(warmup + calls):
-        t0 = clock()
-        model.run(inputs)
-        t1 = clock()
-        if r >= warmup:
-            total[r - warmup, 3] = t1 - t0
-    hm = _stage_stats(total)
-    hm = {"total": hm["total"], "calls": hm["calls"]}
-    return {
+    res = {
         "runtime": f"TVM {tvm.__version__} Relax VM (Python {platform.python_version()})",
         "tvm_threads": pool,
         "python_vm": vm_stats,
-        "python_hostmodel": hm,
+        "python_hostmodel": whole_calls(lambda: model.run(inputs)),
     }
+    # the reference runtimes on the model's source, one thread, as speed.py calls them
+    source = Path(model.manifest.model["source"])
+    if source.suffix == ".onnx":
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = opts.inter_op_num_threads = THREADS
+        sess = ort.InferenceSession(str(source), opts, providers=["CPUExecutionProvider"])
+        res["python_onnxruntime"] = whole_calls(lambda: sess.run(None, inputs))
+    if source.with_suffix(".tflite").is_file():
+        from ai_edge_litert.interpreter import Interpreter
+
+        interp = Interpreter(model_path=str(source.with_suffix(".tflite")), num_threads=THREADS)
+        interp.allocate_tensors()
+        ins, outs = interp.get_input_details(), interp.get_output_details()
+        values = [inputs[spec.name] for spec in model.manifest.inputs]
+
+        def litert():
+            for d, v in zip(ins, values):
+                interp.set_tensor(d["index"], v)
+            interp.invoke()
+            return [interp.get_tensor(d["index"]) for d in outs]
+
+        res["python_litert"] = whole_calls(litert)
+    return res
 
 
 def _work(args) -> dict:

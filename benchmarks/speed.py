@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
-"""tvmgen against onnxruntime / LiteRT on the model zoo: 1 and 2 threads, quiet and contended.
+"""tvmgen against onnxruntime / LiteRT on the model zoo: 1 and 2 threads, quiet and contended, or paced.
 
 For each zoo model (benchmarks/zoo.py builds them; nothing is downloaded) and each thread count, one
 child process loads tvmgen's host artifact (untuned `tvmgen compile`, `HostModel.run`) and the
 reference runtime with that many threads, and times both round-robin (medians):
-  quiet      nothing else running;
+  quiet      back to back, nothing else running;
   contended  while one busy-loop process per CPU keeps every core busy, as other apps, the UI and the
              camera do on a phone: a parallel kernel that waits for a descheduled thread shows here.
+  paced      (--paced) a sleep of 1/fps before each run, as a camera app calls a model once per frame:
+             the cores idle in between, the caches cool and the thread pools' workers go to sleep.
+             tvmgen-run (the C++ runtime apps use through JNI) is timed too, back to back and with
+             --pace-ms 1000/fps, in the same child, so every ratio comes from one run.
 The table: per model and thread count both engines' medians, tvmgen / reference, and each engine's
-contended / quiet slowdown; then geometric means.
+contended / quiet (or paced / back-to-back) slowdown; then geometric means.
 
     .venv/bin/python benchmarks/speed.py                              # every zoo model (~15 min on 2 cores)
     .venv/bin/python benchmarks/speed.py --models mobilenet_v2,audio_rnn --threads 2
+    .venv/bin/python benchmarks/speed.py --paced [--fps 30]           # back to back against paced
     .venv/bin/python benchmarks/speed.py --work DIR                   # keep (and reuse) models and artifacts
     TVMGEN_THREAD_POOL=tvm .venv/bin/python benchmarks/speed.py       # TVM's own thread pool instead
 """
@@ -30,13 +35,16 @@ import benchlib
 import zoo
 
 PHASES = ("quiet", "contended")
+PACED_PHASES = ("quiet", "paced")
 # Rounds (blocks per engine, alternating) and seconds per engine in each phase. With busy loops on
 # every core, an engine's thread spends stretches alone on a core and stretches sharing one; in 3
 # long blocks one such stretch could decide a median (ShuffleNet at one thread once measured 2.2x
 # its quiet time against onnxruntime's 1.0x in the same run). 12 shorter blocks over twice the time
 # give both engines the same mix.
-ROUNDS = {"quiet": 3, "contended": 12}
+ROUNDS = {"quiet": 3, "contended": 12, "paced": 5}
 MIN_TIME_S = {"quiet": 0.5, "contended": 1.0}
+# tvmgen-run's runs in the paced mode: back to back (enough to fill about 0.5 s on small models), paced
+CPP_RUNS = {"quiet": 200, "paced": 40}
 
 
 def prepare(name: str, work: Path) -> tuple[Path, Path]:
@@ -81,8 +89,9 @@ def hogs() -> list[subprocess.Popen]:
     return procs
 
 
-def time_model(name: str, work: Path, threads: int, runs: int) -> dict:
-    """In a child with TVM_NUM_THREADS=threads: both engines, quiet then contended."""
+def time_model(name: str, work: Path, threads: int, runs: int, fps: float = 0, runner: Path | None = None) -> dict:
+    """In a child with TVM_NUM_THREADS=threads: both engines, quiet then contended; with ``fps``, quiet then
+    paced at ``fps`` runs a second, and tvmgen-run (``runner``: a runtime install prefix) both ways."""
     from tvmgen.core.model import random_inputs
     from tvmgen.runtime.runner import HostModel
 
@@ -98,17 +107,41 @@ def time_model(name: str, work: Path, threads: int, runs: int) -> dict:
         "reference": "litert" if model_file.suffix == ".tflite" else "onnxruntime",
         "outputs": check_outputs(name, model.run(inputs), ref(inputs)),
     }
-    for phase in PHASES:
+    for phase in PACED_PHASES if fps else PHASES:
         timed = [benchlib.Timed("tvmgen", lambda: model.run(inputs)), benchlib.Timed("reference", lambda: ref(inputs))]
         busy = hogs() if phase == "contended" else []
         try:
-            benchlib.round_robin(timed, warmup=3, runs=runs, rounds=ROUNDS[phase], min_time=MIN_TIME_S[phase])
+            if phase == "paced":
+                benchlib.paced(timed, 1 / fps, runs=runs, rounds=ROUNDS[phase])
+            else:
+                benchlib.round_robin(timed, warmup=3, runs=runs, rounds=ROUNDS[phase], min_time=MIN_TIME_S[phase])
         finally:
             for p in busy:
                 p.kill()
                 p.wait()
         row[phase] = {t.key: benchlib.median(t.times_ms) for t in timed}
+    if fps and runner is not None:
+        row["tvmgen_run"] = time_tvmgen_run(runner / "bin" / "tvmgen-run", artifact, work, threads, fps, runs)
     return row
+
+
+def time_tvmgen_run(runner: Path, artifact: Path, work: Path, threads: int, fps: float, runs: int) -> dict:
+    """tvmgen-run's median whole call (SetInput + Run + GetOutput) back to back and paced (--pace-ms), or
+    the error."""
+    out = {}
+    for phase, pace_ms in (("quiet", 0.0), ("paced", 1e3 / fps)):
+        repeat = max(runs, CPP_RUNS[phase])
+        extra = ("--threads", str(threads), "--pace-ms", f"{pace_ms:g}")
+        tag = f"{artifact.name}-{threads}t-{phase}"
+        try:
+            timings, _, _ = benchlib.tvmgen_run(
+                runner, artifact, work, benchlib.thread_env(threads), 10, repeat, tag, extra
+            )
+        except SystemExit as e:  # tvmgen-run failed: its stderr
+            return {"error": str(e).strip().splitlines()[-1][:200]}
+        out[phase] = timings["total_ms"]["median"]
+        out["threads"] = timings["threads"]
+    return out
 
 
 def check_outputs(name: str, actual, expected) -> str:
@@ -120,18 +153,26 @@ def check_outputs(name: str, actual, expected) -> str:
     return "ok" if err <= zoo.tolerance(expected) else f"MISMATCH ({err:.1e})"
 
 
-def summarise(rows: list[dict]) -> dict:
+def summarise(rows: list[dict], phases=PHASES) -> dict:
+    slow = phases[1]
     out = {}
     for threads in sorted({r["threads"] for r in rows}):
         sel = [r for r in rows if r["threads"] == threads and "quiet" in r]
         s = {}
-        for phase in PHASES:
+        for phase in phases:
             s[f"{phase}_ratio"] = zoo.geomean([r[phase]["tvmgen"] / r[phase]["reference"] for r in sel])
             s[f"{phase}_worst"] = max(
                 ((r[phase]["tvmgen"] / r[phase]["reference"], r["model"]) for r in sel), default=None
             )
         for engine in ("tvmgen", "reference"):
-            s[f"{engine}_slowdown"] = zoo.geomean([r["contended"][engine] / r["quiet"][engine] for r in sel])
+            s[f"{engine}_slowdown"] = zoo.geomean([r[slow][engine] / r["quiet"][engine] for r in sel])
+        cpp = [r for r in sel if "paced" in r.get("tvmgen_run", {})]
+        if cpp:  # tvmgen-run against the same reference
+            for phase in phases:
+                ratios = [(r["tvmgen_run"][phase] / r[phase]["reference"], r["model"]) for r in cpp]
+                s[f"tvmgen_run_{phase}_ratio"] = zoo.geomean([x for x, _ in ratios])
+                s[f"tvmgen_run_{phase}_worst"] = max(ratios)
+            s["tvmgen_run_slowdown"] = zoo.geomean([r["tvmgen_run"]["paced"] / r["tvmgen_run"]["quiet"] for r in cpp])
         out[threads] = s
     return out
 
@@ -176,7 +217,88 @@ def format_table(rows: list[dict]) -> str:
     return benchlib.table(header, body, right=set(range(4, len(header))))
 
 
-def main() -> None:
+def format_paced_table(rows: list[dict]) -> str:
+    """Back to back and paced side by side: tvmgen's Python runner (py), tvmgen-run (run) and the reference."""
+    header = ["model", "threads", "reference", "outputs"]
+    for phase in ("b2b", "paced"):
+        header += [
+            f"py ms ({phase})",
+            f"run ms ({phase})",
+            f"ref ms ({phase})",
+            f"py/ref ({phase})",
+            f"run/ref ({phase})",
+        ]
+    header += ["paced/b2b py", "paced/b2b run", "paced/b2b ref"]
+    body = []
+    for r in rows:
+        if "quiet" not in r:
+            body.append([r["model"], str(r["threads"]), "-", "failed: " + r.get("error", "?")[:60]])
+            continue
+        cpp = r.get("tvmgen_run", {})
+        cells = [r["model"], str(r["threads"]), r["reference"], r["outputs"]]
+        for phase in PACED_PHASES:
+            py, ref, run = r[phase]["tvmgen"], r[phase]["reference"], cpp.get(phase)
+            cells += [
+                _ms(py),
+                _ms(run),
+                _ms(ref),
+                benchlib.fmt_ratio(py / ref),
+                benchlib.fmt_ratio(benchlib.ratio(run, ref)),
+            ]
+        cells += [
+            benchlib.fmt_ratio(r["paced"]["tvmgen"] / r["quiet"]["tvmgen"]),
+            benchlib.fmt_ratio(benchlib.ratio(cpp.get("paced"), cpp.get("quiet"))),
+            benchlib.fmt_ratio(r["paced"]["reference"] / r["quiet"]["reference"]),
+        ]
+        if "error" in cpp:
+            cells.append(f"tvmgen-run failed: {cpp['error'][:60]}")
+        body.append(cells)
+    return benchlib.table(header, body, right=set(range(4, len(header))))
+
+
+def _ms(x) -> str:
+    """Milliseconds with three decimals under 1 ms (a small model's back-to-back call takes microseconds)."""
+    return benchlib.fmt_num(x, digits=3 if x is not None and x < 1 else 2)
+
+
+def summary_lines(summary: dict, fps: float = 0) -> list[str]:
+    """One line per thread count: the geometric means, the slowest model, the slowdowns."""
+    lines = []
+    for threads, s in summary.items():
+        worst = s["quiet_worst"]
+        if not worst:
+            lines.append(f"{threads} thread(s): -")
+        elif not fps:
+            lines.append(
+                f"{threads} thread(s): tvmgen / reference geometric mean {benchlib.fmt_ratio(s['quiet_ratio'])} quiet, "
+                f"{benchlib.fmt_ratio(s['contended_ratio'])} busy; slowest {worst[1]} {benchlib.fmt_ratio(worst[0])}; "
+                f"busy / quiet: tvmgen {benchlib.fmt_ratio(s['tvmgen_slowdown'])}, "
+                f"reference {benchlib.fmt_ratio(s['reference_slowdown'])}"
+            )
+        else:
+            paced_worst = s["paced_worst"]
+            line = (
+                f"{threads} thread(s): HostModel.run / reference geometric mean {benchlib.fmt_ratio(s['quiet_ratio'])} "
+                f"back to back (slowest {worst[1]} {benchlib.fmt_ratio(worst[0])}), "
+                f"{benchlib.fmt_ratio(s['paced_ratio'])} paced at {fps:g} fps (slowest {paced_worst[1]} "
+                f"{benchlib.fmt_ratio(paced_worst[0])})"
+            )
+            if "tvmgen_run_paced_ratio" in s:
+                w = s["tvmgen_run_paced_worst"]
+                line += (
+                    f"; tvmgen-run / reference {benchlib.fmt_ratio(s['tvmgen_run_quiet_ratio'])} back to back, "
+                    f"{benchlib.fmt_ratio(s['tvmgen_run_paced_ratio'])} paced (slowest {w[1]} {benchlib.fmt_ratio(w[0])})"
+                )
+            line += (
+                f"; paced / back to back: HostModel.run {benchlib.fmt_ratio(s['tvmgen_slowdown'])}, "
+                + (f"tvmgen-run {benchlib.fmt_ratio(s['tvmgen_run_slowdown'])}, " if "tvmgen_run_slowdown" in s else "")
+                + f"reference {benchlib.fmt_ratio(s['reference_slowdown'])}"
+            )
+            lines.append(line)
+    return lines
+
+
+def parse_args(argv=None):
     p = benchlib.parser(__doc__)
     benchlib.models_option(p, zoo.MODELS)
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts [default: 1,2]")
@@ -184,21 +306,55 @@ def main() -> None:
         "--runs", type=int, default=20, help="timed runs per engine, phase and round, at least [default: 20]"
     )
     p.add_argument("--work", type=Path, help="directory for the models and artifacts, kept and reused")
+    p.add_argument(
+        "--paced",
+        action="store_true",
+        help="back to back against paced (a sleep of 1/FPS before each run), HostModel.run and tvmgen-run, "
+        "instead of quiet against busy",
+    )
+    p.add_argument("--fps", type=float, default=30.0, help="frames per second of --paced [default: 30]")
+    p.add_argument(
+        "--runtime",
+        type=Path,
+        metavar="PREFIX",
+        help="--paced: a host runtime's install prefix (bin/tvmgen-run) [default: built from jni/ with CMake, cached]",
+    )
     p.add_argument("--one", help=zoo.argparse_hidden())
     benchlib.json_option(p)
-    args = p.parse_args()
-    thread_counts = [int(t) for t in args.threads.split(",") if t]
+    args = p.parse_args(argv)
+    try:
+        args.thread_counts = [int(t) for t in args.threads.split(",") if t]
+    except ValueError:
+        p.error(f"--threads takes comma-separated numbers, not {args.threads!r}")
+    if not args.thread_counts or min(args.thread_counts) < 1:
+        p.error("--threads needs thread counts of at least 1")
+    if not 0 < args.fps <= 1000:
+        p.error(f"--fps must be above 0 and at most 1000, not {args.fps:g}")
+    if args.runtime and not (args.runtime / "bin" / "tvmgen-run").is_file():
+        p.error(f"{args.runtime} has no bin/tvmgen-run")
+    args.models = benchlib.pick_models(args.models, zoo.MODELS, p.error)
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    fps = args.fps if args.paced else 0
     if args.one:
         name, threads = args.one.split(":")
-        print(json.dumps(time_model(name, args.work, int(threads), args.runs)))
+        print(json.dumps(time_model(name, args.work, int(threads), args.runs, fps, args.runtime)))
         return
-    models = benchlib.pick_models(args.models, zoo.MODELS, p.error)
+    if args.paced and args.runtime is None:
+        from tvmgen.runtime import runtime_build
+
+        benchlib.progress("the host runtime (tvmgen-run): built from jni/ with CMake once, cached")
+        args.runtime = runtime_build.cached_build("host")
     with benchlib.work_dir(args.work, "tvmgen-speed-") as work:
-        run(models, thread_counts, work, args)
+        run(args.models, args.thread_counts, work, args)
 
 
 def run(models: list[str], thread_counts: list[int], work: Path, args) -> None:
     load = benchlib.load_at_start()
+    fps = args.fps if args.paced else 0
     rows = []
     for i, name in enumerate(models, 1):
         try:
@@ -209,13 +365,21 @@ def run(models: list[str], thread_counts: list[int], work: Path, args) -> None:
             benchlib.log(f"  {e}")
             continue
         for threads in thread_counts:
-            benchlib.progress(f"[{i}/{len(models)}] {name}: timing at {threads} thread(s), quiet and contended")
-            proc = subprocess.run(
-                [sys.executable, __file__, "--one", f"{name}:{threads}", "--work", str(work), "--runs", str(args.runs)],
-                capture_output=True,
-                text=True,
-                env=benchlib.thread_env(threads),
-            )
+            what = f"back to back and paced at {fps:g} fps" if fps else "quiet and contended"
+            benchlib.progress(f"[{i}/{len(models)}] {name}: timing at {threads} thread(s), {what}")
+            argv = [
+                sys.executable,
+                __file__,
+                "--one",
+                f"{name}:{threads}",
+                "--work",
+                str(work),
+                "--runs",
+                str(args.runs),
+            ]
+            if fps:
+                argv += ["--paced", "--fps", str(fps), "--runtime", str(args.runtime)]
+            proc = subprocess.run(argv, capture_output=True, text=True, env=benchlib.thread_env(threads))
             try:
                 rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
             except (IndexError, json.JSONDecodeError):
@@ -223,28 +387,32 @@ def run(models: list[str], thread_counts: list[int], work: Path, args) -> None:
                 rows.append({"model": name, "threads": threads, "error": err})
                 benchlib.log(f"  {name} at {threads} thread(s) failed: {err}")
     pool = {r.get("thread_pool") for r in rows if "thread_pool" in r}
-    print(
-        f"tvmgen ({'/'.join(sorted(pool)) or '?'} thread pool, untuned) against onnxruntime / LiteRT, "
-        f"medians; busy: one busy-loop process per CPU ({os.cpu_count()}) running alongside"
-    )
-    print(format_table(rows))
-    summary = summarise(rows)
-    for threads, s in summary.items():
-        worst = s["quiet_worst"]
+    if fps:
         print(
-            f"{threads} thread(s): tvmgen / reference geometric mean {benchlib.fmt_ratio(s['quiet_ratio'])} quiet, "
-            f"{benchlib.fmt_ratio(s['contended_ratio'])} busy; slowest {worst[1]} {benchlib.fmt_ratio(worst[0])}; "
-            f"busy / quiet: tvmgen {benchlib.fmt_ratio(s['tvmgen_slowdown'])}, "
-            f"reference {benchlib.fmt_ratio(s['reference_slowdown'])}"
-            if worst
-            else f"{threads} thread(s): -"
+            f"tvmgen ({'/'.join(sorted(pool)) or '?'} thread pool, untuned) against onnxruntime / LiteRT, medians; "
+            f"b2b: back to back; paced: a {1e3 / fps:.1f} ms sleep before each run ({fps:g} fps); "
+            "py: HostModel.run, run: tvmgen-run (SetInput + Run + GetOutput)"
         )
+        print(format_paced_table(rows))
+    else:
+        print(
+            f"tvmgen ({'/'.join(sorted(pool)) or '?'} thread pool, untuned) against onnxruntime / LiteRT, "
+            f"medians; busy: one busy-loop process per CPU ({os.cpu_count()}) running alongside"
+        )
+        print(format_table(rows))
+    summary = summarise(rows, PACED_PHASES if fps else PHASES)
+    print("\n".join(summary_lines(summary, fps)))
     print(f"load average (1 min) at the start: {load[0]:.2f} on {os.cpu_count()} CPUs")
     if args.json:
         benchlib.write_json(
             args.json,
             "speed",
-            {"rows": rows, "summary": {str(k): v for k, v in summary.items()}, "loadavg_start": load},
+            {
+                "settings": {"mode": "paced" if fps else "contended", "fps": fps or None, "runs": args.runs},
+                "rows": rows,
+                "summary": {str(k): v for k, v in summary.items()},
+                "loadavg_start": load,
+            },
         )
 
 

@@ -163,6 +163,55 @@ def test_one_thread_runs_on_the_caller(pool_library):
     assert tids == [(threading.get_native_id(), 0, 1)]
 
 
+@pytest.fixture
+def pinned_caller():
+    """Pins this thread to its current CPU, returns that CPU, and gives the thread its CPUs back afterwards."""
+    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs Linux and two CPUs")
+    before = os.sched_getaffinity(0)
+    cpu = ctypes.CDLL(None).sched_getcpu()
+    try:
+        yield lambda: os.sched_setaffinity(0, {cpu}) or cpu
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _chunks_after_idle_gaps(launch, launches=20):
+    """Launches of a loop whose chunks take 0.5 ms, each after a gap longer than the workers' spin (they
+    sleep in between, as between a paced app's frames): every chunk's (thread, CPU)."""
+    getcpu = ctypes.CDLL(None).sched_getcpu
+    ran = []
+
+    @LAMBDA
+    def body(task_id, penv, cdata):
+        ran.append((task_id, threading.get_native_id(), getcpu()))
+        time.sleep(0.0005)
+        return 0
+
+    for _ in range(launches):
+        time.sleep(0.003)
+        assert launch(body, None, 0) == 0
+    assert sorted(t for t, _, _ in ran) == sorted(list(range(4)) * launches)
+    return ran
+
+
+def test_workers_leave_the_callers_cpu(pool_library, pinned_caller):
+    """A worker woken on the launching thread's CPU (Linux wakes a sleeper beside its waker when the other
+    cores are busy) would take that CPU from the caller: it moves to another CPU before running a chunk."""
+    _, launch = launcher(pool_library, 2)  # the worker starts with every CPU allowed
+    cpu = pinned_caller()
+    me = threading.get_native_id()
+    workers = [(tid, c) for _, tid, c in _chunks_after_idle_gaps(launch) if tid != me]
+    assert all(c != cpu for _, c in workers), workers
+
+
+def test_workers_that_cannot_leave_the_callers_cpu_leave_the_chunks_to_it(pool_library, pinned_caller):
+    """A process on one CPU: the worker, pinned there too, runs no chunk; the caller runs them all."""
+    pinned_caller()
+    _, launch = launcher(pool_library, 2)  # the worker inherits the one CPU
+    assert {tid for _, tid, _ in _chunks_after_idle_gaps(launch)} == {threading.get_native_id()}
+
+
 def test_default_thread_count_follows_tvm_num_threads(pool_library):
     code = (
         "import ctypes,sys; lib=ctypes.CDLL(sys.argv[1]); s=ctypes.c_void_p(0); "

@@ -118,6 +118,22 @@ def test_host_runner_raw_input_and_threads(host_runtime, built, tmp_path):
     np.testing.assert_allclose(np.load(out / "y.npy"), a @ b, rtol=1e-5)
 
 
+def test_host_runner_paces_its_runs(host_runtime, compiled, tmp_path):
+    """tvmgen-run --pace-ms: a sleep before each timed run (as between camera frames), reported in the JSON."""
+    import time
+
+    art = compiled(save_onnx(single_op_models()["two_outputs"], tmp_path / "two_outputs.onnx"), name="two_outputs")
+    inputs = random_inputs(HostModel(art).manifest.inputs, seed=3)
+    t0 = time.perf_counter()
+    rc, _, timings, err = run_tool(host_runtime, art, tmp_path, inputs, extra=["--repeat", "3", "--pace-ms", "20"])
+    assert rc == 0, err
+    assert time.perf_counter() - t0 >= 3 * 0.020  # slept before each of the 3 timed runs (a lower bound only)
+    assert timings["pace_ms"] == 20 and timings["runs"] == 3
+    assert "median of 3, 20 ms apart" in err
+    rc, _, timings, _ = run_tool(host_runtime, art, tmp_path, inputs, extra=["--repeat", "2"])
+    assert rc == 0 and timings["pace_ms"] == 0
+
+
 @pytest.mark.parametrize("name", ["mobilenet", "two_outputs"])
 def test_aarch64_runner_under_qemu_matches_host(aarch64_runtime, built, tmp_path, name):
     art = built[(name, "linux-aarch64")]
@@ -206,6 +222,8 @@ def test_usage_errors(host_runtime):
         ([], "no artifact directory given"),
         (["a", "--repeat", "x"], "--repeat takes a number"),
         (["a", "--affinity", "fast"], "--affinity takes big, little or any"),
+        (["a", "--pace-ms", "x"], "--pace-ms takes a number"),
+        (["a", "--pace-ms", "-1"], "--pace-ms must be between 0 and 60000"),
         (["a", "--bogus"], "unknown option --bogus"),
     ]:
         proc = subprocess.run([tool, *args], capture_output=True, text=True)

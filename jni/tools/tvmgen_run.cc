@@ -2,6 +2,7 @@
 // The device-side twin of `tvmgen run`, usable over `adb shell` and under qemu.
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../src/npy.h"
@@ -27,6 +29,8 @@ const char* kUsage =
     "  -o, --output-dir DIR      write each output as NAME.npy in DIR\n"
     "  --warmup N                untimed runs before the timed ones (default 1)\n"
     "  --repeat N                timed runs (default 10)\n"
+    "  --pace-ms MS              sleep MS milliseconds before each timed run, as an app does between\n"
+    "                            camera frames (33.3 for 30 fps; default 0: back to back)\n"
     "  --threads N               CPU threads (default: $TVM_NUM_THREADS, else one per big core)\n"
     "  --affinity big|little|any pin TVM's thread pool to these cores (default any: tvmgen's own\n"
     "                            launcher, unpinned; see ThreadOptions in tvmgen/runtime.h)\n"
@@ -132,6 +136,7 @@ int main(int argc, char** argv) {
   std::string dir, output_dir, timings_file, profile_file;
   std::vector<std::string> input_flags;
   int warmup = 1, repeat = 10;
+  double pace_ms = 0;
   bool host_visible_inputs = false, from_memory = false, prepare = false;
   tvmgen::ThreadOptions threads;
   for (int i = 1; i < argc; ++i) {
@@ -152,6 +157,8 @@ int main(int argc, char** argv) {
         warmup = std::stoi(value("--warmup"));
       } else if (a == "--repeat") {
         repeat = std::stoi(value("--repeat"));
+      } else if (a == "--pace-ms") {
+        pace_ms = std::stod(value("--pace-ms"));
       } else if (a == "--threads") {
         threads.threads = std::stoi(value("--threads"));
       } else if (a == "--affinity") {
@@ -178,13 +185,14 @@ int main(int argc, char** argv) {
         return Usage("more than one artifact directory given (" + dir + ", " + a + ")");
       }
     } catch (const std::invalid_argument& e) {
-      return Usage(std::string(e.what()).find("stoi") != std::string::npos ? a + " takes a number" : e.what());
+      return Usage(std::string(e.what()).find("sto") == 0 ? a + " takes a number" : e.what());
     } catch (const std::out_of_range&) {
       return Usage(a + ": number out of range");
     }
   }
   if (dir.empty()) return Usage("no artifact directory given");
   if (repeat < 1 || warmup < 0) return Usage("--repeat must be >= 1 and --warmup >= 0");
+  if (!(pace_ms >= 0 && pace_ms <= 60000)) return Usage("--pace-ms must be between 0 and 60000");
 
   try {
     tvmgen::LoadOptions load_options;
@@ -235,6 +243,9 @@ int main(int argc, char** argv) {
 
     Stats copy_in, run, copy_out, total;
     for (int r = 0; r < warmup + repeat; ++r) {
+      if (r >= warmup && pace_ms > 0) {  // the idle gap between frames: the cores may sleep, caches cool
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(pace_ms));
+      }
       for (size_t k = 0; k < inputs.size(); ++k) model->SetInput(static_cast<int>(k), data[k].data(), data[k].size());
       model->Run();
       for (size_t k = 0; k < outputs.size(); ++k) model->GetOutput(static_cast<int>(k), out[k].data(), out[k].size());
@@ -269,16 +280,18 @@ int main(int argc, char** argv) {
        << "\"threads\": " << model->threads() << ", \"thread_pool\": \"" << model->thread_pool() << "\", "
        << "\"load_ms\": " << t.load_ms << ", \"init_ms\": " << t.init_ms << ", \"prepare\": " << prepared
        << ", \"first_run_ms\": " << t.first_run_ms
-       << ", \"warmup\": " << warmup << ", \"runs\": " << repeat << ", \"copy_in_ms\": " << copy_in.Json()
+       << ", \"warmup\": " << warmup << ", \"runs\": " << repeat << ", \"pace_ms\": " << pace_ms << ", \"copy_in_ms\": " << copy_in.Json()
        << ", \"run_ms\": " << run.Json() << ", \"copy_out_ms\": " << copy_out.Json()
        << ", \"total_ms\": " << total.Json() << ", \"memory\": {\"source\": \"/proc/self/status\", "
        << "\"before_load_bytes\": " << before_load.rss_bytes << ", \"after_load_peak_bytes\": " << after_load.peak_bytes
        << ", \"overall_peak_bytes\": " << end.peak_bytes << "}}\n";
+    char pace_note[64] = "";
+    if (pace_ms > 0) std::snprintf(pace_note, sizeof(pace_note), ", %g ms apart", pace_ms);
     std::fprintf(stderr,
-                 "tvmgen-run: %s on %s (%s, threads: %d): load %.1f ms, init %.1f ms, first run %.1f ms; median of %d: "
+                 "tvmgen-run: %s on %s (%s, threads: %d): load %.1f ms, init %.1f ms, first run %.1f ms; median of %d%s: "
                  "copy-in %.3f ms, run %.3f ms, copy-out %.3f ms\n",
                  (from_memory ? dir + " (read into memory)" : dir).c_str(), model->device().c_str(), tvmgen::RuntimeArch(), model->threads(), t.load_ms, t.init_ms, t.first_run_ms,
-                 repeat, copy_in.Median(), run.Median(), copy_out.Median());
+                 repeat, pace_note, copy_in.Median(), run.Median(), copy_out.Median());
     if (end.peak_bytes > 0) {
       std::fprintf(stderr, "tvmgen-run: peak resident memory (VmHWM): after load %.1f MB, overall %.1f MB\n",
                    after_load.peak_bytes / 1048576.0, end.peak_bytes / 1048576.0);

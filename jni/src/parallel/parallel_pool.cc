@@ -61,6 +61,14 @@ int EnvInt(const char* name, int fallback) {
   return atoi(v);
 }
 
+int CurrentCpu() {
+#if defined(__linux__)
+  return sched_getcpu();
+#else
+  return -1;
+#endif
+}
+
 int64_t NowNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -175,6 +183,7 @@ class Pool {
       ranges_[k].v.store((epoch << 32) | (uint64_t((k + 1) * per) << 16) | uint64_t(k * per),
                          std::memory_order_relaxed);
     }
+    caller_cpu_.store(CurrentCpu(), std::memory_order_relaxed);
     epoch_.store(epoch, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
       pthread_mutex_lock(&sleep_mu_);
@@ -241,6 +250,32 @@ class Pool {
     int self;
   };
 
+  // Whether this worker runs on another CPU than the launching thread, moving off the launcher's CPU
+  // first when it woke up there. After an idle gap (a paced app between camera frames) the workers sleep,
+  // and Linux wakes a sleeper on its waker's CPU when the other cores are busy: the worker then takes
+  // that CPU from the caller, and the caller waits for the worker's chunks and its spin (measured: a
+  // paced run at two threads took twice the one-thread time). Moved elsewhere (sched_setaffinity: this
+  // process's other CPUs, without the caller's), the worker helps; where it cannot move it leaves the
+  // launch to the others.
+  bool OffCallerCpu() {
+#if defined(__linux__)
+    const int caller = caller_cpu_.load(std::memory_order_relaxed);
+    if (caller < 0 || CurrentCpu() != caller) return true;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return false;
+    cpu_set_t others = set;
+    if (caller < CPU_SETSIZE) CPU_CLR(caller, &others);
+    if (CPU_COUNT(&others) == 0) {  // pinned to this CPU: try the process's other CPUs
+      if (sched_getaffinity(getpid(), sizeof(others), &others) != 0) return false;
+      if (caller < CPU_SETSIZE) CPU_CLR(caller, &others);
+      if (CPU_COUNT(&others) == 0) return false;
+    }
+    return sched_setaffinity(0, sizeof(others), &others) == 0 && CurrentCpu() != caller;
+#else
+    return true;
+#endif
+  }
+
   static void* WorkerMain(void* p) {
     auto* arg = static_cast<WorkerArg*>(p);
     arg->pool->WorkerLoop(arg->self);
@@ -289,7 +324,7 @@ class Pool {
       }
       seen = epoch;
       const int n = Threads();
-      if (self < n) RunChunks(static_cast<uint32_t>(epoch), self, n);
+      if (self < n && OffCallerCpu()) RunChunks(static_cast<uint32_t>(epoch), self, n);
     }
   }
 
@@ -304,6 +339,7 @@ class Pool {
   int num_workers_ = 0;
   pthread_mutex_t launch_mu_;
   std::atomic<uint64_t> epoch_{0};
+  std::atomic<int> caller_cpu_{-1};  // the CPU the latest launch started on
   Range ranges_[kMaxThreads];
   ParallelLambda fn_ = nullptr;
   void* cdata_ = nullptr;
