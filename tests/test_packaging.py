@@ -111,3 +111,19 @@ def test_ci_runs_the_readme_test_command():
     assert quick[0].startswith("bash scripts/bootstrap.sh && .venv/bin/tvmgen compile builtin:mobilenet")
     assert quick[1] == "bash scripts/bootstrap.sh && bash scripts/check.sh && .venv/bin/python -m pytest"
     assert quick[1] in (REPO / ".ci" / "run").read_text().splitlines()
+
+
+def test_tvm_loads_without_torch_and_torch_models_still_import(torch_pt2):
+    """tvmgen keeps tvm_ffi and tvm.relax from importing PyTorch as they load (2 s of CPU per command); a
+    PyTorch model imported after TVM still goes through the frontend, with torch loaded then."""
+    code = (
+        "import sys, tvmgen, tvm\n"
+        "from tvm import relax\n"
+        "print('torch' in sys.modules)\n"
+        "from tvmgen import frontends\n"
+        f"m = frontends.load({str(torch_pt2)!r}, [])\n"
+        "print('torch' in sys.modules, m.format, [i.shape for i in m.inputs])\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["False", "True pytorch [(1, 3, 64, 64)]"], r.stdout
