@@ -37,14 +37,14 @@ def _load_tvm_without_torch() -> None:
 
             def exec_module(module):
                 nested = "torch" in sys.modules  # an outer import already hides it
-                sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError
+                sys.modules["torch"] = None  # `import torch` raises ImportError
                 try:
                     run(module)
                 finally:
                     if not nested and sys.modules.get("torch", 0) is None:
                         del sys.modules["torch"]
 
-            spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+            spec.loader.exec_module = exec_module
             return spec
 
     if "tvm_ffi" not in sys.modules and "torch" not in sys.modules:
