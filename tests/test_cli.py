@@ -123,9 +123,9 @@ def test_run_detects_tampered_artifact(tvmgen_inprocess, tmp_path, compiled, bui
     assert r.returncode == 2 and "does not match the sha256" in r.stderr
 
 
-@pytest.mark.slow
-def test_check_failure_leaves_no_artifact(tvmgen, tmp_path, builtin_onnx):
-    r = tvmgen("compile", builtin_onnx, "--check", "--atol", "0", "--rtol", "0", "-o", tmp_path / "out")
+def test_check_failure_leaves_no_artifact(tvmgen, tmp_path):
+    # builtin:tiny ends in a softmax that differs from onnxruntime's in the last bits (3e-8): zero tolerance fails
+    r = tvmgen("compile", "builtin:tiny", "--check", "--atol", "0", "--rtol", "0", "-o", tmp_path / "out")
     assert_clean_failure(r, 5, "outputs differ from onnxruntime", "no artifact was written", where=tmp_path)
 
 
