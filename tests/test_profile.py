@@ -311,11 +311,11 @@ def test_launching_function_from_opencl_kernel_names():
 
 
 @pytest.fixture(scope="module")
-def opencl_art(tmp_path_factory, opencl_lib):
-    """builtin:mobilenet compiled for --device opencl, after checking that PoCL (or another OpenCL
-    platform) is there (``opencl_lib``): missing, the test is skipped, and fails under CI=true."""
-    d = tmp_path_factory.mktemp("profile-ocl")
-    return compile_here("builtin:mobilenet", d / "mobilenet-opencl", "--device", "opencl", timeout=900)
+def opencl_art(opencl_lib, compiled, builtin_onnx):
+    """The built-in model compiled for --device opencl (the session's build, shared with test_opencl), after
+    checking that PoCL (or another OpenCL platform) is there (``opencl_lib``): missing, the test is
+    skipped, and fails under CI=true."""
+    return compiled(builtin_onnx, "host", "opencl", name="mobilenet")
 
 
 def test_tvmgen_run_profile_on_opencl_uses_event_timestamps(opencl_art, host_runtime, tmp_path):
