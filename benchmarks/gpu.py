@@ -3,20 +3,22 @@
 
 Every artifact runs through the C++ runner tvmgen-run, each start a fresh process:
 
-  cold first run   the first inference of a process whose OpenCL kernel cache (TVMGEN_OPENCL_CACHE_DIR)
-                   and driver caches (PoCL's POCL_CACHE_DIR, NVIDIA's CUDA_CACHE_PATH) are empty:
-                   the kernels' programs start building when the model loads and the first run waits for
-                   what is left, so most of their compile lands here (tvmgen-run --prepare would move it out)
+  cold first run   the first inference of a process whose OpenCL kernel cache (TVMGEN_OPENCL_CACHE_DIR),
+                   Vulkan pipeline cache (TVMGEN_VULKAN_CACHE_DIR) and driver caches (PoCL's POCL_CACHE_DIR,
+                   NVIDIA's CUDA_CACHE_PATH and __GL_SHADER_DISK_CACHE_PATH, Mesa's MESA_SHADER_CACHE_DIR)
+                   are empty: the kernels' programs (Vulkan: pipelines) start building when the model loads
+                   and the first run waits for what is left, so most of their compile lands here
+                   (tvmgen-run --prepare would move OpenCL's out)
   warm first run   the same, with the caches the cold start filled
   init             VM initialisation with OpenCL context / CUDA context creation (median of all starts)
   kernels          programs (up to 8 kernels each) built from source in a cold start / loaded from tvmgen's
-                   cache in a warm one
+                   cache in a warm one; Vulkan: pipelines created without / with tvmgen's pipeline cache
   steady           median of --runs timed runs (after one warm-up) in one warm process; "run" waits for
                    the kernels; copy-in / copy-out are the host<->device copies (medians)
   max abs err      against the CPU (LLVM) build of the same model, on one fixed random input (seed 0)
 
 Rows: each model x device (cpu for reference; opencl, the generic GPU family, always; opencl-adreno
-with --gpu-family adreno and/or desktop; cuda with --cuda) x precision (fp32; fp16 too with --precision fp16). A row
+with --gpu-family adreno and/or desktop; cuda with --cuda; vulkan with --vulkan) x precision (fp32; fp16 too with --precision fp16). A row
 whose build or run fails says why and the benchmark goes on.
 
 Two phases, since the GPU machine has no TVM Python package (python3 + numpy only):
@@ -55,9 +57,11 @@ import benchlib
 HERE = Path(__file__).resolve().parent
 PLAN = "plan.json"
 WIDTH = 100  # the status column: longer errors are printed in full below the table
-STATS = re.compile(r"tvmgen-opencl: cache (\{.*\})")
+STATS = re.compile(r"tvmgen-(?:opencl|vulkan): cache (\{.*\})")
 PLATFORM = re.compile(r"tvmgen-opencl: (.*)")
+VULKAN_DEVICE = re.compile(r"tvmgen-vulkan: (device .*)")
 RUNTIME_LIBS = ("libtvmgen_runtime.so", "libtvm_runtime.so", "libtvm_ffi.so", "libtvmgen_opencl.so")
+OPTIONAL_LIBS = ("libtvmgen_vulkan.so",)  # built where the Vulkan headers are
 CUDA_SHIM = "libtvmgen_cuda_kernels.so"
 
 # Registers tvm_callback_cuda_compile in a process without TVM's Python package: the CUDA module loader
@@ -119,6 +123,8 @@ def variants(args) -> list[dict]:
             raise SystemExit(f"--gpu-family: unknown family {family!r} (generic, adreno, desktop)")
     if args.cuda:
         gpus.append(("cuda", None))
+    if args.vulkan:
+        gpus.append(("vulkan", None))
     out = [] if args.no_cpu else [{"id": "cpu", "device": "cpu", "family": None, "precision": "fp32"}]
     for device, family in gpus:
         for p in precisions:
@@ -265,6 +271,11 @@ def _runtime(work: Path, args) -> dict:
     shutil.copy2(prefix / "bin" / "tvmgen-run", rt / "bin" / "tvmgen-run")
     for name in RUNTIME_LIBS:
         shutil.copy2(prefix / "lib" / name, rt / "lib" / name)
+    for name in OPTIONAL_LIBS:
+        if (prefix / "lib" / name).is_file():
+            shutil.copy2(prefix / "lib" / name, rt / "lib" / name)
+        elif args.vulkan and name == "libtvmgen_vulkan.so":
+            sys.exit(f"gpu.py: {prefix}/lib has no {name} (the runtime build needs the Vulkan headers: libvulkan-dev)")
     info = {"prefix": str(prefix), "cuda": False}
     if args.cuda:
         info["cuda"] = _cuda_runtime(rt / "lib")
@@ -464,6 +475,9 @@ def _start(
         if ln and "cache {" not in ln.group(1) and "rebuil" not in ln.group(1) and "platform" in ln.group(1)
     ]
     t["platform_line"] = p[0].group(1) if p else None
+    v = VULKAN_DEVICE.search(proc.stderr)
+    if v:
+        t["vulkan_device"] = v.group(1)
     return t
 
 
@@ -472,7 +486,7 @@ def _run_error(proc) -> str:
     lines = [
         ln.strip()
         for ln in proc.stderr.splitlines()
-        if ln.strip() and not ln.startswith("tvmgen-opencl: cache") and "Warning:" not in ln
+        if ln.strip() and not ln.startswith(("tvmgen-opencl: cache", "tvmgen-vulkan: ")) and "Warning:" not in ln
     ]
     at = next((i for i, ln in enumerate(lines) if ln.startswith("tvmgen-run: error:")), None)
     if at is None:
@@ -492,13 +506,18 @@ def run_row(row: dict, model: dict, work: Path, args, runner: Path) -> dict:
     art = work / row["artifact"]
     tmp = work / "run" / Path(row["artifact"]).name
     _fresh(tmp)
-    caches = [tmp / "kernel-cache", tmp / "pocl-cache", tmp / "nv-cache"]
+    caches = [tmp / "kernel-cache", tmp / "pocl-cache", tmp / "nv-cache", tmp / "vk-cache", tmp / "nv-gl-cache"]
+    caches.append(tmp / "mesa-cache")
     env = dict(
         os.environ,
         TVMGEN_OPENCL_CACHE_DIR=str(caches[0]),
         TVMGEN_OPENCL_LOG="1",
         POCL_CACHE_DIR=str(caches[1]),
         CUDA_CACHE_PATH=str(caches[2]),
+        TVMGEN_VULKAN_CACHE_DIR=str(caches[3]),
+        TVMGEN_VULKAN_LOG="1",
+        __GL_SHADER_DISK_CACHE_PATH=str(caches[4]),  # NVIDIA's Vulkan driver's own cache
+        MESA_SHADER_CACHE_DIR=str(caches[5]),  # lavapipe's
     )
     if row["device"] == "cuda":
         shim = work / "runtime" / "lib" / CUDA_SHIM
@@ -621,7 +640,7 @@ def report(plan: dict, results: list[dict], args) -> str:
         kern = "-"
         if r["cold"][0].get("cache") and r["warm"][0].get("cache"):
             c, w = r["cold"][0]["cache"], r["warm"][0]["cache"]
-            kern = f"{c['source_builds'] or c['misses']} / {w['hits']}"
+            kern = f"{c['source_builds'] or c['misses']} / {w.get('pipelines_cached', w['hits'])}"
         st = r["steady"]
         run = st["run_ms"]["median"]
         cpu = steady.get((r["model"], "cpu"))
@@ -649,6 +668,8 @@ def report(plan: dict, results: list[dict], args) -> str:
     platforms = sorted({s["platform_line"] for r in results for s in r.get("cold", []) if s.get("platform_line")})
     for p in platforms:
         lines.append(f"OpenCL: {p}")
+    for d in sorted({s["vulkan_device"] for r in results for s in r.get("cold", []) if s.get("vulkan_device")}):
+        lines.append(f"Vulkan: {d}")
     m = _machine()
     if m["nvidia_smi"] or plan.get("cuda_arch"):
         lines.append(f"CUDA: kernels built for {plan.get('cuda_arch')}; nvidia-smi: {m['nvidia_smi'] or 'not found'}")
@@ -662,8 +683,13 @@ def report(plan: dict, results: list[dict], args) -> str:
         for p in ("fp32", "fp16"):
             sfx = "" if p == "fp32" else f"-{p}"
             o, c = steady.get((model["name"], "opencl" + sfx)), steady.get((model["name"], "cuda" + sfx))
+            v = steady.get((model["name"], "vulkan" + sfx))
             if o and c:
                 extra.append(f"{model['name']} {p}: opencl / cuda steady = {o / c:.2f}x")
+            if v and o:
+                extra.append(f"{model['name']} {p}: vulkan / opencl steady = {v / o:.2f}x")
+            if v and c:
+                extra.append(f"{model['name']} {p}: vulkan / cuda steady = {v / c:.2f}x")
     lines += extra + notes
     return "\n".join(lines)
 
@@ -685,6 +711,7 @@ def main() -> int:
     ap.add_argument("--precision", default="fp32", help="fp16: add rows compiled with --precision fp16")
     ap.add_argument("--cuda", action="store_true", help="add cuda rows (nvcc compiles the kernels here)")
     ap.add_argument("--cuda-arch", default="sm_90", help="with --cuda: the GPU architecture [sm_90: H100/H200]")
+    ap.add_argument("--vulkan", action="store_true", help="add vulkan rows (tvmgen's GLSL/SPIR-V kernels)")
     ap.add_argument("--no-cpu", action="store_true", help="no cpu rows (the CPU build is still the reference)")
     ap.add_argument("--repeat", type=int, default=3, help="cold starts and warm starts, each [3]")
     ap.add_argument("--runs", type=int, default=20, help="timed runs of the steady process [20]")

@@ -11,10 +11,12 @@ thread (medians, round robin, in one child process per model).
 
 Targets: host (host/cpu; timed), aarch64 (linux-aarch64/cpu run by tvmgen-run under qemu-aarch64;
 checked, not timed: emulated), opencl (host/opencl run by tvmgen-run on the machine's OpenCL
-driver, PoCL here; checked).
+driver, PoCL here; checked), vulkan (host/vulkan run by tvmgen-run with libtvmgen_vulkan on the
+machine's Vulkan driver, Mesa's lavapipe here; checked).
 
     .venv/bin/python benchmarks/zoo.py                          # every model, host (~15 min on 2 cores)
     .venv/bin/python benchmarks/zoo.py --targets host,aarch64,opencl
+    .venv/bin/python benchmarks/zoo.py --targets host,vulkan
     .venv/bin/python benchmarks/zoo.py --models seg_head,audio_rnn --json zoo.json
 """
 
@@ -49,7 +51,12 @@ OTHERS = (
     "selfie_seg_fp16",
 )
 MODELS = (*TORCH_NETS, *KERAS, *OTHERS)
-TARGETS = {"host": ("host", "cpu"), "aarch64": ("linux-aarch64", "cpu"), "opencl": ("host", "opencl")}
+TARGETS = {
+    "host": ("host", "cpu"),
+    "aarch64": ("linux-aarch64", "cpu"),
+    "opencl": ("host", "opencl"),
+    "vulkan": ("host", "vulkan"),
+}
 # what each model adds to the coverage (the table's last column)
 WHAT = {
     "mobilenet_v3_small": "hard-swish, squeeze-excitation",
@@ -779,7 +786,7 @@ def geomean(values):
 def main() -> None:
     p = benchlib.parser(__doc__)
     benchlib.models_option(p, MODELS)
-    p.add_argument("--targets", default="host", help="comma-separated: host, aarch64, opencl [default: host]")
+    p.add_argument("--targets", default="host", help="comma-separated: host, aarch64, opencl, vulkan [default: host]")
     p.add_argument("--runs", type=int, default=20, help="timed runs per engine and round [default: 20]")
     p.add_argument("--keep", type=Path, help="work directory to keep (models, artifacts)")
     p.add_argument("--one", help=argparse_hidden())
@@ -865,6 +872,11 @@ def _runtimes(targets: list[str], work: Path) -> dict:
         found["aarch64"] = runtime_build.cached_build("linux-aarch64") / "bin" / "tvmgen-run"
     if "opencl" in targets:
         found["opencl"] = benchlib.opencl_runtime(None, work, benchlib.progress) / "bin" / "tvmgen-run"
+    if "vulkan" in targets:
+        prefix = runtime_build.cached_build("host")
+        if not (prefix / "lib" / "libtvmgen_vulkan.so").is_file():
+            raise SystemExit(f"{prefix}/lib has no libtvmgen_vulkan.so (the runtime build needs libvulkan-dev)")
+        found["vulkan"] = prefix / "bin" / "tvmgen-run"
     return found
 
 

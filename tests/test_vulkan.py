@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import run_native, unavailable
+from conftest import QEMU_AARCH64, REPO, run_native, unavailable
 
 # whole models compiled for Vulkan and the host runtime built with CMake
 pytestmark = pytest.mark.slow
@@ -139,3 +139,253 @@ def test_python_runner_on_lavapipe(arts, runtime, monkeypatch):
     want = HostModel(arts[("tiny", "cpu")]).run(inputs)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- wider coverage (issue 36)
+
+
+def _dtypes_model(path):
+    """An ONNX model whose outputs are bool, int8, uint8, float16 and int64 (packed storage buffers: 8- and
+    16-bit elements stored with atomics into their 32-bit word, int64 as ivec2) and a float32 sum of two."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    def scalar(name, kind, v):
+        return h.make_tensor(name, kind, [], [v])
+
+    nodes = [
+        h.make_node("Greater", ["x", "zero"], ["pos"]),
+        h.make_node("Mul", ["x", "ten"], ["x10"]),
+        h.make_node("Clip", ["x10", "lo", "hi"], ["xc"]),
+        h.make_node("Cast", ["xc"], ["q"], to=T.INT8),
+        h.make_node("Abs", ["xc"], ["xa"]),
+        h.make_node("Cast", ["xa"], ["u"], to=T.UINT8),
+        h.make_node("Cast", ["x"], ["half"], to=T.FLOAT16),
+        h.make_node("ArgMax", ["x"], ["am"], axis=1, keepdims=0),
+        h.make_node("Mul", ["ids", "two"], ["ids2"]),
+        h.make_node("Cast", ["pos"], ["posf"], to=T.FLOAT),
+        h.make_node("Cast", ["half"], ["hf"], to=T.FLOAT),
+        h.make_node("Add", ["posf", "hf"], ["y"]),
+    ]
+    shape = [3, 37]  # 111 elements: words shared by neighbours, a partial last word
+    outs = [("pos", T.BOOL), ("q", T.INT8), ("u", T.UINT8), ("half", T.FLOAT16), ("ids2", T.INT64), ("y", T.FLOAT)]
+    graph = h.make_graph(
+        nodes,
+        "dtypes",
+        [h.make_tensor_value_info("x", T.FLOAT, shape), h.make_tensor_value_info("ids", T.INT64, shape)],
+        [h.make_tensor_value_info(n, t, shape) for n, t in outs] + [h.make_tensor_value_info("am", T.INT64, [3])],
+        initializer=[
+            scalar("zero", T.FLOAT, 0.0),
+            scalar("ten", T.FLOAT, 10.0),
+            scalar("lo", T.FLOAT, -100.0),
+            scalar("hi", T.FLOAT, 100.0),
+            scalar("two", T.INT64, 2),
+        ],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    onnx.save(model, str(path))
+    return path
+
+
+def test_narrow_and_64_bit_buffers_match_cpu_exactly(tools, runtime, compiled, tmp_path):
+    """bool / int8 / uint8 / float16 / int64 buffers: the Vulkan build's outputs equal the CPU build's."""
+    from tvmgen.compiler import vulkan
+
+    model = _dtypes_model(tmp_path / "dtypes.onnx")
+    arts = {d: compiled(model, "host", d, name="dtypes") for d in ("cpu", "vulkan")}
+    kernels = kernels_of(arts["vulkan"])
+    assert not {k["name"]: e for k in kernels if (e := vulkan.spirv_val(k["spirv"]))}
+    glsl = "\n".join(k["glsl"] for k in kernels)
+    assert "atomicOr" in glsl and "ivec2 data[]" in glsl and "unpackHalf2x16" in glsl
+    rng = np.random.default_rng(0)
+    inputs = {
+        "x": (rng.standard_normal((3, 37)) * 3).astype(np.float32),
+        "ids": rng.integers(-1000, 1000, (3, 37)).astype(np.int64),
+    }
+    proc, got = run_native(runtime, arts["vulkan"], inputs, tmp_path, tag="vk")
+    assert got is not None, proc.stderr[-2000:]
+    _, want = run_native(runtime, arts["cpu"], inputs, tmp_path, tag="cpu")
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and np.array_equal(g, w), (g.dtype, g.ravel()[:8], w.ravel()[:8])
+
+
+def test_fp16_precision_on_lavapipe(arts, runtime, compiled, tmp_path):
+    """--precision fp16: half weights and activations in packed buffers, arithmetic in float32."""
+    from tvmgen.core import artifact
+    from tvmgen.core.model import random_inputs
+    from tvmgen.frontends.builtin import materialize
+
+    tiny = materialize("builtin:tiny", tmp_path)
+    art = compiled(tiny, "host", "vulkan", name="tiny", precision="fp16")
+    assert "unpackHalf2x16" in "".join(k["glsl"] for k in kernels_of(art))
+    inputs = random_inputs(artifact.load(art).inputs, seed=0)
+    proc, got = run_native(runtime, art, inputs, tmp_path, tag="vk16")
+    assert got is not None, proc.stderr[-2000:]
+    _, want = run_native(runtime, arts[("tiny", "cpu")], inputs, tmp_path, tag="cpu")
+    for g, w in zip(got, want):
+        print(f"fp16 on Vulkan: max abs error vs the CPU build {float(np.abs(g - w).max()):.2g}", file=sys.stderr)
+        np.testing.assert_allclose(g, w, atol=2e-3)
+
+
+# vectors (seg_head's convolutions), int64 ids and a bool mask (text_encoder), int64 gathers (audio_rnn),
+# a 0-d int64 input into If (vad_scalar); views of shared memory are in mobilenet_v3_small (benchmarks/zoo.py)
+ZOO = ("seg_head", "text_encoder", "audio_rnn", "vad_scalar")
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_model_on_lavapipe_matches_its_reference(name, tools, runtime, compiled, tmp_path):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import zoo
+    from tvmgen.frontends.base import parse_consts
+
+    def shared_build(path, flags, platform, device):
+        return compiled(path, platform, device, name=name, consts=parse_consts(flags[1::2]) or None)
+
+    tvmgen_run = runtime / "bin" / "tvmgen-run"
+    row = zoo.run_one(name, ["vulkan"], tmp_path, runs=1, runtimes={"vulkan": tvmgen_run}, compile=shared_build)
+    cell = row["targets"]["vulkan"]
+    print(f"{name} on Vulkan: {cell}", file=sys.stderr)
+    assert cell["status"] == "ok", cell
+
+
+def _vk_stats(stderr: str) -> dict:
+    line = next(ln for ln in stderr.splitlines() if ln.startswith("tvmgen-vulkan: cache {"))
+    return json.loads(line.removeprefix("tvmgen-vulkan: cache "))
+
+
+def test_pipeline_cache_persists_across_processes(arts, runtime, tmp_path):
+    """The first process builds every pipeline and writes the cache; the next loads it; a corrupt entry is
+    deleted and rebuilt, the outputs unchanged."""
+    from tvmgen.core import artifact
+    from tvmgen.core.model import random_inputs
+
+    art = arts[("tiny", "vulkan")]
+    n = len(kernels_of(art))
+    cache = tmp_path / "vk-cache"
+    env = {"TVMGEN_VULKAN_CACHE_DIR": str(cache), "TVMGEN_VULKAN_LOG": "1"}
+    inputs = random_inputs(artifact.load(art).inputs, seed=0)
+    proc, first = run_native(runtime, art, inputs, tmp_path, env=env, tag="cold")
+    assert first is not None, proc.stderr[-2000:]
+    cold = _vk_stats(proc.stderr)
+    assert (cold["misses"], cold["hits"], cold["source_builds"], cold["writes"]) == (1, 0, n, 1), cold
+    entries = list(cache.glob("*.vkpc"))
+    assert len(entries) == 1
+    proc, second = run_native(runtime, art, inputs, tmp_path, env=env, tag="warm")
+    warm = _vk_stats(proc.stderr)
+    assert (warm["hits"], warm["pipelines_cached"], warm["source_builds"], warm["writes"]) == (1, n, 0, 0), warm
+    data = bytearray(entries[0].read_bytes())
+    data[-5] ^= 0xFF  # the checksum no longer matches
+    entries[0].write_bytes(bytes(data))
+    proc, third = run_native(runtime, art, inputs, tmp_path, env=env, tag="corrupt")
+    again = _vk_stats(proc.stderr)
+    assert "is unusable (checksum mismatch): rebuilt" in proc.stderr
+    assert (again["corrupt"], again["misses"], again["source_builds"], again["writes"]) == (1, 1, n, 1), again
+    for a, b, c in zip(first, second, third):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+def test_profile_times_kernels_with_timestamps(arts, runtime, tmp_path):
+    """tvmgen-run --profile on Vulkan: every kernel's time from the device's timestamp queries."""
+    art = arts[("tiny", "vulkan")]
+    out = tmp_path / "profile.json"
+    proc, got = run_native(runtime, art, {}, tmp_path, "--profile", str(out), repeat=2)
+    assert got is not None, proc.stderr[-2000:]
+    p = json.loads(out.read_text())["profile"]
+    assert p["clock"] == "device (Vulkan timestamps)"
+    names = {k["name"] for k in kernels_of(art)}
+    launched = p["vulkan_kernels"]
+    assert set(launched) <= names and len(launched) >= len(names) - 1, (sorted(launched), sorted(names))
+    assert all(c[0] == 2 and c[1] > 0 for c in launched.values()), launched
+    assert sum(c[1] for c in p["counts"].values()) == sum(c[1] for c in launched.values())
+
+
+def test_gpu_bench_vulkan_rows():
+    """benchmarks/gpu.py --vulkan: vulkan rows, pipelines built / cached in the kernels column, the Vulkan
+    device in the header and the vulkan / opencl and vulkan / cuda ratios below the table."""
+    import argparse
+
+    from helpers import load_benchmark
+
+    gpu = load_benchmark("gpu")
+    args = argparse.Namespace(
+        precision="fp32", gpu_family="generic", cuda=True, vulkan=True, no_cpu=True, repeat=1, runs=1
+    )
+    assert [v["id"] for v in gpu.variants(args)] == ["opencl", "cuda", "vulkan"]
+
+    def start(ms, cache=None, device=None):
+        t = {"first_run_ms": ms, "init_ms": 1.0, "cache": cache}
+        return {**t, "vulkan_device": device} if device else t
+
+    def row(vid, steady, cold, warm):
+        timing = {"median": steady}
+        return {
+            "model": "m",
+            "id": vid,
+            "device": vid,
+            "family": None,
+            "precision": "fp32",
+            "cold": [cold],
+            "warm": [warm],
+            "steady": {"run_ms": timing, "copy_in_ms": timing, "copy_out_ms": timing},
+            "max_abs_error": 1e-8,
+        }
+
+    vk_cold = {"hits": 0, "misses": 1, "source_builds": 33, "pipelines_cached": 0}
+    vk_warm = {"hits": 1, "misses": 0, "source_builds": 0, "pipelines_cached": 33}
+    device = "device NVIDIA H200 (Vulkan 1.4.312, driver 1), loader libvulkan.so.1"
+    results = [
+        row("opencl", 0.4, start(2000.0, {"hits": 0, "misses": 5, "source_builds": 5}), start(1.0, {"hits": 5})),
+        row("cuda", 0.8, start(1.5), start(1.4)),
+        row("vulkan", 0.44, start(250.0, vk_cold, device), start(5.0, vk_warm, device)),
+    ]
+    text = gpu.report({"models": [{"name": "m"}], "created": "now"}, results, args)
+    assert f"Vulkan: {device}" in text
+    vk_line = next(ln for ln in text.splitlines() if ln.startswith("m ") and " vulkan " in ln)
+    assert "33 / 33" in vk_line and "50.0x" in vk_line, vk_line
+    assert "m fp32: vulkan / opencl steady = 1.10x" in text and "m fp32: vulkan / cuda steady = 0.55x" in text
+
+
+def test_printer_vectors_lets_and_views():
+    """The GLSL printer's lane-by-lane vectors (Ramp, Broadcast, Shuffle), inline Let expressions and packed
+    loads/stores (the layouts of 8-, 16- and 64-bit storage buffers)."""
+    from tvm import tirx
+
+    from tvmgen.compiler import glsl
+
+    p = glsl._Printer("k")
+    x, y = tirx.Var("x", "int32"), tirx.Var("y", "int32")
+    p.names[x] = "v_x"
+    # a Let: declared before the statement, or inline where it may not be evaluated (a branch of ?:)
+    assert p.expr(tirx.Let(y, x + 3, y * y)) == "(v_y * v_y)" and p.lines[-1].strip() == "int v_y = (v_x + 3);"
+    c = tirx.Var("c", "bool")
+    p.names[c] = "v_c"
+    branchy = tirx.Select(c, tirx.Let(y, x * 2, y + y), x)
+    assert p.expr(branchy) == "(v_c ? (((v_x * 2)) + ((v_x * 2))) : v_x)" and len(p.lines) == 1
+    ramp = tirx.Ramp(x, 2, 4)
+    assert [p.expr(ramp, i) for i in range(4)] == ["v_x", "(v_x + 1 * 2)", "(v_x + 2 * 2)", "(v_x + 3 * 2)"]
+    assert p.expr(tirx.Broadcast(tirx.FloatImm("float32", 1.5), 4), 3) == "1.5"
+    two = [tirx.Ramp(x, 1, 2), tirx.Ramp(x * 10, 1, 2)]
+    shuffle = tirx.Shuffle(two, [tirx.IntImm("int32", 3), tirx.IntImm("int32", 0)])
+    assert [p.expr(shuffle, i) for i in range(2)] == ["((v_x * 10) + 1 * 1)", "v_x"]
+    with pytest.raises(glsl.UnsupportedError, match="vector"):
+        p.expr(ramp)  # a vector where a scalar is needed
+    assert glsl.Buf("b.data", "int64", "i64").load("i") == "b.data[i].x"
+    assert glsl.Buf("b.data", "float16", "half").load("i") == "tvm_half_at(b.data[(i) >> 1], i)"
+    assert glsl.Buf("b.data", "int8", "byte").load("i") == "bitfieldExtract(int(b.data[(i) >> 2]), ((i) & 3) * 8, 8)"
+    assert glsl.Buf("s", "float32", offset="4").load("i") == "s[(i + 4)]"
+    (store,) = glsl.Buf("b.data", "bool", "byte").store("i", "c")
+    assert "atomicAnd(b.data[(i) >> 2], ~(0xffu << s_))" in store and "atomicOr" in store
+
+
+def test_aarch64_runtime_has_the_vulkan_backend(aarch64_runtime, compiled, tmp_path):
+    """The linux-aarch64 runtime build has libtvmgen_vulkan (the build host's Vulkan headers: the cross
+    sysroot has none); under qemu, with no aarch64 Vulkan loader here, tvmgen-run loads it and says why
+    Vulkan is unavailable."""
+    from tvmgen.frontends.builtin import materialize
+
+    assert (aarch64_runtime / "lib" / "libtvmgen_vulkan.so").is_file()
+    art = compiled(materialize("builtin:tiny", tmp_path), "linux-aarch64", "vulkan", name="tiny")
+    proc, got = run_native(aarch64_runtime, art, {}, tmp_path, launcher=QEMU_AARCH64)
+    assert got is None and "Vulkan is not available: no Vulkan loader could be opened" in proc.stderr, proc.stderr

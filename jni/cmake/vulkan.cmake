@@ -4,11 +4,27 @@
 # headers to build (Debian libvulkan-dev; the NDK's sysroot has them). Loaded by libtvmgen_runtime
 # (LoadBackend) when a model's device is vulkan. See docs/gpu.md (Vulkan).
 find_path(TVMGEN_VULKAN_INCLUDE vulkan/vulkan.h)
+if(NOT TVMGEN_VULKAN_INCLUDE AND CMAKE_CROSSCOMPILING)
+  # A cross build (linux-aarch64) whose sysroot lacks them: the Vulkan headers are the same for every
+  # architecture, so the build host's are used, through a directory holding only them (adding the host's
+  # /usr/include would put its C library's headers before the sysroot's).
+  find_path(_tvmgen_host_vulkan vulkan/vulkan.h NO_CMAKE_FIND_ROOT_PATH)
+  if(_tvmgen_host_vulkan)
+    set(_dir ${CMAKE_CURRENT_BINARY_DIR}/vulkan-headers)
+    file(MAKE_DIRECTORY ${_dir})
+    foreach(_sub vulkan vk_video)
+      if(EXISTS ${_tvmgen_host_vulkan}/${_sub})
+        file(COPY ${_tvmgen_host_vulkan}/${_sub} DESTINATION ${_dir})
+      endif()
+    endforeach()
+    set(TVMGEN_VULKAN_INCLUDE ${_dir} CACHE PATH "Vulkan headers (the build host's)" FORCE)
+  endif()
+endif()
 if(NOT TVMGEN_VULKAN_INCLUDE)
   message(STATUS "tvmgen_vulkan: no vulkan/vulkan.h (apt-get install libvulkan-dev): the Vulkan backend is not built")
   return()
 endif()
-add_library(tvmgen_vulkan SHARED src/vulkan/vulkan_runtime.cc)
+add_library(tvmgen_vulkan SHARED src/vulkan/vulkan_runtime.cc src/opencl/sha256.cc)
 target_include_directories(tvmgen_vulkan PRIVATE ${TVMGEN_VULKAN_INCLUDE})
 # TVM's DeviceAPI declaration: as for tvmgen_opencl (cmake/opencl.cmake), TVM's header where it exists.
 if(EXISTS ${_tvmgen_tvm_include}/tvm/runtime/device_api.h AND NOT TVMGEN_OPENCL_OWN_DEVICE_API)

@@ -3,8 +3,9 @@
 // makes with the device's steady clock; it is registered as the global tvmgen.profile_vm, which
 // Model::Profile and RPC clients (`tvmgen bench --profile`) call, so runtime.cc does not link to it.
 // On OpenCL (libtvmgen_opencl loaded) the kernels' times are the device's own event timestamps
-// instead (tvmgen.opencl.profiling / kernel_times): launches are asynchronous, so the host's clock
-// around a call would only time the launch.
+// instead (tvmgen.opencl.profiling / kernel_times), and on Vulkan (libtvmgen_vulkan) the timestamp
+// queries around each dispatch (tvmgen.vulkan.profiling / kernel_times): launches are asynchronous, so
+// the host's clock around a call would only time the launch.
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
 #include <tvm/ffi/container/tensor.h>
@@ -51,6 +52,7 @@ bool IsBuiltin(const std::string& name) {
 }
 
 constexpr const char* kOpenCLEventsClock = "device (OpenCL events)";
+constexpr const char* kVulkanTimestampsClock = "device (Vulkan timestamps)";
 
 // The VM function that launched an OpenCL kernel. TVM's codegen names a PrimFunc's kernels after it:
 // "<func>_kernel", further ones "<func>_kernel_1" / "<func>_kernel1". The longest VM function the
@@ -78,13 +80,14 @@ std::string LaunchingFunction(const std::string& kernel, const std::map<std::str
   return kernel;
 }
 
-// libtvmgen_opencl's profiling globals, when that library is loaded.
+// libtvmgen_opencl's (or libtvmgen_vulkan's) profiling globals, when that library is loaded.
 struct OpenCLEvents {
   ffi::Function profiling, kernel_times;
   static bool Find(DLDevice dev, OpenCLEvents* out) {
-    if (dev.device_type != kDLOpenCL) return false;
-    auto p = ffi::Function::GetGlobal("tvmgen.opencl.profiling");
-    auto t = ffi::Function::GetGlobal("tvmgen.opencl.kernel_times");
+    if (dev.device_type != kDLOpenCL && dev.device_type != kDLVulkan) return false;
+    std::string api = dev.device_type == kDLOpenCL ? "opencl" : "vulkan";
+    auto p = ffi::Function::GetGlobal("tvmgen." + api + ".profiling");
+    auto t = ffi::Function::GetGlobal("tvmgen." + api + ".kernel_times");
     if (!p.has_value() || !t.has_value()) return false;
     out->profiling = *p;
     out->kernel_times = *t;
@@ -213,7 +216,9 @@ std::string ProfileVm(ffi::Module vm, const ffi::Function& entry, const std::vec
   }
   std::ostringstream js;
   js.precision(10);
-  const char* clock = use_events ? kOpenCLEventsClock : dev.device_type == kDLCPU ? "device" : "device host";
+  const char* clock = use_events ? (dev.device_type == kDLVulkan ? kVulkanTimestampsClock : kOpenCLEventsClock)
+                     : dev.device_type == kDLCPU ? "device"
+                                                 : "device host";
   js << "{\"runs\": " << runs << ", \"clock\": \"" << clock << "\", \"whole_run_ms\": " << Median(plain_ms)
      << ", \"kernels_median_ms\": " << Median(kernel_ms)
      // the fastest of each: a shared machine's noise only adds time, so these compare best
@@ -230,7 +235,8 @@ std::string ProfileVm(ffi::Module vm, const ffi::Function& entry, const std::vec
       row.second += c.second;
     }
     CountsJson(js, rows);
-    js << ", \"opencl_kernels\": ";  // each OpenCL kernel: (launches, event ns)
+    // each OpenCL kernel: (launches, event ns); each Vulkan one: (dispatches, timestamp ns)
+    js << (dev.device_type == kDLVulkan ? ", \"vulkan_kernels\": " : ", \"opencl_kernels\": ");
     CountsJson(js, launches);
     js << ", \"host_counts\": ";  // every VM call timed by the host's clock (launch costs, builtins)
     CountsJson(js, counts);

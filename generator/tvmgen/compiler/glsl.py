@@ -17,9 +17,22 @@ registers one that prints each kernel with this module and compiles it to SPIR-V
 - C math calls left by TVM's intrinsic lowering (``expf``, ``sqrtf``, ``tanhf``, ``erff``...) map to
   GLSL.std.450 functions, or to helpers where GLSL has none (``erf``).
 
-Not supported yet (a ``CompileError`` names the kernel and the construct): vector types (``Ramp``,
-``Broadcast``), 8- and 16-bit types (float16, int8, bool buffers), dynamic shared memory, 64-bit
-integer values outside 32-bit range (64-bit integers are printed as 32-bit ones), ``Let`` expressions.
+- vector expressions (``Ramp``, ``Broadcast``, ``Shuffle``, vector loads, stores and ``Bind``) are
+  printed lane by lane as scalars (any lane count; drivers schedule scalars anyway), a vector store's
+  lanes all computed before any is stored;
+- ``Let`` expressions are declared as temporaries before the statement that holds them, or printed
+  inline (their value substituted: the values are pure) inside a branch of ``?:`` / ``if_then_else``,
+  the right side of ``&&`` / ``||`` and a ``while`` condition, which may not be evaluated;
+- storage buffers of types GLSL 4.50 core lacks are packed into 32-bit words, so no device feature is
+  needed: ``int64`` / ``uint64`` as ``ivec2`` (the low word read: values must fit 32 bits, as everywhere
+  here; stored sign-extended), ``float16`` two to a word (``unpackHalf2x16``, arithmetic in float32),
+  ``int8`` / ``uint8`` / ``bool`` four to a word (``bitfieldExtract``); stores of 8- and 16-bit elements
+  are ``atomicAnd`` + ``atomicOr`` on their word (each thread changes only its own bits, so neighbours
+  stored by other threads at the same time are kept). Shared and local arrays use 32-bit types.
+
+Not supported yet (a ``CompileError`` names the kernel and the construct): dynamic shared memory,
+64-bit integer values outside 32-bit range (64-bit integers are printed as 32-bit ones), predicated
+loads and stores, non-constant work-group sizes (dynamic shapes).
 """
 
 # ruff: noqa: N802 - the printer dispatches on TVM node class names (s_SeqStmt, e_Call)
@@ -27,12 +40,37 @@ integer values outside 32-bit range (64-bit integers are printed as 32-bit ones)
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from tvmgen.core.errors import CompileError
 
-SCALARS = {"float32": "float", "int32": "int", "int64": "int", "uint32": "uint", "bool": "bool"}
-BUFFER_ELEMENTS = {"float32": "float", "int32": "int", "uint32": "uint"}
+SCALARS = {
+    "float32": "float",
+    "float16": "float",  # computed in float32: stored as half in packed buffers
+    "int32": "int",
+    "int64": "int",
+    "int16": "int",
+    "int8": "int",
+    "uint8": "int",
+    "uint16": "int",
+    "uint32": "uint",
+    "uint64": "uint",
+    "bool": "bool",
+}
+# storage buffer element type -> (GLSL array element, layout): "native" one element per array entry,
+# "i64" an ivec2 per element, "half" two per uint, "byte" four per uint
+BUFFER_LAYOUTS = {
+    "float32": ("float", "native"),
+    "int32": ("int", "native"),
+    "uint32": ("uint", "native"),
+    "int64": ("ivec2", "i64"),
+    "uint64": ("ivec2", "i64"),
+    "float16": ("uint", "half"),
+    "int8": ("uint", "byte"),
+    "uint8": ("uint", "byte"),
+    "bool": ("uint", "byte"),
+}
 
 # C math functions (TVM's default intrinsic lowering, call_pure_extern) -> GLSL
 MATH = {
@@ -107,6 +145,7 @@ HELPERS = """int tvm_tdiv(int a, int b) { return a / b; }
 int tvm_tmod(int a, int b) { return a - (a / b) * b; }
 int tvm_fdiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 int tvm_fmod_i(int a, int b) { int r = a - (a / b) * b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+float tvm_half_at(uint w, int i) { return unpackHalf2x16(w >> ((uint(i) & 1u) * 16u)).x; }
 float tvm_fmod(float a, float b) { return a - b * trunc(a / b); }
 float tvm_ffloormod(float a, float b) { return a - b * floor(a / b); }
 float tvm_round(float x) { return sign(x) * floor(abs(x) + 0.5); }
@@ -171,10 +210,65 @@ def _dtype(node) -> str:
     return str(dtype)
 
 
+def _split(dtype: str) -> tuple[str, int]:
+    """("float32x4") -> ("float32", 4); scalars have 1 lane."""
+    m = re.fullmatch(r"([a-z]+[0-9]*)x([0-9]+)", dtype)
+    return (m.group(1), int(m.group(2))) if m else (dtype, 1)
+
+
+def _lanes(node) -> int:
+    return _split(_dtype(node))[1]
+
+
 def _scalar(dtype: str) -> str:
-    if dtype not in SCALARS:
+    elem = _split(dtype)[0]
+    if elem not in SCALARS:
         raise UnsupportedError(f"type {dtype}")
-    return SCALARS[dtype]
+    return SCALARS[elem]
+
+
+@dataclass
+class Buf:
+    """How a TIR buffer is reached in GLSL."""
+
+    array: str  # the GLSL array
+    dtype: str  # element dtype
+    layout: str = "native"  # see BUFFER_LAYOUTS; shared and local arrays are "native"
+    offset: str | None = None  # element offset of a view
+
+    def index(self, i: str) -> str:
+        return i if self.offset is None else f"({i} + {self.offset})"
+
+    def load(self, i: str) -> str:
+        i = self.index(i)
+        a = self.array
+        if self.layout == "native":
+            return f"{a}[{i}]"
+        if self.layout == "i64":
+            return f"{a}[{i}].x" if self.dtype == "int64" else f"uint({a}[{i}].x)"
+        if self.layout == "half":
+            return f"tvm_half_at({a}[({i}) >> 1], {i})"
+        signed = self.dtype == "int8"
+        word = f"int({a}[({i}) >> 2])" if signed else f"{a}[({i}) >> 2]"
+        v = f"bitfieldExtract({word}, (({i}) & 3) * 8, 8)"
+        if self.dtype == "bool":
+            return f"({v} != 0u)"
+        return v if signed else f"int({v})"
+
+    def store(self, i: str, value: str) -> list[str]:
+        i = self.index(i)
+        a = self.array
+        if self.layout == "native":
+            return [f"{a}[{i}] = {value};"]
+        if self.layout == "i64":
+            return [f"{{ int v_ = int({value}); {a}[{i}] = ivec2(v_, v_ >> 31); }}"]
+        if self.layout == "half":
+            bits, width, shift = f"(packHalf2x16(vec2({value}, 0.0)) & 0xffffu)", "0xffffu", f"(uint({i}) & 1u) * 16u"
+        else:
+            v = f"uint({value})" if self.dtype != "bool" else f"(({value}) ? 1u : 0u)"
+            bits, width, shift = f"({v} & 0xffu)", "0xffu", f"(uint({i}) & 3u) * 8u"
+        word = f"{a}[({i}) >> {1 if self.layout == 'half' else 2}]"
+        return [f"{{ uint s_ = {shift}; atomicAnd({word}, ~({width} << s_)); atomicOr({word}, {bits} << s_); }}"]
 
 
 def _const_int(e) -> int:
@@ -201,8 +295,11 @@ class _Printer:
     shared: list[str] = field(default_factory=list)
     names: dict = field(default_factory=dict)  # Var -> GLSL name
     used: set = field(default_factory=set)
-    buffers: dict = field(default_factory=dict)  # buffer Var or data Var -> GLSL array expression
-    buffer_dtype: dict = field(default_factory=dict)  # the same -> element dtype
+    buffers: dict = field(default_factory=dict)  # buffer or parameter Var -> Buf
+    lets: dict = field(default_factory=dict)  # Let variable -> its value (printed inline)
+    stored: set = field(default_factory=set)  # the arrays the kernel stores into
+    let_names: dict = field(default_factory=dict)  # (Let variable, lane) -> its declared temporary
+    in_branch: int = 0  # > 0 while printing what may not be evaluated (Let values then inline)
     workgroup: list = field(default_factory=lambda: [1, 1, 1])
     indent: int = 1
 
@@ -244,12 +341,21 @@ class _Printer:
 
     def s_DeclBuffer(self, s) -> None:
         data = s.data
-        if type(data).__name__ != "Var" or data not in self.buffers:
+        base = data
+        if type(data).__name__ == "Call" and str(getattr(data.op, "name", "")) == "tirx.buffer_data":
+            base = data.args[0]  # a view of another buffer (an allocation's)
+        if base not in self.buffers:
             raise UnsupportedError(f"a buffer declared over {str(data)[:60]}")
+        under = self.buffers[base]
         elem = _dtype_of_buffer(s.buffer)
-        if elem != self.buffer_dtype[data]:
-            raise UnsupportedError(f"buffer {s.buffer.name} of {elem} over a {self.buffer_dtype[data]} parameter")
-        self.buffers[s.buffer] = self.buffers[data]
+        if elem != under.dtype:
+            raise UnsupportedError(f"buffer {s.buffer.name} of {elem} over a {under.dtype} buffer")
+        offset = under.offset
+        eo = getattr(s.buffer, "elem_offset", None)
+        if eo is not None and not (type(eo).__name__ == "IntImm" and int(eo.value) == 0):
+            o = self.expr(eo)
+            offset = o if offset is None else f"({offset} + {o})"
+        self.buffers[s.buffer] = Buf(under.array, under.dtype, under.layout, offset)
 
     def s_AllocBuffer(self, s) -> None:
         buf = s.buffer
@@ -265,8 +371,7 @@ class _Printer:
             self.emit(f"{_scalar(elem)} {name}[{size}];")
         else:
             raise UnsupportedError(f"memory scope {scope!r} ({buf.name})")
-        self.buffers[buf] = name
-        self.buffer_dtype[buf] = elem
+        self.buffers[buf] = Buf(name, elem)
 
     def s_AttrStmt(self, s) -> None:
         if s.attr_key == "thread_extent":
@@ -288,7 +393,26 @@ class _Printer:
     def s_BufferStore(self, s) -> None:
         if len(s.indices) != 1:
             raise UnsupportedError(f"a store with {len(s.indices)} indices (not flattened)")
-        self.emit(f"{self.ref(s.buffer)}[{self.expr(s.indices[0])}] = {self.expr(s.value)};")
+        if getattr(s, "predicate", None) is not None:
+            raise UnsupportedError("a predicated store")
+        buf, index, n = self.ref(s.buffer), s.indices[0], _lanes(s.value)
+        self.stored.add(buf.array)
+        if n == 1:
+            for line in buf.store(self.expr(index), self.expr(s.value)):
+                self.emit(line)
+            return
+        # a vector store, lane by lane: every lane's value first (they may read what is stored)
+        t = _scalar(_dtype(s.value))
+        self.emit("{")
+        self.indent += 1
+        names = [self.fresh("lane") for _ in range(n)]
+        for i, name in enumerate(names):
+            self.emit(f"{t} {name} = {self.expr(s.value, i)};")
+        for i, name in enumerate(names):
+            for line in buf.store(self.expr(index, i), name):
+                self.emit(line)
+        self.indent -= 1
+        self.emit("}")
 
     def s_For(self, s) -> None:
         if s.step is not None and not (type(s.step).__name__ == "IntImm" and int(s.step.value) == 1):
@@ -301,7 +425,7 @@ class _Printer:
         self.emit("}")
 
     def s_While(self, s) -> None:
-        self.emit(f"while ({self.expr(s.condition)}) {{")
+        self.emit(f"while ({self.conditional(s.condition)}) {{")  # evaluated at every iteration
         self.block(s.body)
         self.emit("}")
 
@@ -314,9 +438,15 @@ class _Printer:
         self.emit("}")
 
     def s_Bind(self, s) -> None:
-        value = self.expr(s.value)
-        t = _scalar(_dtype(s.value))
-        self.emit(f"{t} {self.bind(s.var)} = {value};")
+        t, n = _scalar(_dtype(s.value)), _lanes(s.value)
+        if n == 1:
+            value = self.expr(s.value)
+            self.emit(f"{t} {self.bind(s.var)} = {value};")
+            return
+        names = [self.fresh(f"{s.var.name}_{i}") for i in range(n)]
+        for i, name in enumerate(names):
+            self.emit(f"{t} {name} = {self.expr(s.value, i)};")
+        self.names[s.var] = names
 
     def s_Evaluate(self, s) -> None:
         v = s.value
@@ -338,103 +468,179 @@ class _Printer:
         self.emit("continue;")
 
     # ----------------------------------------------------------------- expressions
-    def ref(self, buf) -> str:
+    def ref(self, buf) -> Buf:
         if buf not in self.buffers:
             raise UnsupportedError(f"buffer {getattr(buf, 'name', buf)} used before its declaration")
         return self.buffers[buf]
 
-    def expr(self, e) -> str:
+    def expr(self, e, lane: int | None = None) -> str:
+        """``e`` in GLSL; of a vector expression, lane ``lane`` (vectors are printed lane by lane)."""
         kind = type(e).__name__
+        if kind in ("And", "Or"):  # the right operand only where the left does not decide
+            return f"({self.expr(e.a, lane)} {BINARY[kind]} {self.conditional(e.b, lane)})"
         if kind in BINARY:
-            return f"({self.expr(e.a)} {BINARY[kind]} {self.expr(e.b)})"
+            return f"({self.expr(e.a, lane)} {BINARY[kind]} {self.expr(e.b, lane)})"
         method = getattr(self, "e_" + kind, None)
         if method is None:
             raise UnsupportedError(f"expression {kind} ({str(e)[:60]})")
-        return method(e)
+        if lane is None and kind not in ("Ramp", "Broadcast", "Shuffle") and _lanes(e) > 1:
+            raise UnsupportedError(f"a vector expression where a scalar is needed ({str(e)[:60]})")
+        return method(e, lane)
 
-    def e_IntImm(self, e) -> str:
+    def e_Ramp(self, e, lane) -> str:
+        if lane is None:
+            raise UnsupportedError(f"a vector index outside a vector access ({str(e)[:60]})")
+        if lane == 0:
+            return self.expr(e.base)
+        return f"({self.expr(e.base)} + {lane} * {self.expr(e.stride)})"
+
+    def e_Broadcast(self, e, lane) -> str:
+        return self.expr(e.value, lane)
+
+    def e_Shuffle(self, e, lane) -> str:
+        if lane is None:
+            raise UnsupportedError(f"a shuffle outside a vector access ({str(e)[:60]})")
+        k = int(e.indices[lane].value)
+        for v in e.vectors:
+            n = _lanes(v)
+            if k < n:
+                return self.expr(v, k if n > 1 else None)
+            k -= n
+        raise UnsupportedError(f"a shuffle index out of range ({str(e)[:60]})")
+
+    def conditional(self, e, lane: int | None = None) -> str:
+        """``e`` where it may not be evaluated (a branch of ``?:``, the right side of ``&&``): its Let
+        values are printed inline, not declared before the statement."""
+        self.in_branch += 1
+        try:
+            return self.expr(e, lane)
+        finally:
+            self.in_branch -= 1
+
+    def e_Let(self, e, lane) -> str:
+        key = (e.var, lane if _lanes(e.value) > 1 else None)
+        if self.in_branch:
+            self.let_names.pop(key, None)
+            self.lets[e.var] = e.value  # inline: substituted where it is used
+        else:
+            # declared before the statement being printed (its value is pure and evaluated anyway):
+            # printed inline, a value used n times would be computed n times (tanh's x*x: 20)
+            value = self.expr(e.value, key[1])
+            name = self.fresh(str(e.var.name))
+            self.emit(f"{_scalar(_dtype(e.value))} {name} = {value};")
+            self.let_names[key] = name
+        return self.expr(e.body, lane)
+
+    def e_IntImm(self, e, lane=None) -> str:
         dtype = _dtype(e)
         v = int(e.value)
         if dtype == "bool":
             return "true" if v else "false"
-        if dtype in ("int32", "int64"):
+        if dtype in ("int32", "int64", "int16", "int8", "uint8", "uint16"):
             if not -(2**31) <= v < 2**31:
                 raise UnsupportedError(f"the 64-bit constant {v}")
             return str(v) if v != -(2**31) else "(-2147483647 - 1)"
-        if dtype == "uint32":
+        if dtype in ("uint32", "uint64"):
+            if not 0 <= v < 2**32:
+                raise UnsupportedError(f"the 64-bit constant {v}")
             return f"{v}u"
         raise UnsupportedError(f"a constant of type {dtype}")
 
-    def e_FloatImm(self, e) -> str:
-        if _dtype(e) != "float32":
+    def e_FloatImm(self, e, lane=None) -> str:
+        if _dtype(e) not in ("float32", "float16"):
             raise UnsupportedError(f"a constant of type {_dtype(e)}")
         return _float_literal(float(e.value))
 
-    def e_Var(self, e) -> str:
+    def e_Var(self, e, lane=None) -> str:
+        for key in ((e, lane), (e, None)):
+            if key in self.let_names:
+                return self.let_names[key]
+        if e in self.lets:
+            return f"({self.expr(self.lets[e], lane)})"
         if e in self.names:
-            return self.names[e]
+            name = self.names[e]
+            if isinstance(name, list):  # a vector variable: one scalar per lane
+                if lane is None:
+                    raise UnsupportedError(f"the vector variable {e.name} where a scalar is needed")
+                return name[lane]
+            return name
         raise UnsupportedError(f"variable {e.name} used before its definition")
 
-    def e_Cast(self, e) -> str:
-        return f"{_scalar(_dtype(e))}({self.expr(e.value)})"
+    def e_Cast(self, e, lane=None) -> str:
+        elem = _split(_dtype(e))[0]
+        value = f"{_scalar(elem)}({self.expr(e.value, lane)})"
+        # narrow integers are ints here: keep the low bits as TIR's cast does
+        if elem in ("int8", "int16"):
+            return f"bitfieldExtract({value}, 0, {elem[3:]})"
+        if elem in ("uint8", "uint16"):
+            return f"({value} & {255 if elem == 'uint8' else 65535})"
+        return value
 
-    def e_Div(self, e) -> str:
+    def e_Div(self, e, lane=None) -> str:
         if _dtype(e).startswith("float"):
-            return f"({self.expr(e.a)} / {self.expr(e.b)})"
-        return f"tvm_tdiv({self.expr(e.a)}, {self.expr(e.b)})"
+            return f"({self.expr(e.a, lane)} / {self.expr(e.b, lane)})"
+        if _split(_dtype(e))[0].startswith("uint"):
+            return f"({self.expr(e.a, lane)} / {self.expr(e.b, lane)})"
+        return f"tvm_tdiv({self.expr(e.a, lane)}, {self.expr(e.b, lane)})"
 
-    def e_Mod(self, e) -> str:
+    def e_Mod(self, e, lane=None) -> str:
         if _dtype(e).startswith("float"):
-            return f"tvm_fmod({self.expr(e.a)}, {self.expr(e.b)})"
-        return f"tvm_tmod({self.expr(e.a)}, {self.expr(e.b)})"
+            return f"tvm_fmod({self.expr(e.a, lane)}, {self.expr(e.b, lane)})"
+        if _split(_dtype(e))[0].startswith("uint"):
+            return f"({self.expr(e.a, lane)} % {self.expr(e.b, lane)})"
+        return f"tvm_tmod({self.expr(e.a, lane)}, {self.expr(e.b, lane)})"
 
-    def e_FloorDiv(self, e) -> str:
+    def e_FloorDiv(self, e, lane=None) -> str:
         if _dtype(e).startswith("float"):
-            return f"floor({self.expr(e.a)} / {self.expr(e.b)})"
-        return f"tvm_fdiv({self.expr(e.a)}, {self.expr(e.b)})"
+            return f"floor({self.expr(e.a, lane)} / {self.expr(e.b, lane)})"
+        return f"tvm_fdiv({self.expr(e.a, lane)}, {self.expr(e.b, lane)})"
 
-    def e_FloorMod(self, e) -> str:
+    def e_FloorMod(self, e, lane=None) -> str:
         if _dtype(e).startswith("float"):
-            return f"tvm_ffloormod({self.expr(e.a)}, {self.expr(e.b)})"
-        return f"tvm_fmod_i({self.expr(e.a)}, {self.expr(e.b)})"
+            return f"tvm_ffloormod({self.expr(e.a, lane)}, {self.expr(e.b, lane)})"
+        return f"tvm_fmod_i({self.expr(e.a, lane)}, {self.expr(e.b, lane)})"
 
-    def e_Min(self, e) -> str:
-        return f"min({self.expr(e.a)}, {self.expr(e.b)})"
+    def e_Min(self, e, lane=None) -> str:
+        return f"min({self.expr(e.a, lane)}, {self.expr(e.b, lane)})"
 
-    def e_Max(self, e) -> str:
-        return f"max({self.expr(e.a)}, {self.expr(e.b)})"
+    def e_Max(self, e, lane=None) -> str:
+        return f"max({self.expr(e.a, lane)}, {self.expr(e.b, lane)})"
 
-    def e_Not(self, e) -> str:
-        return f"(!{self.expr(e.a)})"
+    def e_Not(self, e, lane=None) -> str:
+        return f"(!{self.expr(e.a, lane)})"
 
-    def e_BitwiseNot(self, e) -> str:
-        return f"(~{self.expr(e.a)})"
+    def e_BitwiseNot(self, e, lane=None) -> str:
+        return f"(~{self.expr(e.a, lane)})"
 
-    def e_Select(self, e) -> str:
-        return f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
+    def e_Select(self, e, lane=None) -> str:
+        c = self.expr(e.condition, lane)
+        return f"({c} ? {self.conditional(e.true_value, lane)} : {self.conditional(e.false_value, lane)})"
 
-    def e_TensorLoad(self, e) -> str:
+    def e_TensorLoad(self, e, lane=None) -> str:
         if len(e.indices) != 1:
             raise UnsupportedError(f"a load with {len(e.indices)} indices (not flattened)")
-        if _dtype(e) not in SCALARS:
-            raise UnsupportedError(f"a load of type {_dtype(e)}")
-        return f"{self.ref(e.source)}[{self.expr(e.indices[0])}]"
+        if getattr(e, "predicate", None) is not None:
+            raise UnsupportedError("a predicated load")
+        _scalar(_dtype(e))
+        index = e.indices[0]
+        return self.ref(e.source).load(self.expr(index, lane if _lanes(index) > 1 else None))
 
-    def e_Call(self, e) -> str:
+    def e_Call(self, e, lane=None) -> str:
         op = str(e.op.name) if hasattr(e.op, "name") else str(e.op)
         args = list(e.args)
         if op in ("prim.if_then_else", "tirx.if_then_else"):
-            c, a, b = (self.expr(x) for x in args)
+            c = self.expr(args[0], lane if _lanes(args[0]) > 1 else None)
+            a, b = (self.conditional(x, lane if _lanes(x) > 1 else None) for x in args[1:])
             return f"({c} ? {a} : {b})"
         if op == "tirx.likely":
-            return self.expr(args[0])
+            return self.expr(args[0], lane)
         if op == "tirx.call_pure_extern" or op == "tirx.call_extern":
             fname = str(args[0].value)
             if fname not in MATH:
                 raise UnsupportedError(f"the C function {fname}")
-            return f"{MATH[fname]}({', '.join(self.expr(x) for x in args[1:])})"
+            return f"{MATH[fname]}({', '.join(self.expr(x, lane if _lanes(x) > 1 else None) for x in args[1:])})"
         if op in INTRINSICS:
-            return f"{INTRINSICS[op]}({', '.join(self.expr(x) for x in args)})"
+            return f"{INTRINSICS[op]}({', '.join(self.expr(x, lane if _lanes(x) > 1 else None) for x in args)})"
         if op == "tirx.reinterpret":
             src, dst = _dtype(args[0]), _dtype(e)
             conv = {
@@ -445,7 +651,7 @@ class _Printer:
             }.get((src, dst))
             if conv is None:
                 raise UnsupportedError(f"reinterpret {src} -> {dst}")
-            return f"{conv}({self.expr(args[0])})"
+            return f"{conv}({self.expr(args[0], lane)})"
         raise UnsupportedError(f"the intrinsic {op}")
 
 
@@ -473,23 +679,20 @@ def generate(gv, func) -> Kernel:
 
 def _generate(name: str, func) -> Kernel:
     p = _Printer(name)
-    bindings: list[str] = []
+    bindings: list[tuple[str, str]] = []  # (array, declaration after the layout and qualifiers)
     members: list[str] = []
     arg_types: list[str] = []
     for param in func.params:
         ty = param.ty
         if type(ty).__name__ == "PointerType":
             elem = str(ty.element_type.dtype)
-            if elem not in BUFFER_ELEMENTS:
+            if elem not in BUFFER_LAYOUTS:
                 raise UnsupportedError(f"a buffer of {elem}")
+            glsl_elem, layout = BUFFER_LAYOUTS[elem]
             block = p.fresh(f"B_{param.name}")
             var = p.fresh(str(param.name))
-            bindings.append(
-                f"layout(std430, set = 0, binding = {len(bindings)}) buffer {block} "
-                f"{{ {BUFFER_ELEMENTS[elem]} data[]; }} {var};"
-            )
-            p.buffers[param] = f"{var}.data"
-            p.buffer_dtype[param] = elem
+            bindings.append((f"{var}.data", f"buffer {block} {{ {glsl_elem} data[]; }} {var};"))
+            p.buffers[param] = Buf(f"{var}.data", elem, layout)
             arg_types.append("handle")
         else:
             dtype = str(ty.dtype)
@@ -503,7 +706,14 @@ def _generate(name: str, func) -> Kernel:
     head = ["#version 450", f"// Function: {name}"]
     wg = tuple(p.workgroup)
     head.append(f"layout(local_size_x = {wg[0]}, local_size_y = {wg[1]}, local_size_z = {wg[2]}) in;")
-    head += bindings
+    # TVM's kernels' buffers do not alias (tirx.noalias): restrict, and readonly where the kernel stores
+    # nothing, as TVM's OpenCL code has restrict / const. Without them the driver must keep every load
+    # after every store and cannot use its read-only cache path (NVIDIA: LSTM and transposed-convolution
+    # kernels several times slower than their OpenCL builds).
+    noalias = bool(func.attrs.get("tirx.noalias")) if func.attrs is not None else False
+    for i, (array, decl) in enumerate(bindings):
+        quals = ("restrict " if noalias else "") + ("" if array in p.stored else "readonly ")
+        head.append(f"layout(std430, set = 0, binding = {i}) {quals}{decl}")
     if members:
         head.append("layout(push_constant) uniform PushConstants { " + " ".join(members) + " } pc;")
     head += p.shared

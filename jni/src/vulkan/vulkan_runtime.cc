@@ -6,6 +6,8 @@
 //   device_api.vulkan                   a kDLVulkan DeviceAPI (buffers, copies, attributes)
 //   ffi.Module.load_from_bytes.vulkan   the loader of the SPIR-V kernels embedded in a model library
 //   tvmgen.vulkan.info                  JSON: the loader, instance and device in use (or the error)
+//   tvmgen.vulkan.set_cache_dir / cache_dir / cache_stats   the pipeline cache on disk
+//   tvmgen.vulkan.profiling / kernel_times                  per-kernel times from timestamp queries
 // libvulkan is opened with dlopen on first use (nothing links it): libvulkan.so.1 / libvulkan.so,
 // or TVMGEN_VULKAN_LIBRARY. The device: the first discrete GPU, else integrated, else any (lavapipe, a
 // CPU device, on the hosts here); TVMGEN_VULKAN_DEVICE=N picks the N-th physical device.
@@ -13,15 +15,34 @@
 // Execution: kernel launches and device-to-device copies are recorded into one command buffer, with
 // a compute-to-compute memory barrier after each; it is submitted and waited for when the host needs
 // the results (a copy to or from the host, StreamSync) or when its descriptor pool is full. Each kernel
-// is one compute pipeline (created on first use, with a VkPipelineCache): its buffers are the storage
-// buffers of descriptor set 0 (bindings in parameter order), its scalars 4-byte push constants.
+// is one compute pipeline: its buffers are the storage buffers of descriptor set 0 (bindings in
+// parameter order), its scalars 4-byte push constants.
+//
+// Pipelines: when a model library is loaded, its kernels' pipelines are created by background threads
+// (min(8, cores)), so the driver's compiles overlap the model's loading; a launch waits for its own
+// kernel's pipeline only. They are created through one VkPipelineCache per kernel module, which persists
+// across processes: <dir>/<sha256(key)[:40]>.vkpc, key = sha256(the module's SPIR-V payload) + device
+// name, vendor and device ids, driver version, pipelineCacheUUID + this format's version; the file holds
+// "TVMGENVC", u32 format, u64 key length, key, u64 data length, vkGetPipelineCacheData's bytes, and the
+// data's sha256. An entry that does not verify is deleted and the pipelines built from SPIR-V; a new
+// entry is written (temporary name, then rename) once every pipeline of the module exists. Directory:
+// tvmgen.vulkan.set_cache_dir / TVMGenVulkanSetCacheDir (apps), else $TVMGEN_VULKAN_CACHE_DIR ("" turns
+// it off), else $XDG_CACHE_HOME/tvmgen/vulkan or ~/.cache/tvmgen/vulkan. TVMGEN_VULKAN_LOG=1 prints the
+// cache's counters at exit ("tvmgen-vulkan: cache {...}").
+//
+// Profiling (tvmgen.vulkan.profiling(true)): each dispatch is bracketed by vkCmdWriteTimestamp (after
+// the work before it, at the end of its own), read back when the command buffer has run, and summed per
+// kernel (tvmgen.vulkan.kernel_times(): {kernel: [launches, ns]}), as libtvmgen_opencl does with events.
 #define VK_NO_PROTOTYPES
 #include <vulkan/vulkan.h>
 
 #include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <tvm/ffi/any.h>
 #include <tvm/ffi/cast.h>
 #include <tvm/ffi/container/array.h>
+#include <tvm/ffi/container/map.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>
@@ -29,17 +50,23 @@
 #include <tvm/ffi/function.h>
 #include <tvm/ffi/string.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "../opencl/device_api.h"
+#include "../opencl/sha256.h"
 
 namespace tvmgen {
 namespace vulkan {
@@ -88,7 +115,8 @@ struct Api {
   X(CmdPipelineBarrier) X(CmdBindPipeline) X(CmdBindDescriptorSets) X(CmdPushConstants) X(CmdDispatch)             \
   X(CreateShaderModule) X(DestroyShaderModule) X(CreateDescriptorSetLayout) X(CreatePipelineLayout)                \
   X(CreateComputePipelines) X(CreatePipelineCache) X(CreateDescriptorPool) X(ResetDescriptorPool)                  \
-  X(AllocateDescriptorSets) X(UpdateDescriptorSets)
+  X(AllocateDescriptorSets) X(UpdateDescriptorSets) X(GetPipelineCacheData) X(DestroyPipelineCache)                 \
+  X(CreateQueryPool) X(CmdResetQueryPool) X(CmdWriteTimestamp) X(GetQueryPoolResults)
   TVMGEN_VK_FUNCTIONS(TVMGEN_VK_FN)
 #undef TVMGEN_VK_FN
 };
@@ -130,6 +158,7 @@ struct Buffer {
   VkDeviceMemory memory = VK_NULL_HANDLE;
   size_t size = 0;
   void* mapped = nullptr;  // host-visible, coherent memory: persistently mapped
+  bool host_cached = false;  // mapped memory the host reads fast (not write-combined, as a GPU's BAR is)
 };
 
 class Workspace {
@@ -167,41 +196,170 @@ class Workspace {
   uint32_t queue_family = 0;
   VkQueue queue = VK_NULL_HANDLE;
   VkCommandPool pool = VK_NULL_HANDLE;
-  VkCommandBuffer cmd = VK_NULL_HANDLE;
-  VkFence fence = VK_NULL_HANDLE;
+  VkCommandBuffer cmd = VK_NULL_HANDLE;  // the one being recorded (allocated by Begin)
   VkDescriptorPool descriptors = VK_NULL_HANDLE;
-  VkPipelineCache pipeline_cache = VK_NULL_HANDLE;
   std::recursive_mutex mu;
   bool recording = false;
   int pending_sets = 0;
   static constexpr int kMaxSets = 1024;
   static constexpr int kMaxDescriptors = 16384;
   std::unordered_map<const void*, Buffer*> buffers;
+  // profiling: timestamps around each dispatch of the command buffer being recorded
+  bool profiling = false;
+  VkQueryPool queries = VK_NULL_HANDLE;
+  static constexpr uint32_t kMaxQueries = 4096;  // 2 per dispatch
+  uint32_t used_queries = 0;
+  std::vector<std::string> query_kernels;  // the kernel of each pair of queries recorded
+  std::map<std::string, std::pair<int64_t, int64_t>> kernel_times;  // kernel -> (launches, ns)
 
-  // ---- the command buffer
+  bool SetProfiling(bool on) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    Check();
+    bool was = profiling;
+    if (on && !was) {
+      if (props.limits.timestampPeriod <= 0 || timestamp_bits == 0) {
+        TVM_FFI_THROW(RuntimeError) << "Vulkan device " << props.deviceName
+                                    << " has no timestamps on its compute queue: cannot profile kernels";
+      }
+      if (queries == VK_NULL_HANDLE) {
+        VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+        qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+        qi.queryCount = kMaxQueries;
+        TVMGEN_VK_CHECK(api.CreateQueryPool(device, &qi, nullptr, &queries), "vkCreateQueryPool");
+      }
+      Flush();  // the dispatches recorded so far are not timed
+    }
+    if (!on && was) Flush();
+    profiling = on;
+    return was;
+  }
+
+  std::map<std::string, std::pair<int64_t, int64_t>> TakeKernelTimes() {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    Flush();
+    auto out = std::move(kernel_times);
+    kernel_times.clear();
+    return out;
+  }
+
+  // Before a dispatch of `kernel` is recorded (BeginTimed), right before it (WriteStart: its start
+  // timestamp) and after it (EndTimed: its end one).
+  void BeginTimed(const std::string& kernel) {
+    if (!profiling) return;
+    if (used_queries + 2 > kMaxQueries) Flush();
+    Begin();
+    if (used_queries == 0) api.CmdResetQueryPool(cmd, queries, 0, kMaxQueries);
+    query_kernels.push_back(kernel);
+  }
+  void WriteStart() {
+    if (profiling) api.CmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, queries, used_queries);
+  }
+  void EndTimed() {
+    if (!profiling) return;
+    api.CmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, used_queries + 1);
+    used_queries += 2;
+  }
+  uint32_t timestamp_bits = 0;
+
+  // ---- the command buffers
+  // Commands are recorded into `cmd`; every kDispatchesPerSubmit dispatches it is submitted without
+  // waiting (the device starts on a run's first kernels while the host records the rest) and recording
+  // goes on in another command buffer. Flush submits what is left and waits for everything. The
+  // barrier after each dispatch also orders the dispatches of later submissions (same queue).
+  struct Submitted {
+    VkCommandBuffer cmd;
+    VkFence fence;
+  };
+  std::vector<Submitted> in_flight;
+  std::vector<VkCommandBuffer> spare_cmds;
+  std::vector<VkFence> spare_fences;
+  int dispatches = 0;  // recorded into `cmd` since it began
+  int dispatches_per_submit = 8;
+
   void Begin() {
     if (recording) return;
+    if (cmd == VK_NULL_HANDLE) {
+      if (!spare_cmds.empty()) {
+        cmd = spare_cmds.back();
+        spare_cmds.pop_back();
+      } else {
+        VkCommandBufferAllocateInfo cai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+        cai.commandPool = pool;
+        cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+        cai.commandBufferCount = 1;
+        TVMGEN_VK_CHECK(api.AllocateCommandBuffers(device, &cai, &cmd), "vkAllocateCommandBuffers");
+      }
+    }
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
     TVMGEN_VK_CHECK(api.BeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
     recording = true;
+    dispatches = 0;
+  }
+
+  // What `cmd` holds, submitted; not waited for.
+  void Submit() {
+    if (!recording) return;
+    recording = false;
+    TVMGEN_VK_CHECK(api.EndCommandBuffer(cmd), "vkEndCommandBuffer");
+    VkFence f = VK_NULL_HANDLE;
+    if (!spare_fences.empty()) {
+      f = spare_fences.back();
+      spare_fences.pop_back();
+    } else {
+      VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+      TVMGEN_VK_CHECK(api.CreateFence(device, &fci, nullptr, &f), "vkCreateFence");
+    }
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cmd;
+    VkResult r = api.QueueSubmit(queue, 1, &si, f);
+    if (r != VK_SUCCESS) spare_fences.push_back(f);
+    TVMGEN_VK_CHECK(r, "vkQueueSubmit");
+    in_flight.push_back({cmd, f});
+    cmd = VK_NULL_HANDLE;
+  }
+
+  // After a dispatch was recorded: submit every dispatches_per_submit of them.
+  void Dispatched() {
+    if (++dispatches >= dispatches_per_submit && dispatches_per_submit > 0) Submit();
   }
 
   // Everything recorded so far, submitted and finished.
   void Flush() {
     std::lock_guard<std::recursive_mutex> lock(mu);
-    if (!recording) return;
-    recording = false;
-    TVMGEN_VK_CHECK(api.EndCommandBuffer(cmd), "vkEndCommandBuffer");
-    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-    si.commandBufferCount = 1;
-    si.pCommandBuffers = &cmd;
-    TVMGEN_VK_CHECK(api.ResetFences(device, 1, &fence), "vkResetFences");
-    TVMGEN_VK_CHECK(api.QueueSubmit(queue, 1, &si, fence), "vkQueueSubmit");
-    TVMGEN_VK_CHECK(api.WaitForFences(device, 1, &fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
-    TVMGEN_VK_CHECK(api.ResetCommandBuffer(cmd, 0), "vkResetCommandBuffer");
+    if (!recording && in_flight.empty()) return;
+    Submit();
+    std::vector<VkFence> fences;
+    for (const Submitted& s : in_flight) fences.push_back(s.fence);
+    TVMGEN_VK_CHECK(api.WaitForFences(device, static_cast<uint32_t>(fences.size()), fences.data(), VK_TRUE, UINT64_MAX),
+                    "vkWaitForFences");
+    TVMGEN_VK_CHECK(api.ResetFences(device, static_cast<uint32_t>(fences.size()), fences.data()), "vkResetFences");
+    for (const Submitted& s : in_flight) {
+      TVMGEN_VK_CHECK(api.ResetCommandBuffer(s.cmd, 0), "vkResetCommandBuffer");
+      spare_cmds.push_back(s.cmd);
+      spare_fences.push_back(s.fence);
+    }
+    in_flight.clear();
     TVMGEN_VK_CHECK(api.ResetDescriptorPool(device, descriptors, 0), "vkResetDescriptorPool");
     pending_sets = 0;
+    for (Buffer* b : doomed) Destroy(b);
+    doomed.clear();
+    if (used_queries > 0) {
+      std::vector<uint64_t> ts(used_queries);
+      TVMGEN_VK_CHECK(api.GetQueryPoolResults(device, queries, 0, used_queries, ts.size() * 8, ts.data(), 8,
+                                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+                      "vkGetQueryPoolResults");
+      uint64_t mask = timestamp_bits >= 64 ? ~0ull : ((1ull << timestamp_bits) - 1);
+      for (uint32_t i = 0; i + 1 < used_queries; i += 2) {
+        uint64_t ticks = (ts[i + 1] - ts[i]) & mask;
+        auto& t = kernel_times[query_kernels[i / 2]];
+        t.first += 1;
+        t.second += static_cast<int64_t>(ticks * static_cast<double>(props.limits.timestampPeriod));
+      }
+      used_queries = 0;
+      query_kernels.clear();
+    }
   }
 
   // Compute and transfer writes before it are visible to compute and transfer after it.
@@ -232,13 +390,15 @@ class Workspace {
   }
 
   // ---- memory
-  Buffer* Allocate(size_t nbytes) {
+  // staging: host memory for copies (cached where there is such), else device-local memory.
+  Buffer* Allocate(size_t nbytes, bool staging = false) {
     Check();
     std::lock_guard<std::recursive_mutex> lock(mu);
     auto* b = new Buffer();
     b->size = nbytes;
     VkBufferCreateInfo ci{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
-    ci.size = nbytes ? nbytes : 4;
+    // whole 32-bit words: kernels reach 8- and 16-bit elements through the word that holds them
+    ci.size = nbytes ? (nbytes + 3) / 4 * 4 : 4;
     ci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
     ci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
     TVMGEN_VK_CHECK(api.CreateBuffer(device, &ci, nullptr, &b->buffer), "vkCreateBuffer");
@@ -246,10 +406,11 @@ class Workspace {
     api.GetBufferMemoryRequirements(device, b->buffer, &req);
     // Device-local memory; host-visible and coherent too where there is such (phones, lavapipe): then it is
     // mapped once and copies are memcpy. Otherwise copies go through a staging buffer.
-    const VkMemoryPropertyFlags want[] = {
-        VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
-        VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT,
-        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT};
+    const VkMemoryPropertyFlags host = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    const std::vector<VkMemoryPropertyFlags> want =
+        staging ? std::vector<VkMemoryPropertyFlags>{host | VK_MEMORY_PROPERTY_HOST_CACHED_BIT, host}
+                : std::vector<VkMemoryPropertyFlags>{VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | host,
+                                                     VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, host};
     VkResult last = VK_ERROR_OUT_OF_DEVICE_MEMORY;
     for (VkMemoryPropertyFlags flags : want) {
       int type = MemoryType(req.memoryTypeBits, flags);
@@ -263,6 +424,11 @@ class Workspace {
       VkMemoryPropertyFlags have = memory.memoryTypes[type].propertyFlags;
       if ((have & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) && (have & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)) {
         TVMGEN_VK_CHECK(api.MapMemory(device, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped), "vkMapMemory");
+        // a GPU's own memory mapped through its BAR is write-combined: reading it is slow (0.13 ms for
+        // 4 KB on an H200), so copies to the host go through a cached staging buffer there
+        b->host_cached = (have & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) != 0 ||
+                         props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ||
+                         props.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU;
       }
       buffers[b] = b;
       return b;
@@ -274,18 +440,51 @@ class Workspace {
     return nullptr;
   }
 
+  // A buffer that kernels recorded (not yet run) may use is destroyed after the next Flush, so that
+  // freeing never waits for the device.
   void Free(void* ptr) {
     std::lock_guard<std::recursive_mutex> lock(mu);
     auto it = buffers.find(ptr);
     if (it == buffers.end()) return;
-    Flush();  // a recorded kernel may still use it
     Buffer* b = it->second;
     buffers.erase(it);
+    if (recording || !in_flight.empty()) {
+      doomed.push_back(b);
+    } else {
+      Destroy(b);
+    }
+  }
+
+  void Destroy(Buffer* b) {
     if (b->mapped) api.UnmapMemory(device, b->memory);
     api.DestroyBuffer(device, b->buffer, nullptr);
     api.FreeMemory(device, b->memory, nullptr);
     delete b;
   }
+
+  // Workspaces (a kernel function's temporary buffers, allocated and freed at every call): kept and
+  // reused by size, smallest fit first. Reuse inside one command buffer is safe: every dispatch is
+  // followed by a full compute barrier.
+  void* AllocWorkspace(size_t nbytes) {
+    {
+      std::lock_guard<std::recursive_mutex> lock(mu);
+      auto it = free_workspaces.lower_bound(nbytes);
+      if (it != free_workspaces.end() && it->first <= nbytes * 2 + 4096) {
+        void* p = it->second;
+        free_workspaces.erase(it);
+        return p;
+      }
+    }
+    return Allocate(nbytes);
+  }
+  void FreeWorkspace(void* ptr) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    auto it = buffers.find(ptr);
+    if (it == buffers.end()) TVM_FFI_THROW(RuntimeError) << "Vulkan: FreeWorkspace of a buffer this runtime did not allocate";
+    free_workspaces.emplace(it->second->size, ptr);
+  }
+  std::vector<Buffer*> doomed;  // freed while recorded commands may use them: destroyed after Flush
+  std::multimap<size_t, void*> free_workspaces;
 
   Buffer* Find(const void* ptr, const char* what) {
     auto it = buffers.find(ptr);
@@ -358,6 +557,7 @@ class Workspace {
       }
     }
     if (!found) TVM_FFI_THROW(RuntimeError) << "Vulkan device " << props.deviceName << " has no compute queue";
+    timestamp_bits = qs[queue_family].timestampValidBits;
     float priority = 1.0f;
     VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
     qci.queueFamilyIndex = queue_family;
@@ -372,23 +572,19 @@ class Workspace {
     pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
     pci.queueFamilyIndex = queue_family;
     TVMGEN_VK_CHECK(api.CreateCommandPool(device, &pci, nullptr, &pool), "vkCreateCommandPool");
-    VkCommandBufferAllocateInfo cai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    cai.commandPool = pool;
-    cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    cai.commandBufferCount = 1;
-    TVMGEN_VK_CHECK(api.AllocateCommandBuffers(device, &cai, &cmd), "vkAllocateCommandBuffers");
-    VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    TVMGEN_VK_CHECK(api.CreateFence(device, &fci, nullptr, &fence), "vkCreateFence");
+    if (const char* v = std::getenv("TVMGEN_VULKAN_DISPATCHES_PER_SUBMIT")) {
+      dispatches_per_submit = std::atoi(v);  // 0: one submit per run (when the host needs results)
+    }
     VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kMaxDescriptors};
     VkDescriptorPoolCreateInfo dpi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     dpi.maxSets = kMaxSets;
     dpi.poolSizeCount = 1;
     dpi.pPoolSizes = &size;
     TVMGEN_VK_CHECK(api.CreateDescriptorPool(device, &dpi, nullptr, &descriptors), "vkCreateDescriptorPool");
-    VkPipelineCacheCreateInfo pcci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
-    TVMGEN_VK_CHECK(api.CreatePipelineCache(device, &pcci, nullptr, &pipeline_cache), "vkCreatePipelineCache");
     if (std::getenv("TVMGEN_VULKAN_LOG")) {
-      std::fprintf(stderr, "tvmgen-vulkan: %s (%s), device %s\n", api.path.c_str(), "Vulkan 1.0", props.deviceName);
+      std::fprintf(stderr, "tvmgen-vulkan: device %s (Vulkan %u.%u.%u, driver %u), loader %s\n", props.deviceName,
+                   VK_VERSION_MAJOR(props.apiVersion), VK_VERSION_MINOR(props.apiVersion),
+                   VK_VERSION_PATCH(props.apiVersion), props.driverVersion, api.path.c_str());
     }
   }
 };
@@ -466,6 +662,13 @@ class VulkanDeviceAPI final : public DeviceAPI {
 
   void StreamSync(DLDevice dev, TVMStreamHandle stream) final { Workspace::Global().Flush(); }
 
+  void* AllocWorkspace(DLDevice dev, size_t nbytes, DLDataType type_hint) final {
+    return Workspace::Global().AllocWorkspace(nbytes);
+  }
+  void FreeWorkspace(DLDevice dev, void* ptr) final {
+    if (ptr != nullptr) Workspace::Global().FreeWorkspace(ptr);
+  }
+
   TVMStreamHandle CreateStream(DLDevice dev) final { return nullptr; }  // one queue: every stream is it
   void FreeStream(DLDevice dev, TVMStreamHandle stream) final {}
   void SyncStreamFromTo(DLDevice dev, TVMStreamHandle src, TVMStreamHandle dst) final {}
@@ -499,7 +702,7 @@ class VulkanDeviceAPI final : public DeviceAPI {
                                   << b->size << "-byte buffer";
     }
     w.Flush();  // the kernels recorded before the copy have run
-    if (b->mapped) {
+    if (b->mapped && (!from_vk || b->host_cached)) {
       if (from_vk) {
         std::memcpy(static_cast<char*>(to) + to_offset, static_cast<const char*>(b->mapped) + offset, nbytes);
       } else {
@@ -525,12 +728,171 @@ class VulkanDeviceAPI final : public DeviceAPI {
     Workspace& w = Workspace::Global();
     if (staging_ != nullptr && staging_->size >= nbytes) return staging_;
     if (staging_ != nullptr) w.Free(staging_);
-    staging_ = w.Allocate(std::max<size_t>(nbytes, 1 << 20));
+    staging_ = w.Allocate(std::max<size_t>(nbytes, 1 << 20), true);
     if (staging_->mapped == nullptr) {
       TVM_FFI_THROW(RuntimeError) << "Vulkan device " << w.props.deviceName << " gave no host-visible memory";
     }
     return staging_;
   }
+};
+
+// ------------------------------------------------------------------ the pipeline cache on disk
+bool LogOn() {
+  static const bool on = [] {
+    const char* v = std::getenv("TVMGEN_VULKAN_LOG");
+    return v != nullptr && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+struct CacheStats {
+  // hits / misses: modules whose pipeline cache file was (not) found and valid; cached / built: pipelines
+  // created with / without one; corrupt: entries deleted; create_ms: the drivers' pipeline creation.
+  std::atomic<int64_t> hits{0}, misses{0}, corrupt{0}, writes{0}, write_errors{0}, cached{0}, built{0};
+  std::atomic<int64_t> create_us{0}, launch_waits{0};
+};
+
+class PipelineCacheDir {
+ public:
+  static PipelineCacheDir& Global() {
+    static PipelineCacheDir* c = new PipelineCacheDir();
+    return *c;
+  }
+  void SetDir(const std::string& dir) {
+    std::lock_guard<std::mutex> lock(mu_);
+    dir_ = dir;
+    explicit_ = true;
+  }
+  std::string Dir() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (explicit_) return dir_;
+    if (const char* env = std::getenv("TVMGEN_VULKAN_CACHE_DIR")) return env;  // "" turns it off
+    if (const char* x = std::getenv("XDG_CACHE_HOME")) {
+      if (*x) return std::string(x) + "/tvmgen/vulkan";
+    }
+    if (const char* h = std::getenv("HOME")) {
+      if (*h) return std::string(h) + "/.cache/tvmgen/vulkan";
+    }
+    return "";  // Android apps: TVMGenVulkanSetCacheDir(context.getCacheDir() + ...)
+  }
+
+  static std::string Key(const std::string& payload_sha, const VkPhysicalDeviceProperties& p) {
+    std::ostringstream o;
+    o << "tvmgen-vulkan-pipeline-cache 1\npayload-sha256=" << payload_sha << "\ndevice=" << p.deviceName
+      << "\nvendor=" << p.vendorID << "\ndevice-id=" << p.deviceID << "\ndriver=" << p.driverVersion << "\nuuid=";
+    for (uint8_t b : p.pipelineCacheUUID) o << static_cast<int>(b) << ".";
+    o << "\n";
+    return o.str();
+  }
+
+  // The pipeline cache data stored for key ("" on a miss; an entry that does not verify is deleted).
+  std::string Read(const std::string& key, std::string* path_out) {
+    std::string dir = Dir();
+    if (dir.empty()) return "";
+    std::string path = dir + "/" + Sha256Hex(key).substr(0, 40) + ".vkpc";
+    *path_out = path;
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return "";
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::string d = ss.str(), why;
+    std::string data = Parse(d, key, &why);
+    if (data.empty()) Discard(path, why);
+    return data;
+  }
+
+  void Discard(const std::string& path, const std::string& why) {
+    stats.corrupt++;
+    std::remove(path.c_str());
+    if (LogOn()) std::fprintf(stderr, "tvmgen-vulkan: cache entry %s is unusable (%s): rebuilt\n", path.c_str(), why.c_str());
+  }
+
+  void Write(const std::string& key, const std::string& data) {
+    std::string dir = Dir();
+    if (dir.empty() || data.empty()) return;
+    std::string cur;
+    for (size_t i = 0; i <= dir.size(); ++i) {  // mkdir -p
+      if ((i == dir.size() || dir[i] == '/') && !cur.empty()) mkdir(cur.c_str(), 0755);
+      if (i < dir.size()) cur += dir[i];
+    }
+    std::string path = dir + "/" + Sha256Hex(key).substr(0, 40) + ".vkpc";
+    std::string tmp = path + ".tmp." + std::to_string(getpid());
+    std::string blob = "TVMGENVC";
+    auto u32 = [&](uint32_t v) { blob.append(reinterpret_cast<const char*>(&v), 4); };
+    auto u64 = [&](uint64_t v) { blob.append(reinterpret_cast<const char*>(&v), 8); };
+    u32(1);
+    u64(key.size());
+    blob += key;
+    u64(data.size());
+    blob += data;
+    blob += Sha256(data.data(), data.size());
+    {
+      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+      f.write(blob.data(), static_cast<std::streamsize>(blob.size()));
+      if (!f) {
+        stats.write_errors++;
+        std::remove(tmp.c_str());
+        return;
+      }
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      stats.write_errors++;
+      std::remove(tmp.c_str());
+      return;
+    }
+    stats.writes++;
+  }
+
+  std::string StatsJson() {
+    std::ostringstream o;
+    // source_builds: as the OpenCL cache's counters name pipelines built without a cache (benchmarks/gpu.py)
+    o << "{\"hits\": " << stats.hits << ", \"misses\": " << stats.misses << ", \"corrupt\": " << stats.corrupt
+      << ", \"writes\": " << stats.writes << ", \"write_errors\": " << stats.write_errors
+      << ", \"pipelines_cached\": " << stats.cached << ", \"source_builds\": " << stats.built
+      << ", \"create_ms\": " << stats.create_us / 1000.0 << ", \"launch_waits\": " << stats.launch_waits
+      << ", \"dir\": \"" << JsonEscape(Dir()) << "\"}";
+    return o.str();
+  }
+
+  CacheStats stats;
+
+ private:
+  static std::string Parse(const std::string& d, const std::string& key, std::string* why) {
+    size_t pos = 0;
+    auto take = [&](size_t n) -> const char* {
+      if (d.size() - pos < n) return nullptr;
+      const char* p = d.data() + pos;
+      pos += n;
+      return p;
+    };
+    const char* magic = take(8);
+    if (!magic || std::memcmp(magic, "TVMGENVC", 8) != 0) return *why = "bad magic", "";
+    const char* f = take(4);
+    uint32_t format = 0;
+    if (f) std::memcpy(&format, f, 4);
+    if (format != 1) return *why = "unknown format", "";
+    uint64_t klen = 0, dlen = 0;
+    const char* p = take(8);
+    if (!p) return *why = "truncated", "";
+    std::memcpy(&klen, p, 8);
+    if (klen > d.size()) return *why = "truncated", "";
+    const char* k = take(klen);
+    if (!k || std::string(k, klen) != key) return *why = "stale key", "";
+    p = take(8);
+    if (!p) return *why = "truncated", "";
+    std::memcpy(&dlen, p, 8);
+    if (dlen == 0 || dlen > d.size()) return *why = "truncated", "";
+    const char* data = take(dlen);
+    const char* sum = take(32);
+    if (!data || !sum) return *why = "truncated", "";
+    if (pos != d.size()) return *why = "trailing bytes", "";
+    if (Sha256(data, dlen) != std::string(sum, 32)) return *why = "checksum mismatch", "";
+    return std::string(data, dlen);
+  }
+
+  std::mutex mu_;
+  std::string dir_;
+  bool explicit_ = false;
 };
 
 // ------------------------------------------------------------------ the kernel module
@@ -542,10 +904,23 @@ struct Kernel {
   uint32_t buffers = 0;
   uint32_t push_bytes = 0;
   std::string spirv;
-  // created on first launch
+  // created once (std::call_once): by the module's background threads, or by the first launch
+  std::once_flag created;
+  std::string error;  // why creating it failed (thrown at its launch)
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
   VkPipeline pipeline = VK_NULL_HANDLE;
+};
+
+// The pipelines of one kernel module: created through its VkPipelineCache, which is read from the cache
+// directory first and written there once every pipeline exists (if it was not read).
+struct Pipelines {
+  std::vector<std::shared_ptr<Kernel>> kernels;
+  std::string key;  // the cache key ("" when Vulkan is unavailable)
+  VkPipelineCache cache = VK_NULL_HANDLE;
+  bool from_disk = false;
+  std::atomic<size_t> done{0};
+  std::atomic<size_t> next{0};  // the background threads' next kernel
 };
 
 class Reader {
@@ -579,7 +954,10 @@ class Reader {
 class VulkanModule : public ffi::ModuleObj {
  public:
   VulkanModule(std::string blob, std::map<std::string, std::shared_ptr<Kernel>> kernels)
-      : blob_(std::move(blob)), kernels_(std::move(kernels)) {}
+      : blob_(std::move(blob)), kernels_(std::move(kernels)), pipelines_(std::make_shared<Pipelines>()) {
+    for (auto& [name, k] : kernels_) pipelines_->kernels.push_back(k);
+    StartPipelines();
+  }
 
   const char* kind() const final { return "vulkan"; }
   int GetPropertyMask() const final { return ffi::Module::kBinarySerializable | ffi::Module::kRunnable; }
@@ -590,14 +968,86 @@ class VulkanModule : public ffi::ModuleObj {
     if (it == kernels_.end()) return std::nullopt;
     std::shared_ptr<Kernel> k = it->second;
     ffi::ObjectPtr<ffi::Object> self = ffi::GetObjectPtr<ffi::Object>(this);
-    return ffi::Function::FromPacked([self, k](ffi::PackedArgs args, ffi::Any* rv) { Launch(*k, args); });
+    std::shared_ptr<Pipelines> pl = pipelines_;
+    return ffi::Function::FromPacked([self, k, pl](ffi::PackedArgs args, ffi::Any* rv) { Launch(*k, *pl, args); });
   }
 
  private:
   std::string blob_;
   std::map<std::string, std::shared_ptr<Kernel>> kernels_;
+  std::shared_ptr<Pipelines> pipelines_;
 
-  static void Create(Kernel& k) {
+  // The module's VkPipelineCache (from disk when there is a valid entry), then its pipelines created by
+  // background threads. Without a Vulkan device nothing starts: the launches report it.
+  void StartPipelines() {
+    Workspace& w = Workspace::Global();
+    if (!w.TryInit() || pipelines_->kernels.empty()) return;
+    PipelineCacheDir& dir = PipelineCacheDir::Global();
+    Pipelines& pl = *pipelines_;
+    pl.key = PipelineCacheDir::Key(Sha256Hex(blob_), w.props);
+    std::string path;
+    std::string data = dir.Read(pl.key, &path);
+    VkPipelineCacheCreateInfo ci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+    ci.initialDataSize = data.size();
+    ci.pInitialData = data.empty() ? nullptr : data.data();
+    VkResult r = w.api.CreatePipelineCache(w.device, &ci, nullptr, &pl.cache);
+    if (r != VK_SUCCESS && !data.empty()) {  // the driver refused the data: start empty
+      dir.Discard(path, std::string("the driver refused it: ") + ResultName(r));
+      data.clear();
+      ci.initialDataSize = 0;
+      ci.pInitialData = nullptr;
+      r = w.api.CreatePipelineCache(w.device, &ci, nullptr, &pl.cache);
+    }
+    if (r != VK_SUCCESS) {
+      pl.cache = VK_NULL_HANDLE;
+      pl.key.clear();
+    }
+    pl.from_disk = !data.empty();
+    (pl.from_disk ? dir.stats.hits : dir.stats.misses)++;
+    if (const char* v = std::getenv("TVMGEN_VULKAN_BACKGROUND_PIPELINES")) {
+      if (std::strcmp(v, "0") == 0) return;  // each pipeline at its kernel's first launch
+    }
+    size_t threads = std::min<size_t>({8, std::max(1u, std::thread::hardware_concurrency()), pl.kernels.size()});
+    std::shared_ptr<Pipelines> keep = pipelines_;
+    for (size_t t = 0; t < threads; ++t) {
+      std::thread([keep]() {
+        for (size_t i; (i = keep->next++) < keep->kernels.size();) {
+          Kernel& k = *keep->kernels[i];
+          std::call_once(k.created, [&]() { CreateRecorded(k, *keep); });
+        }
+      }).detach();
+    }
+  }
+
+  // Create k's pipeline, remembering a failure for its launch; the last pipeline of the module writes
+  // the pipeline cache to disk.
+  static void CreateRecorded(Kernel& k, Pipelines& pl) {
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      Create(k, pl.cache);
+    } catch (const ffi::Error& e) {
+      k.error = e.message();
+    } catch (const std::exception& e) {
+      k.error = e.what();
+    }
+    PipelineCacheDir& dir = PipelineCacheDir::Global();
+    dir.stats.create_us +=
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+    (pl.from_disk ? dir.stats.cached : dir.stats.built)++;
+    if (++pl.done == pl.kernels.size() && !pl.from_disk && pl.cache != VK_NULL_HANDLE) {
+      Workspace& w = Workspace::Global();
+      size_t n = 0;
+      if (w.api.GetPipelineCacheData(w.device, pl.cache, &n, nullptr) == VK_SUCCESS && n > 0) {
+        std::string data(n, '\0');
+        if (w.api.GetPipelineCacheData(w.device, pl.cache, &n, &data[0]) == VK_SUCCESS) {
+          data.resize(n);
+          dir.Write(pl.key, data);
+        }
+      }
+    }
+  }
+
+  static void Create(Kernel& k, VkPipelineCache cache) {
     Workspace& w = Workspace::Global();
     const Api& api = w.api;
     if (k.push_bytes > w.props.limits.maxPushConstantsSize) {
@@ -631,12 +1081,12 @@ class VulkanModule : public ffi::ModuleObj {
     cp.stage.module = shader;
     cp.stage.pName = "main";
     cp.layout = k.layout;
-    VkResult r = api.CreateComputePipelines(w.device, w.pipeline_cache, 1, &cp, nullptr, &k.pipeline);
+    VkResult r = api.CreateComputePipelines(w.device, cache, 1, &cp, nullptr, &k.pipeline);
     api.DestroyShaderModule(w.device, shader, nullptr);
     TVMGEN_VK_CHECK(r, "vkCreateComputePipelines (" + k.name + ")");
   }
 
-  static void Launch(Kernel& k, ffi::PackedArgs args) {
+  static void Launch(Kernel& k, Pipelines& pl, ffi::PackedArgs args) {
     Workspace& w = Workspace::Global();
     w.Check();
     std::lock_guard<std::recursive_mutex> lock(w.mu);
@@ -645,7 +1095,13 @@ class VulkanModule : public ffi::ModuleObj {
       TVM_FFI_THROW(RuntimeError) << "Vulkan kernel " << k.name << " takes " << nargs + k.launch_tags.size()
                                   << " arguments, " << args.size() << " were given";
     }
-    if (k.pipeline == VK_NULL_HANDLE) Create(k);
+    if (k.pipeline == VK_NULL_HANDLE) {
+      PipelineCacheDir::Global().stats.launch_waits++;
+      std::call_once(k.created, [&]() { CreateRecorded(k, pl); });
+      if (k.pipeline == VK_NULL_HANDLE) {
+        TVM_FFI_THROW(RuntimeError) << "Vulkan: creating the pipeline of kernel " << k.name << " failed: " << k.error;
+      }
+    }
     std::vector<VkDescriptorBufferInfo> infos;
     std::vector<uint32_t> push;
     for (size_t i = 0; i < nargs; ++i) {
@@ -709,6 +1165,7 @@ class VulkanModule : public ffi::ModuleObj {
       writes[i].pBufferInfo = &infos[i];
     }
     w.api.UpdateDescriptorSets(w.device, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
+    w.BeginTimed(k.name);  // first: it may submit what was recorded before (its query pool full)
     w.Begin();
     w.api.CmdBindPipeline(w.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, k.pipeline);
     w.api.CmdBindDescriptorSets(w.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, k.layout, 0, 1, &set, 0, nullptr);
@@ -716,8 +1173,11 @@ class VulkanModule : public ffi::ModuleObj {
       w.api.CmdPushConstants(w.cmd, k.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                              static_cast<uint32_t>(push.size() * 4), push.data());
     }
+    w.WriteStart();
     w.api.CmdDispatch(w.cmd, grid[0], grid[1], grid[2]);
+    w.EndTimed();
     w.Barrier();
+    w.Dispatched();
   }
 };
 
@@ -766,9 +1226,34 @@ struct Registration {
         }));
     set("ffi.Module.load_from_bytes.vulkan", ffi::Function::FromTyped(LoadFromBytes));
     set("tvmgen.vulkan.info", ffi::Function::FromTyped([]() { return ffi::String(InfoJson()); }));
+    set("tvmgen.vulkan.set_cache_dir",
+        ffi::Function::FromTyped([](ffi::String dir) { PipelineCacheDir::Global().SetDir(std::string(dir)); }));
+    set("tvmgen.vulkan.cache_dir", ffi::Function::FromTyped([]() { return ffi::String(PipelineCacheDir::Global().Dir()); }));
+    set("tvmgen.vulkan.cache_stats",
+        ffi::Function::FromTyped([]() { return ffi::String(PipelineCacheDir::Global().StatsJson()); }));
+    // Profiling mode: profiling(on) -> the previous setting; kernel_times() -> {kernel: [launches, ns]}
+    // from the timestamps of every dispatch since the last call (waits for them).
+    set("tvmgen.vulkan.profiling", ffi::Function::FromTyped([](bool on) { return Workspace::Global().SetProfiling(on); }));
+    set("tvmgen.vulkan.kernel_times", ffi::Function::FromTyped([]() {
+          ffi::Map<ffi::String, ffi::Array<int64_t>> out;
+          for (const auto& [name, t] : Workspace::Global().TakeKernelTimes()) {
+            out.Set(ffi::String(name), ffi::Array<int64_t>{t.first, t.second});
+          }
+          return out;
+        }));
+    if (LogOn()) std::atexit([] { std::fprintf(stderr, "tvmgen-vulkan: cache %s\n", PipelineCacheDir::Global().StatsJson().c_str()); });
   }
 };
 Registration registration;
 
 }  // namespace vulkan
 }  // namespace tvmgen
+
+// ------------------------------------------------------------------ C API (for apps and JNI)
+extern "C" {
+/*! \brief Set the Vulkan pipeline cache directory ("" turns the cache off). Returns 0. */
+__attribute__((visibility("default"))) int TVMGenVulkanSetCacheDir(const char* dir) {
+  tvmgen::vulkan::PipelineCacheDir::Global().SetDir(dir ? dir : "");
+  return 0;
+}
+}
