@@ -34,6 +34,8 @@ def pytest_xdist_auto_num_workers(config) -> int:
     subprocesses, another worker's compile of a shared artifact): with one worker a core, a 2-core run
     kept one core busy on average (24 min wall for 25 min of CPU)."""
     return 2 * len(os.sched_getaffinity(0))
+
+
 TVMGEN = [sys.executable, "-m", "tvmgen"]
 
 
