@@ -10,13 +10,16 @@ reference runtime with that many threads, and times both round-robin (medians):
   paced      (--paced) a sleep of 1/fps before each run, as a camera app calls a model once per frame:
              the cores idle in between, the caches cool and the thread pools' workers go to sleep.
              tvmgen-run (the C++ runtime apps use through JNI) is timed too, back to back and with
-             --pace-ms 1000/fps, in the same child, so every ratio comes from one run.
+             --pace-ms 1000/fps, in the same child, so every ratio comes from one run; and where a JDK
+             is there, the Java API itself (org.tvmgen.Model: setInput, run, getOutput with direct
+             buffers, as an app calls it; benchmarks/java/PacedRun.java) both ways in one JVM.
 The table: per model and thread count both engines' medians, tvmgen / reference, and each engine's
 contended / quiet (or paced / back-to-back) slowdown; then geometric means.
 
     .venv/bin/python benchmarks/speed.py                              # every zoo model (~15 min on 2 cores)
     .venv/bin/python benchmarks/speed.py --models mobilenet_v2,audio_rnn --threads 2
     .venv/bin/python benchmarks/speed.py --paced [--fps 30]           # back to back against paced
+    .venv/bin/python benchmarks/speed.py --paced --no-java            # without the Java API's columns
     .venv/bin/python benchmarks/speed.py --work DIR                   # keep (and reuse) models and artifacts
     TVMGEN_THREAD_POOL=tvm .venv/bin/python benchmarks/speed.py       # TVM's own thread pool instead
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -45,6 +49,11 @@ ROUNDS = {"quiet": 3, "contended": 12, "paced": 5}
 MIN_TIME_S = {"quiet": 0.5, "contended": 1.0}
 # tvmgen-run's runs in the paced mode: back to back (enough to fill about 0.5 s on small models), paced
 CPP_RUNS = {"quiet": 200, "paced": 40}
+JAVA_WARMUP = 50  # untimed calls before the Java API's back-to-back runs (the JIT compiles the call path)
+JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "PacedRun.java"
+# the columns of the C++ and Java paths: row key -> short name in the table and the summary
+NATIVE = {"tvmgen_run": "run", "jni": "jni"}
+NATIVE_NAMES = {"tvmgen_run": "tvmgen-run", "jni": "JNI Model.run"}
 
 
 def prepare(name: str, work: Path) -> tuple[Path, Path]:
@@ -89,9 +98,18 @@ def hogs() -> list[subprocess.Popen]:
     return procs
 
 
-def time_model(name: str, work: Path, threads: int, runs: int, fps: float = 0, runner: Path | None = None) -> dict:
+def time_model(
+    name: str,
+    work: Path,
+    threads: int,
+    runs: int,
+    fps: float = 0,
+    runner: Path | None = None,
+    java: tuple[Path, str] | None = None,
+) -> dict:
     """In a child with TVM_NUM_THREADS=threads: both engines, quiet then contended; with ``fps``, quiet then
-    paced at ``fps`` runs a second, and tvmgen-run (``runner``: a runtime install prefix) both ways."""
+    paced at ``fps`` runs a second, tvmgen-run (``runner``: a runtime install prefix) both ways, and the
+    Java API (``java``: the JNI library's directory and a class path with tvmgen.jar and PacedRun) both ways."""
     from tvmgen.core.model import random_inputs
     from tvmgen.runtime.runner import HostModel
 
@@ -99,13 +117,14 @@ def time_model(name: str, work: Path, threads: int, runs: int, fps: float = 0, r
     model = HostModel(artifact, threads=threads)
     inputs = random_inputs(model.manifest.inputs, seed=0)
     ref = zoo.reference_runner(model_file, zoo._consts(zoo.build_flags(name), model_file), threads)
+    ours = model.run(inputs)
     row = {
         "model": name,
         "threads": threads,
         "thread_pool": model.parallel,
         "tvmgen_threads": model.threads,
         "reference": "litert" if model_file.suffix == ".tflite" else "onnxruntime",
-        "outputs": check_outputs(name, model.run(inputs), ref(inputs)),
+        "outputs": check_outputs(name, ours, ref(inputs)),
     }
     for phase in PACED_PHASES if fps else PHASES:
         timed = [benchlib.Timed("tvmgen", lambda: model.run(inputs)), benchlib.Timed("reference", lambda: ref(inputs))]
@@ -122,7 +141,65 @@ def time_model(name: str, work: Path, threads: int, runs: int, fps: float = 0, r
         row[phase] = {t.key: benchlib.median(t.times_ms) for t in timed}
     if fps and runner is not None:
         row["tvmgen_run"] = time_tvmgen_run(runner / "bin" / "tvmgen-run", artifact, work, threads, fps, runs)
+    if fps and java is not None:
+        row["jni"] = time_java(java, artifact, work, threads, fps, runs, model.manifest.inputs, inputs, ours, name)
     return row
+
+
+def java_paths(prefix: Path | None) -> tuple[Path, Path] | None:
+    """(the directory of libtvmgen_jni.so, tvmgen.jar) in a runtime install prefix (lib/, share/java/) or a
+    CMake build directory (both at its top), or None."""
+    if prefix is None:
+        return None
+    for lib, jar in ((prefix / "lib", prefix / "share" / "java" / "tvmgen.jar"), (prefix, prefix / "tvmgen.jar")):
+        if (lib / "libtvmgen_jni.so").is_file() and jar.is_file():
+            return lib, jar
+    return None
+
+
+def compile_java(jar: Path, work: Path) -> str:
+    """PacedRun compiled against ``jar`` into WORK/java-classes: the class path for ``java``."""
+    classes = work / "java-classes"
+    classes.mkdir(exist_ok=True)
+    javac = shutil.which("javac")
+    if javac is None:
+        raise RuntimeError("javac not found (install a JDK)")
+    proc = subprocess.run(
+        [javac, "-cp", str(jar), "-d", str(classes), str(JAVA_SOURCE)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"javac failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return f"{jar}{os.pathsep}{classes}"
+
+
+def time_java(
+    java: tuple[Path, str], artifact: Path, work: Path, threads: int, fps: float, runs: int, specs, inputs, ours, name
+) -> dict:
+    """The Java API's median whole call (setInput + run + getOutput, direct buffers) back to back and paced,
+    in one JVM (PacedRun), with its outputs checked against HostModel.run's; or the error."""
+    import numpy as np
+
+    lib, classpath = java
+    tag = work / f"{artifact.name}-{threads}t-java"
+    files = []
+    for k, spec in enumerate(specs):
+        f = Path(f"{tag}-in{k}.bin")
+        np.ascontiguousarray(inputs[spec.name]).astype(np.dtype(spec.dtype).newbyteorder("<")).tofile(f)
+        files.append(str(f))
+    argv = ["java", f"-Dtvmgen.library.path={lib}", "-cp", classpath, "PacedRun", str(artifact), str(threads)]
+    argv += [str(JAVA_WARMUP), str(max(runs, CPP_RUNS["quiet"])), str(max(runs, CPP_RUNS["paced"]))]
+    argv += [f"{1e3 / fps:g}", str(tag), *files]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=benchlib.thread_env(threads), timeout=1200)
+    if proc.returncode != 0:  # the exception's line (a stack trace follows it), else the last line
+        lines = (proc.stderr or proc.stdout).strip().splitlines() or ["?"]
+        return {"error": next((x for x in lines if "Exception" in x or "Error" in x), lines[-1])[:200]}
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = [
+        np.fromfile(f"{tag}-out{k}.bin", dtype=np.dtype(a.dtype).newbyteorder("<")).reshape(a.shape)
+        for k, a in enumerate(ours)
+    ]
+    out["outputs"] = check_outputs(name, got, ours)
+    return out
 
 
 def time_tvmgen_run(runner: Path, artifact: Path, work: Path, threads: int, fps: float, runs: int) -> dict:
@@ -166,13 +243,15 @@ def summarise(rows: list[dict], phases=PHASES) -> dict:
             )
         for engine in ("tvmgen", "reference"):
             s[f"{engine}_slowdown"] = zoo.geomean([r[slow][engine] / r["quiet"][engine] for r in sel])
-        cpp = [r for r in sel if "paced" in r.get("tvmgen_run", {})]
-        if cpp:  # tvmgen-run against the same reference
+        for key in NATIVE:  # tvmgen-run and the Java API against the same reference
+            cpp = [r for r in sel if "paced" in r.get(key, {})]
+            if not cpp:
+                continue
             for phase in phases:
-                ratios = [(r["tvmgen_run"][phase] / r[phase]["reference"], r["model"]) for r in cpp]
-                s[f"tvmgen_run_{phase}_ratio"] = zoo.geomean([x for x, _ in ratios])
-                s[f"tvmgen_run_{phase}_worst"] = max(ratios)
-            s["tvmgen_run_slowdown"] = zoo.geomean([r["tvmgen_run"]["paced"] / r["tvmgen_run"]["quiet"] for r in cpp])
+                ratios = [(r[key][phase] / r[phase]["reference"], r["model"]) for r in cpp]
+                s[f"{key}_{phase}_ratio"] = zoo.geomean([x for x, _ in ratios])
+                s[f"{key}_{phase}_worst"] = max(ratios)
+            s[f"{key}_slowdown"] = zoo.geomean([r[key]["paced"] / r[key]["quiet"] for r in cpp])
         out[threads] = s
     return out
 
@@ -218,40 +297,35 @@ def format_table(rows: list[dict]) -> str:
 
 
 def format_paced_table(rows: list[dict]) -> str:
-    """Back to back and paced side by side: tvmgen's Python runner (py), tvmgen-run (run) and the reference."""
+    """Back to back and paced side by side: tvmgen's Python runner (py), tvmgen-run (run), the Java API (jni)
+    and the reference. ``outputs``: tvmgen's against the reference's, then the Java API's against
+    HostModel.run's where they differ."""
     header = ["model", "threads", "reference", "outputs"]
     for phase in ("b2b", "paced"):
-        header += [
-            f"py ms ({phase})",
-            f"run ms ({phase})",
-            f"ref ms ({phase})",
-            f"py/ref ({phase})",
-            f"run/ref ({phase})",
-        ]
-    header += ["paced/b2b py", "paced/b2b run", "paced/b2b ref"]
+        header += [f"py ms ({phase})", f"run ms ({phase})", f"jni ms ({phase})", f"ref ms ({phase})"]
+        header += [f"py/ref ({phase})", f"run/ref ({phase})", f"jni/ref ({phase})"]
+    header += ["paced/b2b py", "paced/b2b run", "paced/b2b jni", "paced/b2b ref"]
     body = []
     for r in rows:
         if "quiet" not in r:
             body.append([r["model"], str(r["threads"]), "-", "failed: " + r.get("error", "?")[:60]])
             continue
-        cpp = r.get("tvmgen_run", {})
-        cells = [r["model"], str(r["threads"]), r["reference"], r["outputs"]]
+        native = {key: r.get(key, {}) for key in NATIVE}
+        outputs = r["outputs"]
+        if native["jni"].get("outputs", "ok") != "ok":
+            outputs += f", jni {native['jni']['outputs']}"
+        cells = [r["model"], str(r["threads"]), r["reference"], outputs]
         for phase in PACED_PHASES:
-            py, ref, run = r[phase]["tvmgen"], r[phase]["reference"], cpp.get(phase)
-            cells += [
-                _ms(py),
-                _ms(run),
-                _ms(ref),
-                benchlib.fmt_ratio(py / ref),
-                benchlib.fmt_ratio(benchlib.ratio(run, ref)),
-            ]
-        cells += [
-            benchlib.fmt_ratio(r["paced"]["tvmgen"] / r["quiet"]["tvmgen"]),
-            benchlib.fmt_ratio(benchlib.ratio(cpp.get("paced"), cpp.get("quiet"))),
-            benchlib.fmt_ratio(r["paced"]["reference"] / r["quiet"]["reference"]),
-        ]
-        if "error" in cpp:
-            cells.append(f"tvmgen-run failed: {cpp['error'][:60]}")
+            py, ref = r[phase]["tvmgen"], r[phase]["reference"]
+            times = [py, *(n.get(phase) for n in native.values())]
+            cells += [_ms(t) for t in times] + [_ms(ref)]
+            cells += [benchlib.fmt_ratio(benchlib.ratio(t, ref)) for t in times]
+        cells += [benchlib.fmt_ratio(r["paced"]["tvmgen"] / r["quiet"]["tvmgen"])]
+        cells += [benchlib.fmt_ratio(benchlib.ratio(n.get("paced"), n.get("quiet"))) for n in native.values()]
+        cells += [benchlib.fmt_ratio(r["paced"]["reference"] / r["quiet"]["reference"])]
+        for key, n in native.items():
+            if "error" in n:
+                cells.append(f"{NATIVE_NAMES[key]} failed: {n['error'][:60]}")
         body.append(cells)
     return benchlib.table(header, body, right=set(range(4, len(header))))
 
@@ -283,15 +357,21 @@ def summary_lines(summary: dict, fps: float = 0) -> list[str]:
                 f"{benchlib.fmt_ratio(s['paced_ratio'])} paced at {fps:g} fps (slowest {paced_worst[1]} "
                 f"{benchlib.fmt_ratio(paced_worst[0])})"
             )
-            if "tvmgen_run_paced_ratio" in s:
-                w = s["tvmgen_run_paced_worst"]
-                line += (
-                    f"; tvmgen-run / reference {benchlib.fmt_ratio(s['tvmgen_run_quiet_ratio'])} back to back, "
-                    f"{benchlib.fmt_ratio(s['tvmgen_run_paced_ratio'])} paced (slowest {w[1]} {benchlib.fmt_ratio(w[0])})"
-                )
+            for key, label in NATIVE_NAMES.items():
+                if f"{key}_paced_ratio" in s:
+                    w, wq = s[f"{key}_paced_worst"], s[f"{key}_quiet_worst"]
+                    line += (
+                        f"; {label} / reference {benchlib.fmt_ratio(s[f'{key}_quiet_ratio'])} back to back "
+                        f"(slowest {wq[1]} {benchlib.fmt_ratio(wq[0])}), "
+                        f"{benchlib.fmt_ratio(s[f'{key}_paced_ratio'])} paced (slowest {w[1]} {benchlib.fmt_ratio(w[0])})"
+                    )
             line += (
                 f"; paced / back to back: HostModel.run {benchlib.fmt_ratio(s['tvmgen_slowdown'])}, "
-                + (f"tvmgen-run {benchlib.fmt_ratio(s['tvmgen_run_slowdown'])}, " if "tvmgen_run_slowdown" in s else "")
+                + "".join(
+                    f"{label} {benchlib.fmt_ratio(s[f'{key}_slowdown'])}, "
+                    for key, label in NATIVE_NAMES.items()
+                    if f"{key}_slowdown" in s
+                )
                 + f"reference {benchlib.fmt_ratio(s['reference_slowdown'])}"
             )
             lines.append(line)
@@ -317,8 +397,19 @@ def parse_args(argv=None):
         "--runtime",
         type=Path,
         metavar="PREFIX",
-        help="--paced: a host runtime's install prefix (bin/tvmgen-run) [default: built from jni/ with CMake, cached]",
+        help="--paced: a host runtime's install prefix (bin/tvmgen-run; lib/libtvmgen_jni.so and "
+        "share/java/tvmgen.jar for the Java API's columns) [default: built from jni/ with CMake, cached; with the "
+        "Java API where java and javac are found]",
     )
+    p.add_argument(
+        "--jni",
+        type=Path,
+        metavar="DIR",
+        help="--paced: where libtvmgen_jni.so and tvmgen.jar are (an install prefix, or a CMake build directory "
+        "with both at its top) [default: the runtime's]",
+    )
+    p.add_argument("--no-java", action="store_true", help="--paced: leave the Java API out")
+    p.add_argument("--java-classpath", help=zoo.argparse_hidden())  # the child's: tvmgen.jar and PacedRun
     p.add_argument("--one", help=zoo.argparse_hidden())
     benchlib.json_option(p)
     args = p.parse_args(argv)
@@ -332,6 +423,8 @@ def parse_args(argv=None):
         p.error(f"--fps must be above 0 and at most 1000, not {args.fps:g}")
     if args.runtime and not (args.runtime / "bin" / "tvmgen-run").is_file():
         p.error(f"{args.runtime} has no bin/tvmgen-run")
+    if args.jni and java_paths(args.jni) is None:
+        p.error(f"{args.jni} has no libtvmgen_jni.so and tvmgen.jar (lib/ and share/java/, or both at its top)")
     args.models = benchlib.pick_models(args.models, zoo.MODELS, p.error)
     return args
 
@@ -341,14 +434,33 @@ def main() -> None:
     fps = args.fps if args.paced else 0
     if args.one:
         name, threads = args.one.split(":")
-        print(json.dumps(time_model(name, args.work, int(threads), args.runs, fps, args.runtime)))
+        found = java_paths(args.jni) if args.java_classpath else None
+        java = (found[0], args.java_classpath) if found else None
+        print(json.dumps(time_model(name, args.work, int(threads), args.runs, fps, args.runtime, java)))
         return
+    want_java = args.paced and not args.no_java
+    if want_java and not all(shutil.which(t) for t in ("java", "javac")):
+        benchlib.log("java or javac not found: the Java API's columns are left out (install a JDK)")
+        want_java = False
     if args.paced and args.runtime is None:
         from tvmgen.runtime import runtime_build
 
-        benchlib.progress("the host runtime (tvmgen-run): built from jni/ with CMake once, cached")
-        args.runtime = runtime_build.cached_build("host")
+        benchlib.progress(
+            "the host runtime (tvmgen-run" + (", the Java API" if want_java else "") + "): built from jni/ with "
+            "CMake once, cached"
+        )
+        args.runtime = runtime_build.cached_build("host", jni=want_java)
+    if want_java and args.jni is None:
+        args.jni = args.runtime if java_paths(args.runtime) else None
+        if args.jni is None:
+            benchlib.log(f"{args.runtime} has no Java API (no JDK when it was built?): its columns are left out")
     with benchlib.work_dir(args.work, "tvmgen-speed-") as work:
+        if want_java and args.jni is not None:
+            try:
+                args.java_classpath = compile_java(java_paths(args.jni)[1], work)
+            except RuntimeError as e:
+                benchlib.log(f"the Java API's columns are left out: {e}")
+                args.java_classpath = None
         run(args.models, args.thread_counts, work, args)
 
 
@@ -379,6 +491,8 @@ def run(models: list[str], thread_counts: list[int], work: Path, args) -> None:
             ]
             if fps:
                 argv += ["--paced", "--fps", str(fps), "--runtime", str(args.runtime)]
+                if getattr(args, "java_classpath", None):
+                    argv += ["--jni", str(args.jni), "--java-classpath", args.java_classpath]
             proc = subprocess.run(argv, capture_output=True, text=True, env=benchlib.thread_env(threads))
             try:
                 rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -391,7 +505,8 @@ def run(models: list[str], thread_counts: list[int], work: Path, args) -> None:
         print(
             f"tvmgen ({'/'.join(sorted(pool)) or '?'} thread pool, untuned) against onnxruntime / LiteRT, medians; "
             f"b2b: back to back; paced: a {1e3 / fps:.1f} ms sleep before each run ({fps:g} fps); "
-            "py: HostModel.run, run: tvmgen-run (SetInput + Run + GetOutput)"
+            "py: HostModel.run, run: tvmgen-run (SetInput + Run + GetOutput), "
+            "jni: Java org.tvmgen.Model (setInput + run + getOutput, direct buffers)"
         )
         print(format_paced_table(rows))
     else:

@@ -1,0 +1,91 @@
+import java.nio.ByteBuffer;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.util.Arrays;
+import java.util.concurrent.locks.LockSupport;
+import org.tvmgen.Model;
+import org.tvmgen.Tensor;
+import org.tvmgen.TensorInfo;
+
+/**
+ * benchmarks/speed.py --paced: the JNI path an app uses, {@code org.tvmgen.Model}, timed back to back and
+ * paced (a sleep before each run, as between camera frames). A call is what an app does per frame:
+ * {@code setInput} of every input from a direct-buffer {@link Tensor}, {@code run()}, {@code getOutput} of
+ * every output into a {@link Tensor} allocated once, timed whole with {@code System.nanoTime}.
+ *
+ * <p>Usage: {@code PacedRun ARTIFACT THREADS WARMUP RUNS PACED_RUNS PACE_MS OUT_PREFIX INPUT.bin...} (inputs:
+ * raw little-endian bytes). Prints one JSON line: the medians in ms, the thread count asked for; writes
+ * each output's bytes after the last run to OUT_PREFIX-outK.bin.
+ */
+public final class PacedRun {
+  public static void main(String[] a) throws Exception {
+    String dir = a[0];
+    int threads = Integer.parseInt(a[1]);
+    int warmup = Integer.parseInt(a[2]);
+    int runs = Integer.parseInt(a[3]);
+    int pacedRuns = Integer.parseInt(a[4]);
+    long paceNs = Math.round(Double.parseDouble(a[5]) * 1e6);
+    String prefix = a[6];
+    try (Model m = Model.load(dir, threads, Model.AFFINITY_ANY)) {
+      int nin = m.inputs().size();
+      int nout = m.outputs().size();
+      Tensor[] in = new Tensor[nin];
+      for (int k = 0; k < nin; ++k) {
+        TensorInfo info = m.inputs().get(k);
+        in[k] = Tensor.allocate(info);
+        ByteBuffer b = in[k].buffer().duplicate();
+        b.clear();
+        b.put(Files.readAllBytes(Paths.get(a[7 + k])));
+      }
+      Tensor[] out = new Tensor[nout];
+      for (int k = 0; k < nout; ++k) {
+        out[k] = m.allocateOutput(k);
+      }
+      for (int r = 0; r < warmup; ++r) {
+        call(m, in, out);
+      }
+      long[] b2b = new long[runs];
+      for (int r = 0; r < runs; ++r) {
+        b2b[r] = call(m, in, out);
+      }
+      long[] paced = new long[pacedRuns];
+      for (int r = 0; r < pacedRuns; ++r) {
+        long until = System.nanoTime() + paceNs;
+        for (long left = paceNs; left > 0; left = until - System.nanoTime()) {
+          LockSupport.parkNanos(left);  // Thread.sleep(ms, ns) rounds to whole milliseconds
+        }
+        paced[r] = call(m, in, out);
+      }
+      for (int k = 0; k < nout; ++k) {
+        ByteBuffer b = out[k].buffer().duplicate();
+        b.clear();
+        byte[] bytes = new byte[(int) out[k].byteSize()];
+        b.get(bytes);
+        Files.write(Paths.get(prefix + "-out" + k + ".bin"), bytes);
+      }
+      System.out.println("{\"quiet\": " + medianMs(b2b) + ", \"paced\": " + medianMs(paced) + ", \"threads\": "
+          + threads + ", \"java\": \"" + System.getProperty("java.version") + "\"}");
+    }
+  }
+
+  /** One frame's call: every input set, run, every output read; its duration in ns. */
+  private static long call(Model m, Tensor[] in, Tensor[] out) {
+    long t0 = System.nanoTime();
+    for (int k = 0; k < in.length; ++k) {
+      m.setInput(k, in[k]);
+    }
+    m.run();
+    for (int k = 0; k < out.length; ++k) {
+      m.getOutput(k, out[k]);
+    }
+    return System.nanoTime() - t0;
+  }
+
+  private static double medianMs(long[] ns) {
+    long[] s = ns.clone();
+    Arrays.sort(s);
+    int n = s.length;
+    double mid = n % 2 == 1 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2.0;
+    return mid / 1e6;
+  }
+}
