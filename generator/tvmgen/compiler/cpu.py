@@ -24,12 +24,14 @@ def prepare_passes(target, layout: bool = True) -> list:
     conversion breaks a model, see ``compiler.build``)."""
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    from tvmgen.compiler import divisions, int8, schedules
+    from tvmgen.compiler import branches, divisions, int8, schedules
 
+    # what one If branch alone needs computed in that branch (the importer computes both);
     # quantised convolutions and matmuls on the 8-bit values first: the layout passes fold the
     # weights' dequantize into float constants
     return (
-        cpu.library_dispatch_passes(target)
+        [branches.SinkIntoBranches()]
+        + cpu.library_dispatch_passes(target)
         + [int8.QuantisedDotProducts(target), divisions.DivideByConstants()]
         + (schedules.layout_passes(target) if layout else [])
         + legalize_passes()
@@ -72,7 +74,7 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
     import tvm
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    from tvmgen.compiler import inputs
+    from tvmgen.compiler import branches, inputs
     from tvmgen.compiler.database import open_database
 
     database = open_database(tuning_db, target) if tuning_db else None
@@ -85,12 +87,12 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
         at = next((i + 1 for i, p in enumerate(lower) if p.info.name == "RewriteDataflowReshape"), None)
         if at is not None:
             lower.insert(at, inputs.RelaxInputAlignment(report))
-        passes = (
-            prepare_passes(target, layout)
-            + schedule_passes(target, database, report)
-            + lower
-            + cpu.finalize_passes(target)
-        )
+        finalize = cpu.finalize_passes(target)
+        # TVM's memory plan shares storages between an If's branches (branches.own_branch_storages)
+        plan = next((i + 1 for i, p in enumerate(finalize) if p.info.name == "StaticPlanBlockMemory"), None)
+        if plan is not None:
+            finalize.insert(plan, branches.OwnBranchStorages())
+        passes = prepare_passes(target, layout) + schedule_passes(target, database, report) + lower + finalize
         with target:
             if database is None:
                 return tvm.transform.Sequential(passes)(mod)

@@ -42,31 +42,46 @@ def input_uses(func, num_inputs: int) -> tuple[dict, set[int]]:
         return found
 
     returned = func.body.body  # what main returns may be an input itself: the caller gets a copy
-    for block in func.body.blocks:
-        for b in block.bindings:
-            value, used = b.value, inputs_in(b.value)
-            if not used:
-                continue
-            op = getattr(getattr(value, "op", None), "name", None)
-            if op == "relax.call_tir" and isinstance(value.args[1], relax.Tuple):
-                kernel = value.args[0]
-                for k, arg in enumerate(value.args[1].fields):
-                    if isinstance(arg, relax.Var) and arg in origin:
-                        reads.setdefault((kernel, k), set()).update(origin[arg])
-                    elif inputs_in(arg):  # an input inside some other expression
-                        unsafe |= inputs_in(arg)
-                for rest in value.args[2:]:  # output types, symbolic arguments
-                    unsafe |= inputs_in(rest)
-            elif (
-                op in _VIEW_OPS
-                and isinstance(value.args[0], relax.Var)
-                and not any(inputs_in(a) for a in value.args[1:])
-            ):
-                origin[b.var] = inputs_in(value.args[0])
-            elif isinstance(value, relax.Var):
-                origin[b.var] = used
-            else:
-                unsafe |= used
+
+    def visit(seq) -> None:
+        for block in seq.blocks:
+            for b in block.bindings:
+                value, used = b.value, inputs_in(b.value)
+                if not used:
+                    continue
+                op = getattr(getattr(value, "op", None), "name", None)
+                if op == "relax.call_tir" and isinstance(value.args[1], relax.Tuple):
+                    kernel = value.args[0]
+                    for k, arg in enumerate(value.args[1].fields):
+                        if isinstance(arg, relax.Var) and arg in origin:
+                            reads.setdefault((kernel, k), set()).update(origin[arg])
+                        elif inputs_in(arg):  # an input inside some other expression
+                            unsafe.update(inputs_in(arg))
+                    for rest in value.args[2:]:  # output types, symbolic arguments
+                        unsafe.update(inputs_in(rest))
+                elif (
+                    op in _VIEW_OPS
+                    and isinstance(value.args[0], relax.Var)
+                    and not any(inputs_in(a) for a in value.args[1:])
+                ):
+                    origin[b.var] = inputs_in(value.args[0])
+                elif isinstance(value, relax.Var):
+                    origin[b.var] = used
+                elif isinstance(value, relax.If) and all(
+                    isinstance(br, relax.SeqExpr) for br in (value.true_branch, value.false_branch)
+                ):
+                    # the kernels in each branch (branches.sink_into_branches puts work there)
+                    unsafe.update(inputs_in(value.cond))
+                    for br in (value.true_branch, value.false_branch):
+                        visit(br)
+                        if isinstance(br.body, relax.Var):
+                            origin[b.var] = origin.get(b.var, set()) | inputs_in(br.body)
+                        else:
+                            unsafe.update(inputs_in(br.body))
+                else:
+                    unsafe.update(used)
+
+    visit(func.body)
     if inputs_in(returned) and not isinstance(returned, (relax.Var, relax.Tuple)):
         unsafe |= inputs_in(returned)
     return reads, unsafe

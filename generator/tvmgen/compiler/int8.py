@@ -462,18 +462,34 @@ def _depthwise_from_8bit(bb, call, var2val):
         or [int(d) for d in call.ty.shape.values][3] != channels
     ):
         return None
-    if str(at.kernel_layout) == "HWOI" and wshape[2:] == [channels, 1]:  # TFLite's depthwise kernel
-        w = bb.emit(relax.op.permute_dims(w, [0, 1, 3, 2]))  # -> HWIO [kh, kw, 1, C]: folded at compile time
-    elif not (str(at.kernel_layout) == "HWIO" and wshape[2:] == [1, channels]):
+    hwoi = str(at.kernel_layout) == "HWOI" and wshape[2:] == [channels, 1]  # TFLite's depthwise kernel
+    if not (hwoi or (str(at.kernel_layout) == "HWIO" and wshape[2:] == [1, channels])):
         return None
+    integer = _integer_depthwise_weights(w, var2val, wshape, channels)
+    if integer is not None:  # exact integer sums, scaled once per channel
+        w8, w_scale = integer
+        if hwoi:
+            w8 = w8.transpose(0, 1, 3, 2)
+        w = relax.const(np.ascontiguousarray(w8, dtype=np.float32))
+        combined = (np.float32(scale) * w_scale).astype(np.float32)
+        scale = 1.0
+    elif hwoi:
+        w = bb.emit(relax.op.permute_dims(w, [0, 1, 3, 2]))  # -> HWIO [kh, kw, 1, C]: folded at compile time
+
+    padding = [int(v) for v in at.padding]
 
     def conv(x8, weights):
+        if integer is not None:  # x8 as it is, padded with the zero point: integers, exact in float32
+            data = te.compute(x8.shape, lambda *i: x8(*i).astype("float32"), name=INLINE_DEQUANTIZE)
+            top, left, bottom, right = padding
+            data = topi.nn.pad(data, [0, top, left, 0], [0, bottom, right, 0], pad_value=float(zero), name="pad_temp")
+            return _depthwise_nhwc(data, weights, [int(v) for v in at.strides], [int(v) for v in at.dilation])
         data = te.compute(x8.shape, lambda *i: (x8(*i).astype("float32") - float(zero)) * scale, name=INLINE_DEQUANTIZE)
         return topi.nn.conv(
             data,
             weights,
             [int(v) for v in at.strides],
-            [int(v) for v in at.padding],
+            padding,
             [int(v) for v in at.dilation],
             channels,
             "NHWC",
@@ -481,7 +497,63 @@ def _depthwise_from_8bit(bb, call, var2val):
             "float32",
         )
 
-    return bb.call_te(conv, x8, w, primfunc_name_hint="conv2d")
+    out = bb.call_te(conv, x8, w, primfunc_name_hint="conv2d")
+    if integer is None:
+        return out
+    # sum (x8 - zero) w8 = sum x8 w8 - zero sum w8 (the padding is x8 = zero): exact integers
+    corr = np.float32(zero) * w8.reshape(-1, channels).sum(axis=0, dtype=np.float64).astype(np.float32)
+    out = relax.op.subtract(out, relax.const(corr)) if np.any(corr) else out
+    return relax.op.multiply(out, relax.const(combined))  # fuses into the kernel's epilogue
+
+
+def _depthwise_nhwc(padded, weights, strides: list[int], dilation: list[int]):
+    """``topi.nn.conv``'s depthwise NHWC convolution (same loops, names and reduction order, so the
+    depthwise schedule applies) of an input padded already (with the zero point, not 0)."""
+    from tvm import te
+
+    n, h, w, c = (int(d) for d in padded.shape)
+    kh, kw = int(weights.shape[0]), int(weights.shape[1])
+    oh = (h - (kh - 1) * dilation[0] - 1) // strides[0] + 1
+    ow = (w - (kw - 1) * dilation[1] - 1) // strides[1] + 1
+    ry, rx, rc = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx"), te.reduce_axis((0, 1), "rc")
+    return te.compute(
+        (n, oh, ow, c),
+        lambda nn, yy, xx, ff: te.sum(
+            padded[nn, yy * strides[0] + ry * dilation[0], xx * strides[1] + rx * dilation[1], ff + rc]
+            * weights[ry, rx, rc, ff],
+            axis=[ry, rx, rc],
+        ),
+        name="group_conv2d_nhwc",
+        tag="group_conv2d_nhwc",
+    )
+
+
+def _integer_depthwise_weights(w, var2val, wshape: list[int], channels: int):
+    """A depthwise kernel ``[reshape](dequantize(constant w8, scale per channel, zero point 0))``
+    -> (w8 as float32 integers in ``wshape``, the scale per channel), or None. Its sums over
+    (x8 - zero) x w8 are exact in float32 (|x8 - zero| <= 255, |w8| <= 255: products under 2^16,
+    sums of up to 256 taps under 2^24), where the dequantised kernel rounded every product."""
+    from tvm import relax
+
+    value = var2val.get(w, w) if isinstance(w, relax.Var) else w
+    if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.reshape":
+        value = value.args[0]
+    dw = _dequantize(value, var2val)
+    if dw is None:
+        return None
+    w8 = _constant(dw.args[0], var2val)
+    sw, zw = _constant(dw.args[1], var2val, "f"), _constant(dw.args[2], var2val)
+    if w8 is None or sw is None or zw is None or np.any(zw != 0) or np.abs(w8).max(initial=0) > 255:
+        return None
+    if int(np.prod(w8.shape)) != int(np.prod(wshape)) or int(np.prod(wshape)) // channels > 256:
+        return None
+    sw = np.asarray(sw, np.float32).reshape(-1)
+    axis = int(dw.attrs.axis) % max(w8.ndim, 1)
+    if sw.size == 1:
+        sw = np.full(channels, sw[0], np.float32)
+    elif not (sw.size == channels and w8.ndim >= 1 and w8.shape[axis] == channels and axis == w8.ndim - 1):
+        return None  # a scale per channel along the kernel's last (channel) axis only
+    return w8.reshape(wshape).astype(np.float32), sw
 
 
 def rewrite_quantised_products(mod, target):
@@ -508,7 +580,99 @@ def rewrite_quantised_products(mod, target):
     )
     if count:
         log.info("int8: %d quantised convolution(s)/matmul(s) on the dot-product instruction", count)
+        mod = share_shifted_activations(mod)
     return relax.transform.DeadCodeElimination()(mod)
+
+
+def _call(expr, op: str) -> bool:
+    from tvm import relax
+
+    return isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == op
+
+
+def _shift_chain(u_value, values: dict):
+    """``astype(add(astype(v, int32), 128), uint8)`` (``_dot``'s shift of int8 activations for an
+    instruction that takes uint8, one binding per call) -> (v, t1, t2), or None."""
+    from tvm import relax
+
+    if not (_call(u_value, "relax.astype") and str(u_value.attrs.dtype) == "uint8"):
+        return None
+    t2 = u_value.args[0]
+    add = values.get(t2)
+    if add is None or not (_call(add, "relax.add") and isinstance(add.args[0], relax.Var)):
+        return None
+    shift = _constant(add.args[1], {})
+    if shift is None or shift.shape != () or int(shift) != 128:
+        return None
+    t1 = add.args[0]
+    cast = values.get(t1)
+    if cast is None or not (_call(cast, "relax.astype") and str(cast.attrs.dtype) == "int32"):
+        return None
+    v = cast.args[0]
+    if not (isinstance(v, relax.Var) and str(v.ty.dtype) == "int8"):
+        return None
+    return v, t1, t2
+
+
+def share_shifted_activations(mod):
+    """Int8 activations that a dot-product kernel reads shifted to uint8 (``_dot``) and another
+    operator reads through ``dequantize(v, s, z)`` (a residual add): that one reads the shifted
+    copy instead, as ``dequantize(u, s, z + 128)`` (the same values: ``u - (z + 128) = v - z``,
+    exactly), and the shift is computed right after ``v``. ``v`` then has one reader, the shift,
+    which fuses into the kernel that writes ``v``: that kernel writes the uint8 copy and no
+    kernel of its own shifts it (MobileNetV2's full-integer model: 5 kernels, 10 calls a run)."""
+    import tvm
+    from tvm import relax
+
+    main = mod["main"]
+    if not isinstance(main, relax.Function) or not isinstance(main.body, relax.SeqExpr):
+        return mod
+    new_blocks, changed = [], False
+    for block in main.body.blocks:
+        bindings = list(block.bindings)
+        values = {b.var: b.value for b in bindings if isinstance(b, relax.VarBinding)}
+        position = {b.var: i for i, b in enumerate(bindings)}
+        chains: dict = {}  # v -> [t1, t2, u] binding indices
+        for i, b in enumerate(bindings):
+            found = _shift_chain(b.value, values) if isinstance(b, relax.VarBinding) else None
+            if found is not None and found[0] not in chains:
+                v, t1, t2 = found
+                chains[v] = [position[t1], position[t2], i]
+        replaced = {}
+        for i, b in enumerate(bindings):
+            c = b.value if isinstance(b, relax.VarBinding) else None
+            if not (_call(c, "relax.dequantize") and isinstance(c.args[0], relax.Var) and c.args[0] in chains):
+                continue
+            zero = _constant(c.args[2], {}) if isinstance(c.args[2], tvm.ir.expr.GenericConst) else None
+            if zero is None or zero.size != 1:
+                continue
+            u = bindings[chains[c.args[0]][2]].var
+            new_zero = relax.const(int(zero.reshape(-1)[0]) + 128, str(c.args[2].ty.dtype))
+            replaced[i] = relax.VarBinding(
+                b.var, relax.op.dequantize(u, c.args[1], new_zero, int(c.attrs.axis), str(c.attrs.out_dtype)), b.span
+            )
+        if not replaced:
+            new_blocks.append(block)
+            continue
+        changed = True
+        moved = {i for v, idx in chains.items() for i in idx}
+        after: dict = {}  # binding index of v (-1: bound before this block) -> the chains to put after it
+        for v, idx in chains.items():
+            after.setdefault(position.get(v, -1), []).extend(idx)
+        out = [bindings[i] for i in after.get(-1, [])]
+        for i, b in enumerate(bindings):
+            if i in moved:
+                continue
+            out.append(replaced.get(i, b))
+            out.extend(bindings[j] for j in after.get(i, []))
+        new_blocks.append(type(block)(out))
+    if not changed:
+        return mod
+    new_main = relax.Function(
+        main.params, relax.SeqExpr(new_blocks, main.body.body), main.ret_ty, main.is_pure, main.attrs, main.span
+    )
+    mod.update_func(mod.get_global_var("main"), new_main)
+    return relax.transform.Normalize()(mod)
 
 
 def QuantisedDotProducts(target):  # noqa: N802 - a pass, named like TVM's
@@ -568,6 +732,14 @@ def _inline_side_terms(sch, block) -> None:
                 continue
 
 
+def dot_tile(m: int, col_blocks: int, registers: int) -> tuple[int, int]:
+    """The register tile of ``schedule_dot``: (rows, column blocks of one instruction's lanes)."""
+    rows = next(r for r in (4, 7, 3, 2, 1) if m % r == 0 and (r - 1) * 2 < registers - 4)
+    budget = max(1, (registers - 4) // rows)
+    cols = next(c for c in range(min(budget, col_blocks), 0, -1) if col_blocks % c == 0)
+    return rows, cols
+
+
 def schedule_dot(sch, block, registers: int, fold_epilogue, schedule_injective) -> None:
     """Register tiles of ``rows x cols`` instruction results, the whole K inside a tile, one
     instruction per (row, column block, 4 k's); tiles in parallel; the epilogue on the tile."""
@@ -582,9 +754,7 @@ def schedule_dot(sch, block, registers: int, fold_epilogue, schedule_injective) 
     b_buf = sch.get(block).reads[-1].source  # the packed weights: dot_core reads A, then B
     lanes = int(b_buf.shape[2])
     col_blocks = int(b_buf.shape[0])
-    rows = next(r for r in (4, 7, 3, 2, 1) if m % r == 0 and (r - 1) * 2 < registers - 4)
-    budget = max(1, (registers - 4) // rows)
-    cols = next(c for c in range(min(budget, col_blocks), 0, -1) if col_blocks % c == 0)
+    rows, cols = dot_tile(m, col_blocks, registers)
     jo, ji = sch.split(j, [None, lanes])
     i_o, i_i = sch.split(i, [None, rows])
     j_o, j_i = sch.split(jo, [None, cols])

@@ -240,16 +240,19 @@ def _flops(func) -> float:
 def _dot_flops(func) -> float:
     """FLOPs of an 8-bit dot-product kernel (``compiler.int8``), which TVM cannot count once it is
     tensorized: 2 x rows x K x N from its packed weights [N / lanes, K / 4, lanes, 4] and its
-    8-bit activations [..., K]; 0 for any other kernel."""
+    8-bit activations [..., K] (the first 8-bit parameter with K values in its last axis: a fused
+    kernel may also read an 8-bit residual and write an 8-bit (quantised) result, as a full-integer
+    model's 1x1 convolutions do); 0 for any other kernel."""
     params = [p.ty for p in func.params if hasattr(p.ty, "shape") and hasattr(p.ty, "dtype")]  # BufferType
     eight = [b for b in params if str(b.dtype) in ("int8", "uint8")]
     packed = [b for b in eight if len(b.shape) == 4 and int(b.shape[-1]) == 4]
-    acts = [b for b in eight if b not in packed]
-    if len(packed) != 1 or len(acts) != 1:
+    if len(packed) != 1:
         return 0.0
-    w, a = [int(d) for d in packed[0].shape], [int(d) for d in acts[0].shape]
+    w = [int(d) for d in packed[0].shape]
     k, n = w[1] * 4, w[0] * w[2]
-    if a[-1] != k:
+    acts = [[int(d) for d in b.shape] for b in eight if b is not packed[0] and len(b.shape) >= 1]
+    a = next((s for s in acts if s[-1] == k), None)
+    if a is None:
         return 0.0
     return 2.0 * float(np.prod(a[:-1])) * k * n
 

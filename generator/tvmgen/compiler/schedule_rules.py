@@ -131,11 +131,47 @@ def _writes_output(sch, block) -> bool:
     return any(not any(w.source.same_as(a) for a in allocated) for w in sch.get(block).writes)
 
 
+def _contiguous_tail(sch, block, loops, lanes: int) -> int:
+    """How many innermost loops of an elementwise ``block`` to fuse into one vector loop: 1, or
+    more while the innermost run is shorter than ``lanes`` and every buffer the block reads or
+    writes is indexed by exactly those loops in its own innermost axes (or is a scalar), with the
+    same extents, so the fused loop walks every buffer contiguously. An NHWC image's 3 channels
+    (a full-integer model's input quantisation: vectors of 3 floats, one row at a time) become
+    rows x 3 values; a per-channel operand (a bias read at ``c``) keeps them apart."""
+    b = sch.get(block)
+    axes = [iv.var for iv in b.iter_vars]
+    if len(axes) != len(loops):
+        return 1
+    known = [_extent(sch, lp) for lp in loops]
+    # one loop per block axis, in order (as a function is before it is scheduled)
+    if any(e is None or getattr(iv.dom.extent, "value", None) != e for e, iv in zip(known, b.iter_vars)):
+        return 1
+    extents = [int(e or 0) for e in known]
+    tail, run = 1, extents[-1]
+    while tail < len(loops) and run < lanes:
+        j = tail + 1
+        for access in [*b.reads, *b.writes]:
+            region = access.region
+            if len(region) == 0:
+                continue  # a scalar
+            if len(region) < j or any(getattr(r.extent, "value", 0) != 1 for r in region):
+                return tail
+            index = [r.min for r in region[-j:]]
+            dims = [getattr(d, "value", None) for d in access.source.shape[-j:]]
+            if not all(i.same_as(a) for i, a in zip(index, axes[-j:])) or dims[1:] != extents[-j + 1 :]:
+                return tail
+        tail, run = j, run * extents[-j]
+    return tail
+
+
 def _schedule_injective_output(sch, out, shape: CpuShape) -> None:
     loops = sch.get_loops(out)
     if not loops:
         return
     lanes = shape.lanes(_dtype_bits(sch, out))
+    tail = _contiguous_tail(sch, out, loops, lanes) if (_extent(sch, loops[-1]) or lanes) < lanes else 1
+    if tail > 1:
+        loops = [*loops[:-tail], sch.fuse(*loops[-tail:])]
     inner = _extent(sch, loops[-1]) or 1
     vec = _vector_tile(inner, lanes, [lanes * 2, lanes, lanes // 2, lanes // 4]) if inner >= 4 else inner
     across = _transposed_axis(sch, out, loops)
