@@ -395,3 +395,18 @@ def test_aarch64_runtime_has_the_vulkan_backend(aarch64_runtime, compiled, tmp_p
     art = compiled(materialize("builtin:tiny", tmp_path), "linux-aarch64", "vulkan", name="tiny")
     proc, got = run_native(aarch64_runtime, art, {}, tmp_path, launcher=QEMU_AARCH64)
     assert got is None and "Vulkan is not available: no Vulkan loader could be opened" in proc.stderr, proc.stderr
+
+
+def test_prepare_creates_every_pipeline_before_the_first_run(arts, runtime, tmp_path):
+    """tvmgen-run --prepare (Model::Prepare) on Vulkan: every pipeline created, built without a cache entry
+    and from it in the next process."""
+    art = arts[("tiny", "vulkan")]
+    n = len(kernels_of(art))
+    env = {"TVMGEN_VULKAN_CACHE_DIR": str(tmp_path / "vk-cache")}
+    seen = []
+    for tag in ("cold", "warm"):
+        timings = tmp_path / f"{tag}.json"
+        proc, got = run_native(runtime, art, {}, tmp_path, "--prepare", "--timings", str(timings), env=env, tag=tag)
+        assert got is not None, proc.stderr[-2000:]
+        seen.append(json.loads(timings.read_text())["prepare"])
+    assert [(p["kernels"], p["built"], p["cached"]) for p in seen] == [(n, n, 0), (n, 0, n)], seen

@@ -411,13 +411,21 @@ std::string PrepareStats::ToJson() const {
 
 // The function of libtvmgen_opencl's kernel module that builds all its programs: (device_id, wait) -> JSON.
 constexpr const char* kOpenCLPrepare = "__tvmgen_opencl_prepare";
+// libtvmgen_vulkan's, the same for its pipelines (created in the background from the module's load on).
+constexpr const char* kVulkanPrepare = "__tvmgen_vulkan_prepare";
 
-// Every OpenCL kernel module the library imports (TVM puts each target's kernels in a module of its own).
+const char* PrepareFunction(const ffi::Module& mod) {
+  return std::string(mod->kind()) == "vulkan" ? kVulkanPrepare : kOpenCLPrepare;
+}
+
+// Every OpenCL and Vulkan kernel module the library imports (TVM puts each target's kernels in a module of
+// its own).
 void CollectOpenCLModules(const ffi::Module& mod, std::vector<ffi::Module>* out) {
   for (const ffi::Module& seen : *out) {
     if (seen.same_as(mod)) return;
   }
-  if (std::string(mod->kind()) == "opencl") out->push_back(mod);
+  std::string kind = mod->kind();
+  if (kind == "opencl" || kind == "vulkan") out->push_back(mod);
   for (const ffi::Any& imp : mod->imports()) {
     if (auto m = imp.try_cast<ffi::Module>()) CollectOpenCLModules(*m, out);
   }
@@ -440,7 +448,7 @@ struct Model::Impl {
   int threads = 0;
   std::string thread_pool = "tvm";
   Timings timings;
-  std::vector<ffi::Module> opencl_modules;  // the library's OpenCL kernels (Prepare)
+  std::vector<ffi::Module> opencl_modules;  // the library's OpenCL and Vulkan kernels (Prepare)
   bool prepared = false;
   PrepareStats prepare_stats;
 
@@ -557,7 +565,7 @@ std::unique_ptr<Model> Model::LoadArtifact(const std::string& dir, ArtifactData 
   // load (weights, VM); Prepare() or the first run waits for them. A build error surfaces there.
   CollectOpenCLModules(m.lib.value(), &m.opencl_modules);
   for (const ffi::Module& cl : m.opencl_modules) {
-    if (auto f = cl->GetFunction(kOpenCLPrepare)) {
+    if (auto f = cl->GetFunction(PrepareFunction(cl))) {
       try {
         (*f)(static_cast<int64_t>(m.dev.device_id), false);
       } catch (const ffi::Error&) {  // e.g. no OpenCL here: the VM's creation says so
@@ -716,10 +724,10 @@ PrepareStats Model::Prepare() {
   auto t0 = Clock::now();
   PrepareStats stats;
   for (const ffi::Module& cl : m.opencl_modules) {
-    auto f = cl->GetFunction(kOpenCLPrepare);
+    auto f = cl->GetFunction(PrepareFunction(cl));
     if (!f.has_value()) {
-      throw Error("the OpenCL backend loaded cannot prepare kernels ahead of the first run (is libtvmgen_opencl "
-                  "the OpenCL backend?)");
+      throw Error("the " + std::string(cl->kind()) + " backend loaded cannot prepare kernels ahead of the first run "
+                  "(is libtvmgen_" + std::string(cl->kind()) + " the backend?)");
     }
     std::string text;
     try {

@@ -970,6 +970,12 @@ class VulkanModule : public ffi::ModuleObj {
   ffi::Bytes SaveToBytes() const final { return ffi::Bytes(blob_.data(), blob_.size()); }
 
   ffi::Optional<ffi::Function> GetFunction(const ffi::String& name) final {
+    if (name == "__tvmgen_vulkan_prepare") {  // (device_id, wait) -> JSON, for Model::Prepare
+      std::shared_ptr<Pipelines> pl = pipelines_;
+      return ffi::Function::FromTyped([pl](int64_t device_id, bool wait) -> ffi::String {
+        return ffi::String(Prepare(*pl, wait));
+      });
+    }
     auto it = kernels_.find(std::string(name));
     if (it == kernels_.end()) return std::nullopt;
     std::shared_ptr<Kernel> k = it->second;
@@ -1023,6 +1029,28 @@ class VulkanModule : public ffi::ModuleObj {
         }
       }).detach();
     }
+  }
+
+  // Every pipeline of the module created (waiting for the background threads' ones), when `wait`:
+  // {"programs": 1, "kernels", "built", "cached", "ms"} (the counts of PrepareStats; pipelines "built"
+  // without a cache entry, "cached" with one). A creation failure is thrown here.
+  static std::string Prepare(Pipelines& pl, bool wait) {
+    auto t0 = std::chrono::steady_clock::now();
+    int built = 0, cached = 0;
+    if (wait) {
+      Workspace::Global().Check();
+      for (const auto& k : pl.kernels) {
+        std::call_once(k->created, [&]() { CreateRecorded(*k, pl); });
+        if (k->pipeline == VK_NULL_HANDLE) {
+          TVM_FFI_THROW(RuntimeError) << "Vulkan: creating the pipeline of kernel " << k->name << " failed: " << k->error;
+        }
+        (pl.from_disk ? cached : built)++;
+      }
+    }
+    std::ostringstream o;
+    o << "{\"programs\": 1, \"kernels\": " << pl.kernels.size() << ", \"built\": " << built << ", \"cached\": " << cached
+      << ", \"ms\": " << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() << "}";
+    return o.str();
   }
 
   // Create k's pipeline, remembering a failure for its launch; the last pipeline of the module writes
