@@ -410,3 +410,39 @@ def test_prepare_creates_every_pipeline_before_the_first_run(arts, runtime, tmp_
         assert got is not None, proc.stderr[-2000:]
         seen.append(json.loads(timings.read_text())["prepare"])
     assert [(p["kernels"], p["built"], p["cached"]) for p in seen] == [(n, n, 0), (n, 0, n)], seen
+
+
+def test_android_app_renders_for_vulkan(tmp_path):
+    """`tvmgen app --device vulkan`'s project: the Vulkan backend built and shipped (gradle target
+    tvmgen_vulkan), Vulkan declared as an optional feature (libvulkan.so is an NDK public library: no
+    uses-native-library), the Vulkan model first with the CPU build as fallback, and the pipeline cache in
+    the app's cache directory. Rendered only: no NDK here to build it."""
+    import xml.etree.ElementTree as ET
+
+    from conftest import save_onnx, single_op_models
+    from tvmgen import frontends
+    from tvmgen.android import project as android_project
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.platforms import PLATFORMS
+
+    imported = frontends.load(save_onnx(single_op_models()["softmax"], tmp_path / "m.onnx"), [])
+    arts = {}
+    for device in ("vulkan", "cpu"):
+        arts[device] = tmp_path / device
+        options = BuildOptions(PLATFORMS["android-arm64"], device, objects_only=True)
+        compile_to_artifact(imported, options, arts[device], True, {"name": "m"})
+    ctx = android_project.android_context("deploy", "org.example.vk", "VK", "m", "vulkan", ["arm64-v8a"])
+    assert ctx["model_devices"] == ["vulkan", "cpu"]
+    out = tmp_path / "app"
+    android_project.create_android_project("deploy", out, ctx, arts)
+    android = "{http://schemas.android.com/apk/res/android}"
+    manifest = ET.parse(out / "app/src/main/AndroidManifest.xml").getroot()
+    feature = manifest.find("uses-feature")
+    assert feature.get(f"{android}name") == "android.hardware.vulkan.version"
+    assert feature.get(f"{android}required") == "false"
+    assert manifest.find("application/uses-native-library") is None
+    gradle = (out / "app/build.gradle").read_text()
+    assert "targets 'tvmgen_jni', 'tvmgen_jni_bridge', 'tvmgen_vulkan'" in gradle
+    src = (out / "app/src/main/java/org/example/vk/MainActivity.java").read_text()
+    assert 'MODELS = { "model-vulkan", "model-cpu" }' in src and '"TVMGEN_VULKAN_CACHE_DIR"' in src
+    assert (out / "app/src/main/assets/model-vulkan/manifest.json").is_file()

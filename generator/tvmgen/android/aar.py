@@ -94,11 +94,15 @@ def compile_classes_jar(out: Path) -> Path:
     return out
 
 
-def check_native(abi: str, directory: Path, opencl: bool, require_android: bool) -> list[Path]:
+def check_native(abi: str, directory: Path, opencl: bool, require_android: bool, vulkan: bool = False) -> list[Path]:
     """The libraries of one ABI, checked: present, built for the ABI's machine, for Android, 16 KB pages."""
     if abi not in ABI_ARCH:
         raise InputError(f"unknown ABI {abi!r}", f"use one of {', '.join(ABI_ARCH)}")
-    wanted = [*RUNTIME_LIBRARIES, *(["libtvmgen_opencl.so"] if opencl else [])]
+    wanted = [
+        *RUNTIME_LIBRARIES,
+        *(["libtvmgen_opencl.so"] if opencl else []),
+        *(["libtvmgen_vulkan.so"] if vulkan else []),
+    ]
     missing = [n for n in wanted if not (directory / n).is_file()]
     if missing:
         raise InputError(
@@ -146,7 +150,7 @@ def build_aar(
             "build the runtime for Android with the NDK (jni/CMakeLists.txt, build (c)) and pass --native arm64-v8a=DIR",
         )
     models: dict[str, PackagedModel] = {}
-    opencl = False
+    opencl = vulkan = False
     for d in artifacts:
         m = artifact.load(d)
         if not m.platform.startswith("android-"):
@@ -171,6 +175,7 @@ def build_aar(
                     f"{d}: {report.summary()}", "compile it again with this tvmgen (it links for 16 KB pages)"
                 )
         opencl |= m.device == "opencl"
+        vulkan |= m.device == "vulkan"
         name = f"{m.model.get('name', d.name)}-{m.device}"
         if name in models:
             raise InputError(
@@ -179,7 +184,9 @@ def build_aar(
         models[name] = package_model(d)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    libs = {abi: check_native(abi, Path(directory), opencl, require_android) for abi, directory in native.items()}
+    libs = {
+        abi: check_native(abi, Path(directory), opencl, require_android, vulkan) for abi, directory in native.items()
+    }
     with step(f"Writing {out.name} ({', '.join(native)}; {', '.join(models)})"), tempfile.TemporaryDirectory() as tmp:
         jar = compile_classes_jar(Path(tmp) / "classes.jar")
         partial = Path(tmp) / out.name

@@ -200,8 +200,8 @@ _app_common = [
     "--model", "model", required=True, help="The model (as for compile), e.g. mobilenet.pb or builtin:mobilenet."
 )
 @options.device(
-    ["cpu", "opencl", "nnapi", "metal"],
-    help="Where the model runs on the phone (opencl falls back to CPU on the phone when absent; metal: iOS).",
+    ["cpu", "opencl", "vulkan", "nnapi", "metal"],
+    help="Where the model runs on the phone (opencl and vulkan fall back to CPU on the phone when absent; metal: iOS).",
 )
 @options.gpu_family(
     ["adreno", "mali", "generic", "desktop"],
@@ -288,7 +288,7 @@ def app(
         options.nnapi_notice()
     if precision != "fp32" and (device == "nnapi" or "ios-arm64" in platforms):
         raise InputError(
-            f"--precision {precision} is for Android --device cpu or opencl builds "
+            f"--precision {precision} is for Android --device cpu, opencl or vulkan builds "
             "(NNAPI drivers choose their own precision; the iOS app builds fp32)",
             "leave out --precision",
         )
