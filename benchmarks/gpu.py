@@ -330,7 +330,7 @@ def runtime_tvm_prebuilt() -> Path:
 def _model_sources(args, work: Path) -> list[tuple[str, str, list[str]]]:
     """(name, what `tvmgen compile` takes, extra flags) per model."""
     if not args.zoo:
-        return [("builtin:mobilenet", "builtin:mobilenet", [])]
+        return [(args.model, args.model, [])]
     import zoo  # torch, keras ... only here
 
     names = benchlib.pick_models(args.models or ",".join(zoo.MODELS), zoo.MODELS, lambda m: sys.exit(f"gpu.py: {m}"))
@@ -704,6 +704,11 @@ def main() -> int:
     )
     ap.add_argument("--models", help="with --zoo: comma-separated subset")
     ap.add_argument(
+        "--model",
+        default="builtin:mobilenet",
+        help="without --zoo: the built-in model to measure (builtin:mobilenet, or builtin:tiny for a quick check)",
+    )
+    ap.add_argument(
         "--gpu-family",
         default="generic",
         help="comma-separated: adreno and/or desktop add opencl rows compiled with that --gpu-family",
@@ -725,6 +730,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.zoo, args.repeat, args.runs = False, 1, 1
+    if not args.model.startswith("builtin:"):
+        ap.error(
+            f"--model takes a built-in model (builtin:mobilenet, builtin:tiny), not {args.model}; --zoo for others"
+        )
     if (args.build_only or args.run_only) and not args.work:
         ap.error("--build-only and --run-only need --work DIR")
     if args.cuda and not re.fullmatch(r"sm_\d+[a-z]?", args.cuda_arch):

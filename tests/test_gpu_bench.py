@@ -24,6 +24,7 @@ from helpers import load_benchmark, run_benchmark
 pytestmark = pytest.mark.slow  # the benchmark scripts run end to end
 
 COLUMNS = load_benchmark("gpu").COLUMNS  # the table's header
+MODEL = ["--model", "builtin:tiny"]  # the plumbing on the small built-in model (the MobileNet's builds are elsewhere)
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def work(tmp_path_factory) -> Path:
     """A work directory filled by --build-only, after checking that an OpenCL platform exists."""
     require_tool("cmake")
     w = tmp_path_factory.mktemp("gpu-bench")
-    run_benchmark("gpu.py", "--build-only", "--work", w)
+    run_benchmark("gpu.py", "--build-only", *MODEL, "--work", w)
     plan = json.loads((w / "plan.json").read_text())
     assert [r["id"] for r in plan["rows"]] == ["cpu", "opencl"], plan["rows"]
     assert all("error" not in r for r in plan["rows"]), plan["rows"]
@@ -82,7 +83,7 @@ def run_and_check(*args, **options) -> None:
 def test_quick_end_to_end(work):
     """Both phases (the build reused from the work directory), one start each, one timed run."""
     out = work / "quick.json"
-    run_and_check("--quick", "--work", work, "--json", out)
+    run_and_check("--quick", *MODEL, "--work", work, "--json", out)
     doc = json.loads(out.read_text())
     opencl = next(r for r in doc["rows"] if r["id"] == "opencl")
     assert opencl["cold"][0]["cache"]["hits"] == 0 and opencl["warm"][0]["cache"]["misses"] == 0
@@ -107,7 +108,7 @@ def test_run_only_without_tvm(work, tmp_path):
     proc = subprocess.run([*py, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout  # nothing of TVM is importable there
-    run_and_check("--run-only", "--work", work, "--quick", python=py, env=env, cwd=tmp_path)
+    run_and_check("--run-only", *MODEL, "--work", work, "--quick", python=py, env=env, cwd=tmp_path)
 
 
 def test_reference_inputs_keep_a_scalar_input_scalar(compiled, tmp_path):
