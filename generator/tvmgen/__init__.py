@@ -12,11 +12,15 @@ except PackageNotFoundError:  # pragma: no cover - running from a checkout that 
     __version__ = "0+unknown"
 
 
-def _load_tvm_without_torch() -> None:
+def load_tvm_without_torch() -> None:
     """tvm_ffi and tvm.relax import PyTorch as they load, only to exchange tensors with it, which tvmgen
     never does: about 2 s of CPU on every command that uses TVM (1.9 of 2.8 s, measured on a 2-core EPYC).
     Unless torch is already loaded, their own imports see it as absent; torch stays importable afterwards,
-    for the PyTorch frontend (which hands TVM its weights through NumPy)."""
+    for the PyTorch frontend (which hands TVM its weights through NumPy).
+
+    Called by the command line's entry point only (``cli.entry``), and not for a PyTorch model: tvm_ffi
+    imports torch first on purpose (the two libraries' symbols can clash when tvm_ffi's load first), so a
+    process that will use both keeps that order."""
     import importlib.abc
     import importlib.machinery
     import sys
@@ -49,6 +53,3 @@ def _load_tvm_without_torch() -> None:
 
     if "tvm_ffi" not in sys.modules and "torch" not in sys.modules:
         sys.meta_path.insert(0, TorchLater())
-
-
-_load_tvm_without_torch()

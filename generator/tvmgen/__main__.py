@@ -1,3 +1,3 @@
-from tvmgen.cli import main
+from tvmgen.cli import entry
 
-main()
+entry()
