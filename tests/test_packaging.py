@@ -65,7 +65,7 @@ def test_wheel_contents(wheel):
         want = {f"tvmgen/{sub}/{n}" for n in shipped(REPO / sub)}
         assert want and want <= names, want - names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "tvmgen = tvmgen.cli:main" in entry
+    assert "tvmgen = tvmgen.cli:entry" in entry
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert "Requires-Dist: apache-tvm==0.27.0.post1" in meta
     for extra in ("tensorflow", "torch", "test"):
