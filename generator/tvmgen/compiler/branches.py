@@ -120,13 +120,9 @@ def _impure(expr) -> bool:
 
 
 def SinkIntoBranches():  # noqa: N802 - a pass, named like TVM's
-    import tvm
+    from tvmgen.compiler.rewrites import module_pass
 
-    @tvm.transform.module_pass(opt_level=0, name="TvmgenSinkIntoBranches")
-    def _pass(mod, _ctx):
-        return sink_into_branches(mod)
-
-    return _pass
+    return module_pass("TvmgenSinkIntoBranches", sink_into_branches)
 
 
 def own_branch_storages(mod):
@@ -207,10 +203,6 @@ def own_branch_storages(mod):
 
 
 def OwnBranchStorages():  # noqa: N802 - a pass, named like TVM's
-    import tvm
+    from tvmgen.compiler.rewrites import module_pass
 
-    @tvm.transform.module_pass(opt_level=0, name="TvmgenOwnBranchStorages")
-    def _pass(mod, _ctx):
-        return own_branch_storages(mod)
-
-    return _pass
+    return module_pass("TvmgenOwnBranchStorages", own_branch_storages)
