@@ -137,22 +137,9 @@ class HostModel:
 
         $TVMGEN_OPENCL_BACKEND names the library; otherwise the host runtime build (cached) is used.
         """
-        import ctypes
-        import os
+        from tvmgen.runtime import runtime_build
 
-        import tvm
-
-        if tvm.get_global_func("device_api.opencl", allow_missing=True) is not None:
-            return
-        path = os.environ.get("TVMGEN_OPENCL_BACKEND")
-        if not path:
-            from tvmgen.runtime import runtime_build
-
-            path = str(runtime_build.cached_build("host") / "lib" / "libtvmgen_opencl.so")
-        try:
-            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-        except OSError as e:
-            raise TvmgenError(f"cannot load tvmgen's OpenCL backend {path}: {e}") from e
+        runtime_build.load_backend("opencl", "OpenCL")
 
     def check_inputs(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         if inputs.keys() != self._input_names:  # a set comparison: the common case costs one

@@ -160,3 +160,25 @@ def cached_build(platform: str, jni: bool = False) -> Path:
         if (prefix / "bin" / "tvmgen-rpc-server").is_file():
             return prefix
         return build(platform, build_dir, jni=jni)
+
+
+def load_backend(device: str, title: str, hint: str | None = None) -> None:
+    """Load libtvmgen_<device> (tvmgen's OpenCL or Vulkan backend) into this process, unless TVM has
+    ``device_api.<device>`` already: it registers that device API and the loader of its kernels.
+
+    ``$TVMGEN_<DEVICE>_BACKEND`` names the library; otherwise the host runtime build (cached) is used.
+    A library that does not load is a TvmgenError naming ``title`` (with ``hint`` as its fix).
+    """
+    import ctypes
+
+    import tvm
+
+    if tvm.get_global_func(f"device_api.{device}", allow_missing=True) is not None:
+        return
+    path = os.environ.get(f"TVMGEN_{device.upper()}_BACKEND")
+    if not path:
+        path = str(cached_build("host") / "lib" / f"libtvmgen_{device}.so")
+    try:
+        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        raise TvmgenError(f"cannot load tvmgen's {title} backend {path}: {e}", hint) from e

@@ -8,31 +8,17 @@ has neither. ``$TVMGEN_VULKAN_BACKEND`` names the library; otherwise the cached 
 from __future__ import annotations
 
 import json
-import os
-
-from tvmgen.core.errors import TvmgenError
 
 
 def load() -> None:
-    import ctypes
+    from tvmgen.runtime import runtime_build
 
-    import tvm
-
-    if tvm.get_global_func("device_api.vulkan", allow_missing=True) is not None:
-        return
-    path = os.environ.get("TVMGEN_VULKAN_BACKEND")
-    if not path:
-        from tvmgen.runtime import runtime_build
-
-        path = str(runtime_build.cached_build("host") / "lib" / "libtvmgen_vulkan.so")
-    try:
-        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-    except OSError as e:
-        raise TvmgenError(
-            f"cannot load tvmgen's Vulkan backend {path}: {e}",
-            "the runtime build needs the Vulkan headers (apt-get install libvulkan-dev), then "
-            "`tvmgen runtime build --platform host`",
-        ) from e
+    runtime_build.load_backend(
+        "vulkan",
+        "Vulkan",
+        "the runtime build needs the Vulkan headers (apt-get install libvulkan-dev), then "
+        "`tvmgen runtime build --platform host`",
+    )
 
 
 def info() -> dict:
