@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tvmgen.core.errors import InputError
+from tvmgen.core.errors import InputError, ModelError
 from tvmgen.core.model import DTYPES, ImportedModel, TensorSpec
 
 INPUT_FLAG_EXAMPLE = "--input NAME:1x224x224x3:float32"
@@ -198,3 +198,12 @@ def resolve_inputs(raw: Sequence[RawInput], overrides: Sequence[InputOverride]) 
 
 def _dims_text(dims) -> str:
     return "x".join(str(d) if isinstance(d, (int, np.integer)) and d > 0 else "?" for d in dims) or "scalar"
+
+
+def importer_failed(importer: str, source, e: Exception, hint: str) -> ModelError:
+    """The error for TVM's ``importer`` failing on ``source`` with ``e``: its type and the last line
+    of its message (TVM's errors end with the useful line; tracebacks come before it)."""
+    lines = [ln for ln in str(e).splitlines() if ln.strip()]
+    return ModelError(
+        f"TVM's {importer} importer failed on {source}: {type(e).__name__}: {lines[-1] if lines else ''}", hint
+    )

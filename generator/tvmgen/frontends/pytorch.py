@@ -8,7 +8,7 @@ import numpy as np
 
 from tvmgen.core.errors import ModelError, ToolMissingError
 from tvmgen.core.model import ImportedModel
-from tvmgen.frontends.base import InputOverride, resolve_inputs
+from tvmgen.frontends.base import InputOverride, importer_failed, resolve_inputs
 
 
 def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
@@ -58,9 +58,10 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
     try:
         mod = from_exported_program(ep, keep_params_as_input=True)
     except Exception as e:
-        lines = [ln for ln in str(e).splitlines() if ln.strip()]
-        raise ModelError(
-            f"TVM's PyTorch importer failed on {path.name}: {type(e).__name__}: {lines[-1] if lines else ''}",
+        raise importer_failed(
+            "PyTorch",
+            path.name,
+            e,
             "the program uses an operator TVM 0.27 cannot import; export to ONNX and try that path",
         ) from e
     mod, detached = relax.frontend.detach_params(mod)

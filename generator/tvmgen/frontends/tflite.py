@@ -9,7 +9,7 @@ import numpy as np
 
 from tvmgen.core.errors import ModelError
 from tvmgen.core.model import ImportedModel
-from tvmgen.frontends.base import InputOverride, resolve_inputs
+from tvmgen.frontends.base import InputOverride, importer_failed, resolve_inputs
 
 log = logging.getLogger("tvmgen.frontends.tflite")
 
@@ -119,10 +119,8 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
     except ModelError:  # a converter of tvmgen's refused an operator's version or option: its own message
         raise
     except Exception as e:
-        lines = [ln for ln in str(e).splitlines() if ln.strip()]
-        raise ModelError(
-            f"TVM's TFLite importer failed on {path}: {type(e).__name__}: {lines[-1] if lines else ''}",
-            "the model uses an operator form TVM 0.27 cannot import; try converting it to ONNX",
+        raise importer_failed(
+            "TFLite", path, e, "the model uses an operator form TVM 0.27 cannot import; try converting it to ONNX"
         ) from e
     mod = relax.transform.Normalize()(mod)
     params = []
