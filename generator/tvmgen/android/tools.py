@@ -124,12 +124,20 @@ class AndroidTool(toolchains.Tool):
         return self._version
 
 
-class Aapt(AndroidTool):
+class BuildTool(AndroidTool):
+    """A program of the SDK's build-tools, which Debian packages under the same name: its environment
+    variable (TVMGEN_<NAME>), PATH name, SDK place and install command follow from ``name``."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.env_var = f"TVMGEN_{cls.name.upper()}"
+        cls.commands = (cls.name,)
+        cls.sdk_globs = (f"build-tools/*/{cls.name}",)
+        cls.install = f"apt-get install {cls.name} (or sdkmanager 'build-tools;{BUILD_TOOLS}')"
+
+
+class Aapt(BuildTool):
     name = "aapt"
-    env_var = "TVMGEN_AAPT"
-    commands = ("aapt",)
-    sdk_globs = ("build-tools/*/aapt",)
-    install = f"apt-get install aapt (or sdkmanager 'build-tools;{BUILD_TOOLS}')"
     version_argv = ("version",)
     version_re = r"Android Asset Packaging Tool,? v?(\S+)"
 
@@ -172,12 +180,8 @@ class Badging:
         )
 
 
-class Zipalign(AndroidTool):
+class Zipalign(BuildTool):
     name = "zipalign"
-    env_var = "TVMGEN_ZIPALIGN"
-    commands = ("zipalign",)
-    sdk_globs = ("build-tools/*/zipalign",)
-    install = f"apt-get install zipalign (or sdkmanager 'build-tools;{BUILD_TOOLS}')"
 
     def version(self) -> str | None:
         # zipalign has no version flag; an SDK copy is as new as its build-tools folder.
@@ -191,12 +195,8 @@ class Zipalign(AndroidTool):
         return ["-P", "16"] if re.search(r"^\s*-P\b", usage.stdout + usage.stderr, re.M) else ["-p"]
 
 
-class Apksigner(AndroidTool):
+class Apksigner(BuildTool):
     name = "apksigner"
-    env_var = "TVMGEN_APKSIGNER"
-    commands = ("apksigner",)
-    sdk_globs = ("build-tools/*/apksigner",)
-    install = f"apt-get install apksigner (or sdkmanager 'build-tools;{BUILD_TOOLS}')"
     version_argv = ("--version",)
     version_re = r"^(\S+)"
 
