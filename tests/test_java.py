@@ -188,7 +188,7 @@ def test_model_description(checked):
 def test_errors_become_java_exceptions(checked):
     out, _, _ = checked("mobilenet")
     errors = read_errors(out)
-    tvmgen_exc, illegal_state = "org.tvmgen.TvmgenException", "java.lang.IllegalStateException"
+    tvmgen_exc = "org.tvmgen.TvmgenException"
 
     for check in ("wrong_size", "wrong_size_by_name", "wrong_size_buffer"):
         cls, msg = errors[check]
@@ -218,7 +218,8 @@ def test_errors_become_java_exceptions(checked):
     )
     assert errors["still_works"] == ("none", ""), "the model stopped working after failed calls"
 
-    for check in (
+    _assert_closed(
+        errors,
         "closed_run",
         "closed_set_input",
         "closed_get_output",
@@ -226,9 +227,7 @@ def test_errors_become_java_exceptions(checked):
         "closed_timings",
         "closed_profile",
         "closed_memory",
-    ):
-        cls, msg = errors[check]
-        assert cls == illegal_state and "is closed" in msg, (check, cls, msg)
+    )
     assert errors["closed_is_closed"] == ("none", "")
 
 
@@ -621,17 +620,23 @@ def test_ndarray(ffi_checks):
     assert cls == TVMGEN_EXC and '"floaty13"' in msg, msg
 
 
+def _assert_closed(results: dict, *checks: str) -> None:
+    """Each of ``checks`` (a call on a closed object) threw IllegalStateException saying it is closed."""
+    for check in checks:
+        cls, msg = results[check]
+        assert cls == ILLEGAL_STATE and "is closed" in msg, (check, cls, msg)
+
+
 def test_low_level_use_after_close(ffi_checks):
-    for check in (
+    _assert_closed(
+        ffi_checks,
         "closed_ndarray_copy",
         "closed_ndarray_shape",
         "closed_ndarray_argument",
         "closed_function_call",
         "closed_module_get_function",
         "closed_module_kind",
-    ):
-        cls, msg = ffi_checks[check]
-        assert cls == ILLEGAL_STATE and "is closed" in msg, (check, cls, msg)
+    )
     cls, msg = ffi_checks["closed_is_closed"]
     assert cls == "none" and msg.startswith("true true true ") and msg.count("closed)") == 3, msg
     # a function keeps its module's library alive after the Module object is closed
