@@ -90,14 +90,16 @@ def _register(instruction: str, lanes: int, a_dtype: str, b_dtype: str) -> str:
     llvm = _LLVM_INTRINSICS[instruction]
     nbytes = lanes * 4
 
-    # TVMScript reads the parameters' annotations as buffer declarations: T.Buffer(...) is a call,
-    # which no type checker takes as a type (the ignores below, here and in impl)
+    def operand(name: str):
+        """A buffer of the intrinsic's signature, new at each call (desc and impl declare their own):
+        the 8-bit operands A[4] and B[lanes, 4], and the int32 sums C[lanes]."""
+        shape, dtype = {"A": ((4,), a_dtype), "B": ((lanes, 4), b_dtype), "C": ((lanes,), "int32")}[name]
+        return T.Buffer(shape, dtype, offset_factor=1)
+
+    # TVMScript reads the parameters' annotations as buffer declarations: a call, which no type
+    # checker takes as a type (the ignores below)
     @T.prim_func(s_tir=True)
-    def desc(
-        A: T.Buffer((4,), a_dtype, offset_factor=1),  # type: ignore[valid-type]
-        B: T.Buffer((lanes, 4), b_dtype, offset_factor=1),  # type: ignore[valid-type]
-        C: T.Buffer((lanes,), "int32", offset_factor=1),  # type: ignore[valid-type]
-    ) -> None:
+    def desc(A: operand("A"), B: operand("B"), C: operand("C")) -> None:  # type: ignore[valid-type]
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
             T.writes(C[0:lanes])
@@ -107,11 +109,7 @@ def _register(instruction: str, lanes: int, a_dtype: str, b_dtype: str) -> str:
                     C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
 
     @T.prim_func(s_tir=True)
-    def impl(
-        A: T.Buffer((4,), a_dtype, offset_factor=1),  # type: ignore[valid-type]
-        B: T.Buffer((lanes, 4), b_dtype, offset_factor=1),  # type: ignore[valid-type]
-        C: T.Buffer((lanes,), "int32", offset_factor=1),  # type: ignore[valid-type]
-    ) -> None:
+    def impl(A: operand("A"), B: operand("B"), C: operand("C")) -> None:  # type: ignore[valid-type]
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
             T.writes(C[0:lanes])
