@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import sys
 import tempfile
@@ -23,25 +25,42 @@ console = logs.console
 _ABI_PLATFORMS = {"android-arm64": "arm64-v8a", "android-armv7": "armeabi-v7a", "android-x86_64": "x86_64"}
 
 
-def _app_options(kind, package, name, platforms, release, keystore, key_alias, install, run_app, serial, **kw):
+@dataclasses.dataclass(frozen=True)
+class _AppCommon:
+    """The options of _app_common that app and rpc-app take alike (--platform aside), as one argument."""
+
+    package: str | None
+    name: str | None
+    out: Path | None
+    force: bool
+    release: bool
+    keystore: Path | None
+    key_alias: str | None
+    install: bool
+    serial: str | None
+    team_id: str | None
+    yes: bool
+
+
+def _app_options(kind, common, platforms, run_app, **kw):
     from tvmgen.android.app import AppOptions
 
-    if release and not (keystore and key_alias):
+    if common.release and not (common.keystore and common.key_alias):
         raise InputError(
             "--release needs --keystore FILE and --key-alias ALIAS",
             "the passwords come from TVMGEN_KEYSTORE_PASSWORD / TVMGEN_KEY_PASSWORD or a prompt",
         )
     return AppOptions(
         kind=kind,
-        package=package,
-        app_name=name,
+        package=common.package,
+        app_name=common.name,
         abis=[_ABI_PLATFORMS[p] for p in platforms],
-        release=release,
-        keystore=keystore,
-        key_alias=key_alias,
-        install=install or run_app,
+        release=common.release,
+        keystore=common.keystore,
+        key_alias=common.key_alias,
+        install=common.install or run_app,
         run=run_app,
-        serial=serial,
+        serial=common.serial,
         **kw,
     )
 
@@ -133,7 +152,7 @@ def _android_only(platforms=(), release=False, run=False):
         )
 
 
-def _ios_app(kind, model, device, input_flags, package, name, out, force, team_id, install, serial, rpc):
+def _ios_app(kind, model, device, input_flags, common, rpc):
     """The iOS app (templates/ios_rpc): compile as a system library, render, and build where Xcode is."""
     from tvmgen.ios import app as ios_app
 
@@ -143,15 +162,15 @@ def _ios_app(kind, model, device, input_flags, package, name, out, force, team_i
         model=model,
         device=device,
         input_flags=tuple(input_flags),
-        bundle_id=package or f"org.tvmgen.{''.join(c for c in stem.lower() if c.isalnum()) or 'model'}",
-        app_name=name or f"{stem} (tvmgen)",
-        team_id=team_id or "",
-        install=install,
-        device_id=serial,
+        bundle_id=common.package or f"org.tvmgen.{''.join(c for c in stem.lower() if c.isalnum()) or 'model'}",
+        app_name=common.name or f"{stem} (tvmgen)",
+        team_id=common.team_id or "",
+        install=common.install,
+        device_id=common.serial,
         rpc=rpc,
     )
     default_out = Path("out") / ("ios-rpc-app" if kind == "rpc" else f"{stem}-ios-{device}-app")
-    result = ios_app.create(opts, out or default_out, force)
+    result = ios_app.create(opts, common.out or default_out, common.force)
     ios_app.report(result, int(rpc.get("port", 9090)))
 
 
@@ -195,6 +214,21 @@ _app_common = [
 ]
 
 
+def _app_common_options(*decorators):
+    """``decorators`` (those of _app_common a command takes), the command receiving the options of
+    _AppCommon as one argument, ``common``."""
+    fields = [f.name for f in dataclasses.fields(_AppCommon)]
+
+    def apply(f):
+        @functools.wraps(f)
+        def command(**kwargs):
+            return f(common=_AppCommon(**{k: kwargs.pop(k) for k in fields}), **kwargs)
+
+        return options.combine(*decorators)(command)
+
+    return apply
+
+
 @click.command()
 @click.option(
     "--model", "model", required=True, help="The model (as for compile), e.g. mobilenet.pb or builtin:mobilenet."
@@ -229,7 +263,7 @@ _app_common = [
     "the kernels the database has for its target."
 )
 @options.precision(help=precisions.HELP + " Applies to the --device build; the CPU fallback of a GPU app stays fp32.")
-@options.combine(*_app_common)
+@_app_common_options(*_app_common)
 def app(
     model,
     device,
@@ -244,17 +278,7 @@ def app(
     cost_table,
     tuning_db,
     platforms,
-    package,
-    name,
-    out,
-    force,
-    release,
-    keystore,
-    key_alias,
-    install,
-    serial,
-    team_id,
-    yes,
+    common,
     precision="fp32",
 ):
     """Model -> Android app project -> signed APK -> phone (or, with --platform ios-arm64, an iOS app).
@@ -295,41 +319,32 @@ def app(
     if report_path and not run_app:
         raise InputError("--report writes the report of the phone's results", "add --run")
     if "ios-arm64" in platforms:
-        _android_only(platforms, release=release, run=run_app)
+        _android_only(platforms, release=common.release, run=run_app)
         if tuning_db:
             raise InputError(
                 "--tuning-db has no ios-arm64 kernels to give: tuning times candidates on the device, "
                 "and an iOS app cannot load uploaded code (it serves only the models linked into it)",
                 "leave it out for --platform ios-arm64: the iOS build uses the default CPU schedules",
             )
-        return _ios_app("deploy", model, device, input_flags, package, name, out, force, team_id, install, serial, {})
+        return _ios_app("deploy", model, device, input_flags, common, {})
     stem = model.split(":", 1)[1] if model.startswith("builtin:") else Path(model).stem
-    package = package or f"org.tvmgen.{''.join(c for c in stem.lower() if c.isalnum()) or 'model'}"
-    name = name or f"{stem} (tvmgen)"
-    android_project.check_package(package)
+    common = dataclasses.replace(
+        common,
+        package=common.package or f"org.tvmgen.{''.join(c for c in stem.lower() if c.isalnum()) or 'model'}",
+        name=common.name or f"{stem} (tvmgen)",
+        out=common.out or Path("out") / f"{stem}-android-{device}-app",
+    )
+    out = common.out
+    android_project.check_package(common.package)
     for p in platforms:
         check_pair(PLATFORMS[p], device)
     devices = [device] + (["cpu"] if device != "cpu" else [])  # a GPU / NNAPI app falls back to the CPU
     # one ABI's artifacts ship today: the first --platform; each device's target resolved once
     targets = {dev: BuildTarget(PLATFORMS[platforms[0]], dev, gpu_family) for dev in devices}
     tuning_db = database.checked_database(tuning_db, list(targets.values()))
-    out = out or Path("out") / f"{stem}-android-{device}-app"
-    artifact.refuse_existing(out, force)
-    opts = _app_options(
-        "deploy",
-        package,
-        name,
-        platforms,
-        release,
-        keystore,
-        key_alias,
-        install,
-        run_app,
-        serial,
-        iterations=iterations,
-        report=report_path,
-    )
-    _set_up_android(yes)  # before compiling: a downloaded NDK links the model
+    artifact.refuse_existing(out, common.force)
+    opts = _app_options("deploy", common, platforms, run_app, iterations=iterations, report=report_path)
+    _set_up_android(common.yes)  # before compiling: a downloaded NDK links the model
     try:
         AndroidNdk().verify()
         linked = True
@@ -361,9 +376,9 @@ def app(
                 {"name": stem, "source": model, "format": imported.format},
             )
 
-        with artifact.staging(out, force) as staged:
+        with artifact.staging(out, common.force) as staged:
             ctx = android_project.android_context(
-                "deploy", package, name, stem, device, opts.abis, tvm_source_dir=_tvm_source_dir()
+                "deploy", common.package, common.name, stem, device, opts.abis, tvm_source_dir=_tvm_source_dir()
             )
             with logs.step("Rendering the Android project (templates/android_deploy)"):
                 android_project.create_android_project("deploy", staged, ctx, artifacts)
@@ -416,7 +431,7 @@ def app(
     help="Reach the host's proxy over the cable: adb reverse tcp:PORT tcp:PORT, then start the app "
     "in proxy mode on 127.0.0.1 (no shared Wi-Fi needed).",
 )
-@options.combine(*[o for o in _app_common if o is not _platforms_option])  # rpc-app's --platform is the OS
+@_app_common_options(*[o for o in _app_common if o is not _platforms_option])  # rpc-app's --platform is the OS
 def rpc_app(
     target_os,
     platforms,
@@ -427,17 +442,7 @@ def rpc_app(
     model,
     device,
     usb,
-    package,
-    name,
-    out,
-    force,
-    release,
-    keystore,
-    key_alias,
-    install,
-    serial,
-    team_id,
-    yes,
+    common,
 ):
     """The RPC app: the phone becomes a device for `tvmgen bench`.
 
@@ -446,45 +451,33 @@ def rpc_app(
     """
     from tvmgen.android import project as android_project
 
-    package = package or "org.tvmgen.rpc"
-    name = name or "tvmgen RPC"
+    common = dataclasses.replace(common, package=common.package or "org.tvmgen.rpc", name=common.name or "tvmgen RPC")
     if target_os == "ios":
-        _android_only(release=release)
+        _android_only(release=common.release)
         rpc = {
             "mode": "standalone" if usb else mode or "standalone",
             "address": address or "0.0.0.0",
             "port": port,
             "key": key or "iphone",
         }
-        return _ios_app("rpc", model, device, (), package, name, out, force, team_id, install, serial, rpc)
+        return _ios_app("rpc", model, device, (), common, rpc)
     if mode == "standalone":
         raise InputError("standalone mode is the iOS app's", "use --mode proxy or tracker for Android")
     mode, address, key = mode or "proxy", address or "127.0.0.1", key or "android"
-    android_project.check_package(package)
+    android_project.check_package(common.package)
     if usb:
         mode, address = "proxy", "127.0.0.1"
-    out = out or Path("out") / "android-rpc-app"
-    artifact.refuse_existing(out, force)
+    out = common.out or Path("out") / "android-rpc-app"
+    artifact.refuse_existing(out, common.force)
     opts = _app_options(
-        "rpc",
-        package,
-        name,
-        platforms,
-        release,
-        keystore,
-        key_alias,
-        install,
-        False,
-        serial,
-        usb=usb,
-        rpc={"mode": mode, "address": address, "port": port, "key": key},
+        "rpc", common, platforms, False, usb=usb, rpc={"mode": mode, "address": address, "port": port, "key": key}
     )
-    _set_up_android(yes)
-    with artifact.staging(out, force) as staged:
+    _set_up_android(common.yes)
+    with artifact.staging(out, common.force) as staged:
         ctx = android_project.android_context(
             "rpc",
-            package,
-            name,
+            common.package,
+            common.name,
             "-",
             "cpu",
             opts.abis,
