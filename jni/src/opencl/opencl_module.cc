@@ -13,6 +13,7 @@
 // This file: the kernel module (the OpenCL kernels embedded in a model library, built on first use
 // and launched), the registration of every global, and the C API.
 #include "kernel_cache.h"
+#include "../common/blob_reader.h"
 
 #include <condition_variable>
 #include <thread>
@@ -68,44 +69,13 @@ uint16_t FloatToHalf(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
-// Reader of the module blob TVM embeds for an OpenCL module (little-endian):
+// The module blob TVM embeds for an OpenCL module (little-endian), read with BlobReader (../common/blob_reader.h):
 //   string fmt; map<string, FunctionInfo> fmap; bytes code
 // string/bytes: u64 length + bytes; map: u64 count + (key, value)...; FunctionInfo: string name,
 // array<DLDataType{u8 code, u8 bits, u16 lanes}> arg_types, array<string> launch_param_tags,
 // array<i32> arg_extra_tags; array: u64 count + items.
-class BlobReader {
- public:
-  BlobReader(const char* data, size_t size) : p_(data), end_(data + size) {}
-  const char* Take(size_t n) {
-    if (static_cast<size_t>(end_ - p_) < n) {
-      TVM_FFI_THROW(RuntimeError) << "the OpenCL module in this library is truncated or of an unknown format "
-                                  << "(was it exported by TVM 0.27?)";
-    }
-    const char* q = p_;
-    p_ += n;
-    return q;
-  }
-  template <typename T>
-  T Pod() {
-    T v;
-    std::memcpy(&v, Take(sizeof(T)), sizeof(T));
-    return v;
-  }
-  uint64_t Count() {
-    uint64_t n = Pod<uint64_t>();
-    if (n > static_cast<uint64_t>(end_ - p_)) Take(n);  // throws: more items than bytes left
-    return n;
-  }
-  std::string Str() {
-    uint64_t n = Count();
-    return std::string(Take(n), n);
-  }
-  bool Done() const { return p_ == end_; }
-
- private:
-  const char* p_;
-  const char* end_;
-};
+constexpr const char* kBlobTruncated =
+    "the OpenCL module in this library is truncated or of an unknown format (was it exported by TVM 0.27?)";
 
 // TVM's OpenCL source split into its kernels at the "// Function: NAME" lines, in source order.
 std::vector<std::pair<std::string, std::string>> SplitSource(const std::string& src) {
@@ -636,7 +606,7 @@ void CheckHalfPrecision() {
 
 ffi::Module LoadFromBytes(const ffi::Bytes& bytes) {
   std::string blob(bytes.data(), bytes.size());
-  BlobReader r(blob.data(), blob.size());
+  BlobReader r(blob.data(), blob.size(), kBlobTruncated);
   std::string fmt = r.Str();
   uint64_t n = r.Count();
   std::map<std::string, FunctionInfo> fmap;

@@ -65,6 +65,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../common/blob_reader.h"
+#include "../common/disk_cache.h"
 #include "../opencl/device_api.h"
 #include "../opencl/sha256.h"
 
@@ -758,29 +760,14 @@ struct CacheStats {
   std::atomic<int64_t> create_us{0}, launch_waits{0};
 };
 
-class PipelineCacheDir {
+// The cache directory's entries: ../common/disk_cache.h (the file format and directory described at the top).
+class PipelineCacheDir : public DiskCache<CacheStats> {
  public:
   static PipelineCacheDir& Global() {
     static PipelineCacheDir* c = new PipelineCacheDir();
     return *c;
   }
-  void SetDir(const std::string& dir) {
-    std::lock_guard<std::mutex> lock(mu_);
-    dir_ = dir;
-    explicit_ = true;
-  }
-  std::string Dir() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (explicit_) return dir_;
-    if (const char* env = std::getenv("TVMGEN_VULKAN_CACHE_DIR")) return env;  // "" turns it off
-    if (const char* x = std::getenv("XDG_CACHE_HOME")) {
-      if (*x) return std::string(x) + "/tvmgen/vulkan";
-    }
-    if (const char* h = std::getenv("HOME")) {
-      if (*h) return std::string(h) + "/.cache/tvmgen/vulkan";
-    }
-    return "";  // Android apps: TVMGenVulkanSetCacheDir(context.getCacheDir() + ...)
-  }
+  PipelineCacheDir() : DiskCache({"TVMGENVC", ".vkpc", "TVMGEN_VULKAN_CACHE_DIR", "vulkan", "tvmgen-vulkan", &LogOn}) {}
 
   static std::string Key(const std::string& payload_sha, const VkPhysicalDeviceProperties& p) {
     std::ostringstream o;
@@ -789,64 +776,6 @@ class PipelineCacheDir {
     for (uint8_t b : p.pipelineCacheUUID) o << static_cast<int>(b) << ".";
     o << "\n";
     return o.str();
-  }
-
-  // The pipeline cache data stored for key ("" on a miss; an entry that does not verify is deleted).
-  std::string Read(const std::string& key, std::string* path_out) {
-    std::string dir = Dir();
-    if (dir.empty()) return "";
-    std::string path = dir + "/" + Sha256Hex(key).substr(0, 40) + ".vkpc";
-    *path_out = path;
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return "";
-    std::stringstream ss;
-    ss << f.rdbuf();
-    std::string d = ss.str(), why;
-    std::string data = Parse(d, key, &why);
-    if (data.empty()) Discard(path, why);
-    return data;
-  }
-
-  void Discard(const std::string& path, const std::string& why) {
-    stats.corrupt++;
-    std::remove(path.c_str());
-    if (LogOn()) std::fprintf(stderr, "tvmgen-vulkan: cache entry %s is unusable (%s): rebuilt\n", path.c_str(), why.c_str());
-  }
-
-  void Write(const std::string& key, const std::string& data) {
-    std::string dir = Dir();
-    if (dir.empty() || data.empty()) return;
-    std::string cur;
-    for (size_t i = 0; i <= dir.size(); ++i) {  // mkdir -p
-      if ((i == dir.size() || dir[i] == '/') && !cur.empty()) mkdir(cur.c_str(), 0755);
-      if (i < dir.size()) cur += dir[i];
-    }
-    std::string path = dir + "/" + Sha256Hex(key).substr(0, 40) + ".vkpc";
-    std::string tmp = path + ".tmp." + std::to_string(getpid());
-    std::string blob = "TVMGENVC";
-    auto u32 = [&](uint32_t v) { blob.append(reinterpret_cast<const char*>(&v), 4); };
-    auto u64 = [&](uint64_t v) { blob.append(reinterpret_cast<const char*>(&v), 8); };
-    u32(1);
-    u64(key.size());
-    blob += key;
-    u64(data.size());
-    blob += data;
-    blob += Sha256(data.data(), data.size());
-    {
-      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      f.write(blob.data(), static_cast<std::streamsize>(blob.size()));
-      if (!f) {
-        stats.write_errors++;
-        std::remove(tmp.c_str());
-        return;
-      }
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      stats.write_errors++;
-      std::remove(tmp.c_str());
-      return;
-    }
-    stats.writes++;
   }
 
   std::string StatsJson() {
@@ -859,46 +788,6 @@ class PipelineCacheDir {
       << ", \"dir\": \"" << JsonEscape(Dir()) << "\"}";
     return o.str();
   }
-
-  CacheStats stats;
-
- private:
-  static std::string Parse(const std::string& d, const std::string& key, std::string* why) {
-    size_t pos = 0;
-    auto take = [&](size_t n) -> const char* {
-      if (d.size() - pos < n) return nullptr;
-      const char* p = d.data() + pos;
-      pos += n;
-      return p;
-    };
-    const char* magic = take(8);
-    if (!magic || std::memcmp(magic, "TVMGENVC", 8) != 0) return *why = "bad magic", "";
-    const char* f = take(4);
-    uint32_t format = 0;
-    if (f) std::memcpy(&format, f, 4);
-    if (format != 1) return *why = "unknown format", "";
-    uint64_t klen = 0, dlen = 0;
-    const char* p = take(8);
-    if (!p) return *why = "truncated", "";
-    std::memcpy(&klen, p, 8);
-    if (klen > d.size()) return *why = "truncated", "";
-    const char* k = take(klen);
-    if (!k || std::string(k, klen) != key) return *why = "stale key", "";
-    p = take(8);
-    if (!p) return *why = "truncated", "";
-    std::memcpy(&dlen, p, 8);
-    if (dlen == 0 || dlen > d.size()) return *why = "truncated", "";
-    const char* data = take(dlen);
-    const char* sum = take(32);
-    if (!data || !sum) return *why = "truncated", "";
-    if (pos != d.size()) return *why = "trailing bytes", "";
-    if (Sha256(data, dlen) != std::string(sum, 32)) return *why = "checksum mismatch", "";
-    return std::string(data, dlen);
-  }
-
-  std::mutex mu_;
-  std::string dir_;
-  bool explicit_ = false;
 };
 
 // ------------------------------------------------------------------ the kernel module
@@ -929,33 +818,9 @@ struct Pipelines {
   std::atomic<size_t> next{0};  // the background threads' next kernel
 };
 
-class Reader {
- public:
-  Reader(const char* p, size_t n) : p_(p), end_(p + n) {}
-  const char* Take(size_t n) {
-    if (static_cast<size_t>(end_ - p_) < n) {
-      TVM_FFI_THROW(RuntimeError) << "the Vulkan module in this library is truncated or of an unknown format "
-                                  << "(was it compiled by this tvmgen?)";
-    }
-    const char* q = p_;
-    p_ += n;
-    return q;
-  }
-  template <typename T>
-  T Pod() {
-    T v;
-    std::memcpy(&v, Take(sizeof(T)), sizeof(T));
-    return v;
-  }
-  std::string Str() {
-    uint64_t n = Pod<uint64_t>();
-    return std::string(Take(n), n);
-  }
-
- private:
-  const char* p_;
-  const char* end_;
-};
+// The module blob's reader (../common/blob_reader.h), with this backend's words for a blob it cannot read.
+constexpr const char* kBlobTruncated =
+    "the Vulkan module in this library is truncated or of an unknown format (was it compiled by this tvmgen?)";
 
 class VulkanModule : public ffi::ModuleObj {
  public:
@@ -1217,7 +1082,7 @@ class VulkanModule : public ffi::ModuleObj {
 
 ffi::Module LoadFromBytes(const ffi::Bytes& bytes) {
   std::string blob(bytes.data(), bytes.size());
-  Reader r(blob.data(), blob.size());
+  BlobReader r(blob.data(), blob.size(), kBlobTruncated);
   std::string magic(r.Take(8), 8);
   if (magic != "TVMGENVK") {
     TVM_FFI_THROW(RuntimeError) << "the Vulkan module in this library is not tvmgen's (no TVMGENVK header): "
