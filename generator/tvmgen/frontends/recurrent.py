@@ -64,7 +64,9 @@ def kernel(sp: dict, gpu: bool = False):
     build = {("lstm", False): _lstm_cpu, ("lstm", True): _lstm_gpu, ("gru", False): _gru_cpu, ("gru", True): _gru_gpu}[
         (sp["kind"], gpu)
     ]
-    func = build(sp["S"], sp["B"], sp["I"], sp["H"], bool(sp["reverse"]), bool(sp["lbr"]))
+    S, B, I, H = sp["S"], sp["B"], sp["I"], sp["H"]
+    G = {"lstm": 4, "gru": 3}[sp["kind"]] * H  # the gates' rows: i, o, f, c (LSTM) or z, r, h (GRU)
+    func = build(S, B, I, H, G, _buffers(S, B, I, H, G), bool(sp["reverse"]), bool(sp["lbr"]))
     # op_pattern 8 (opaque): never fused with its neighbours, whose loops would join this kernel's
     return func.with_attrs({"tvmgen.recurrent": json.dumps(sp, sort_keys=True), "op_pattern": 8})
 
@@ -107,6 +109,27 @@ def gpu_variants(mod):
     )
 
 
+def _buffers(S, B, I, H, G):
+    """``F``, the builders' (``_lstm_cpu``...) last size argument: ``F(name)`` is a new float32 buffer of
+    the kernels' signatures (see the module's docstring), for their parameters' annotations, which
+    TVMScript reads as buffer declarations."""
+    from tvm.script import tirx as T
+
+    shapes = {
+        "X": (S, B, I),
+        "Wt": (I, G),
+        "Rt": (H, G),
+        "bias": (G,),
+        "wb": (G,),
+        "rb": (G,),
+        "h0": (B, H),
+        "c0": (B, H),
+        "Y": (S, B, H),
+        "C": (B, H),
+    }
+    return lambda name: T.Buffer(shapes[name], "float32")
+
+
 # =========================================================================== CPU
 
 
@@ -138,28 +161,17 @@ def _input_side(S, B, I, G):
     return input_side
 
 
-def _lstm_cpu(S, B, I, H, reverse, _lbr):
+def _lstm_cpu(S, B, I, H, G, F, reverse, _lbr):
     from tvm.script import tirx as T
 
-    G = 4 * H
     input_side = _input_side(S, B, I, G)
 
     @T.prim_func(private=True, s_tir=True)
-    def lstm(
-        X: T.Buffer((S, B, I), "float32"),
-        Wt: T.Buffer((I, G), "float32"),
-        Rt: T.Buffer((H, G), "float32"),
-        bias: T.Buffer((G,), "float32"),
-        h0: T.Buffer((B, H), "float32"),
-        c0: T.Buffer((B, H), "float32"),
-        Y: T.Buffer((S, B, H), "float32"),
-        C: T.Buffer((B, H), "float32"),
-    ):
+    def lstm(X: F("X"), Wt: F("Wt"), Rt: F("Rt"), bias: F("bias"), h0: F("h0"), c0: F("c0"), Y: F("Y"), C: F("C")):
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
         with T.sblock("root"):
-            with T.sblock(
-                "recurrence"
-            ):  # one opaque block under the root (TVM's CPU passes expect that): the whole sequence
+            # one opaque block under the root (TVM's CPU passes expect that): the whole sequence
+            with T.sblock("recurrence"):
                 T.reads(X[0:S, 0:B, 0:I], Wt[0:I, 0:G], Rt[0:H, 0:G], bias[0:G], h0[0:B, 0:H], c0[0:B, 0:H])
                 T.writes(Y[0:S, 0:B, 0:H], C[0:B, 0:H])
                 gates = T.alloc_buffer((G,), "float32")
@@ -186,27 +198,17 @@ def _lstm_cpu(S, B, I, H, reverse, _lbr):
     return lstm
 
 
-def _gru_cpu(S, B, I, H, reverse, lbr):
+def _gru_cpu(S, B, I, H, G, F, reverse, lbr):
     from tvm.script import tirx as T
 
-    G = 3 * H
     input_side = _input_side(S, B, I, G)
 
     @T.prim_func(private=True, s_tir=True)
-    def gru(
-        X: T.Buffer((S, B, I), "float32"),
-        Wt: T.Buffer((I, G), "float32"),
-        Rt: T.Buffer((H, G), "float32"),
-        wb: T.Buffer((G,), "float32"),
-        rb: T.Buffer((G,), "float32"),
-        h0: T.Buffer((B, H), "float32"),
-        Y: T.Buffer((S, B, H), "float32"),
-    ):
+    def gru(X: F("X"), Wt: F("Wt"), Rt: F("Rt"), wb: F("wb"), rb: F("rb"), h0: F("h0"), Y: F("Y")):
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
         with T.sblock("root"):
-            with T.sblock(
-                "recurrence"
-            ):  # one opaque block under the root (TVM's CPU passes expect that): the whole sequence
+            # one opaque block under the root (TVM's CPU passes expect that): the whole sequence
+            with T.sblock("recurrence"):
                 T.reads(X[0:S, 0:B, 0:I], Wt[0:I, 0:G], Rt[0:H, 0:G], wb[0:G], rb[0:G], h0[0:B, 0:H])
                 T.writes(Y[0:S, 0:B, 0:H])
                 gx = T.alloc_buffer((G,), "float32")  # input side, all gates, with its bias
@@ -249,28 +251,16 @@ def _gru_cpu(S, B, I, H, reverse, lbr):
 _GPU_THREADS = 256
 
 
-def _lstm_gpu(S, B, I, H, reverse, _lbr):
+def _lstm_gpu(S, B, I, H, G, F, reverse, _lbr):
     from tvm.script import tirx as T
 
-    G = 4 * H
     NT = min(G, _GPU_THREADS)
 
     @T.prim_func(private=True)
-    def lstm(
-        X: T.Buffer((S, B, I), "float32"),
-        Wt: T.Buffer((I, G), "float32"),
-        Rt: T.Buffer((H, G), "float32"),
-        bias: T.Buffer((G,), "float32"),
-        h0: T.Buffer((B, H), "float32"),
-        c0: T.Buffer((B, H), "float32"),
-        Y: T.Buffer((S, B, H), "float32"),
-        C: T.Buffer((B, H), "float32"),
-    ):
+    def lstm(X: F("X"), Wt: F("Wt"), Rt: F("Rt"), bias: F("bias"), h0: F("h0"), c0: F("c0"), Y: F("Y"), C: F("C")):
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
-        b = T.env_thread("blockIdx.x")  # one work-group per sequence of the batch
-        tx = T.env_thread("threadIdx.x")
-        T.launch_thread(b, B)
-        T.launch_thread(tx, NT)
+        b = T.launch_thread("blockIdx.x", B)  # one work-group per sequence of the batch
+        tx = T.launch_thread("threadIdx.x", NT)
         gates = T.decl_buffer((G,), "float32", scope="shared")
         h = T.decl_buffer((H,), "float32", scope="shared")
         for jj in range((H + NT - 1) // NT):
@@ -302,27 +292,16 @@ def _lstm_gpu(S, B, I, H, reverse, _lbr):
     return lstm
 
 
-def _gru_gpu(S, B, I, H, reverse, lbr):
+def _gru_gpu(S, B, I, H, G, F, reverse, lbr):
     from tvm.script import tirx as T
 
-    G = 3 * H
     NT = min(G, _GPU_THREADS)
 
     @T.prim_func(private=True)
-    def gru(
-        X: T.Buffer((S, B, I), "float32"),
-        Wt: T.Buffer((I, G), "float32"),
-        Rt: T.Buffer((H, G), "float32"),
-        wb: T.Buffer((G,), "float32"),
-        rb: T.Buffer((G,), "float32"),
-        h0: T.Buffer((B, H), "float32"),
-        Y: T.Buffer((S, B, H), "float32"),
-    ):
+    def gru(X: F("X"), Wt: F("Wt"), Rt: F("Rt"), wb: F("wb"), rb: F("rb"), h0: F("h0"), Y: F("Y")):
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
-        b = T.env_thread("blockIdx.x")  # one work-group per sequence of the batch
-        tx = T.env_thread("threadIdx.x")
-        T.launch_thread(b, B)
-        T.launch_thread(tx, NT)
+        b = T.launch_thread("blockIdx.x", B)  # one work-group per sequence of the batch
+        tx = T.launch_thread("threadIdx.x", NT)
         gx = T.decl_buffer((G,), "float32", scope="shared")
         gh = T.decl_buffer((G,), "float32", scope="shared")
         rh = T.decl_buffer((H,), "float32", scope="shared")
