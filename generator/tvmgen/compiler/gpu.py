@@ -76,14 +76,14 @@ def small_reductions():
 
 
 def _root_blocks(func):
-    """(a Schedule of ``func``, the blocks under its root), or None when it is not a block function."""
+    """(a Schedule of ``func``, the blocks under its root); (None, no blocks) when it is not a block function."""
     from tvm import s_tir
 
     try:
         sch = s_tir.Schedule(func)
         return sch, sch.get_child_blocks(sch.get_sblock("root"))
     except Exception:
-        return None
+        return None, []
 
 
 def _short_reductions(func) -> bool:
@@ -91,10 +91,7 @@ def _short_reductions(func) -> bool:
     with enough outputs (at least 256) to keep a GPU's threads busy."""
     from tvm import tirx
 
-    opened = _root_blocks(func)
-    if opened is None:
-        return False
-    sch, blocks = opened
+    sch, blocks = _root_blocks(func)  # no blocks: no reductions
     found = False
     for b in blocks:
         block = sch.get(b)
@@ -246,10 +243,7 @@ def inline_epilogue(func):
     fused epilogue becomes one block after the reduction), or None when there is none to inline."""
     from tvm import tirx
 
-    opened = _root_blocks(func)
-    if opened is None:
-        return None
-    sch, blocks = opened
+    sch, blocks = _root_blocks(func)  # no blocks: nothing to inline
     changed = False
     for block in blocks:
         if any(int(iv.iter_type) != tirx.IterVar.DataPar for iv in sch.get(block).iter_vars) or not sch.get_consumers(
