@@ -39,6 +39,47 @@ def pytest_xdist_auto_num_workers(config) -> int:
 TVMGEN = [sys.executable, "-m", "tvmgen"]
 
 
+def _timed_phase(item, phase: str):
+    """With TVMGEN_TEST_TIMES=FILE, append one JSON line per test phase: wall and CPU seconds (this
+    worker's own, and its waited-for children's), the start time and the worker. Where the suite's
+    time goes: a phase with much wall and little CPU is waiting (a timeout, a sleep, another process)."""
+    out = os.environ.get("TVMGEN_TEST_TIMES")
+    if not out:
+        yield
+        return
+    import time
+
+    t0, c0 = time.time(), os.times()
+    yield
+    c1 = os.times()
+    row = {
+        "test": item.nodeid,
+        "phase": phase,
+        "start": round(t0, 3),
+        "wall": round(time.time() - t0, 3),
+        "cpu": round(c1.user + c1.system - c0.user - c0.system, 3),
+        "children": round(c1.children_user + c1.children_system - c0.children_user - c0.children_system, 3),
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+    }
+    with open(out, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    yield from _timed_phase(item, "setup")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    yield from _timed_phase(item, "call")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    yield from _timed_phase(item, "teardown")
+
+
 def unavailable(reason: str) -> None:
     """A tool a test needs is missing: skip with the reason printed; under CI=true fail instead,
     since scripts/bootstrap.sh installs every tool the tests use."""

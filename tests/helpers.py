@@ -163,8 +163,9 @@ def cmake_build(build: Path, *targets: str) -> None:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
 
-def assert_kernels_add_up(p, low: float = 0.9) -> None:
-    """A profile's kernels add up to the whole run, within 10% (``low``: the least share they may take):
+def assert_kernels_add_up(p, low: float = 0.9, high: float = 1.1) -> None:
+    """A profile's kernels add up to the whole run, within 10% (``low``/``high``: the least/most share
+    they may take):
     compared on the fastest plain run and the fastest profiled run, since on a shared machine noise only
     adds time (the medians of a run that another test slowed can differ by 20-30%). ``p``: a
     reports.profile.Profile or its JSON."""
@@ -172,4 +173,4 @@ def assert_kernels_add_up(p, low: float = 0.9) -> None:
     kernels, whole = get("kernels_min_ms"), get("whole_run_min_ms")
     medians = (get("kernels_median_ms"), get("whole_run_ms"))
     assert kernels > 0 and whole > 0, (kernels, whole)
-    assert low <= kernels / whole <= 1.1, f"fastest runs: kernels {kernels} ms, whole {whole} ms; medians {medians}"
+    assert low <= kernels / whole <= high, f"fastest runs: kernels {kernels} ms, whole {whole} ms; medians {medians}"

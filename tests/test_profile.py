@@ -353,9 +353,11 @@ def test_tvmgen_run_profile_on_opencl_uses_event_timestamps(opencl_art, host_run
     # The kernels' device time adds up to the whole run's: within 10% on a quiet machine (the acceptance
     # measurement). PoCL's "device" is this machine's CPU, shared with the host thread that launches the
     # kernels: with the cores contended (other tests, CI), the launches leave gaps between kernels that
-    # count in the run and in no event (0.77 seen with 4 workers on 2 cores). The bound still catches
-    # lost or double-counted events.
-    assert_kernels_add_up(p, low=0.6)
+    # count in the run and in no event (0.77 seen with 4 workers on 2 cores). The other way, a kernel whose
+    # PoCL thread is preempted mid-kernel counts the wait in its event, and the profiled runs are fewer than
+    # the plain ones, so their fastest is a coarser minimum (1.27 seen at load 6). The bounds still catch
+    # lost (< 0.6) or double-counted (2x) events.
+    assert_kernels_add_up(p, low=0.6, high=1.5)
     assert p.clock == OPENCL_EVENTS and "OpenCL event timestamps" in p.table()
     assert all(r["kind"] != "vm" for r in p.rows)  # no host-timed rows: builtins stay in host_counts
     # rows are the model's fused functions (those the VM called), not OpenCL kernel names
