@@ -449,7 +449,7 @@ def main() -> None:
             "the host runtime (tvmgen-run" + (", the Java API" if want_java else "") + "): built from jni/ with "
             "CMake once, cached"
         )
-        args.runtime = runtime_build.cached_build("host", jni=want_java)
+        args.runtime = runtime_build.cached_build("host")
     if want_java and args.jni is None:
         args.jni = args.runtime if java_paths(args.runtime) else None
         if args.jni is None:

@@ -149,10 +149,10 @@ def _run_captured(cmd, timeout=300) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="session")
-def java_build(tmp_path_factory) -> dict:
-    """libtvmgen_jni.so + tvmgen.jar built from jni/ with CMake against the host TVM, and tests/java compiled
-    against the jar: once per run (pytest-xdist workers take turns on one build, as ``compiled`` does), shared
-    by the Java API's tests and the AAR's host run."""
+def java_build(tmp_path_factory, host_runtime) -> dict:
+    """libtvmgen_jni.so + tvmgen.jar of the session's host runtime build (``host_runtime``: it has the Java
+    API where CMake finds a JDK), and tests/java compiled against the jar once per run (pytest-xdist workers
+    take turns, as ``compiled`` does); shared by the Java API's tests and the AAR's host run."""
     import platform
     import shutil
 
@@ -161,47 +161,20 @@ def java_build(tmp_path_factory) -> dict:
     for tool in ("cmake", "javac", "java"):
         if shutil.which(tool) is None:
             unavailable(f"{tool} is not installed: cannot build and test the Java API")
-    import tvm
-    import tvm_ffi
-
-    site = Path(tvm.__file__).resolve().parent.parent
-    if Path(tvm_ffi.__file__).resolve().parent.parent != site:
-        unavailable("tvm and tvm_ffi are installed in different directories; TVMGEN_TVM_PREBUILT needs one")
+    lib_dir = host_runtime / "lib"
+    lib, jar = lib_dir / "libtvmgen_jni.so", host_runtime / "share" / "java" / "tvmgen.jar"
+    if not (lib.is_file() and jar.is_file()):
+        unavailable(f"the host runtime build {host_runtime} has no Java API: CMake found no JDK (set JAVA_HOME)")
     base = tmp_path_factory.getbasetemp()
-    build = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jni-build"
-    lib, jar, classes = build / "libtvmgen_jni.so", build / "tvmgen.jar", build / "test-classes"
-    with exclusive(build.with_name("jni-build.lock")):
-        if not (classes / "ModelCheck.class").is_file():  # not built by another worker of this run
-            conf = _run_captured(
-                [
-                    "cmake",
-                    "-S",
-                    REPO / "jni",
-                    "-B",
-                    build,
-                    f"-DTVMGEN_TVM_PREBUILT={site}",
-                    "-DTVMGEN_BUILD_TOOLS=OFF",
-                    "-DCMAKE_BUILD_TYPE=Release",
-                ]
-            )
-            assert conf.returncode == 0, f"cmake configure failed:\n{conf.stdout}\n{conf.stderr}"
-            if "no JNI headers found" in conf.stdout:
-                unavailable("no JNI headers (jni.h) found by CMake: set JAVA_HOME to a JDK")
-            if "no Java compiler found" in conf.stdout:
-                unavailable("CMake found no Java compiler (javac, jar): set JAVA_HOME to a JDK")
-            jobs = str(max(1, min(4, os.cpu_count() or 1)))
-            b = _run_captured(
-                ["cmake", "--build", build, "--target", "tvmgen_jni", "tvmgen_jar", "-j", jobs], timeout=900
-            )
-            assert b.returncode == 0, f"build failed:\n{b.stdout[-4000:]}\n{b.stderr[-4000:]}"
+    classes = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "java-test-classes"
+    with exclusive(classes.with_name("java-test-classes.lock")):
+        if not (classes / "ModelCheck.class").is_file():  # not compiled by another worker of this run
             c = _run_captured(["javac", "-cp", jar, "-d", classes, *sorted((REPO / "tests" / "java").glob("*.java"))])
             assert c.returncode == 0, f"javac failed:\n{c.stdout}\n{c.stderr}"
-    assert lib.is_file() and jar.is_file() and (build / "libtvmgen_jni_bridge.so").is_file(), sorted(
-        p.name for p in build.iterdir()
-    )
+    assert (lib_dir / "libtvmgen_jni_bridge.so").is_file(), sorted(p.name for p in lib_dir.iterdir())
     if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64"):
-        assert (build / "libtvmgen_jni_sigguard.so").is_file(), sorted(p.name for p in build.iterdir())
-    return {"dir": build, "lib": lib, "jar": jar, "classpath": f"{jar}{os.pathsep}{classes}"}
+        assert (lib_dir / "libtvmgen_jni_sigguard.so").is_file(), sorted(p.name for p in lib_dir.iterdir())
+    return {"prefix": host_runtime, "dir": lib_dir, "lib": lib, "jar": jar, "classpath": f"{jar}{os.pathsep}{classes}"}
 
 
 def _content_digest(path: Path) -> str:

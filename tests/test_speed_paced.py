@@ -148,7 +148,7 @@ def test_paced_java_row_of_a_one_operator_model(speed, compiled, java_build, tmp
     work.mkdir()
     model = save_onnx(single_op_models()["two_outputs"], work / "two_outputs.onnx")
     (work / "two_outputs-host").symlink_to(compiled(model, name="two_outputs"))
-    lib, jar = speed.java_paths(java_build["dir"])
+    lib, jar = speed.java_paths(java_build["prefix"])
     classpath = speed.compile_java(jar, work)
     row = speed.time_model("two_outputs", work, 1, runs=4, fps=200, java=(lib, classpath))
     assert row["jni"]["outputs"] == "ok" and row["jni"]["threads"] == 1

@@ -97,7 +97,7 @@ def embed(source, platform, abi, device, input_flags, out, force):
                 objects_only=objects_only,
             )
         with artifact.staging(out, force) as staged:
-            notes = embedding.write_bundle(artifact_dir, platform, abi, staged, scratch / "build")
+            notes = embedding.write_bundle(artifact_dir, platform, abi, staged)
     for note in notes:
         console.print(f"  [dim]{note}[/]")
     console.print(f"[green]✓[/] bundle: [bold]{out}[/] (see {out}/README.md)")

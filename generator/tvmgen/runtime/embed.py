@@ -41,8 +41,10 @@ def check_artifact(manifest: artifact.Manifest, platform: str, abi: str | None) 
         )
 
 
-def write_bundle(artifact_dir: Path, platform: str, abi: str | None, staged: Path, build_dir: Path) -> list[str]:
-    """Fill ``staged`` with the bundle; returns notes for the user."""
+def write_bundle(artifact_dir: Path, platform: str, abi: str | None, staged: Path) -> list[str]:
+    """Fill ``staged`` with the bundle; returns notes for the user. The runtime's libraries and tools come
+    from the cached runtime build (built from jni/ with CMake on first use, reused while jni/ and TVM are
+    unchanged)."""
     notes = []
     manifest = artifact.load(artifact_dir)
     shutil.copytree(artifact_dir, staged / "artifact")
@@ -54,7 +56,7 @@ def write_bundle(artifact_dir: Path, platform: str, abi: str | None, staged: Pat
     target_abi = manifest.abi
     runtime_platform = PLATFORMS[platform]
     if runtime_platform is not None:
-        prefix = runtime_build.build(runtime_platform, build_dir)
+        prefix = runtime_build.cached_build(runtime_platform)
         (staged / "lib").mkdir()
         for so in sorted(p for p in (prefix / "lib").glob("*.so") if p.name != "libtvmgen_rpc.so"):
             shutil.copy2(so, staged / "lib" / so.name)

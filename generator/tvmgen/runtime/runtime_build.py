@@ -147,19 +147,20 @@ def sources_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def cached_build(platform: str, jni: bool = False) -> Path:
+def cached_build(platform: str) -> Path:
     """The runtime for ``platform`` built once per jni/ source version and TVM / tvm-ffi version (the
-    headers it compiles against), in the user cache. ``jni``: a build of its own that adds the Java API
-    (lib/libtvmgen_jni.so, share/java/tvmgen.jar) where CMake finds a JDK."""
+    headers it compiles against), in the user cache, with the Java API (lib/libtvmgen_jni.so,
+    share/java/tvmgen.jar) where CMake finds a JDK: one build serves tvmgen-run, the RPC server, the
+    GPU backends, `tvmgen embed` and the Java API."""
     versions = f"tvm{version('apache-tvm')}-ffi{version('apache-tvm-ffi')}"
-    build_dir = cache_dir() / "runtime" / f"{platform}-{sources_hash()}-{versions}{'-jni' if jni else ''}"
+    build_dir = cache_dir() / "runtime" / f"{platform}-{sources_hash()}-{versions}"
     prefix = build_dir / "install"
     if (prefix / "bin" / "tvmgen-rpc-server").is_file():
         return prefix
     with artifact.exclusive(build_dir.with_name(build_dir.name + ".lock")):  # another process may be building it
         if (prefix / "bin" / "tvmgen-rpc-server").is_file():
             return prefix
-        return build(platform, build_dir, jni=jni)
+        return build(platform, build_dir, jni=True)
 
 
 def load_backend(device: str, title: str, hint: str | None = None) -> None:
