@@ -66,13 +66,18 @@ def device_behind(via: str, platform: str, key: str, work_dir: Path, port: int, 
             yield server, device
 
 
-def bench_on_a_gpu_device(model, tmp_path: Path, *flags) -> dict:
+def bench_on_a_gpu_device(model, tmp_path: Path, *flags, ports: tuple[int, int] = (20200, 20290)) -> dict:
     """`tvmgen bench MODEL FLAGS --repeat 2` on tvmgen's host device server ("gpu", behind a tracker started
-    for it; its state, logs and OpenCL kernel cache under ``tmp_path``), which must succeed: its JSON."""
+    for it on a port in ``ports``: each test module its own range; its state, logs and OpenCL / Vulkan kernel
+    caches under ``tmp_path``), which must succeed: its JSON."""
     out = tmp_path / "r.json"
     with (
-        environment(TVMGEN_STATE_DIR=tmp_path / "state", TVMGEN_OPENCL_CACHE_DIR=tmp_path / "cl-cache"),
-        device_behind("tracker", "host", "gpu", tmp_path / "w", 20200, 20290) as (tracker, _),
+        environment(
+            TVMGEN_STATE_DIR=tmp_path / "state",
+            TVMGEN_OPENCL_CACHE_DIR=tmp_path / "cl-cache",
+            TVMGEN_VULKAN_CACHE_DIR=tmp_path / "vk-cache",
+        ),
+        device_behind("tracker", "host", "gpu", tmp_path / "w", *ports) as (tracker, _),
     ):
         via = ["--key", "gpu", "--tracker", tracker.address]
         r = run_tvmgen(

@@ -449,3 +449,173 @@ def test_android_app_renders_for_vulkan(tmp_path):
     src = (out / "app/src/main/java/org/example/vk/MainActivity.java").read_text()
     assert 'MODELS = { "model-vulkan", "model-cpu" }' in src and '"TVMGEN_VULKAN_CACHE_DIR"' in src
     assert (out / "app/src/main/assets/model-vulkan/manifest.json").is_file()
+
+
+# ----------------------------------------------------------------------------- Java API and RPC on Vulkan (issue 36)
+
+VK_BENCH_PORTS = (20300, 20390)  # this module's tracker ports (test_rpc/test_opencl/test_nnapi/... use others)
+
+
+def _java_env(runtime, **extra) -> dict:
+    """A JVM's environment for a Vulkan model: libtvmgen_vulkan found on LD_LIBRARY_PATH (the JNI build
+    has only libtvmgen_jni / _bridge / libtvmgen_runtime; installed, they all sit in one lib/), and the
+    JDK's libjsig preloaded so that lavapipe's LLVM chains its signal handlers as the JVM asks (or
+    -Xcheck:jni reports them)."""
+    import os
+    from pathlib import Path
+
+    jdk = Path(shutil.which("java") or "java").resolve().parent.parent
+    path = os.pathsep.join(filter(None, [str(runtime / "lib"), os.environ.get("LD_LIBRARY_PATH")]))
+    env = {**os.environ, "LD_LIBRARY_PATH": path, **{k: str(v) for k, v in extra.items()}}
+    if (jdk / "lib" / "libjsig.so").is_file():
+        env["LD_PRELOAD"] = str(jdk / "lib" / "libjsig.so")
+    return env
+
+
+def _java(java_build, *args, env, lib_dir=None, fails=False, timeout=300) -> subprocess.CompletedProcess:
+    """java -Xcheck:jni ARGS, which must not have complained (``fails``: a failing run, whose error TVM's
+    allocator logs as a warning first)."""
+    lib_dir = lib_dir or java_build["dir"]
+    cmd = ["java", "-Xcheck:jni", f"-Djava.library.path={lib_dir}", "-cp", java_build["classpath"]]
+    p = subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout)
+    if not fails:
+        assert "warning" not in (p.stdout + p.stderr).lower(), f"-Xcheck:jni complained:\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_java_api_on_lavapipe_matches_cpu(arts, runtime, java_build, tmp_path, model):
+    """org.tvmgen.RunModel (Model over libtvmgen_jni) on the Vulkan build: device vulkan, outputs equal to
+    the Python VM's on the CPU build, and Model.profile's kernels timed by Vulkan timestamps."""
+    from tvmgen.core import artifact
+    from tvmgen.runtime.runner import HostModel
+
+    art = arts[(model, "vulkan")]
+    m = artifact.load(art)
+    rng = np.random.default_rng(11)
+    inputs = {s.name: rng.standard_normal(s.shape).astype(s.dtype) for s in m.inputs}
+    flags = []
+    for name, x in inputs.items():
+        x.astype(x.dtype.newbyteorder("<")).tofile(tmp_path / f"{name}.bin")
+        flags += ["--input", f"{name}={tmp_path / f'{name}.bin'}"]
+    env = _java_env(runtime, TVMGEN_VULKAN_CACHE_DIR=tmp_path / "vk-cache")
+    prof = tmp_path / "profile.json"
+    p = _java(
+        java_build,
+        "org.tvmgen.RunModel",
+        art,
+        *flags,
+        "--repeat",
+        "2",
+        "-o",
+        tmp_path / "out",
+        "--profile",
+        prof,
+        env=env,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    summary = json.loads(p.stdout.strip().splitlines()[-1])
+    assert summary["device"] == "vulkan" and summary["timings"]["runs"] == 3, summary
+    assert "on vulkan: " in p.stderr, p.stderr
+    want = HostModel(arts[(model, "cpu")]).run(inputs)
+    for spec, ref in zip(m.outputs, want):
+        ref = np.asarray(ref)
+        got = np.fromfile(tmp_path / "out" / f"{spec.name}.bin", ref.dtype).reshape(ref.shape)
+        print(
+            f"{model}/{spec.name}: Java on Vulkan vs the Python VM (CPU build): max abs error "
+            f"{float(np.abs(got - ref).max()):.3g}",
+            file=sys.stderr,
+        )
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    profile = json.loads(prof.read_text())
+    assert profile["device"] == "vulkan", profile
+    p = profile["profile"]
+    assert p["runs"] == 2 and p["clock"] == "device (Vulkan timestamps)", p
+    names = {k["name"] for k in kernels_of(art)}
+    launched = p["vulkan_kernels"]
+    assert set(launched) <= names and len(launched) >= len(names) - 1, (sorted(launched), sorted(names))
+    # dispatches over the 2 runs: a kernel shared by two layers is dispatched twice a run
+    assert all(c[0] >= 2 and c[0] % 2 == 0 and c[1] > 0 for c in launched.values()), launched
+
+
+def test_java_prepare_on_lavapipe(arts, runtime, java_build, tmp_path):
+    """Model.prepare() over JNI on Vulkan (tests/java/PrepareCheck.java): every pipeline created before the
+    first run (built, then from the pipeline cache in the next JVM), the output equal to the CPU build's."""
+    from tvmgen.runtime.runner import HostModel
+
+    art, cpu = arts[("tiny", "vulkan")], arts[("tiny", "cpu")]
+    n = len(kernels_of(art))
+    env = _java_env(runtime, TVMGEN_VULKAN_CACHE_DIR=tmp_path / "vk-cache")
+    seen = []
+    for tag in ("cold", "warm"):
+        out = tmp_path / f"{tag}.bin"
+        p = _java(java_build, "PrepareCheck", art, cpu, out, env=env)
+        assert p.returncode == 0, p.stdout + p.stderr
+        line = next(ln for ln in p.stdout.splitlines() if ln.startswith("prepared "))
+        seen.append(json.loads(line.removeprefix("prepared ")))
+        model = HostModel(cpu)  # PrepareCheck's inputs: sin(0.37 i) in each
+        x = {
+            i.name: np.sin(np.arange(int(np.prod(i.shape))) * 0.37).astype(np.float32).reshape(i.shape)
+            for i in model.manifest.inputs
+        }
+        np.testing.assert_allclose(np.fromfile(out, "<f4"), np.asarray(model.run(x)[0]).ravel(), rtol=1e-4, atol=1e-5)
+    assert [(s["kernels"], s["built"], s["cached"]) for s in seen] == [(n, n, 0), (n, 0, n)], seen
+
+
+def test_java_reports_missing_vulkan(arts, runtime, java_build, tmp_path):
+    """Where Vulkan is missing, Model.load's TvmgenException names the cause and the fix: no libtvmgen_vulkan
+    beside the runtime, no Vulkan loader, a loader without a driver."""
+    import os
+
+    art = arts[("tiny", "vulkan")]
+    bare = tmp_path / "lib"  # the JNI libraries (hard links) without libtvmgen_vulkan
+    bare.mkdir()
+    for f in java_build["dir"].iterdir():
+        if f.is_file() and f.name != "libtvmgen_vulkan.so" and ".so" in f.name:
+            os.link(f, bare / f.name)
+    none = tmp_path / "none.json"
+    cases = {
+        "backend": ({**_java_env(runtime), "LD_LIBRARY_PATH": ""}, bare, ["libtvmgen_vulkan.so", "libvulkan-dev"]),
+        "loader": (
+            _java_env(runtime, TVMGEN_VULKAN_LIBRARY=tmp_path / "x.so"),
+            None,
+            ["no Vulkan loader", "libvulkan1"],
+        ),
+        "driver": (_java_env(runtime, VK_ICD_FILENAMES=none, VK_DRIVER_FILES=none), None, ["mesa-vulkan-drivers"]),
+    }
+    for case, (env, lib_dir, words) in cases.items():
+        p = _java(java_build, "org.tvmgen.RunModel", art, "--repeat", "1", env=env, lib_dir=lib_dir, fails=True)
+        assert p.returncode == 1, (case, p.stdout + p.stderr)
+        assert "RunModel: error: " in p.stderr and all(w in p.stderr for w in words), (case, p.stderr)
+
+
+def test_bench_over_rpc_on_lavapipe(arts, runtime, tmp_path):
+    """`tvmgen bench` of a Vulkan artifact on tvmgen's host device server (`tvmgen rpc device`, which loads
+    libtvmgen_vulkan beside its runtime): the device lists vulkan, the report's device is vulkan, the outputs
+    match the host reference, and --profile times the kernels with Vulkan timestamps."""
+    from helpers import bench_on_a_gpu_device
+
+    res = bench_on_a_gpu_device(arts[("tiny", "vulkan")], tmp_path, "--profile", ports=VK_BENCH_PORTS)
+    assert res["dev"] == "vulkan" and "vulkan" in res["device"]["devices"], res
+    assert res["check"] and all(c["max_abs"] < 1e-5 for c in res["check"]), res["check"]
+    assert res["warm_ms"]["count"] == 2
+    prof = res["profile"]
+    assert prof["clock"] == "device (Vulkan timestamps)", prof.get("clock")
+
+
+def test_bench_without_a_vulkan_driver_says_why(arts, runtime, tmp_path):
+    """A device server whose Vulkan loader finds no driver: `tvmgen bench` fails naming the cause and the fix
+    (not a crashed server)."""
+    from helpers import device_behind, environment, run_tvmgen
+
+    none = tmp_path / "none.json"
+    with (
+        environment(TVMGEN_STATE_DIR=tmp_path / "state", VK_ICD_FILENAMES=none, VK_DRIVER_FILES=none),
+        device_behind("tracker", "host", "novk", tmp_path / "w", *VK_BENCH_PORTS) as (tracker, _),
+    ):
+        via = ["--key", "novk", "--tracker", tracker.address]
+        r = run_tvmgen("bench", arts[("tiny", "vulkan")], *via, "--repeat", "1", env={"COLUMNS": "400"})
+    out = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode != 0, out
+    assert "the device failed while loading and running the model" in out and "mesa-vulkan-drivers" in out, out
+    assert "lacks the driver or backend library" in out and "crashed" not in out, out

@@ -320,10 +320,16 @@ void LoadBackend(const std::string& device) {
     if (ffi::Function::GetGlobal(want).has_value()) return;
     errors += "; " + path + " does not register " + want;
   }
+  std::string fix = nnapi ? std::string("build the runtime with USE_NNAPI_RUNTIME=ON (jni/ CMake: -DTVMGEN_NNAPI=ON)")
+                   : device == "vulkan"
+                       ? std::string("put libtvmgen_vulkan.so beside libtvmgen_runtime.so or on the library path "
+                                     "(LD_LIBRARY_PATH); jni/ builds it where the Vulkan headers are: apt-get "
+                                     "install libvulkan-dev")
+                   : device == "opencl" ? std::string("put libtvmgen_opencl.so beside libtvmgen_runtime.so or on "
+                                                      "the library path (LD_LIBRARY_PATH)")
+                                        : "build the runtime with " + device + " enabled";
   throw Error("this TVM runtime has no " + device + " support (" + want + " is not registered and no backend "
-              "library could be loaded" + errors + "); build the runtime with " +
-              (nnapi ? std::string("USE_NNAPI_RUNTIME=ON (jni/ CMake: -DTVMGEN_NNAPI=ON)") : device + " enabled") +
-              ", or compile the model with --device cpu");
+              "library could be loaded" + errors + "); " + fix + ", or compile the model with --device cpu");
 }
 
 // ---------------------------------------------------------------- public helpers

@@ -23,8 +23,9 @@ console = logs.console
 @click.option("--proxy", metavar="HOST:PORT", help="Reach the device through this proxy.")
 @click.option("--platform", help="Compile for this platform. [default: what the device reports]")
 @options.device(
-    ["cpu", "opencl", "cuda", "metal"],
-    help="Processor on the device (metal: the iOS app, benching the model linked into it).",
+    ["cpu", "opencl", "vulkan", "cuda", "metal"],
+    help="Processor on the device (vulkan: tvmgen's Vulkan backend, libtvmgen_vulkan, in the device server; "
+    "metal: the iOS app, benching the model linked into it).",
 )
 @options.inputs()
 @click.option(
@@ -111,6 +112,12 @@ def bench(
     if profile and gemm:
         raise InputError(
             "--profile times a model's kernels; --gemm is one kernel, timed already", "leave out --profile"
+        )
+    if gemm and device == "vulkan":
+        raise InputError(
+            "--gemm is built with TVM's own GPU code generators; --device vulkan kernels come from tvmgen's "
+            "(compile_to_artifact), which builds models only",
+            "bench a model on Vulkan (tvmgen bench builtin:mobilenet --device vulkan ...), or --gemm N on opencl",
         )
     if usb:
         from tvmgen.android import adb

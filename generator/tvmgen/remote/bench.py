@@ -135,10 +135,14 @@ def guard(what: str):
 
         def __exit__(self, exc_type, exc, tb):
             if exc is not None and not isinstance(exc, (RpcError, InputError, CheckError, KeyboardInterrupt)):
-                raise RpcError(
-                    f"the device failed while {what}: {_last(exc)}",
-                    "the device server may have stopped or crashed; see its log",
-                ) from exc
+                message = _last(exc)
+                fix = "the device server may have stopped or crashed; see its log"
+                if " is not available: " in message or " support (" in message:  # the backend or driver said why
+                    fix = (
+                        "the device lacks the driver or backend library this artifact's device needs (the error "
+                        "names it): install it there, or bench a --device cpu build"
+                    )
+                raise RpcError(f"the device failed while {what}: {message}", fix) from exc
             return False
 
     return _Guard()

@@ -154,6 +154,11 @@ std::string OpenLibrary(Api* api) {
          "TVMGEN_VULKAN_LIBRARY)";
 }
 
+// What to do when the loader finds no driver (the error's fix).
+constexpr const char* kNoDriverFix =
+    "install the GPU's Vulkan driver (a CPU one: apt-get install mesa-vulkan-drivers), check VK_DRIVER_FILES / "
+    "VK_ICD_FILENAMES if set, or compile the model with --device cpu";
+
 // ------------------------------------------------------------------ the workspace: instance, device, queue
 struct Buffer {
   VkBuffer buffer = VK_NULL_HANDLE;
@@ -523,7 +528,8 @@ class Workspace {
     app.apiVersion = VK_API_VERSION_1_0;
     VkInstanceCreateInfo ici{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
     ici.pApplicationInfo = &app;
-    TVMGEN_VK_CHECK(api.CreateInstance(&ici, nullptr, &instance), "vkCreateInstance (is a Vulkan driver installed?)");
+    TVMGEN_VK_CHECK(api.CreateInstance(&ici, nullptr, &instance),
+                    std::string("vkCreateInstance through ") + api.path + " (no Vulkan driver? " + kNoDriverFix + ")");
 #define TVMGEN_VK_LOAD(name)                                                                          \
   api.name = reinterpret_cast<PFN_vk##name>(api.GetInstanceProcAddr(instance, "vk" #name));          \
   if (api.name == nullptr) TVM_FFI_THROW(RuntimeError) << "Vulkan: " << api.path << " has no vk" #name;
@@ -531,7 +537,9 @@ class Workspace {
 #undef TVMGEN_VK_LOAD
     uint32_t n = 0;
     TVMGEN_VK_CHECK(api.EnumeratePhysicalDevices(instance, &n, nullptr), "vkEnumeratePhysicalDevices");
-    if (n == 0) TVM_FFI_THROW(RuntimeError) << "no Vulkan device (the loader " << api.path << " found no driver)";
+    if (n == 0) {
+      TVM_FFI_THROW(RuntimeError) << "no Vulkan device (the loader " << api.path << " found no driver): " << kNoDriverFix;
+    }
     std::vector<VkPhysicalDevice> devs(n);
     TVMGEN_VK_CHECK(api.EnumeratePhysicalDevices(instance, &n, devs.data()), "vkEnumeratePhysicalDevices");
     int pick = -1;

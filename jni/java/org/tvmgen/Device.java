@@ -19,6 +19,11 @@ public enum Device {
   CUDA(2, "cuda"),
   /** A GPU through OpenCL, e.g. Adreno or Mali on phones (DLPack {@code kDLOpenCL} = 4). */
   OPENCL(4, "opencl"),
+  /**
+   * A GPU through Vulkan compute (SPIR-V kernels run by tvmgen's own backend, libtvmgen_vulkan; DLPack
+   * {@code kDLVulkan} = 7).
+   */
+  VULKAN(7, "vulkan"),
   /** An Apple GPU through Metal (DLPack {@code kDLMetal} = 8). */
   METAL(8, "metal");
 
@@ -33,7 +38,7 @@ public enum Device {
   /**
    * The DLPack device type code of this device.
    *
-   * @return 1 (CPU), 2 (CUDA), 4 (OpenCL) or 8 (Metal)
+   * @return 1 (CPU), 2 (CUDA), 4 (OpenCL), 7 (Vulkan) or 8 (Metal)
    */
   public int dlDeviceType() {
     return dlDeviceType;
@@ -42,7 +47,7 @@ public enum Device {
   /**
    * The device's name as the manifest and the command line ({@code --device}) spell it.
    *
-   * @return "cpu", "cuda", "opencl" or "metal"
+   * @return "cpu", "cuda", "opencl", "vulkan" or "metal"
    */
   public String deviceName() {
     return deviceName;
@@ -51,7 +56,7 @@ public enum Device {
   /**
    * The device with the given manifest name.
    *
-   * @param name "cpu", "cuda", "opencl" or "metal" (case-insensitive)
+   * @param name "cpu", "cuda", "opencl", "vulkan" or "metal" (case-insensitive)
    * @return the device
    * @throws IllegalArgumentException if no device has that name
    */
@@ -61,13 +66,13 @@ public enum Device {
         return d;
       }
     }
-    throw new IllegalArgumentException("unknown device \"" + name + "\": tvmgen runs on cpu, cuda, opencl or metal");
+    throw new IllegalArgumentException("unknown device \"" + name + "\": tvmgen runs on cpu, cuda, opencl, vulkan or metal");
   }
 
   /**
    * The device with the given DLPack device type code.
    *
-   * @param dlDeviceType 1, 2, 4 or 8
+   * @param dlDeviceType 1, 2, 4, 7 or 8
    * @return the device
    * @throws IllegalArgumentException for any other code
    */

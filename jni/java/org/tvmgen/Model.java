@@ -261,7 +261,7 @@ public final class Model extends NativeHandle {
   /**
    * The device the model runs on, from its manifest.
    *
-   * @return CPU, CUDA, OPENCL or METAL
+   * @return CPU, CUDA, OPENCL, VULKAN or METAL
    * @throws IllegalStateException if the model is closed
    */
   public synchronized Device device() {

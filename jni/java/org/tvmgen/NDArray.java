@@ -123,7 +123,7 @@ public final class NDArray extends NativeHandle {
   /**
    * The kind of device the tensor's memory is on.
    *
-   * @return CPU, CUDA, OPENCL or METAL
+   * @return CPU, CUDA, OPENCL, VULKAN or METAL
    * @throws IllegalStateException if the tensor is closed
    * @throws TvmgenException if it is a kind {@link Device} does not list (see
    *     {@link #deviceType()})

@@ -4,7 +4,9 @@ import java.util.Locale;
 
 /**
  * What {@link Model#prepare()} did: the model's GPU programs (each holding some of its kernels) built
- * by the driver or loaded from the kernel cache, and how long that took. All zero on the CPU. Immutable.
+ * by the driver or loaded from the kernel cache, and how long that took. All zero on the CPU. On Vulkan
+ * a program is the model's SPIR-V module and each kernel has a pipeline of its own: {@link #built()}
+ * and {@link #cached()} count pipelines there (they add up to {@link #kernels()}). Immutable.
  */
 public final class PrepareStats {
   private final int programs;
@@ -31,12 +33,12 @@ public final class PrepareStats {
     return kernels;
   }
 
-  /** @return programs compiled by the driver (then stored in the kernel cache) */
+  /** @return programs (Vulkan: pipelines) compiled by the driver (then stored in the kernel cache) */
   public int built() {
     return built;
   }
 
-  /** @return programs loaded from the kernel cache */
+  /** @return programs (Vulkan: pipelines) loaded from the kernel cache */
   public int cached() {
     return cached;
   }

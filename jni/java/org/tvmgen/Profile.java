@@ -17,7 +17,7 @@ import java.util.Map;
  * call timed, interleaved, on the device's clock ({@link #clock()} says which). {@link #toJson()} is
  * the runtime's JSON as it came ({@code Model::Profile} in runtime.h, the object
  * {@code tvmgen-run --profile} writes), with any keys this class does not read (on OpenCL, each
- * OpenCL kernel's own event times). Immutable.
+ * OpenCL kernel's own event times; on Vulkan, each kernel's timestamp times). Immutable.
  */
 public final class Profile {
   private final String json;
@@ -159,7 +159,7 @@ public final class Profile {
 
   /**
    * Which clock timed the calls, as the runtime names it: "device" (the CPU's steady clock), "device
-   * (OpenCL events)" (the GPU's own event timestamps) or "device host" (the clock around each call
+   * (OpenCL events)" or "device (Vulkan timestamps)" (the GPU's own timestamps) or "device host" (the clock around each call
    * followed by a stream synchronisation, on other GPUs).
    *
    * @return the clock's description
