@@ -457,9 +457,9 @@ VK_BENCH_PORTS = (20300, 20390)  # this module's tracker ports (test_rpc/test_op
 
 
 def _java_env(runtime, **extra) -> dict:
-    """A JVM's environment for a Vulkan model: libtvmgen_vulkan found on LD_LIBRARY_PATH (the JNI build
-    has only libtvmgen_jni / _bridge / libtvmgen_runtime; installed, they all sit in one lib/), and the
-    JDK's libjsig preloaded so that lavapipe's LLVM chains its signal handlers as the JVM asks (or
+    """A JVM's environment for a Vulkan model: the runtime's lib/ on LD_LIBRARY_PATH (libtvmgen_vulkan sits
+    beside libtvmgen_runtime there, where LoadBackend looks first; the path serves a JNI build without it),
+    and the JDK's libjsig preloaded so that lavapipe's LLVM chains its signal handlers as the JVM asks (or
     -Xcheck:jni reports them)."""
     import os
     from pathlib import Path
