@@ -260,7 +260,11 @@ def test_constant_weights_are_packed_at_compile_time(builtin_onnx, cpu):
     # 1x1 convolutions: [Cout / tile width, Cin, tile width] instead of HWIO's [1, 1, Cin, Cout]
     conv = shapes["fused_conv2d18_add9_maximum9_minimum9_prepacked"]  # 7x7, 512 -> 512
     width = 2 * lanes  # two vectors of output channels per tile
-    assert conv[1] == (512 // width, 512, width) and conv[2] == (512 // width, width), conv
+    # weight-stationary: a block of 512 x width weights over 32 KB runs in chunks that fit L1 (256
+    # input channels with AVX-512): [Cout / width, Cin / chunk, chunk, width]
+    chunk = 512 if 512 * width * 4 <= 32 * 1024 else 32 * 1024 // (width * 4)
+    blocks = (512 // width, 512, width) if chunk == 512 else (512 // width, 512 // chunk, chunk, width)
+    assert conv[1] == blocks and conv[2] == (512 // width, width), conv
     # the copies that pack them were folded: nothing left to run at inference
     assert not [n for n in shapes if n.endswith("_weight_prepack")], sorted(shapes)
     assert "_weight_prepack" not in mod["main"].script(show_meta=False)
@@ -765,6 +769,31 @@ def test_large_weights_reduction_runs_in_chunks_that_fit_l1(cpu, tmp_path):
     assert re.search(r"for rc_0 in T\.serial\(T\.int64\(33\), annotations=\{\"tvmgen\.weight_chunks\"", script), script
     assert re.search(r"for \w+, ry, rx, rc_1 in T\.grid\(.*T\.int64\(8\)\)", script.split("for rc_0")[1]), script
     assert re.search(r"T\.sblock\(\"\w+_init\"\)", script.split("for rc_0")[0])  # accumulators zeroed once
+    if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
+def test_large_1x1_weights_run_in_chunks_that_fit_l1(cpu, tmp_path):
+    """A weight-stationary 1x1 convolution whose task's block of weights is larger than L1 (7 x 7
+    pixels, 1152 -> 320, MnasNet's and EfficientNet-B0's last stage: 1152 x 2 vectors of weights
+    per task, 147 KB with AVX-512) runs its input channels in chunks that fit 32 KB, as a 3x3 one
+    does: a power of two dividing 1152 (128 on each target: 1152 = 9 x 128), each over all the
+    task's 7 rows of 7-pixel tiles, the accumulators zeroed once. Results as onnxruntime's."""
+    model = _one_conv([1, 1152, 7, 7], [1, 320, 7, 7], (320, 1152, 1, 1), seed=15, scale=0.03)
+    path = save_onnx(model, tmp_path / "project.onnx")
+    _, (lanes, registers), _ = CPU_TARGETS[cpu]
+    script = _scheduled_conv(path, cpu)
+    tile = lanes * 2
+    assert re.search(rf"\w+_0 in T\.parallel\(T\.int64\({320 // tile}\)\)", script), script
+    chunk = max(c for c in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if c * tile * 4 <= 32 * 1024 and 1152 % c == 0)
+    assert chunk == 128, chunk
+    assert re.search(r"for rc_0 in T\.serial\(T\.int64\(9\), annotations=\{\"tvmgen\.weight_chunks\"", script), script
+    assert re.search(r"for \w+, ry, rx, rc_1 in T\.grid\(.*T\.int64\(128\)\)", script.split("for rc_0")[1]), script
+    assert re.search(r"T\.sblock\(\"\w+_init\"\)", script.split("for rc_0")[0])  # accumulators zeroed once
+    unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
+    assert max(unrolled) == (7 if registers >= 32 else 4), unrolled  # 7 x 2 vectors; AVX2's 16 registers: 4
     if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
         _, _, actual, expected = compile_and_run(path, tmp_path)
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)
