@@ -19,7 +19,15 @@ registers one that prints each kernel with this module and compiles it to SPIR-V
 
 - vector expressions (``Ramp``, ``Broadcast``, ``Shuffle``, vector loads, stores and ``Bind``) are
   printed lane by lane as scalars (any lane count; drivers schedule scalars anyway), a vector store's
-  lanes all computed before any is stored;
+  lanes all computed before any is stored; except a 4-lane float load or store of a storage buffer at a
+  stride-1 ramp whose first index is provably a multiple of 4: one ``vec4`` access through a second
+  declaration of the same binding (``vec4 data[]``), as TVM's OpenCL code has ``float4`` vload/vstore;
+- ``&&`` / ``||`` whose right operand loads nothing are ``all(bvec2(a, b))`` / ``any(...)``: both
+  evaluated, no branch (glslang makes a branch of every ``&&``; NVIDIA's Vulkan compiler kept them in
+  the padding conditions of convolutions: SqueezeNet's 2-3x slower than their OpenCL build);
+- a loop of constant extent (a multiple of 4, at least 8) whose body is straight-line code is printed
+  with the body 4 times per iteration (NVVM unrolls such loops, NVIDIA's SPIR-V compiler did not: a
+  transposed convolution 3x slower than with it);
 - ``Let`` expressions are declared as temporaries before the statement that holds them, or printed
   inline (their value substituted: the values are pure) inside a branch of ``?:`` / ``if_then_else``,
   the right side of ``&&`` / ``||`` and a ``while`` condition, which may not be evaluated;
@@ -40,6 +48,7 @@ loads and stores, non-constant work-group sizes (dynamic shapes).
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -71,6 +80,14 @@ BUFFER_LAYOUTS = {
     "uint8": ("uint", "byte"),
     "bool": ("uint", "byte"),
 }
+
+# Switches of the printer's optimizations, to compare them on a device (docs/vulkan.md):
+# 128-bit loads and stores of 4-lane float vectors (_Printer.vector4); TVMGEN_GLSL_VEC4=0: lane by lane
+VEC4 = os.environ.get("TVMGEN_GLSL_VEC4", "1") != "0"
+# && / || with a right operand that loads nothing: both evaluated, no branch; TVMGEN_GLSL_EAGER=0: && / ||
+EAGER = os.environ.get("TVMGEN_GLSL_EAGER", "1") != "0"
+# constant loops of straight-line bodies: the body this many times per iteration (s_For); 1: not unrolled
+UNROLL = int(os.environ.get("TVMGEN_GLSL_UNROLL", "4"))
 
 # C math functions (TVM's default intrinsic lowering, call_pure_extern) -> GLSL
 MATH = {
@@ -235,6 +252,7 @@ class Buf:
     dtype: str  # element dtype
     layout: str = "native"  # see BUFFER_LAYOUTS; shared and local arrays are "native"
     offset: str | None = None  # element offset of a view
+    aligned4: bool = True  # the view's offset is a multiple of 4 elements (vec4 accesses)
 
     def index(self, i: str) -> str:
         return i if self.offset is None else f"({i} + {self.offset})"
@@ -304,6 +322,10 @@ class _Printer:
     global_arrays: set = field(default_factory=set)  # the storage buffers' arrays
     workgroup: list = field(default_factory=lambda: [1, 1, 1])
     indent: int = 1
+    vec4: dict = field(default_factory=dict)  # storage array -> its vec4 view's array (vector4)
+    no_vec4: set = field(default_factory=set)  # arrays kept scalar (stored and also reached as scalars)
+    scalar_access: set = field(default_factory=set)  # arrays reached element by element
+    vec4_loads: dict = field(default_factory=dict)  # (array, vec4 index) -> temporary, this statement
 
     # ----------------------------------------------------------------- names
     def fresh(self, hint: str) -> str:
@@ -326,6 +348,7 @@ class _Printer:
 
     # ----------------------------------------------------------------- statements
     def stmt(self, s) -> None:
+        self.vec4_loads = {}  # a vec4 load's temporary holds only within the statement that read it
         kind = type(s).__name__
         method = getattr(self, "s_" + kind, None)
         if method is None:
@@ -352,12 +375,13 @@ class _Printer:
         elem = _dtype_of_buffer(s.buffer)
         if elem != under.dtype:
             raise UnsupportedError(f"buffer {s.buffer.name} of {elem} over a {under.dtype} buffer")
-        offset = under.offset
+        offset, aligned4 = under.offset, under.aligned4
         eo = getattr(s.buffer, "elem_offset", None)
         if eo is not None and not (type(eo).__name__ == "IntImm" and int(eo.value) == 0):
             o = self.expr(eo)
             offset = o if offset is None else f"({offset} + {o})"
-        self.buffers[s.buffer] = Buf(under.array, under.dtype, under.layout, offset)
+            aligned4 = aligned4 and _multiple_of(eo, 4)
+        self.buffers[s.buffer] = Buf(under.array, under.dtype, under.layout, offset, aligned4)
 
     def s_AllocBuffer(self, s) -> None:
         buf = s.buffer
@@ -400,6 +424,7 @@ class _Printer:
         buf, index, n = self.ref(s.buffer), s.indices[0], _lanes(s.value)
         self.stored.add(buf.array)
         if n == 1:
+            self.scalar_access.add(buf.array)
             i = self.expr(index)
             if (buf, i) in self.registers:  # promoted over an enclosing loop (promote)
                 self.emit(f"{self.registers[(buf, i)]} = {self.expr(s.value)};")
@@ -409,6 +434,11 @@ class _Printer:
             return
         # a vector store, lane by lane: every lane's value first (they may read what is stored)
         t = _scalar(_dtype(s.value))
+        v4 = self.vector4(buf, index, n)
+        if v4 is not None:  # one 128-bit store
+            values = [self.expr(s.value, lane) for lane in range(n)]
+            self.emit(f"{v4[0]}[{v4[1]}] = vec4({', '.join(values)});")
+            return
         self.emit("{")
         self.indent += 1
         names = [self.fresh("lane") for _ in range(n)]
@@ -427,9 +457,23 @@ class _Printer:
         promoted = self.promote(s)
         v = self.bind(s.loop_var)
         end = ext if lo == "0" else f"({lo}) + ({ext})"
-        self.emit(f"for (int {v} = {lo}; {v} < {end}; ++{v}) {{")
-        self.block(s.body)
-        self.emit("}")
+        n = int(s.extent.value) if type(s.extent).__name__ == "IntImm" else 0
+        if UNROLL > 1 and n >= 2 * UNROLL and n % UNROLL == 0 and _unrollable(s.body):
+            # the body UNROLL times per iteration (NVVM unrolls such loops; NVIDIA's SPIR-V compiler did not)
+            self.emit(f"for (int {v} = {lo}; {v} < {end}; {v} += {UNROLL}) {{")
+            for j in range(UNROLL):
+                self.names[s.loop_var] = v if j == 0 else f"({v} + {j})"
+                self.indent += 1
+                self.emit("{")
+                self.block(s.body)
+                self.emit("}")
+                self.indent -= 1
+            self.names[s.loop_var] = v
+            self.emit("}")
+        else:
+            self.emit(f"for (int {v} = {lo}; {v} < {end}; ++{v}) {{")
+            self.block(s.body)
+            self.emit("}")
         if promoted is not None:
             key, guard, name = promoted
             del self.registers[key]
@@ -540,10 +584,45 @@ class _Printer:
             raise UnsupportedError(f"buffer {getattr(buf, 'name', buf)} used before its declaration")
         return self.buffers[buf]
 
+    def vector4(self, buf: Buf, index, lanes: int):
+        """(the vec4 view's array, its index) where a 4-lane access of a float storage buffer can be one
+        128-bit access: a stride-1 ramp whose first element is provably a multiple of 4 (the buffers are
+        bound at offset 0), as TVM's OpenCL code has float4 vload/vstore; None otherwise (lane by lane)."""
+        if (
+            lanes != 4
+            or not VEC4
+            or buf.dtype != "float32"
+            or buf.layout != "native"
+            or buf.array not in self.global_arrays
+            or buf.array in self.no_vec4
+            or not buf.aligned4
+            or type(index).__name__ != "Ramp"
+            or type(index.stride).__name__ != "IntImm"
+            or int(index.stride.value) != 1
+            or not _multiple_of(index.base, 4)
+        ):
+            self.scalar_access.add(buf.array)
+            return None
+        if buf.array not in self.vec4:
+            self.vec4[buf.array] = self.fresh(buf.array[: -len(".data")] + "_v4") + ".data"
+        view = self.vec4[buf.array]
+        if buf.offset is None:
+            quarter = _quarter(index.base)
+            if quarter is not None:
+                return view, self.expr(quarter)
+        i = self.expr(index.base)
+        if buf.offset is not None:
+            i = f"({i} + {buf.offset})"
+        return view, f"({i}) >> 2"
+
     def expr(self, e, lane: int | None = None) -> str:
         """``e`` in GLSL; of a vector expression, lane ``lane`` (vectors are printed lane by lane)."""
         kind = type(e).__name__
-        if kind in ("And", "Or"):  # the right operand only where the left does not decide
+        if kind in ("And", "Or"):
+            if EAGER and not _has_load(e.b):
+                # both operands evaluated (they are pure): no branch, as glslang makes of && / ||
+                return f"{'all' if kind == 'And' else 'any'}(bvec2({self.expr(e.a, lane)}, {self.expr(e.b, lane)}))"
+            # the right operand only where the left does not decide
             return f"({self.expr(e.a, lane)} {BINARY[kind]} {self.conditional(e.b, lane)})"
         if kind in BINARY:
             return f"({self.expr(e.a, lane)} {BINARY[kind]} {self.expr(e.b, lane)})"
@@ -690,7 +769,19 @@ class _Printer:
             raise UnsupportedError("a predicated load")
         _scalar(_dtype(e))
         index = e.indices[0]
-        buf, i = self.ref(e.source), self.expr(index, lane if _lanes(index) > 1 else None)
+        buf = self.ref(e.source)
+        if lane is not None and _lanes(e) == 4 and not self.in_branch:
+            v4 = self.vector4(buf, index, 4)
+            if v4 is not None:  # one 128-bit load per statement, its lanes taken from a temporary
+                key = v4
+                if key not in self.vec4_loads:
+                    name = self.fresh("v4")
+                    self.emit(f"vec4 {name} = {v4[0]}[{v4[1]}];")
+                    self.vec4_loads[key] = name
+                return f"{self.vec4_loads[key]}.{'xyzw'[lane]}"
+        elif buf.array in self.global_arrays:
+            self.scalar_access.add(buf.array)
+        i = self.expr(index, lane if _lanes(index) > 1 else None)
         return self.registers.get((buf, i)) or buf.load(i)
 
     def e_Call(self, e, lane=None) -> str:
@@ -809,6 +900,18 @@ def _collect(s, guards: list, accesses: list, inner: set) -> bool:
     return False
 
 
+def _unrollable(s) -> bool:
+    """A loop body to print several times per iteration: no loops, barriers or allocations inside."""
+    kind = type(s).__name__
+    if kind == "SeqStmt":
+        return all(_unrollable(x) for x in s.seq)
+    if kind == "IfThenElse":
+        return _unrollable(s.then_case) and (s.else_case is None or _unrollable(s.else_case))
+    if kind == "Evaluate":
+        return not (type(s.value).__name__ == "Call" and "storage_sync" in str(getattr(s.value.op, "name", "")))
+    return kind in ("BufferStore", "Bind")
+
+
 def _dtype_of_buffer(buf) -> str:
     return str(buf.ty.dtype.dtype) if hasattr(buf.ty.dtype, "dtype") else str(buf.ty.dtype)
 
@@ -831,8 +934,37 @@ def generate(gv, func) -> Kernel:
         ) from None
 
 
-def _generate(name: str, func) -> Kernel:
+def _multiple_of(e, n: int) -> bool:
+    """Whether the integer expression ``e`` is provably a multiple of ``n`` (TVM's modular analysis)."""
+    from tvm.sym.analyzer import Analyzer
+
+    try:
+        m = Analyzer().modular_set(e)
+    except Exception:  # an expression the analysis does not take: not proven
+        return False
+    return int(m.coeff) % n == 0 and int(m.base) % n == 0
+
+
+def _quarter(e):
+    """``e / 4`` simplified (``e`` a multiple of 4), or None where it keeps a division."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer
+
+    def divisions(x) -> int:
+        found = []
+        _walk_expr(x, lambda y: found.append(y) if type(y).__name__ in ("FloorDiv", "Div", "FloorMod", "Mod") else None)
+        return len(found)
+
+    try:
+        q = Analyzer().simplify(tirx.floordiv(e, 4))
+    except Exception:  # not simplified: the caller shifts
+        return None
+    return q if divisions(q) <= divisions(e) else None
+
+
+def _generate(name: str, func, no_vec4: frozenset = frozenset()) -> Kernel:
     p = _Printer(name)
+    p.no_vec4 = set(no_vec4)
     bindings: list[tuple[str, str]] = []  # (array, declaration after the layout and qualifiers)
     members: list[str] = []
     arg_types: list[str] = []
@@ -856,6 +988,11 @@ def _generate(name: str, func) -> Kernel:
             p.names[param] = f"pc.{member}"
             arg_types.append(dtype)
     p.stmt(func.body)
+    # a stored array reached both as vec4 and element by element stays scalar (its two restrict views
+    # would alias): printed again without its vec4 view
+    mixed = {a for a in p.vec4 if a in p.stored and a in p.scalar_access}
+    if mixed:
+        return _generate(name, func, no_vec4 | mixed)
     tags = func.attrs.get("tirx.kernel_launch_params") if func.attrs is not None else None
     launch = [str(t) for t in tags] if tags is not None else []
     head = ["#version 450", f"// Function: {name}"]
@@ -869,6 +1006,10 @@ def _generate(name: str, func) -> Kernel:
     for i, (array, decl) in enumerate(bindings):
         quals = ("restrict " if noalias else "") + ("" if array in p.stored else "readonly ")
         head.append(f"layout(std430, set = 0, binding = {i}) {quals}{decl}")
+        if array in p.vec4:  # the same buffer as vec4s, for 128-bit loads and stores (vector4)
+            view = p.vec4[array][: -len(".data")]
+            decl4 = f"buffer B{view} {{ vec4 data[]; }} {view};"
+            head.append(f"layout(std430, set = 0, binding = {i}) {quals}{decl4}")
     if members:
         head.append("layout(push_constant) uniform PushConstants { " + " ".join(members) + " } pc;")
     head += p.shared

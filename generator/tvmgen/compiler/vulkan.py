@@ -52,10 +52,19 @@ def glslang() -> str:
     return path
 
 
+def optimizer_flags() -> list[str]:
+    """glslang's ``-Os``: its SPIR-V optimizer (SPIRV-Tools: inlining of the helper functions, local
+    variables and constant-indexed local arrays to SSA values, dead code and common subexpressions
+    removed) before the driver sees the kernel; glslang runs none for GLSL without it.
+    ``TVMGEN_GLSLANG_OPT=0`` leaves it out (glslang's plain output)."""
+    return [] if os.environ.get("TVMGEN_GLSLANG_OPT", "1") == "0" else ["-Os"]
+
+
 def compile_glsl(kernels: list[glsl.Kernel]) -> list[bytes]:
-    """SPIR-V of each kernel (glslangValidator, in parallel); a CompileError names the kernel and shows
-    glslang's message."""
+    """SPIR-V of each kernel (glslangValidator, in parallel, optimized: ``optimizer_flags``); a
+    CompileError names the kernel and shows glslang's message."""
     tool = glslang()
+    opt = optimizer_flags()
     with tempfile.TemporaryDirectory(prefix="tvmgen-glsl-") as tmp:
 
         def one(i_k):
@@ -63,7 +72,7 @@ def compile_glsl(kernels: list[glsl.Kernel]) -> list[bytes]:
             src, out = Path(tmp) / f"k{i}.comp", Path(tmp) / f"k{i}.spv"
             src.write_text(k.source)
             r = subprocess.run(
-                [tool, "-V", "--target-env", TARGET_ENV, "-S", "comp", "-o", str(out), str(src)],
+                [tool, "-V", "--target-env", TARGET_ENV, *opt, "-S", "comp", "-o", str(out), str(src)],
                 capture_output=True,
                 text=True,
             )
