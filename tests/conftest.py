@@ -38,23 +38,33 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 TVMGEN = [sys.executable, "-m", "tvmgen"]
 
-# The modules that take longest, heaviest first (their wall time in a 4-worker run on 2 cores, measured with
-# TVMGEN_TEST_TIMES). With --dist loadfile each module runs whole on one worker, handed out in collection
-# order: started last, a long module was the suite's tail (test_tune.py ran alone for its last minutes).
-# Only the order changes; any module not listed keeps its place after these.
+# The modules that take longest, heaviest first (their wall time in a CI run with 4 workers on 2 cores,
+# measured with TVMGEN_TEST_TIMES). With --dist loadfile each module runs whole on one worker, handed out
+# in collection order (pyproject's --no-loadscope-reorder: xdist would otherwise order the modules by their
+# number of tests, which says little about their time): a long module handed out late is the suite's tail.
+# Only the order changes; modules not listed keep their places after these.
 HEAVY_FIRST = (
-    "test_schedules.py",
-    "test_opencl.py",
-    "test_tune.py",
-    "test_opencl_zoo.py",
-    "test_zoo.py",
-    "test_rpc.py",
-    "test_runtime.py",
-    "test_parallel.py",
-    "test_templates.py",
-    "test_vulkan.py",
-    "test_nnapi.py",
-    "test_cli.py",
+    "test_tune.py",  # 377 s
+    "test_schedules.py",  # 298
+    "test_templates.py",  # 275
+    "test_nnapi.py",  # 272
+    "test_parallel.py",  # 271
+    "test_coverage.py",  # 234
+    "test_vulkan.py",  # 219
+    "test_cli.py",  # 207
+    "test_int8.py",  # 180
+    "test_zoo.py",  # 179
+    "test_opencl_zoo.py",  # 156
+    "test_recurrent.py",  # 150
+    "test_opencl.py",  # 147
+    "test_frontends.py",  # 141
+    "test_precision.py",  # 140
+    "test_tune_opencl.py",  # 139
+    "test_benchmarks.py",  # 118
+    "test_rpc.py",  # 111
+    "test_profile.py",  # 107
+    "test_mediapipe_ops.py",  # 101
+    "test_check_arm.py",  # 100
 )
 
 
