@@ -47,7 +47,34 @@ def default_rules(target=None) -> list:
 
     matmul = desktop_matmul() if is_desktop(target) else dl.gpu.Matmul()
     small = [small_reductions()] if target is None or target.kind.name in ("opencl", "vulkan") else []
-    return [matmul, dl.gpu.GEMV(), *small, dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+    return [matmul, vulkan_gemv(), *small, dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+
+
+def vulkan_gemv():
+    """dlight's GEMV rule (matrix-vector products: the squeeze-excitation 1 x 1 convolutions on 1 x 1
+    spatial), configured for a Vulkan target as dlight configures it for a generic OpenCL one: one row
+    of 64 threads per output, no staging of the vector in shared memory, no 4-lane vectors. dlight's
+    Vulkan configuration (4 x 32 or 16 x 32 threads, the vector staged in shared memory, 4-lane loads)
+    made EfficientNet-B0's and MobileNetV3-Small's GEMVs 7-27x slower than OpenCL's through tvmgen's
+    GLSL on an NVIDIA H200 (docs/vulkan.md). ``TVMGEN_VULKAN_GEMV=dlight`` keeps dlight's Vulkan one."""
+    import os
+
+    from tvm.s_tir import dlight as dl
+    from tvm.target import Target
+
+    class VulkanGEMV(dl.gpu.GEMV):
+        def apply(self, func, target, tunable):
+            if target.kind.name == "vulkan" and os.environ.get("TVMGEN_VULKAN_GEMV", "opencl") != "dlight":
+                target = Target(
+                    {
+                        "kind": "opencl",
+                        "max_num_threads": int(target.attrs["max_num_threads"]),
+                        "thread_warp_size": int(target.attrs["thread_warp_size"]),
+                    }
+                )
+            return super().apply(func, target, tunable)
+
+    return VulkanGEMV()
 
 
 SMALL_REDUCTION = 64  # reduction extents up to this are summed by one thread (a 7 x 7 window)
