@@ -143,7 +143,6 @@ import java.io.BufferedOutputStream;
 import java.io.DataOutputStream;
 import java.io.FileOutputStream;
 import java.io.IOException;
-import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Paths;
 import java.util.ArrayList;
@@ -171,10 +170,7 @@ public final class OverheadBench {
       for (int k = 0; k < nin; ++k) {
         TensorInfo info = m.inputs().get(k);
         byte[] bytes = Files.readAllBytes(Paths.get(a[4 + k]));
-        in[k] = Tensor.allocate(info);
-        ByteBuffer b = in[k].buffer().duplicate();
-        b.clear();
-        b.put(bytes);
+        in[k] = Tensor.allocate(info).copyFrom(bytes);
         allFloat &= info.isFloat32();
         inF[k] = info.isFloat32() ? in[k].toFloatArray() : null;
       }
@@ -190,11 +186,7 @@ public final class OverheadBench {
         write(t, prefix + "-buffer.times");
         modes.add("\"buffer\"");
         for (int k = 0; k < nout; ++k) {
-          ByteBuffer b = out[k].buffer().duplicate();
-          b.clear();
-          byte[] bytes = new byte[(int) out[k].byteSize()];
-          b.get(bytes);
-          Files.write(Paths.get(prefix + "-out" + k + ".bin"), bytes);
+          Files.write(Paths.get(prefix + "-out" + k + ".bin"), out[k].toByteArray());
         }
       } else if (!mode.equals("floats")) {
         throw new IllegalArgumentException("mode is buffer or floats, not " + mode);

@@ -1,4 +1,3 @@
-import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Paths;
 import java.util.Arrays;
@@ -32,10 +31,7 @@ public final class PacedRun {
       Tensor[] in = new Tensor[nin];
       for (int k = 0; k < nin; ++k) {
         TensorInfo info = m.inputs().get(k);
-        in[k] = Tensor.allocate(info);
-        ByteBuffer b = in[k].buffer().duplicate();
-        b.clear();
-        b.put(Files.readAllBytes(Paths.get(a[7 + k])));
+        in[k] = Tensor.allocate(info).copyFrom(Files.readAllBytes(Paths.get(a[7 + k])));
       }
       Tensor[] out = new Tensor[nout];
       for (int k = 0; k < nout; ++k) {
@@ -57,11 +53,7 @@ public final class PacedRun {
         paced[r] = call(m, in, out);
       }
       for (int k = 0; k < nout; ++k) {
-        ByteBuffer b = out[k].buffer().duplicate();
-        b.clear();
-        byte[] bytes = new byte[(int) out[k].byteSize()];
-        b.get(bytes);
-        Files.write(Paths.get(prefix + "-out" + k + ".bin"), bytes);
+        Files.write(Paths.get(prefix + "-out" + k + ".bin"), out[k].toByteArray());
       }
       System.out.println("{\"quiet\": " + medianMs(b2b) + ", \"paced\": " + medianMs(paced) + ", \"threads\": "
           + threads + ", \"java\": \"" + System.getProperty("java.version") + "\"}");

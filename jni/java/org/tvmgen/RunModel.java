@@ -268,10 +268,7 @@ public final class RunModel {
   }
 
   private static void writeLittleEndian(Tensor t, File file) throws IOException {
-    byte[] bytes = new byte[(int) t.byteSize()];
-    ByteBuffer b = t.buffer().duplicate();
-    b.clear();
-    b.get(bytes);
+    byte[] bytes = t.toByteArray();
     if (ByteOrder.nativeOrder() == ByteOrder.BIG_ENDIAN) {
       reverseElements(bytes, t.info().elementSize());
     }
@@ -284,13 +281,9 @@ public final class RunModel {
     if (ByteOrder.nativeOrder() == ByteOrder.LITTLE_ENDIAN || t.info().elementSize() <= 1) {
       return;
     }
-    byte[] bytes = new byte[(int) t.byteSize()];
-    ByteBuffer b = t.buffer().duplicate();
-    b.clear();
-    b.get(bytes);
+    byte[] bytes = t.toByteArray();
     reverseElements(bytes, t.info().elementSize());
-    b.clear();
-    b.put(bytes);
+    t.copyFrom(bytes);
   }
 
   private static void reverseElements(byte[] bytes, int size) {

@@ -137,6 +137,37 @@ public final class Tensor {
     return out;
   }
 
+  /**
+   * Copies the tensor's bytes (native byte order, any dtype) into a new array.
+   *
+   * @return {@code byteSize()} bytes
+   */
+  public byte[] toByteArray() {
+    byte[] out = new byte[(int) info.byteSize()];
+    ByteBuffer b = buffer.duplicate();
+    b.clear();
+    b.get(out);
+    return out;
+  }
+
+  /**
+   * Copies bytes (native byte order, any dtype) into the tensor.
+   *
+   * @param bytes exactly {@code byteSize()} bytes
+   * @return this tensor
+   * @throws IllegalArgumentException if the number of bytes is wrong
+   */
+  public Tensor copyFrom(byte[] bytes) {
+    if (bytes.length != info.byteSize()) {
+      throw new IllegalArgumentException("tensor " + info + " takes " + info.byteSize() + " bytes, "
+          + bytes.length + " were given");
+    }
+    ByteBuffer b = buffer.duplicate();
+    b.clear();
+    b.put(bytes);
+    return this;
+  }
+
   private void requireFloat32() {
     if (!info.isFloat32()) {
       throw new IllegalStateException("tensor " + info + " is not float32: read or write its bytes through buffer()");
