@@ -13,6 +13,7 @@
 // This file: the kernel module (the OpenCL kernels embedded in a model library, built on first use
 // and launched), the registration of every global, and the C API.
 #include "kernel_cache.h"
+#include "../common/backend_globals.h"
 #include "../common/blob_reader.h"
 
 #include <condition_variable>
@@ -681,24 +682,9 @@ struct Registration {
           return static_cast<DeviceAPI*>(GlobalDeviceAPI());
         }));
     set("ffi.Module.load_from_bytes.opencl", ffi::Function::FromTyped(LoadFromBytes));
-    set("tvmgen.opencl.set_cache_dir",
-        ffi::Function::FromTyped([](ffi::String dir) { KernelCache::Global().SetDir(std::string(dir)); }));
-    set("tvmgen.opencl.cache_dir", ffi::Function::FromTyped([]() { return ffi::String(KernelCache::Global().Dir()); }));
-    set("tvmgen.opencl.cache_stats",
-        ffi::Function::FromTyped([]() { return ffi::String(KernelCache::Global().StatsJson()); }));
+    RegisterCacheAndProfiling<KernelCache, Workspace>("opencl");
     set("tvmgen.opencl.reset_cache_stats", ffi::Function::FromTyped([]() { KernelCache::Global().ResetStats(); }));
     set("tvmgen.opencl.info", ffi::Function::FromTyped([]() { return ffi::String(InfoJson()); }));
-    // Profiling mode: profiling(on) -> the previous setting; kernel_times() -> {kernel: [launches, ns]}
-    // from the device's event timestamps of every launch since the last call (waits for them).
-    set("tvmgen.opencl.profiling",
-        ffi::Function::FromTyped([](bool on) { return Workspace::Global().SetProfiling(on); }));
-    set("tvmgen.opencl.kernel_times", ffi::Function::FromTyped([]() {
-          ffi::Map<ffi::String, ffi::Array<int64_t>> out;
-          for (const auto& [name, t] : Workspace::Global().TakeKernelTimes()) {
-            out.Set(ffi::String(name), ffi::Array<int64_t>{t.launches, t.ns});
-          }
-          return out;
-        }));
     if (LogOn()) std::atexit(PrintStatsAtExit);
   }
 };

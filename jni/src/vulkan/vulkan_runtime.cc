@@ -65,6 +65,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../common/backend_globals.h"
 #include "../common/blob_reader.h"
 #include "../common/disk_cache.h"
 #include "../opencl/device_api.h"
@@ -1133,21 +1134,7 @@ struct Registration {
         }));
     set("ffi.Module.load_from_bytes.vulkan", ffi::Function::FromTyped(LoadFromBytes));
     set("tvmgen.vulkan.info", ffi::Function::FromTyped([]() { return ffi::String(InfoJson()); }));
-    set("tvmgen.vulkan.set_cache_dir",
-        ffi::Function::FromTyped([](ffi::String dir) { PipelineCacheDir::Global().SetDir(std::string(dir)); }));
-    set("tvmgen.vulkan.cache_dir", ffi::Function::FromTyped([]() { return ffi::String(PipelineCacheDir::Global().Dir()); }));
-    set("tvmgen.vulkan.cache_stats",
-        ffi::Function::FromTyped([]() { return ffi::String(PipelineCacheDir::Global().StatsJson()); }));
-    // Profiling mode: profiling(on) -> the previous setting; kernel_times() -> {kernel: [launches, ns]}
-    // from the timestamps of every dispatch since the last call (waits for them).
-    set("tvmgen.vulkan.profiling", ffi::Function::FromTyped([](bool on) { return Workspace::Global().SetProfiling(on); }));
-    set("tvmgen.vulkan.kernel_times", ffi::Function::FromTyped([]() {
-          ffi::Map<ffi::String, ffi::Array<int64_t>> out;
-          for (const auto& [name, t] : Workspace::Global().TakeKernelTimes()) {
-            out.Set(ffi::String(name), ffi::Array<int64_t>{t.first, t.second});
-          }
-          return out;
-        }));
+    RegisterCacheAndProfiling<PipelineCacheDir, Workspace>("vulkan");
     if (LogOn()) std::atexit([] { std::fprintf(stderr, "tvmgen-vulkan: cache %s\n", PipelineCacheDir::Global().StatsJson().c_str()); });
   }
 };
