@@ -3,10 +3,9 @@ boolean operands, the shaders compiled by glslang (optimized, ``-Os``) and valid
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
-import pytest
+from conftest import require_tool
 
 
 def _kernel():
@@ -62,17 +61,14 @@ def test_vec4_loads_and_stores_where_aligned():
 
 
 def test_vec4_kernel_compiles_to_valid_spirv():
-    for tool in ("glslangValidator", "spirv-val"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (scripts/bootstrap.sh)")
+    for tool in ("glslangValidator", "spirv-val", "spirv-dis"):
+        require_tool(tool)  # skips with the reason, fails under CI=true (bootstrap.sh installs them)
     from tvmgen.compiler import vulkan
 
     (spirv,) = vulkan.compile_glsl([_kernel()])
     assert vulkan.spirv_val(spirv) is None
-    dis = shutil.which("spirv-dis")
-    if dis:
-        text = subprocess.run([dis, "-"], input=spirv, capture_output=True, check=True).stdout.decode()
-        assert "OpFunctionCall" not in text  # -Os: glslang's optimizer inlined the helpers
+    text = subprocess.run(["spirv-dis", "-"], input=spirv, capture_output=True, check=True).stdout.decode()
+    assert "OpFunctionCall" not in text  # -Os: glslang's optimizer inlined the helpers
 
 
 def _gemv_scheduled(env: str | None, monkeypatch):
