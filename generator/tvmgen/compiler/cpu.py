@@ -24,7 +24,7 @@ def prepare_passes(target, layout: bool = True) -> list:
     conversion breaks a model, see ``compiler.build``)."""
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    from tvmgen.compiler import branches, divisions, int8, schedules
+    from tvmgen.compiler import branches, divisions, int8, requantize, schedules
 
     # what one If branch alone needs computed in that branch (the importer computes both);
     # quantised convolutions and matmuls on the 8-bit values first: the layout passes fold the
@@ -33,7 +33,8 @@ def prepare_passes(target, layout: bool = True) -> list:
         [branches.SinkIntoBranches()]
         + cpu.library_dispatch_passes(target)
         + [int8.QuantisedDotProducts(target), divisions.DivideByConstants()]
-        + (schedules.layout_passes(target) if layout else [])
+        # an 8-bit output's per-channel steps as one multiply-add (the layout passes do it too)
+        + (schedules.layout_passes(target) if layout else [requantize.FoldRequantize()])
         + legalize_passes()
         + schedules.packed_weights_passes(target)
     )

@@ -733,7 +733,8 @@ def _inline_side_terms(sch, block) -> None:
 def dot_tile(m: int, col_blocks: int, registers: int) -> tuple[int, int]:
     """The register tile of ``schedule_dot``: (rows, column blocks of one instruction's lanes)."""
     rows = next(r for r in (4, 7, 3, 2, 1) if m % r == 0 and (r - 1) * 2 < registers - 4)
-    budget = max(1, (registers - 4) // rows)
+    # rows x cols accumulators, the cols weight vectors of one step and a broadcast row in registers
+    budget = max(1, (registers - 1) // (rows + 1))
     cols = next(c for c in range(min(budget, col_blocks), 0, -1) if col_blocks % c == 0)
     return rows, cols
 

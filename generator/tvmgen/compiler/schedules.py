@@ -63,7 +63,7 @@ def layout_passes(target) -> list:
     dot-product instructions (``compiler.int8``)."""
     from tvm import relax
 
-    from tvmgen.compiler import conv1d, int8, rewrites
+    from tvmgen.compiler import conv1d, int8, requantize, rewrites
 
     return (
         [
@@ -79,6 +79,7 @@ def layout_passes(target) -> list:
             relax.transform.FoldConstant(),
             int8.Int8DotProducts(target),
             _PadConvChannels(target),
+            requantize.FoldRequantize(),  # before the next pass legalizes every operator
             _NchwInputIntoConv(),
         ]
         if _is_cpu(target)
