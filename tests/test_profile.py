@@ -189,6 +189,9 @@ def test_relax_ops_from_kernel_names():
     ]
     assert kernels.relax_ops("fused_max_pool2d3_layout_transform1") == ["max_pool2d", "layout_transform"]
     assert kernels.relax_ops("fused_matmul_add_kernel") == ["matmul", "add"]
+    # tvmgen's own functions: the 8-bit dot product and the folded requantisation (compiler.requantize)
+    assert kernels.relax_ops("fused_int8_dot12_requantize20") == ["int8_dot", "requantize"]
+    assert kernels.relax_ops("fused_conv2d_requantize1_prepacked") == ["conv2d", "requantize"]
     assert kernels.kernel_kind(["transpose", "reshape"]) == "copies/layout"
     assert kernels.kernel_kind(["add", "relu"]) == "elementwise"
 

@@ -49,6 +49,9 @@ _LAYOUT_OPS = {
     "tile",
     "repeat",
 }
+# tvmgen's own functions, named like operators: the 8-bit dot-product core and the folded
+# requantisation (compiler.int8, compiler.requantize)
+_TVMGEN_OPS = {"int8_dot", "requantize"}
 _REDUCTION_OPS = {
     "mean",
     "sum",
@@ -190,7 +193,7 @@ def relax_ops(kernel: str) -> list[str]:
     while i < len(tokens):
         for j in range(len(tokens), i, -1):  # the longest run of tokens naming a known operator
             cand = re.sub(r"\d+$", "", "_".join(tokens[i:j]))
-            if cand in _KNOWN or cand in _LAYOUT_OPS | _REDUCTION_OPS:
+            if cand in _KNOWN or cand in _LAYOUT_OPS | _REDUCTION_OPS | _TVMGEN_OPS:
                 ops.append(cand)
                 i = j
                 break
