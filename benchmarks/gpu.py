@@ -11,8 +11,9 @@ Every artifact runs through the C++ runner tvmgen-run, each start a fresh proces
                    (tvmgen-run --prepare would move OpenCL's out)
   warm first run   the same, with the caches the cold start filled
   init             VM initialisation with OpenCL context / CUDA context creation (median of all starts)
-  kernels          programs (up to 8 kernels each) built from source in a cold start / loaded from tvmgen's
-                   cache in a warm one; Vulkan: pipelines created without / with tvmgen's pipeline cache
+  kernels          programs (up to 8 kernels each) built from source in a cold start (by this process or its
+                   helper processes, TVMGEN_OPENCL_BUILD_PROCESSES) / loaded from tvmgen's cache in a warm
+                   one; Vulkan: pipelines created without / with tvmgen's pipeline cache
   steady           median of --runs timed runs (after one warm-up) in one warm process; "run" waits for
                    the kernels; copy-in / copy-out are the host<->device copies (medians)
   max abs err      against the CPU (LLVM) build of the same model, on one fixed random input (seed 0)
@@ -269,6 +270,8 @@ def _runtime(work: Path, args) -> dict:
     (rt / "bin").mkdir(parents=True, exist_ok=True)
     (rt / "lib").mkdir(parents=True, exist_ok=True)
     shutil.copy2(prefix / "bin" / "tvmgen-run", rt / "bin" / "tvmgen-run")
+    if (prefix / "bin" / "tvmgen-clbuild").is_file():  # OpenCL's build helper (NVIDIA's cold start)
+        shutil.copy2(prefix / "bin" / "tvmgen-clbuild", rt / "bin" / "tvmgen-clbuild")
     for name in RUNTIME_LIBS:
         shutil.copy2(prefix / "lib" / name, rt / "lib" / name)
     for name in OPTIONAL_LIBS:
@@ -640,7 +643,8 @@ def report(plan: dict, results: list[dict], args) -> str:
         kern = "-"
         if r["cold"][0].get("cache") and r["warm"][0].get("cache"):
             c, w = r["cold"][0]["cache"], r["warm"][0]["cache"]
-            kern = f"{c['source_builds'] or c['misses']} / {w.get('pipelines_cached', w['hits'])}"
+            built = (c["source_builds"] or c["misses"]) + c.get("helper_builds", 0)  # helpers': loaded as hits
+            kern = f"{built} / {w.get('pipelines_cached', w['hits'])}"
         st = r["steady"]
         run = st["run_ms"]["median"]
         cpu = steady.get((r["model"], "cpu"))

@@ -6,7 +6,7 @@
 option(TVMGEN_OPENCL_OWN_DEVICE_API "Use tvmgen's declaration of tvm::runtime::DeviceAPI even where TVM's header exists" OFF)
 
 add_library(tvmgen_opencl SHARED src/opencl/opencl_module.cc src/opencl/opencl_device_api.cc src/opencl/kernel_cache.cc
-                                 src/opencl/texture_allocator.cc
+                                 src/opencl/texture_allocator.cc src/opencl/build_helpers.cc
                                  src/opencl/cl_api.cc src/opencl/sha256.cc)
 # TVM's tvm/runtime/device_api.h (+ base.h): in the source tree, or shipped in the apache-tvm wheel.
 # The unpacked aarch64 wheel has no headers: src/opencl/device_api.h then declares the class itself.
@@ -25,3 +25,10 @@ endif()
 target_link_libraries(tvmgen_opencl PRIVATE tvmgen_tvm ${CMAKE_DL_LIBS})
 target_compile_options(tvmgen_opencl PRIVATE -Wall -Wextra -Wno-unused-parameter)
 install(TARGETS tvmgen_opencl LIBRARY DESTINATION lib)
+# tvmgen-clbuild: the helper process that builds a cold start's programs into the kernel cache where the driver
+# builds one program at a time per process (NVIDIA); found beside libtvmgen_opencl or in ../bin. Not on Android.
+if(TVMGEN_BUILD_TOOLS AND NOT ANDROID)
+  add_executable(tvmgen-clbuild tools/tvmgen_clbuild.cc)
+  target_link_libraries(tvmgen-clbuild PRIVATE tvmgen_opencl)
+  install(TARGETS tvmgen-clbuild RUNTIME DESTINATION bin)
+endif()

@@ -62,6 +62,8 @@ def write_bundle(artifact_dir: Path, platform: str, abi: str | None, staged: Pat
             shutil.copy2(so, staged / "lib" / so.name)
         (staged / "bin").mkdir()
         shutil.copy2(prefix / "bin" / "tvmgen-run", staged / "bin" / "tvmgen-run")
+        if (prefix / "bin" / "tvmgen-clbuild").is_file():  # libtvmgen_opencl's build helper (NVIDIA), from ../bin
+            shutil.copy2(prefix / "bin" / "tvmgen-clbuild", staged / "bin" / "tvmgen-clbuild")
         for jar in (prefix / "share" / "java").glob("*.jar"):
             shutil.copy2(jar, staged / "java" / jar.name)
     else:

@@ -138,8 +138,11 @@ class DiskCache {
 
   // The data stored for key, or "" (a miss, or an entry that failed verification: deleted). *path_out:
   // the entry's path, when there is a cache directory.
-  std::string Read(const std::string& key, std::string* path_out) {
-    std::string dir = Dir();
+  std::string Read(const std::string& key, std::string* path_out) { return ReadFrom(Dir(), key, path_out); }
+
+  // The same, from directory dir (OpenCL: the binaries its helper processes built, see
+  // src/opencl/build_helpers.h, when the cache is off and they wrote to a private directory).
+  std::string ReadFrom(const std::string& dir, const std::string& key, std::string* path_out) {
     if (dir.empty()) return "";
     std::string path = PathFor(dir, key);
     *path_out = path;

@@ -34,6 +34,10 @@ std::string ProgramBinary(const Api& api, cl_program prog, cl_device_id dev) {
 
 // Options for clBuildProgram: TVMGEN_OPENCL_BUILD_OPTIONS (e.g. "-cl-mad-enable"), else none. They
 // are part of the cache key.
+std::string CacheKey(const std::string& source_sha, int device_id) {
+  return KernelCache::Key(source_sha, Workspace::Global().Probe(device_id), BuildOptions());
+}
+
 const std::string& BuildOptions() {
   static const std::string options = [] {
     const char* v = std::getenv("TVMGEN_OPENCL_BUILD_OPTIONS");
@@ -42,16 +46,17 @@ const std::string& BuildOptions() {
   return options;
 }
 
-cl_program BuildProgram(const std::string& source, int device_id, const std::string& what, bool* from_cache) {
+cl_program BuildProgram(const std::string& source, int device_id, const std::string& what, bool* from_cache,
+                        const std::string& load_dir, const std::string& known_key) {
   Workspace& w = Workspace::Global();
   const Api& api = cl::Get();
   DeviceInfo& dev = w.device(device_id);
   KernelCache& cache = KernelCache::Global();
   const std::string& options = BuildOptions();
-  std::string key = KernelCache::Key(Sha256Hex(source), dev, options);
+  std::string key = known_key.empty() ? KernelCache::Key(Sha256Hex(source), dev, options) : known_key;
   std::string path;
   auto t0 = std::chrono::steady_clock::now();
-  std::string binary = cache.Read(key, &path);
+  std::string binary = load_dir.empty() ? cache.Read(key, &path) : cache.ReadFrom(load_dir, key, &path);
   if (!binary.empty()) {
     const unsigned char* b = reinterpret_cast<const unsigned char*>(binary.data());
     size_t len = binary.size();

@@ -14,6 +14,8 @@ struct CacheStats {
   // Kernel launches that found their program not built yet (built it, or waited for a build thread): 0
   // after Model::Prepare, whose builds happen before the first run.
   std::atomic<int64_t> launch_waits{0};
+  // Programs built by helper processes (build_helpers.h) this start, then loaded from the cache (among hits).
+  std::atomic<int64_t> helper_builds{0};
 };
 
 // Compiled programs on disk (the format, directory and writing: ../common/disk_cache.h), one file per
@@ -46,14 +48,14 @@ class KernelCache : public DiskCache<CacheStats> {
     o << "{\"hits\": " << stats.hits << ", \"misses\": " << stats.misses << ", \"corrupt\": " << stats.corrupt
       << ", \"writes\": " << stats.writes << ", \"write_errors\": " << stats.write_errors
       << ", \"source_builds\": " << stats.source_builds << ", \"build_ms\": " << stats.build_us / 1000.0
-      << ", \"load_ms\": " << stats.load_us / 1000.0 << ", \"launch_waits\": " << stats.launch_waits
+      << ", \"load_ms\": " << stats.load_us / 1000.0 << ", \"launch_waits\": " << stats.launch_waits << ", \"helper_builds\": " << stats.helper_builds
       << ", \"dir\": \"" << JsonEscape(Dir()) << "\"}";
     return o.str();
   }
 
   void ResetStats() {
     stats.hits = stats.misses = stats.corrupt = stats.writes = stats.write_errors = stats.source_builds = 0;
-    stats.build_us = stats.load_us = stats.launch_waits = 0;
+    stats.build_us = stats.load_us = stats.launch_waits = stats.helper_builds = 0;
   }
 };
 
@@ -64,8 +66,16 @@ std::string BuildLog(const Api& api, cl_program prog, cl_device_id dev);
 std::string ProgramBinary(const Api& api, cl_program prog, cl_device_id dev);
 
 // A built program for one source on one device: from the cache when it verifies and the driver
-// accepts it (*from_cache set), otherwise compiled from source (and stored).
-cl_program BuildProgram(const std::string& source, int device_id, const std::string& what, bool* from_cache = nullptr);
+// accepts it (*from_cache set), otherwise compiled from source (and stored). load_dir: read the entry from
+// there instead of the cache directory (the private directory of helper processes when the cache is off).
+// key: CacheKey(source, device_id) when known already ("": computed here).
+cl_program BuildProgram(const std::string& source, int device_id, const std::string& what, bool* from_cache = nullptr,
+                        const std::string& load_dir = "", const std::string& key = "");
+
+// The options given to clBuildProgram (TVMGEN_OPENCL_BUILD_OPTIONS), and the cache key of a source (its
+// Sha256Hex) on a device (its description: no context needed, Workspace::Probe).
+const std::string& BuildOptions();
+std::string CacheKey(const std::string& source_sha, int device_id);
 
 }  // namespace opencl
 }  // namespace tvmgen

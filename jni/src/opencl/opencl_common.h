@@ -188,11 +188,33 @@ class Workspace {
     }
     initialized_ = true;
     try {
+      if (!probed_) DoProbe();
+      probed_ = true;
       DoInit();
     } catch (const ffi::Error& e) {
       init_error_ = e.message();
       throw;
     }
+  }
+
+  // The platform and device `id` as the driver describes them, before the context exists (creating it takes
+  // NVIDIA ~0.2 s): what a cache key needs. Throws as Init does.
+  const DeviceInfo& Probe(int id) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!initialized_ && !probed_) {
+        probed_ = true;
+        try {
+          DoProbe();
+        } catch (const ffi::Error& e) {
+          initialized_ = true;  // Init gives the same error
+          init_error_ = e.message();
+        }
+      }
+      if (!init_error_.empty()) TVM_FFI_THROW(RuntimeError) << init_error_;
+      if (id >= 0 && id < static_cast<int>(devices_.size())) return devices_[id];
+    }
+    return device(id);  // its error
   }
 
   bool TryInit() {
@@ -372,7 +394,8 @@ class Workspace {
   }
 
  private:
-  void DoInit() {
+  // The platform (GPUs first) and its devices' descriptions.
+  void DoProbe() {
     const Api& api = cl::Get();
     cl_uint np = 0;
     cl_int err = api.GetPlatformIDs(0, nullptr, &np);
@@ -399,11 +422,9 @@ class Workspace {
       TVM_FFI_THROW(RuntimeError) << "OpenCL (" << LoadedPath() << "): " << np
                                   << " platform(s) but no device";
     }
+    platform_ = chosen;
     platform_name_ = PlatformString(api, chosen, CL_PLATFORM_NAME);
     std::string platform_version = PlatformString(api, chosen, CL_PLATFORM_VERSION);
-    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, reinterpret_cast<cl_context_properties>(chosen), 0};
-    context_ = api.CreateContext(props, static_cast<cl_uint>(ids.size()), ids.data(), nullptr, nullptr, &err);
-    TVMGEN_CL_CHECK(err, "clCreateContext");
     for (cl_device_id d : ids) {
       DeviceInfo info;
       info.id = d;
@@ -429,9 +450,22 @@ class Workspace {
         api.GetDeviceInfo(d, CL_DEVICE_IMAGE2D_MAX_HEIGHT, sizeof(size_t), &info.image2d_max_height, nullptr);
         api.GetDeviceInfo(d, CL_DEVICE_IMAGE_MAX_ARRAY_SIZE, sizeof(size_t), &info.image_max_array, nullptr);
       }
-      info.queue = info.plain_queue = api.CreateCommandQueue(context_, d, 0, &err);
-      TVMGEN_CL_CHECK(err, "clCreateCommandQueue");
       devices_.push_back(std::move(info));
+    }
+  }
+
+  // The context and each device's queue.
+  void DoInit() {
+    const Api& api = cl::Get();
+    cl_int err = CL_SUCCESS;
+    std::vector<cl_device_id> ids;
+    for (const DeviceInfo& d : devices_) ids.push_back(d.id);
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, reinterpret_cast<cl_context_properties>(platform_), 0};
+    context_ = api.CreateContext(props, static_cast<cl_uint>(ids.size()), ids.data(), nullptr, nullptr, &err);
+    TVMGEN_CL_CHECK(err, "clCreateContext");
+    for (DeviceInfo& info : devices_) {
+      info.queue = info.plain_queue = api.CreateCommandQueue(context_, info.id, 0, &err);
+      TVMGEN_CL_CHECK(err, "clCreateCommandQueue");
     }
     if (LogOn()) {
       std::fprintf(stderr, "tvmgen-opencl: %s, platform %s, %zu device(s), device 0: %s (driver %s)\n",
@@ -451,8 +485,9 @@ class Workspace {
   std::mutex events_mu_;
   std::vector<Event> events_;
   std::unordered_set<void*> profiling_streams_;
-  bool initialized_ = false;
+  bool initialized_ = false, probed_ = false;
   std::string init_error_;
+  cl_platform_id platform_ = nullptr;
   cl_context context_ = nullptr;
   std::string platform_name_;
   std::vector<DeviceInfo> devices_;

@@ -13,10 +13,13 @@
 // This file: the kernel module (the OpenCL kernels embedded in a model library, built on first use
 // and launched), the registration of every global, and the C API.
 #include "kernel_cache.h"
+#include "build_helpers.h"
 #include "../common/backend_globals.h"
 #include "../common/blob_reader.h"
 
+#include <algorithm>
 #include <condition_variable>
+#include <future>
 #include <thread>
 
 namespace tvmgen {
@@ -153,6 +156,11 @@ std::string MergeSources(const std::vector<const std::pair<std::string, std::str
 // one at a time in a process: 57 kernels as 57 programs made a 4.4 s first run), while one program per model
 // is loaded from the cache as one piece ahead of the first kernel (NVIDIA H200: a 4-15 ms first run instead
 // of 1-5 ms). Groups of 8, built and loaded by parallel threads, measured best of both (docs/benchmarks.md).
+bool KernelsPerProgramSet() {
+  const char* v = std::getenv("TVMGEN_OPENCL_KERNELS_PER_PROGRAM");
+  return v && *v;
+}
+
 int KernelsPerProgram() {
   static int n = [] {
     const char* v = std::getenv("TVMGEN_OPENCL_KERNELS_PER_PROGRAM");
@@ -168,6 +176,7 @@ constexpr const char* kPrepare = "__tvmgen_opencl_prepare";
 struct ProgramSource {
   std::vector<std::string> kernels;
   std::string source;
+  std::string sha, key;  // Sha256Hex(source) and its cache key, where computed ahead (the helper-process path)
 };
 
 class OpenCLModule : public ffi::ModuleObj {
@@ -186,31 +195,9 @@ class OpenCLModule : public ffi::ModuleObj {
         for (bool b : kv.second.image_args) has_images_ |= b;
       }
     }
-    // The programs: KernelsPerProgram() kernels each, in source order (0: the whole module in one).
-    std::vector<const std::pair<std::string, std::string>*> used;
+    // The kernels the programs hold, in source order; the programs are planned per device (Plan, Builds).
     for (const auto& kv : sections) {
-      if (split && fmap_.count(kv.first)) used.push_back(&kv);
-    }
-    size_t per = KernelsPerProgram() > 0 ? static_cast<size_t>(KernelsPerProgram()) : std::max<size_t>(1, used.size());
-    for (size_t i = 0; i < used.size(); i += per) {
-      std::vector<const std::pair<std::string, std::string>*> group(used.begin() + i,
-                                                                    used.begin() + std::min(used.size(), i + per));
-      ProgramSource p;
-      for (const auto* k : group) p.kernels.push_back(k->first);
-      p.source = MergeSources(group);
-      if (p.source.empty()) {  // not TVM's usual shape: one program per kernel
-        for (const auto* k : group) programs_plan_.push_back(ProgramSource{{k->first}, k->second});
-        continue;
-      }
-      programs_plan_.push_back(std::move(p));
-    }
-    if (!split) {
-      ProgramSource whole{{}, code_};
-      for (const auto& kv : fmap_) whole.kernels.push_back(kv.first);
-      programs_plan_.push_back(std::move(whole));
-    }
-    for (size_t i = 0; i < programs_plan_.size(); ++i) {
-      for (const std::string& k : programs_plan_[i].kernels) program_of_[k] = i;
+      if (split && fmap_.count(kv.first)) used_.push_back(kv);
     }
   }
 
@@ -368,11 +355,87 @@ class OpenCLModule : public ffi::ModuleObj {
     }
   }
 
+  // ---------------------------------------------------------------- the programs
+  // groups == 0: KernelsPerProgram() kernels per program, in source order (0: the whole module in one).
+  // groups > 0: that many programs of consecutive kernels, of about equal KernelWeight. A merged source that is
+  // not of TVM's usual shape gives one program per kernel.
+  std::vector<ProgramSource> Plan(size_t groups) const {
+    std::vector<ProgramSource> plan;
+    if (used_.empty()) {  // no per-kernel markers (a hand-made module, a binary format): the whole source
+      ProgramSource whole{{}, code_, "", ""};
+      for (const auto& kv : fmap_) whole.kernels.push_back(kv.first);
+      plan.push_back(std::move(whole));
+      return plan;
+    }
+    std::vector<std::vector<size_t>> members;  // indices into used_
+    if (groups == 0) {
+      size_t per = KernelsPerProgram() > 0 ? static_cast<size_t>(KernelsPerProgram()) : used_.size();
+      for (size_t i = 0; i < used_.size(); i += per) {
+        members.emplace_back();
+        for (size_t j = i; j < std::min(used_.size(), i + per); ++j) members.back().push_back(j);
+      }
+    } else {  // contiguous runs of about equal weight: the first run's kernels are in the first programs
+      std::vector<size_t> weight(used_.size());
+      size_t total = 0;
+      for (size_t i = 0; i < used_.size(); ++i) total += weight[i] = Weight(i);
+      groups = std::min(groups, used_.size());
+      size_t acc = 0;
+      members.emplace_back();
+      for (size_t i = 0; i < used_.size(); ++i) {
+        size_t remaining = used_.size() - i, open = groups - members.size();
+        bool past = acc + weight[i] / 2 > total * members.size() / groups;
+        if (!members.back().empty() && open > 0 && (past || remaining == open)) members.emplace_back();
+        members.back().push_back(i);
+        acc += weight[i];
+      }
+    }
+    for (const auto& g : members) {
+      std::vector<const std::pair<std::string, std::string>*> group;
+      for (size_t j : g) group.push_back(&used_[j]);
+      ProgramSource p;
+      for (const auto* k : group) p.kernels.push_back(k->first);
+      p.source = MergeSources(group);
+      if (p.source.empty()) {  // not TVM's usual shape: one program per kernel
+        for (const auto* k : group) plan.push_back(ProgramSource{{k->first}, k->second, "", ""});
+        continue;
+      }
+      plan.push_back(std::move(p));
+    }
+    return plan;
+  }
+
+  // Kernel i's weight: its definition's bytes (not the declarations of the module's other kernels).
+  size_t Weight(size_t i) const {
+    const auto& kv = used_[i];
+    size_t def = DefinitionStart(kv.second, kv.first);
+    return KernelWeight(def == std::string::npos ? kv.second.size() : kv.second.size() - def);
+  }
+
+  // How many programs to plan where helper processes build: the total weight over GroupWeight() (at most
+  // 16, one per kernel); 0 (the usual plan, no helpers) for models under 2.5 GroupWeight() (about 1 s of
+  // NVIDIA's compiler: a helper's start would cost what it saves; measured, docs/benchmarks.md) or where
+  // TVMGEN_OPENCL_KERNELS_PER_PROGRAM is set.
+  size_t HelperGroups(int helpers) const {
+    if (helpers <= 0 || used_.empty() || KernelsPerProgramSet()) return 0;
+    std::call_once(total_once_, [this] {
+      for (size_t i = 0; i < used_.size(); ++i) total_weight_ += Weight(i);
+    });
+    size_t total = total_weight_;
+    if (total * 2 < GroupWeight() * 5) return 0;
+    size_t g = (total + GroupWeight() - 1) / GroupWeight();
+    g = std::min({g, static_cast<size_t>(16), used_.size()});
+    return g >= 3 ? g : 0;
+  }
+
   // ---------------------------------------------------------------- program builds
-  // A device's programs (programs_plan_), built from the first launch on, or earlier by the prepare
-  // function (Model::Prepare; Model::Load starts it in the background, overlapped with the rest of the load).
-  // BuildThreads() threads take the programs in order; a launch takes its program when ready, or builds it
-  // itself when no thread has started it.
+  // A device's programs, built from the first launch on, or earlier by the prepare function (Model::Prepare;
+  // Model::Load starts it in the background, overlapped with the rest of the load). A setup thread opens the
+  // device and plans the programs (Plan). Where helper processes build (build_helpers.h), the programs missing
+  // from the cache form a queue shared with the helpers: the setup thread builds here, one at a time, those it
+  // claims first until a helper is ready, and one thread per helper reads its reports and loads what it stored
+  // from the cache (the last one to end builds here what no helper claimed).
+  // BuildThreads() threads take the other programs (cache hits; all of them without helpers) in order. A
+  // launch takes its program when ready, or builds it itself when no thread (or helper) has started it.
   static int BuildThreads() {
     static int n = [] {
       const char* v = std::getenv("TVMGEN_OPENCL_BUILD_THREADS");
@@ -384,7 +447,7 @@ class OpenCLModule : public ffi::ModuleObj {
 
   class Builds {
    public:
-    Builds(const OpenCLModule* m, int device_id) : m_(m), device_id_(device_id), slots_(m->programs_plan_.size()) {}
+    Builds(const OpenCLModule* m, int device_id) : m_(m), device_id_(device_id) {}
     ~Builds() {
       Stop();
       if (!Available()) return;
@@ -399,13 +462,15 @@ class OpenCLModule : public ffi::ModuleObj {
       }
     }
 
-    // The build threads, once (BuildThreads() of them, at most one per program).
+    // The setup thread, once; it starts the build threads.
     void Start() {
       std::lock_guard<std::mutex> lock(mu_);
       if (started_ || stop_) return;
       started_ = true;
-      int threads = std::min<int>(BuildThreads(), static_cast<int>(slots_.size()));
-      for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+      setup_thread_ = std::thread([this] {
+        Setup();
+        Work();
+      });
     }
 
     void Stop() {
@@ -413,17 +478,21 @@ class OpenCLModule : public ffi::ModuleObj {
         std::lock_guard<std::mutex> lock(mu_);
         stop_ = true;
       }
+      if (setup_thread_.joinable()) setup_thread_.join();  // no thread is added after it
       for (std::thread& t : threads_) if (t.joinable()) t.join();
     }
 
     // Kernel `name`: its program built already, or waited for, or built here. Throws its build error.
     cl_kernel Take(const std::string& name) {
-      size_t i = m_->program_of_.at(name);
       std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return setup_done_; });
+      if (!setup_error_.empty()) TVM_FFI_THROW(RuntimeError) << setup_error_;
+      size_t i = program_of_.at(name);
       if (slots_[i].state != kDone) {
         KernelCache::Global().stats.launch_waits++;
         lock.unlock();
         Claim(i);
+        ClaimQueued(i);
         lock.lock();
       }
       cv_.wait(lock, [&] { return slots_[i].state == kDone; });
@@ -431,39 +500,227 @@ class OpenCLModule : public ffi::ModuleObj {
       return slots_[i].kernels.at(name);
     }
 
-    // Every program built (here too, beside the threads): JSON {"programs", "kernels", "built", "cached", "ms"}.
+    // Every program built (here too, beside the threads): JSON {"programs", "kernels", "built", "cached",
+    // "helpers" (of the built: by helper processes), "ms"}.
     std::string WaitAll() {
       auto t0 = std::chrono::steady_clock::now();
-      for (size_t i = 0; i < slots_.size(); ++i) Claim(i);
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return setup_done_; });
+        if (!setup_error_.empty()) TVM_FFI_THROW(RuntimeError) << setup_error_;
+      }
+      for (size_t i = 0; i < slots_.size(); ++i) Claim(i);  // the queue's are the setup thread's and the helpers'
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
         for (const Slot& s : slots_) if (s.state != kDone) return false;
         return true;
       });
-      int built = 0, cached = 0;
+      int built = 0, cached = 0, helpers = 0;
       size_t kernels = 0;
       for (size_t i = 0; i < slots_.size(); ++i) {
         if (!slots_[i].error.empty()) TVM_FFI_THROW(RuntimeError) << slots_[i].error;
-        (slots_[i].from_cache ? cached : built)++;
-        kernels += m_->programs_plan_[i].kernels.size();
+        (slots_[i].from_cache && !slots_[i].by_helper ? cached : built)++;
+        helpers += slots_[i].by_helper ? 1 : 0;
+        kernels += plan_[i].kernels.size();
       }
       std::ostringstream o;
       o << "{\"programs\": " << slots_.size() << ", \"kernels\": " << kernels << ", \"built\": " << built
-        << ", \"cached\": " << cached << ", \"ms\": " << MsSince(t0) << "}";
+        << ", \"cached\": " << cached << ", \"helpers\": " << helpers << ", \"ms\": " << MsSince(t0) << "}";
       return o.str();
     }
 
    private:
-    enum { kPending, kBuilding, kDone };
+    // kPending: built by a build thread or a launch; kQueued: missing from the cache, built by this process or
+    // a helper, whichever claims it first (kClaiming: this process is trying, kHelper: a helper has it).
+    enum { kPending, kQueued, kClaiming, kHelper, kBuilding, kDone };
     struct Slot {
       int state = kPending;
       bool from_cache = true;
+      bool by_helper = false;  // built by a helper process this start, loaded from the cache here
       std::unordered_map<std::string, cl_program> programs;  // kernel -> its program
       std::unordered_map<std::string, cl_kernel> kernels;    // made with the program (a driver may load its code then)
       std::string error;
     };
 
-    // Builds program i here unless a thread has it already.
+    // Opens the device, plans the programs, starts the helper processes and the build threads, then builds
+    // the queue's programs it claims.
+    void Setup() {
+      std::vector<ProgramSource> plan;
+      std::string error;
+      std::vector<size_t> queue;
+      std::shared_ptr<HelperBuilds> helpers;
+      // The plans (string work on a few MB) in parallel with the driver's start: the usual one, and the helpers'
+      // (with the sources' hashes) where helpers may build. Whichever is not used finishes with Setup.
+      size_t maybe = 0;
+      std::future<std::vector<ProgramSource>> plain, spec;
+      try {
+        plain = std::async(std::launch::async, [this] { return m_->Plan(0); });
+        spec = std::async(std::launch::async, [this, &maybe] {
+          maybe = m_->HelperGroups(PotentialHelperProcesses());
+          return maybe ? HashedPlan(maybe) : std::vector<ProgramSource>();
+        });
+        Workspace& w = Workspace::Global();
+        const DeviceInfo& dev = w.Probe(device_id_);
+        int n = HelperProcesses(dev, w.platform_name());
+        size_t groups = m_->HelperGroups(n);
+        if (groups > 0) {
+          plan = spec.get();  // sets maybe
+          if (groups != maybe) plan = HashedPlan(groups);
+          queue = StartHelpers(&plan, n, &helpers);  // before this process's context: theirs are made meanwhile
+        } else {
+          plan = plain.get();
+        }
+        w.device(device_id_);
+      } catch (const ffi::Error& e) {
+        error = e.message();
+      }
+      size_t pending = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        plan_ = std::move(plan);
+        for (size_t i = 0; i < plan_.size(); ++i) {
+          for (const std::string& k : plan_[i].kernels) program_of_[k] = i;
+        }
+        slots_.resize(plan_.size());
+        queue_pos_.assign(plan_.size(), 0);
+        for (size_t j = 0; j < queue.size(); ++j) {
+          slots_[queue[j]].state = kQueued;
+          queue_pos_[queue[j]] = j;
+          queued_at_start_.insert(queue[j]);
+        }
+        queued_left_ = queue.size();
+        queue_ = queue;
+        helpers_alive_ = helpers ? static_cast<int>(helpers->size()) : 0;
+        helpers_ = helpers;
+        setup_error_ = error;
+        setup_done_ = true;
+        cv_.notify_all();
+        if (stop_ || !error.empty()) return;
+        for (size_t k = 0; helpers && k < helpers->size(); ++k) {
+          threads_.emplace_back([this, helpers, k] { Follow(helpers, k); });
+        }
+        pending = plan_.size() - queue.size();
+        int threads = std::min<int>(BuildThreads(), static_cast<int>(pending));
+        for (int i = queue.empty() ? 1 : 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+      }
+      // This process builds the queue's programs until a helper is ready: then its loads of what the helpers
+      // built would wait for its own builds (NVIDIA's compiler takes one call at a time per process).
+      for (size_t i : queue) {
+        if (helper_ready_) break;
+        ClaimQueued(i);
+      }
+    }
+
+    // Plan(groups) with each program's Sha256Hex, computed by BuildThreads() threads.
+    std::vector<ProgramSource> HashedPlan(size_t groups) const {
+      std::vector<ProgramSource> p = m_->Plan(groups);
+      std::vector<std::thread> hashers;
+      int nh = std::min<int>(BuildThreads(), static_cast<int>(p.size()));
+      for (int t = 0; t < nh; ++t) {
+        hashers.emplace_back([&p, t, nh] {
+          for (size_t i = t; i < p.size(); i += nh) p[i].sha = Sha256Hex(p[i].source);
+        });
+      }
+      for (std::thread& t : hashers) t.join();
+      return p;
+    }
+
+    // Computes the programs' cache keys; when two or more are missing from the cache, starts helper processes
+    // (at most `helpers`, one fewer than the missing programs) and returns the missing programs (the queue).
+    // A helper that cannot start is said.
+    std::vector<size_t> StartHelpers(std::vector<ProgramSource>* plan, int helpers, std::shared_ptr<HelperBuilds>* out) {
+      std::vector<ProgramSource>& p = *plan;
+      for (ProgramSource& ps : p) ps.key = CacheKey(ps.sha, device_id_);
+      std::string dir = KernelCache::Global().Dir();
+      std::vector<size_t> missing;
+      std::vector<const std::string*> sources;
+      for (size_t i = 0; i < p.size(); ++i) {
+        struct stat st;
+        if (dir.empty() || stat(KernelCache::Global().PathFor(dir, p[i].key).c_str(), &st) != 0) {
+          missing.push_back(i);
+          sources.push_back(&p[i].source);
+        }
+      }
+      if (missing.size() < 2) return {};
+      int n = std::min<int>(helpers, static_cast<int>(missing.size()) - 1);
+      auto h = std::make_shared<HelperBuilds>();
+      std::string why;
+      bool ok = h->Start(sources, n, device_id_, dir, LogOn(), &why);
+      if (!ok || static_cast<int>(h->size()) < n) {
+        std::fprintf(stderr, "tvmgen-opencl: %s: %zu of %d helper processes started%s\n", why.c_str(), h->size(), n,
+                     h->size() ? "" : "; building every program in this process");
+      }
+      if (h->size() == 0) return {};
+      *out = h;
+      return missing;
+    }
+
+    // Reads helper k's reports: each program it stored is loaded from the cache; one it claimed but did not
+    // store is built here (Build says why).
+    void Follow(std::shared_ptr<HelperBuilds> helpers, size_t k) {
+      std::vector<size_t> claimed;
+      std::unordered_set<size_t> stored;
+      auto slot_of = [&](size_t j) -> long { return j < queue_.size() ? static_cast<long>(queue_[j]) : -1; };
+      std::string failed = helpers->Follow(
+          k, [&] { helper_ready_ = true; },
+          [&](size_t j) {
+            long i = slot_of(j);
+            if (i < 0) return;
+            claimed.push_back(static_cast<size_t>(i));
+            std::lock_guard<std::mutex> lock(mu_);
+            if (slots_[i].state == kQueued) slots_[i].state = kHelper;
+          },
+          [&](size_t j) {
+            long i = slot_of(j);
+            if (i < 0) return;
+            stored.insert(static_cast<size_t>(i));
+            if (TakeFromHelper(static_cast<size_t>(i))) Build(static_cast<size_t>(i), helpers.get(), "");
+          });
+      for (size_t i : claimed) {
+        if (!stored.count(i) && TakeFromHelper(i)) Build(i, helpers.get(), failed.empty() ? "it stopped" : failed);
+      }
+      if (!failed.empty() && claimed.empty()) {
+        std::fprintf(stderr, "tvmgen-opencl: the helper process %s failed (%s) before building a program: this "
+                     "process and the other helpers build them\n", helpers->Executable().c_str(), failed.c_str());
+      }
+      bool last;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        last = --helpers_alive_ == 0;
+      }
+      if (last) {  // what no helper claimed is this process's now
+        for (size_t i : queue_) ClaimQueued(i);
+      }
+    }
+
+    // Program i, claimed by a helper, is this thread's to finish.
+    bool TakeFromHelper(size_t i) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return slots_[i].state != kClaiming; });
+      if (slots_[i].state != kQueued && slots_[i].state != kHelper) return false;
+      slots_[i].state = kBuilding;
+      return true;
+    }
+
+    // Builds queued program i here when this process claims it before any helper.
+    void ClaimQueued(size_t i) {
+      std::shared_ptr<HelperBuilds> helpers;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (slots_[i].state != kQueued || !helpers_) return;
+        slots_[i].state = kClaiming;
+        helpers = helpers_;
+      }
+      bool mine = helpers->Claim(queue_pos_[i]);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        slots_[i].state = mine ? kBuilding : kHelper;
+        cv_.notify_all();
+      }
+      if (mine) Build(i);
+    }
+
+    // Builds program i here unless a thread (or a helper) has it already.
     void Claim(size_t i) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -479,7 +736,7 @@ class OpenCLModule : public ffi::ModuleObj {
         {
           std::lock_guard<std::mutex> lock(mu_);
           while (next_ < slots_.size() && slots_[next_].state != kPending) ++next_;
-          if (stop_ || next_ >= slots_.size()) return;
+          if (stop_ || !setup_error_.empty() || next_ >= slots_.size()) return;
           i = next_;
           slots_[i].state = kBuilding;
         }
@@ -487,8 +744,9 @@ class OpenCLModule : public ffi::ModuleObj {
       }
     }
 
-    void Build(size_t i) {
-      const ProgramSource& plan = m_->programs_plan_[i];
+    // helper: the helper that built program i (failed: why it failed, "" if it did not), or none.
+    void Build(size_t i, const HelperBuilds* helper = nullptr, const std::string& failed = "") {
+      const ProgramSource& plan = plan_[i];
       Slot done;
       auto t0 = std::chrono::steady_clock::now();
       try {
@@ -496,7 +754,18 @@ class OpenCLModule : public ffi::ModuleObj {
           cl_program p = m_->BuildBinary(device_id_);
           for (const std::string& k : plan.kernels) done.programs[k] = p;
         } else {
-          BuildSource(plan, &done);
+          BuildSource(plan, &done, helper ? helper->LoadDir() : "");
+        }
+        if (helper != nullptr) {
+          if (done.from_cache) {
+            done.by_helper = true;
+            KernelCache::Global().stats.helper_builds++;
+          } else {
+            std::fprintf(stderr, "tvmgen-opencl: the helper process %s for program %zu/%zu (%zu kernels) %s: built "
+                         "it in this process\n", helper->Executable().c_str(), i + 1, slots_.size(),
+                         plan.kernels.size(), failed.empty() ? "left no usable binary in the cache"
+                                                             : ("failed (" + failed + ")").c_str());
+          }
         }
         for (const std::string& k : plan.kernels) {
           cl_int err = CL_SUCCESS;
@@ -505,24 +774,32 @@ class OpenCLModule : public ffi::ModuleObj {
         }
         if (LogOn()) {
           std::fprintf(stderr, "tvmgen-opencl: program %zu/%zu (%zu kernels) %s in %.1f ms\n", i + 1, slots_.size(),
-                       plan.kernels.size(), done.from_cache ? "loaded from the cache" : "built", MsSince(t0));
+                       plan.kernels.size(), done.by_helper ? "built by a helper process, loaded from the cache"
+                                            : done.from_cache ? "loaded from the cache" : "built", MsSince(t0));
         }
       } catch (const ffi::Error& e) {
         done.error = e.message();
       }
-      std::lock_guard<std::mutex> lock(mu_);
-      slots_[i] = std::move(done);
-      slots_[i].state = kDone;
-      cv_.notify_all();
+      std::shared_ptr<HelperBuilds> finished;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        bool queued = helpers_ && queued_left_ > 0 && queued_at_start_.count(i);
+        slots_[i] = std::move(done);
+        slots_[i].state = kDone;
+        cv_.notify_all();
+        if (queued && --queued_left_ == 0) finished = std::move(helpers_);
+      }
+      if (finished) finished->StopAll();  // the helpers still starting have nothing left to claim
     }
 
+
     // One program for the plan's kernels; should the driver refuse the merged source, one per kernel.
-    void BuildSource(const ProgramSource& plan, Slot* out) {
+    void BuildSource(const ProgramSource& plan, Slot* out, const std::string& load_dir) {
       std::string what = plan.kernels.size() == 1 ? "kernel " + plan.kernels[0]
                                                   : "the program of " + std::to_string(plan.kernels.size()) + " kernels";
       bool cached = false;
       try {
-        cl_program p = BuildProgram(plan.source, device_id_, what, &cached);
+        cl_program p = BuildProgram(plan.source, device_id_, what, &cached, load_dir, plan.key);
         for (const std::string& k : plan.kernels) out->programs[k] = p;
         out->from_cache = cached;
         return;
@@ -539,11 +816,21 @@ class OpenCLModule : public ffi::ModuleObj {
 
     const OpenCLModule* m_;
     int device_id_;
+    std::vector<ProgramSource> plan_;                      // set by Setup, then fixed
+    std::unordered_map<std::string, size_t> program_of_;  // kernel -> index in plan_
+    std::vector<size_t> queue_, queue_pos_;                // the helpers' queue: programs; program -> position
+    std::unordered_set<size_t> queued_at_start_;          // the queue's programs
+    size_t queued_left_ = 0;                               // not built yet
+    std::shared_ptr<HelperBuilds> helpers_;                // while the queue has programs left
+    int helpers_alive_ = 0;
+    std::atomic<bool> helper_ready_{false};                // a helper has its context: this process stops claiming
     std::vector<Slot> slots_;
     size_t next_ = 0;
-    bool started_ = false, stop_ = false;
+    bool started_ = false, stop_ = false, setup_done_ = false;
+    std::string setup_error_;
     std::mutex mu_;
     std::condition_variable cv_;
+    std::thread setup_thread_;
     std::vector<std::thread> threads_;
   };
 
@@ -585,8 +872,9 @@ class OpenCLModule : public ffi::ModuleObj {
   std::map<std::string, FunctionInfo> fmap_;
   std::string code_;
   std::unordered_map<std::string, std::string> sources_;  // each kernel's own source (TVM's sections)
-  std::vector<ProgramSource> programs_plan_;
-  std::unordered_map<std::string, size_t> program_of_;  // kernel -> index in programs_plan_
+  std::vector<std::pair<std::string, std::string>> used_;  // the launched kernels and their sections, in source order
+  mutable std::once_flag total_once_;
+  mutable size_t total_weight_ = 0;  // of used_ (HelperGroups)
   std::mutex launch_mu_, builds_mu_;
   std::map<int, std::unique_ptr<Builds>> builds_;  // per device; owns the kernels and programs
 };
