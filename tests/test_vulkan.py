@@ -258,6 +258,72 @@ def test_zoo_model_on_lavapipe_matches_its_reference(name, tools, runtime, compi
         assert "_acc = (v_conv2d_transpose_nhwc_acc + " in k["glsl"].replace("\n", " "), k["glsl"][-1500:]
 
 
+def _branches_model(path):
+    """An ONNX model with two independent convolutions of one input (two outputs), then one that reads
+    both: the runtime needs no barrier between the first two dispatches, one before the third."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    rng = np.random.default_rng(1)
+
+    def weight(name, shape):
+        return h.make_tensor(name, T.FLOAT, shape, rng.standard_normal(shape).astype(np.float32).ravel().tolist())
+
+    nodes = [
+        h.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        h.make_node("Conv", ["x", "w2"], ["b"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        h.make_node("Concat", ["a", "b"], ["ab"], axis=1),
+        h.make_node("Conv", ["ab", "w3"], ["y"], kernel_shape=[1, 1]),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "branches",
+        [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 16, 16])],
+        [h.make_tensor_value_info(n, T.FLOAT, s) for n, s in (("a", [1, 8, 16, 16]), ("b", [1, 8, 16, 16]))]
+        + [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 16, 16])],
+        initializer=[weight("w1", [8, 4, 3, 3]), weight("w2", [8, 4, 3, 3]), weight("w3", [4, 16, 1, 1])],
+    )
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def _vk_commands(stderr: str) -> dict:
+    line = next(ln for ln in stderr.splitlines() if ln.startswith("tvmgen-vulkan: commands {"))
+    return json.loads(line.removeprefix("tvmgen-vulkan: commands "))
+
+
+def test_barriers_only_between_dependent_dispatches(tools, runtime, compiled, tmp_path):
+    """A barrier only before a dispatch that reads or writes what an earlier one since the last barrier
+    wrote (or writes what it read); descriptor sets written once per kernel and buffers, reused by later
+    runs. The outputs equal those with a barrier before every dispatch and no reuse (the former runtime,
+    TVMGEN_VULKAN_BARRIERS=all, TVMGEN_VULKAN_SET_CACHE=0) and match the CPU build."""
+    model = _branches_model(tmp_path / "branches.onnx")
+    arts = {d: compiled(model, "host", d, name="branches") for d in ("cpu", "vulkan")}
+    inputs = {"x": np.random.default_rng(0).standard_normal((1, 4, 16, 16)).astype(np.float32)}
+    log = {"TVMGEN_VULKAN_LOG": "1"}
+    proc, got = run_native(runtime, arts["vulkan"], inputs, tmp_path, env=log, tag="vk", repeat=10)
+    assert got is not None, proc.stderr[-2000:]
+    new = _vk_commands(proc.stderr)
+    old_env = {**log, "TVMGEN_VULKAN_BARRIERS": "all", "TVMGEN_VULKAN_SET_CACHE": "0"}
+    proc, old = run_native(runtime, arts["vulkan"], inputs, tmp_path, env=old_env, tag="vk-old", repeat=10)
+    assert old is not None, proc.stderr[-2000:]
+    before = _vk_commands(proc.stderr)
+    _, want = run_native(runtime, arts["cpu"], inputs, tmp_path, tag="cpu")
+    for g, o, w in zip(got, old, want):
+        np.testing.assert_array_equal(g, o)
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    print(f"commands: {new}; with a barrier before every dispatch: {before}", file=sys.stderr)
+    assert new["dispatches"] == before["dispatches"] > 0
+    assert before["barriers"] >= before["dispatches"]
+    assert new["barriers"] < before["barriers"]  # the second convolution needs none
+    # the first runs write descriptor sets (the VM's pooled buffers change places for a few runs), the
+    # later ones reuse them: of 11 runs (a warm-up and 10 timed), most write none
+    assert before["descriptor_sets_written"] == before["dispatches"] and before["descriptor_sets_reused"] == 0
+    assert new["descriptor_sets_written"] + new["descriptor_sets_reused"] == new["dispatches"]
+    assert new["descriptor_sets_reused"] > 2 * new["descriptor_sets_written"]
+
+
 def _vk_stats(stderr: str) -> dict:
     line = next(ln for ln in stderr.splitlines() if ln.startswith("tvmgen-vulkan: cache {"))
     return json.loads(line.removeprefix("tvmgen-vulkan: cache "))

@@ -82,7 +82,8 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
         weights = mod["main"].params[len(imported.inputs) :]
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
     if target.kind.name != "llvm":
-        mod = recurrent.gpu_variants(mod)  # fused LSTM/GRU kernels: their GPU form
+        # fused LSTM/GRU kernels: their GPU form (Vulkan: the LSTM's operands staged, see recurrent.py)
+        mod = recurrent.gpu_variants(mod, staged=target.kind.name == "vulkan")
     if opts.precision != "fp32":
         from tvmgen.compiler import precision
 

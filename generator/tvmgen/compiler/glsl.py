@@ -11,7 +11,10 @@ registers one that prints each kernel with this module and compiles it to SPIR-V
 - ``blockIdx.*`` is ``gl_WorkGroupID``, ``threadIdx.*`` ``gl_LocalInvocationID``; the work-group size is
   the kernel's constant ``threadIdx`` extents (``local_size_*``);
 - ``shared`` allocations are module-scope ``shared`` arrays, ``local`` ones arrays in the function;
-  ``tvm_storage_sync("shared")`` is ``memoryBarrierShared(); barrier();``;
+  ``tvm_storage_sync("shared")`` is ``barrier();`` alone: in a Vulkan compute shader it is
+  ``OpControlBarrier`` at work-group scope with work-group memory semantics, which orders shared memory
+  as OpenCL's ``barrier(CLK_LOCAL_MEM_FENCE)`` does (``memoryBarrierShared()`` before it added an
+  ``OpMemoryBarrier`` at *device* scope, which NVIDIA's compiler turned into a GPU-wide fence);
 - integer division and remainder keep TIR's meaning (truncating ``Div`` / ``Mod``; ``FloorDiv`` /
   ``FloorMod``) through helper functions, not GLSL's ``%`` (undefined for negative operands);
 - C math calls left by TVM's intrinsic lowering (``expf``, ``sqrtf``, ``tanhf``, ``erff``...) map to
@@ -88,6 +91,8 @@ VEC4 = os.environ.get("TVMGEN_GLSL_VEC4", "1") != "0"
 EAGER = os.environ.get("TVMGEN_GLSL_EAGER", "1") != "0"
 # constant loops of straight-line bodies: the body this many times per iteration (s_For); 1: not unrolled
 UNROLL = int(os.environ.get("TVMGEN_GLSL_UNROLL", "4"))
+# tvm_storage_sync("shared") as barrier() alone; TVMGEN_GLSL_SHARED_FENCE=1: memoryBarrierShared() before it
+SHARED_FENCE = os.environ.get("TVMGEN_GLSL_SHARED_FENCE", "0") == "1"
 
 # C math functions (TVM's default intrinsic lowering, call_pure_extern) -> GLSL
 MATH = {
@@ -565,7 +570,8 @@ class _Printer:
             scope = str(v.args[0].value)
             if scope != "shared":
                 raise UnsupportedError(f"tvm_storage_sync({scope!r})")
-            self.emit("memoryBarrierShared();")
+            if SHARED_FENCE:
+                self.emit("memoryBarrierShared();")
             self.emit("barrier();")
             return
         if type(v).__name__ in ("IntImm",):

@@ -12,9 +12,13 @@
 // or TVMGEN_VULKAN_LIBRARY. The device: the first discrete GPU, else integrated, else any (lavapipe, a
 // CPU device, on the hosts here); TVMGEN_VULKAN_DEVICE=N picks the N-th physical device.
 //
-// Execution: kernel launches and device-to-device copies are recorded into one command buffer, with
-// a compute-to-compute memory barrier after each; it is submitted and waited for when the host needs
-// the results (a copy to or from the host, StreamSync) or when its descriptor pool is full. Each kernel
+// Execution: kernel launches and device-to-device copies are recorded into command buffers, a
+// compute-to-compute memory barrier before a dispatch only where it touches a buffer that a dispatch
+// since the last barrier wrote (or writes one that such a dispatch read); copies count as such commands
+// (their barriers cover the transfer stage too);
+// a command buffer is submitted without waiting every 8 dispatches, or at once when the device has
+// nothing left to run, and waited for when the host needs the results (a copy to the host, StreamSync).
+// Descriptor sets are cached per kernel and buffers (a steady run writes none). Each kernel
 // is one compute pipeline: its buffers are the storage buffers of descriptor set 0 (bindings in
 // parameter order), its scalars 4-byte push constants.
 //
@@ -56,6 +60,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,6 +68,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "../common/backend_globals.h"
@@ -119,7 +125,8 @@ struct Api {
   X(CreateShaderModule) X(DestroyShaderModule) X(CreateDescriptorSetLayout) X(CreatePipelineLayout)                \
   X(CreateComputePipelines) X(CreatePipelineCache) X(CreateDescriptorPool) X(ResetDescriptorPool)                  \
   X(AllocateDescriptorSets) X(UpdateDescriptorSets) X(GetPipelineCacheData) X(DestroyPipelineCache)                 \
-  X(CreateQueryPool) X(CmdResetQueryPool) X(CmdWriteTimestamp) X(GetQueryPoolResults) X(GetFenceStatus)
+  X(CreateQueryPool) X(CmdResetQueryPool) X(CmdWriteTimestamp) X(GetQueryPoolResults) X(GetFenceStatus)         \
+  X(FreeDescriptorSets)
   TVMGEN_VK_FUNCTIONS(TVMGEN_VK_FN)
 #undef TVMGEN_VK_FN
 };
@@ -167,6 +174,16 @@ struct Buffer {
   size_t size = 0;
   void* mapped = nullptr;  // host-visible, coherent memory: persistently mapped
   bool host_cached = false;  // mapped memory the host reads fast (not write-combined, as a GPU's BAR is)
+  uint64_t id = 0;  // unique in the process (the descriptor-set cache's key; addresses are reused)
+};
+
+// A cached descriptor set's key: the kernel's set layout, then its buffers' ids in binding order.
+struct SetKeyHash {
+  size_t operator()(const std::vector<uint64_t>& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t v : k) h = (h ^ v) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
 };
 
 class Workspace {
@@ -212,6 +229,34 @@ class Workspace {
   static constexpr int kMaxSets = 1024;
   static constexpr int kMaxDescriptors = 16384;
   std::unordered_map<const void*, Buffer*> buffers;
+  uint64_t next_buffer_id = 1;
+  // Dependencies between dispatches: the buffers that commands recorded since the last barrier write
+  // and read (all dispatches ever recorded are ordered by the barriers before them, across submits).
+  // TVMGEN_VULKAN_BARRIERS=all: a barrier before every dispatch (as before).
+  std::unordered_set<const Buffer*> written_since_barrier, read_since_barrier;
+  bool every_dispatch_barrier = false;
+  bool copied_since_barrier = true;  // a copy was recorded since the last barrier (or none yet)
+  bool wide_barriers = false;  // TVMGEN_VULKAN_BARRIERS=wide: compute and transfer stages in every one
+  bool submit_when_idle = true;  // TVMGEN_VULKAN_SUBMIT_WHEN_IDLE=0: only every dispatches_per_submit
+  // Descriptor sets kept for the next launch of the same kernel on the same buffers (a model's steady
+  // runs launch the same kernels on the same buffers): allocated from `set_pool`, freed when one of their
+  // buffers is destroyed. When it is full, sets come from `descriptors`, reset at every Flush.
+  // TVMGEN_VULKAN_SET_CACHE=0: no cache.
+  VkDescriptorPool set_pool = VK_NULL_HANDLE;
+  bool set_cache_on = true;
+  std::unordered_map<std::vector<uint64_t>, VkDescriptorSet, SetKeyHash> set_cache;
+  // what was recorded (TVMGEN_VULKAN_LOG=1 prints it at exit: "tvmgen-vulkan: commands {...}")
+  struct Counts {
+    int64_t dispatches = 0, barriers = 0, submits = 0, sets_written = 0, sets_reused = 0;
+  } counts;
+  std::string CountsJson() {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    std::ostringstream o;
+    o << "{\"dispatches\": " << counts.dispatches << ", \"barriers\": " << counts.barriers << ", \"submits\": "
+      << counts.submits << ", \"descriptor_sets_written\": " << counts.sets_written
+      << ", \"descriptor_sets_reused\": " << counts.sets_reused << "}";
+    return o.str();
+  }
   // profiling: timestamps around each dispatch of the command buffer being recorded
   bool profiling = false;
   VkQueryPool queries = VK_NULL_HANDLE;
@@ -325,12 +370,23 @@ class Workspace {
     if (r != VK_SUCCESS) spare_fences.push_back(f);
     TVMGEN_VK_CHECK(r, "vkQueueSubmit");
     in_flight.push_back({cmd, f});
+    counts.submits++;
     cmd = VK_NULL_HANDLE;
   }
 
   // After a dispatch was recorded: submit every dispatches_per_submit of them.
+  // Also after 2 when the device has finished everything submitted (nothing in flight, or the last
+  // submission's fence signalled): then waiting for more dispatches would leave it idle (a run's first
+  // dispatches, and models whose kernels are shorter than the host's recording of 8 of them). Not after
+  // 1: on NVIDIA each submission costs the device several microseconds, and a model of two kernels
+  // (VAD) was slower submitting them one by one.
   void Dispatched() {
-    if (++dispatches >= dispatches_per_submit && dispatches_per_submit > 0) Submit();
+    counts.dispatches++;
+    if (dispatches_per_submit <= 0) return;
+    if (++dispatches >= dispatches_per_submit || (submit_when_idle && dispatches >= 2 && DeviceIdle())) Submit();
+  }
+  bool DeviceIdle() {
+    return in_flight.empty() || api.GetFenceStatus(device, in_flight.back().fence) == VK_SUCCESS;
   }
 
   // Everything recorded so far, submitted and finished.
@@ -377,13 +433,76 @@ class Workspace {
   }
 
   // Compute and transfer writes before it are visible to compute and transfer after it.
-  void Barrier() {
+  // `compute_only`: between dispatches, with no copy since the last barrier (compute to compute stage,
+  // shader accesses only); otherwise compute and transfer on both sides.
+  void Barrier(bool compute_only = false) {
     VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                       VK_ACCESS_TRANSFER_WRITE_BIT;
-    VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    if (!compute_only || copied_since_barrier || wide_barriers) {
+      mb.srcAccessMask |= VK_ACCESS_TRANSFER_WRITE_BIT;
+      mb.dstAccessMask |= VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+      stages |= VK_PIPELINE_STAGE_TRANSFER_BIT;
+    }
     api.CmdPipelineBarrier(cmd, stages, stages, 0, 1, &mb, 0, nullptr, 0, nullptr);
+    counts.barriers++;
+    written_since_barrier.clear();
+    read_since_barrier.clear();
+    copied_since_barrier = false;
+  }
+
+  // Before a dispatch that reads `reads` and writes `writes` (recording): a barrier if it depends on
+  // a command since the last barrier (read after write, write after write, write after read).
+  void BarrierFor(const std::vector<const Buffer*>& reads, const std::vector<const Buffer*>& writes,
+                  bool copy = false) {
+    bool need = every_dispatch_barrier || profiling;
+    for (const Buffer* b : reads) need = need || written_since_barrier.count(b) > 0;
+    for (const Buffer* b : writes) need = need || written_since_barrier.count(b) > 0 || read_since_barrier.count(b) > 0;
+    if (need) Barrier(/*compute_only=*/!copy);
+    copied_since_barrier = copied_since_barrier || copy;
+    read_since_barrier.insert(reads.begin(), reads.end());
+    written_since_barrier.insert(writes.begin(), writes.end());
+  }
+
+  // The descriptor set of a launch of the kernel with `layout` on `bufs` (binding order).
+  VkDescriptorSet DescriptorSet(VkDescriptorSetLayout layout, const std::vector<Buffer*>& bufs) {
+    std::vector<uint64_t> key;
+    if (set_cache_on && set_pool != VK_NULL_HANDLE) {
+      key.reserve(bufs.size() + 1);
+      key.push_back(reinterpret_cast<uint64_t>(layout));
+      for (const Buffer* b : bufs) key.push_back(b->id);
+      auto it = set_cache.find(key);
+      if (it != set_cache.end()) {
+        counts.sets_reused++;
+        return it->second;
+      }
+    }
+    VkDescriptorSet set = VK_NULL_HANDLE;
+    if (!key.empty()) {
+      VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+      ai.descriptorPool = set_pool;
+      ai.descriptorSetCount = 1;
+      ai.pSetLayouts = &layout;
+      if (api.AllocateDescriptorSets(device, &ai, &set) != VK_SUCCESS) set = VK_NULL_HANDLE;  // full
+    }
+    bool cached = set != VK_NULL_HANDLE;
+    if (!cached) set = AllocateSet(layout);
+    std::vector<VkDescriptorBufferInfo> infos(bufs.size());
+    std::vector<VkWriteDescriptorSet> writes(bufs.size());
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      infos[i] = VkDescriptorBufferInfo{bufs[i]->buffer, 0, VK_WHOLE_SIZE};
+      writes[i] = VkWriteDescriptorSet{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+      writes[i].dstSet = set;
+      writes[i].dstBinding = static_cast<uint32_t>(i);
+      writes[i].descriptorCount = 1;
+      writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      writes[i].pBufferInfo = &infos[i];
+    }
+    api.UpdateDescriptorSets(device, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
+    counts.sets_written++;
+    if (cached) set_cache.emplace(std::move(key), set);
+    return set;
   }
 
   VkDescriptorSet AllocateSet(VkDescriptorSetLayout layout) {
@@ -410,6 +529,7 @@ class Workspace {
     std::lock_guard<std::recursive_mutex> lock(mu);
     auto* b = new Buffer();
     b->size = nbytes;
+    b->id = next_buffer_id++;
     VkBufferCreateInfo ci{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
     // whole 32-bit words: kernels reach 8- and 16-bit elements through the word that holds them
     ci.size = nbytes ? (nbytes + 3) / 4 * 4 : 4;
@@ -469,7 +589,22 @@ class Workspace {
     }
   }
 
+  // (never while recorded or running commands may use it: see Free)
   void Destroy(Buffer* b) {
+    if (!set_cache.empty()) {  // its cached descriptor sets go with it
+      std::vector<VkDescriptorSet> gone;
+      for (auto it = set_cache.begin(); it != set_cache.end();) {
+        if (std::find(it->first.begin() + 1, it->first.end(), b->id) != it->first.end()) {
+          gone.push_back(it->second);
+          it = set_cache.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (!gone.empty()) api.FreeDescriptorSets(device, set_pool, static_cast<uint32_t>(gone.size()), gone.data());
+    }
+    written_since_barrier.erase(b);
+    read_since_barrier.erase(b);
     if (b->mapped) api.UnmapMemory(device, b->memory);
     api.DestroyBuffer(device, b->buffer, nullptr);
     api.FreeMemory(device, b->memory, nullptr);
@@ -598,6 +733,21 @@ class Workspace {
     dpi.poolSizeCount = 1;
     dpi.pPoolSizes = &size;
     TVMGEN_VK_CHECK(api.CreateDescriptorPool(device, &dpi, nullptr, &descriptors), "vkCreateDescriptorPool");
+    auto env_is = [](const char* name, const char* value) {
+      const char* v = std::getenv(name);
+      return v != nullptr && std::strcmp(v, value) == 0;
+    };
+    every_dispatch_barrier = env_is("TVMGEN_VULKAN_BARRIERS", "all");
+    wide_barriers = every_dispatch_barrier || env_is("TVMGEN_VULKAN_BARRIERS", "wide");
+    submit_when_idle = !env_is("TVMGEN_VULKAN_SUBMIT_WHEN_IDLE", "0");
+    set_cache_on = !env_is("TVMGEN_VULKAN_SET_CACHE", "0");
+    VkDescriptorPoolSize cache_size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 4 * kMaxDescriptors};
+    VkDescriptorPoolCreateInfo cpi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    cpi.flags = VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT;
+    cpi.maxSets = 4 * kMaxSets;
+    cpi.poolSizeCount = 1;
+    cpi.pPoolSizes = &cache_size;
+    if (api.CreateDescriptorPool(device, &cpi, nullptr, &set_pool) != VK_SUCCESS) set_pool = VK_NULL_HANDLE;
     if (std::getenv("TVMGEN_VULKAN_LOG")) {
       std::fprintf(stderr, "tvmgen-vulkan: device %s (Vulkan %u.%u.%u, driver %u), loader %s\n", props.deviceName,
                    VK_VERSION_MAJOR(props.apiVersion), VK_VERSION_MINOR(props.apiVersion),
@@ -703,9 +853,9 @@ class VulkanDeviceAPI final : public DeviceAPI {
       Buffer* s = w.Find(from, "the copy's source");
       Buffer* d = w.Find(to, "the copy's target");
       w.Begin();
+      w.BarrierFor({s}, {d}, /*copy=*/true);
       VkBufferCopy region{from_offset, to_offset, nbytes};
       w.api.CmdCopyBuffer(w.cmd, s->buffer, d->buffer, 1, &region);
-      w.Barrier();
       return;
     }
     if (from_vk == to_vk) {
@@ -718,8 +868,12 @@ class VulkanDeviceAPI final : public DeviceAPI {
       TVM_FFI_THROW(RuntimeError) << "Vulkan: a copy of " << nbytes << " bytes at offset " << offset << " overruns a "
                                   << b->size << "-byte buffer";
     }
-    w.Flush();  // the kernels recorded before the copy have run
     if (b->mapped && (!from_vk || b->host_cached)) {
+      if (from_vk && !w.written_since_barrier.empty()) {  // what was recorded before has run, its writes visible
+        w.Begin();
+        w.Barrier();
+      }
+      w.Flush();
       if (from_vk) {
         std::memcpy(static_cast<char*>(to) + to_offset, static_cast<const char*>(b->mapped) + offset, nbytes);
       } else {
@@ -727,11 +881,18 @@ class VulkanDeviceAPI final : public DeviceAPI {
       }
       return;
     }
-    // Device-only memory: through a host-visible staging buffer.
+    // Device-only memory: through a host-visible staging buffer. A copy to the host is recorded after
+    // what is pending (one submit and wait); a copy from the host waits until the staging buffer is free.
+    if (!from_vk) w.Flush();
     Buffer* staging = StagingBuffer(nbytes);
     w.Begin();
     VkBufferCopy region{from_vk ? offset : 0, from_vk ? 0 : offset, nbytes};
     if (!from_vk) std::memcpy(staging->mapped, static_cast<const char*>(from) + from_offset, nbytes);
+    if (from_vk) {
+      w.BarrierFor({b}, {staging}, /*copy=*/true);
+    } else {
+      w.BarrierFor({staging}, {b}, /*copy=*/true);
+    }
     w.api.CmdCopyBuffer(w.cmd, from_vk ? b->buffer : staging->buffer, from_vk ? staging->buffer : b->buffer, 1, &region);
     w.Barrier();
     w.Flush();
@@ -808,6 +969,8 @@ struct Kernel {
   uint32_t buffers = 0;
   uint32_t push_bytes = 0;
   std::string spirv;
+  // per binding: the shader only reads it (a `readonly` buffer in its GLSL); others count as written
+  std::vector<bool> readonly;
   // created once (std::call_once): by the module's background threads, or by the first launch
   std::once_flag created;
   std::string error;  // why creating it failed (thrown at its launch)
@@ -1010,7 +1173,8 @@ class VulkanModule : public ffi::ModuleObj {
         TVM_FFI_THROW(RuntimeError) << "Vulkan: creating the pipeline of kernel " << k.name << " failed: " << k.error;
       }
     }
-    std::vector<VkDescriptorBufferInfo> infos;
+    std::vector<Buffer*> bufs;
+    std::vector<const Buffer*> reads, writes;
     std::vector<uint32_t> push;
     for (size_t i = 0; i < nargs; ++i) {
       const DLDataType& t = k.arg_types[i];
@@ -1025,7 +1189,9 @@ class VulkanModule : public ffi::ModuleObj {
           ptr = tensor->data_ptr();
         }
         Buffer* b = w.Find(ptr, ("argument " + std::to_string(i) + " of kernel " + k.name).c_str());
-        infos.push_back(VkDescriptorBufferInfo{b->buffer, 0, VK_WHOLE_SIZE});
+        size_t binding = bufs.size();
+        bufs.push_back(b);
+        (binding < k.readonly.size() && k.readonly[binding] ? reads : writes).push_back(b);
       } else if (t.code == kDLFloat) {
         float f = static_cast<float>(args[i].cast<double>());
         uint32_t u;
@@ -1062,19 +1228,10 @@ class VulkanModule : public ffi::ModuleObj {
                                     << k.workgroup[1] << "x" << k.workgroup[2];
       }
     }
-    VkDescriptorSet set = w.AllocateSet(k.set_layout);
-    std::vector<VkWriteDescriptorSet> writes(infos.size());
-    for (size_t i = 0; i < infos.size(); ++i) {
-      writes[i] = VkWriteDescriptorSet{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-      writes[i].dstSet = set;
-      writes[i].dstBinding = static_cast<uint32_t>(i);
-      writes[i].descriptorCount = 1;
-      writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-      writes[i].pBufferInfo = &infos[i];
-    }
-    w.api.UpdateDescriptorSets(w.device, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
+    VkDescriptorSet set = w.DescriptorSet(k.set_layout, bufs);
     w.BeginTimed(k.name);  // first: it may submit what was recorded before (its query pool full)
     w.Begin();
+    w.BarrierFor(reads, writes);
     w.api.CmdBindPipeline(w.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, k.pipeline);
     w.api.CmdBindDescriptorSets(w.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, k.layout, 0, 1, &set, 0, nullptr);
     if (!push.empty()) {
@@ -1084,10 +1241,28 @@ class VulkanModule : public ffi::ModuleObj {
     w.WriteStart();
     w.api.CmdDispatch(w.cmd, grid[0], grid[1], grid[2]);
     w.EndTimed();
-    w.Barrier();
     w.Dispatched();
   }
 };
+
+// Which of a kernel's `n` bindings its GLSL declares `readonly` in every declaration of the binding
+// (tvmgen's printer: "layout(std430, set = 0, binding = I) restrict [readonly ]buffer ..."; a vec4 view
+// is a second declaration of the same binding). Bindings it does not declare count as written.
+std::vector<bool> ReadonlyBindings(const std::string& glsl, uint32_t n) {
+  std::vector<int> state(n, 0);  // 0: not seen, 1: read only so far, 2: written
+  const std::string head = "layout(std430, set = 0, binding = ";
+  for (size_t at = glsl.find(head); at != std::string::npos; at = glsl.find(head, at + 1)) {
+    size_t end = glsl.find('\n', at);
+    std::string line = glsl.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    unsigned long b = std::strtoul(line.c_str() + head.size(), nullptr, 10);
+    if (b >= n) continue;
+    bool ro = line.find(" readonly buffer ") != std::string::npos;
+    state[b] = (ro && state[b] != 2) ? 1 : 2;
+  }
+  std::vector<bool> out(n);
+  for (uint32_t i = 0; i < n; ++i) out[i] = state[i] == 1;
+  return out;
+}
 
 ffi::Module LoadFromBytes(const ffi::Bytes& bytes) {
   std::string blob(bytes.data(), bytes.size());
@@ -1119,7 +1294,16 @@ ffi::Module LoadFromBytes(const ffi::Bytes& bytes) {
     k->buffers = r.Pod<uint32_t>();
     k->push_bytes = r.Pod<uint32_t>();
     k->spirv = r.Str();
-    r.Str();  // the GLSL source (for reading, not needed here)
+    k->readonly = ReadonlyBindings(r.Str(), k->buffers);  // from the GLSL source
+    // TVMGEN_VULKAN_SPIRV_DIR: <dir>/<kernel>.spv replaces the kernel's SPIR-V (same bindings and push
+    // constants): to time a hand-edited shader on a device without rebuilding the model
+    if (const char* dir = std::getenv("TVMGEN_VULKAN_SPIRV_DIR")) {
+      std::ifstream f(std::string(dir) + "/" + k->name + ".spv", std::ios::binary);
+      if (f) {
+        k->spirv.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+        if (LogOn()) std::fprintf(stderr, "tvmgen-vulkan: %s from %s\n", k->name.c_str(), dir);
+      }
+    }
     if (k->spirv.size() % 4 != 0) TVM_FFI_THROW(RuntimeError) << "Vulkan kernel " << k->name << ": bad SPIR-V size";
     kernels[k->name] = k;
   }
@@ -1135,7 +1319,12 @@ struct Registration {
     set("ffi.Module.load_from_bytes.vulkan", ffi::Function::FromTyped(LoadFromBytes));
     set("tvmgen.vulkan.info", ffi::Function::FromTyped([]() { return ffi::String(InfoJson()); }));
     RegisterCacheAndProfiling<PipelineCacheDir, Workspace>("vulkan");
-    if (LogOn()) std::atexit([] { std::fprintf(stderr, "tvmgen-vulkan: cache %s\n", PipelineCacheDir::Global().StatsJson().c_str()); });
+    if (LogOn()) {
+      std::atexit([] {
+        std::fprintf(stderr, "tvmgen-vulkan: cache %s\n", PipelineCacheDir::Global().StatsJson().c_str());
+        std::fprintf(stderr, "tvmgen-vulkan: commands %s\n", Workspace::Global().CountsJson().c_str());
+      });
+    }
   }
 };
 Registration registration;
