@@ -82,7 +82,7 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
         weights = mod["main"].params[len(imported.inputs) :]
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
     if target.kind.name != "llvm":
-        # fused LSTM/GRU kernels: their GPU form (Vulkan: the LSTM's operands staged, see recurrent.py)
+        # fused LSTM/GRU kernels: their GPU form (Vulkan: their operands staged, see recurrent.py)
         mod = recurrent.gpu_variants(mod, staged=target.kind.name == "vulkan")
     if opts.precision != "fp32":
         from tvmgen.compiler import precision

@@ -60,15 +60,15 @@ def spec(kind: str, seq: int, batch: int, inputs: int, hidden: int, reverse: boo
 
 
 def kernel(sp: dict, gpu: bool = False, staged: bool = False):
-    """The PrimFunc for ``sp`` (see ``spec``); ``staged``: the GPU LSTM's operands staged (``_lstm_gpu``)."""
+    """The PrimFunc for ``sp`` (see ``spec``); ``staged`` (with ``gpu``): the GPU kernel's operands staged
+    in registers and shared memory (``_lstm_gpu``, ``_gru_gpu``)."""
     build = {("lstm", False): _lstm_cpu, ("lstm", True): _lstm_gpu, ("gru", False): _gru_cpu, ("gru", True): _gru_gpu}[
         (sp["kind"], gpu)
     ]
     S, B, I, H = sp["S"], sp["B"], sp["I"], sp["H"]
     G = {"lstm": 4, "gru": 3}[sp["kind"]] * H  # the gates' rows: i, o, f, c (LSTM) or z, r, h (GRU)
-    func = build(S, B, I, H, G, _buffers(S, B, I, H, G), bool(sp["reverse"]), bool(sp["lbr"]))
-    if staged and sp["kind"] == "lstm":
-        func = _lstm_gpu(S, B, I, H, G, _buffers(S, B, I, H, G), bool(sp["reverse"]), bool(sp["lbr"]), staged=True)
+    extra = {"staged": True} if gpu and staged else {}
+    func = build(S, B, I, H, G, _buffers(S, B, I, H, G), bool(sp["reverse"]), bool(sp["lbr"]), **extra)
     # op_pattern 8 (opaque): never fused with its neighbours, whose loops would join this kernel's
     return func.with_attrs({"tvmgen.recurrent": json.dumps(sp, sort_keys=True), "op_pattern": 8})
 
@@ -94,7 +94,7 @@ def emit(bb, sp: dict, args: list):
 
 def gpu_variants(mod, staged: bool = False):
     """``mod`` with every recurrent kernel replaced by its GPU variant (same signature); ``staged``: the
-    LSTM's with its operands staged in registers and shared memory (Vulkan: see ``_lstm_gpu``)."""
+    variants with their operands staged in registers and shared memory (Vulkan: see ``_lstm_gpu``)."""
     import tvm
 
     updates = {}
@@ -254,7 +254,7 @@ def _gru_cpu(S, B, I, H, G, F, reverse, lbr):
 _GPU_THREADS = 256
 
 
-# The staged LSTM's register arrays (its weight columns) hold at most this many floats per thread.
+# The staged kernels' register arrays (a thread's weight columns) hold at most this many floats per thread.
 _STAGED_REGISTERS = 128
 
 
@@ -357,10 +357,14 @@ def _lstm_gpu_staged(S, B, I, H, G, F, reverse):
     return lstm
 
 
-def _gru_gpu(S, B, I, H, G, F, reverse, lbr):
+def _gru_gpu(S, B, I, H, G, F, reverse, lbr, staged=False):
+    """One work-group per sequence, a thread per gate row; ``staged`` (Vulkan) as ``_lstm_gpu``'s, under
+    the same conditions: ``_gru_gpu_staged``."""
     from tvm.script import tirx as T
 
     NT = min(G, _GPU_THREADS)
+    if staged and G <= NT and I + H <= _STAGED_REGISTERS:
+        return _gru_gpu_staged(S, B, I, H, G, F, reverse, lbr)
 
     @T.prim_func(private=True)
     def gru(X: F("X"), Wt: F("Wt"), Rt: F("Rt"), wb: F("wb"), rb: F("rb"), h0: F("h0"), Y: F("Y")):
@@ -415,6 +419,77 @@ def _gru_gpu(S, B, I, H, G, F, reverse, lbr):
                     )
                     h[jj * NT + tx] = (T.float32(1) - z) * n + z * h[jj * NT + tx]
                     Y[S - 1 - s if reverse else s, b, jj * NT + tx] = h[jj * NT + tx]
+            T.tvm_storage_sync("shared")
+
+    return gru
+
+
+def _gru_gpu_staged(S, B, I, H, G, F, reverse, lbr):
+    """The GRU staged: thread ``g`` keeps its columns of Wt and Rt in registers (``wx``, ``wr``) over the
+    sequence, the step's input row is in shared memory (``xs``), two phases a step. Phase 1: every
+    thread's input-side product (``ax``) and, for the update and reset rows (and the candidate rows with
+    ``lbr``), its recurrent one (``ah``); the update row's thread writes z, the reset row's r (``lbr``) or
+    r * h (not: the candidate's recurrent product takes r * h). Phase 2: the candidate row's thread
+    (2H + j) finishes its gate from its own registers (h[j] too) and writes h[j] and Y; meanwhile the next step's
+    input row is staged, so two barriers a step."""
+    from tvm.script import tirx as T
+
+    NT = G  # a thread per gate row: z (0..H-1), r (H..2H-1), the candidate n (2H..3H-1)
+    first = S - 1 if reverse else 0
+
+    @T.prim_func(private=True)
+    def gru(X: F("X"), Wt: F("Wt"), Rt: F("Rt"), wb: F("wb"), rb: F("rb"), h0: F("h0"), Y: F("Y")):
+        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
+        b = T.launch_thread("blockIdx.x", B)  # one work-group per sequence of the batch
+        tx = T.launch_thread("threadIdx.x", NT)
+        h = T.decl_buffer((H,), "float32", scope="shared")
+        zr = T.decl_buffer((2 * H,), "float32", scope="shared")  # z, then r (lbr) or r * h
+        xs = T.decl_buffer((I,), "float32", scope="shared")  # the step's input row
+        wx = T.decl_buffer((I,), "float32", scope="local")  # this thread's column of Wt
+        wr = T.decl_buffer((H,), "float32", scope="local")  # and of Rt
+        ax = T.decl_buffer((1,), "float32", scope="local")
+        ah = T.decl_buffer((1,), "float32", scope="local")
+        # h[j] in the candidate row's thread (2H + j); read from and written to shared h[j] in one phase,
+        # TVM's barrier planner would want a barrier inside the condition
+        hr = T.decl_buffer((1,), "float32", scope="local")
+        for k in T.unroll(I):
+            wx[k] = Wt[k, tx]
+        for k in T.unroll(H):
+            wr[k] = Rt[k, tx]
+        hr[0] = T.float32(0)
+        if tx >= 2 * H:
+            hr[0] = h0[b, tx - 2 * H]
+            h[tx - 2 * H] = hr[0]
+        for jj in range((I + NT - 1) // NT):
+            if jj * NT + tx < I:
+                xs[jj * NT + tx] = X[first, b, jj * NT + tx]
+        T.tvm_storage_sync("shared")
+        for s in range(S):
+            ax[0] = wb[tx]
+            for k in T.unroll(I):
+                ax[0] = ax[0] + xs[k] * wx[k]
+            ah[0] = rb[tx]
+            if lbr or tx < 2 * H:
+                for k in T.unroll(H):
+                    ah[0] = ah[0] + h[k] * wr[k]
+            if tx < H:
+                zr[tx] = _sigmoid(ax[0] + ah[0])
+            elif tx < 2 * H:
+                zr[tx] = _sigmoid(ax[0] + ah[0]) if lbr else _sigmoid(ax[0] + ah[0]) * h[tx - H]
+            T.tvm_storage_sync("shared")
+            if tx >= 2 * H:
+                if not lbr:
+                    for k in T.unroll(H):
+                        ah[0] = ah[0] + zr[H + k] * wr[k]
+                n = _tanh(ax[0] + zr[tx - H] * ah[0]) if lbr else _tanh(ax[0] + ah[0])
+                z = zr[tx - 2 * H]
+                hr[0] = (T.float32(1) - z) * n + z * hr[0]
+                h[tx - 2 * H] = hr[0]
+                Y[S - 1 - s if reverse else s, b, tx - 2 * H] = hr[0]
+            if s + 1 < S:
+                for jj in range((I + NT - 1) // NT):
+                    if jj * NT + tx < I:
+                        xs[jj * NT + tx] = X[S - 2 - s if reverse else s + 1, b, jj * NT + tx]
             T.tvm_storage_sync("shared")
 
     return gru
