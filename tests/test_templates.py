@@ -558,14 +558,19 @@ def test_rpc_app_usb_mode(tvmgen, tmp_path):
 
 @pytest.mark.skipif(
     not all(os.environ.get(v) for v in ("ANDROID_HOME", "ANDROID_NDK_HOME", "TVM_SOURCE_DIR", "TVMGEN_TEST_SERIAL")),
-    reason="needs a real Android SDK, NDK, TVM source tree and phone: set ANDROID_HOME, "
+    reason="needs a real Android SDK, NDK, TVM source tree and phone (with Vulkan for [vulkan]): set ANDROID_HOME, "
     "ANDROID_NDK_HOME, TVM_SOURCE_DIR and TVMGEN_TEST_SERIAL",
 )
-def test_real_gradle_build_and_phone_run(tvmgen, tmp_path):
+@pytest.mark.parametrize("device", ["cpu", "vulkan"])
+def test_real_gradle_build_and_phone_run(tvmgen, tmp_path, device):
+    """The deploy app built by Gradle with the NDK, installed and run on a phone. On Vulkan (issue 36) the model
+    ran on Vulkan, not the CPU fallback, and the APK ships the Vulkan backend: what the rendering tests
+    (test_vulkan.py::test_android_app_renders_for_vulkan) cannot show."""
     r = tvmgen(
         "app",
         "--model",
         "builtin:mobilenet",
+        *(["--device", device] if device != "cpu" else []),
         "--install",
         "--run",
         "--serial",
@@ -578,14 +583,17 @@ def test_real_gradle_build_and_phone_run(tvmgen, tmp_path):
     import json
 
     results = json.loads(r.stdout)
-    assert results["device"] == "cpu" and results["median_run_ms"] > 0 and len(results["outputs"][0]["top5"]) == 5
-    # the model's library is a native library of the APK, stored uncompressed (loaded in place; the app checked
-    # its 16 KB alignment before signing), and no copy of it is among the assets
+    assert results["device"] == device and results["median_run_ms"] > 0 and len(results["outputs"][0]["top5"]) == 5
+    # each model build's library is a native library of the APK, stored uncompressed (loaded in place; the app
+    # checked its 16 KB alignment before signing), and no copy of it is among the assets
     import zipfile
 
     (apk,) = (tmp_path / "proj" / "apk").glob("*.apk")
     with zipfile.ZipFile(apk) as z:
-        pattern = r"lib/arm64-v8a/libtvmgen_model_mobilenet_cpu_[0-9a-f]{12}\.so"
-        (lib,) = [i for i in z.infolist() if re.fullmatch(pattern, i.filename)]
-        assert lib.compress_type == zipfile.ZIP_STORED
+        for build in dict.fromkeys([device, "cpu"]):  # a Vulkan app carries the CPU build as its fallback
+            pattern = rf"lib/arm64-v8a/libtvmgen_model_mobilenet_{build}_[0-9a-f]{{12}}\.so"
+            (lib,) = [i for i in z.infolist() if re.fullmatch(pattern, i.filename)]
+            assert lib.compress_type == zipfile.ZIP_STORED
+        if device == "vulkan":
+            assert z.getinfo("lib/arm64-v8a/libtvmgen_vulkan.so").compress_type == zipfile.ZIP_STORED
         assert not [n for n in z.namelist() if n.startswith("assets/") and n.endswith(".so")]
