@@ -491,6 +491,16 @@ def single_op_models() -> dict:
             [vi("r", [2, 5]), vi("s", [2, 5])],
         ),
     }
+    # MobileNetV3's depthwise block: the epilogue reads the window sum twice (last: the others' weights stay)
+    models["conv_dw5_hardswish"] = onnx_model(
+        [
+            helper.make_node("Conv", ["x16", "W", "B"], ["c"], pads=[2, 2, 2, 2], group=16),
+            helper.make_node("HardSwish", ["c"], ["y"]),
+        ],
+        [vi("x16", [1, 16, 12, 12])],
+        [vi("y", [1, 16, 12, 12])],
+        [w("W", 16, 1, 5, 5), w("B", 16)],
+    )
     return models
 
 

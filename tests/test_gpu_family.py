@@ -141,3 +141,54 @@ def test_a_rule_that_raises_or_leaves_host_loops_is_passed_over_for_that_kernel_
     # reports it as a CompileError with this message)
     with target, pytest.raises(Exception, match="no GPU schedule for kernel double: dlight's Raises rule failed"):
         gpu.apply_rules(Raises(), LeavesHostLoops())(module())
+
+
+def test_a_short_reduction_and_its_epilogue_are_one_kernel():
+    """compiler.gpu.fused_short_reduction: a depthwise convolution followed by bias and hard-swish is one
+    OpenCL kernel whose window sum stays in a register; dlight's Fallback gave two (the sum stored to
+    global memory, a second kernel reading it back)."""
+    import tvm
+    from tvm import te, topi
+    from tvm.s_tir import dlight as dl
+
+    x = te.placeholder((1, 14, 14, 24), "float32", "x")
+    w = te.placeholder((5, 5, 24, 1), "float32", "w")
+    b = te.placeholder((24,), "float32", "b")
+    dw = topi.nn.depthwise_conv2d_nhwc(x, w, 2, 2, 1)
+    y = te.compute(dw.shape, lambda n, i, j, c: dw[n, i, j, c] + b[c], name="bias")
+    hs = te.compute(dw.shape, lambda n, i, j, c: y[n, i, j, c] * te.max(te.min(y[n, i, j, c] + 3.0, 6.0), 0.0) / 6.0)
+    func = te.create_prim_func([x, w, b, hs])
+    target = _target("generic")
+    assert gpu._short_reductions(func)
+
+    def kernels(sch):
+        mod = tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "dw")})
+        src = tvm.tirx.build(mod, target=target).imports[0].inspect_source()
+        return src, [ln for ln in src.splitlines() if ln.startswith("__kernel void") and ln.endswith("{")]
+
+    src, fused = kernels(gpu.fused_short_reduction(func, target))
+    assert len(fused) == 1 and "local_ptr[1]" in src, src[:1500]
+    with target:
+        _, fallback = kernels(dl.gpu.Fallback().apply(func, target, False))
+    assert len(fallback) == 2
+    # not taken: an epilogue that broadcasts the sums (one sum per channel, read by every pixel)
+    r = te.reduce_axis((0, 7), "r")
+    colsum = te.compute((14, 24), lambda i, c: te.sum(x[0, i, r, c], axis=r), name="colsum")
+    spread = te.compute((14, 14, 24), lambda i, j, c: colsum[i, c] * x[0, i, j, c], name="spread")
+    assert gpu.fused_short_reduction(te.create_prim_func([x, spread]), target) is None
+
+
+def test_depthwise_hard_swish_on_pocl_matches_onnxruntime(ocl_runtime, opencl_lib, tmp_path):
+    import onnxruntime as ort
+
+    path = save_onnx(single_op_models()["conv_dw5_hardswish"], tmp_path / "dwhs.onnx")
+    art = tmp_path / "dwhs"
+    compile_to_artifact(
+        frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "generic"), art, True, {"name": "dwhs"}
+    )
+    assert b"_kernel_1(" not in (art / "model.so").read_bytes()  # the convolution and hard-swish: one kernel
+    x = np.random.default_rng(5).standard_normal((1, 16, 12, 12)).astype("float32") * 3
+    want = ort.InferenceSession(str(path)).run(None, {"x16": x})[0]
+    proc, outs = run_native(ocl_runtime, art, {"x16": x}, tmp_path, repeat=2)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import QEMU_AARCH64, REPO, run_native, unavailable
+from conftest import QEMU_AARCH64, REPO, run_native, save_onnx, single_op_models, unavailable
 
 # whole models compiled for Vulkan and the host runtime built with CMake
 pytestmark = pytest.mark.slow
@@ -685,3 +685,22 @@ def test_bench_without_a_vulkan_driver_says_why(arts, runtime, tmp_path):
     assert r.returncode != 0, out
     assert "the device failed while loading and running the model" in out and "mesa-vulkan-drivers" in out, out
     assert "lacks the driver or backend library" in out and "crashed" not in out, out
+
+
+def test_depthwise_window_unrolled_and_fused_with_hard_swish_on_lavapipe(tools, runtime, compiled, tmp_path):
+    """MobileNetV3's depthwise block on Vulkan: the 5 x 5 convolution, its bias and hard-swish one kernel
+    (compiler.gpu.fused_short_reduction), the window's 5 columns printed out in the GLSL (glsl.FULL_UNROLL:
+    NVIDIA's SPIR-V compiler keeps such loops) around one loop over its rows; the result matches
+    onnxruntime."""
+    import onnxruntime as ort
+
+    path = save_onnx(single_op_models()["conv_dw5_hardswish"], tmp_path / "dwhs.onnx")
+    art = compiled(path, "host", "vulkan", name="dwhs")
+    (conv,) = [k for k in kernels_of(art) if "conv2d" in k["name"]]
+    body = conv["glsl"][conv["glsl"].index("void main()") :]
+    assert body.count("for (int ") == 1 and "_local[0] = (v_" in body, body[:3000]
+    x = np.random.default_rng(5).standard_normal((1, 16, 12, 12)).astype("float32") * 3
+    want = ort.InferenceSession(str(path)).run(None, {"x16": x})[0]
+    proc, got = run_native(runtime, art, {"x16": x}, tmp_path, tag="vk")
+    assert got is not None, proc.stderr[-2000:]
+    np.testing.assert_allclose(got[0], want, atol=1e-4, rtol=1e-4)
