@@ -4,6 +4,8 @@ tvmgen-run and matches onnxruntime."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -192,3 +194,66 @@ def test_depthwise_hard_swish_on_pocl_matches_onnxruntime(ocl_runtime, opencl_li
     proc, outs = run_native(ocl_runtime, art, {"x16": x}, tmp_path, repeat=2)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+
+
+def _keras_prelu_tflite(path, shared_axes):
+    import tensorflow as tf
+
+    tf.random.set_seed(3)
+    prelu = tf.keras.layers.PReLU(
+        shared_axes=shared_axes, alpha_initializer=tf.keras.initializers.RandomUniform(0.1, 0.5)
+    )
+    model = tf.keras.Sequential(
+        [tf.keras.Input((12, 12, 3), batch_size=1, name="image"), tf.keras.layers.Conv2D(16, 3, padding="same"), prelu]
+    )
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    return path
+
+
+def test_tflite_prelu_joins_its_convolution_on_the_gpu(ocl_runtime, opencl_lib, tmp_path):
+    """TVM's TFLite importer flattens PRELU's input (reshape, prelu on axis 0 with alpha broadcast to the
+    input, reshape back), which kept it a kernel of its own after the convolution; the GPU pipeline makes
+    a per-channel alpha a channel-wise PReLU (rewrites.prelu_unflattened), fused into the convolution's
+    epilogue. The result matches LiteRT on PoCL. An alpha that differs per pixel is left as it was."""
+    import tensorflow as tf
+    from tvm import relax
+
+    from tvmgen.compiler import rewrites
+
+    path = _keras_prelu_tflite(tmp_path / "prelu.tflite", shared_axes=[1, 2])
+    art = tmp_path / "prelu"
+    compile_to_artifact(
+        frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "generic"), art, True, {"name": "prelu"}
+    )
+    names = [k["name"] for k in json.loads((art / "kernels.json").read_text())["kernels"]]
+    assert names and all("conv2d" in n for n in names) and any("prelu" in n for n in names), names
+    x = np.random.default_rng(6).standard_normal((1, 12, 12, 3)).astype("float32")
+    interp = tf.lite.Interpreter(model_path=str(path))
+    interp.allocate_tensors()
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    interp.invoke()
+    want = interp.get_tensor(interp.get_output_details()[0]["index"])
+    (name,) = [i.name for i in frontends.load(path, []).inputs]
+    proc, outs = run_native(ocl_runtime, art, {name: x}, tmp_path, repeat=2)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+    assert (want < 0).any()  # the negative slope was exercised
+
+    def prelu_axes(mod):
+        mod = rewrites.prelu_unflattened(relax.transform.FoldConstant()(mod))
+        return [int(c.attrs.axis) for c in _calls(mod["main"], "relax.nn.prelu")]
+
+    assert prelu_axes(frontends.load(path, []).mod) == [3]
+    per_pixel = _keras_prelu_tflite(tmp_path / "prelu_hw.tflite", shared_axes=None)
+    assert prelu_axes(frontends.load(per_pixel, []).mod) == [0]
+
+
+def _calls(func, op_name):
+    from tvm import relax
+
+    found = []
+    relax.analysis.post_order_visit(
+        func.body,
+        lambda e: found.append(e) if isinstance(e, relax.Call) and getattr(e.op, "name", "") == op_name else None,
+    )
+    return found

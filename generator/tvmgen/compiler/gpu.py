@@ -29,14 +29,34 @@ def prepare_passes(target, lower_conv_transpose: bool = True) -> list:
     """Relax -> fused TIR functions, unscheduled: the module both ``tune`` and ``compile`` schedule."""
     from tvm.relax.backend.gpu_generic import pipeline as generic
 
-    from tvmgen.compiler import conv_transpose
+    from tvmgen.compiler import conv_transpose, rewrites
 
     legalize = [p for p in generic.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
     return (
-        ([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
+        [rewrites.module_pass("TvmgenPreluUnflattened", _prelu_unflattened)]
+        + ([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
         + generic.library_dispatch_passes(target)
         + legalize
     )
+
+
+def _prelu_unflattened(mod):
+    """TFLite's flattened PReLUs as channel-wise ones, which join their convolutions' epilogues (a kernel
+    less each, rewrites.prelu_unflattened); modules without a PReLU are left as they are."""
+    from tvm import relax
+
+    from tvmgen.compiler import rewrites
+
+    found = []
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(
+                func.body,
+                lambda e: found.append(e) if getattr(getattr(e, "op", None), "name", "") == "relax.nn.prelu" else None,
+            )
+    if not found:
+        return mod
+    return rewrites.prelu_unflattened(relax.transform.FoldConstant()(mod))
 
 
 def default_rules(target=None) -> list:

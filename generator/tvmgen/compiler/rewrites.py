@@ -901,3 +901,40 @@ def module_pass(name: str, fn):
         return fn(mod)
 
     return _pass
+
+
+def prelu_unflattened(mod):
+    """``reshape(prelu(reshape(x, [-1]), alpha, axis=0), shape(x))`` with a constant ``alpha`` that is
+    one value per channel of ``x``'s last axis, as ``prelu(x, alpha_c, axis=-1)``. TVM's TFLite importer
+    writes PRELU that way (the input flattened, alpha broadcast to it), and the reshapes kept the PReLU
+    out of the preceding convolution's epilogue: a kernel of its own on the GPU (two of the selfie
+    segmenter's 14 dispatches). Run after FoldConstant (alpha is a constant then); other alphas stay."""
+    import numpy as np
+    from tvm import ir, relax
+    from tvm.relax.dpl import is_op, wildcard
+
+    def static_shape(e):
+        ty = getattr(e, "ty", None)
+        dims = getattr(getattr(ty, "shape", None), "values", None)
+        return [getattr(d, "value", None) for d in dims] if dims is not None else None
+
+    x, alpha, flat_shape, shape = wildcard(), wildcard(), wildcard(), wildcard()
+    prelu = is_op("relax.nn.prelu")(is_op("relax.reshape")(x, flat_shape), alpha)
+    pattern = is_op("relax.reshape")(prelu, shape)
+
+    def rewrite(expr, matches):
+        a, data = matches[alpha], matches[x]
+        if not isinstance(a, ir.Constant) or int(matches[prelu].attrs.axis) != 0:
+            return expr
+        dims, out = static_shape(data), static_shape(expr)
+        if not dims or None in dims or dims != out:
+            return expr
+        values = a.value.numpy()
+        if values.size != int(np.prod(dims)):
+            return expr
+        per_pixel = values.reshape(-1, dims[-1])
+        if not np.array_equal(per_pixel, np.broadcast_to(per_pixel[:1], per_pixel.shape)):
+            return expr  # alpha varies over more than the channels
+        return relax.op.nn.prelu(data, relax.const(per_pixel[0].copy(), str(values.dtype)), axis=len(dims) - 1)
+
+    return rewrite_functions(mod, pattern, rewrite)
