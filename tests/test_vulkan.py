@@ -322,6 +322,11 @@ def test_barriers_only_between_dependent_dispatches(tools, runtime, compiled, tm
     assert before["descriptor_sets_written"] == before["dispatches"] and before["descriptor_sets_reused"] == 0
     assert new["descriptor_sets_written"] + new["descriptor_sets_reused"] == new["dispatches"]
     assert new["descriptor_sets_reused"] > 2 * new["descriptor_sets_written"]
+    # where the host's time went (microseconds over the process): recording the dispatches, submitting
+    # them, waiting for the device when results were needed (at least once a run), resetting after it
+    host = new["host_us"]
+    assert set(host) == {"recording", "submitting", "waiting", "resetting", "waits"}, host
+    assert host["waits"] >= 11 and host["recording"] > 0 and min(host.values()) >= 0
 
 
 def _vk_stats(stderr: str) -> dict:

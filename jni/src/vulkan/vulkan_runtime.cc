@@ -68,7 +68,6 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "../common/backend_globals.h"
@@ -233,7 +232,11 @@ class Workspace {
   // Dependencies between dispatches: the buffers that commands recorded since the last barrier write
   // and read (all dispatches ever recorded are ordered by the barriers before them, across submits).
   // TVMGEN_VULKAN_BARRIERS=all: a barrier before every dispatch (as before).
-  std::unordered_set<const Buffer*> written_since_barrier, read_since_barrier;
+  // a handful of buffers between two barriers: vectors searched linearly (no allocation per dispatch)
+  std::vector<const Buffer*> written_since_barrier, read_since_barrier;
+  static bool Has(const std::vector<const Buffer*>& v, const Buffer* b) {
+    return std::find(v.begin(), v.end(), b) != v.end();
+  }
   bool every_dispatch_barrier = false;
   bool copied_since_barrier = true;  // a copy was recorded since the last barrier (or none yet)
   bool wide_barriers = false;  // TVMGEN_VULKAN_BARRIERS=wide: compute and transfer stages in every one
@@ -249,12 +252,28 @@ class Workspace {
   struct Counts {
     int64_t dispatches = 0, barriers = 0, submits = 0, sets_written = 0, sets_reused = 0;
   } counts;
+  // where the host's time goes (with TVMGEN_VULKAN_LOG, in the same line): recording dispatches (Launch),
+  // vkQueueSubmit, waiting for the device when the host needs results (Flush), and the resets after it
+  bool host_timing = false;
+  struct HostTimes {
+    int64_t launch_ns = 0, submit_ns = 0, wait_ns = 0, reset_ns = 0, flushes = 0;
+  } host;
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
   std::string CountsJson() {
     std::lock_guard<std::recursive_mutex> lock(mu);
     std::ostringstream o;
     o << "{\"dispatches\": " << counts.dispatches << ", \"barriers\": " << counts.barriers << ", \"submits\": "
       << counts.submits << ", \"descriptor_sets_written\": " << counts.sets_written
-      << ", \"descriptor_sets_reused\": " << counts.sets_reused << "}";
+      << ", \"descriptor_sets_reused\": " << counts.sets_reused;
+    if (host_timing) {
+      o << ", \"host_us\": {\"recording\": " << host.launch_ns / 1000 << ", \"submitting\": " << host.submit_ns / 1000
+        << ", \"waiting\": " << host.wait_ns / 1000 << ", \"resetting\": " << host.reset_ns / 1000
+        << ", \"waits\": " << host.flushes << "}";
+    }
+    o << "}";
     return o.str();
   }
   // profiling: timestamps around each dispatch of the command buffer being recorded
@@ -368,7 +387,9 @@ class Workspace {
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
     si.commandBufferCount = 1;
     si.pCommandBuffers = &cmd;
+    int64_t t0 = host_timing ? NowNs() : 0;
     VkResult r = api.QueueSubmit(queue, 1, &si, f);
+    if (host_timing) host.submit_ns += NowNs() - t0;
     if (r != VK_SUCCESS) spare_fences.push_back(f);
     TVMGEN_VK_CHECK(r, "vkQueueSubmit");
     in_flight.push_back({cmd, f});
@@ -382,10 +403,21 @@ class Workspace {
   // dispatches, and models whose kernels are shorter than the host's recording of 32 of them). Not after
   // 1: on NVIDIA each submission costs the device several microseconds, and a model of two kernels
   // (VAD) was slower submitting them one by one.
+  //
+  // The idle rule's count doubles with each submission it makes until the host next waits (2, 4, 8, ...): a
+  // small model's short kernels leave the device idle after every pair, and each submission costs the host
+  // about 5 us on NVIDIA (TVMGEN_VULKAN_LOG's host_us): the selfie segmenter's 10 dispatches took 4.5
+  // submissions a run that way.
+  int idle_submit_at = 2;
   void Dispatched() {
     counts.dispatches++;
     if (dispatches_per_submit <= 0) return;
-    if (++dispatches >= dispatches_per_submit || (submit_when_idle && dispatches >= 2 && DeviceIdle())) Submit();
+    if (++dispatches >= dispatches_per_submit) {
+      Submit();
+    } else if (submit_when_idle && dispatches >= idle_submit_at && DeviceIdle()) {
+      idle_submit_at *= 2;
+      Submit();
+    }
   }
   bool DeviceIdle() {
     return in_flight.empty() || api.GetFenceStatus(device, in_flight.back().fence) == VK_SUCCESS;
@@ -396,6 +428,7 @@ class Workspace {
     std::lock_guard<std::recursive_mutex> lock(mu);
     if (!recording && in_flight.empty()) return;
     Submit();
+    int64_t t0 = host_timing ? NowNs() : 0;
     std::vector<VkFence> fences;
     for (const Submitted& s : in_flight) fences.push_back(s.fence);
     // The last submission finishes after the others (one queue, barriers between dispatches): poll it
@@ -406,6 +439,8 @@ class Workspace {
     }
     TVMGEN_VK_CHECK(api.WaitForFences(device, static_cast<uint32_t>(fences.size()), fences.data(), VK_TRUE, UINT64_MAX),
                     "vkWaitForFences");
+    int64_t t1 = host_timing ? NowNs() : 0;
+    idle_submit_at = 2;
     TVMGEN_VK_CHECK(api.ResetFences(device, static_cast<uint32_t>(fences.size()), fences.data()), "vkResetFences");
     for (const Submitted& s : in_flight) {
       TVMGEN_VK_CHECK(api.ResetCommandBuffer(s.cmd, 0), "vkResetCommandBuffer");
@@ -431,6 +466,12 @@ class Workspace {
       }
       used_queries = 0;
       query_kernels.clear();
+    }
+    if (host_timing) {
+      int64_t t2 = NowNs();
+      host.wait_ns += t1 - t0;
+      host.reset_ns += t2 - t1;
+      host.flushes++;
     }
   }
 
@@ -459,19 +500,27 @@ class Workspace {
   void BarrierFor(const std::vector<const Buffer*>& reads, const std::vector<const Buffer*>& writes,
                   bool copy = false) {
     bool need = every_dispatch_barrier || profiling;
-    for (const Buffer* b : reads) need = need || written_since_barrier.count(b) > 0;
-    for (const Buffer* b : writes) need = need || written_since_barrier.count(b) > 0 || read_since_barrier.count(b) > 0;
+    for (const Buffer* b : reads) need = need || Has(written_since_barrier, b);
+    for (const Buffer* b : writes) need = need || Has(written_since_barrier, b) || Has(read_since_barrier, b);
     if (need) Barrier(/*compute_only=*/!copy);
     copied_since_barrier = copied_since_barrier || copy;
-    read_since_barrier.insert(reads.begin(), reads.end());
-    written_since_barrier.insert(writes.begin(), writes.end());
+    for (const Buffer* b : reads) {
+      if (!Has(read_since_barrier, b)) read_since_barrier.push_back(b);
+    }
+    for (const Buffer* b : writes) {
+      if (!Has(written_since_barrier, b)) written_since_barrier.push_back(b);
+    }
   }
 
   // The descriptor set of a launch of the kernel with `layout` on `bufs` (binding order).
+  std::vector<Buffer*> launch_bufs;  // Launch's scratch: one dispatch's buffers, reads, writes, push constants
+  std::vector<const Buffer*> launch_reads, launch_writes;
+  std::vector<uint32_t> launch_push;
+  std::vector<uint64_t> set_key;  // DescriptorSet's lookup key, reused (no allocation per dispatch)
   VkDescriptorSet DescriptorSet(VkDescriptorSetLayout layout, const std::vector<Buffer*>& bufs) {
-    std::vector<uint64_t> key;
+    std::vector<uint64_t>& key = set_key;
+    key.clear();
     if (set_cache_on && set_pool != VK_NULL_HANDLE) {
-      key.reserve(bufs.size() + 1);
       key.push_back(reinterpret_cast<uint64_t>(layout));
       for (const Buffer* b : bufs) key.push_back(b->id);
       auto it = set_cache.find(key);
@@ -503,7 +552,7 @@ class Workspace {
     }
     api.UpdateDescriptorSets(device, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
     counts.sets_written++;
-    if (cached) set_cache.emplace(std::move(key), set);
+    if (cached) set_cache.emplace(key, set);
     return set;
   }
 
@@ -605,8 +654,9 @@ class Workspace {
       }
       if (!gone.empty()) api.FreeDescriptorSets(device, set_pool, static_cast<uint32_t>(gone.size()), gone.data());
     }
-    written_since_barrier.erase(b);
-    read_since_barrier.erase(b);
+    for (std::vector<const Buffer*>* v : {&written_since_barrier, &read_since_barrier}) {
+      v->erase(std::remove(v->begin(), v->end(), b), v->end());
+    }
     if (b->mapped) api.UnmapMemory(device, b->memory);
     api.DestroyBuffer(device, b->buffer, nullptr);
     api.FreeMemory(device, b->memory, nullptr);
@@ -637,6 +687,14 @@ class Workspace {
   std::vector<Buffer*> doomed;  // freed while recorded commands may use them: destroyed after Flush
   std::multimap<size_t, void*> free_workspaces;
 
+  Buffer* FindArgument(const void* ptr, size_t i, const std::string& kernel) {
+    auto it = buffers.find(ptr);
+    if (it == buffers.end()) {
+      TVM_FFI_THROW(RuntimeError) << "Vulkan: argument " << i << " of kernel " << kernel
+                                  << " is not a buffer of tvmgen's Vulkan runtime";
+    }
+    return it->second;
+  }
   Buffer* Find(const void* ptr, const char* what) {
     auto it = buffers.find(ptr);
     if (it == buffers.end()) {
@@ -750,7 +808,8 @@ class Workspace {
     cpi.poolSizeCount = 1;
     cpi.pPoolSizes = &cache_size;
     if (api.CreateDescriptorPool(device, &cpi, nullptr, &set_pool) != VK_SUCCESS) set_pool = VK_NULL_HANDLE;
-    if (std::getenv("TVMGEN_VULKAN_LOG")) {
+    host_timing = std::getenv("TVMGEN_VULKAN_LOG") != nullptr;
+    if (host_timing) {
       std::fprintf(stderr, "tvmgen-vulkan: device %s (Vulkan %u.%u.%u, driver %u), loader %s\n", props.deviceName,
                    VK_VERSION_MAJOR(props.apiVersion), VK_VERSION_MINOR(props.apiVersion),
                    VK_VERSION_PATCH(props.apiVersion), props.driverVersion, api.path.c_str());
@@ -1163,6 +1222,7 @@ class VulkanModule : public ffi::ModuleObj {
     Workspace& w = Workspace::Global();
     w.Check();
     std::lock_guard<std::recursive_mutex> lock(w.mu);
+    int64_t t0 = w.host_timing ? Workspace::NowNs() : 0;
     size_t nargs = k.arg_types.size();
     if (static_cast<size_t>(args.size()) < nargs + k.launch_tags.size()) {
       TVM_FFI_THROW(RuntimeError) << "Vulkan kernel " << k.name << " takes " << nargs + k.launch_tags.size()
@@ -1175,9 +1235,15 @@ class VulkanModule : public ffi::ModuleObj {
         TVM_FFI_THROW(RuntimeError) << "Vulkan: creating the pipeline of kernel " << k.name << " failed: " << k.error;
       }
     }
-    std::vector<Buffer*> bufs;
-    std::vector<const Buffer*> reads, writes;
-    std::vector<uint32_t> push;
+    // the workspace's vectors, reused (no allocation per dispatch; Launch holds the workspace's lock)
+    std::vector<Buffer*>& bufs = w.launch_bufs;
+    std::vector<const Buffer*>& reads = w.launch_reads;
+    std::vector<const Buffer*>& writes = w.launch_writes;
+    std::vector<uint32_t>& push = w.launch_push;
+    bufs.clear();
+    reads.clear();
+    writes.clear();
+    push.clear();
     for (size_t i = 0; i < nargs; ++i) {
       const DLDataType& t = k.arg_types[i];
       if (t.code == kDLOpaqueHandle) {
@@ -1190,7 +1256,7 @@ class VulkanModule : public ffi::ModuleObj {
         } else if (auto tensor = args[i].try_cast<ffi::Tensor>()) {
           ptr = tensor->data_ptr();
         }
-        Buffer* b = w.Find(ptr, ("argument " + std::to_string(i) + " of kernel " + k.name).c_str());
+        Buffer* b = w.FindArgument(ptr, i, k.name);
         size_t binding = bufs.size();
         bufs.push_back(b);
         (binding < k.readonly.size() && k.readonly[binding] ? reads : writes).push_back(b);
@@ -1243,6 +1309,7 @@ class VulkanModule : public ffi::ModuleObj {
     w.WriteStart();
     w.api.CmdDispatch(w.cmd, grid[0], grid[1], grid[2]);
     w.EndTimed();
+    if (w.host_timing) w.host.launch_ns += Workspace::NowNs() - t0;  // before Dispatched: its submits count there
     w.Dispatched();
   }
 };
