@@ -110,6 +110,8 @@ def small_reductions():
     memory, and the depthwise convolutions were where MobileNets' OpenCL builds lost most to CUDA's on
     the same GPU. OpenCL targets only (phones included); CUDA keeps TVM's schedules, the reference
     the OpenCL builds are measured against."""
+    import os
+
     from tvm import tirx
     from tvm.s_tir import dlight as dl
 
@@ -122,8 +124,6 @@ def small_reductions():
                 if sch is not None:
                     return sch
             return super().apply(func, target, tunable)
-
-    import os
 
     return SmallReductions()
 
@@ -180,7 +180,8 @@ def fused_short_reduction(func, target):
         sch.compute_at(red, tx, preserve_unit_loops=True)
         sch.decompose_reduction(red, sch.get_loops(red)[-n_reduce])
         return sch
-    except Exception as e:  # a structure compute_at cannot take: Fallback's two kernels
+    except Exception as e:  # a structure compute_at or decompose_reduction cannot take (seg_head's
+        # transposed convolution's 1 x 1 taps: "not a reduction block"): Fallback's schedule, as before
         log.debug(
             "fused short reduction not applied to %s: %s", func.attrs.get("global_symbol") if func.attrs else "", e
         )
