@@ -257,3 +257,33 @@ def _calls(func, op_name):
         lambda e: found.append(e) if isinstance(e, relax.Call) and getattr(e.op, "name", "") == op_name else None,
     )
     return found
+
+
+def test_tflite_transposed_convolution_4x4_stride_2_same_on_pocl(ocl_runtime, opencl_lib, tmp_path):
+    """A 4 x 4, stride-2, "same" TFLite transposed convolution (NHWC, top padding 1) on the GPU against
+    LiteRT: TVM's index simplification dropped the padding from (y + pad) % stride in the GPU kernel's
+    thread arithmetic (max error 2.4 on PoCL, right on the CPU) until compiler.conv_transpose indexed its
+    phases by y % stride."""
+    import tensorflow as tf
+
+    tf.random.set_seed(1)
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input((8, 8, 6), batch_size=1, name="x"),
+            tf.keras.layers.Conv2DTranspose(8, 4, strides=2, padding="same", bias_initializer="random_normal"),
+        ]
+    )
+    path = tmp_path / "ct.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    art = tmp_path / "ct"
+    imported = frontends.load(path, [])
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "opencl", "generic"), art, True, {"name": "ct"})
+    x = np.random.default_rng(0).standard_normal((1, 8, 8, 6)).astype("float32")
+    interp = tf.lite.Interpreter(model_path=str(path))
+    interp.allocate_tensors()
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    interp.invoke()
+    want = interp.get_tensor(interp.get_output_details()[0]["index"])
+    proc, outs = run_native(ocl_runtime, art, {imported.inputs[0].name: x}, tmp_path, repeat=2)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)

@@ -65,9 +65,13 @@ def legalize(bb, call):
     ow = (w - 1) * sw - pl - pr + kw + opad[1]
 
     def phases(k):
-        # [ph, pw, j, i, rc, co]: the kernel tap that output phase (ph, pw) applies to input
-        # (y // s - j, x // s - i), zero where that tap lies outside the (dilated) kernel.
-        def tap(ph, pw, j, i, rc, co):
+        # [qh, qw, j, i, rc, co]: the kernel tap that output phase (ph, pw) = ((qh + pt) % s, (qw + pl) % s)
+        # applies to input (y // s - j, x // s - i), zero where that tap lies outside the (dilated) kernel.
+        # Indexed by the unpadded output's y % s (no padding inside the modulo): TVM 0.27's index
+        # simplification dropped the "+ pt" of (y + pt) % s in a GPU kernel's thread arithmetic (a 4 x 4
+        # stride-2 "same" TFLite transposed convolution, wrong on OpenCL and Vulkan, right on the CPU).
+        def tap(qh, qw, j, i, rc, co):
+            ph, pw = (qh + pt) % sh, (qw + pl) % sw
             ky, kx = ph + j * sh, pw + i * sw
             inside = te.all(ky < kh, kx < kw, ky % dil[0] == 0, kx % dil[1] == 0)
             value = k[(co // cog) * cig + rc, co % cog, te.min(ky, kh - 1) // dil[0], te.min(kx, kw - 1) // dil[1]]
@@ -91,7 +95,7 @@ def legalize(bb, call):
             yy, xx = y + pt, x_ + pl
             return te.sum(
                 xp[b, yy // sh - j + top, xx // sw - i + left, (co // cog) * cig + rc].astype(out_dtype)
-                * wp[yy % sh, xx % sw, j, i, rc, co].astype(out_dtype),
+                * wp[y % sh, x_ % sw, j, i, rc, co].astype(out_dtype),
                 axis=[j, i, rc],
             )
 
