@@ -287,3 +287,43 @@ def test_tflite_transposed_convolution_4x4_stride_2_same_on_pocl(ocl_runtime, op
     proc, outs = run_native(ocl_runtime, art, {imported.inputs[0].name: x}, tmp_path, repeat=2)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kernel,padding", [(2, [0, 0, 0, 0]), (4, [1, 1, 1, 1])])
+def test_nchw_transposed_convolution_between_transposes_becomes_nhwc(kernel, padding):
+    """rewrites.conv_transpose_nhwc (the GPU pipeline's): NHWC → NCHW, an NCHW conv2d_transpose with a
+    per-channel bias, NCHW → NHWC (MediaPipe's Convolution2DTransposeBias in an NHWC model: three GPU
+    kernels) is one NHWC conv2d_transpose and an NHWC bias, with the same results (tvmgen's lowering, CPU)."""
+    import tvm
+    from tvm import relax
+
+    from tvmgen.compiler import conv_transpose, rewrites
+
+    rng = np.random.default_rng(7)
+    weights = rng.standard_normal((4, 3, kernel, kernel)).astype("float32")
+    bias = rng.standard_normal((1, 3, 1, 1)).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            nchw = bb.emit(relax.op.permute_dims(x, [0, 3, 1, 2]))
+            conv = bb.emit(
+                relax.op.nn.conv2d_transpose(
+                    nchw, relax.const(weights), strides=[2, 2], padding=padding, kernel_layout="IOHW"
+                )
+            )
+            biased = bb.emit(relax.op.add(conv, relax.const(bias)))
+            out = bb.emit_output(relax.op.permute_dims(biased, [0, 2, 3, 1]))
+        bb.emit_func_output(out)
+    before = bb.get()
+    after = rewrites.conv_transpose_nhwc(tvm.IRModule(dict(before.functions_items())))
+    text = after.script()
+    assert 'data_layout="NHWC"' in text and "permute_dims" not in text, text
+
+    def run(mod):
+        lowered = relax.transform.LegalizeOps(conv_transpose.legalize_map())(mod)
+        vm = relax.VirtualMachine(tvm.compile(lowered, target="llvm"), tvm.cpu())
+        return vm["main"](tvm.runtime.tensor(data)).numpy()
+
+    data = rng.standard_normal((1, 8, 8, 4)).astype("float32")
+    np.testing.assert_allclose(run(after), run(before), rtol=1e-5, atol=1e-5)

@@ -938,3 +938,58 @@ def prelu_unflattened(mod):
         return relax.op.nn.prelu(data, relax.const(per_pixel[0].copy(), str(values.dtype)), axis=len(dims) - 1)
 
     return rewrite_functions(mod, pattern, rewrite)
+
+
+def conv_transpose_nhwc(mod):
+    """``permute_dims(x, NHWC -> NCHW)`` → an NCHW ``conv2d_transpose`` → an optional ``add`` of a constant
+    per-channel bias → ``permute_dims(NCHW -> NHWC)``, as one NHWC ``conv2d_transpose`` (the bias laid out
+    for NHWC). MediaPipe's Convolution2DTransposeBias arrives that way from an NHWC model, and the two
+    transposes made the convolution three kernels on the GPU (the input's layout, the convolution, the
+    output's layout with the bias); the NHWC one is one kernel with its epilogue (compiler.conv_transpose
+    lowers both layouts)."""
+    from tvm import ir, relax
+    from tvm.relax.dpl import is_op, wildcard
+
+    x, w, bias = wildcard(), wildcard(), wildcard()
+    to_nchw = is_op("relax.permute_dims")(x)
+    conv = is_op("relax.nn.conv2d_transpose")(to_nchw, w)
+    biased = is_op("relax.add")(conv, bias)
+    pattern = is_op("relax.permute_dims")(conv | biased)
+
+    def axes(call):
+        return [int(a) for a in call.attrs.axes] if call.attrs.axes is not None else None
+
+    def rewrite(expr, matches):
+        a = matches[conv].attrs
+        if (
+            axes(matches[to_nchw]) != [0, 3, 1, 2]
+            or axes(expr) != [0, 2, 3, 1]
+            or a.data_layout != "NCHW"
+            or a.out_layout != "NCHW"
+        ):
+            return expr
+        b = matches[bias] if matches.get(biased) is not None else None
+        if b is not None:
+            if not isinstance(b, ir.Constant):
+                return expr
+            values = b.value.numpy()
+            if values.shape not in ((1, values.size, 1, 1), (values.size, 1, 1)):
+                return expr
+        out = relax.op.nn.conv2d_transpose(
+            matches[x],
+            matches[w],
+            strides=a.strides,
+            padding=a.padding,
+            output_padding=a.output_padding,
+            dilation=a.dilation,
+            groups=a.groups,
+            data_layout="NHWC",
+            kernel_layout=a.kernel_layout,
+            out_layout="NHWC",
+            out_dtype=a.out_dtype if str(a.out_dtype) else None,
+        )
+        if b is not None:
+            out = relax.op.add(out, relax.const(values.reshape(1, 1, 1, values.size), str(values.dtype)))
+        return out
+
+    return rewrite_functions(mod, pattern, rewrite)
