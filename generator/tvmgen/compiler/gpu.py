@@ -33,32 +33,30 @@ def prepare_passes(target, lower_conv_transpose: bool = True) -> list:
 
     legalize = [p for p in generic.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
     return (
-        [rewrites.module_pass("TvmgenGpuImportRewrites", _import_rewrites)]
+        [rewrites.module_pass("TvmgenPreluUnflattened", _prelu_unflattened)]
         + ([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
         + generic.library_dispatch_passes(target)
         + legalize
     )
 
 
-def _import_rewrites(mod):
-    """What the importers wrote in a way that costs the GPU kernels: TFLite's flattened PReLUs as
-    channel-wise ones, which join their convolutions' epilogues (``rewrites.prelu_unflattened``), and an
-    NCHW transposed convolution between two transposes of an NHWC model as an NHWC one
-    (``rewrites.conv_transpose_nhwc``: three kernels, one). Modules with neither op are left as they are."""
+def _prelu_unflattened(mod):
+    """TFLite's flattened PReLUs as channel-wise ones, which join their convolutions' epilogues (a kernel
+    less each, rewrites.prelu_unflattened); modules without a PReLU are left as they are."""
     from tvm import relax
 
     from tvmgen.compiler import rewrites
 
-    ops = {"relax.nn.prelu", "relax.nn.conv2d_transpose"}
     found = []
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(
-                func.body, lambda e: found.append(e) if getattr(getattr(e, "op", None), "name", "") in ops else None
+                func.body,
+                lambda e: found.append(e) if getattr(getattr(e, "op", None), "name", "") == "relax.nn.prelu" else None,
             )
     if not found:
         return mod
-    return rewrites.conv_transpose_nhwc(rewrites.prelu_unflattened(relax.transform.FoldConstant()(mod)))
+    return rewrites.prelu_unflattened(relax.transform.FoldConstant()(mod))
 
 
 def default_rules(target=None) -> list:
