@@ -196,6 +196,17 @@ def test_depthwise_hard_swish_on_pocl_matches_onnxruntime(ocl_runtime, opencl_li
     np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
 
 
+def _litert(path, x):
+    """LiteRT's output for the one input ``x`` of the TFLite model at ``path``."""
+    import tensorflow as tf
+
+    interp = tf.lite.Interpreter(model_path=str(path))
+    interp.allocate_tensors()
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    interp.invoke()
+    return interp.get_tensor(interp.get_output_details()[0]["index"])
+
+
 def _keras_prelu_tflite(path, shared_axes):
     import tensorflow as tf
 
@@ -215,26 +226,19 @@ def test_tflite_prelu_joins_its_convolution_on_the_gpu(ocl_runtime, opencl_lib, 
     input, reshape back), which kept it a kernel of its own after the convolution; the GPU pipeline makes
     a per-channel alpha a channel-wise PReLU (rewrites.prelu_unflattened), fused into the convolution's
     epilogue. The result matches LiteRT on PoCL. An alpha that differs per pixel is left as it was."""
-    import tensorflow as tf
     from tvm import relax
 
     from tvmgen.compiler import rewrites
 
     path = _keras_prelu_tflite(tmp_path / "prelu.tflite", shared_axes=[1, 2])
     art = tmp_path / "prelu"
-    compile_to_artifact(
-        frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "generic"), art, True, {"name": "prelu"}
-    )
+    imported = frontends.load(path, [])
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "opencl", "generic"), art, True, {"name": "prelu"})
     names = [k["name"] for k in json.loads((art / "kernels.json").read_text())["kernels"]]
     assert names and all("conv2d" in n for n in names) and any("prelu" in n for n in names), names
     x = np.random.default_rng(6).standard_normal((1, 12, 12, 3)).astype("float32")
-    interp = tf.lite.Interpreter(model_path=str(path))
-    interp.allocate_tensors()
-    interp.set_tensor(interp.get_input_details()[0]["index"], x)
-    interp.invoke()
-    want = interp.get_tensor(interp.get_output_details()[0]["index"])
-    (name,) = [i.name for i in frontends.load(path, []).inputs]
-    proc, outs = run_native(ocl_runtime, art, {name: x}, tmp_path, repeat=2)
+    want = _litert(path, x)
+    proc, outs = run_native(ocl_runtime, art, {imported.inputs[0].name: x}, tmp_path, repeat=2)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
     assert (want < 0).any()  # the negative slope was exercised
@@ -279,11 +283,7 @@ def test_tflite_transposed_convolution_4x4_stride_2_same_on_pocl(ocl_runtime, op
     imported = frontends.load(path, [])
     compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "opencl", "generic"), art, True, {"name": "ct"})
     x = np.random.default_rng(0).standard_normal((1, 8, 8, 6)).astype("float32")
-    interp = tf.lite.Interpreter(model_path=str(path))
-    interp.allocate_tensors()
-    interp.set_tensor(interp.get_input_details()[0]["index"], x)
-    interp.invoke()
-    want = interp.get_tensor(interp.get_output_details()[0]["index"])
+    want = _litert(path, x)
     proc, outs = run_native(ocl_runtime, art, {imported.inputs[0].name: x}, tmp_path, repeat=2)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
