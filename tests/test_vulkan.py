@@ -301,7 +301,8 @@ def test_barriers_only_between_dependent_dispatches(tools, runtime, compiled, tm
     model = _branches_model(tmp_path / "branches.onnx")
     arts = {d: compiled(model, "host", d, name="branches") for d in ("cpu", "vulkan")}
     inputs = {"x": np.random.default_rng(0).standard_normal((1, 4, 16, 16)).astype(np.float32)}
-    log = {"TVMGEN_VULKAN_LOG": "1"}
+    # every run recorded by the VM's launches (recorded runs would replay runs 4-11 without any)
+    log = {"TVMGEN_VULKAN_LOG": "1", "TVMGEN_VULKAN_REPLAY": "0"}
     proc, got = run_native(runtime, arts["vulkan"], inputs, tmp_path, env=log, tag="vk", repeat=10)
     assert got is not None, proc.stderr[-2000:]
     new = _vk_commands(proc.stderr)
@@ -709,3 +710,80 @@ def test_depthwise_window_unrolled_and_fused_with_hard_swish_on_lavapipe(tools, 
     proc, got = run_native(runtime, art, {"x16": x}, tmp_path, tag="vk")
     assert got is not None, proc.stderr[-2000:]
     np.testing.assert_allclose(got[0], want, atol=1e-4, rtol=1e-4)
+
+
+def _if_on_data_model():
+    """y = x * 2 where sum(x) > 0, else x - 1: the VM reads the condition from the device in the middle of
+    the run, so the run cannot be recorded and replayed."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    def branch(tag, op, const):
+        c = h.make_tensor(f"c{tag}", T.FLOAT, [], [const])
+        node = h.make_node(op, ["x", f"c{tag}"], [f"y{tag}"])
+        return h.make_graph([node], tag, [], [h.make_tensor_value_info(f"y{tag}", T.FLOAT, [1, 8])], [c])
+
+    nodes = [
+        h.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        h.make_node("Greater", ["s", "zero"], ["positive"]),
+        h.make_node(
+            "If", ["positive"], ["y"], then_branch=branch("a", "Mul", 2.0), else_branch=branch("b", "Sub", 1.0)
+        ),
+    ]
+    zero = h.make_tensor("zero", T.FLOAT, [], [0.0])
+    graph = h.make_graph(
+        nodes,
+        "if_on_data",
+        [h.make_tensor_value_info("x", T.FLOAT, [1, 8])],
+        [h.make_tensor_value_info("y", T.FLOAT, [1, 8])],
+        initializer=[zero],
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_recorded_runs_follow_new_inputs_on_lavapipe(arts, runtime, java_build, compiled, tmp_path):
+    """Model::Run records the third run's commands and submits them again after (libtvmgen_vulkan's
+    recorded runs) instead of running the VM. Through the Java API, a new input at every run, each output
+    against the CPU build's for that input: one model (recorded once, replayed from the fourth run on); two
+    instances of a model taking turns (each replays or runs its VM again where the other took its
+    buffers, never the other's results); a model whose VM reads a condition from the device mid-run
+    (recording fails, saying why; every run on the VM)."""
+    from tvmgen.runtime.runner import HostModel
+
+    path = save_onnx(_if_on_data_model(), tmp_path / "if.onnx")
+    branchy = {d: compiled(path, "host", d, name="if_on_data") for d in ("cpu", "vulkan")}
+    cases = [
+        ("mobilenet", arts[("mobilenet", "vulkan")], arts[("mobilenet", "cpu")], "0" * 7),
+        ("tiny, two instances", arts[("tiny", "vulkan")], arts[("tiny", "cpu")], "0000" + "10" * 4),
+        ("If on data", branchy["vulkan"], branchy["cpu"], "0" * 7),
+    ]
+    rng = np.random.default_rng(21)
+    seen = {}
+    for tag, art, cpu, order in cases:
+        runs = len(order)
+        ref = HostModel(cpu)
+        specs = ref.manifest.inputs
+        inputs = [{s.name: rng.standard_normal(s.shape).astype(np.float32) for s in specs} for _ in range(runs)]
+        if tag == "If on data":  # both branches, alternately
+            inputs = [{"x": np.abs(x["x"]) * (1 if k % 2 else -1)} for k, x in enumerate(inputs)]
+        d = tmp_path / tag.replace(" ", "_").replace(",", "")
+        (d / "in").mkdir(parents=True)
+        for k, x in enumerate(inputs):
+            for name, a in x.items():
+                a.tofile(d / "in" / f"{name}_{k}.bin")
+        env = _java_env(runtime, TVMGEN_VULKAN_LOG="1", TVMGEN_VULKAN_CACHE_DIR=tmp_path / "vk-cache")
+        p = _java(java_build, "ReplayCheck", art, d / "in", d / "out", order, env=env)
+        assert p.returncode == 0, p.stdout + p.stderr
+        seen[tag] = _vk_commands(p.stderr)["recorded_runs"]
+        print(f"{tag}: {runs} runs; recorded runs {seen[tag]}", file=sys.stderr)
+        for k, x in enumerate(inputs):
+            for j, want in enumerate(ref.run(x)):
+                want = np.asarray(want)
+                got = np.fromfile(d / "out" / f"out_{k}_{j}.bin", want.dtype).reshape(want.shape)
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{tag}: run {k}, output {j}")
+    assert seen["mobilenet"] == {"captured": 1, "failed": 0, "replays": 4, "invalidated": 0, "last_failure": ""}
+    two = seen["tiny, two instances"]
+    assert two["failed"] == 0 and two["captured"] >= 2 and two["replays"] + 2 * two["captured"] + 4 >= 10, two
+    branch = seen["If on data"]
+    assert branch["captured"] == branch["replays"] == 0 and branch["failed"] == 5, branch
+    assert "a copy to the host" in branch["last_failure"], branch

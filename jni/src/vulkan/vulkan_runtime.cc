@@ -174,6 +174,8 @@ struct Buffer {
   void* mapped = nullptr;  // host-visible, coherent memory: persistently mapped
   bool host_cached = false;  // mapped memory the host reads fast (not write-combined, as a GPU's BAR is)
   uint64_t id = 0;  // unique in the process (the descriptor-set cache's key; addresses are reused)
+  // recorded runs (Workspace::Capture) whose commands use / write this buffer
+  int capture_uses = 0, capture_writes = 0;
 };
 
 // A cached descriptor set's key: the kernel's set layout, then its buffers' ids in binding order.
@@ -251,6 +253,7 @@ class Workspace {
   // what was recorded (TVMGEN_VULKAN_LOG=1 prints it at exit: "tvmgen-vulkan: commands {...}")
   struct Counts {
     int64_t dispatches = 0, barriers = 0, submits = 0, sets_written = 0, sets_reused = 0;
+    int64_t captured = 0, capture_failed = 0, replays = 0, invalidated = 0;
   } counts;
   // where the host's time goes (with TVMGEN_VULKAN_LOG, in the same line): recording dispatches (Launch),
   // vkQueueSubmit, waiting for the device when the host needs results (Flush), and the resets after it
@@ -267,7 +270,9 @@ class Workspace {
     std::ostringstream o;
     o << "{\"dispatches\": " << counts.dispatches << ", \"barriers\": " << counts.barriers << ", \"submits\": "
       << counts.submits << ", \"descriptor_sets_written\": " << counts.sets_written
-      << ", \"descriptor_sets_reused\": " << counts.sets_reused;
+      << ", \"descriptor_sets_reused\": " << counts.sets_reused << ", \"recorded_runs\": {\"captured\": "
+      << counts.captured << ", \"failed\": " << counts.capture_failed << ", \"replays\": " << counts.replays
+      << ", \"invalidated\": " << counts.invalidated << ", \"last_failure\": \"" << last_capture_failure << "\"}";
     if (host_timing) {
       o << ", \"host_us\": {\"recording\": " << host.launch_ns / 1000 << ", \"submitting\": " << host.submit_ns / 1000
         << ", \"waiting\": " << host.wait_ns / 1000 << ", \"resetting\": " << host.reset_ns / 1000
@@ -341,6 +346,7 @@ class Workspace {
   struct Submitted {
     VkCommandBuffer cmd;
     VkFence fence;
+    bool keep = false;  // a recorded run's command buffer (Capture): not reset after it ran
   };
   std::vector<Submitted> in_flight;
   std::vector<VkCommandBuffer> spare_cmds;
@@ -374,6 +380,7 @@ class Workspace {
   // What `cmd` holds, submitted; not waited for.
   void Submit() {
     if (!recording) return;
+    if (capturing != nullptr) FailCapture("the run needed the device's results before its end (a copy to the host or a sync)");
     recording = false;
     TVMGEN_VK_CHECK(api.EndCommandBuffer(cmd), "vkEndCommandBuffer");
     VkFence f = VK_NULL_HANDLE;
@@ -411,6 +418,10 @@ class Workspace {
   int idle_submit_at = 2;
   void Dispatched() {
     counts.dispatches++;
+    if (capturing != nullptr) {  // a recorded run is submitted whole, at its end
+      capturing->dispatches++;
+      return;
+    }
     if (dispatches_per_submit <= 0) return;
     if (++dispatches >= dispatches_per_submit) {
       Submit();
@@ -443,8 +454,10 @@ class Workspace {
     idle_submit_at = 2;
     TVMGEN_VK_CHECK(api.ResetFences(device, static_cast<uint32_t>(fences.size()), fences.data()), "vkResetFences");
     for (const Submitted& s : in_flight) {
-      TVMGEN_VK_CHECK(api.ResetCommandBuffer(s.cmd, 0), "vkResetCommandBuffer");
-      spare_cmds.push_back(s.cmd);
+      if (!s.keep) {
+        TVMGEN_VK_CHECK(api.ResetCommandBuffer(s.cmd, 0), "vkResetCommandBuffer");
+        spare_cmds.push_back(s.cmd);
+      }
       spare_fences.push_back(s.fence);
     }
     in_flight.clear();
@@ -490,6 +503,7 @@ class Workspace {
     }
     api.CmdPipelineBarrier(cmd, stages, stages, 0, 1, &mb, 0, nullptr, 0, nullptr);
     counts.barriers++;
+    if (capturing != nullptr) capturing->barriers++;
     written_since_barrier.clear();
     read_since_barrier.clear();
     copied_since_barrier = false;
@@ -499,6 +513,7 @@ class Workspace {
   // a command since the last barrier (read after write, write after write, write after read).
   void BarrierFor(const std::vector<const Buffer*>& reads, const std::vector<const Buffer*>& writes,
                   bool copy = false) {
+    NoteAccess(reads, writes);
     bool need = every_dispatch_barrier || profiling;
     for (const Buffer* b : reads) need = need || Has(written_since_barrier, b);
     for (const Buffer* b : writes) need = need || Has(written_since_barrier, b) || Has(read_since_barrier, b);
@@ -538,7 +553,11 @@ class Workspace {
       if (api.AllocateDescriptorSets(device, &ai, &set) != VK_SUCCESS) set = VK_NULL_HANDLE;  // full
     }
     bool cached = set != VK_NULL_HANDLE;
-    if (!cached) set = AllocateSet(layout);
+    if (!cached) {
+      // a set of the per-submit pool is reset after the run: a recorded run cannot keep it
+      if (capturing != nullptr) FailCapture("a descriptor set outside the kept ones (TVMGEN_VULKAN_SET_CACHE=0, or the pool full)");
+      set = AllocateSet(layout);
+    }
     std::vector<VkDescriptorBufferInfo> infos(bufs.size());
     std::vector<VkWriteDescriptorSet> writes(bufs.size());
     for (size_t i = 0; i < bufs.size(); ++i) {
@@ -571,6 +590,237 @@ class Workspace {
     TVMGEN_VK_CHECK(r, "vkAllocateDescriptorSets");
     ++pending_sets;
     return set;
+  }
+
+  // ---- recorded runs
+  // Model::Run (runtime.cc) records a steady run of a model once and then submits that command buffer
+  // again instead of running the VM: the same dispatches on the same buffers, with no host work between
+  // them (a run's VM calls, the recording, the several submissions; the device gets the whole run at
+  // once). Sound only for a run whose commands do not depend on the host: a run that copies to or from
+  // the host or waits for the device in its middle (the VM reading a condition, a CPU kernel reading a
+  // GPU tensor), or that uses a descriptor set outside the kept ones, fails to record (its commands are
+  // submitted as usual). TVM's memory pool hands the buffers a run frees to whatever allocates next, in
+  // any model of the process, so a recording is dropped (`invalidated`; the run takes the VM again)
+  // - when a buffer it uses is freed;
+  // - when a command that is not recorded (a VM's run, a copy, the host's write to mapped memory) writes a
+  //   buffer it writes: another model may keep data there (its weights, as a VM copies them at its load);
+  // - at a replay, when a buffer it writes holds another model's results (Hold; results are written by
+  //   that model's recorded run too).
+  // Another model's recorded run may share its temporaries: a run writes those before it reads them.
+  // TVMGEN_VULKAN_REPLAY=0: never.
+  struct Capture {
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    std::vector<Buffer*> uses, writes;  // the buffers its commands use, and of those the ones they write
+    int dispatches = 0, barriers = 0;
+    bool valid = true;
+  };
+  bool replay_on = true;
+  std::map<int64_t, Capture> captures;
+  int64_t next_capture = 1;
+  Capture* capturing = nullptr;
+  int64_t capturing_id = 0;
+  std::thread::id capturing_thread;  // the run's: another thread's commands are not part of it
+  std::string last_capture_failure;
+
+  void NoteAccess(const std::vector<const Buffer*>& reads, const std::vector<const Buffer*>& writes) {
+    if (capturing != nullptr && std::this_thread::get_id() != capturing_thread) {
+      FailCapture("another thread recorded commands during the run");
+    }
+    if (capturing != nullptr) {
+      Capture& c = *capturing;
+      for (const std::vector<const Buffer*>* v : {&reads, &writes}) {
+        for (const Buffer* cb : *v) {
+          Buffer* b = const_cast<Buffer*>(cb);
+          if (std::find(c.uses.begin(), c.uses.end(), b) == c.uses.end()) {
+            c.uses.push_back(b);
+            b->capture_uses++;
+          }
+        }
+      }
+      for (const Buffer* cb : writes) {
+        Buffer* b = const_cast<Buffer*>(cb);
+        if (std::find(c.writes.begin(), c.writes.end(), b) == c.writes.end()) {
+          c.writes.push_back(b);
+          b->capture_writes++;
+        }
+      }
+      return;
+    }
+    for (const Buffer* b : writes) {
+      if (b->capture_writes > 0) InvalidateWriters(b);
+    }
+  }
+  // The host writes `b` (mapped memory).
+  void NoteHostWrite(const Buffer* b) {
+    if (b->capture_writes > 0) InvalidateWriters(b);
+  }
+  void InvalidateWriters(const Buffer* b) {
+    for (auto& [id, c] : captures) {
+      if (c.valid && &c != capturing && std::find(c.writes.begin(), c.writes.end(), b) != c.writes.end()) {
+        Release(c);
+        counts.invalidated++;
+      }
+    }
+  }
+  // Each model's results after its run (Model::Run): the buffers a replay of another model must not write.
+  std::unordered_map<const Buffer*, int64_t> held;
+  void Hold(int64_t owner, const ffi::Array<int64_t>& ptrs) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    for (auto it = held.begin(); it != held.end();) it = it->second == owner ? held.erase(it) : std::next(it);
+    for (int64_t p : ptrs) {
+      auto b = buffers.find(reinterpret_cast<const void*>(p));
+      if (b != buffers.end()) held[b->second] = owner;
+    }
+  }
+
+  void Release(Capture& c) {
+    for (Buffer* b : c.uses) b->capture_uses--;
+    for (Buffer* b : c.writes) b->capture_writes--;
+    c.uses.clear();
+    c.writes.clear();
+    if (c.cmd != VK_NULL_HANDLE) {  // never in flight here: replays wait for their run
+      TVMGEN_VK_CHECK(api.ResetCommandBuffer(c.cmd, 0), "vkResetCommandBuffer");
+      spare_cmds.push_back(c.cmd);
+      c.cmd = VK_NULL_HANDLE;
+    }
+    c.valid = false;
+  }
+  // `b` is freed: the recordings that use it, dropped
+  void InvalidateCaptures(const Buffer* b) {
+    for (auto& [id, c] : captures) {
+      if (!c.valid || &c == capturing || std::find(c.uses.begin(), c.uses.end(), b) == c.uses.end()) continue;
+      Release(c);
+      counts.invalidated++;
+    }
+    if (capturing != nullptr && std::find(capturing->uses.begin(), capturing->uses.end(), b) != capturing->uses.end()) {
+      FailCapture("a buffer its commands use was freed");
+    }
+  }
+  // The run being recorded cannot be replayed: its commands (in `cmd`) go on as a normal run's.
+  void FailCapture(const std::string& why) {
+    Capture& c = *capturing;
+    capturing = nullptr;
+    c.cmd = VK_NULL_HANDLE;  // `cmd`, still being recorded, submitted as any other
+    Release(c);
+    captures.erase(capturing_id);
+    capturing_id = 0;
+    counts.capture_failed++;
+    last_capture_failure = why;
+  }
+
+  bool CaptureBegin() {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    Check();
+    if (!replay_on || profiling || capturing != nullptr) return false;
+    Flush();  // what was recorded before is not part of the run
+    if (!spare_cmds.empty()) {
+      cmd = spare_cmds.back();
+      spare_cmds.pop_back();
+    } else {
+      VkCommandBufferAllocateInfo cai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+      cai.commandPool = pool;
+      cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+      cai.commandBufferCount = 1;
+      TVMGEN_VK_CHECK(api.AllocateCommandBuffers(device, &cai, &cmd), "vkAllocateCommandBuffers");
+    }
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};  // submitted again: no one-time flag
+    TVMGEN_VK_CHECK(api.BeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
+    recording = true;
+    dispatches = 0;
+    capturing_id = next_capture++;
+    capturing = &captures[capturing_id];
+    capturing_thread = std::this_thread::get_id();
+    capturing->cmd = cmd;
+    copied_since_barrier = true;
+    Barrier();  // every replay: after all that was submitted before it (input copies, other models)
+    return true;
+  }
+
+  // The recorded run, submitted and finished; its id, or 0 where it cannot be replayed (its commands are
+  // then those of a normal run, which the caller's sync finishes).
+  int64_t CaptureEnd() {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    if (capturing == nullptr || capturing_thread != std::this_thread::get_id()) return 0;  // failed on the way
+    if (capturing->dispatches == 0) {
+      FailCapture("the run dispatched no kernel");
+      return 0;
+    }
+    Barrier();  // its writes visible to whatever follows (copies to the host, other models' kernels)
+    int64_t id = capturing_id;
+    capturing = nullptr;
+    capturing_id = 0;
+    SubmitKept(cmd);
+    cmd = VK_NULL_HANDLE;
+    Flush();
+    Capture& c = captures[id];
+    if (!c.valid) {  // a buffer it used was freed during the run (destroyed after it, in Flush)
+      captures.erase(id);
+      counts.capture_failed++;
+      last_capture_failure = "a buffer its commands use was freed";
+      return 0;
+    }
+    counts.captured++;
+    return id;
+  }
+
+  // `cmd` (ended or not), submitted; kept for later submissions.
+  void SubmitKept(VkCommandBuffer c) {
+    if (recording && c == cmd) {
+      TVMGEN_VK_CHECK(api.EndCommandBuffer(cmd), "vkEndCommandBuffer");
+      recording = false;
+    }
+    VkFence f = VK_NULL_HANDLE;
+    if (!spare_fences.empty()) {
+      f = spare_fences.back();
+      spare_fences.pop_back();
+    } else {
+      VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+      TVMGEN_VK_CHECK(api.CreateFence(device, &fci, nullptr, &f), "vkCreateFence");
+    }
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &c;
+    int64_t t0 = host_timing ? NowNs() : 0;
+    VkResult r = api.QueueSubmit(queue, 1, &si, f);
+    if (host_timing) host.submit_ns += NowNs() - t0;
+    if (r != VK_SUCCESS) spare_fences.push_back(f);
+    TVMGEN_VK_CHECK(r, "vkQueueSubmit");
+    in_flight.push_back({c, f, true});
+    counts.submits++;
+  }
+
+  // The recorded run `id` of model `owner` submitted again and finished; false where it is no longer valid.
+  bool Replay(int64_t id, int64_t owner) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    auto it = captures.find(id);
+    if (it == captures.end() || !it->second.valid || profiling || capturing != nullptr) return false;
+    for (const Buffer* b : it->second.writes) {
+      auto h = held.find(b);
+      if (h != held.end() && h->second != owner) {  // another model's results are there now
+        Release(it->second);
+        counts.invalidated++;
+        return false;
+      }
+    }
+    Submit();  // what was recorded before it (copies) first
+    SubmitKept(it->second.cmd);
+    // it ends with a barrier: nothing recorded after it depends on a command since one
+    written_since_barrier.clear();
+    read_since_barrier.clear();
+    copied_since_barrier = false;
+    counts.replays++;
+    counts.dispatches += it->second.dispatches;
+    counts.barriers += it->second.barriers;
+    Flush();
+    return true;
+  }
+
+  void ReleaseCapture(int64_t id) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    auto it = captures.find(id);
+    if (it == captures.end() || &it->second == capturing) return;
+    if (it->second.valid) Release(it->second);
+    captures.erase(it);
   }
 
   // ---- memory
@@ -642,6 +892,8 @@ class Workspace {
 
   // (never while recorded or running commands may use it: see Free)
   void Destroy(Buffer* b) {
+    if (b->capture_uses > 0) InvalidateCaptures(b);
+    held.erase(b);
     if (!set_cache.empty()) {  // its cached descriptor sets go with it
       std::vector<VkDescriptorSet> gone;
       for (auto it = set_cache.begin(); it != set_cache.end();) {
@@ -801,6 +1053,7 @@ class Workspace {
     wide_barriers = every_dispatch_barrier || env_is("TVMGEN_VULKAN_BARRIERS", "wide");
     submit_when_idle = !env_is("TVMGEN_VULKAN_SUBMIT_WHEN_IDLE", "0");
     set_cache_on = !env_is("TVMGEN_VULKAN_SET_CACHE", "0");
+    replay_on = !env_is("TVMGEN_VULKAN_REPLAY", "0");
     VkDescriptorPoolSize cache_size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 4 * kMaxDescriptors};
     VkDescriptorPoolCreateInfo cpi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     cpi.flags = VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT;
@@ -938,6 +1191,7 @@ class VulkanDeviceAPI final : public DeviceAPI {
       if (from_vk) {
         std::memcpy(static_cast<char*>(to) + to_offset, static_cast<const char*>(b->mapped) + offset, nbytes);
       } else {
+        w.NoteHostWrite(b);
         std::memcpy(static_cast<char*>(b->mapped) + offset, static_cast<const char*>(from) + from_offset, nbytes);
       }
       return;
@@ -1388,6 +1642,16 @@ struct Registration {
     set("ffi.Module.load_from_bytes.vulkan", ffi::Function::FromTyped(LoadFromBytes));
     set("tvmgen.vulkan.info", ffi::Function::FromTyped([]() { return ffi::String(InfoJson()); }));
     RegisterCacheAndProfiling<PipelineCacheDir, Workspace>("vulkan");
+    // recorded runs (Model::Run): begin -> run the VM -> end gives an id (0: not replayable), replay(id)
+    set("tvmgen.vulkan.capture_begin", ffi::Function::FromTyped([]() { return Workspace::Global().CaptureBegin(); }));
+    set("tvmgen.vulkan.capture_end", ffi::Function::FromTyped([]() { return Workspace::Global().CaptureEnd(); }));
+    set("tvmgen.vulkan.replay", ffi::Function::FromTyped([](int64_t id, int64_t owner) {
+          return Workspace::Global().Replay(id, owner);
+        }));
+    set("tvmgen.vulkan.hold", ffi::Function::FromTyped([](int64_t owner, ffi::Array<int64_t> ptrs) {
+          Workspace::Global().Hold(owner, ptrs);
+        }));
+    set("tvmgen.vulkan.release", ffi::Function::FromTyped([](int64_t id) { Workspace::Global().ReleaseCapture(id); }));
     if (LogOn()) {
       std::atexit([] {
         std::fprintf(stderr, "tvmgen-vulkan: cache %s\n", PipelineCacheDir::Global().StatsJson().c_str());
