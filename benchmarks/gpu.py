@@ -61,6 +61,7 @@ WIDTH = 100  # the status column: longer errors are printed in full below the ta
 STATS = re.compile(r"tvmgen-(?:opencl|vulkan): cache (\{.*\})")
 PLATFORM = re.compile(r"tvmgen-opencl: (.*)")
 VULKAN_DEVICE = re.compile(r"tvmgen-vulkan: (device .*)")
+VULKAN_COMMANDS = re.compile(r"tvmgen-vulkan: commands (\{.*\})")
 RUNTIME_LIBS = ("libtvmgen_runtime.so", "libtvm_runtime.so", "libtvm_ffi.so", "libtvmgen_opencl.so")
 OPTIONAL_LIBS = ("libtvmgen_vulkan.so",)  # built where the Vulkan headers are
 CUDA_SHIM = "libtvmgen_cuda_kernels.so"
@@ -481,6 +482,9 @@ def _start(
     v = VULKAN_DEVICE.search(proc.stderr)
     if v:
         t["vulkan_device"] = v.group(1)
+    c = VULKAN_COMMANDS.search(proc.stderr)
+    if c:
+        t["vulkan_commands"] = json.loads(c.group(1))
     return t
 
 
@@ -537,6 +541,9 @@ def run_row(row: dict, model: dict, work: Path, args, runner: Path) -> dict:
         out["warm"].append(_start(runner, art, env, ins, 0, 1, tmp))
     log(f"  steady: {args.runs} runs ...")
     out["steady"] = _start(runner, art, env, ins, 1, args.runs, tmp, tmp / "out")
+    if row["device"] == "vulkan":  # the same without recorded runs: the VM launches every run's kernels
+        log(f"  steady, the VM every run (TVMGEN_VULKAN_REPLAY=0): {args.runs} runs ...")
+        out["steady_vm"] = _start(runner, art, {**env, "TVMGEN_VULKAN_REPLAY": "0"}, ins, 1, args.runs, tmp)
     errs = []
     for o in model.get("outputs", []):
         a = np.load(tmp / "out" / o["file"]).astype(np.float64)
@@ -694,6 +701,19 @@ def report(plan: dict, results: list[dict], args) -> str:
                 extra.append(f"{model['name']} {p}: vulkan / opencl steady = {v / o:.2f}x")
             if v and c:
                 extra.append(f"{model['name']} {p}: vulkan / cuda steady = {v / c:.2f}x")
+            vk = next((r for r in results if r["model"] == model["name"] and r["id"] == "vulkan" + sfx), None)
+            if v and vk and vk.get("steady_vm"):
+                vm = vk["steady_vm"]["run_ms"]["median"]
+                rec = (vk["steady"].get("vulkan_commands") or {}).get("recorded_runs") or {}
+                how = (
+                    f"{rec['replays']} runs replayed"
+                    if rec.get("replays")
+                    else f"not recorded: {rec.get('last_failure') or 'no recorded runs in this runtime'}"
+                )
+                extra.append(
+                    f"{model['name']} {p}: vulkan steady {_fmt(v)} ms ({how}); the VM every run "
+                    f"(TVMGEN_VULKAN_REPLAY=0) {_fmt(vm)} ms: recorded / VM = {v / vm:.2f}x"
+                )
     lines += extra + notes
     return "\n".join(lines)
 

@@ -384,7 +384,8 @@ def test_profile_times_kernels_with_timestamps(arts, runtime, tmp_path):
 
 def test_gpu_bench_vulkan_rows():
     """benchmarks/gpu.py --vulkan: vulkan rows, pipelines built / cached in the kernels column, the Vulkan
-    device in the header and the vulkan / opencl and vulkan / cuda ratios below the table."""
+    device in the header and the vulkan / opencl and vulkan / cuda ratios below the table, and the steady
+    run with recorded runs against the VM every run."""
     import argparse
 
     from helpers import load_benchmark
@@ -421,7 +422,14 @@ def test_gpu_bench_vulkan_rows():
         row("cuda", 0.8, start(1.5), start(1.4)),
         row("vulkan", 0.44, start(250.0, vk_cold, device), start(5.0, vk_warm, device)),
     ]
+    # the vulkan row's steady runs replayed (recorded runs), and the same without them
+    results[2]["steady"]["vulkan_commands"] = {"recorded_runs": {"captured": 1, "replays": 8, "last_failure": ""}}
+    results[2]["steady_vm"] = {"run_ms": {"median": 0.55}}
     text = gpu.report({"models": [{"name": "m"}], "created": "now"}, results, args)
+    assert (
+        "m fp32: vulkan steady 0.440 ms (8 runs replayed); the VM every run (TVMGEN_VULKAN_REPLAY=0) 0.550 ms: " in text
+    )
+    assert "recorded / VM = 0.80x" in text
     assert f"Vulkan: {device}" in text
     vk_line = next(ln for ln in text.splitlines() if ln.startswith("m ") and " vulkan " in ln)
     assert "33 / 33" in vk_line and "50.0x" in vk_line, vk_line
