@@ -112,3 +112,32 @@ def test_a_failing_or_missing_helper_is_said(ocl_runtime, opencl_lib, art, tmp_p
     assert stats["helper_builds"] == 0 and stats["source_builds"] == prep["programs"], (stats, prep)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def test_helpers_open_the_device_one_after_the_other(ocl_runtime, opencl_lib, tmp_path):
+    """tvmgen-clbuild --after FILE opens the device (and builds) only once FILE exists, then creates its
+    --ready-file: libtvmgen_opencl chains its helpers so (NVIDIA makes the contexts of processes that open the
+    device together all at once). A missing predecessor delays it by at most 3 s."""
+    import subprocess
+    import time
+
+    exe = ocl_runtime / "bin" / "tvmgen-clbuild"
+    src = tmp_path / "p0.cl"
+    src.write_text("__kernel void twice(__global float* x) { x[get_global_id(0)] *= 2.0f; }\n")
+    after, ready, cache = tmp_path / "ready-before", tmp_path / "ready-mine", tmp_path / "cache"
+    cmd = [exe, "--cache-dir", cache, "--device", "0", "--options", "", "--after", after, "--ready-file", ready, src]
+    proc = subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.6)
+    assert proc.poll() is None and not ready.exists(), "it opened the device before its predecessor had"
+    after.touch()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert ready.is_file() and out.split() == ["ready", "claim", "0", "done", "0"], (out, err)
+    assert len(list(cache.glob("*.clbin"))) == 1
+    # the predecessor never opens its device (it failed): this one goes on after 3 s
+    src.with_suffix(".cl.claim").unlink()
+    cmd[cmd.index(after)] = tmp_path / "never"
+    t0 = time.monotonic()
+    proc = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "done 0" in proc.stdout, proc.stderr
+    assert time.monotonic() - t0 >= 2.9

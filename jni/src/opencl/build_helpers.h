@@ -22,7 +22,9 @@ namespace opencl {
 // How many helper processes may build one module's programs on this device (0: none, every build in this
 // process). TVMGEN_OPENCL_BUILD_PROCESSES=N (0 turns it off; N > 0 forces it on any platform), else
 // min(5, cores - 1) where the driver serializes a process's builds (NVIDIA), else 0; always 0 on Android.
-// Why 5: NVIDIA creates the helpers' contexts together, about 110 ms per process before any is ready.
+// Why 5: NVIDIA creates the contexts of processes that open the device together, about 110 ms per process
+// before any is ready (so helpers now open it one after the other, see HelperBuilds::Start); 7 measured no
+// better with that either.
 int HelperProcesses(const DeviceInfo& dev, const std::string& platform);
 // The same where the driver serializes (or the variable is set): known before the platform is.
 int PotentialHelperProcesses();
@@ -36,7 +38,7 @@ size_t GroupWeight();
 
 // One start's helper processes, sharing a queue of programs with this process. Start() writes the sources
 // to a private temporary directory and spawns the helpers; each creates its context, then takes the queue's
-// programs in order, claiming each by creating "<source>.claim" there (O_EXCL: one taker, this process
+// programs in order (opening the device one after the other: --after), claiming each by creating "<source>.claim" there (O_EXCL: one taker, this process
 // included, see Claim), and reports "claim J" / "done J" (stored in the cache) on a pipe, read by Follow.
 class HelperBuilds {
  public:
@@ -71,8 +73,9 @@ class HelperBuilds {
 }  // namespace opencl
 }  // namespace tvmgen
 
-// tvmgen-clbuild's main: tvmgen-clbuild --cache-dir DIR --device N --options OPTS [--log] SOURCE.cl...
-// Opens the device, then builds each source file it can claim (SOURCE.cl.claim created, see HelperBuilds) and
+// tvmgen-clbuild's main: tvmgen-clbuild --cache-dir DIR --device N --options OPTS [--log] [--after FILE]
+// [--ready-file FILE] SOURCE.cl... Opens the device (once FILE exists with --after: the previous helper's
+// --ready-file, created once its device is open; at most 3 s of waiting), then builds each source file it can claim (SOURCE.cl.claim created, see HelperBuilds) and
 // stores its binary in DIR, printing "claim J" and "done J" (J: the file's position) on stdout. Exit 0 when
 // every claimed one was stored.
 extern "C" int TVMGenOpenCLBuildMain(int argc, char** argv);
