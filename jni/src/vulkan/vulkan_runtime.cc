@@ -358,6 +358,10 @@ class Workspace {
 
   void Begin() {
     if (recording) return;
+    BeginRecording(VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT);
+  }
+  // `cmd` (a spare command buffer, or a new one) begun with `flags`.
+  void BeginRecording(VkCommandBufferUsageFlags flags) {
     if (cmd == VK_NULL_HANDLE) {
       if (!spare_cmds.empty()) {
         cmd = spare_cmds.back();
@@ -371,7 +375,7 @@ class Workspace {
       }
     }
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    bi.flags = flags;
     TVMGEN_VK_CHECK(api.BeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
     recording = true;
     dispatches = 0;
@@ -383,6 +387,11 @@ class Workspace {
     if (capturing != nullptr) FailCapture("the run needed the device's results before its end (a copy to the host or a sync)");
     recording = false;
     TVMGEN_VK_CHECK(api.EndCommandBuffer(cmd), "vkEndCommandBuffer");
+    SubmitBuffer(cmd, /*keep=*/false);
+    cmd = VK_NULL_HANDLE;
+  }
+  // The ended command buffer `c`, submitted with a fence of its own; `keep`: a recorded run's, not reset after.
+  void SubmitBuffer(VkCommandBuffer c, bool keep) {
     VkFence f = VK_NULL_HANDLE;
     if (!spare_fences.empty()) {
       f = spare_fences.back();
@@ -393,15 +402,14 @@ class Workspace {
     }
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
     si.commandBufferCount = 1;
-    si.pCommandBuffers = &cmd;
+    si.pCommandBuffers = &c;
     int64_t t0 = host_timing ? NowNs() : 0;
     VkResult r = api.QueueSubmit(queue, 1, &si, f);
     if (host_timing) host.submit_ns += NowNs() - t0;
     if (r != VK_SUCCESS) spare_fences.push_back(f);
     TVMGEN_VK_CHECK(r, "vkQueueSubmit");
-    in_flight.push_back({cmd, f});
+    in_flight.push_back({c, f, keep});
     counts.submits++;
-    cmd = VK_NULL_HANDLE;
   }
 
   // After a dispatch was recorded: submit every dispatches_per_submit of them.
@@ -713,20 +721,7 @@ class Workspace {
     Check();
     if (!replay_on || profiling || capturing != nullptr) return false;
     Flush();  // what was recorded before is not part of the run
-    if (!spare_cmds.empty()) {
-      cmd = spare_cmds.back();
-      spare_cmds.pop_back();
-    } else {
-      VkCommandBufferAllocateInfo cai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-      cai.commandPool = pool;
-      cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-      cai.commandBufferCount = 1;
-      TVMGEN_VK_CHECK(api.AllocateCommandBuffers(device, &cai, &cmd), "vkAllocateCommandBuffers");
-    }
-    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};  // submitted again: no one-time flag
-    TVMGEN_VK_CHECK(api.BeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
-    recording = true;
-    dispatches = 0;
+    BeginRecording(0);  // submitted again: no one-time flag
     capturing_id = next_capture++;
     capturing = &captures[capturing_id];
     capturing_thread = std::this_thread::get_id();
@@ -749,7 +744,9 @@ class Workspace {
     int64_t id = capturing_id;
     capturing = nullptr;
     capturing_id = 0;
-    SubmitKept(cmd);
+    TVMGEN_VK_CHECK(api.EndCommandBuffer(cmd), "vkEndCommandBuffer");
+    recording = false;
+    SubmitBuffer(cmd, /*keep=*/true);
     cmd = VK_NULL_HANDLE;
     Flush();
     Capture& c = captures[id];
@@ -761,32 +758,6 @@ class Workspace {
     }
     counts.captured++;
     return id;
-  }
-
-  // `cmd` (ended or not), submitted; kept for later submissions.
-  void SubmitKept(VkCommandBuffer c) {
-    if (recording && c == cmd) {
-      TVMGEN_VK_CHECK(api.EndCommandBuffer(cmd), "vkEndCommandBuffer");
-      recording = false;
-    }
-    VkFence f = VK_NULL_HANDLE;
-    if (!spare_fences.empty()) {
-      f = spare_fences.back();
-      spare_fences.pop_back();
-    } else {
-      VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-      TVMGEN_VK_CHECK(api.CreateFence(device, &fci, nullptr, &f), "vkCreateFence");
-    }
-    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-    si.commandBufferCount = 1;
-    si.pCommandBuffers = &c;
-    int64_t t0 = host_timing ? NowNs() : 0;
-    VkResult r = api.QueueSubmit(queue, 1, &si, f);
-    if (host_timing) host.submit_ns += NowNs() - t0;
-    if (r != VK_SUCCESS) spare_fences.push_back(f);
-    TVMGEN_VK_CHECK(r, "vkQueueSubmit");
-    in_flight.push_back({c, f, true});
-    counts.submits++;
   }
 
   // The recorded run `id` of model `owner` submitted again and finished; false where it is no longer valid.
@@ -803,7 +774,7 @@ class Workspace {
       }
     }
     Submit();  // what was recorded before it (copies) first
-    SubmitKept(it->second.cmd);
+    SubmitBuffer(it->second.cmd, /*keep=*/true);
     // it ends with a barrier: nothing recorded after it depends on a command since one
     written_since_barrier.clear();
     read_since_barrier.clear();
