@@ -795,3 +795,5 @@ def test_recorded_runs_follow_new_inputs_on_lavapipe(arts, runtime, java_build, 
     branch = seen["If on data"]
     assert branch["captured"] == branch["replays"] == 0 and branch["failed"] == 5, branch
     assert "a copy to the host" in branch["last_failure"], branch
+    # said once, with what it costs
+    assert p.stderr.count("tvmgen-vulkan: a run could not be recorded for replay (the run needed") == 1, p.stderr

@@ -714,7 +714,16 @@ class Workspace {
     capturing_id = 0;
     counts.capture_failed++;
     last_capture_failure = why;
+    if (!capture_failure_said) {  // once a process: what the run costs instead
+      capture_failure_said = true;
+      std::fprintf(stderr,
+                   "tvmgen-vulkan: a run could not be recorded for replay (%s): such runs launch their kernels "
+                   "through the VM every time (host time per run: the VM's calls and ~1 us a dispatch; "
+                   "TVMGEN_VULKAN_LOG=1 counts them)\n",
+                   why.c_str());
+    }
   }
+  bool capture_failure_said = false;
 
   bool CaptureBegin() {
     std::lock_guard<std::recursive_mutex> lock(mu);
