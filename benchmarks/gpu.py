@@ -609,6 +609,12 @@ def _med(xs):
     return benchlib.median(xs) if xs else None
 
 
+def _fmt_cold_warm(r) -> str:
+    """cold / warm first run: one decimal, two below 1 (a CPU row's, about 1, can be 0.04 on a loaded
+    machine: 0.0x would read as nothing)."""
+    return benchlib.fmt_ratio(r, 1 if r is None or r >= 1 else 2)
+
+
 def _fmt(x) -> str:
     if x is None:
         return "-"
@@ -661,7 +667,7 @@ def report(plan: dict, results: list[dict], args) -> str:
             + [
                 _fmt(cold),
                 _fmt(warm),
-                benchlib.fmt_ratio(benchlib.ratio(cold, warm), 1),
+                _fmt_cold_warm(benchlib.ratio(cold, warm)),
                 _fmt(init),
                 kern,
                 _fmt(run),

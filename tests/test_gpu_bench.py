@@ -64,7 +64,7 @@ def check_rows(stdout: str) -> None:
         assert row["precision"] == "fp32"
         for col in ("cold first run ms", "warm first run ms", "init ms", "steady ms", "copy-in ms", "copy-out ms"):
             assert float(row[col]) >= 0, (device, col, row[col])
-        assert float(row["cold/warm"].rstrip("x")) > 0
+        assert float(row["cold/warm"].rstrip("x")) >= 0, row  # a ratio (a loaded machine makes some tiny)
         assert float(row["max abs err"]) < 1e-4, (device, row["max abs err"])
     built, hits = (int(x) for x in rows["opencl"]["kernels built / hits"].split("/"))
     assert built > 0 and hits == built, rows["opencl"]  # cold: all built from source; warm: all from the cache
