@@ -105,9 +105,6 @@ bool HelperBuilds::Start(const std::vector<const std::string*>& sources, int hel
     }
     args.push_back(Source(j));
   }
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(&a[0]);
-  argv.push_back(nullptr);
   // This process's environment (the OpenCL library, the driver's settings and caches) less TVMGEN_OPENCL_LOG:
   // the helpers' own log lines (platform, cache counters) would read as this process's.
   std::vector<char*> env;
@@ -117,21 +114,16 @@ bool HelperBuilds::Start(const std::vector<const std::string*>& sources, int hel
   env.push_back(nullptr);
   // Helper k opens its device once helper k-1 has: NVIDIA makes the contexts of processes that open the device
   // together all at once, about 110-150 ms per process (5 helpers: none ready before ~0.6 s); one after the
-  // other, the first is ready at ~0.13 s and builds while the next ones start (an H100: cold first runs
-  // 10-20% shorter, docs/benchmarks.md). TVMGEN_OPENCL_HELPERS_STAGGER=0: all at once, as before.
+  // other, the first is ready at ~0.13 s and builds while the next ones start (H100s: cold first runs 9-25%
+  // shorter by medians, docs/benchmarks.md). TVMGEN_OPENCL_HELPERS_STAGGER=0: all at once, as before.
   const bool stagger = EnvInt("TVMGEN_OPENCL_HELPERS_STAGGER", 1) != 0;
-  const std::vector<std::string> base = args;
   for (int k = 0; k < helpers; ++k) {
-    if (stagger && helpers > 1) {
-      args = base;
-      std::vector<std::string> extra;
-      if (k + 1 < helpers) extra = {"--ready-file", tmp_ + "/ready" + std::to_string(k)};
-      if (k > 0) extra.insert(extra.end(), {"--after", tmp_ + "/ready" + std::to_string(k - 1)});
-      args.insert(args.begin() + 1, extra.begin(), extra.end());
-      argv.clear();
-      for (std::string& a : args) argv.push_back(&a[0]);
-      argv.push_back(nullptr);
-    }
+    std::vector<std::string> mine = args;  // helper k's: the chain's files before the sources
+    if (stagger && k + 1 < helpers) mine.insert(mine.begin() + 1, {"--ready-file", tmp_ + "/ready" + std::to_string(k)});
+    if (stagger && k > 0) mine.insert(mine.begin() + 1, {"--after", tmp_ + "/ready" + std::to_string(k - 1)});
+    std::vector<char*> argv;
+    for (std::string& a : mine) argv.push_back(&a[0]);
+    argv.push_back(nullptr);
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
       *why = std::string("pipe: ") + std::strerror(errno);

@@ -655,16 +655,18 @@ class Workspace {
       return;
     }
     for (const Buffer* b : writes) {
-      if (b->capture_writes > 0) InvalidateWriters(b);
+      if (b->capture_writes > 0) DropCaptures(b, &Capture::writes);
     }
   }
   // The host writes `b` (mapped memory).
   void NoteHostWrite(const Buffer* b) {
-    if (b->capture_writes > 0) InvalidateWriters(b);
+    if (b->capture_writes > 0) DropCaptures(b, &Capture::writes);
   }
-  void InvalidateWriters(const Buffer* b) {
+  // The valid recordings (not the one being made) whose `list` (uses or writes) holds `b`, dropped.
+  void DropCaptures(const Buffer* b, std::vector<Buffer*> Capture::*list) {
     for (auto& [id, c] : captures) {
-      if (c.valid && &c != capturing && std::find(c.writes.begin(), c.writes.end(), b) != c.writes.end()) {
+      const std::vector<Buffer*>& v = c.*list;
+      if (c.valid && &c != capturing && std::find(v.begin(), v.end(), b) != v.end()) {
         Release(c);
         counts.invalidated++;
       }
@@ -695,11 +697,7 @@ class Workspace {
   }
   // `b` is freed: the recordings that use it, dropped
   void InvalidateCaptures(const Buffer* b) {
-    for (auto& [id, c] : captures) {
-      if (!c.valid || &c == capturing || std::find(c.uses.begin(), c.uses.end(), b) == c.uses.end()) continue;
-      Release(c);
-      counts.invalidated++;
-    }
+    DropCaptures(b, &Capture::uses);
     if (capturing != nullptr && std::find(capturing->uses.begin(), capturing->uses.end(), b) != capturing->uses.end()) {
       FailCapture("a buffer its commands use was freed");
     }
