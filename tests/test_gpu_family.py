@@ -48,11 +48,14 @@ def test_desktop_build_runs_on_pocl_and_matches_onnxruntime(ocl_runtime, opencl_
         sources[family] = (art / "model.so").read_bytes()
     # the CUDA configuration loads pairs of values (float2), dlight's OpenCL default single ones
     assert b"float2" in sources["desktop"] and b"float2" not in sources["generic"]
+    # both keep their unrolled loops as loops (compiler.opencl_loops, tests/test_opencl_loops.py)
+    assert all(b"#pragma unroll\n" in src and b"_unrl = 0; " in src for src in sources.values())
     x = np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype("float32")
     want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
-    proc, outs = run_native(ocl_runtime, tmp_path / "desktop", {"x": x}, tmp_path, repeat=2)
-    assert proc.returncode == 0, proc.stderr
-    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+    for family in ("generic", "desktop"):
+        proc, outs = run_native(ocl_runtime, tmp_path / family, {"x": x}, tmp_path, repeat=2)
+        assert proc.returncode == 0, proc.stderr
+        np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4, err_msg=family)
 
 
 def test_cli_accepts_desktop_and_names_the_families(tvmgen, tmp_path):

@@ -85,6 +85,12 @@ def test_opencl_artifact_matches_cpu(runtime, opencl_lib, arts, shared_cache, tm
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(g, w, atol=1e-4, rtol=0)
+    # the runtime weighs each kernel by its code with its #pragma unroll loops written out (compiler.opencl_loops
+    # keeps TVM's unrolled loops as loops): the convolution's tile loops several times its text
+    code = re.search(r"tvmgen-opencl: (\d+) kernels, (\d+) KB of OpenCL C \((\d+) KB with its #pragma unroll", err)
+    assert code, err
+    if name == "conv3x3" and flavour == "opencl":
+        assert int(code.group(3)) > 2 * int(code.group(2)), code.group(0)
 
 
 def test_python_run_on_opencl(opencl_lib, arts, shared_cache, tmp_path):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tvmgen import __version__
-from tvmgen.compiler import adreno, gpu, kernels, stack_tiles
+from tvmgen.compiler import adreno, gpu, kernels, opencl_loops, stack_tiles
 from tvmgen.compiler import export as exporter
 from tvmgen.compiler.platforms import DL_DEVICE_TYPES, BuildTarget, Platform
 from tvmgen.core import artifact
@@ -102,7 +102,13 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
             tir_pipeline = (
                 adreno.register_tir_pipeline() if "texture" in target.keys else stack_tiles.tir_pipeline(target)
             )
-            with adreno.vector_math() if "texture" in target.keys else contextlib.nullcontext():
+            loops = target.kind.name == "opencl" and opencl_loops.enabled()
+            if loops:  # unrolled loops kept as loops under #pragma unroll: the driver compiles less
+                tir_pipeline = opencl_loops.tir_pipeline(tir_pipeline)
+            with (
+                adreno.vector_math() if "texture" in target.keys else contextlib.nullcontext(),
+                opencl_loops.build_context() if loops else contextlib.nullcontext(),
+            ):
                 ex = relax.build(
                     _copy(mod) if target.kind.name != "llvm" else mod,
                     target,

@@ -72,6 +72,50 @@ int HelperProcesses(const DeviceInfo& dev, const std::string& platform) {
 
 size_t KernelWeight(size_t definition_bytes) { return definition_bytes + 16 * 1024; }
 
+size_t UnrolledBytes(const std::string& def) {
+  if (def.find("#pragma unroll") == std::string::npos) return def.size();
+  // brace depth -> the multiplier of the loop opened there; pending: the count of the loop after a pragma
+  std::vector<std::pair<int, size_t>> loops;
+  size_t mult = 1, total = 0, pending = 0;
+  int depth = 0;
+  size_t pos = 0;
+  while (pos < def.size()) {
+    size_t eol = def.find('\n', pos);
+    if (eol == std::string::npos) eol = def.size();
+    const std::string line = def.substr(pos, eol - pos);
+    pos = eol + 1;
+    size_t first = line.find_first_not_of(" \t");
+    if (first != std::string::npos && line.compare(first, 14, "#pragma unroll") == 0) {
+      pending = 1;  // its count comes with the for line
+      continue;
+    }
+    total += (line.size() + 1) * mult;
+    size_t lt = line.find(" < ");
+    if (pending && first != std::string::npos && line.compare(first, 5, "for (") == 0 && lt != std::string::npos) {
+      pending = std::max<size_t>(1, std::strtoul(line.c_str() + lt + 3, nullptr, 10));
+    } else {
+      pending = 0;
+    }
+    for (char c : line) {
+      if (c == '{') {
+        ++depth;
+        if (pending > 1) {
+          loops.emplace_back(depth, mult);
+          mult *= pending;
+        }
+        pending = 0;
+      } else if (c == '}') {
+        if (!loops.empty() && loops.back().first == depth) {
+          mult = loops.back().second;
+          loops.pop_back();
+        }
+        --depth;
+      }
+    }
+  }
+  return total;
+}
+
 size_t GroupWeight() {
   static size_t w = static_cast<size_t>(std::max(1, EnvInt("TVMGEN_OPENCL_GROUP_KB", 192))) * 1024;
   return w;

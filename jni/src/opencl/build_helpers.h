@@ -32,6 +32,12 @@ int PotentialHelperProcesses();
 // The weight of one kernel for balancing programs: its definition's bytes plus a fixed cost per kernel.
 size_t KernelWeight(size_t definition_bytes);
 
+// The bytes of an OpenCL definition with its `#pragma unroll` loops written out: each line counts once per
+// iteration of the constant-count loops under the pragma around it (tvmgen's kernels keep TVM's unrolled
+// loops as such loops, compiler/opencl_loops.py; the driver compiles them unrolled, so the text alone would
+// understate its work ten times). Text without the pragma: its size.
+size_t UnrolledBytes(const std::string& definition);
+
 // Weight per program on the helper path (TVMGEN_OPENCL_GROUP_KB, default 192 KB: about 0.4 s of NVIDIA's
 // compiler; smaller programs balance the helpers better, fewer load faster in a warm start).
 size_t GroupWeight();

@@ -404,11 +404,25 @@ class OpenCLModule : public ffi::ModuleObj {
     return plan;
   }
 
-  // Kernel i's weight: its definition's bytes (not the declarations of the module's other kernels).
-  size_t Weight(size_t i) const {
+  // Kernel i's definition (not the declarations of the module's other kernels).
+  std::string Definition(size_t i) const {
     const auto& kv = used_[i];
     size_t def = DefinitionStart(kv.second, kv.first);
-    return KernelWeight(def == std::string::npos ? kv.second.size() : kv.second.size() - def);
+    return def == std::string::npos ? kv.second : kv.second.substr(def);
+  }
+
+  // Kernel i's weight: its definition's bytes with its #pragma unroll loops written out (UnrolledBytes).
+  size_t Weight(size_t i) const { return KernelWeight(UnrolledBytes(Definition(i))); }
+
+  // For the log: the kernels' definitions' bytes, as written and with their #pragma unroll loops written out.
+  std::pair<size_t, size_t> CodeBytes() const {
+    std::pair<size_t, size_t> b{0, 0};
+    for (size_t i = 0; i < used_.size(); ++i) {
+      std::string d = Definition(i);
+      b.first += d.size();
+      b.second += UnrolledBytes(d);
+    }
+    return b;
   }
 
   // How many programs to plan where helper processes build: the total weight over GroupWeight() (at most
@@ -573,6 +587,12 @@ class OpenCLModule : public ffi::ModuleObj {
         w.device(device_id_);
       } catch (const ffi::Error& e) {
         error = e.message();
+      }
+      if (LogOn() && error.empty() && !m_->used_.empty()) {
+        std::pair<size_t, size_t> code = m_->CodeBytes();
+        std::fprintf(stderr, "tvmgen-opencl: %zu kernels, %.0f KB of OpenCL C (%.0f KB with its #pragma unroll loops "
+                     "written out) in %zu programs%s\n", m_->used_.size(), code.first / 1024.0, code.second / 1024.0,
+                     plan.size(), helpers ? ", built by helper processes" : "");
       }
       size_t pending = 0;
       {
