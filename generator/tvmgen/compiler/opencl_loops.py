@@ -104,14 +104,9 @@ def KeepUnrolledLoops():  # noqa: N802 - a pass, named like TVM's
             stmt.loop_var, stmt.min, stmt.extent, stmt.kind, stmt.body, stmt.thread_binding, ann, stmt.step, stmt.span
         )
 
-    def on_attr(stmt):
-        if stmt.attr_key != "pragma_unroll_explicit":
-            return stmt
-        return tirx.AttrStmt(stmt.node, stmt.attr_key, zero, stmt.body, stmt.span)
-
     @tirx.transform.prim_func_pass(opt_level=0, name="TvmgenKeepUnrolledLoops")
-    def _pass(func, _mod, _ctx):
-        return tvm_ffi.structural_map(func, [(tirx.For, on_for), (tirx.AttrStmt, on_attr)])
+    def _pass(func, _mod, _ctx):  # before the lowering: the pragmas are still loop annotations
+        return tvm_ffi.structural_map(func, [(tirx.For, on_for)])
 
     return _pass
 

@@ -375,9 +375,8 @@ class OpenCLModule : public ffi::ModuleObj {
         for (size_t j = i; j < std::min(used_.size(), i + per); ++j) members.back().push_back(j);
       }
     } else {  // contiguous runs of about equal weight: the first run's kernels are in the first programs
-      std::vector<size_t> weight(used_.size());
-      size_t total = 0;
-      for (size_t i = 0; i < used_.size(); ++i) total += weight[i] = Weight(i);
+      const std::vector<size_t>& weight = Sizes().weight;
+      size_t total = Sizes().total_weight;
       groups = std::min(groups, used_.size());
       size_t acc = 0;
       members.emplace_back();
@@ -404,25 +403,26 @@ class OpenCLModule : public ffi::ModuleObj {
     return plan;
   }
 
-  // Kernel i's definition (not the declarations of the module's other kernels).
-  std::string Definition(size_t i) const {
-    const auto& kv = used_[i];
-    size_t def = DefinitionStart(kv.second, kv.first);
-    return def == std::string::npos ? kv.second : kv.second.substr(def);
-  }
-
-  // Kernel i's weight: its definition's bytes with its #pragma unroll loops written out (UnrolledBytes).
-  size_t Weight(size_t i) const { return KernelWeight(UnrolledBytes(Definition(i))); }
-
-  // For the log: the kernels' definitions' bytes, as written and with their #pragma unroll loops written out.
-  std::pair<size_t, size_t> CodeBytes() const {
-    std::pair<size_t, size_t> b{0, 0};
-    for (size_t i = 0; i < used_.size(); ++i) {
-      std::string d = Definition(i);
-      b.first += d.size();
-      b.second += UnrolledBytes(d);
-    }
-    return b;
+  // The kernels' sizes, measured once: each kernel's weight (its definition, not the declarations of the module's
+  // other kernels, with its #pragma unroll loops written out: UnrolledBytes), their total, and for the log the
+  // definitions' bytes as written and written out.
+  struct KernelSizes {
+    std::vector<size_t> weight;
+    size_t total_weight = 0, text_bytes = 0, unrolled_bytes = 0;
+  };
+  const KernelSizes& Sizes() const {
+    std::call_once(sizes_once_, [this] {
+      for (const auto& kv : used_) {
+        size_t start = DefinitionStart(kv.second, kv.first);
+        std::string def = start == std::string::npos ? kv.second : kv.second.substr(start);
+        size_t unrolled = UnrolledBytes(def);
+        sizes_.weight.push_back(KernelWeight(unrolled));
+        sizes_.total_weight += sizes_.weight.back();
+        sizes_.text_bytes += def.size();
+        sizes_.unrolled_bytes += unrolled;
+      }
+    });
+    return sizes_;
   }
 
   // How many programs to plan where helper processes build: the total weight over GroupWeight() (at most
@@ -431,10 +431,7 @@ class OpenCLModule : public ffi::ModuleObj {
   // TVMGEN_OPENCL_KERNELS_PER_PROGRAM is set.
   size_t HelperGroups(int helpers) const {
     if (helpers <= 0 || used_.empty() || KernelsPerProgramSet()) return 0;
-    std::call_once(total_once_, [this] {
-      for (size_t i = 0; i < used_.size(); ++i) total_weight_ += Weight(i);
-    });
-    size_t total = total_weight_;
+    size_t total = Sizes().total_weight;
     if (total * 2 < GroupWeight() * 5) return 0;
     size_t g = (total + GroupWeight() - 1) / GroupWeight();
     g = std::min({g, static_cast<size_t>(16), used_.size()});
@@ -589,9 +586,10 @@ class OpenCLModule : public ffi::ModuleObj {
         error = e.message();
       }
       if (LogOn() && error.empty() && !m_->used_.empty()) {
-        std::pair<size_t, size_t> code = m_->CodeBytes();
+        const KernelSizes& code = m_->Sizes();
         std::fprintf(stderr, "tvmgen-opencl: %zu kernels, %.0f KB of OpenCL C (%.0f KB with its #pragma unroll loops "
-                     "written out) in %zu programs%s\n", m_->used_.size(), code.first / 1024.0, code.second / 1024.0,
+                     "written out) in %zu programs%s\n", m_->used_.size(), code.text_bytes / 1024.0,
+                     code.unrolled_bytes / 1024.0,
                      plan.size(), helpers ? ", built by helper processes" : "");
       }
       size_t pending = 0;
@@ -893,8 +891,8 @@ class OpenCLModule : public ffi::ModuleObj {
   std::string code_;
   std::unordered_map<std::string, std::string> sources_;  // each kernel's own source (TVM's sections)
   std::vector<std::pair<std::string, std::string>> used_;  // the launched kernels and their sections, in source order
-  mutable std::once_flag total_once_;
-  mutable size_t total_weight_ = 0;  // of used_ (HelperGroups)
+  mutable std::once_flag sizes_once_;
+  mutable KernelSizes sizes_;  // of used_ (Sizes)
   std::mutex launch_mu_, builds_mu_;
   std::map<int, std::unique_ptr<Builds>> builds_;  // per device; owns the kernels and programs
 };
