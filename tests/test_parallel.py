@@ -206,40 +206,77 @@ def pinned_caller():
         os.sched_setaffinity(0, before)
 
 
-def _chunks_after_idle_gaps(launch, launches=20):
+# A chunk body in C: where it started (task, thread, CPU), then 0.5 ms of work. A Python body would measure
+# the GIL instead: a worker blocked on it is woken by the caller and, on a busy machine, put on the
+# caller's CPU (seen in CI), after the launcher's check and outside its control.
+RECORDER = r"""
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+static int record[4096][3];
+static int count;
+int body(int task_id, void* penv, void* cdata) {
+  const int i = __atomic_fetch_add(&count, 1, __ATOMIC_RELAXED);
+  if (i < 4096) {
+    record[i][0] = task_id;
+    record[i][1] = (int)syscall(SYS_gettid);
+    record[i][2] = sched_getcpu();
+  }
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do clock_gettime(CLOCK_MONOTONIC, &t);
+  while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 500000L);
+  return 0;
+}
+int take(int* out, int max) {
+  const int n = count < max ? count : max;
+  for (int i = 0; i < 3 * n; ++i) out[i] = record[i / 3][i % 3];
+  count = 0;
+  return n;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def recorder(tmp_path_factory):
+    require_tool("gcc")
+    d = tmp_path_factory.mktemp("recorder")
+    (d / "recorder.c").write_text(RECORDER)
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(d / "librec.so"), str(d / "recorder.c")], check=True)
+    return ctypes.CDLL(str(d / "librec.so"))
+
+
+def _chunks_after_idle_gaps(launch, recorder, launches=20):
     """Launches of a loop whose chunks take 0.5 ms, each after a gap longer than the workers' spin (they
-    sleep in between, as between a paced app's frames): every chunk's (thread, CPU)."""
-    getcpu = ctypes.CDLL(None).sched_getcpu
+    sleep in between, as between a paced app's frames): every chunk's (task, thread, CPU)."""
+    body = ctypes.cast(recorder.body, LAMBDA)
+    out = (ctypes.c_int * (3 * 4096))()
     ran = []
-
-    @LAMBDA
-    def body(task_id, penv, cdata):
-        ran.append((task_id, threading.get_native_id(), getcpu()))
-        time.sleep(0.0005)
-        return 0
-
     for _ in range(launches):
         time.sleep(0.003)
         assert launch(body, None, 0) == 0
+        n = recorder.take(out, 4096)
+        ran += [tuple(out[3 * i : 3 * i + 3]) for i in range(n)]
     assert sorted(t for t, _, _ in ran) == sorted(list(range(4)) * launches)
     return ran
 
 
-def test_workers_leave_the_callers_cpu(pool_library, pinned_caller):
+def test_workers_leave_the_callers_cpu(pool_library, pinned_caller, recorder):
     """A worker woken on the launching thread's CPU (Linux wakes a sleeper beside its waker when the other
     cores are busy) would take that CPU from the caller: it moves to another CPU before running a chunk."""
     _, launch = launcher(pool_library, 2)  # the worker starts with every CPU allowed
     cpu = pinned_caller()
     me = threading.get_native_id()
-    workers = [(tid, c) for _, tid, c in _chunks_after_idle_gaps(launch) if tid != me]
+    workers = [(tid, c) for _, tid, c in _chunks_after_idle_gaps(launch, recorder) if tid != me]
     assert all(c != cpu for _, c in workers), workers
 
 
-def test_workers_that_cannot_leave_the_callers_cpu_leave_the_chunks_to_it(pool_library, pinned_caller):
+def test_workers_that_cannot_leave_the_callers_cpu_leave_the_chunks_to_it(pool_library, pinned_caller, recorder):
     """A process on one CPU: the worker, pinned there too, runs no chunk; the caller runs them all."""
     pinned_caller()
     _, launch = launcher(pool_library, 2)  # the worker inherits the one CPU
-    assert {tid for _, tid, _ in _chunks_after_idle_gaps(launch)} == {threading.get_native_id()}
+    assert {tid for _, tid, _ in _chunks_after_idle_gaps(launch, recorder)} == {threading.get_native_id()}
 
 
 def test_default_thread_count_follows_tvm_num_threads(pool_library):

@@ -282,7 +282,10 @@ class Pool {
     return nullptr;
   }
 
-  // Run chunks of launch `epoch`: thread `self`'s own first, then whatever the other threads left.
+  // Run chunks of launch `epoch`: thread `self`'s own first, then whatever the other threads left. A worker
+  // checks before each chunk that it is still off the caller's CPU (a busy machine's load balancer, or a
+  // wake-up inside a chunk, can put it back there; sched_getcpu costs nanoseconds against a chunk's
+  // microseconds), and leaves the rest to the others where it cannot move.
   void RunChunks(uint32_t epoch, int self, int n) {
     for (int i = 0; i < n; ++i) {
       std::atomic<uint64_t>& range = ranges_[(self + i) % n].v;
@@ -290,6 +293,7 @@ class Pool {
       for (;;) {
         const uint32_t next = t & 0xffff, end = (t >> 16) & 0xffff;
         if (static_cast<uint32_t>(t >> 32) != epoch || next >= end) break;
+        if (self != 0 && !OffCallerCpu()) return;
         if (!range.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
         // The claim keeps this launch open (the caller waits for it), so its fields are stable.
         ParallelGroupEnv env = env_;
@@ -324,7 +328,7 @@ class Pool {
       }
       seen = epoch;
       const int n = Threads();
-      if (self < n && OffCallerCpu()) RunChunks(static_cast<uint32_t>(epoch), self, n);
+      if (self < n) RunChunks(static_cast<uint32_t>(epoch), self, n);
     }
   }
 
