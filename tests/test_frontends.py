@@ -44,8 +44,12 @@ def test_single_op_onnx_matches_onnxruntime(name, tmp_path):
     assert_close(actual, expected)
 
 
-def test_builtin_mobilenet_matches_onnxruntime(builtin_onnx, tmp_path):
-    imported, _, actual, expected = compile_and_run(builtin_onnx, tmp_path)
+def test_builtin_mobilenet_matches_onnxruntime(builtin_onnx, compiled):
+    """The session's host build of the built-in model (conftest's ``compiled``: other modules use it too)."""
+    imported = frontends.load(builtin_onnx, [])
+    inputs = random_inputs(imported.inputs, seed=3)
+    actual = HostModel(compiled(builtin_onnx, "host", "cpu", name="mobilenet")).run(inputs)
+    expected = imported.reference(inputs)
     assert [s.shape for s in imported.inputs] == [(1, 3, 224, 224)]
     assert actual[0].shape == (1, 1000)
     assert abs(float(actual[0].sum()) - 1.0) < 1e-4  # softmax

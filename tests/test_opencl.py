@@ -232,11 +232,12 @@ def test_a_vendor_icd_named_as_the_library_says_to_use_the_loader(runtime, arts,
     assert "not the ICD loader" in err and "libOpenCL.so.1" in err and "OCL_ICD_VENDORS" in err, err
 
 
-def test_bench_over_rpc_on_opencl(opencl_lib, tmp_path):
-    """`tvmgen bench --device opencl` against the native device server, which loads libtvmgen_opencl."""
+def test_bench_over_rpc_on_opencl(opencl_lib, arts, tmp_path):
+    """`tvmgen bench --device opencl` against the native device server, which loads libtvmgen_opencl (the
+    session's OpenCL build of the built-in model: compiling a model for bench is test_rpc's)."""
     from helpers import bench_on_a_gpu_device
 
-    res = bench_on_a_gpu_device("builtin:mobilenet", tmp_path, "--device", "opencl")
+    res = bench_on_a_gpu_device(arts[("mobilenet", "opencl")], tmp_path, "--device", "opencl")
     assert res["dev"] == "opencl" and "opencl" in res["device"]["devices"]
     assert res["check"][0]["max_abs"] < 1e-5 and res["warm_ms"]["count"] == 2
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import require_tool, run_native
+from conftest import require_tool, run_native, save_onnx, single_op_models
 from tvmgen.compiler.export import POOL_FLAGS, parallel_pool_source
 
 ENV = ctypes.c_void_p  # TVMParallelGroupEnv*: {void* sync_handle; int32_t num_task}
@@ -337,13 +337,17 @@ def test_model_outputs_equal_on_one_two_and_three_threads(mobilenet):
 
 
 @pytest.mark.slow
-def test_library_without_the_launcher_uses_tvms_pool(mobilenet, tmp_path, monkeypatch):
-    """An artifact from a tvmgen before the launcher: its library has no tvmgen_parallel_install."""
+def test_library_without_the_launcher_uses_tvms_pool(compiled, tmp_path, monkeypatch):
+    """An artifact from a tvmgen before the launcher: its library has no tvmgen_parallel_install. A 3x3
+    convolution (parallel loops, built twice here in a second each; the session's build first, before the
+    export is replaced)."""
     from tvmgen import frontends
     from tvmgen.compiler import export
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
-    from tvmgen.frontends.builtin import materialize
+
+    model = save_onnx(single_op_models()["conv3x3"], tmp_path / "conv3x3.onnx")
+    new = compiled(model, "host", "cpu", name="conv3x3")
 
     def tvms_own_export(ex, platform, directory, objects_only):
         ex.export_library(str(directory / "model.so"))
@@ -352,17 +356,15 @@ def test_library_without_the_launcher_uses_tvms_pool(mobilenet, tmp_path, monkey
     monkeypatch.setattr(export, "export", tvms_own_export)
     old = tmp_path / "old"
     compile_to_artifact(
-        frontends.load(materialize("builtin:mobilenet", tmp_path), []),
-        BuildOptions(PLATFORMS["host"], "cpu"),
-        old,
-        True,
-        {"name": "mobilenet"},
+        frontends.load(model, []), BuildOptions(PLATFORMS["host"], "cpu"), old, True, {"name": "conv3x3"}
     )
     nm = subprocess.run(["nm", "-D", str(old / "model.so")], capture_output=True, text=True).stdout
     assert "tvmgen_parallel_install" not in nm and "__TVMBackendParallelLaunch" in nm
     r = _run_in_child(old, 2)
     assert r["pool"] == "tvm"
-    np.testing.assert_array_equal(r["out"], _run_in_child(mobilenet, 2)["out"])
+    fresh = _run_in_child(new, 2)
+    assert fresh["pool"] == "tvmgen"
+    np.testing.assert_array_equal(r["out"], fresh["out"])
 
 
 @pytest.mark.slow
