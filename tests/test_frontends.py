@@ -24,10 +24,13 @@ def compile_and_run(path, tmp_path, overrides=(), separate_params=False, **names
         True,
         {"name": path.stem},
     )
+    return (imported, *run_against_reference(imported, out))
+
+
+def run_against_reference(imported, artifact):
+    """(inputs, the artifact's outputs, the reference runtime's) on seeded random inputs."""
     inputs = random_inputs(imported.inputs, seed=3)
-    actual = HostModel(out).run(inputs)
-    expected = imported.reference(inputs)
-    return imported, inputs, actual, expected
+    return inputs, HostModel(artifact).run(inputs), imported.reference(inputs)
 
 
 def assert_close(actual, expected, atol=1e-4, rtol=1e-4):
@@ -47,9 +50,7 @@ def test_single_op_onnx_matches_onnxruntime(name, tmp_path):
 def test_builtin_mobilenet_matches_onnxruntime(builtin_onnx, compiled):
     """The session's host build of the built-in model (conftest's ``compiled``: other modules use it too)."""
     imported = frontends.load(builtin_onnx, [])
-    inputs = random_inputs(imported.inputs, seed=3)
-    actual = HostModel(compiled(builtin_onnx, "host", "cpu", name="mobilenet")).run(inputs)
-    expected = imported.reference(inputs)
+    _, actual, expected = run_against_reference(imported, compiled(builtin_onnx, "host", "cpu", name="mobilenet"))
     assert [s.shape for s in imported.inputs] == [(1, 3, 224, 224)]
     assert actual[0].shape == (1, 1000)
     assert abs(float(actual[0].sum()) - 1.0) < 1e-4  # softmax
