@@ -64,6 +64,9 @@ def test_helpers_build_the_cold_programs(ocl_runtime, opencl_lib, art, tmp_path)
     assert stats["helper_builds"] >= 1, (stats, err)
     assert stats["hits"] == stats["helper_builds"] and stats["source_builds"] == n - stats["helper_builds"], stats
     assert "built by a helper process, loaded from the cache" in err, err
+    # the log's timeline: each program's time and when it was ready, from the start of the module's builds
+    done_at = [float(t) for t in re.findall(r"program \d+/\d+ \(1 kernels\) .* in [\d.]+ ms \(at ([\d.]+) ms\)", err)]
+    assert len(done_at) == n and all(t > 0 for t in done_at), err
     assert len(list(cache.glob("*.clbin"))) == n
     assert list(tmp.iterdir()) == [], "the helpers' temporary directory is left"
     for g, w in zip(got, want):

@@ -501,6 +501,10 @@ class OpenCLModule : public ffi::ModuleObj {
       size_t i = program_of_.at(name);
       if (slots_[i].state != kDone) {
         KernelCache::Global().stats.launch_waits++;
+        if (LogOn()) {
+          std::fprintf(stderr, "tvmgen-opencl: a launch waits for program %zu/%zu (at %.1f ms)\n", i + 1,
+                       slots_.size(), MsSince(setup_t0_));
+        }
         lock.unlock();
         Claim(i);
         ClaimQueued(i);
@@ -556,6 +560,7 @@ class OpenCLModule : public ffi::ModuleObj {
     // Opens the device, plans the programs, starts the helper processes and the build threads, then builds
     // the queue's programs it claims.
     void Setup() {
+      setup_t0_ = std::chrono::steady_clock::now();
       std::vector<ProgramSource> plan;
       std::string error;
       std::vector<size_t> queue;
@@ -791,9 +796,10 @@ class OpenCLModule : public ffi::ModuleObj {
           TVMGEN_CL_CHECK(err, "clCreateKernel(" + k + ")");
         }
         if (LogOn()) {
-          std::fprintf(stderr, "tvmgen-opencl: program %zu/%zu (%zu kernels) %s in %.1f ms\n", i + 1, slots_.size(),
-                       plan.kernels.size(), done.by_helper ? "built by a helper process, loaded from the cache"
-                                            : done.from_cache ? "loaded from the cache" : "built", MsSince(t0));
+          std::fprintf(stderr, "tvmgen-opencl: program %zu/%zu (%zu kernels) %s in %.1f ms (at %.1f ms)\n", i + 1,
+                       slots_.size(), plan.kernels.size(), done.by_helper ? "built by a helper process, loaded from "
+                       "the cache" : done.from_cache ? "loaded from the cache" : "built", MsSince(t0),
+                       MsSince(setup_t0_));
         }
       } catch (const ffi::Error& e) {
         done.error = e.message();
@@ -834,6 +840,7 @@ class OpenCLModule : public ffi::ModuleObj {
 
     const OpenCLModule* m_;
     int device_id_;
+    std::chrono::steady_clock::time_point setup_t0_;       // Setup's start: the log's "at" times
     std::vector<ProgramSource> plan_;                      // set by Setup, then fixed
     std::unordered_map<std::string, size_t> program_of_;  // kernel -> index in plan_
     std::vector<size_t> queue_, queue_pos_;                // the helpers' queue: programs; program -> position
