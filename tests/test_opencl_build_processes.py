@@ -71,6 +71,14 @@ def test_helpers_build_the_cold_programs(ocl_runtime, opencl_lib, art, tmp_path)
     assert list(tmp.iterdir()) == [], "the helpers' temporary directory is left"
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+    # at most TVMGEN_OPENCL_MAX_PROGRAMS programs (default 12): a heavier model gets larger programs, not more
+    capped, stats, prep, err, _ = start(
+        ocl_runtime, art, tmp_path, inputs, tmp_path / "c-cap", "cap", {**HELPERS, "TVMGEN_OPENCL_MAX_PROGRAMS": "3"}
+    )
+    assert n > 3 and prep["programs"] == 3 and prep["kernels"] == n, prep
+    assert f"{n} kernels, " in err and "in 3 programs, built by helper processes" in err, err
+    for g, w in zip(capped, want):
+        np.testing.assert_array_equal(g, w)
     # warm: all from the cache, no helper
     again, stats, prep, err, _ = start(ocl_runtime, art, tmp_path, inputs, cache, "warm", HELPERS)
     assert prep["cached"] == n and stats["helper_builds"] == 0 and stats["source_builds"] == 0, (stats, prep)

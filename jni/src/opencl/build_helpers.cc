@@ -121,6 +121,11 @@ size_t GroupWeight() {
   return w;
 }
 
+size_t MaxHelperPrograms() {
+  static size_t n = static_cast<size_t>(std::max(3, EnvInt("TVMGEN_OPENCL_MAX_PROGRAMS", 12)));
+  return n;
+}
+
 bool HelperBuilds::Start(const std::vector<const std::string*>& sources, int helpers, int device_id,
                          const std::string& cache_dir, bool log, std::string* why) {
   exe_ = FindExecutable();

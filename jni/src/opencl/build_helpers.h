@@ -42,6 +42,11 @@ size_t UnrolledBytes(const std::string& definition);
 // compiler; smaller programs balance the helpers better, fewer load faster in a warm start).
 size_t GroupWeight();
 
+// At most this many programs on the helper path (TVMGEN_OPENCL_MAX_PROGRAMS, default 12: two for each of the six
+// builders, the model's process and five helpers). Each program costs NVIDIA's compiler ~0.1 s on its own (a
+// kernel of a few lines alone takes that), so a heavier model gets larger programs rather than more of them.
+size_t MaxHelperPrograms();
+
 // One start's helper processes, sharing a queue of programs with this process. Start() writes the sources
 // to a private temporary directory and spawns the helpers; each creates its context, then takes the queue's
 // programs in order (opening the device one after the other: --after), claiming each by creating "<source>.claim" there (O_EXCL: one taker, this process

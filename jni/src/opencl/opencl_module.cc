@@ -426,7 +426,7 @@ class OpenCLModule : public ffi::ModuleObj {
   }
 
   // How many programs to plan where helper processes build: the total weight over GroupWeight() (at most
-  // 16, one per kernel); 0 (the usual plan, no helpers) for models under 2.5 GroupWeight() (about 1 s of
+  // MaxHelperPrograms(), one per kernel); 0 (the usual plan, no helpers) for models under 2.5 GroupWeight() (about 1 s of
   // NVIDIA's compiler: a helper's start would cost what it saves; measured, docs/benchmarks.md) or where
   // TVMGEN_OPENCL_KERNELS_PER_PROGRAM is set.
   size_t HelperGroups(int helpers) const {
@@ -434,7 +434,7 @@ class OpenCLModule : public ffi::ModuleObj {
     size_t total = Sizes().total_weight;
     if (total * 2 < GroupWeight() * 5) return 0;
     size_t g = (total + GroupWeight() - 1) / GroupWeight();
-    g = std::min({g, static_cast<size_t>(16), used_.size()});
+    g = std::min({g, MaxHelperPrograms(), used_.size()});
     return g >= 3 ? g : 0;
   }
 
