@@ -30,6 +30,8 @@ Two phases, since the GPU machine has no TVM Python package (python3 + numpy onl
     python3 benchmarks/gpu.py --run-only --work gpuwork [--repeat 3] [--runs 20] [--json out.json]
     # both, here (PoCL)
     .venv/bin/python benchmarks/gpu.py [--quick]
+    # a runtime setting against the default: cold first runs interleaved over rounds (GPU machine)
+    python3 benchmarks/gpu.py --run-only --work gpuwork --compare cap16:TVMGEN_OPENCL_MAX_PROGRAMS=16 --rounds 6
 
 The --run-only path imports neither tvm nor tvmgen. The OpenCL library comes from the environment
 (TVMGEN_OPENCL_LIBRARY, OCL_ICD_VENDORS ... are passed through). TVM 0.27 keeps CUDA kernels as source
@@ -507,12 +509,8 @@ def _fresh(*dirs: Path) -> None:
         d.mkdir(parents=True)
 
 
-def run_row(row: dict, model: dict, work: Path, args, runner: Path) -> dict:
-    import numpy as np
-
-    art = work / row["artifact"]
-    tmp = work / "run" / Path(row["artifact"]).name
-    _fresh(tmp)
+def _start_env(row: dict, work: Path, tmp: Path) -> tuple[dict, list[Path]]:
+    """The environment of a row's starts (its caches under TMP, logs on) and those caches (emptied: a cold start)."""
     caches = [tmp / "kernel-cache", tmp / "pocl-cache", tmp / "nv-cache", tmp / "vk-cache", tmp / "nv-gl-cache"]
     caches.append(tmp / "mesa-cache")
     env = dict(
@@ -530,7 +528,21 @@ def run_row(row: dict, model: dict, work: Path, args, runner: Path) -> dict:
         shim = work / "runtime" / "lib" / CUDA_SHIM
         env["LD_PRELOAD"] = ":".join(x for x in (str(shim), os.environ.get("LD_PRELOAD", "")) if x)
         env["TVMGEN_CUDA_KERNELS_DIR"] = str(work / "cuda-kernels")
-    ins = [a for i in model.get("inputs", []) for a in ("-i", f"{i['name']}={work / i['file']}")]
+    return env, caches
+
+
+def _inputs(model: dict, work: Path) -> list[str]:
+    return [a for i in model.get("inputs", []) for a in ("-i", f"{i['name']}={work / i['file']}")]
+
+
+def run_row(row: dict, model: dict, work: Path, args, runner: Path) -> dict:
+    import numpy as np
+
+    art = work / row["artifact"]
+    tmp = work / "run" / Path(row["artifact"]).name
+    _fresh(tmp)
+    env, caches = _start_env(row, work, tmp)
+    ins = _inputs(model, work)
     out = {"cold": [], "warm": []}
     for r in range(args.repeat):
         _fresh(*caches)
@@ -582,6 +594,111 @@ def run_all(args, work: Path) -> int:
                 "rows": results,
                 "repeat": args.repeat,
                 "runs": args.runs,
+                "machine": _machine(),
+            },
+        )
+    return 0
+
+
+def _compare_variants(specs: list[str], error) -> list[tuple[str, dict]]:
+    """--compare NAME:VAR=VALUE[,VAR=VALUE...] -> [("default", {}), (NAME, {VAR: VALUE, ...}), ...]."""
+    out: list[tuple[str, dict]] = [("default", {})]
+    for spec in specs:
+        name, sep, assigns = spec.partition(":")
+        pairs = [a.partition("=") for a in assigns.split(",") if a]
+        if not sep or not name or not pairs or any(not k or not eq for k, eq, _ in pairs):
+            error(
+                f"--compare takes NAME:VAR=VALUE[,VAR=VALUE...], e.g. cap16:TVMGEN_OPENCL_MAX_PROGRAMS=16; not {spec!r}"
+            )
+        if name in [n for n, _ in out]:
+            error(f"--compare: the name {name!r} is used twice")
+        out.append((name, {k: v for k, _, v in pairs}))
+    return out
+
+
+def compare_cold_starts(args, work: Path, variants: list[tuple[str, dict]]) -> int:
+    """Cold first runs of each GPU row under each variant's environment, interleaved: every round starts each
+    row once under every variant, in an order rotated by the round, so a drift of the machine (shared, noisy)
+    falls on all of them alike. Each start is logged as measured; the table gives medians and each variant's
+    ratio to the default."""
+    plan_file = work / PLAN
+    if not plan_file.is_file():
+        sys.exit(f"gpu.py: {plan_file} not found: make it with --build-only --work {work}")
+    plan = json.loads(plan_file.read_text())
+    runner = work / "runtime" / "bin" / "tvmgen-run"
+    models = {m["name"]: m for m in plan["models"]}
+    wanted = set(args.models.split(",")) if args.models else None
+    rows = [
+        r
+        for r in plan["rows"]
+        if r["device"] != "cpu" and "error" not in r and (wanted is None or r["model"] in wanted)
+    ]
+    if not rows:
+        sys.exit(f"gpu.py: no GPU row of {plan_file} to compare" + (f" among --models {args.models}" if wanted else ""))
+    starts: dict[tuple[str, str, str], list[dict]] = {}
+    for rnd in range(args.rounds):
+        for row in rows:
+            k = rnd % len(variants)
+            for name, extra in variants[k:] + variants[:k]:
+                tmp = work / "run" / f"{Path(row['artifact']).name}--{name}"
+                env, caches = _start_env(row, work, tmp)
+                _fresh(tmp, *caches)
+                t = _start(
+                    runner, work / row["artifact"], {**env, **extra}, _inputs(models[row["model"]], work), 0, 1, tmp
+                )
+                shutil.rmtree(tmp, ignore_errors=True)
+                starts.setdefault((row["model"], row["id"], name), []).append(t)
+                log(
+                    f"round {rnd + 1}/{args.rounds} {row['model']} {row['id']} {name}: cold first run "
+                    f"{t['first_run_ms']:.0f} ms"
+                )
+    body: list[list[str] | None] = []
+    for row in rows:
+        base = _med([t["first_run_ms"] for t in starts[(row["model"], row["id"], "default")]])
+        for name, extra in variants:
+            ts = starts[(row["model"], row["id"], name)]
+            xs = [t["first_run_ms"] for t in ts]
+            built = _med([(t.get("cache") or {}).get("source_builds") for t in ts])
+            env_text = ",".join(f"{k}={v}" for k, v in extra.items()) or "-"
+            ratio = "-" if name == "default" else benchlib.fmt_ratio(benchlib.ratio(_med(xs), base))
+            body.append(
+                [
+                    row["model"],
+                    row["id"],
+                    name,
+                    env_text,
+                    str(len(xs)),
+                    _fmt(_med(xs)),
+                    f"{_fmt(min(xs))}-{_fmt(max(xs))}",
+                    ratio,
+                    "-" if built is None else f"{built:g}",
+                ]
+            )
+        body.append(None)
+    header = [
+        "model",
+        "device",
+        "variant",
+        "environment",
+        "starts",
+        "cold first run ms",
+        "range",
+        "x default",
+        "programs built",
+    ]
+    print(
+        f"GPU cold starts compared: {args.rounds} rounds, variants interleaved (each round in a rotated order); "
+        "medians; cold: every cache emptied before each start"
+    )
+    print(benchlib.table(header, body[:-1], {4, 5, 6, 7, 8}))
+    if args.json:
+        benchlib.write_json(
+            args.json,
+            "gpu-compare",
+            {
+                "variants": dict(variants),
+                "rounds": args.rounds,
+                "starts": [{"model": m, "id": i, "variant": v, "runs": ts} for (m, i, v), ts in starts.items()],
                 "machine": _machine(),
             },
         )
@@ -732,7 +849,7 @@ def main() -> int:
     ap.add_argument(
         "--zoo", action="store_true", help="the zoo's models (benchmarks/zoo.py) instead of builtin:mobilenet"
     )
-    ap.add_argument("--models", help="with --zoo: comma-separated subset")
+    ap.add_argument("--models", help="with --zoo: comma-separated subset (with --compare: the rows of these models)")
     ap.add_argument(
         "--model",
         default="builtin:mobilenet",
@@ -753,6 +870,15 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="builtin model, 1 start each, 1 timed run")
     ap.add_argument("--work", type=Path, help="work directory (kept; reused by later builds)")
     ap.add_argument("--runtime", help="an installed runtime prefix (bin/tvmgen-run, lib/) instead of building one")
+    ap.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="NAME:VAR=VALUE[,...]",
+        help="with --run-only: instead of the table, compare the GPU rows' cold first runs under this environment "
+        "against the default, interleaved over --rounds (repeatable; e.g. cap16:TVMGEN_OPENCL_MAX_PROGRAMS=16)",
+    )
+    ap.add_argument("--rounds", type=int, default=5, help="with --compare: cold starts of each row and variant [5]")
     phase = ap.add_mutually_exclusive_group()
     phase.add_argument("--build-only", action="store_true", help="compile into --work (needs TVM)")
     phase.add_argument("--run-only", action="store_true", help="run what --work holds (python3 + numpy only)")
@@ -766,6 +892,11 @@ def main() -> int:
         )
     if (args.build_only or args.run_only) and not args.work:
         ap.error("--build-only and --run-only need --work DIR")
+    if args.compare and not args.run_only:
+        ap.error("--compare runs what a work directory holds: add --run-only --work DIR")
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    variants = _compare_variants(args.compare, ap.error)
     if args.cuda and not re.fullmatch(r"sm_\d+[a-z]?", args.cuda_arch):
         ap.error("--cuda-arch takes sm_XX, e.g. sm_90")
     import tempfile
@@ -776,6 +907,8 @@ def main() -> int:
         build_all(args, work)
     if args.build_only:
         return 0
+    if args.compare:
+        return compare_cold_starts(args, work, variants)
     try:
         return run_all(args, work)
     finally:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import opencl_info, require_tool
-from helpers import load_benchmark, run_benchmark
+from helpers import REPO, load_benchmark, run_benchmark
 
 pytestmark = pytest.mark.slow  # the benchmark scripts run end to end
 
@@ -109,6 +109,39 @@ def test_run_only_without_tvm(work, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout  # nothing of TVM is importable there
     run_and_check("--run-only", *MODEL, "--work", work, "--quick", python=py, env=env, cwd=tmp_path)
+
+
+def refused(*args) -> subprocess.CompletedProcess:
+    """gpu.py ARGS, expected to fail: the finished process."""
+    cmd = [sys.executable, str(REPO / "benchmarks" / "gpu.py"), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_compare_cold_starts_under_a_setting(work, tmp_path):
+    """--compare NAME:VAR=VALUE: the GPU row's cold first runs under that environment and the default, interleaved
+    over --rounds (1 here: PoCL compiles for seconds); the setting reaches the runner (one kernel per program: as many programs built as kernels,
+    against fewer in groups of 8); a malformed comparison, or one without --run-only, is refused."""
+    out = tmp_path / "compare.json"
+    args = ["--run-only", "--work", work, "--compare", "one:TVMGEN_OPENCL_KERNELS_PER_PROGRAM=1", "--rounds", "1"]
+    proc = run_benchmark("gpu.py", *args, "--json", out)
+    print(proc.stdout)
+    rows = [re.split(r"\s{2,}", ln.strip()) for ln in proc.stdout.splitlines() if ln.startswith("builtin:")]
+    assert [(r[1], r[2], r[4]) for r in rows] == [("opencl", "default", "1"), ("opencl", "one", "1")], proc.stdout
+    assert rows[1][3] == "TVMGEN_OPENCL_KERNELS_PER_PROGRAM=1" and rows[1][7].endswith("x"), rows
+    doc = json.loads(out.read_text())
+    built = {s["variant"]: [r["cache"]["source_builds"] for r in s["runs"]] for s in doc["starts"]}
+    plan = json.loads((work / "plan.json").read_text())
+    art = work / next(r["artifact"] for r in plan["rows"] if r["id"] == "opencl")
+    kernels = (art / "model.so").read_bytes().count(b"// Function: ")
+    assert kernels > 8 and built == {"default": [2], "one": [kernels]}, (kernels, built)
+    for bad, why in (
+        (["--compare", "x:NOEQUALS"], "--compare takes NAME:VAR=VALUE"),
+        (["--compare", "x:A=1", "--compare", "x:B=2"], "used twice"),
+    ):
+        proc = refused("--run-only", "--work", work, *bad)
+        assert proc.returncode == 2 and why in proc.stderr, proc.stderr
+    proc = refused("--work", work, "--compare", "x:A=1")
+    assert proc.returncode == 2 and "add --run-only" in proc.stderr, proc.stderr
 
 
 def test_reference_inputs_keep_a_scalar_input_scalar(compiled, tmp_path):
