@@ -658,7 +658,8 @@ def compare_cold_starts(args, work: Path, variants: list[tuple[str, dict]]) -> i
         for name, extra in variants:
             ts = starts[(row["model"], row["id"], name)]
             xs = [t["first_run_ms"] for t in ts]
-            built = _med([(t.get("cache") or {}).get("source_builds") for t in ts])
+            here = _med([(t.get("cache") or {}).get("source_builds") for t in ts])
+            helpers = _med([(t.get("cache") or {}).get("helper_builds") for t in ts])
             env_text = ",".join(f"{k}={v}" for k, v in extra.items()) or "-"
             ratio = "-" if name == "default" else benchlib.fmt_ratio(benchlib.ratio(_med(xs), base))
             body.append(
@@ -671,7 +672,7 @@ def compare_cold_starts(args, work: Path, variants: list[tuple[str, dict]]) -> i
                     _fmt(_med(xs)),
                     f"{_fmt(min(xs))}-{_fmt(max(xs))}",
                     ratio,
-                    "-" if built is None else f"{built:g}",
+                    "-" if here is None else f"{here:g} / {helpers or 0:g}",
                 ]
             )
         body.append(None)
@@ -684,7 +685,7 @@ def compare_cold_starts(args, work: Path, variants: list[tuple[str, dict]]) -> i
         "cold first run ms",
         "range",
         "x default",
-        "programs built",
+        "programs built here / by helpers",
     ]
     print(
         f"GPU cold starts compared: {args.rounds} rounds, variants interleaved (each round in a rotated order); "
