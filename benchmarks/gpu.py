@@ -566,11 +566,15 @@ def run_row(row: dict, model: dict, work: Path, args, runner: Path) -> dict:
     return out
 
 
-def run_all(args, work: Path) -> int:
+def _load_plan(work: Path) -> dict:
     plan_file = work / PLAN
     if not plan_file.is_file():
         sys.exit(f"gpu.py: {plan_file} not found: make it with --build-only --work {work}")
-    plan = json.loads(plan_file.read_text())
+    return json.loads(plan_file.read_text())
+
+
+def run_all(args, work: Path) -> int:
+    plan = _load_plan(work)
     runner = work / "runtime" / "bin" / "tvmgen-run"
     models = {m["name"]: m for m in plan["models"]}
     results = []
@@ -621,10 +625,7 @@ def compare_cold_starts(args, work: Path, variants: list[tuple[str, dict]]) -> i
     row once under every variant, in an order rotated by the round, so a drift of the machine (shared, noisy)
     falls on all of them alike. Each start is logged as measured; the table gives medians and each variant's
     ratio to the default."""
-    plan_file = work / PLAN
-    if not plan_file.is_file():
-        sys.exit(f"gpu.py: {plan_file} not found: make it with --build-only --work {work}")
-    plan = json.loads(plan_file.read_text())
+    plan = _load_plan(work)
     runner = work / "runtime" / "bin" / "tvmgen-run"
     models = {m["name"]: m for m in plan["models"]}
     wanted = set(args.models.split(",")) if args.models else None
@@ -634,7 +635,9 @@ def compare_cold_starts(args, work: Path, variants: list[tuple[str, dict]]) -> i
         if r["device"] != "cpu" and "error" not in r and (wanted is None or r["model"] in wanted)
     ]
     if not rows:
-        sys.exit(f"gpu.py: no GPU row of {plan_file} to compare" + (f" among --models {args.models}" if wanted else ""))
+        sys.exit(
+            f"gpu.py: no GPU row of {work / PLAN} to compare" + (f" among --models {args.models}" if wanted else "")
+        )
     starts: dict[tuple[str, str, str], list[dict]] = {}
     for rnd in range(args.rounds):
         for row in rows:
@@ -643,9 +646,12 @@ def compare_cold_starts(args, work: Path, variants: list[tuple[str, dict]]) -> i
                 tmp = work / "run" / f"{Path(row['artifact']).name}--{name}"
                 env, caches = _start_env(row, work, tmp)
                 _fresh(tmp, *caches)
-                t = _start(
-                    runner, work / row["artifact"], {**env, **extra}, _inputs(models[row["model"]], work), 0, 1, tmp
-                )
+                try:
+                    t = _start(
+                        runner, work / row["artifact"], {**env, **extra}, _inputs(models[row["model"]], work), 0, 1, tmp
+                    )
+                except RuntimeError as e:  # e.g. a setting the runtime refuses: say which start, and why
+                    sys.exit(f"gpu.py: {row['model']} {row['id']} under {name}: tvmgen-run failed: {e}")
                 shutil.rmtree(tmp, ignore_errors=True)
                 starts.setdefault((row["model"], row["id"], name), []).append(t)
                 log(
