@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import opencl_info, require_tool
-from helpers import REPO, load_benchmark, run_benchmark
+from helpers import load_benchmark, run_benchmark
 
 pytestmark = pytest.mark.slow  # the benchmark scripts run end to end
 
@@ -111,12 +111,6 @@ def test_run_only_without_tvm(work, tmp_path):
     run_and_check("--run-only", *MODEL, "--work", work, "--quick", python=py, env=env, cwd=tmp_path)
 
 
-def refused(*args) -> subprocess.CompletedProcess:
-    """gpu.py ARGS, expected to fail: the finished process."""
-    cmd = [sys.executable, str(REPO / "benchmarks" / "gpu.py"), *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-
-
 def test_compare_cold_starts_under_a_setting(work, tmp_path):
     """--compare NAME:VAR=VALUE: the GPU row's cold first runs under that environment and the default, interleaved
     over --rounds (1 here: PoCL compiles for seconds); the setting reaches the runner (one kernel per program: as many programs built as kernels,
@@ -138,9 +132,9 @@ def test_compare_cold_starts_under_a_setting(work, tmp_path):
         (["--compare", "x:NOEQUALS"], "--compare takes NAME:VAR=VALUE"),
         (["--compare", "x:A=1", "--compare", "x:B=2"], "used twice"),
     ):
-        proc = refused("--run-only", "--work", work, *bad)
+        proc = run_benchmark("gpu.py", "--run-only", "--work", work, *bad, succeed=False)
         assert proc.returncode == 2 and why in proc.stderr, proc.stderr
-    proc = refused("--work", work, "--compare", "x:A=1")
+    proc = run_benchmark("gpu.py", "--work", work, "--compare", "x:A=1", succeed=False)
     assert proc.returncode == 2 and "add --run-only" in proc.stderr, proc.stderr
 
 
