@@ -288,18 +288,21 @@ def test_quantised_matmul_on_the_dot_product_matches_the_integer_product(a_dtype
         assert dot["kind"] == "matmul" and dot["flops"] == 2 * 6 * 64 * 48, dot
 
 
-def keras_int8_model(tmp_path):
+def keras_int8_model(tmp_path, stem: bool = False):
     """A small full-integer TFLite model as the TFLite converter writes one (int8 weights and
     activations, float interface): 1x1 convolutions with 48 and 24 (not a whole AVX-512 vector)
-    output channels, a depthwise convolution, a residual add, a 10-way dense layer."""
+    output channels, a depthwise convolution, a residual add, a 10-way dense layer. ``stem``: a
+    1x1 convolution first, so that the residual block's input is a convolution's 8-bit output (as
+    in MobileNetV2) rather than the model's quantised input."""
     import tensorflow as tf
 
     tf.keras.utils.set_random_seed(0)
     x = tf.keras.Input((14, 14, 24), batch_size=1)
-    h = tf.keras.layers.Conv2D(48, 1, activation=tf.nn.relu6)(x)
+    s = tf.keras.layers.Conv2D(24, 1)(x) if stem else x
+    h = tf.keras.layers.Conv2D(48, 1, activation=tf.nn.relu6)(s)
     h = tf.keras.layers.DepthwiseConv2D(3, padding="same", activation=tf.nn.relu6)(h)
     h = tf.keras.layers.Conv2D(24, 1)(h)
-    h = tf.keras.layers.Add()([x, h])
+    h = tf.keras.layers.Add()([s, h])
     h = tf.keras.layers.GlobalAveragePooling2D()(h)
     y = tf.keras.layers.Dense(10)(h)
     keras_model = tf.keras.Model(x, y)
@@ -314,7 +317,7 @@ def keras_int8_model(tmp_path):
         [rng.uniform(-1, 1, (1, 14, 14, 24)).astype(np.float32)] for _ in range(16)
     )
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    path = tmp_path / "q.tflite"
+    path = tmp_path / ("q-stem.tflite" if stem else "q.tflite")
     path.write_bytes(converter.convert())
     return path
 

@@ -144,3 +144,80 @@ def test_outputs_bit_identical_to_the_build_without_the_rewrite(model, tmp_path,
         (ref,) = imported.reference({name: x})
         q = float(ref.max() - ref.min()) / 255
         assert np.abs(a - ref).max() <= 2.01 * q  # LiteRT, within its own rounding (test_int8)
+
+
+# ------------------------------------------------------------------ GPU builds: one dequantized copy
+
+LONE_DEQUANTIZE = re.compile(r"^dequantize\d*$")  # a kernel that only dequantizes
+
+
+@pytest.fixture(scope="module")
+def stem_model(tmp_path_factory):
+    """A residual block whose input is a convolution's 8-bit output (as in MobileNetV2)."""
+    return keras_int8_model(tmp_path_factory.mktemp("int8-stem"), stem=True)
+
+
+def _gpu_fused(path, family: str) -> list[str]:
+    """The function names of the GPU pipeline's fused module (up to FuseTIR) for ``family``."""
+    from tvmgen.compiler import adreno, gpu
+    from tvmgen.compiler.platforms import BuildTarget
+
+    target = BuildTarget(PLATFORMS["android-arm64"], "opencl", family).tvm
+    if family == "adreno":
+        passes = adreno.legalize_passes(target, True)
+        passes = passes[: [p.info.name for p in passes].index("FuseTIR") + 1]
+    else:
+        passes = gpu.prepare_passes(target)
+    with target:
+        return _functions(tvm.transform.Sequential(passes)(frontends.load(path, []).mod))
+
+
+@pytest.mark.parametrize("family", ["generic", "adreno"])
+def test_gpu_kernels_read_one_dequantized_copy_of_the_residual_input(stem_model, monkeypatch, family):
+    """TVM's TFLite importer dequantizes the block's input twice (for the 1x1 convolution and for the
+    residual add): with int8.share_dequantized one binding, fused into the stem convolution's kernel,
+    which writes the float copy both read; without it a kernel of its own dequantizes."""
+    names = _gpu_fused(stem_model, family)
+    assert not [n for n in names if LONE_DEQUANTIZE.match(n)], names
+    monkeypatch.setattr(int8, "share_dequantized", lambda mod: mod)
+    before = _gpu_fused(stem_model, family)
+    assert [n for n in before if LONE_DEQUANTIZE.match(n)], before  # the test sees what the rewrite removes
+    assert len(before) == len(names) + 1
+
+
+def test_shared_dequantize_leaves_the_input_module_and_other_models_alone(stem_model):
+    """A pass returns a new module (the build's fallback pipelines rerun on its input); a model without
+    duplicate dequantizes comes back as it was."""
+    mod = frontends.load(stem_model, []).mod
+    text = mod.script()
+    shared = int8.share_dequantized(mod)
+    assert mod.script() == text
+    assert shared.script().count("R.dequantize(") == text.count("R.dequantize(") - 1
+    assert int8.share_dequantized(shared) is shared
+
+
+@pytest.mark.slow
+def test_gpu_build_with_shared_dequantize_matches_litert_on_pocl(stem_model, ocl_runtime, opencl_lib, tmp_path):
+    """The OpenCL build, run by tvmgen-run on PoCL: no dequantize-only kernel, within two output
+    quanta of LiteRT (as the CPU build, test_int8) and equal to the CPU build but for roundings."""
+    from test_opencl import run_tool
+    from tvmgen.compiler import kernels
+
+    imported = frontends.load(stem_model, [])
+    name = imported.inputs[0].name
+    gpu_art, cpu_art = tmp_path / "gpu", tmp_path / "cpu"
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "opencl"), gpu_art, True, {"name": "q"})
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), cpu_art, True, {"name": "q"})
+    names = [k["name"] for k in kernels.load(gpu_art)["kernels"]]
+    assert not [n for n in names if LONE_DEQUANTIZE.match(n)], names
+    cpu_model = HostModel(cpu_art)
+    rng = np.random.default_rng(13)
+    for i in range(3):
+        x = rng.uniform(-1, 1, (1, 14, 14, 24)).astype(np.float32)
+        rc, (got,), _, err = run_tool(ocl_runtime, gpu_art, tmp_path, {name: x}, tag=f"o{i}")
+        assert rc == 0, err
+        (ref,) = imported.reference({name: x})
+        q = float(ref.max() - ref.min()) / 255
+        assert np.abs(got - ref).max() <= 2.01 * q
+        (on_cpu,) = cpu_model.run({name: x})
+        assert np.abs(got - on_cpu).max() <= 1.01 * q

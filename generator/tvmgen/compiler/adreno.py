@@ -95,10 +95,14 @@ def legalize_passes(target, texture: bool = True, report: dict | None = None) ->
     from tvm import relax
     from tvm.s_tir import dlight as dl
 
-    from tvmgen.compiler import gpu
+    from tvmgen.compiler import gpu, int8
 
     texture = texture and "texture" in target.keys
-    passes = [tvm.tirx.transform.BindTarget(target), relax.transform.DecomposeOpsForInference()]
+    passes = [
+        tvm.tirx.transform.BindTarget(target),
+        int8.ShareDequantized(),
+        relax.transform.DecomposeOpsForInference(),
+    ]
     if texture:
         passes += [
             relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW4c", "OIHW4o", "NCHW4c"]}),

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tvmgen import __version__
-from tvmgen.compiler import adreno, gpu, kernels, opencl_loops, stack_tiles
+from tvmgen.compiler import adreno, gpu, int8, kernels, opencl_loops, stack_tiles
 from tvmgen.compiler import export as exporter
 from tvmgen.compiler.platforms import DL_DEVICE_TYPES, BuildTarget, Platform
 from tvmgen.core import artifact
@@ -284,7 +284,8 @@ def metal_pipeline(target, report: dict | None = None):
     def _pipeline(mod, _ctx):
         with target:
             return tvm.transform.Sequential(
-                generic.library_dispatch_passes(target)
+                [int8.ShareDequantized()]
+                + generic.library_dispatch_passes(target)
                 + legalize
                 + [schedule]
                 + generic.dataflow_lower_passes(target)

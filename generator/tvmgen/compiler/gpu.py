@@ -29,11 +29,11 @@ def prepare_passes(target, lower_conv_transpose: bool = True) -> list:
     """Relax -> fused TIR functions, unscheduled: the module both ``tune`` and ``compile`` schedule."""
     from tvm.relax.backend.gpu_generic import pipeline as generic
 
-    from tvmgen.compiler import conv_transpose, rewrites
+    from tvmgen.compiler import conv_transpose, int8, rewrites
 
     legalize = [p for p in generic.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
     return (
-        [rewrites.module_pass("TvmgenPreluUnflattened", _prelu_unflattened)]
+        [rewrites.module_pass("TvmgenPreluUnflattened", _prelu_unflattened), int8.ShareDequantized()]
         + ([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
         + generic.library_dispatch_passes(target)
         + legalize
