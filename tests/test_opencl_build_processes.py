@@ -64,6 +64,10 @@ def test_helpers_build_the_cold_programs(ocl_runtime, opencl_lib, art, tmp_path)
     assert stats["helper_builds"] >= 1, (stats, err)
     assert stats["hits"] == stats["helper_builds"] and stats["source_builds"] == n - stats["helper_builds"], stats
     assert "built by a helper process, loaded from the cache" in err, err
+    # a cold start (no record in the cache that this plan was built) starts its helpers before this process has
+    # found the platform and device (NVIDIA: ~0.3 s), as TVMGEN_OPENCL_HELPERS_EARLY=0 does not
+    early = err.index("helper processes started before the device was found")
+    assert early < err.index("platform and device found"), err
     # the log's timeline: each program's time and when it was ready, from the start of the module's builds
     done_at = [float(t) for t in re.findall(r"program \d+/\d+ \(1 kernels\) .* in [\d.]+ ms \(at ([\d.]+) ms\)", err)]
     assert len(done_at) == n and all(t > 0 for t in done_at), err
@@ -84,6 +88,24 @@ def test_helpers_build_the_cold_programs(ocl_runtime, opencl_lib, art, tmp_path)
     assert prep["cached"] == n and stats["helper_builds"] == 0 and stats["source_builds"] == 0, (stats, prep)
     assert "tvmgen-clbuild" not in err and "helper process" not in err, err
     for g, w in zip(again, want):
+        np.testing.assert_array_equal(g, w)
+    # the record of a built plan, removed: a start with every program cached starts its helpers early, finds
+    # nothing missing once it knows the device, stops them and writes the record again
+    (marker,) = cache.glob("plan-*.built")
+    marker.unlink()
+    again, stats, prep, err, _ = start(ocl_runtime, art, tmp_path, inputs, cache, "unmarked", HELPERS)
+    assert "helper processes started before the device was found" in err, err
+    assert "the helper processes started early were stopped (the programs are in the kernel cache)" in err, err
+    assert prep["cached"] == n and stats["helper_builds"] == 0 and stats["source_builds"] == 0, (stats, prep)
+    assert marker.is_file()
+    for g, w in zip(again, want):
+        np.testing.assert_array_equal(g, w)
+    late, stats, _, err, _ = start(
+        ocl_runtime, art, tmp_path, inputs, tmp_path / "c-late", "late", {**HELPERS, "TVMGEN_OPENCL_HELPERS_EARLY": "0"}
+    )
+    assert "started before the device" not in err and stats["helper_builds"] >= 1, (stats, err)
+    assert err.index("platform and device found") < err.index("helper processes started (at"), err
+    for g, w in zip(late, want):
         np.testing.assert_array_equal(g, w)
     # the kernel cache off: the helpers write into a private directory, removed afterwards
     off, stats, prep, _, tmp = start(ocl_runtime, art, tmp_path, inputs, "", "off", HELPERS)

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <thread>
@@ -60,6 +61,12 @@ int PotentialHelperProcesses() {
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::min(5, cores - 1);
 #endif
+}
+
+bool HelpersLikelyEarly() {
+  if (PotentialHelperProcesses() <= 0 || EnvInt("TVMGEN_OPENCL_HELPERS_EARLY", 1) == 0) return false;
+  const char* v = std::getenv("TVMGEN_OPENCL_BUILD_PROCESSES");
+  return (v && *v) || access("/proc/driver/nvidia/version", F_OK) == 0;
 }
 
 int HelperProcesses(const DeviceInfo& dev, const std::string& platform) {

@@ -28,6 +28,11 @@ namespace opencl {
 int HelperProcesses(const DeviceInfo& dev, const std::string& platform);
 // The same where the driver serializes (or the variable is set): known before the platform is.
 int PotentialHelperProcesses();
+// Whether helpers are likely before the platform is known: PotentialHelperProcesses() > 0, and
+// TVMGEN_OPENCL_BUILD_PROCESSES set or NVIDIA's kernel driver loaded (/proc/driver/nvidia/version), and not
+// TVMGEN_OPENCL_HELPERS_EARLY=0. A cold start then starts its helpers before this process's driver start
+// (~0.3 s on NVIDIA: the platform and the context), see Builds::StartEarly in opencl_module.cc.
+bool HelpersLikelyEarly();
 
 // The weight of one kernel for balancing programs: its definition's bytes plus a fixed cost per kernel.
 size_t KernelWeight(size_t definition_bytes);

@@ -17,6 +17,9 @@
 #include "../common/backend_globals.h"
 #include "../common/blob_reader.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <future>
@@ -575,18 +578,31 @@ class OpenCLModule : public ffi::ModuleObj {
           maybe = m_->HelperGroups(PotentialHelperProcesses());
           return maybe ? HashedPlan(maybe) : std::vector<ProgramSource>();
         });
+        std::vector<ProgramSource> spec_plan;
+        std::shared_ptr<HelperBuilds> early = StartEarly(&spec, &spec_plan);  // gets spec where it may start them
         Workspace& w = Workspace::Global();
         const DeviceInfo& dev = w.Probe(device_id_);
+        if (LogOn()) std::fprintf(stderr, "tvmgen-opencl: platform and device found (at %.1f ms)\n", MsSince(setup_t0_));
         int n = HelperProcesses(dev, w.platform_name());
         size_t groups = m_->HelperGroups(n);
-        if (groups > 0) {
-          plan = spec.get();  // sets maybe
-          if (groups != maybe) plan = HashedPlan(groups);
+        if (early && groups > 0 && groups == maybe) {
+          plan = std::move(spec_plan);
+          queue = AdoptEarly(&plan, early, &helpers);
+        } else if (groups > 0) {
+          if (early) StopEarly(early.get(), "this platform builds in-process");
+          plan = spec.valid() ? spec.get() : std::move(spec_plan);  // sets maybe (StartEarly may have got it)
+          if (groups != maybe || plan.size() != groups) plan = HashedPlan(groups);
           queue = StartHelpers(&plan, n, &helpers);  // before this process's context: theirs are made meanwhile
+          if (LogOn() && helpers) {
+            std::fprintf(stderr, "tvmgen-opencl: %zu helper processes started (at %.1f ms)\n", helpers->size(),
+                         MsSince(setup_t0_));
+          }
         } else {
+          if (early) StopEarly(early.get(), "this platform builds in-process");
           plan = plain.get();
         }
         w.device(device_id_);
+        if (LogOn()) std::fprintf(stderr, "tvmgen-opencl: context made (at %.1f ms)\n", MsSince(setup_t0_));
       } catch (const ffi::Error& e) {
         error = e.message();
       }
@@ -634,6 +650,79 @@ class OpenCLModule : public ffi::ModuleObj {
       }
     }
 
+    // A cold start's helpers, started before this process's driver start (the platform and the context: ~0.3 s
+    // on NVIDIA, the helpers' builds would wait for it), where helpers are likely (HelpersLikelyEarly), the model
+    // is planned for them, and the kernel cache has no record that this plan was built (PlanMarker): every
+    // program is theirs to take (which are missing is known only with the device). Gets the helpers' plan
+    // from `spec` into *plan when it may start them; nullptr where it did not start them.
+    std::shared_ptr<HelperBuilds> StartEarly(std::future<std::vector<ProgramSource>>* spec,
+                                             std::vector<ProgramSource>* plan) {
+      std::string dir = KernelCache::Global().Dir();
+      if (dir.empty() || !HelpersLikelyEarly()) return nullptr;
+      *plan = spec->get();
+      if (plan->size() < 3) return nullptr;
+      marker_ = PlanMarker(*plan);
+      struct stat st;
+      if (stat(marker_.c_str(), &st) == 0) return nullptr;  // built before: the usual path finds what is missing
+      std::vector<const std::string*> sources;
+      for (const ProgramSource& ps : *plan) sources.push_back(&ps.source);
+      int n = std::min<int>(PotentialHelperProcesses(), static_cast<int>(plan->size()) - 1);
+      auto h = std::make_shared<HelperBuilds>();
+      std::string why;
+      bool ok = h->Start(sources, n, device_id_, dir, LogOn(), &why);
+      if (h->size() == 0) return nullptr;  // the usual path tries again, and says why it cannot
+      if (!ok || static_cast<int>(h->size()) < n) {
+        std::fprintf(stderr, "tvmgen-opencl: %s: %zu of %d helper processes started\n", why.c_str(), h->size(), n);
+      }
+      if (LogOn()) {
+        std::fprintf(stderr, "tvmgen-opencl: %zu helper processes started before the device was found (no record "
+                     "in the kernel cache that this model's %zu programs were built: a cold start) (at %.1f ms)\n",
+                     h->size(), plan->size(), MsSince(setup_t0_));
+      }
+      return h;
+    }
+
+    // The early helpers' queue, once the device is known: every program, when two or more are missing from the
+    // cache; else they are stopped (nothing to build: the cache was filled without the record) and none.
+    std::vector<size_t> AdoptEarly(std::vector<ProgramSource>* plan, std::shared_ptr<HelperBuilds> early,
+                                   std::shared_ptr<HelperBuilds>* out) {
+      std::string dir = KernelCache::Global().Dir();
+      size_t missing = 0;
+      for (ProgramSource& ps : *plan) {
+        ps.key = CacheKey(ps.sha, device_id_);
+        struct stat st;
+        missing += stat(KernelCache::Global().PathFor(dir, ps.key).c_str(), &st) != 0;
+      }
+      if (missing < 2) {
+        StopEarly(early.get(), "the programs are in the kernel cache");
+        WriteMarker();
+        return {};
+      }
+      *out = early;
+      std::vector<size_t> all(plan->size());
+      for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+      return all;
+    }
+
+    void StopEarly(HelperBuilds* early, const char* why) {
+      early->StopAll();
+      if (LogOn()) std::fprintf(stderr, "tvmgen-opencl: the helper processes started early were stopped (%s)\n", why);
+    }
+
+    // The kernel cache's record that a plan's programs were built (with this cache): a file named by the hash of
+    // the programs' sources, written once they all are; its absence is what makes a start cold for StartEarly.
+    static std::string PlanMarker(const std::vector<ProgramSource>& plan) {
+      std::string shas;
+      for (const ProgramSource& ps : plan) shas += ps.sha + "\n";
+      return KernelCache::Global().Dir() + "/plan-" + Sha256Hex(shas) + ".built";
+    }
+
+    void WriteMarker() {
+      if (marker_.empty()) return;
+      int fd = open(marker_.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+      if (fd >= 0) close(fd);
+    }
+
     // Plan(groups) with each program's Sha256Hex, computed by BuildThreads() threads.
     std::vector<ProgramSource> HashedPlan(size_t groups) const {
       std::vector<ProgramSource> p = m_->Plan(groups);
@@ -664,7 +753,11 @@ class OpenCLModule : public ffi::ModuleObj {
           sources.push_back(&p[i].source);
         }
       }
-      if (missing.size() < 2) return {};
+      if (!dir.empty()) marker_ = PlanMarker(p);
+      if (missing.size() < 2) {
+        WriteMarker();  // the next start knows (StartEarly)
+        return {};
+      }
       int n = std::min<int>(helpers, static_cast<int>(missing.size()) - 1);
       auto h = std::make_shared<HelperBuilds>();
       std::string why;
@@ -808,12 +901,16 @@ class OpenCLModule : public ffi::ModuleObj {
       {
         std::lock_guard<std::mutex> lock(mu_);
         bool queued = helpers_ && queued_left_ > 0 && queued_at_start_.count(i);
+        queue_failed_ |= queued && !done.error.empty();
         slots_[i] = std::move(done);
         slots_[i].state = kDone;
         cv_.notify_all();
         if (queued && --queued_left_ == 0) finished = std::move(helpers_);
       }
-      if (finished) finished->StopAll();  // the helpers still starting have nothing left to claim
+      if (finished) {
+        finished->StopAll();  // the helpers still starting have nothing left to claim
+        if (!queue_failed_) WriteMarker();
+      }
     }
 
 
@@ -849,6 +946,8 @@ class OpenCLModule : public ffi::ModuleObj {
     std::shared_ptr<HelperBuilds> helpers_;                // while the queue has programs left
     int helpers_alive_ = 0;
     std::atomic<bool> helper_ready_{false};                // a helper has its context: this process stops claiming
+    bool queue_failed_ = false;                            // a queued program failed to build
+    std::string marker_;                                   // PlanMarker of the helpers' plan, where there is one
     std::vector<Slot> slots_;
     size_t next_ = 0;
     bool started_ = false, stop_ = false, setup_done_ = false;
