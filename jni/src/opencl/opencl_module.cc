@@ -686,14 +686,7 @@ class OpenCLModule : public ffi::ModuleObj {
     // cache; else they are stopped (nothing to build: the cache was filled without the record) and none.
     std::vector<size_t> AdoptEarly(std::vector<ProgramSource>* plan, std::shared_ptr<HelperBuilds> early,
                                    std::shared_ptr<HelperBuilds>* out) {
-      std::string dir = KernelCache::Global().Dir();
-      size_t missing = 0;
-      for (ProgramSource& ps : *plan) {
-        ps.key = CacheKey(ps.sha, device_id_);
-        struct stat st;
-        missing += stat(KernelCache::Global().PathFor(dir, ps.key).c_str(), &st) != 0;
-      }
-      if (missing < 2) {
+      if (KeysAndMissing(plan).size() < 2) {
         StopEarly(early.get(), "the programs are in the kernel cache");
         WriteMarker();
         return {};
@@ -702,6 +695,19 @@ class OpenCLModule : public ffi::ModuleObj {
       std::vector<size_t> all(plan->size());
       for (size_t i = 0; i < all.size(); ++i) all[i] = i;
       return all;
+    }
+
+    // The plan's cache keys, set; the programs missing from the kernel cache (all of them with the cache off).
+    std::vector<size_t> KeysAndMissing(std::vector<ProgramSource>* plan) const {
+      std::string dir = KernelCache::Global().Dir();
+      std::vector<size_t> missing;
+      for (size_t i = 0; i < plan->size(); ++i) {
+        ProgramSource& ps = (*plan)[i];
+        ps.key = CacheKey(ps.sha, device_id_);
+        struct stat st;
+        if (dir.empty() || stat(KernelCache::Global().PathFor(dir, ps.key).c_str(), &st) != 0) missing.push_back(i);
+      }
+      return missing;
     }
 
     void StopEarly(HelperBuilds* early, const char* why) {
@@ -742,17 +748,10 @@ class OpenCLModule : public ffi::ModuleObj {
     // A helper that cannot start is said.
     std::vector<size_t> StartHelpers(std::vector<ProgramSource>* plan, int helpers, std::shared_ptr<HelperBuilds>* out) {
       std::vector<ProgramSource>& p = *plan;
-      for (ProgramSource& ps : p) ps.key = CacheKey(ps.sha, device_id_);
       std::string dir = KernelCache::Global().Dir();
-      std::vector<size_t> missing;
+      std::vector<size_t> missing = KeysAndMissing(plan);
       std::vector<const std::string*> sources;
-      for (size_t i = 0; i < p.size(); ++i) {
-        struct stat st;
-        if (dir.empty() || stat(KernelCache::Global().PathFor(dir, p[i].key).c_str(), &st) != 0) {
-          missing.push_back(i);
-          sources.push_back(&p[i].source);
-        }
-      }
+      for (size_t i : missing) sources.push_back(&p[i].source);
       if (!dir.empty()) marker_ = PlanMarker(p);
       if (missing.size() < 2) {
         WriteMarker();  // the next start knows (StartEarly)
@@ -898,6 +897,7 @@ class OpenCLModule : public ffi::ModuleObj {
         done.error = e.message();
       }
       std::shared_ptr<HelperBuilds> finished;
+      bool record = false;
       {
         std::lock_guard<std::mutex> lock(mu_);
         bool queued = helpers_ && queued_left_ > 0 && queued_at_start_.count(i);
@@ -905,12 +905,13 @@ class OpenCLModule : public ffi::ModuleObj {
         slots_[i] = std::move(done);
         slots_[i].state = kDone;
         cv_.notify_all();
-        if (queued && --queued_left_ == 0) finished = std::move(helpers_);
+        if (queued && --queued_left_ == 0) {
+          finished = std::move(helpers_);
+          record = !queue_failed_;
+        }
       }
-      if (finished) {
-        finished->StopAll();  // the helpers still starting have nothing left to claim
-        if (!queue_failed_) WriteMarker();
-      }
+      if (finished) finished->StopAll();  // the helpers still starting have nothing left to claim
+      if (record) WriteMarker();  // every queued program built: the next start is warm (StartEarly)
     }
 
 
