@@ -657,8 +657,7 @@ class OpenCLModule : public ffi::ModuleObj {
     // from `spec` into *plan when it may start them; nullptr where it did not start them.
     std::shared_ptr<HelperBuilds> StartEarly(std::future<std::vector<ProgramSource>>* spec,
                                              std::vector<ProgramSource>* plan) {
-      std::string dir = KernelCache::Global().Dir();
-      if (dir.empty() || !HelpersLikelyEarly()) return nullptr;
+      if (KernelCache::Global().Dir().empty() || !HelpersLikelyEarly()) return nullptr;
       *plan = spec->get();
       if (plan->size() < 3) return nullptr;
       marker_ = PlanMarker(*plan);
@@ -667,14 +666,8 @@ class OpenCLModule : public ffi::ModuleObj {
       std::vector<const std::string*> sources;
       for (const ProgramSource& ps : *plan) sources.push_back(&ps.source);
       int n = std::min<int>(PotentialHelperProcesses(), static_cast<int>(plan->size()) - 1);
-      auto h = std::make_shared<HelperBuilds>();
-      std::string why;
-      bool ok = h->Start(sources, n, device_id_, dir, LogOn(), &why);
-      if (h->size() == 0) return nullptr;  // the usual path tries again, and says why it cannot
-      if (!ok || static_cast<int>(h->size()) < n) {
-        std::fprintf(stderr, "tvmgen-opencl: %s: %zu of %d helper processes started\n", why.c_str(), h->size(), n);
-      }
-      if (LogOn()) {
+      std::shared_ptr<HelperBuilds> h = Spawn(sources, n, false);  // none: the usual path tries again, and says why
+      if (h && LogOn()) {
         std::fprintf(stderr, "tvmgen-opencl: %zu helper processes started before the device was found (no record "
                      "in the kernel cache that this model's %zu programs were built: a cold start) (at %.1f ms)\n",
                      h->size(), plan->size(), MsSince(setup_t0_));
@@ -758,16 +751,21 @@ class OpenCLModule : public ffi::ModuleObj {
         return {};
       }
       int n = std::min<int>(helpers, static_cast<int>(missing.size()) - 1);
+      *out = Spawn(sources, n, true);
+      return *out ? missing : std::vector<size_t>();
+    }
+
+    // Up to n helper processes building `sources` into the kernel cache; fewer are said (also none, with
+    // `say_none`); nullptr when none started.
+    std::shared_ptr<HelperBuilds> Spawn(const std::vector<const std::string*>& sources, int n, bool say_none) {
       auto h = std::make_shared<HelperBuilds>();
       std::string why;
-      bool ok = h->Start(sources, n, device_id_, dir, LogOn(), &why);
-      if (!ok || static_cast<int>(h->size()) < n) {
+      bool ok = h->Start(sources, n, device_id_, KernelCache::Global().Dir(), LogOn(), &why);
+      if ((!ok || static_cast<int>(h->size()) < n) && (h->size() > 0 || say_none)) {
         std::fprintf(stderr, "tvmgen-opencl: %s: %zu of %d helper processes started%s\n", why.c_str(), h->size(), n,
                      h->size() ? "" : "; building every program in this process");
       }
-      if (h->size() == 0) return {};
-      *out = h;
-      return missing;
+      return h->size() ? h : nullptr;
     }
 
     // Reads helper k's reports: each program it stored is loaded from the cache; one it claimed but did not
