@@ -49,6 +49,8 @@ OTHERS = (
     "vad_if",
     "vad_scalar",
     "selfie_seg_fp16",
+    "gru_scorer_opset9",
+    "gru_scorer_opset11",
 )
 MODELS = (*TORCH_NETS, *KERAS, *OTHERS)
 TARGETS = {
@@ -74,6 +76,15 @@ WHAT = {
     "vad_if": "LSTM in If, --const sr=16000",
     "vad_scalar": "scalar input into If and arithmetic, scalar output",
     "selfie_seg_fp16": "fp16 weights (DEQUANTIZE), MediaPipe Convolution2DTransposeBias",
+    "gru_scorer_opset9": "opset 9: attribute Slice on a GRU state input, dynamic batch and frames",
+    "gru_scorer_opset11": "opset 11: GRU state from the batch size (Shape, ConstantOfShape), 0-d output",
+}
+# `tvmgen compile` flags a model needs: --const binds an input (the reference gets its value), --input fixes
+# the dynamic sizes an exporter left
+FLAGS = {
+    "vad_if": ("--const", "sr=16000"),
+    "gru_scorer_opset9": ("--input", "x:1x40x30", "--input", "h0:4x1x64"),
+    "gru_scorer_opset11": ("--input", "x:1x50x40"),
 }
 # Models checked on set values of some inputs (one check per set; the rest seeded random): an If
 # on a scalar must be checked down each branch.
@@ -119,9 +130,11 @@ def build(name: str, work: Path) -> tuple[Path, list[str]]:
     if name == "audio_rnn":
         return _onnx_from_torch(_AudioRnn(), torch.randn(1, 40, 50), work / "audio_rnn.onnx"), []
     if name == "vad_if":
-        return _vad_if(work), ["--const", "sr=16000"]
+        return _vad_if(work), build_flags(name)
     if name == "vad_scalar":
         return _vad_if(work, scalar=True), []
+    if name in ("gru_scorer_opset9", "gru_scorer_opset11"):
+        return _gru_scorer(work, int(name.rsplit("opset", 1)[1])), build_flags(name)
     raise SystemExit(f"unknown model {name}")
 
 
@@ -476,6 +489,60 @@ def _selfie_seg_fp16(work: Path) -> Path:
     return path
 
 
+def _gru_scorer(work: Path, opset: int) -> Path:
+    """Audio-quality scorers as exporters of old opsets write them, with a dynamic batch and frame count
+    that ``--input`` fixes. Opset 9: a conv front end, two GRU stacks whose initial states are slices
+    of one state input ``h0`` (Slice with starts/ends as attributes), the new state out. Opset 11: the
+    GRU's initial state built from the batch size (Shape, Gather, ConstantOfShape), its last state
+    through Gemm and LeakyRelu into a 0-d mean."""
+    import torch
+
+    import zoo_nets
+
+    class Opset9(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv1d(40, 64, 3, padding=1)
+            self.g1 = torch.nn.GRU(64, 64, num_layers=2, batch_first=True)
+            self.g2 = torch.nn.GRU(64, 64, num_layers=2, batch_first=True)
+            self.fc = torch.nn.Linear(64, 1)
+
+        def forward(self, x, h0):
+            y = torch.relu(self.conv(x)).transpose(1, 2)
+            y, h1 = self.g1(y, h0[0:2])
+            y, h2 = self.g2(y, h0[2:4])
+            return torch.sigmoid(self.fc(y)).squeeze(-1), torch.cat([h1, h2], 0)
+
+    class Opset11(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = torch.nn.GRU(40, 64, batch_first=True)
+            self.fc = torch.nn.Linear(64, 1)
+
+        def forward(self, x):
+            _, h = self.gru(x)
+            return torch.nn.functional.leaky_relu(self.fc(h[-1]), 0.1).mean()
+
+    path = work / f"gru_scorer_opset{opset}.onnx"
+    if opset == 9:
+        net, example = Opset9(), (torch.randn(1, 40, 30), torch.randn(4, 1, 64))
+        names, dynamic = ["x", "h0"], {"x": {0: "batch", 2: "frames"}, "h0": {1: "batch"}}
+    else:
+        net, example = Opset11(), (torch.randn(1, 50, 40),)
+        names, dynamic = ["x"], {"x": {0: "batch", 1: "frames"}}
+    with torch.no_grad():
+        torch.onnx.export(
+            zoo_nets.randomise(net).eval(),
+            example,
+            str(path),
+            opset_version=opset,
+            dynamo=False,
+            input_names=names,
+            dynamic_axes=dynamic,
+        )
+    return path
+
+
 def _vad_if(work: Path, scalar: bool = False) -> Path:
     """A voice-activity detector's control flow: one LSTM per sample rate in an If on ``sr``.
 
@@ -571,14 +638,13 @@ def _consts(flags: list[str], path: Path) -> dict:
     """--const flags as the reference's extra inputs (dtype from the model)."""
     import onnx
 
+    flags, _ = split_flags(flags)
     if not flags:
         return {}
     types = {vi.name: vi.type.tensor_type.elem_type for vi in onnx.load(str(path)).graph.input}
     from onnx.helper import tensor_dtype_to_np_dtype
 
-    return {
-        n: np.array(float(v), tensor_dtype_to_np_dtype(types[n])) for n, v in (f.split("=", 1) for f in flags[1::2])
-    }
+    return {n: np.array(float(v), tensor_dtype_to_np_dtype(types[n])) for n, v in (f.split("=", 1) for f in flags)}
 
 
 def max_error(actual, expected) -> float:
@@ -751,8 +817,14 @@ def time_host(name: str, work: Path, runs: int) -> dict:
     return {t.key: benchlib.median(t.times_ms) for t in timed}
 
 
+def split_flags(flags) -> tuple[list[str], list[str]]:
+    """A model's flags as (the --const values, the --input values)."""
+    pairs = list(zip(flags[::2], flags[1::2], strict=True))
+    return [v for f, v in pairs if f == "--const"], [v for f, v in pairs if f == "--input"]
+
+
 def build_flags(name: str) -> list[str]:
-    return ["--const", "sr=16000"] if name == "vad_if" else []
+    return list(FLAGS.get(name, ()))
 
 
 # =========================================================================== table

@@ -225,8 +225,8 @@ def _content_digest(path: Path) -> str:
 
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
-    """``compiled(model_path, platform="host", device="cpu", name=None, consts=None, **BuildOptions fields)``
-    (``consts``: --const values, name -> text): the artifact
+    """``compiled(model_path, platform="host", device="cpu", name=None, consts=None, inputs=None, **BuildOptions
+    fields)`` (``consts``: --const values, name -> text; ``inputs``: --input values): the artifact
     directory of the model compiled with ``compile_to_artifact`` (manifest name ``name``, default the file's
     stem; its source, format and sha256 recorded as `tvmgen compile` records them, so --check and bench find
     the reference), once per session for each (sha256 of the model's bytes, options). Shared: a test that changes an
@@ -239,22 +239,24 @@ def compiled(tmp_path_factory):
     root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "compiled"
     done: dict[str, Path] = {}
 
-    def compile_once(model_path, platform="host", device="cpu", name=None, consts=None, **options) -> Path:
+    def compile_once(model_path, platform="host", device="cpu", name=None, consts=None, inputs=None, **options) -> Path:
         from tvmgen import frontends
         from tvmgen.compiler.build import BuildOptions, compile_to_artifact
         from tvmgen.compiler.platforms import PLATFORMS
+        from tvmgen.frontends.base import InputOverride
 
         model_path = Path(model_path)
         plat = PLATFORMS[platform] if isinstance(platform, str) else platform
         name = name or model_path.stem
         fields = {k: _content_digest(v) if isinstance(v, Path) else repr(v) for k, v in sorted(options.items())}
-        key_text = json.dumps([_content_digest(model_path), plat.name, device, name, consts or {}, fields])
+        key_text = json.dumps([_content_digest(model_path), plat.name, device, name, consts or {}, inputs, fields])
         key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
         if key not in done:
             out = root / key / name
             with exclusive(root / f"{key}.lock"):
                 if not (out / "manifest.json").is_file():  # not compiled by another worker of this run
-                    imported = frontends.load(model_path, [], consts=consts)
+                    overrides = [InputOverride.parse(text) for text in inputs or ()]
+                    imported = frontends.load(model_path, overrides, consts=consts)
                     info = {"name": name, "source": str(model_path.resolve()), "format": imported.format}
                     if model_path.is_file():
                         info["sha256"] = _content_digest(model_path)

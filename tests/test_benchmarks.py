@@ -94,7 +94,8 @@ def shared_zoo_build(name: str, work, compiled):
 
     work.mkdir(parents=True, exist_ok=True)
     path, flags = zoo.build(name, work)
-    built = compiled(path, name=name, consts=parse_consts(flags[1::2]) or None)
+    consts, inputs = zoo.split_flags(flags)
+    built = compiled(path, name=name, consts=parse_consts(consts) or None, inputs=inputs or None)
     shutil.copytree(built, work / f"{name}-host")
     return path
 

@@ -29,7 +29,9 @@ def runtime(ocl_runtime) -> Path:
     return ocl_runtime
 
 
-@pytest.mark.parametrize("model", ["det_head_tflite", "seg_head", "vad_if", "selfie_seg_fp16"])
+@pytest.mark.parametrize(
+    "model", ["det_head_tflite", "seg_head", "vad_if", "selfie_seg_fp16", "gru_scorer_opset9", "gru_scorer_opset11"]
+)
 def test_zoo_models_that_needed_gpu_path_fixes(runtime, opencl_lib, tmp_path, model):
     """The GPU path on the zoo's models that broke it, against the model's reference runtime
     (LiteRT / onnxruntime): TVM's GPU pipeline legalizes conv2d_transpose in NCHW only, so a TFLite

@@ -245,7 +245,10 @@ def test_zoo_model_on_lavapipe_matches_its_reference(name, tools, runtime, compi
     built = []
 
     def shared_build(path, flags, platform, device):
-        built.append(compiled(path, platform, device, name=name, consts=parse_consts(flags[1::2]) or None))
+        consts, inputs = zoo.split_flags(flags)
+        built.append(
+            compiled(path, platform, device, name=name, consts=parse_consts(consts) or None, inputs=inputs or None)
+        )
         return built[-1]
 
     tvmgen_run = runtime / "bin" / "tvmgen-run"

@@ -26,6 +26,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
         "byte_cnn",
         "mobilevit_xxs",
         "text_encoder",
+        "gru_scorer_opset9",
+        "gru_scorer_opset11",
     ],
 )
 def test_zoo_model_compiles_and_matches_its_reference(name, tmp_path, compiled):
@@ -33,7 +35,8 @@ def test_zoo_model_compiles_and_matches_its_reference(name, tmp_path, compiled):
     from tvmgen.frontends.base import parse_consts
 
     def shared_build(path, flags, platform, device):  # the session's build, shared with test_parallel & co
-        return compiled(path, platform, device, name=name, consts=parse_consts(flags[1::2]) or None)
+        consts, inputs = zoo.split_flags(flags)
+        return compiled(path, platform, device, name=name, consts=parse_consts(consts) or None, inputs=inputs or None)
 
     row = zoo.run_one(name, ["host"], tmp_path, runs=1, runtimes={}, compile=shared_build)
     cell = row["targets"]["host"]
@@ -41,10 +44,11 @@ def test_zoo_model_compiles_and_matches_its_reference(name, tmp_path, compiled):
     assert cell["max_error"] <= cell["tolerance"] < 0.01 * max(1.0, cell["tolerance"] * 1e3)
 
 
-@pytest.mark.parametrize("name", ["vad_scalar", "selfie_seg_fp16"])
+@pytest.mark.parametrize("name", ["vad_scalar", "selfie_seg_fp16", "gru_scorer_opset9", "gru_scorer_opset11"])
 def test_zoo_model_checked_as_aarch64_code_under_qemu(name, tvmgen, tmp_path):
-    """The issue-31 cases (a 0-d input into an If; fp16 weights through DEQUANTIZE into MediaPipe's
-    custom transposed convolution) as linux-aarch64 code: `--check` runs the artifact under qemu."""
+    """The cases real models broke on as linux-aarch64 code (a 0-d input into an If; fp16 weights through
+    DEQUANTIZE into MediaPipe's custom transposed convolution; GRU scorers exported at opsets 9 and 11,
+    normalized before the import): `--check` runs the artifact under qemu."""
     import zoo
 
     path, flags = zoo.build(name, tmp_path)

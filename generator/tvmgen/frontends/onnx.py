@@ -1,7 +1,9 @@
-"""ONNX frontend: fix input shapes, simplify with onnxslim, import with TVM's Relax ONNX frontend."""
+"""ONNX frontend: normalize the model (onnx_normalize: opset, input shapes, folding), expand what TVM lacks, import with TVM's Relax ONNX frontend."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 from pathlib import Path
 
@@ -9,6 +11,7 @@ import numpy as np
 
 from tvmgen.core.errors import CheckError, InputError, ModelError
 from tvmgen.core.model import ImportedModel
+from tvmgen.frontends import onnx_normalize
 from tvmgen.frontends.base import InputOverride, const_value, resolve_inputs
 
 log = logging.getLogger("tvmgen.frontends.onnx")
@@ -73,7 +76,8 @@ def import_model(model, overrides: list[InputOverride], source: str, fmt: str, c
         raw.append((vi.name, dims, _np_dtype(t.elem_type)))
     specs = resolve_inputs(raw, overrides)
 
-    model = simplify(model, specs)
+    notes: list[str] = []
+    model = onnx_normalize.normalize(model, specs, notes)
     from tvmgen.frontends import onnx_ops
 
     expanded: set = set()
@@ -86,14 +90,17 @@ def import_model(model, overrides: list[InputOverride], source: str, fmt: str, c
 
     shape_dict = {s.name: list(s.shape) for s in specs}
     dtype_dict = {s.name: s.dtype for s in specs}
-    try:
-        mod = from_onnx(model, shape_dict, dtype_dict, keep_params_in_input=True)
-    except Exception as e:  # TVM raises many types; all mean the same to the user
-        raise ModelError(
-            f"TVM's ONNX importer failed on {source}: {type(e).__name__}: {_first_line(e)}",
-            "if a shape is computed inside the graph, fix every input shape with --input; "
-            "otherwise the model uses an operator form TVM 0.27 cannot import",
-        ) from e
+    with _failing_node() as failed:
+        try:
+            mod = from_onnx(model, shape_dict, dtype_dict, keep_params_in_input=True)
+        except Exception as e:  # TVM raises many types; all mean the same to the user
+            raise ModelError(
+                f"TVM's ONNX importer failed on {source}{_describe(model, failed)}: "
+                f"{type(e).__name__}: {_first_line(e)}",
+                "if a shape is computed inside the graph, fix every input shape with --input (tvmgen folds "
+                "what depends only on constants and fixed shapes); otherwise TVM 0.27 cannot import this "
+                "operator form: re-export the model at another opset or replace the operator",
+            ) from e
     mod, params = relax.frontend.detach_params(mod)
     output_names = [o.name for o in graph.output]
 
@@ -123,6 +130,7 @@ def import_model(model, overrides: list[InputOverride], source: str, fmt: str, c
         reference=reference,
         nodes=[(n.op_type, n.name or (n.output[0] if n.output else "?")) for n in graph.node],
         constants={n: v.tolist() for n, v in bound.items()},
+        notes=notes,
     )
 
 
@@ -200,29 +208,71 @@ def check_operators(model) -> None:
         )
 
 
-def simplify(model, specs):
-    """Fix input shapes, then fold constants and infer shapes with onnxslim.
+@contextlib.contextmanager
+def _failing_node():
+    """While TVM's importer runs: the ONNX node whose conversion raised, in ``failed["node"]``, with
+    the Relax expressions of its inputs. TVM prints its own half-line about it; that print is kept
+    out of the output, since the error names the node in full."""
+    from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
-    Real mobile models compute Reshape targets and Pad sizes inside the graph; once the
-    input shapes are fixed these fold to constants that TVM's importer accepts.
-    """
-    import onnx
-    import onnxslim
+    failed: dict = {}
+    original = ONNXGraphImporter._convert_operator
 
-    for vi in model.graph.input:
-        for s in specs:
-            if vi.name == s.name:
-                dims = vi.type.tensor_type.shape.dim
-                del dims[:]
-                for d in s.shape:
-                    dims.add().dim_value = d
+    def convert(self, op_name, inputs, attrs, opset):
+        try:
+            return original(self, op_name, inputs, attrs, opset)
+        except Exception:
+            if not failed:
+                failed.update(op=op_name, name=attrs.get("tvm_custom", {}).get("name", ""), inputs=list(inputs))
+            raise
+
+    ONNXGraphImporter._convert_operator = convert
     try:
-        slimmed = onnxslim.slim(model)
-        if slimmed is not None:
-            return slimmed
-    except Exception as e:  # onnxslim is best effort: fall back to ONNX's own shape inference
-        log.warning("onnxslim could not simplify the graph (%s); using ONNX shape inference only", e)
-    return onnx.shape_inference.infer_shapes(model)
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield failed
+    finally:
+        ONNXGraphImporter._convert_operator = original
+
+
+def _describe(model, failed: dict) -> str:
+    """at operator TYPE #INDEX 'NAME' (inputs: a float32[1x3], b int64[2] computed in the graph, ...)"""
+    if not failed:
+        return ""
+    nodes = list(model.graph.node)
+    index = next(
+        (i for i, n in enumerate(nodes) if n.op_type == failed["op"] and (n.name or "") == failed["name"]), None
+    )
+    node = nodes[index] if index is not None else None
+    constants = {i.name for i in model.graph.initializer} | {
+        o for n in nodes if n.op_type == "Constant" for o in n.output
+    }
+    graph_inputs = {vi.name for vi in model.graph.input}
+    described = []
+    names = list(node.input) if node is not None else [""] * len(failed["inputs"])
+    for name, expr in zip(names, failed["inputs"], strict=False):
+        if not name and expr is None:
+            continue
+        kind = "constant" if name in constants else "graph input" if name in graph_inputs else "computed in the graph"
+        described.append(f"{name or '?'} {_struct_info(expr)} {kind}".replace("  ", " "))
+    where = f"#{index} " if index is not None else ""
+    label = f" '{failed['name']}'" if failed["name"] else ""
+    return f" at operator {failed['op']} {where}{label}".replace("  ", " ").rstrip() + (
+        f" (inputs: {', '.join(described)})" if described else ""
+    )
+
+
+def _struct_info(expr) -> str:
+    info = getattr(expr, "ty", None)  # TVM 0.27's Relax type (TensorType: shape, dtype)
+    shape, dtype = getattr(info, "shape", None), getattr(info, "dtype", None)
+    if dtype is None:
+        return ""
+    try:
+        dims = (
+            "x".join(str(int(d)) if hasattr(d, "value") else str(d) for d in shape.values) if shape is not None else "?"
+        )
+    except Exception:
+        dims = "?"
+    return f"{dtype}[{dims}]"
 
 
 def _np_dtype(elem_type: int) -> str:
