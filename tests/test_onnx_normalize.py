@@ -108,8 +108,8 @@ def test_old_opsets_are_upgraded_and_a_converter_failure_names_the_operator():
 
 def test_importer_failure_names_the_node_its_inputs_and_which_is_not_constant(tvmgen, tmp_path):
     """A reduction whose axes are a graph input: TVM's importer accepts only constant axes. The error
-    names the operator, its index and name, each input's dtype and shape and where it comes from; exit 2,
-    nothing written."""
+    names the operator, its index and name, each input's dtype and shape and where it comes from, and
+    offers --const for the small integer input; exit 2, nothing written."""
     model = onnx_model(
         [
             helper.make_node("Relu", ["x"], ["r"], name="act"),
@@ -128,4 +128,9 @@ def test_importer_failure_names_the_node_its_inputs_and_which_is_not_constant(tv
     assert "at operator ReduceSum #1 'pool'" in r.stderr, r.stderr
     assert "r float32[2x3] computed in the graph" in r.stderr and "axes int64[1] graph input" in r.stderr, r.stderr
     assert "Error converting operator" not in r.output  # TVM's own half-line is not passed on
+    assert "axes is a small integer graph input" in r.stderr and "--const axes=VALUE" in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
+    # the fix it offers works: bound, the axes fold and the model compiles to the reference's answer
+    r = tvmgen("compile", path, "--const", "axes=1", "--check", "-o", tmp_path / "out")
+    assert r.returncode == 0, r.output
+    assert "ok y: max abs error" in r.stderr, r.stderr

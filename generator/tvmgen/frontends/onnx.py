@@ -94,12 +94,18 @@ def import_model(model, overrides: list[InputOverride], source: str, fmt: str, c
         try:
             mod = from_onnx(model, shape_dict, dtype_dict, keep_params_in_input=True)
         except Exception as e:  # TVM raises many types; all mean the same to the user
+            where, bindable = _describe(model, failed, specs)
             raise ModelError(
-                f"TVM's ONNX importer failed on {source}{_describe(model, failed)}: "
-                f"{type(e).__name__}: {_first_line(e)}",
-                "if a shape is computed inside the graph, fix every input shape with --input (tvmgen folds "
-                "what depends only on constants and fixed shapes); otherwise TVM 0.27 cannot import this "
-                "operator form: re-export the model at another opset or replace the operator",
+                f"TVM's ONNX importer failed on {source}{where}: {type(e).__name__}: {_first_line(e)}",
+                (
+                    f"{', '.join(bindable)} {'is a small integer graph input' if len(bindable) == 1 else 'are small integer graph inputs'} "
+                    f"the operator needs as a constant: bind {'it' if len(bindable) == 1 else 'them'} at compile time with "
+                    f"{' '.join(f'--const {n}=VALUE' for n in bindable)} (tvmgen then folds what depends on it)"
+                    if bindable
+                    else "if a shape is computed inside the graph, fix every input shape with --input (tvmgen folds "
+                    "what depends only on constants and fixed shapes); otherwise TVM 0.27 cannot import this "
+                    "operator form: re-export the model at another opset or replace the operator"
+                ),
             ) from e
     mod, params = relax.frontend.detach_params(mod)
     output_names = [o.name for o in graph.output]
@@ -234,10 +240,15 @@ def _failing_node():
         ONNXGraphImporter._convert_operator = original
 
 
-def _describe(model, failed: dict) -> str:
-    """at operator TYPE #INDEX 'NAME' (inputs: a float32[1x3], b int64[2] computed in the graph, ...)"""
+# a graph input this small and integer is a shape, an axis or a count: --const can bind it
+BINDABLE_ELEMENTS = 64
+
+
+def _describe(model, failed: dict, specs) -> tuple[str, list[str]]:
+    """(" at operator TYPE #INDEX 'NAME' (inputs: a float32[1x3] graph input, b int64[2] computed in the
+    graph, ...)", the small integer graph inputs among them)"""
     if not failed:
-        return ""
+        return "", []
     nodes = list(model.graph.node)
     index = next(
         (i for i, n in enumerate(nodes) if n.op_type == failed["op"] and (n.name or "") == failed["name"]), None
@@ -247,18 +258,23 @@ def _describe(model, failed: dict) -> str:
         o for n in nodes if n.op_type == "Constant" for o in n.output
     }
     graph_inputs = {vi.name for vi in model.graph.input}
-    described = []
+    described, bindable = [], []
+    sizes = {sp.name: (sp.dtype, int(np.prod(sp.shape, dtype=np.int64))) for sp in specs}
     names = list(node.input) if node is not None else [""] * len(failed["inputs"])
     for name, expr in zip(names, failed["inputs"], strict=False):
         if not name and expr is None:
             continue
         kind = "constant" if name in constants else "graph input" if name in graph_inputs else "computed in the graph"
         described.append(f"{name or '?'} {_struct_info(expr)} {kind}".replace("  ", " "))
+        dtype, size = sizes.get(name, ("", 0))
+        if kind == "graph input" and dtype.startswith(("int", "uint")) and size <= BINDABLE_ELEMENTS:
+            bindable.append(name)
     where = f"#{index} " if index is not None else ""
     label = f" '{failed['name']}'" if failed["name"] else ""
-    return f" at operator {failed['op']} {where}{label}".replace("  ", " ").rstrip() + (
+    text = f" at operator {failed['op']} {where}{label}".replace("  ", " ").rstrip() + (
         f" (inputs: {', '.join(described)})" if described else ""
     )
+    return text, bindable
 
 
 def _struct_info(expr) -> str:
