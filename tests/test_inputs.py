@@ -186,3 +186,44 @@ def test_outputs_are_copies_the_next_run_leaves_alone_and_wrong_inputs_are_refus
     ]:
         with pytest.raises(InputError, match=cause):
             model.run(bad)
+
+
+def test_wide_and_unsigned_dtypes_run_in_python_and_tvmgen_run(host_runtime, tmp_path):
+    """float64, uint16, uint32 and uint64 inputs and outputs (ONNX models compute in them: the ONNX node
+    tests have 54 such cases) compile and give onnxruntime's answer, through the Python runner and
+    through tvmgen-run's .npy files."""
+    from onnx import TensorProto, helper
+
+    from conftest import onnx_model, run_native, save_onnx
+    from tvmgen import frontends
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.core.model import random_inputs
+    from tvmgen.frontends.onnx import onnxruntime_reference
+    from tvmgen.runtime.runner import HostModel
+
+    types = {"float64": TensorProto.DOUBLE, "uint16": TensorProto.UINT16}
+    types |= {"uint32": TensorProto.UINT32, "uint64": TensorProto.UINT64}
+    nodes, inputs, outputs = [], [], []
+    for name, t in types.items():
+        nodes += [
+            helper.make_node("Add", [name, name], [f"{name}_2x"]),
+            helper.make_node("Mul", [f"{name}_2x", name], [f"{name}_y"]),
+        ]
+        inputs.append(helper.make_tensor_value_info(name, t, [2, 3]))
+        outputs.append(helper.make_tensor_value_info(f"{name}_y", t, [2, 3]))
+    model = onnx_model(nodes, inputs, outputs)
+    path = save_onnx(model, tmp_path / "dtypes.onnx")
+    art = tmp_path / "art"
+    compile_to_artifact(frontends.load(path, []), BuildOptions(PLATFORMS["host"], "cpu"), art, True, {"name": "dtypes"})
+    host = HostModel(art)
+    assert [s.dtype for s in host.manifest.inputs] == list(types)
+    values = random_inputs(host.manifest.inputs, seed=3)
+    values["float64"] = values["float64"] + 1e-12  # below float32's resolution: a float32 path would lose it
+    expected = onnxruntime_reference(model.SerializeToString())(values)
+    for got, want in zip(host.run(values), expected, strict=True):
+        assert got.dtype == want.dtype and np.array_equal(got, want), (got, want)
+    proc, native = run_native(host_runtime, art, values, tmp_path)
+    assert native is not None, proc.stderr
+    for got, want in zip(native, expected, strict=True):
+        assert got.dtype == want.dtype and np.array_equal(got, want), (got, want)

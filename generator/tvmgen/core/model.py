@@ -9,7 +9,20 @@ from typing import Any
 
 import numpy as np
 
-DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
+DTYPES = (
+    "float32",
+    "float16",
+    "float64",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "bool",
+)
 
 
 @dataclass(frozen=True)
