@@ -209,6 +209,29 @@ def test_onnx_lstm_fused_or_unrolled(hidden, peepholes, fused, tmp_path):
     assert_close(actual, expected, atol=1e-5, rtol=1e-4)
 
 
+# Runs a compiled OpenCL artifact (argv[2]) on PoCL and onnxruntime on its model (argv[1]); prints the
+# largest difference, the outputs' scale and the fused recurrent kernels.
+OPENCL_RUN = textwrap.dedent("""
+    import json, sys
+    import numpy as np, onnxruntime as ort, tvm
+    from tvmgen.compiler import kernels
+    from tvmgen.runtime.runner import HostModel
+    from tvmgen.core.model import random_inputs
+    HostModel.load_opencl_backend()
+    info = json.loads(tvm.get_global_func("tvmgen.opencl.info")())
+    if not info["available"]:
+        print(json.dumps({"unavailable": info.get("error", "?")})); sys.exit(0)
+    m = HostModel(sys.argv[2])
+    x = random_inputs(m.manifest.inputs, seed=1)
+    got = m.run(x)
+    want = ort.InferenceSession(sys.argv[1]).run(None, x)
+    names = [k["name"] for k in kernels.load(sys.argv[2])["kernels"]]
+    print(json.dumps({"err": max(float(np.abs(g - w).max()) for g, w in zip(got, want)),
+                      "scale": min(float(np.abs(w).max()) for w in want),
+                      "fused": sorted(n for n in names if n.startswith("tvmgen_"))}))
+""")
+
+
 def test_pytorch_gru_lstm_on_opencl_match_onnxruntime(tvmgen, tmp_path):
     """The GPU variants inside a model: Conv1d, GRU (linear_before_reset 1), bidirectional LSTM."""
     import torch
@@ -226,29 +249,11 @@ def test_pytorch_gru_lstm_on_opencl_match_onnxruntime(tvmgen, tmp_path):
     torch.manual_seed(0)
     path = tmp_path / "rnn.onnx"
     torch.onnx.export(Net().eval(), torch.randn(1, 10, 15), str(path), opset_version=17, dynamo=False)
-    code = textwrap.dedent("""
-        import json, sys
-        import numpy as np, onnxruntime as ort, tvm
-        from tvmgen.compiler import kernels
-        from tvmgen.runtime.runner import HostModel
-        from tvmgen.core.model import random_inputs
-        HostModel.load_opencl_backend()
-        info = json.loads(tvm.get_global_func("tvmgen.opencl.info")())
-        if not info["available"]:
-            print(json.dumps({"unavailable": info.get("error", "?")})); sys.exit(0)
-        m = HostModel(sys.argv[2])
-        x = random_inputs(m.manifest.inputs, seed=1)
-        got = m.run(x)[0]
-        want = ort.InferenceSession(sys.argv[1]).run(None, x)[0]
-        names = [k["name"] for k in kernels.load(sys.argv[2])["kernels"]]
-        print(json.dumps({"err": float(np.abs(got - want).max()), "scale": float(np.abs(want).max()),
-                          "fused": sorted(n for n in names if n.startswith("tvmgen_"))}))
-    """)
     art = tmp_path / "ocl"
     p = tvmgen("compile", path, "--device", "opencl", "-o", art, timeout=900)
     assert p.returncode == 0, p.output
     proc = subprocess.run(
-        [sys.executable, "-c", code, str(path), str(art)], capture_output=True, text=True, timeout=900
+        [sys.executable, "-c", OPENCL_RUN, str(path), str(art)], capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -274,3 +279,190 @@ def test_unrolled_lstm_on_opencl_gets_short_kernel_names(tvmgen, tmp_path):
     assert not [n for n in names if n.startswith("tvmgen_lstm")]
     assert max(map(len, names)) <= KERNEL_NAME_LIMIT, names
     assert [n for n in names if re.search(r"_[0-9a-f]{8}$", n) and len(n) == KERNEL_NAME_LIMIT], names  # shortened
+
+
+# ------------------------------------------------------------------ every spelling of RNN, GRU and LSTM
+
+SEQ, BATCH, INPUT, HIDDEN = 4, 3, 5, 8
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+# Each op's layers in one model (a TVM compile costs seconds): name -> the spelling's attributes and
+# operands. h0: the initial states are model inputs; lens: constant sequence_lens ("input": a model
+# input bound with --const; a 0 among them, and in "activations" every sequence shorter than the
+# input); layout 1 reads the batch-first input "xb"; lbr: GRU's linear_before_reset. Every layer but
+# "fused" is unrolled; "fused" (default activations, lengths all full) becomes the fused kernel for
+# GRU and LSTM (RNN has none).
+SPELLINGS = {
+    "initial_state_lens": dict(attrs={"direction": "forward"}, h0=True, lens="input", lbr=1),
+    "batch_first_reverse": dict(
+        attrs={"direction": "reverse", "layout": 1},
+        activations={"RNN": ["Softplus"], "GRU": ["Sigmoid", "ThresholdedRelu"], "LSTM": ["Sigmoid", "Relu", "Elu"]},
+        alpha=[0.6],
+        h0=True,
+        lens=[2, SEQ, 0],
+    ),
+    "activations": dict(
+        attrs={"direction": "bidirectional", "clip": 2.5},
+        activations={
+            "RNN": ["LeakyRelu", "ScaledTanh"],
+            "GRU": ["HardSigmoid", "Softsign", "Sigmoid", "Elu"],
+            "LSTM": ["HardSigmoid", "Affine", "Softsign", "Sigmoid", "ScaledTanh", "Tanh"],
+        },
+        alpha=[0.3, 0.7, 0.9],
+        beta=[0.45, 0.8, 1.2],
+        lens=[SEQ - 1, 1, 2],
+        lbr=1,
+    ),
+    "fused": dict(attrs={"direction": "forward", "layout": 1}, h0=True, lens=[SEQ] * BATCH),
+}
+LENS_INPUT = "lens"
+LENS_BOUND = "3,0,4"
+
+
+def _spellings_model(op: str):
+    """One model with a layer of ``op`` per spelling in SPELLINGS, all outputs its outputs."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    G, H = GATES[op], HIDDEN
+    nodes, inputs, outputs, inits = [], [_vi("x", [SEQ, BATCH, INPUT]), _vi("xb", [BATCH, SEQ, INPUT])], [], []
+
+    def const(name, value):
+        inits.append(numpy_helper.from_array(value, name))
+        return name
+
+    for name, sp in SPELLINGS.items():
+        attrs = dict(sp["attrs"], hidden_size=H)
+        dirs = 2 if attrs["direction"] == "bidirectional" else 1
+        batch_first = attrs.get("layout", 0) == 1
+        w = lambda *shape, s=0.4: (rng.standard_normal(shape) * s).astype(np.float32)  # noqa: E731
+        args = ["xb" if batch_first else "x", const(f"{name}_W", w(dirs, G * H, INPUT))]
+        args += [const(f"{name}_R", w(dirs, G * H, H)), const(f"{name}_B", w(dirs, 2 * G * H, s=0.2))]
+        lens = sp.get("lens")
+        if lens == "input":
+            inputs.append(helper.make_tensor_value_info(LENS_INPUT, TensorProto.INT32, [BATCH]))
+            args.append(LENS_INPUT)
+        else:
+            args.append(const(f"{name}_lens", np.array(lens, np.int32)) if lens else "")
+        for state in ("h0", "c0") if op == "LSTM" else ("h0",):
+            if sp.get("h0"):
+                inputs.append(_vi(f"{name}_{state}", [BATCH, dirs, H] if batch_first else [dirs, BATCH, H]))
+            args.append(f"{name}_{state}" if sp.get("h0") else "")
+        if "activations" in sp:
+            attrs.update(activations=sp["activations"][op], activation_alpha=sp["alpha"])
+            if "beta" in sp:
+                attrs["activation_beta"] = sp["beta"]
+        if op == "GRU" and "lbr" in sp:
+            attrs["linear_before_reset"] = sp["lbr"]
+        outs = [f"{name}_{o}" for o in ("y", "yh", "yc")[: 3 if op == "LSTM" else 2]]
+        nodes.append(helper.make_node(op, args, outs, name=name, **attrs))
+        outputs += [_vi(o, None) for o in outs]
+    return onnx_model(nodes, inputs, outputs, inits)
+
+
+def _time_major(model):
+    """``model`` with every layout=1 recurrent layer as a layout=0 one between Transposes: onnxruntime
+    runs only layout 0."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    nodes = []
+    for n in model.graph.node:
+        attr = next((a for a in n.attribute if a.name == "layout"), None)
+        if n.op_type not in GATES or attr is None or attr.i == 0:
+            nodes.append(n)
+            continue
+        attr.i = 0
+        ins, outs = list(n.input), list(n.output)
+        for k in (0, 5, 6):  # X [B,S,I], initial_h / initial_c [B,D,H]
+            if k < len(ins) and ins[k]:
+                nodes.append(helper.make_node("Transpose", [ins[k]], [f"{n.name}_{k}_tm"], perm=[1, 0, 2]))
+                ins[k] = f"{n.name}_{k}_tm"
+        for k, o in enumerate(outs):  # Y [S,D,B,H] -> [B,S,D,H]; Y_h, Y_c [D,B,H] -> [B,D,H]
+            nodes.append(helper.make_node("Transpose", [o + "_tm"], [o], perm=[2, 0, 1, 3] if k == 0 else [1, 0, 2]))
+        n.ClearField("input")
+        n.input.extend(ins)
+        n.ClearField("output")
+        n.output.extend(o + "_tm" for o in outs)
+        nodes.insert(len(nodes) - len(outs), n)
+    model.graph.ClearField("node")
+    model.graph.node.extend(nodes)
+    return model
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_onnx_recurrent_spellings_match_onnxruntime(op, tmp_path):
+    """Initial states as model inputs, sequence_lens that differ across the batch (one bound with
+    --const, one 0: zeros in Y, Y_h and Y_c), batch-first, reverse, bidirectional, GRU's
+    linear_before_reset 0 and 1, clip, and non-default activations with alpha / beta, different for
+    each direction: each a layer of one model, against onnxruntime (layout 1 through Transposes).
+    Unbound, the sequence_lens input is refused with the --const that fixes it."""
+    import onnxruntime as ort
+
+    from tvmgen import frontends
+    from tvmgen.compiler import kernels
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.core.errors import ModelError
+    from tvmgen.core.model import random_inputs
+    from tvmgen.runtime.runner import HostModel
+
+    model = _spellings_model(op)
+    path = save_onnx(model, tmp_path / f"{op}.onnx")
+    with pytest.raises(ModelError, match=f"'initial_state_lens'.*model input '{LENS_INPUT}'") as refused:
+        frontends.load(path, [])
+    assert f"--const {LENS_INPUT}=" in refused.value.hint
+    imported = frontends.load(path, [], consts={LENS_INPUT: LENS_BOUND})
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), tmp_path / "a", True, {"name": op})
+    fused = [k["name"] for k in kernels.load(tmp_path / "a")["kernels"] if k["name"].startswith("tvmgen_")]
+    assert len(fused) == (0 if op == "RNN" else 1), fused  # "fused" only
+    inputs = random_inputs(imported.inputs, seed=3)
+    actual = HostModel(tmp_path / "a").run(inputs)
+    lens = np.array([int(v) for v in LENS_BOUND.split(",")], np.int32)
+    expected = ort.InferenceSession(_time_major(model).SerializeToString()).run(None, {**inputs, LENS_INPUT: lens})
+    assert [o.name for o in model.graph.output] == imported.output_names
+    for name, a, e in zip(imported.output_names, actual, expected):
+        np.testing.assert_allclose(a, e, atol=1e-5, rtol=1e-4, err_msg=name)
+        assert np.abs(e).max() > 0.05, name  # the outputs carry values: the comparison means something
+
+
+def test_gru_with_activations_on_opencl_matches_onnxruntime(tvmgen, tmp_path):
+    """A layer the fused kernels cannot take (HardSigmoid / Softsign with alpha, beta; sequence_lens that
+    differ; an initial state as a model input), unrolled, on PoCL."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    G, H = 3 * HIDDEN, HIDDEN
+
+    def w(name, *shape, s=0.4):
+        return numpy_helper.from_array((rng.standard_normal(shape) * s).astype(np.float32), name)
+
+    node = helper.make_node(
+        "GRU",
+        ["x", "W", "R", "B", "lens", "h0"],
+        ["y", "yh"],
+        hidden_size=H,
+        linear_before_reset=1,
+        activations=["HardSigmoid", "Softsign"],
+        activation_alpha=[0.3],
+        activation_beta=[0.45],
+    )
+    inits = [w("W", 1, G, INPUT), w("R", 1, G, H), w("B", 1, 2 * G, s=0.2)]
+    inits.append(numpy_helper.from_array(np.array([SEQ, 2, 3], np.int32), "lens"))
+    model = onnx_model(
+        [node], [_vi("x", [SEQ, BATCH, INPUT]), _vi("h0", [1, BATCH, H])], [_vi("y", None), _vi("yh", None)], inits
+    )
+    path = save_onnx(model, tmp_path / "gru.onnx")
+    art = tmp_path / "ocl"
+    p = tvmgen("compile", path, "--device", "opencl", "-o", art, timeout=900)
+    assert p.returncode == 0, p.output
+    proc = subprocess.run(
+        [sys.executable, "-c", OPENCL_RUN, str(path), str(art)], capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "unavailable" in r:
+        unavailable(f"no OpenCL device: {r['unavailable']}")
+    assert r["fused"] == []  # unrolled
+    assert r["scale"] > 0.05 and r["err"] < 1e-5 + 1e-4 * r["scale"], r
