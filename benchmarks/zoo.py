@@ -49,6 +49,8 @@ OTHERS = (
     "vad_if",
     "vad_scalar",
     "selfie_seg_fp16",
+    "tflite_computed_slice",
+    "tflite_dynamic_batch",
     "gru_scorer_opset9",
     "gru_scorer_opset11",
 )
@@ -76,6 +78,8 @@ WHAT = {
     "vad_if": "LSTM in If, --const sr=16000",
     "vad_scalar": "scalar input into If and arithmetic, scalar output",
     "selfie_seg_fp16": "fp16 weights (DEQUANTIZE), MediaPipe Convolution2DTransposeBias",
+    "tflite_computed_slice": "STRIDED_SLICE bounds from SHAPE arithmetic (folded), EXPAND_DIMS axis -1",
+    "tflite_dynamic_batch": "batch -1 in shape_signature (taken at 1), Keras Conv1D over 16000 samples",
     "gru_scorer_opset9": "opset 9: attribute Slice on a GRU state input, dynamic batch and frames",
     "gru_scorer_opset11": "opset 11: GRU state from the batch size (Shape, ConstantOfShape), 0-d output",
 }
@@ -119,6 +123,10 @@ def build(name: str, work: Path) -> tuple[Path, list[str]]:
         return _det_head(work), []
     if name == "selfie_seg_fp16":
         return _selfie_seg_fp16(work), []
+    if name == "tflite_computed_slice":
+        return _tflite_computed_slice(work), []
+    if name == "tflite_dynamic_batch":
+        return _tflite_dynamic_batch(work), []
     if name == "text_recognizer":
         return _onnx_from_torch(_zoo_module(2), torch.randn(1, 3, 32, 128), work / "text_recognizer.onnx"), []
     if name == "byte_cnn":  # issue 37: 512 bytes
@@ -432,6 +440,73 @@ def _det_head(work: Path) -> Path:
     _randomise_keras(model, np.random.default_rng(0))
     path = work / "det_head_tflite.tflite"
     path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    return path
+
+
+def _tflite_operators(model: bytes) -> list[tuple[str, list[int], list[int]]]:
+    """(builtin name, input tensors, output tensors) of each operator of subgraph 0."""
+    from ai_edge_litert import schema_py_generated as fb
+
+    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+    m = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(model, 0))
+    codes = [names[max(c.builtinCode, c.deprecatedBuiltinCode)] for c in m.operatorCodes]
+    return [(codes[op.opcodeIndex], list(op.inputs), list(op.outputs)) for op in m.subgraphs[0].operators]
+
+
+def _tflite_computed_slice(work: Path) -> Path:
+    """Issue 47's computed operands: converted with a dynamic batch, the model reshapes its features
+    [batch, 64, 16] into tokens [batch, -1, 32] (a count the converter cannot tell), splits them at
+    tf.shape(tokens)[1] // 2 (SHAPE -> STRIDED_SLICE -> FLOOR_DIV -> PACK -> the bounds of two
+    STRIDED_SLICEs), gates one half by the other (a GLU), adds a channel axis with EXPAND_DIMS (axis
+    -1) and convolves. TVM's importer reads those bounds and shapes as constants: tvmgen folds them."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(5)
+    w1 = tf.constant((rng.standard_normal((8, 16)) * 0.35).astype(np.float32))
+    w2 = tf.constant((rng.standard_normal((3, 3, 1, 4)) * 0.5).astype(np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 64, 8], tf.float32, name="x")])
+    def f(x):
+        h = tf.matmul(x, w1)  # [batch, 64, 16]
+        tokens = tf.reshape(h, tf.stack([tf.shape(h)[0], -1, 32]))  # [batch, 32, 32]
+        n = tf.shape(tokens)[1] // 2
+        glu = tokens[:, :n] * tf.sigmoid(tokens[:, n:])  # [batch, 16, 32]
+        return tf.nn.relu(tf.nn.conv2d(tf.expand_dims(glu, -1), w2, 1, "SAME"))  # [batch, 16, 32, 4]
+
+    model = tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], f).convert()
+    ops = _tflite_operators(model)
+    computed = {t: name for name, _, outs in ops for t in outs}
+    slices = [ins for name, ins, _ in ops if name == "STRIDED_SLICE" and computed.get(ins[0]) != "SHAPE"]
+    assert any(computed.get(t) == "PACK" for ins in slices for t in ins[1:3]), "no computed STRIDED_SLICE bounds"
+    assert {"SHAPE", "EXPAND_DIMS"} <= {name for name, _, _ in ops}, "expected SHAPE and EXPAND_DIMS"
+    path = work / "tflite_computed_slice.tflite"
+    path.write_bytes(model)
+    return path
+
+
+def _tflite_dynamic_batch(work: Path) -> Path:
+    """An audio classifier converted from Keras with its batch left dynamic (shape_signature -1, stored
+    shape 1): 16000 samples, two strided Conv1D (EXPAND_DIMS, CONV_2D, RESHAPE), global pooling, a
+    classifier; the converter computes the first reshape's target from SHAPE."""
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(0)
+    L = tf.keras.layers
+    inp = tf.keras.Input((16000,), name="samples")
+    x = L.Reshape((16000, 1))(inp)
+    x = L.Conv1D(8, 9, strides=4, activation="relu")(x)
+    x = L.Conv1D(16, 9, strides=4, activation="relu")(x)
+    x = L.Dense(5)(L.GlobalAveragePooling1D()(x))
+    model = tf.keras.Model(inp, x)
+    _randomise_keras(model, np.random.default_rng(0))
+    tflite = tf.lite.TFLiteConverter.from_keras_model(model).convert()
+    from ai_edge_litert import schema_py_generated as fb
+
+    sub = fb.Model.GetRootAsModel(tflite, 0).Subgraphs(0)
+    signature = sub.Tensors(int(sub.InputsAsNumpy()[0])).ShapeSignatureAsNumpy()
+    assert list(signature) == [-1, 16000], f"expected a dynamic batch, got {signature}"
+    path = work / "tflite_dynamic_batch.tflite"
+    path.write_bytes(tflite)
     return path
 
 

@@ -258,7 +258,7 @@ def _layer(node, ctx: Context, gates: int) -> _Layer:
             "export the model with constant recurrent weights",
         )
     L.W, L.R = weights[0], weights[1]
-    L.hidden = int(a.get("hidden_size", L.R.shape[-1]))
+    L.hidden = int(a.get("hidden_size", weights[1].shape[-1]))
     L.B = weights[2] if weights[2] is not None else np.zeros((len(L.directions), 2 * gates * L.hidden), np.float32)
     L.lens = _lengths(node, ctx, L)
     return L

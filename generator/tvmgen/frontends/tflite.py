@@ -100,28 +100,80 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
 
     buf, model = read_model(path)
     sub = model.Subgraphs(0)
-    raw = []
+    raw, notes = [], []
+    overridden = {o.name for o in overrides if o.shape is not None}
     for idx in sub.InputsAsNumpy():
         t = sub.Tensors(int(idx))
-        sig = t.ShapeSignatureAsNumpy() if t.ShapeSignatureLength() else t.ShapeAsNumpy()
-        dims = [int(d) if d > 0 else None for d in (sig if not isinstance(sig, int) else [])]
-        raw.append((t.Name().decode(), dims, TENSOR_TYPES.get(t.Type(), f"tflite-type-{t.Type()}")))
+        name = t.Name().decode()
+        stored = [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else []
+        sig = [int(d) for d in t.ShapeSignatureAsNumpy()] if t.ShapeSignatureLength() else stored
+        # a dynamic dimension (-1 in shape_signature) is taken at its stored size, as LiteRT runs it,
+        # unless --input chooses another; with no stored size (0 or -1) it stays unknown (the usual error)
+        at = [stored[i] if i < len(stored) and stored[i] > 0 else None for i in range(len(sig))]
+        dims = [d if d > 0 else at[i] for i, d in enumerate(sig)]
+        if any(d <= 0 for d in sig) and None not in dims and name not in overridden:
+            notes.append(
+                f"input '{name}' has dynamic dimensions ({_dims(sig)}): taken at the stored size {_dims(dims)}, "
+                f"as LiteRT runs it (another size: --input {name}:{_dims(sig, 'N')})"
+            )
+        raw.append((name, dims, TENSOR_TYPES.get(t.Type(), f"tflite-type-{t.Type()}")))
     specs = resolve_inputs(raw, overrides)
-    ops = operators(model)
-    check_operators(model, ops)
+    from tvmgen.frontends.tflite_fold import FOLD_MAX_ELEMENTS, Folded, fold
+
+    try:
+        folded = fold(buf, [s.shape for s in specs], [s.dtype for s in specs])
+    except Exception as e:  # a model this folding does not understand: TVM gets it as stored
+        log.debug("folding failed", exc_info=True)
+        folded = Folded(buf)
+        folded.notes.append(f"not folded: tvmgen's folding failed on this model ({type(e).__name__}: {e})"[:300])
+    notes += folded.notes
+    if folded.model_bytes is not buf:
+        import tflite
+
+        model = tflite.Model.GetRootAsModel(folded.model_bytes, 0)
+    # the operators TVM sees, numbered as in the original model (folding removes some)
+    removed = set(folded.removed_ops)
+    original = [i for i in range(len(removed) + model.Subgraphs(0).OperatorsLength()) if i not in removed]
+    ops = [(original[i], name, out) for i, name, out in operators(model)]
     output_names = [sub.Tensors(int(i)).Name().decode() for i in sub.OutputsAsNumpy()]
     try:
+        check_operators(model, ops)
         from tvmgen.frontends.tflite_ops import converter_class
 
         mod = from_tflite(
-            model, {s.name: s.shape for s in specs}, {s.name: s.dtype for s in specs}, op_converter=converter_class(buf)
+            model,
+            {s.name: s.shape for s in specs},
+            {s.name: s.dtype for s in specs},
+            op_converter=converter_class(folded.model_bytes, folded),
         )
-    except ModelError:  # a converter of tvmgen's refused an operator's version or option: its own message
-        raise
+    except ModelError as e:  # an unsupported operator, or a converter of tvmgen's refused a version or option
+        if not e.message.startswith("unsupported TFLite operator") or any(n.startswith("CUSTOM:") for _, n, _ in ops):
+            raise  # custom operators: tf2onnx converts only TensorFlow's Flex ones, which LiteRT cannot run
+        why = "TVM 0.27's TFLite frontend lacks " + ", ".join(sorted({n for _, n, _ in ops} - _supported(model)))
+        imported = second_route(path, folded.model_bytes, specs, output_names, e, why)
+        imported.notes[:0] = notes
+        return imported
     except Exception as e:
-        raise importer_failed(
-            "TFLite", path, e, "the model uses an operator form TVM 0.27 cannot import; try converting it to ONNX"
-        ) from e
+        from tvmgen.frontends.tflite_ops import OperatorConversionError
+
+        if isinstance(e, OperatorConversionError):
+            hint = (
+                f"TVM's {e.op_name} converter needs that operand constant; tvmgen folds operands computed from "
+                f"constants and shapes (at most {FOLD_MAX_ELEMENTS} elements), not ones that depend on input "
+                "values: re-export the model with the operand constant, or convert the source model to ONNX"
+                if e.not_constant
+                else f"this form of {e.op_name} is one TVM 0.27's TFLite importer cannot import; convert the "
+                "source model to ONNX"
+            )
+            error, why = ModelError(e.message, hint), f"TVM's TFLite importer failed on {e.where}"
+        else:
+            error = importer_failed(
+                "TFLite", path, e, "the model uses an operator form TVM 0.27 cannot import; try converting it to ONNX"
+            )
+            why = f"TVM's TFLite importer failed ({type(e).__name__})"
+        imported = second_route(path, folded.model_bytes, specs, output_names, error, why)
+        imported.notes[:0] = notes
+        return imported
     mod = relax.transform.Normalize()(mod)
     params = []
     if mod["main"].attrs is not None and "params" in mod["main"].attrs:
@@ -131,6 +183,27 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
         if len(mod["main"].params) > len(specs):
             params = list(detached.get("main", []))
 
+    from importlib.metadata import version
+
+    return ImportedModel(
+        mod=mod,
+        params=params,
+        inputs=specs,
+        output_names=output_names,
+        format="tflite",
+        reference_name=f"LiteRT {version('ai-edge-litert')}",
+        reference=litert_reference(path, buf, ops, output_names),
+        notes=notes,
+        nodes=[(name, out) for _, name, out in ops],
+    )
+
+
+def _dims(dims, unknown="?") -> str:
+    return "x".join(str(d) if d is not None and d > 0 else unknown for d in dims) or "scalar"
+
+
+def litert_reference(path: Path, buf: bytes, ops, output_names: list[str]):
+    """LiteRT on the original model (``buf``), resized to the inputs it is given."""
     from tvmgen.frontends.tflite_ops import NOT_IN_LITERT
 
     unrunnable = sorted({name.split(":", 1)[1] for _, name, _ in ops if name.startswith("CUSTOM:")} & NOT_IN_LITERT)
@@ -158,15 +231,93 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
         by_name = {d["name"]: interp.get_tensor(d["index"]) for d in interp.get_output_details()}
         return [by_name[n] for n in output_names]
 
+    return reference
+
+
+TF2ONNX_OPSET = 17
+
+
+def _supported(model) -> set[str]:
+    from tvm.relax.frontend.tflite.tflite_frontend import ExprTable, OperatorConverter
+
+    try:
+        return set(OperatorConverter(model, model.Subgraphs(0), ExprTable(), None).convert_map)
+    except Exception:
+        return set()
+
+
+def second_route(
+    path: Path, model_bytes: bytes, specs, output_names: list[str], error: ModelError, why: str
+) -> ImportedModel:
+    """Where TVM's TFLite importer fails: the (folded) model through tf2onnx's TFLite route and tvmgen's
+    ONNX path. LiteRT on the original .tflite stays the reference; the inputs and outputs keep their
+    TFLite names. When tf2onnx is not installed or this fails too, ``error`` (TVM's failure) is raised,
+    with what the second route said."""
+    import os
+    import tempfile
+
+    from tvmgen.core.errors import TvmgenError
+    from tvmgen.core.model import TensorSpec
+    from tvmgen.frontends import onnx as onnx_frontend
+    from tvmgen.frontends.base import InputOverride
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import tf2onnx
+        import tf2onnx.convert
+    except ImportError:  # a base install: TVM's error is all there is to say
+        raise error from None
+    from tvmgen.core.log import to_file_only
+
+    to_file_only("tensorflow", "tf2onnx")
+
+    def failed(what: str) -> ModelError:
+        return ModelError(
+            error.message, f"{error.hint} (tvmgen also tried tf2onnx {tf2onnx.__version__}'s TFLite route: {what})"
+        )
+
+    with tempfile.TemporaryDirectory(prefix="tvmgen-tflite-") as scratch:
+        tmp = Path(scratch) / path.name
+        tmp.write_bytes(model_bytes)
+        try:
+            onnx_model, _ = tf2onnx.convert.from_tflite(str(tmp), opset=TF2ONNX_OPSET)
+        except Exception as e:
+            raise failed(f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[-1][:200]}") from e
+    initializers = {i.name for i in onnx_model.graph.initializer}
+    onnx_inputs = [vi.name for vi in onnx_model.graph.input if vi.name not in initializers]
+    onnx_outputs = [o.name for o in onnx_model.graph.output]
+    if len(onnx_inputs) != len(specs) or len(onnx_outputs) != len(output_names):
+        raise failed(
+            f"its ONNX model has {len(onnx_inputs)} input(s) and {len(onnx_outputs)} output(s), "
+            f"the TFLite model {len(specs)} and {len(output_names)}"
+        )
+    unconverted = sorted({n.op_type for n in onnx_model.graph.node if n.op_type.startswith("TFL_")})
+    if unconverted:
+        raise failed(f"it left {', '.join(unconverted)} unconverted")
+    try:  # tf2onnx keeps the TFLite inputs and outputs in order: map them by position
+        imported = onnx_frontend.import_model(
+            onnx_model,
+            [InputOverride(n, s.shape, s.dtype) for n, s in zip(onnx_inputs, specs)],
+            source=str(path),
+            fmt="tflite",
+        )
+    except TvmgenError as e:
+        raise failed(f"then TVM's ONNX importer: {e.message}") from e
+    from tvmgen.compiler.build import output_specs
+
+    try:  # what the build will need: outputs of fixed shapes
+        output_specs(imported.mod, output_names)
+    except TvmgenError as e:
+        raise failed(f"its ONNX model imports, but {e.message}") from e
+    buf, model = read_model(path)
+    imported.inputs = [TensorSpec(s.name, s.shape, s.dtype) for s in specs]
+    imported.output_names = list(output_names)
+    imported.reference = litert_reference(path, buf, operators(model), output_names)
     from importlib.metadata import version
 
-    return ImportedModel(
-        mod=mod,
-        params=params,
-        inputs=specs,
-        output_names=output_names,
-        format="tflite",
-        reference_name=f"LiteRT {version('ai-edge-litert')}",
-        reference=reference,
-        nodes=[(name, out) for _, name, out in ops],
+    imported.reference_name = f"LiteRT {version('ai-edge-litert')}"
+    imported.notes.append(
+        f"{why}: imported instead through tf2onnx {tf2onnx.__version__} (TFLite -> ONNX opset {TF2ONNX_OPSET}) "
+        "and TVM's ONNX importer; --check still runs LiteRT on the original .tflite"
     )
+    return imported
