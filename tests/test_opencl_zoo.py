@@ -30,7 +30,16 @@ def runtime(ocl_runtime) -> Path:
 
 
 @pytest.mark.parametrize(
-    "model", ["det_head_tflite", "seg_head", "vad_if", "selfie_seg_fp16", "gru_scorer_opset9", "gru_scorer_opset11"]
+    "model",
+    [
+        "det_head_tflite",
+        "seg_head",
+        "vad_if",
+        "selfie_seg_fp16",
+        "gru_scorer_opset9",
+        "gru_scorer_opset11",
+        "tflite_computed_slice",
+    ],
 )
 def test_zoo_models_that_needed_gpu_path_fixes(runtime, opencl_lib, tmp_path, model):
     """The GPU path on the zoo's models that broke it, against the model's reference runtime

@@ -44,11 +44,22 @@ def test_zoo_model_compiles_and_matches_its_reference(name, tmp_path, compiled):
     assert cell["max_error"] <= cell["tolerance"] < 0.01 * max(1.0, cell["tolerance"] * 1e3)
 
 
-@pytest.mark.parametrize("name", ["vad_scalar", "selfie_seg_fp16", "gru_scorer_opset9", "gru_scorer_opset11"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vad_scalar",
+        "selfie_seg_fp16",
+        "gru_scorer_opset9",
+        "gru_scorer_opset11",
+        "tflite_computed_slice",
+        "tflite_dynamic_batch",
+    ],
+)
 def test_zoo_model_checked_as_aarch64_code_under_qemu(name, tvmgen, tmp_path):
     """The cases real models broke on as linux-aarch64 code (a 0-d input into an If; fp16 weights through
     DEQUANTIZE into MediaPipe's custom transposed convolution; GRU scorers exported at opsets 9 and 11,
-    normalized before the import): `--check` runs the artifact under qemu."""
+    normalized before the import; TFLite slice bounds computed from SHAPE, folded before the import, and a
+    dynamic batch): `--check` runs the artifact under qemu."""
     import zoo
 
     path, flags = zoo.build(name, tmp_path)
