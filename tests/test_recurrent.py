@@ -427,9 +427,10 @@ def test_onnx_recurrent_spellings_match_onnxruntime(op, tmp_path):
         assert np.abs(e).max() > 0.05, name  # the outputs carry values: the comparison means something
 
 
-def test_gru_with_activations_on_opencl_matches_onnxruntime(tvmgen, tmp_path):
+@pytest.mark.parametrize("family", ["generic", "adreno", "mali", "desktop"])
+def test_gru_with_activations_on_opencl_matches_onnxruntime(tvmgen, tmp_path, family):
     """A layer the fused kernels cannot take (HardSigmoid / Softsign with alpha, beta; sequence_lens that
-    differ; an initial state as a model input), unrolled, on PoCL."""
+    differ; an initial state as a model input), unrolled, built for every GPU family and run on PoCL."""
     from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(2)
@@ -455,7 +456,7 @@ def test_gru_with_activations_on_opencl_matches_onnxruntime(tvmgen, tmp_path):
     )
     path = save_onnx(model, tmp_path / "gru.onnx")
     art = tmp_path / "ocl"
-    p = tvmgen("compile", path, "--device", "opencl", "-o", art, timeout=900)
+    p = tvmgen("compile", path, "--device", "opencl", "--gpu-family", family, "-o", art, timeout=900)
     assert p.returncode == 0, p.output
     proc = subprocess.run(
         [sys.executable, "-c", OPENCL_RUN, str(path), str(art)], capture_output=True, text=True, timeout=900
