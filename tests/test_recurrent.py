@@ -249,8 +249,16 @@ def test_pytorch_gru_lstm_on_opencl_match_onnxruntime(tvmgen, tmp_path):
     torch.manual_seed(0)
     path = tmp_path / "rnn.onnx"
     torch.onnx.export(Net().eval(), torch.randn(1, 10, 15), str(path), opset_version=17, dynamo=False)
+    r = _compile_and_run_on_opencl(tvmgen, path, tmp_path)
+    assert r["fused"] == ["tvmgen_gru", "tvmgen_lstm", "tvmgen_lstm1"]
+    assert r["scale"] > 0.05 and r["err"] < 1e-5 + 1e-4 * r["scale"], r
+
+
+def _compile_and_run_on_opencl(tvmgen, path, tmp_path, *flags) -> dict:
+    """`tvmgen compile --device opencl` of the ONNX model ``path``, run on the machine's OpenCL device
+    (PoCL) against onnxruntime by OPENCL_RUN: its verdict (fused kernels, output scale, error)."""
     art = tmp_path / "ocl"
-    p = tvmgen("compile", path, "--device", "opencl", "-o", art, timeout=900)
+    p = tvmgen("compile", path, "--device", "opencl", *flags, "-o", art, timeout=900)
     assert p.returncode == 0, p.output
     proc = subprocess.run(
         [sys.executable, "-c", OPENCL_RUN, str(path), str(art)], capture_output=True, text=True, timeout=900
@@ -259,8 +267,7 @@ def test_pytorch_gru_lstm_on_opencl_match_onnxruntime(tvmgen, tmp_path):
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     if "unavailable" in r:
         unavailable(f"no OpenCL device: {r['unavailable']}")
-    assert r["fused"] == ["tvmgen_gru", "tvmgen_lstm", "tvmgen_lstm1"]
-    assert r["scale"] > 0.05 and r["err"] < 1e-5 + 1e-4 * r["scale"], r
+    return r
 
 
 def test_unrolled_lstm_on_opencl_gets_short_kernel_names(tvmgen, tmp_path):
@@ -455,15 +462,6 @@ def test_gru_with_activations_on_opencl_matches_onnxruntime(tvmgen, tmp_path, fa
         [node], [_vi("x", [SEQ, BATCH, INPUT]), _vi("h0", [1, BATCH, H])], [_vi("y", None), _vi("yh", None)], inits
     )
     path = save_onnx(model, tmp_path / "gru.onnx")
-    art = tmp_path / "ocl"
-    p = tvmgen("compile", path, "--device", "opencl", "--gpu-family", family, "-o", art, timeout=900)
-    assert p.returncode == 0, p.output
-    proc = subprocess.run(
-        [sys.executable, "-c", OPENCL_RUN, str(path), str(art)], capture_output=True, text=True, timeout=900
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(proc.stdout.strip().splitlines()[-1])
-    if "unavailable" in r:
-        unavailable(f"no OpenCL device: {r['unavailable']}")
+    r = _compile_and_run_on_opencl(tvmgen, path, tmp_path, "--gpu-family", family)
     assert r["fused"] == []  # unrolled
     assert r["scale"] > 0.05 and r["err"] < 1e-5 + 1e-4 * r["scale"], r
