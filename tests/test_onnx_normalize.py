@@ -134,3 +134,24 @@ def test_importer_failure_names_the_node_its_inputs_and_which_is_not_constant(tv
     r = tvmgen("compile", path, "--const", "axes=1", "--check", "-o", tmp_path / "out")
     assert r.returncode == 0, r.output
     assert "ok y: max abs error" in r.stderr, r.stderr
+
+
+def test_an_input_left_unread_by_folding_stays_an_input():
+    """A graph that computes only from an input's shape folds to a constant; the input must stay (the
+    artifact takes it, TVM makes one parameter per graph input): without it the constant became the
+    first parameter and the model returned its input (ONNX's Shape and Size node tests)."""
+    from tvmgen.core.model import TensorSpec
+
+    model = onnx_model(
+        [helper.make_node("Shape", ["x"], ["s"], start=1), helper.make_node("Size", ["x"], ["n"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 5])],
+        [
+            helper.make_tensor_value_info("s", TensorProto.INT64, None),
+            helper.make_tensor_value_info("n", TensorProto.INT64, None),
+        ],
+    )
+    normalized = onnx_normalize.normalize(model, [TensorSpec("x", (3, 4, 5), "float32")], [])
+    assert [vi.name for vi in normalized.graph.input] == ["x"]
+    assert [d.dim_value for d in normalized.graph.input[0].type.tensor_type.shape.dim] == [3, 4, 5]
+    assert not normalized.graph.node
+    assert _initializer(normalized, "s").tolist() == [4, 5] and int(_initializer(normalized, "n")) == 60

@@ -16,6 +16,7 @@ before passes because its class is covered, not its case:
 
 from __future__ import annotations
 
+import copy
 import logging
 
 import numpy as np
@@ -97,6 +98,7 @@ def normalize(model, specs, notes: list[str]):
     that a user should know about."""
     model = upgrade_opset(model, notes)
     fix_input_shapes(model, specs)
+    inputs = {vi.name: copy.deepcopy(vi) for vi in model.graph.input}
     folded = 0
     for _ in range(MAX_ROUNDS):
         model = _slim(model)
@@ -106,7 +108,20 @@ def normalize(model, specs, notes: list[str]):
             break
     if folded:
         log.info("folded %d node(s) onnxslim left", folded)
+    _keep_inputs(model, [inputs[s.name] for s in specs if s.name in inputs])
     return model
+
+
+def _keep_inputs(model, inputs) -> None:
+    """Every input the model was given, in its order, even where folding left it unread (a graph that
+    computes only from an input's shape): the artifact takes the inputs the model declares, and TVM's
+    importer makes one parameter per graph input."""
+    graph = model.graph
+    present = {vi.name: vi for vi in graph.input}
+    wanted = [present.get(vi.name, vi) for vi in inputs]
+    rest = [vi for vi in graph.input if vi.name not in {w.name for w in wanted}]
+    del graph.input[:]
+    graph.input.extend([*wanted, *rest])
 
 
 def _slim(model):
