@@ -155,3 +155,14 @@ def test_an_input_left_unread_by_folding_stays_an_input():
     assert [d.dim_value for d in normalized.graph.input[0].type.tensor_type.shape.dim] == [3, 4, 5]
     assert not normalized.graph.node
     assert _initializer(normalized, "s").tolist() == [4, 5] and int(_initializer(normalized, "n")) == 60
+
+
+def test_an_empty_dimension_is_named_as_such_not_as_dynamic():
+    import pytest
+
+    from tvmgen.core.errors import InputError
+    from tvmgen.frontends.base import InputOverride, resolve_inputs
+
+    with pytest.raises(InputError, match=r"input 'x' has an empty dimension \(3x0\)") as e:
+        resolve_inputs([("x", [3, None], "float32")], [InputOverride("x", (3, 0), None)])
+    assert "dynamic" not in str(e.value)

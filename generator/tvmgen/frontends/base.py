@@ -180,6 +180,12 @@ def resolve_inputs(raw: Sequence[RawInput], overrides: Sequence[InputOverride]) 
                 f"({_dims_text(dims)}), the flag gives rank {len(o.shape)}",
                 "give one size per dimension",
             )
+        if any(isinstance(d, (int, np.integer)) and d == 0 for d in shape):
+            raise InputError(
+                f"input {name!r} has an empty dimension ({'x'.join(str(d) for d in shape)}): tvmgen compiles "
+                "for tensors with at least one element",
+                f"give every dimension a size of at least 1 with --input {name}:SHAPE",
+            )
         sizes = [int(d) for d in shape if isinstance(d, (int, np.integer)) and d > 0]
         if len(sizes) != len(shape):  # dimensions left dynamic
             raise InputError(
