@@ -15,7 +15,7 @@ Two kinds of entry:
 
 Users add their own in a Python file named by ``TVMGEN_CUSTOM_OPS`` (several separated by
 ``os.pathsep``), loaded before a model is imported; their entries take precedence over
-tvmgen's own. tvmgen's own entries live in ``frontends/onnx_ops.py`` and ``frontends/tflite_ops.py``.
+tvmgen's own. tvmgen's own entries live in ``frontends/onnx_ops.py``, ``frontends/onnx_ops_nn.py`` and ``frontends/tflite_ops.py``.
 """
 
 from __future__ import annotations

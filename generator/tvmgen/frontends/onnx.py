@@ -78,6 +78,7 @@ def import_model(model, overrides: list[InputOverride], source: str, fmt: str, c
 
     notes: list[str] = []
     model = onnx_normalize.normalize(model, specs, notes)
+    import tvmgen.frontends.onnx_ops_nn  # noqa: F401  (registers its expansions)
     from tvmgen.frontends import onnx_ops
 
     expanded: set = set()
