@@ -15,7 +15,7 @@ from tvmgen.compiler.platforms import DL_DEVICE_TYPES, BuildTarget, Platform
 from tvmgen.core import artifact
 from tvmgen.core.errors import CompileError, TvmgenError
 from tvmgen.core.log import console, filtered_stderr, step
-from tvmgen.core.model import ImportedModel, TensorSpec
+from tvmgen.core.model import ImportedModel, output_specs
 from tvmgen.frontends import recurrent
 
 log = logging.getLogger("tvmgen.compiler")
@@ -44,25 +44,6 @@ class BuildOptions:
     def target(self) -> BuildTarget:
         """The platform, device and GPU family checked together, with their TVM target."""
         return BuildTarget(self.platform, self.device, self.gpu_family)
-
-
-def output_specs(mod, names: list[str]) -> list[TensorSpec]:
-    """Output shapes and dtypes from main's return type, named after the model's outputs."""
-    from tvm import relax
-
-    ret = mod["main"].ret_ty
-    fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
-    specs = []
-    for i, f in enumerate(fields):
-        if not isinstance(f, relax.TensorType) or f.shape is None:
-            raise CompileError(
-                f"output {i} of the model is not a tensor of known shape ({f})",
-                "tvmgen handles models whose outputs are tensors with fixed shapes",
-            )
-        shape = tuple(int(d) for d in f.shape.values)
-        name = names[i] if i < len(names) else f"output_{i}"
-        specs.append(TensorSpec(name, shape, str(f.dtype)))
-    return specs
 
 
 def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict | None = None):

@@ -97,3 +97,24 @@ def pseudo_random(shape: Sequence[int], dtype: str, seed: int) -> np.ndarray:
     sums = np.cumsum(np.concatenate([[np.uint64(1)], powers[:-1]]), dtype=np.uint64)  # 1 + a + ... + a^(i-1)
     states = (powers * np.uint64(seed & 0xFFFFFFFF) + sums * np.uint64(1013904223)) & np.uint64(0xFFFFFFFF)
     return ((states >> np.uint64(8)).astype(np.float64) / 2**23 - 1.0).astype(np.float32).reshape(shape)
+
+
+def output_specs(mod, names: list[str]) -> list[TensorSpec]:
+    """Output shapes and dtypes from main's return type, named after the model's outputs."""
+    from tvm import relax
+
+    from tvmgen.core.errors import CompileError
+
+    ret = mod["main"].ret_ty
+    fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
+    specs = []
+    for i, f in enumerate(fields):
+        if not isinstance(f, relax.TensorType) or f.shape is None:
+            raise CompileError(
+                f"output {i} of the model is not a tensor of known shape ({f})",
+                "tvmgen handles models whose outputs are tensors with fixed shapes",
+            )
+        shape = tuple(int(d) for d in f.shape.values)
+        name = names[i] if i < len(names) else f"output_{i}"
+        specs.append(TensorSpec(name, shape, str(f.dtype)))
+    return specs

@@ -303,7 +303,7 @@ def second_route(
         )
     except TvmgenError as e:
         raise failed(f"then TVM's ONNX importer: {e.message}") from e
-    from tvmgen.compiler.build import output_specs
+    from tvmgen.core.model import output_specs
 
     try:  # what the build will need: outputs of fixed shapes
         output_specs(imported.mod, output_names)
