@@ -232,3 +232,20 @@ def test_host_runner_inputs_in_place_or_copied_give_the_same_outputs(tmp_path):
         0,
         4,
     )
+
+
+def test_pytorch_importer_failure_names_the_node_and_its_inputs(tvmgen, tmp_path):
+    """A converter of TVM's that raises (index_put with fewer index tensors than the data's rank): the
+    error names the FX node, its operator and its inputs' dtypes and shapes; exit 2, nothing written."""
+    import torch
+
+    class AddAtRow(torch.nn.Module):
+        def forward(self, x):
+            return x.index_put((torch.tensor([0]),), torch.tensor(1.0), accumulate=True)
+
+    path = tmp_path / "index_put.pt2"
+    torch.export.save(torch.export.export(AddAtRow(), (torch.randn(2, 3),)), str(path))
+    r = tvmgen("compile", path, "-o", tmp_path / "out")
+    assert r.returncode == 2, r.output
+    assert "at node index_put (index_put.default; inputs: x float32[2x3]" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()

@@ -60,7 +60,7 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
     except Exception as e:
         raise importer_failed(
             "PyTorch",
-            path.name,
+            path.name + _failing_node(e),
             e,
             "the program uses an operator TVM 0.27 cannot import; export to ONNX and try that path",
         ) from e
@@ -100,3 +100,23 @@ def bind_symbolic_shapes(mod, specs):
         return mod
     mod["main"] = main.bind_symbolic_vars(binding)
     return mod
+
+
+def _failing_node(e: Exception) -> str:
+    """ " at node NAME (TARGET; inputs: a float32[1x3], ...)": the FX node TVM's importer was converting
+    when it raised, read from the frame of its node loop in the traceback; "" when it cannot be found."""
+    tb, node = e.__traceback__, None
+    while tb is not None:  # the innermost frame of the importer's loop over the graph's nodes
+        local = tb.tb_frame.f_locals.get("node")
+        if tb.tb_frame.f_code.co_name == "_translate_fx_graph" and local is not None:
+            node = local
+        tb = tb.tb_next
+    if node is None:
+        return ""
+    target = getattr(node.target, "__name__", str(node.target))
+    inputs = []
+    for arg in node.all_input_nodes:
+        val = arg.meta.get("val")
+        shape = "x".join(str(d) for d in getattr(val, "shape", ())) or "scalar"
+        inputs.append(f"{arg.name} {str(getattr(val, 'dtype', '?')).replace('torch.', '')}[{shape}]")
+    return f" at node {node.name} ({target}; inputs: {', '.join(inputs) or 'none'})"
