@@ -213,3 +213,14 @@ def importer_failed(importer: str, source, e: Exception, hint: str) -> ModelErro
     return ModelError(
         f"TVM's {importer} importer failed on {source}: {type(e).__name__}: {lines[-1] if lines else ''}", hint
     )
+
+
+def failing_locals(e: Exception, function: str) -> dict:
+    """The local variables of the innermost frame of ``function`` in ``e``'s traceback: what an importer's
+    node loop was converting when it raised (its ``node``, ...); {} when the loop is not in the traceback."""
+    tb, found = e.__traceback__, {}
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == function:
+            found = tb.tb_frame.f_locals
+        tb = tb.tb_next
+    return found

@@ -12,7 +12,7 @@ import numpy as np
 from tvmgen.core.errors import CheckError, InputError, ModelError
 from tvmgen.core.model import ImportedModel
 from tvmgen.frontends import onnx_normalize
-from tvmgen.frontends.base import InputOverride, const_value, resolve_inputs
+from tvmgen.frontends.base import InputOverride, const_value, failing_locals, resolve_inputs
 
 log = logging.getLogger("tvmgen.frontends.onnx")
 
@@ -91,11 +91,12 @@ def import_model(model, overrides: list[InputOverride], source: str, fmt: str, c
 
     shape_dict = {s.name: list(s.shape) for s in specs}
     dtype_dict = {s.name: s.dtype for s in specs}
-    with _failing_node() as failed:
+    # TVM prints a half-line naming the operator before it re-raises; the error below names it in full
+    with contextlib.redirect_stdout(io.StringIO()):
         try:
             mod = from_onnx(model, shape_dict, dtype_dict, keep_params_in_input=True)
         except Exception as e:  # TVM raises many types; all mean the same to the user
-            where, bindable = _describe(model, failed, specs)
+            where, bindable = _describe(model, failing_locals(e, "_construct_nodes"), specs)
             raise ModelError(
                 f"TVM's ONNX importer failed on {source}{where}: {type(e).__name__}: {_first_line(e)}",
                 (
@@ -215,54 +216,26 @@ def check_operators(model) -> None:
         )
 
 
-@contextlib.contextmanager
-def _failing_node():
-    """While TVM's importer runs: the ONNX node whose conversion raised, in ``failed["node"]``, with
-    the Relax expressions of its inputs. TVM prints its own half-line about it; that print is kept
-    out of the output, since the error names the node in full."""
-    from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
-
-    failed: dict = {}
-    original = ONNXGraphImporter._convert_operator
-
-    def convert(self, op_name, inputs, attrs, opset):
-        try:
-            return original(self, op_name, inputs, attrs, opset)
-        except Exception:
-            if not failed:
-                failed.update(op=op_name, name=attrs.get("tvm_custom", {}).get("name", ""), inputs=list(inputs))
-            raise
-
-    ONNXGraphImporter._convert_operator = convert
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            yield failed
-    finally:
-        ONNXGraphImporter._convert_operator = original
-
-
 # a graph input this small and integer is a shape, an axis or a count: --const can bind it
 BINDABLE_ELEMENTS = 64
 
 
 def _describe(model, failed: dict, specs) -> tuple[str, list[str]]:
     """(" at operator TYPE #INDEX 'NAME' (inputs: a float32[1x3] graph input, b int64[2] computed in the
-    graph, ...)", the small integer graph inputs among them)"""
-    if not failed:
+    graph, ...)", the small integer graph inputs among them), from the locals of TVM's node loop when it
+    raised (``failed``: its ``node`` and the Relax ``inputs`` it built for it)."""
+    node = failed.get("node")
+    if node is None:
         return "", []
     nodes = list(model.graph.node)
-    index = next(
-        (i for i, n in enumerate(nodes) if n.op_type == failed["op"] and (n.name or "") == failed["name"]), None
-    )
-    node = nodes[index] if index is not None else None
+    index = next((i for i, n in enumerate(nodes) if n == node), None)  # None inside an If branch
     constants = {i.name for i in model.graph.initializer} | {
         o for n in nodes if n.op_type == "Constant" for o in n.output
     }
     graph_inputs = {vi.name for vi in model.graph.input}
     described, bindable = [], []
     sizes = {sp.name: (sp.dtype, int(np.prod(sp.shape, dtype=np.int64))) for sp in specs}
-    names = list(node.input) if node is not None else [""] * len(failed["inputs"])
-    for name, expr in zip(names, failed["inputs"], strict=False):
+    for name, expr in zip(node.input, failed.get("inputs") or [], strict=False):
         if not name and expr is None:
             continue
         kind = "constant" if name in constants else "graph input" if name in graph_inputs else "computed in the graph"
@@ -271,8 +244,8 @@ def _describe(model, failed: dict, specs) -> tuple[str, list[str]]:
         if kind == "graph input" and dtype.startswith(("int", "uint")) and size <= BINDABLE_ELEMENTS:
             bindable.append(name)
     where = f"#{index} " if index is not None else ""
-    label = f" '{failed['name']}'" if failed["name"] else ""
-    text = f" at operator {failed['op']} {where}{label}".replace("  ", " ").rstrip() + (
+    label = f" '{node.name}'" if node.name else ""
+    text = f" at operator {node.op_type} {where}{label}".replace("  ", " ").rstrip() + (
         f" (inputs: {', '.join(described)})" if described else ""
     )
     return text, bindable

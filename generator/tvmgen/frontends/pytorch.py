@@ -8,7 +8,7 @@ import numpy as np
 
 from tvmgen.core.errors import ModelError, ToolMissingError
 from tvmgen.core.model import ImportedModel
-from tvmgen.frontends.base import InputOverride, importer_failed, resolve_inputs
+from tvmgen.frontends.base import InputOverride, failing_locals, importer_failed, resolve_inputs
 
 
 def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
@@ -105,12 +105,7 @@ def bind_symbolic_shapes(mod, specs):
 def _failing_node(e: Exception) -> str:
     """ " at node NAME (TARGET; inputs: a float32[1x3], ...)": the FX node TVM's importer was converting
     when it raised, read from the frame of its node loop in the traceback; "" when it cannot be found."""
-    tb, node = e.__traceback__, None
-    while tb is not None:  # the innermost frame of the importer's loop over the graph's nodes
-        local = tb.tb_frame.f_locals.get("node")
-        if tb.tb_frame.f_code.co_name == "_translate_fx_graph" and local is not None:
-            node = local
-        tb = tb.tb_next
+    node = failing_locals(e, "_translate_fx_graph").get("node")
     if node is None:
         return ""
     target = getattr(node.target, "__name__", str(node.target))
