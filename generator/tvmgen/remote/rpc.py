@@ -144,7 +144,9 @@ def _start_tvm_server(kind: str, module: str, host: str, port: int, port_end: in
     port = free_port(host, port, port_end)
     cmd = [sys.executable, "-m", f"tvm.exec.{module}", "--host", host, "--port", str(port), "--port-end", str(port + 1)]
     server = _spawn(kind, cmd + extra, host, port)
-    wait_until(server, lambda: accepts(host, port), f"accept connections on {host}:{port}", 30)
+    # The server is a Python process importing all of TVM first: on a loaded machine (a compile
+    # beside it) that alone can pass 30 s, so wait as long as for a device server.
+    wait_until(server, lambda: accepts(host, port), f"accept connections on {host}:{port}", 120)
     return server
 
 
