@@ -98,7 +98,7 @@ def _gemv_scheduled(env: str | None, monkeypatch):
 def test_vulkan_gemv_takes_the_generic_opencl_configuration(monkeypatch):
     """Vulkan's GEMVs get dlight's generic OpenCL configuration (64 threads along the reduction, no
     shared-memory staging of the vector), not dlight's Vulkan one (the vector staged in shared memory,
-    4 x 32 / 16 x 32 threads): on an NVIDIA H200 the latter made the squeeze-excitation GEMVs many times
+    4 x 32 / 16 x 32 threads): on NVIDIA's driver the latter made the squeeze-excitation GEMVs many times
     slower than OpenCL's (docs/vulkan.md)."""
     ours = _gemv_scheduled(None, monkeypatch)
     assert 'T.thread_binding(48, thread="blockIdx.x")' in ours  # one work-group per output

@@ -14,7 +14,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a checkout that 
 
 def load_tvm_without_torch() -> None:
     """tvm_ffi and tvm.relax import PyTorch as they load, only to exchange tensors with it, which tvmgen
-    never does: about 2 s of CPU on every command that uses TVM (1.9 of 2.8 s, measured on a 2-core EPYC).
+    never does: about 2 s of CPU on every command that uses TVM (1.9 of a command's 2.8 s).
     Unless torch is already loaded, their own imports see it as absent; torch stays importable afterwards,
     for the PyTorch frontend (which hands TVM its weights through NumPy).
 

@@ -76,7 +76,7 @@ def vulkan_gemv():
     of 64 threads per output, no staging of the vector in shared memory, no 4-lane vectors. dlight's
     Vulkan configuration (4 x 32 or 16 x 32 threads, the vector staged in shared memory, 4-lane loads)
     made EfficientNet-B0's and MobileNetV3-Small's GEMVs 7-27x slower than OpenCL's through tvmgen's
-    GLSL on an NVIDIA H200 (docs/vulkan.md). ``TVMGEN_VULKAN_GEMV=dlight`` keeps dlight's Vulkan one."""
+    GLSL on NVIDIA's Vulkan driver (docs/vulkan.md). ``TVMGEN_VULKAN_GEMV=dlight`` keeps dlight's Vulkan one."""
     import os
 
     from tvm.s_tir import dlight as dl
@@ -232,8 +232,8 @@ def desktop_matmul():
     configures it for CUDA: 8 x 16 threads of 4 x 4 results, 16-deep reduction steps staged in local
     memory, pairs of values per load. For OpenCL dlight has only an Adreno configuration and a
     conservative default (8 x 8 threads, 8-deep steps, no vectors), which is what the generic family
-    gets; on an NVIDIA H100 through NVIDIA's OpenCL the CUDA configuration made SqueezeNet's
-    convolutions 1.5x faster (see the README's GPU section)."""
+    gets; through NVIDIA's OpenCL the CUDA configuration makes SqueezeNet's convolutions 1.5x
+    faster (docs/gpu.md, GPU schedules)."""
     from tvm.s_tir import dlight as dl
     from tvm.target import Target
 

@@ -8,9 +8,9 @@ phone at the first launch (and on NVIDIA in one build at a time per process), an
 grows with it. Kept as loops under ``#pragma unroll``, the source is ten times smaller and the
 compiler unrolls them itself into the same code.
 
-Measured on an NVIDIA H100 (driver 580, docs/benchmarks.md): the int8 MobileNetV2's 51 kernels
-built in 3.7 s instead of 5.0-5.6 s, its cold first run 1.35 s instead of 1.67 s (medians of 3),
-its steady run the same (1.08 ms) and its outputs identical.
+On NVIDIA's OpenCL (docs/benchmarks.md, the GPU's cold start) the int8 MobileNetV2's 51 kernels
+build in 3.7 s instead of 5.0-5.6 s (one process), its cold first run is about a fifth shorter,
+its steady run the same and its outputs identical.
 
 How: before TVM's lowering, each loop's ``pragma_unroll_explicit`` is set to 0 (and the build's
 ``tirx.UnrollLoop`` config ``explicit_unroll`` to False), so ``UnrollLoop`` marks the loops it
@@ -18,8 +18,8 @@ would have expanded as unrolled loops instead; after the lowering, those loops' 
 renamed with a marker, and the source hook TVM calls for each OpenCL function
 (``tvm_callback_opencl_postproc``) puts ``#pragma unroll`` before each marked loop. A driver that
 does not know the pragma ignores it (OpenCL C: unknown pragmas are ignored); the loops stay
-correct either way. ``TVMGEN_OPENCL_UNROLL=text`` at compile time builds TVM's unrolled text as
-before.
+correct either way. ``TVMGEN_OPENCL_UNROLL=text`` at compile time builds TVM's unrolled text
+instead.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ block's weights are known, so the rows after the first prefetch them into L2 (``
 x86, ``prfm pldl2keep`` on ARM), a share per row, while the tile computes from L1: the next
 task's first row then reads from L2.
 
-Measured on the 2-core AVX-512 Xeon, fresh builds with and without, interleaved, medians of 5 x 300
+Fresh builds with and without (AVX-512), interleaved, medians of 5 x 300
 runs: MnasNet 6.28 -> 5.97 ms at one thread (its 1152 -> 320 convolution 318 -> 275 us, 320 -> 1280
 365 -> 318 us), 3.37 -> 3.26 ms at two; EfficientNet-B0 10.38 -> 9.92 ms and 5.61 -> 5.47 ms;
 MobileNetV2 and ResNet-18 unchanged within the noise.
@@ -18,7 +18,7 @@ A task whose block is run in chunks of input channels (``schedule_rules._weight_
 convolution, 7 x 7 pixels, 512 -> 512, 9.4 MB of weights) reads each chunk (18 KB) from memory in
 its first row and from L1 in the other six; its rows after the first prefetch the next chunk into
 L1 (``prefetcht0`` / ``prfm pldl1keep``; a chunk is sized so two fit a 48 KB L1), the next task's
-first chunk after the task's last. ResNet-18 on one thread, 2-core AMD EPYC (AVX-512, 48 KB L1),
+first chunk after the task's last. ResNet-18 on one thread (AVX-512, 48 KB L1),
 medians of interleaved rounds: 16.7 ms without, 15.8 prefetching into L2, 15.1 into L1 (its last
 stage's 3x3 convolutions about 180 GFLOP/s, see ``docs/cpu.md``).
 

@@ -464,7 +464,7 @@ def _weight_chunk(sch, reduce, vec: int, bits: int) -> int | None:
     1x1 convolutions too: MnasNet's and EfficientNet-B0's last stage (7 x 7 pixels, 1x1 1152 -> 320
     and 320 -> 1280: 147 KB and 41 KB blocks) re-read their block from L2 for each of the 7 rows
     (prefetched there from memory); in chunks of 128 and 64 channels, 176 -> 147 us and 206 -> 158
-    us (one thread, 2-core AMD EPYC, AVX-512, min of 5 profile medians, 2026-11-26)."""
+    us at one thread (AVX-512)."""
     channels = _extent(sch, reduce[-1]) if reduce else None
     window = int(np.prod([_extent(sch, lp) or 1 for lp in reduce[:-1]]))
     per_channel = window * vec * bits // 8
@@ -524,10 +524,9 @@ def _is_depthwise(sch, spatial, reduce) -> bool:
 # Output pixels in a depthwise tile. Each window row's padded input is copied for the tile (tile
 # + window - 1 pixels): the wider the tile, the less of each copy is the overlap (3x3 stride 1:
 # 1.5 copied vectors per output vector with 4 pixels, 1.25 with 8; 5x5 stride 2: 2.75 and 2.4).
-# 8 measured fastest on the 2-core AVX-512 Xeon at one thread (medians of 5 x 300 runs):
-# MobileNetV2 5.00 -> 4.87 ms, MnasNet 5.21 -> 5.00, ShuffleNet 3.37 -> 3.27, Keras' MobileNetV2
-# 4.62 -> 4.60. 14 was slower than 4 (accumulators, window weights and the copied input no longer
-# fit 32 registers).
+# 8 is the fastest at one thread on AVX-512 (against 4: MobileNetV2 5.00 -> 4.87 ms, MnasNet
+# 5.21 -> 5.00, ShuffleNet 3.37 -> 3.27). 14 is slower than 4: the accumulators, window weights
+# and copied input do not fit 32 registers.
 _DEPTHWISE_PIXELS = 8
 
 

@@ -16,7 +16,7 @@ input rows, a chunked reduction's accumulators, a whole intermediate tensor) kee
 4 KB holds the largest tile (14 rows x 4 vectors of 16 floats: 3.5 KB) and stays far below the
 smallest thread stack tvmgen's kernels run on (512 KB, an iOS secondary thread).
 
-Fresh builds with and without, interleaved, medians of 5 x 300 runs on the 2-core AVX-512 Xeon, 1 / 2
+Fresh builds with and without, interleaved, medians of 5 x 300 runs (AVX-512), 1 / 2
 threads: MnasNet 4.77 -> 4.38 / 2.93 -> 2.68 ms, MobileNetV2 4.47 -> 4.11 / 2.77 -> 2.46,
 EfficientNet-B0 8.10 -> 7.76 / 4.63 -> 4.49, ShuffleNet 2.48 -> 2.35 / 1.96 -> 1.81,
 MobileNetV3-Small 1.31 -> 1.22 / 1.04 -> 0.96, SqueezeNet 3.83 -> 3.73 ms, ResNet-18 21.4 -> 21.3 ms.
