@@ -211,25 +211,13 @@ def java_build(tmp_path_factory, host_runtime) -> dict:
     return {"prefix": host_runtime, "dir": lib_dir, "lib": lib, "jar": jar, "classpath": f"{jar}{os.pathsep}{classes}"}
 
 
-def _content_digest(path: Path) -> str:
-    """sha256 of a model file's bytes (of every file, with its relative name, for a directory)."""
-    h = hashlib.sha256()
-    if path.is_dir():
-        for f in sorted(p for p in path.rglob("*") if p.is_file()):
-            h.update(str(f.relative_to(path)).encode())
-            h.update(f.read_bytes())
-    else:
-        h.update(path.read_bytes())
-    return h.hexdigest()
-
-
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
     """``compiled(model_path, platform="host", device="cpu", name=None, consts=None, inputs=None, **BuildOptions
     fields)`` (``consts``: --const values, name -> text; ``inputs``: --input values): the artifact
-    directory of the model compiled with ``compile_to_artifact`` (manifest name ``name``, default the file's
-    stem; its source, format and sha256 recorded as `tvmgen compile` records them, so --check and bench find
-    the reference), once per session for each (sha256 of the model's bytes, options). Shared: a test that changes an
+    directory of the model compiled through tvmgen's one seam, ``pipeline.compile_model`` (manifest name
+    ``name``, default the file's stem; its source, format and sha256 recorded as `tvmgen compile` records
+    them, so --check and bench find the reference), once per session for each (sha256 of the model's bytes, options). Shared: a test that changes an
     artifact copies it first. Tests about compiling itself (its output, its errors) still compile."""
     from tvmgen.core.artifact import exclusive
 
@@ -240,35 +228,23 @@ def compiled(tmp_path_factory):
     done: dict[str, Path] = {}
 
     def compile_once(model_path, platform="host", device="cpu", name=None, consts=None, inputs=None, **options) -> Path:
-        from tvmgen import frontends
-        from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-        from tvmgen.compiler.platforms import PLATFORMS
-        from tvmgen.frontends.base import InputOverride
+        from tvmgen.compiler import pipeline
+        from tvmgen.compiler.platforms import PLATFORMS, BuildTarget
 
         model_path = Path(model_path)
         plat = PLATFORMS[platform] if isinstance(platform, str) else platform
         name = name or model_path.stem
-        fields = {k: _content_digest(v) if isinstance(v, Path) else repr(v) for k, v in sorted(options.items())}
-        key_text = json.dumps([_content_digest(model_path), plat.name, device, name, consts or {}, inputs, fields])
+        digest = pipeline.model_digest
+        fields = {k: digest(v) if isinstance(v, Path) else repr(v) for k, v in sorted(options.items())}
+        key_text = json.dumps([digest(model_path), plat.name, device, name, consts or {}, inputs, fields])
         key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
         if key not in done:
             out = root / key / name
             with exclusive(root / f"{key}.lock"):
                 if not (out / "manifest.json").is_file():  # not compiled by another worker of this run
-                    overrides = [InputOverride.parse(text) for text in inputs or ()]
-                    imported = frontends.load(model_path, overrides, consts=consts)
-                    info = {"name": name, "source": str(model_path.resolve()), "format": imported.format}
-                    if model_path.is_file():
-                        info["sha256"] = _content_digest(model_path)
-                    if imported.constants:
-                        info["constants"] = imported.constants
-                    compile_to_artifact(
-                        imported,
-                        BuildOptions(plat, device, **options),
-                        out,
-                        True,
-                        info,
-                    )
+                    loaded = pipeline.load_model(model_path, root, inputs or (), consts=consts)
+                    target = BuildTarget(plat, device, options.pop("gpu_family", "generic"))
+                    pipeline.compile_model(loaded, target, out, info={"name": name}, **options)
             done[key] = out
         return done[key]
 

@@ -105,7 +105,7 @@ def test_embed_android_bundle_from_a_model(tmp_path):
     import sys
 
     r = subprocess.run(
-        [sys.executable, "-m", "tvmgen", "embed", str(model), "--platform", "android", "-o", str(tmp_path / "b")],
+        [sys.executable, "-m", "tvmgen", "embed", str(model), "--platform", "android-arm64", "-o", str(tmp_path / "b")],
         capture_output=True,
         text=True,
         cwd=tmp_path,

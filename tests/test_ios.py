@@ -313,7 +313,7 @@ def onnx_file(tmp_path_factory):
 @pytest.mark.skipif(platform.system() == "Darwin", reason="elsewhere-path: on a Mac the command builds with Xcode")
 def test_rpc_app_ios_renders_and_prints_the_mac_commands(tvmgen, tmp_path, onnx_file):
     r = tvmgen(
-        "rpc-app", "--platform", "ios", "--team-id", TEAM, "--model", onnx_file, "--key", "ipad", "-o", tmp_path / "rpc"
+        "rpc-app", "--platform", "ios-arm64", "--team-id", TEAM, "--model", onnx_file, "--key", "ipad", "-o", tmp_path / "rpc"
     )
     assert r.returncode == 0, r.stderr
     assert "not built here" in r.stderr and f"cd {tmp_path / 'rpc'}" in r.stderr
@@ -328,7 +328,7 @@ def test_rpc_app_ios_renders_and_prints_the_mac_commands(tvmgen, tmp_path, onnx_
         info["TvmgenKind"] == "rpc" and info["TvmgenDefaultMode"] == "standalone" and info["TvmgenDefaultKey"] == "ipad"
     )
     assert archive.archive_symbols(tmp_path / "rpc/Models/libmodel.a").count(LIBRARY_BIN) == 1
-    r = tvmgen("rpc-app", "--platform", "ios", "--team-id", "x", "--model", onnx_file, "-o", tmp_path / "bad")
+    r = tvmgen("rpc-app", "--platform", "ios-arm64", "--team-id", "x", "--model", onnx_file, "-o", tmp_path / "bad")
     assert r.returncode == 2 and "not an Apple developer team id" in r.stderr and not (tmp_path / "bad").exists()
 
 
@@ -626,7 +626,7 @@ def test_real_xcode_build(tvmgen, tmp_path, onnx_file):
     args = [
         "rpc-app",
         "--platform",
-        "ios",
+        "ios-arm64",
         "--team-id",
         os.environ["TVMGEN_TEST_TEAM_ID"],
         "--model",

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tvmgen.android import tools
 from tvmgen.android.project import LIBRARY_NAME_FILE, PackagedModel, check_package, package_model
+from tvmgen.compiler.platforms import get_device
 from tvmgen.core import artifact, binfmt, resources, toolchains
 from tvmgen.core.errors import InputError
 from tvmgen.core.log import step
@@ -174,8 +175,9 @@ def build_aar(
                 raise InputError(
                     f"{d}: {report.summary()}", "compile it again with this tvmgen (it links for 16 KB pages)"
                 )
-        opencl |= m.device == "opencl"
-        vulkan |= m.device == "vulkan"
+        backend = get_device(m.device).backend
+        opencl |= backend == "opencl"
+        vulkan |= backend == "vulkan"
         name = f"{m.model.get('name', d.name)}-{m.device}"
         if name in models:
             raise InputError(

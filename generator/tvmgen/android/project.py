@@ -29,6 +29,15 @@ def check_package(package: str) -> None:
         )
 
 
+def app_devices(device: str) -> list[str]:
+    """The devices an app ships artifacts for: ``device``, then the one it falls back to on a phone
+    without it (a GPU / NNAPI app runs on the CPU there)."""
+    from tvmgen.compiler.platforms import get_device
+
+    fallback = get_device(device).app_fallback
+    return [device] + ([fallback] if fallback else [])
+
+
 def android_context(
     kind: str,
     package: str,
@@ -51,7 +60,7 @@ def android_context(
         "app_name": app_name,
         "model_name": model_name,
         "device": device,
-        "model_devices": [device] + (["cpu"] if device != "cpu" else []),
+        "model_devices": app_devices(device),
         "abis": abis,
         "min_sdk": 24,
         "compile_sdk": COMPILE_SDK,

@@ -13,8 +13,9 @@ import click
 
 from tvmgen.android import downloads as pins
 from tvmgen.commands import options
-from tvmgen.compiler import database, nnapi
+from tvmgen.compiler import database
 from tvmgen.compiler import precision as precisions
+from tvmgen.compiler.platforms import PLATFORMS
 from tvmgen.core import artifact
 from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
@@ -22,7 +23,7 @@ from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
 console = logs.console
 
 
-_ABI_PLATFORMS = {"android-arm64": "arm64-v8a", "android-armv7": "armeabi-v7a", "android-x86_64": "x86_64"}
+_ABI_PLATFORMS = {name: PLATFORMS[name].abi for name in options.ANDROID_PLATFORMS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,14 +175,11 @@ def _ios_app(kind, model, device, input_flags, common, rpc):
     ios_app.report(result, int(rpc.get("port", 9090)))
 
 
-_platforms_option = click.option(
-    "--platform",
-    "platforms",
-    multiple=True,
-    default=["android-arm64"],
-    show_default=True,
-    type=click.Choice([*_ABI_PLATFORMS, "ios-arm64"]),
+_platforms_option = options.platform(
+    [*_ABI_PLATFORMS, "ios-arm64"],
     help="Android ABI(s) to build for (repeatable), or ios-arm64: the iOS app (Xcode project).",
+    default=["android-arm64"],
+    multiple=True,
 )
 _app_common = [
     _platforms_option,
@@ -296,21 +294,18 @@ def app(
       tvmgen app --model builtin:mobilenet --install --run --serial R58M123 --report report.html
       tvmgen app --platform ios-arm64 --model builtin:mobilenet --device metal --team-id AB12CD34EF
     """
-    from tvmgen import frontends
     from tvmgen.android import project as android_project
-    from tvmgen.compiler import build
-    from tvmgen.compiler.platforms import PLATFORMS, BuildTarget, check_pair
+    from tvmgen.compiler import pipeline
+    from tvmgen.compiler.platforms import PLATFORMS, BuildTarget, check_pair, get_device
     from tvmgen.core.toolchains import AndroidNdk
-    from tvmgen.frontends import builtin
-    from tvmgen.frontends.base import InputOverride
 
     if kind == "rpc":
         raise InputError(
-            "--kind rpc builds the RPC app, which takes no model", "use `tvmgen rpc-app --platform android`"
+            "--kind rpc builds the RPC app, which takes no model", "use `tvmgen rpc-app --platform android-arm64`"
         )
-    if device == "nnapi":
+    if get_device(device).partitions:
         options.nnapi_notice()
-    if precision != "fp32" and (device == "nnapi" or "ios-arm64" in platforms):
+    if precision != "fp32" and (get_device(device).partitions or "ios-arm64" in platforms):
         raise InputError(
             f"--precision {precision} is for Android --device cpu, opencl or vulkan builds "
             "(NNAPI drivers choose their own precision; the iOS app builds fp32)",
@@ -327,7 +322,7 @@ def app(
                 "leave it out for --platform ios-arm64: the iOS build uses the default CPU schedules",
             )
         return _ios_app("deploy", model, device, input_flags, common, {})
-    stem = model.split(":", 1)[1] if model.startswith("builtin:") else Path(model).stem
+    stem = pipeline.model_name(model)
     common = dataclasses.replace(
         common,
         package=common.package or f"org.tvmgen.{''.join(c for c in stem.lower() if c.isalnum()) or 'model'}",
@@ -338,7 +333,7 @@ def app(
     android_project.check_package(common.package)
     for p in platforms:
         check_pair(PLATFORMS[p], device)
-    devices = [device] + (["cpu"] if device != "cpu" else [])  # a GPU / NNAPI app falls back to the CPU
+    devices = android_project.app_devices(device)  # a GPU / NNAPI app falls back to the CPU
     # one ABI's artifacts ship today: the first --platform; each device's target resolved once
     targets = {dev: BuildTarget(PLATFORMS[platforms[0]], dev, gpu_family) for dev in devices}
     tuning_db = database.checked_database(tuning_db, list(targets.values()))
@@ -352,28 +347,21 @@ def app(
         linked = False
     with tempfile.TemporaryDirectory(prefix="tvmgen-app-") as scratch:
         scratch = Path(scratch)
-        model_path = builtin.materialize(model, scratch) if model.startswith("builtin:") else Path(model)
-        with logs.step(f"Importing {model}"):
-            imported = frontends.load(model_path, [InputOverride.parse(f) for f in input_flags])
+        loaded = pipeline.load_model(model, scratch, input_flags)
         artifacts = {}
         for dev in devices:
             artifacts[dev] = scratch / f"model-{dev}"
-            to_build, needs = imported, None
-            if dev == "nnapi":  # stops here (exit 4) when this TVM has no NNAPI code generator
-                to_build, needs = nnapi.partition_and_generate(imported, feature_level, strategy, cost_table)
-            build.compile_to_artifact(
-                to_build,
-                build.BuildOptions.for_target(
-                    targets[dev],
-                    objects_only=not linked,
-                    runtime_needs=needs,
-                    tuning_db=database.database_for(tuning_db, targets[dev]),
-                    # the CPU fallback of a GPU app: fp32, runs anywhere
-                    precision=precision if dev == device else "fp32",
-                ),
+            # NNAPI stops here (exit 4) when this TVM has no NNAPI code generator
+            pipeline.compile_model(
+                loaded,
+                targets[dev],
                 artifacts[dev],
-                True,
-                {"name": stem, "source": model, "format": imported.format},
+                info={"name": stem, "source": model},
+                nnapi=pipeline.NnapiOptions(feature_level, strategy, cost_table),
+                objects_only=not linked,
+                tuning_db=database.database_for(tuning_db, targets[dev]),
+                # the CPU fallback of a GPU app: fp32, runs anywhere
+                precision=precision if dev == device else "fp32",
             )
 
         with artifact.staging(out, common.force) as staged:
@@ -387,23 +375,6 @@ def app(
 
 
 @click.command("rpc-app")
-@click.option(
-    "--platform",
-    "target_os",
-    default="android",
-    show_default=True,
-    type=click.Choice(["android", "ios"]),
-    help="The RPC app's platform. iOS serves the model linked into the app (--model).",
-)
-@click.option(
-    "--abi",
-    "platforms",
-    multiple=True,
-    default=["android-arm64"],
-    show_default=True,
-    type=click.Choice(list(_ABI_PLATFORMS)),
-    help="Android ABI(s) to build for; repeatable.",
-)
 @click.option(
     "--mode",
     type=click.Choice(["proxy", "tracker", "standalone"]),
@@ -431,9 +402,8 @@ def app(
     help="Reach the host's proxy over the cable: adb reverse tcp:PORT tcp:PORT, then start the app "
     "in proxy mode on 127.0.0.1 (no shared Wi-Fi needed).",
 )
-@_app_common_options(*[o for o in _app_common if o is not _platforms_option])  # rpc-app's --platform is the OS
+@_app_common_options(*_app_common)
 def rpc_app(
-    target_os,
     platforms,
     mode,
     address,
@@ -452,8 +422,8 @@ def rpc_app(
     from tvmgen.android import project as android_project
 
     common = dataclasses.replace(common, package=common.package or "org.tvmgen.rpc", name=common.name or "tvmgen RPC")
-    if target_os == "ios":
-        _android_only(release=common.release)
+    if "ios-arm64" in platforms:
+        _android_only(platforms, release=common.release)
         rpc = {
             "mode": "standalone" if usb else mode or "standalone",
             "address": address or "0.0.0.0",

@@ -99,12 +99,9 @@ def bench(
       tvmgen bench out/mobilenet-linux-aarch64-cpu --key phone --proxy 127.0.0.1:9090 --json r.json
       tvmgen bench --gemm 1024 --key phone --tracker 127.0.0.1:9190
     """
-    from tvmgen import frontends
-    from tvmgen.compiler import build
-    from tvmgen.compiler.platforms import check_pair, get_platform
+    from tvmgen.compiler import pipeline
+    from tvmgen.compiler.platforms import BuildTarget, check_pair, get_device, get_platform
     from tvmgen.core import artifact
-    from tvmgen.frontends import builtin
-    from tvmgen.frontends.base import InputOverride
     from tvmgen.remote import bench as benching
 
     if (source is None) == (gemm is None):
@@ -113,7 +110,7 @@ def bench(
         raise InputError(
             "--profile times a model's kernels; --gemm is one kernel, timed already", "leave out --profile"
         )
-    if gemm and device == "vulkan":
+    if gemm and not get_device(device).tvm_codegen:
         raise InputError(
             "--gemm is built with TVM's own GPU code generators; --device vulkan kernels come from tvmgen's "
             "(compile_to_artifact), which builds models only",
@@ -138,10 +135,8 @@ def bench(
             manifest = artifact.load(artifact_dir)  # a broken artifact fails here, before any device is taken
             reference, reference_name = numerics.artifact_reference(manifest, scratch)
         elif source:
-            model_path = builtin.materialize(source, scratch) if source.startswith("builtin:") else Path(source)
-            with logs.step(f"Importing {source}"):
-                imported = frontends.load(model_path, [InputOverride.parse(f) for f in input_flags])
-            reference, reference_name = imported.reference, imported.reference_name
+            loaded = pipeline.load_model(source, scratch, input_flags)
+            reference, reference_name = loaded.imported.reference, loaded.imported.reference_name
         with logs.step(
             f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"
         ):
@@ -157,13 +152,7 @@ def bench(
         else:
             if artifact_dir is None:
                 artifact_dir = scratch / "artifact"
-                build.compile_to_artifact(
-                    imported,
-                    build.BuildOptions(plat, device),
-                    artifact_dir,
-                    True,
-                    {"name": model_path.stem, "source": source, "format": imported.format},
-                )
+                pipeline.compile_model(loaded, BuildTarget(plat, device), artifact_dir, info={"source": source})
             report = benching.bench_model(
                 remote,
                 info,

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tvmgen.commands import options
-from tvmgen.compiler import database, nnapi
+from tvmgen.compiler import database
 from tvmgen.core import artifact
 from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError
@@ -19,8 +19,9 @@ console = logs.console
 
 
 def _default_out(model: str, platform: str, device: str) -> Path:
-    stem = model.split(":", 1)[1] if model.startswith("builtin:") else Path(model).stem
-    return Path("out") / f"{stem}-{platform}-{device}"
+    from tvmgen.compiler.pipeline import model_name
+
+    return Path("out") / f"{model_name(model)}-{platform}-{device}"
 
 
 @click.command()
@@ -146,10 +147,8 @@ def compile(
       tvmgen compile mobilenet.pb --input input:1x224x224x3:float32 --platform linux-aarch64
       tvmgen compile model-int8.onnx --platform android-arm64 --cpu-features +dotprod
     """
-    from tvmgen import frontends
-    from tvmgen.compiler import build
-    from tvmgen.compiler.platforms import BuildTarget, check_pair, get_platform
-    from tvmgen.frontends import builtin
+    from tvmgen.compiler import pipeline
+    from tvmgen.compiler.platforms import BuildTarget, check_pair, get_device, get_platform
     from tvmgen.frontends.base import InputOverride, parse_consts
 
     model = model_opt or model_arg
@@ -159,69 +158,55 @@ def compile(
         raise InputError("no model given", "tvmgen compile MODEL (try builtin:mobilenet)")
     plat = get_platform(platform)
     check_pair(plat, device)  # before --cpu: an unknown pair is the first thing to say
-    if device == "nnapi":
+    if get_device(device).partitions:
         options.nnapi_notice()
     if cpu_name:
         plat = plat.with_cpu(cpu_name)
     if cpu_features:
         plat = plat.with_features(cpu_features.split(","))
-    overrides = [InputOverride.parse(f) for f in input_flags]
+    for flag in input_flags:
+        InputOverride.parse(flag)  # a malformed --input is said before anything else runs
     consts = parse_consts(const_flags)
     target = BuildTarget(plat, device, gpu_family)  # resolved once; every later step reads this
     tuning_db = database.checked_database(tuning_db, [target])
-    if precision != "fp32" and device == "nnapi":
-        raise InputError(
-            f"--precision {precision} does not apply to --device nnapi: the NNAPI parts keep the "
-            "model's float32 (NNAPI drivers choose their own precision)",
-            "leave out --precision",
-        )
+    pipeline.check_build_options(target, separate_params=separate_params, precision=precision)
     out = out or _default_out(model, platform, device)
     artifact.refuse_existing(out, force)
 
     with tempfile.TemporaryDirectory(prefix="tvmgen-") as scratch:
-        model_path = builtin.materialize(model, Path(scratch)) if model.startswith("builtin:") else Path(model)
-        with logs.step(f"Importing {model_path.name if not model.startswith('builtin:') else model}"):
-            imported = frontends.load(
-                model_path, overrides, input_names=_split(tf_inputs), output_names=_split(tf_outputs), consts=consts
-            )
-        for note in imported.notes:
-            console.print(f"  [dim]{note}[/]")
-        model_info = {
-            "name": model.split(":", 1)[1] if model.startswith("builtin:") else model_path.stem,
-            "source": model if model.startswith("builtin:") else str(model_path.resolve()),
-            "format": imported.format,
-            "sha256": _hash_model(model_path),
-        }
+        loaded = pipeline.load_model(
+            model,
+            Path(scratch),
+            input_flags,
+            input_names=_split(tf_inputs),
+            output_names=_split(tf_outputs),
+            consts=consts,
+        )
+        imported = loaded.imported
         if imported.constants:
-            model_info["constants"] = imported.constants  # inputs bound by --const: not inputs of the artifact
             console.print(
                 f"  constants: {', '.join(f'{n}={v}' for n, v in imported.constants.items())} "
                 f"(bound at compile time; {len(imported.inputs)} input(s) left)"
             )
-        to_build, needs = imported, None
-        if device == "nnapi":
-            if separate_params:
-                raise InputError(
-                    "--separate-params does not apply to --device nnapi: the NNAPI parts take the weights as constants",
-                    "leave out --separate-params",
-                )
-            to_build, needs = nnapi.partition_and_generate(imported, feature_level, strategy, cost_table)
-        opts = build.BuildOptions.for_target(
-            target,
-            separate_params=separate_params,
-            objects_only=objects_only,
-            runtime_needs=needs,
-            schedules=schedules == "default",
-            tuning_db=tuning_db,
-            precision=precision,
-        )
 
-        def verify(staged):
+        def verify(staged, opts):
             checked = numerics.check_against_reference(imported, staged, opts, rtol, atol, seed, scratch)
             if checked:  # the artifact itself ran here: its kernels' speed too
                 kernel_profile.guard_host_model(*checked, staged)
 
-        manifest = build.compile_to_artifact(to_build, opts, out, force, model_info, verify=verify if check else None)
+        manifest = pipeline.compile_model(
+            loaded,
+            target,
+            out,
+            nnapi=pipeline.NnapiOptions(feature_level, strategy, cost_table),
+            force=force,
+            verify=verify if check else None,
+            separate_params=separate_params,
+            objects_only=objects_only,
+            schedules=schedules == "default",
+            tuning_db=tuning_db,
+            precision=precision,
+        )
         console.print(f"[green]✓[/] artifact: [bold]{out}[/] ({manifest.export['library']}, {_size(out)} total)")
         if manifest.export.get("finish_command"):
             console.print(f"  to link it later: cd {out} && {manifest.export['finish_command']}")
@@ -229,20 +214,6 @@ def compile(
 
 def _split(text):
     return [s.strip() for s in text.split(",") if s.strip()] if text else None
-
-
-def _hash_model(path: Path) -> str:
-    import hashlib
-
-    from tvmgen.core.artifact import sha256_file
-
-    if path.is_file():
-        return sha256_file(path)
-    h = hashlib.sha256()  # a SavedModel directory: hash its files in order
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
-        h.update(str(f.relative_to(path)).encode())
-        h.update(sha256_file(f).encode())
-    return h.hexdigest()
 
 
 def _size(directory: Path) -> str:

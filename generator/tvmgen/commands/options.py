@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from tvmgen.compiler import precision as precisions
-from tvmgen.compiler.platforms import DEVICES, GPU_FAMILIES
+from tvmgen.compiler.platforms import DEVICES, GPU_FAMILIES, PLATFORMS
 
 INPUT_HELP = (
     "Set or override an input's shape/dtype, e.g. input:1x224x224x3:float32 (a 0-d input: sr:scalar:int64). Repeatable."
@@ -51,13 +51,49 @@ def gpu_family(choices: Sequence[str] = GPU_FAMILIES, help: str = GPU_FAMILY_HEL
 
 
 RUNTIME_PLATFORMS = ["host", "linux-aarch64"]  # where tvmgen builds and runs its own runtime (CMake here)
+ANDROID_PLATFORMS = [p.name for p in PLATFORMS.values() if p.exporter == "ndk"]
+
+
+class PlatformChoice(click.Choice):
+    """One --platform vocabulary for every command: the platform table's names. An OS or ABI name
+    (android, ios, arm64-v8a) is answered with the table's name for it."""
+
+    def convert(self, value, param, ctx):
+        if value in self.choices:
+            return value
+        if value == "android" or value.startswith("android-"):
+            names = [n for n in ANDROID_PLATFORMS if n in self.choices]
+        else:
+            names = [
+                p.name for p in PLATFORMS.values() if value in (p.abi, p.name.split("-")[0]) and p.name in self.choices
+            ]
+        if names:
+            self.fail(f"{value!r} is not a platform name: use --platform {' or '.join(names)}", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def platform(
+    choices: Sequence[str] = tuple(PLATFORMS),
+    help: str = "Where the model runs.",
+    default: str | Sequence[str] | None = "host",
+    multiple: bool = False,
+):
+    """--platform: ``choices`` are the platform table's names the command supports."""
+    return click.option(
+        "--platform",
+        "platforms" if multiple else "platform",
+        multiple=multiple,
+        default=default,
+        show_default=default is not None,
+        required=default is None and not multiple,
+        type=PlatformChoice(_subset(choices, list(PLATFORMS), "platforms")),
+        help=help,
+    )
 
 
 def runtime_platform(help: str):
     """--platform for the runtime built here: the host, or linux-aarch64 (cross-built, run under qemu)."""
-    return click.option(
-        "--platform", default="host", show_default=True, type=click.Choice(RUNTIME_PLATFORMS), help=help
-    )
+    return platform(RUNTIME_PLATFORMS, help=help)
 
 
 def inputs(help: str = INPUT_HELP):

@@ -49,10 +49,7 @@ def partition(
       tvmgen partition model.onnx --nnapi --strategy cost --json report.json
       tvmgen partition model.onnx --nnapi --strategy cost --measure --key phone --tracker 127.0.0.1:9190
     """
-    from tvmgen import frontends
-    from tvmgen.compiler import nnapi
-    from tvmgen.frontends import builtin
-    from tvmgen.frontends.base import InputOverride
+    from tvmgen.compiler import nnapi, pipeline
     from tvmgen.remote import bench, nnapi_costs
 
     options.nnapi_notice()
@@ -64,9 +61,7 @@ def partition(
     costs = nnapi.load_costs(cost_table)
     measured = []
     with tempfile.TemporaryDirectory(prefix="tvmgen-") as scratch:
-        path = builtin.materialize(model, Path(scratch)) if model.startswith("builtin:") else Path(model)
-        with logs.step(f"Importing {model}"):
-            imported = frontends.load(path, [InputOverride.parse(f) for f in input_flags])
+        imported = pipeline.load_model(model, Path(scratch), input_flags).imported
         with logs.step(f"Partitioning for NNAPI ({strategy})"):
             partitioned, report = nnapi.partition(
                 imported.mod, imported.params, len(imported.inputs), feature_level, "patterns", costs

@@ -9,7 +9,7 @@ import click
 
 from tvmgen.commands import options
 from tvmgen.core import log as logs
-from tvmgen.core.errors import InputError, TvmgenError
+from tvmgen.core.errors import TvmgenError
 
 console = logs.console
 
@@ -37,17 +37,16 @@ def runtime_build_cmd(platform, out):
 
 @click.command()
 @click.argument("source", metavar="ARTIFACT|MODEL")
-@click.option(
-    "--platform", required=True, type=click.Choice(["android", "linux-aarch64", "host"]), help="Where the app runs."
-)
-@click.option(
-    "--abi", type=click.Choice(["arm64-v8a", "armeabi-v7a", "x86_64"]), help="Android ABI. [default: arm64-v8a]"
+@options.platform(
+    [*options.RUNTIME_PLATFORMS, *options.ANDROID_PLATFORMS],
+    help="Where the app runs (android-*: the Android ABI; the app's Gradle build compiles the runtime).",
+    default=None,
 )
 @options.device(["cpu", "opencl", "cuda"], help="When SOURCE is a model: the device to compile for.")
 @options.inputs(help="When SOURCE is a model: input shapes, as for compile.")
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Bundle directory to write.")
 @click.option("--force", is_flag=True, help="Replace the bundle directory if it exists.")
-def embed(source, platform, abi, device, input_flags, out, force):
+def embed(source, platform, device, input_flags, out, force):
     """Make a bundle that adds the model and the runtime to an existing app.
 
     SOURCE is an artifact directory from `tvmgen compile`, or a model file (compiled first).
@@ -59,24 +58,21 @@ def embed(source, platform, abi, device, input_flags, out, force):
     from tvmgen.core import artifact
     from tvmgen.runtime import embed as embedding
 
-    if abi and platform != "android":
-        raise InputError("--abi applies to --platform android only", "leave it out for host and linux-aarch64")
     artifact.refuse_existing(out, force)
     src = Path(source)
     with tempfile.TemporaryDirectory(prefix="tvmgen-embed-") as scratch:
         scratch = Path(scratch)
         if (src / "manifest.json").is_file():
             artifact_dir = src
-            embedding.check_artifact(artifact.load(src), platform, abi)
+            embedding.check_artifact(artifact.load(src), platform)
         else:
-            target = embedding.compile_platform(platform, abi)
             artifact_dir = scratch / "artifact"
-            objects_only = target.startswith("android")
+            objects_only = embedding.is_android(platform)
             if objects_only:
                 try:
                     from tvmgen.core.toolchains import AndroidNdk
 
-                    AndroidNdk(get_platform(target).abi).verify()
+                    AndroidNdk(get_platform(platform).abi).verify()
                     objects_only = False
                 except TvmgenError:
                     console.print(
@@ -89,7 +85,7 @@ def embed(source, platform, abi, device, input_flags, out, force):
             ctx.invoke(
                 compile_cmd,
                 model_arg=source,
-                platform=target,
+                platform=platform,
                 device=device,
                 input_flags=input_flags,
                 out=artifact_dir,
@@ -97,7 +93,7 @@ def embed(source, platform, abi, device, input_flags, out, force):
                 objects_only=objects_only,
             )
         with artifact.staging(out, force) as staged:
-            notes = embedding.write_bundle(artifact_dir, platform, abi, staged)
+            notes = embedding.write_bundle(artifact_dir, platform, staged)
     for note in notes:
         console.print(f"  [dim]{note}[/]")
     console.print(f"[green]✓[/] bundle: [bold]{out}[/] (see {out}/README.md)")

@@ -82,19 +82,17 @@ def tune(
       tvmgen tune model.onnx --device opencl --key phone --proxy 127.0.0.1:9090 --db tuning/
       tvmgen compile model.onnx --platform android-arm64 --device opencl --tuning-db tuning/
     """
-    from tvmgen import frontends
-    from tvmgen.compiler import database
+    from tvmgen.compiler import database, pipeline
     from tvmgen.compiler import export as exporter
-    from tvmgen.compiler.platforms import check_pair, get_platform, make_target, target_dict
-    from tvmgen.frontends import builtin
-    from tvmgen.frontends.base import InputOverride
+    from tvmgen.compiler.platforms import check_pair, get_device, get_platform, make_target, target_dict
     from tvmgen.remote import bench as benching
     from tvmgen.tuning import tune as tuning
 
     tuning.check_dependencies()
     if (tracker or proxy) and not key:
         raise InputError("--tracker/--proxy name where the device is; --key names the device", "add --key KEY")
-    if device != "cpu" and not key:
+    gpu = get_device(device).gpu
+    if gpu and not key:
         raise InputError(
             f"--device {device}: the candidates are timed on an OpenCL device over RPC, and no --key names one",
             "a phone: the RPC app (`tvmgen rpc-app`) with `tvmgen rpc proxy`, then --key K --proxy "
@@ -104,7 +102,7 @@ def tune(
     root = db_root or database.default_root()
     where = None
     if key:
-        where = tuning.Device(key, tracker, proxy, session_timeout, gpu=device != "cpu")
+        where = tuning.Device(key, tracker, proxy, session_timeout, gpu=gpu)
         with logs.step(
             f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"
         ):
@@ -116,7 +114,7 @@ def tune(
             + (f", devices: {', '.join(info['devices'])}" if info.get("devices") else "")
             + "[/]"
         )
-        if device != "cpu" and info.get("devices") and device not in info["devices"]:
+        if gpu and info.get("devices") and device not in info["devices"]:
             raise InputError(
                 f"device {key!r} has no {device} (it has: {', '.join(info['devices'])})",
                 f"serve it from a device with an {device} driver, or tune --device cpu",
@@ -138,15 +136,9 @@ def tune(
     compiler = exporter.linker(plat, False)  # a missing toolchain fails now, not after the import
     target = make_target(target_dict(plat, device, gpu_family))
     with tempfile.TemporaryDirectory(prefix="tvmgen-tune-") as scratch:
-        model_path = builtin.materialize(model, Path(scratch)) if model.startswith("builtin:") else Path(model)
-        with logs.step(f"Importing {model}"):
-            imported = frontends.load(model_path, [InputOverride.parse(f) for f in input_flags])
+        imported = pipeline.load_model(model, Path(scratch), input_flags).imported
         summary = tuning.run(imported, target, trials, root, where or tuning.Device(), num_cores, compiler)
     tuning.print_summary(summary, trials)
     console.print(f"[green]✓[/] database: [bold]{summary.directory}[/]")
-    gpu = (
-        f" --device {device}" + (f" --gpu-family {gpu_family}" if gpu_family != "generic" else "")
-        if device != "cpu"
-        else ""
-    )
-    console.print(f"  use it: tvmgen compile {model} --platform {plat.name}{gpu} --tuning-db {root}")
+    flags = f" --device {device}" + (f" --gpu-family {gpu_family}" if gpu_family != "generic" else "") if gpu else ""
+    console.print(f"  use it: tvmgen compile {model} --platform {plat.name}{flags} --tuning-db {root}")

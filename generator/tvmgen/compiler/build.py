@@ -201,7 +201,7 @@ def _pipelines(target, opts: BuildOptions, report: dict) -> list:
 
     from tvmgen.compiler import conv_transpose, cpu, rewrites
 
-    if opts.device == "metal":
+    if target.kind.name == "metal":
         return [
             (
                 "TVM's GPU pipeline without dlight's Matmul rule",

@@ -132,7 +132,7 @@ def open_database(path: Path, target, create: bool = False):
 def database_target(target: BuildTarget):
     """The TVM target whose records a build for ``target`` looks up, or None where a database does not
     apply (Metal, CUDA, Adreno's texture pipeline)."""
-    if target.device not in ("cpu", "nnapi", "opencl"):
+    if not target.kind.tunable:
         return None
     tvm_target = target.tvm
     return tvm_target if not is_gpu(tvm_target) or tunable(tvm_target) else None
@@ -150,7 +150,7 @@ def checked_database(root: Path | None, targets: Sequence[BuildTarget]) -> Path 
     usable = [t for t in map(database_target, targets) if t is not None]
     if not usable:
         first = targets[0]
-        family = f" --gpu-family {first.gpu_family}" if first.device == "opencl" else ""
+        family = f" --gpu-family {first.gpu_family}" if first.kind.target_kind == "opencl" else ""
         raise InputError(
             f"--tuning-db holds CPU and OpenCL kernels; --device {first.device}{family} has none to take from it",
             "leave out --tuning-db, or use --device cpu, or --device opencl with --gpu-family generic or mali",

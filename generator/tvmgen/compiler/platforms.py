@@ -14,10 +14,6 @@ from typing import Any
 
 from tvmgen.core.errors import InputError
 
-# DLPack device types (dlpack.h): what the runtime passes to vm_initialization (NNAPI parts are called
-# from the CPU).
-DL_DEVICE_TYPES = {"cpu": 1, "cuda": 2, "opencl": 4, "vulkan": 7, "metal": 8, "nnapi": 1}
-
 GPU_FAMILIES = ("adreno", "mali", "generic", "desktop")
 
 
@@ -159,7 +155,91 @@ PLATFORMS: dict[str, Platform] = {
     ]
 }
 
-DEVICES = ("cpu", "opencl", "vulkan", "metal", "cuda", "nnapi")
+
+@dataclass(frozen=True)
+class Device:
+    """What a ``--device`` is: every step asks this table instead of comparing device names."""
+
+    name: str
+    description: str
+    dl_type: int  # DLPack device type (dlpack.h): what the runtime passes to vm_initialization
+    gpu: bool  # its kernels run on a GPU (launched from the host: host timers see launches, not kernels)
+    target_kind: str  # the TVM target kind of its kernels ("llvm": CPU code, the platform's CPU target)
+    backend: str | None = None  # tvmgen's runtime backend library (libtvmgen_<backend>) that runs its kernels
+    partitions: bool = False  # parts of the model go to the phone's own driver (NNAPI); the rest is CPU code
+    tunable: bool = False  # a --tuning-db's records apply (MetaSchedule's CPU or generic GPU rules)
+    # why --check cannot run this device's kernels here (None: the artifact itself runs where it was built for)
+    not_checked: str | None = None
+    tvm_codegen: bool = True  # TVM's wheel generates its kernels (False: tvmgen's own code generator)
+
+    @property
+    def host_memory(self) -> bool:
+        """Its tensors live in the CPU's memory: numpy arrays are used in place, no copies."""
+        return self.dl_type == 1
+
+    @property
+    def app_fallback(self) -> str | None:
+        """The device an app also ships an artifact for, where this one is missing on a phone."""
+        return None if self.name == "cpu" else "cpu"
+
+
+_GPU_NOT_CHECKED = "--check does not run {} kernels (they need the target's GPU)"
+
+DEVICE_TABLE: dict[str, Device] = {
+    d.name: d
+    for d in [
+        Device("cpu", "the CPU (LLVM code)", 1, gpu=False, target_kind="llvm", tunable=True),
+        Device(
+            "opencl",
+            "the GPU through OpenCL (tvmgen's OpenCL backend)",
+            4,
+            gpu=True,
+            target_kind="opencl",
+            backend="opencl",
+            tunable=True,
+            not_checked=_GPU_NOT_CHECKED.format("opencl"),
+        ),
+        Device(
+            "vulkan",
+            "the GPU through Vulkan (tvmgen's GLSL code generator and Vulkan backend)",
+            7,
+            gpu=True,
+            target_kind="vulkan",
+            backend="vulkan",
+            not_checked=_GPU_NOT_CHECKED.format("vulkan"),
+            tvm_codegen=False,
+        ),
+        Device(
+            "metal",
+            "the Apple GPU through Metal",
+            8,
+            gpu=True,
+            target_kind="metal",
+            not_checked=_GPU_NOT_CHECKED.format("metal"),
+        ),
+        Device("cuda", "an NVIDIA GPU through CUDA (TVM's runtime)", 2, gpu=True, target_kind="cuda"),
+        Device(
+            "nnapi",
+            "Android's NNAPI drivers, with what they do not take on the CPU",
+            1,  # NNAPI parts are called from the CPU
+            gpu=False,
+            target_kind="llvm",
+            partitions=True,
+            tunable=True,
+            not_checked="the NNAPI parts run in the phone's NNAPI drivers",
+        ),
+    ]
+}
+
+DEVICES = tuple(DEVICE_TABLE)
+DL_DEVICE_TYPES = {name: d.dl_type for name, d in DEVICE_TABLE.items()}
+
+
+def get_device(name: str) -> Device:
+    try:
+        return DEVICE_TABLE[name]
+    except KeyError:
+        raise InputError(f"unknown device {name!r}", f"use one of: {', '.join(DEVICES)}") from None
 
 
 def valid_pairs() -> list[str]:
@@ -197,8 +277,13 @@ class BuildTarget:
 
     def __post_init__(self) -> None:
         check_pair(self.platform, self.device)
-        if self.device == "opencl" and self.gpu_family not in GPU_FAMILIES:
+        if self.kind.target_kind == "opencl" and self.gpu_family not in GPU_FAMILIES:
             raise InputError(f"unknown GPU family {self.gpu_family!r}", f"use one of: {', '.join(GPU_FAMILIES)}")
+
+    @property
+    def kind(self) -> Device:
+        """The device's entry in DEVICE_TABLE."""
+        return DEVICE_TABLE[self.device]
 
     @functools.cached_property
     def spec(self) -> dict:
@@ -219,24 +304,18 @@ def target_dict(platform: Platform, device: str, gpu_family: str = "generic") ->
     """
     check_pair(platform, device)
     cpu = platform.cpu_target()
-    if device in ("cpu", "nnapi"):  # with NNAPI, what NNAPI does not take runs on the CPU
+    kind = DEVICE_TABLE[device].target_kind
+    if kind == "llvm":  # with NNAPI, what NNAPI does not take runs on the CPU
         return cpu
-    if device == "opencl":
+    # vulkan: tvmgen's own code generator (compiler.vulkan) reads this target: GLSL -> SPIR-V
+    gpu: dict[str, Any] = {"kind": kind}
+    if kind == "opencl":
         if gpu_family not in GPU_FAMILIES:
             raise InputError(f"unknown GPU family {gpu_family!r}", f"use one of: {', '.join(GPU_FAMILIES)}")
-        gpu: dict[str, Any] = {"kind": "opencl"}
         if gpu_family == "adreno":  # TVM's Adreno schedules, with texture (image) memory
             gpu.update(device="adreno", keys=["adreno", "opencl", "gpu", "texture"])
         elif gpu_family != "generic":
             gpu["device"] = gpu_family
-    elif device == "vulkan":  # tvmgen's own code generator (compiler.vulkan): GLSL -> SPIR-V
-        gpu = {"kind": "vulkan"}
-    elif device == "metal":
-        gpu = {"kind": "metal"}
-    elif device == "cuda":
-        gpu = {"kind": "cuda"}
-    else:  # pragma: no cover - check_pair rejects the rest
-        raise InputError(f"unknown device {device!r}")
     return {**gpu, "host": cpu}
 
 

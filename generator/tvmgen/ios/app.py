@@ -1,4 +1,4 @@
-"""`tvmgen rpc-app --platform ios` and `tvmgen app --platform ios-arm64`: model -> Xcode project -> device.
+"""`tvmgen rpc-app --platform ios-arm64` and `tvmgen app --platform ios-arm64`: model -> Xcode project -> device.
 
 Steps, each only where its tools are here: compile the model for ios-arm64 (system lib: arm64
 Mach-O objects), render templates/ios_rpc with the model archive linked in (staged, then moved
@@ -13,14 +13,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tvmgen import frontends
-from tvmgen.compiler import build
-from tvmgen.compiler.platforms import PLATFORMS, check_pair
+from tvmgen.compiler import pipeline
+from tvmgen.compiler.platforms import PLATFORMS, BuildTarget, check_pair
 from tvmgen.core import artifact
 from tvmgen.core.errors import InputError, ToolMissingError
 from tvmgen.core.log import console, step
-from tvmgen.frontends import builtin
-from tvmgen.frontends.base import InputOverride
 from tvmgen.ios import project, tools
 
 
@@ -48,7 +45,7 @@ class IosAppResult:
 
 
 def model_stem(model: str) -> str:
-    return model.split(":", 1)[1] if model.startswith("builtin:") else Path(model).stem
+    return pipeline.model_name(model)
 
 
 def check_options(opts: IosAppOptions, builds_here: bool) -> None:
@@ -93,16 +90,10 @@ def create(opts: IosAppOptions, out: Path, force: bool) -> IosAppResult:
     rpc = {"mode": "standalone", "address": "0.0.0.0", "port": 9090, "key": "iphone", **opts.rpc}
     with tempfile.TemporaryDirectory(prefix="tvmgen-ios-") as scratch_name:
         scratch = Path(scratch_name)
-        model_path = builtin.materialize(opts.model, scratch) if opts.model.startswith("builtin:") else Path(opts.model)
-        with step(f"Importing {opts.model}"):
-            imported = frontends.load(model_path, [InputOverride.parse(f) for f in opts.input_flags])
+        loaded = pipeline.load_model(opts.model, scratch, opts.input_flags)
         art = scratch / "artifact"
-        build.compile_to_artifact(
-            imported,
-            build.BuildOptions(PLATFORMS["ios-arm64"], opts.device),
-            art,
-            True,
-            {"name": model_stem(opts.model), "source": opts.model, "format": imported.format},
+        pipeline.compile_model(
+            loaded, BuildTarget(PLATFORMS["ios-arm64"], opts.device), art, info={"source": opts.model}
         )
         ctx = project.context(
             opts.kind,

@@ -18,7 +18,7 @@ def checks(runner: tools.Runner | None = None) -> list[Check]:
                 False,
                 False,
                 detail=f"not macOS ({platform.system()}): `tvmgen rpc-app --platform "
-                "ios` renders the Xcode project here and prints the commands that build it on a Mac",
+                "ios-arm64` renders the Xcode project here and prints the commands that build it on a Mac",
             )
         ]
     signing = tools.CodeSigning(runner)

@@ -15,6 +15,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from tvmgen.compiler.platforms import PLATFORMS
 from tvmgen.core import resources
 from tvmgen.core.errors import InputError
 
@@ -207,8 +208,11 @@ def context(
         check_team_id(team_id)
     if mode not in MODES:
         raise InputError(f"unknown server mode {mode!r}", f"use one of: {', '.join(MODES)}")
-    if device not in ("cpu", "metal"):
-        raise InputError(f"device {device!r} is not available on iOS", "use --device cpu or --device metal")
+    if device not in PLATFORMS["ios-arm64"].devices:
+        raise InputError(
+            f"device {device!r} is not available on iOS",
+            f"use --device {' or --device '.join(PLATFORMS['ios-arm64'].devices)}",
+        )
     sources = [FileRef(p, "source") for p in APP_SOURCES]
     headers = [FileRef(p, "header") for p in APP_HEADERS]
     jni = [FileRef(p, "source") for p in JNI_SOURCES]

@@ -183,7 +183,7 @@ def check_linked(manifest: artifact.Manifest, info: dict, key: str) -> None:
             f"device {key!r} runs only the model linked into its app (iOS cannot load uploaded code); "
             f"this {manifest.platform} artifact is not that",
             "bench the model the app was made with "
-            "(tvmgen rpc-app --platform ios --model MODEL), or its ios-arm64 artifact",
+            "(tvmgen rpc-app --platform ios-arm64 --model MODEL), or its ios-arm64 artifact",
         )
     if info.get("arch") and manifest.arch != info["arch"]:
         raise InputError(
@@ -410,7 +410,7 @@ def gemm_module(n: int, target_spec: dict, device: str):
     import tvm
     from tvm import s_tir, te
 
-    from tvmgen.compiler.platforms import make_target
+    from tvmgen.compiler.platforms import get_device, make_target
 
     a = te.placeholder((n, n), name="A")
     b = te.placeholder((n, n), name="B")
@@ -419,7 +419,7 @@ def gemm_module(n: int, target_spec: dict, device: str):
     sch = s_tir.Schedule(te.create_prim_func([a, b, c]).with_attr("global_symbol", "gemm"))
     block = sch.get_sblock("C")
     i, j, kk = sch.get_loops(block)
-    if device == "cpu":
+    if not get_device(device).gpu:
         i0, i1 = sch.split(i, [None, 8 if n % 8 == 0 else 1])
         j0, j1 = sch.split(j, [None, 32 if n % 32 == 0 else 1])
         k0, k1 = sch.split(kk, [None, 4 if n % 4 == 0 else 1])

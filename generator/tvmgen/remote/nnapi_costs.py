@@ -19,13 +19,13 @@ def measure_tvm_costs(
     """Time each op kind the NNAPI partitions hold, compiled alone for the device's CPU, over RPC
     (tvmgen bench's machinery); returns one row per kind: measured GFLOP/s (median of ``repeat``
     repeats of ``number`` runs), or the table's rate where a kind cannot be built alone."""
-    from tvmgen.compiler import build
-    from tvmgen.compiler.platforms import check_pair, get_platform
+    from tvmgen.compiler import pipeline
+    from tvmgen.compiler.platforms import BuildTarget, get_platform
 
     with step(f"Connecting to device {target.key!r}"):
         remote, info = bench.connect(target)
     plat = get_platform(platform or info.get("platform") or "host")
-    check_pair(plat, "cpu")
+    cpu = BuildTarget(plat, "cpu")
     rows = []
     for kind, (call, flops) in op_instances(partitioned).items():
         table = rate_gflops(kind, costs["tvm_gflops"])
@@ -37,7 +37,7 @@ def measure_tvm_costs(
             continue
         row["inputs"] = [list(s.shape) for s in model.inputs]
         directory = scratch / f"op-{kind}"
-        build.compile_to_artifact(model, build.BuildOptions(plat, "cpu"), directory, True, {"name": f"op-{kind}"})
+        pipeline.compile_model(model, cpu, directory, info={"name": f"op-{kind}"})
         timed = bench.bench_model(remote, info, directory, target.key, repeat, number, 0, seed=0)
         median = float(np.median(timed.warm_ms))
         row.update(

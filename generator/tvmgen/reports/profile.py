@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from tvmgen.compiler import kernels as kernel_table
+from tvmgen.compiler.platforms import DEVICE_TABLE
 
 VM_ROW = "VM builtins (allocation, shape checks)"
 
@@ -43,6 +44,13 @@ EVENT_CLOCKS = ("device events", OPENCL_EVENTS)
 
 def clock_label(clock: str) -> str:
     return CLOCKS.get(clock, clock)
+
+
+def _host_timed(device: str) -> bool:
+    """Whether a host timer sees ``device``'s kernels themselves (CPU code, run synchronously), rather
+    than their launches (a GPU's queue)."""
+    known = DEVICE_TABLE.get(device)
+    return known is not None and not known.gpu
 
 
 @dataclass
@@ -99,7 +107,7 @@ class Profile:
             }
             if medians_ns and name in medians_ns:
                 row["median_ms"] = medians_ns[name] / 1e6
-            if flops and total_ms > 0 and (device == "cpu" or clock in EVENT_CLOCKS):
+            if flops and total_ms > 0 and (_host_timed(device) or clock in EVENT_CLOCKS):
                 row["gflops"] = flops * per_run / (total_ms / 1e3) / 1e9
             rows.append(row)
         rows.sort(key=lambda r: -r["total_ms"])
@@ -129,7 +137,7 @@ class Profile:
         it in ``{"device", "arch", "profile"}``)."""
         p = d.get("profile", d)
         # the device says which clock (OPENCL_EVENTS on OpenCL); older ones did not: the host's view of a GPU
-        clock = p.get("clock") or ("device" if device == "cpu" else "device host")
+        clock = p.get("clock") or ("device" if _host_timed(device) else "device host")
         profile = cls.from_counts(
             p["counts"],
             p["runs"],
@@ -149,7 +157,7 @@ class Profile:
         times launches rather than kernels (a GPU timed from the host)."""
         from tvmgen.reports import slow_kernels
 
-        if self.device != "cpu" and self.clock not in EVENT_CLOCKS:
+        if not _host_timed(self.device) and self.clock not in EVENT_CLOCKS:
             return []
         return slow_kernels.find(self.rows, self.whole_run_ms)
 
@@ -417,7 +425,9 @@ def profile_host_model(model, inputs: dict, runs: int, table: dict | None) -> Pr
     model.dev.sync()
     events, clock = None, "host"
     detail: dict = {}
-    if model.manifest.device == "opencl":  # the kernels' own times, from libtvmgen_opencl's profiling mode
+    if (
+        DEVICE_TABLE[model.manifest.device].backend == "opencl"
+    ):  # the kernels' own times, from libtvmgen_opencl's profiling mode
         import tvm
 
         on = tvm.get_global_func("tvmgen.opencl.profiling", allow_missing=True)

@@ -69,8 +69,14 @@ def check_against_reference(
             "no artifact was written",
             "this is a compiler bug or a precision issue; raise --atol/--rtol only if the error is expected",
         )
+    from tvmgen.compiler.platforms import get_device
+
     model = getattr(run, "__self__", None)  # the artifact's own HostModel where it runs here
-    if model is not None and model.directory == Path(staged) and model.manifest.device == "cpu":
+    if (
+        model is not None
+        and model.directory == Path(staged)
+        and get_device(model.manifest.device).target_kind == "llvm"
+    ):
         return model, inputs  # for the slow-kernel guard (commands/compile.py)
     return None
 
@@ -90,20 +96,28 @@ def checked_code(imported, staged: Path, opts, scratch: Path):
     code that is: the artifact itself where it runs here (host builds; linux-aarch64 under
     qemu-aarch64), for android-arm64 a linux-aarch64 build with the same CPU target under qemu-aarch64,
     else (or where qemu-aarch64 or the aarch64 runner is missing) a host/cpu build of the same model."""
-    from tvmgen.compiler import build
-    from tvmgen.compiler.platforms import PLATFORMS, host_cpu_target, missing_cpu_features, target_dict
+    from tvmgen.compiler import pipeline
+    from tvmgen.compiler.platforms import (
+        PLATFORMS,
+        BuildTarget,
+        get_device,
+        host_cpu_target,
+        missing_cpu_features,
+        target_dict,
+    )
     from tvmgen.runtime.runner import HostModel
 
     plat, device = opts.platform, opts.device
+    dev = get_device(device)
     name = f"{plat.name}/{device}"
     mcpu = plat.cpu_target().get("mcpu", "generic")
-    if plat.name == "host" and device in ("cpu", "cuda"):
+    if plat.name == "host" and dev.not_checked is None:
         missing = missing_cpu_features(target_dict(plat, device))
         if not missing:
             console.print(f"  [dim]checking the artifact itself: the {name} build, run here[/]")
             return HostModel(staged).run  # check_against_reference profiles this model (the guard)
         why = f"its code uses {', '.join(missing)}, which this CPU lacks"
-    elif plat.name in AARCH64_PLATFORMS and device == "cpu":
+    elif plat.name in AARCH64_PLATFORMS and dev.not_checked is None and dev.target_kind == "llvm":
         runner, why = aarch64_runner()
         if runner is not None:
             if plat.name == "linux-aarch64":
@@ -118,16 +132,17 @@ def checked_code(imported, staged: Path, opts, scratch: Path):
                 f"C library, which {QEMU} cannot run, so the same model is built for linux-aarch64 with "
                 f"the same CPU target ({mcpu}, {_features(plat)}: the same NEON schedules) and run"
             )
-            stand_opts = build.BuildOptions(
-                stand_in,
-                "cpu",
+            out = scratch / "aarch64-check"
+            pipeline.compile_model(
+                imported,
+                BuildTarget(stand_in, "cpu"),
+                out,
+                info={"name": "check"},
                 separate_params=opts.separate_params,
                 schedules=opts.schedules,
                 precision=getattr(opts, "precision", "fp32"),
                 tuning_db=_stand_in_database(opts.tuning_db, plat, stand_in, scratch),
             )
-            out = scratch / "aarch64-check"
-            build.compile_to_artifact(imported, stand_opts, out, True, {"name": "check"})
             return lambda inputs: run_aarch64(runner, out, inputs, scratch)
     else:
         why = _not_here(plat, device)
@@ -138,10 +153,14 @@ def checked_code(imported, staged: Path, opts, scratch: Path):
         f"({host_cpu_target()['mcpu']}), not the {name} code[/]"
     )
     console.print(f"  [dim]  why: {why}[/]")
-    host_opts = build.BuildOptions(
-        PLATFORMS["host"], "cpu", separate_params=opts.separate_params, precision=getattr(opts, "precision", "fp32")
-    )  # fp16: x86 emulates it
-    build.compile_to_artifact(imported, host_opts, host_dir, True, {"name": "check"})
+    pipeline.compile_model(
+        imported,
+        BuildTarget(PLATFORMS["host"], "cpu"),
+        host_dir,
+        info={"name": "check"},
+        separate_params=opts.separate_params,
+        precision=getattr(opts, "precision", "fp32"),  # fp16: x86 emulates it
+    )
     return HostModel(host_dir).run
 
 
@@ -151,10 +170,11 @@ def _features(plat) -> str:
 
 
 def _not_here(plat, device: str) -> str:
-    if device in ("opencl", "metal"):
-        return f"--check does not run {device} kernels (they need the target's GPU)"
-    if device == "nnapi":
-        return "the NNAPI parts run in the phone's NNAPI drivers"
+    from tvmgen.compiler.platforms import get_device
+
+    not_checked = get_device(device).not_checked
+    if not_checked:
+        return not_checked
     if plat.exporter == "xcode":
         return "an iOS static library runs only inside an app on an Apple device"
     if plat.arch != "aarch64":
@@ -265,20 +285,18 @@ def run_aarch64(runner: Path, artifact: Path, inputs: dict, scratch: Path) -> li
 
 def artifact_reference(manifest, scratch: Path):
     """The reference runtime for an artifact's source model, when that model can still be read."""
-    from tvmgen import frontends
-    from tvmgen.frontends import builtin
+    from tvmgen.compiler import pipeline
     from tvmgen.frontends.base import InputOverride
 
     src = manifest.model.get("source", "")
-    path = builtin.materialize(src, scratch) if src.startswith("builtin:") else Path(src)
-    if not src or not path.exists():
+    if not src or not (src.startswith("builtin:") or Path(src).exists()):
         console.print(f"  [dim]no numerics check: the source model {src or '(unknown)'} is not here[/]")
         return None, None
     overrides = [InputOverride(s.name, s.shape, s.dtype) for s in manifest.inputs]
     if manifest.model.get("format") in ("tensorflow", "savedmodel"):
         overrides = []  # TF tensor names carry ':0'; the shapes were fixed at conversion
     try:
-        imported = frontends.load(path, overrides)
+        imported = pipeline.load_model(src, scratch, overrides).imported
     except TvmgenError as e:
         console.print(f"  [dim]no numerics check: cannot import {src} ({e.message})[/]")
         return None, None

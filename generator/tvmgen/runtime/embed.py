@@ -16,32 +16,26 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from tvmgen.compiler.platforms import PLATFORMS
 from tvmgen.core import artifact, resources
 from tvmgen.core.errors import InputError
 from tvmgen.runtime import runtime_build
 
-# embed --platform -> (runtime build platform or None, default ABI)
-PLATFORMS = {"host": "host", "linux-aarch64": "linux-aarch64", "android": None}
-ANDROID_ABIS = {"arm64-v8a": "android-arm64", "armeabi-v7a": "android-armv7", "x86_64": "android-x86_64"}
+
+def is_android(platform: str) -> bool:
+    """Whether the bundle is for an Android app: the app's Gradle build compiles the runtime with the NDK."""
+    return PLATFORMS[platform].exporter == "ndk"
 
 
-def compile_platform(platform: str, abi: str | None) -> str:
-    """The `tvmgen compile --platform` for an embed target."""
-    if platform == "android":
-        return ANDROID_ABIS[abi or "arm64-v8a"]
-    return platform
-
-
-def check_artifact(manifest: artifact.Manifest, platform: str, abi: str | None) -> None:
-    want = compile_platform(platform, abi)
-    if manifest.platform != want:
+def check_artifact(manifest: artifact.Manifest, platform: str) -> None:
+    if manifest.platform != platform:
         raise InputError(
-            f"the artifact was compiled for {manifest.platform}, the bundle is for {want}",
-            f"compile the model with --platform {want}, or pass the model file to embed",
+            f"the artifact was compiled for {manifest.platform}, the bundle is for {platform}",
+            f"compile the model with --platform {platform}, or pass the model file to embed",
         )
 
 
-def write_bundle(artifact_dir: Path, platform: str, abi: str | None, staged: Path) -> list[str]:
+def write_bundle(artifact_dir: Path, platform: str, staged: Path) -> list[str]:
     """Fill ``staged`` with the bundle; returns notes for the user. The runtime's libraries and tools come
     from the cached runtime build (built from jni/ with CMake on first use, reused while jni/ and TVM are
     unchanged)."""
@@ -54,9 +48,8 @@ def write_bundle(artifact_dir: Path, platform: str, abi: str | None, staged: Pat
     if java_src.is_dir():
         shutil.copytree(java_src, staged / "java" / "src")
     target_abi = manifest.abi
-    runtime_platform = PLATFORMS[platform]
-    if runtime_platform is not None:
-        prefix = runtime_build.cached_build(runtime_platform)
+    if not is_android(platform):  # built here: host, or linux-aarch64 cross-built
+        prefix = runtime_build.cached_build(platform)
         (staged / "lib").mkdir()
         for so in sorted(p for p in (prefix / "lib").glob("*.so") if p.name != "libtvmgen_rpc.so"):
             shutil.copy2(so, staged / "lib" / so.name)
@@ -73,7 +66,7 @@ def write_bundle(artifact_dir: Path, platform: str, abi: str | None, staged: Pat
             "(see README.md in the bundle)"
         )
     (staged / "cmake").mkdir()
-    (staged / "cmake" / "tvmgenConfig.cmake").write_text(cmake_config(target_abi, android=platform == "android"))
+    (staged / "cmake" / "tvmgenConfig.cmake").write_text(cmake_config(target_abi, android=is_android(platform)))
     (staged / "README.md").write_text(readme(manifest, platform, target_abi))
     return notes
 
@@ -119,7 +112,7 @@ try (org.tvmgen.Model model = org.tvmgen.Model.load(artifactDir)) {{
     float[] out = model.getOutputFloats(0);
 }}
 ```"""
-    if platform == "android":
+    if is_android(platform):
         build = f"""## Add to an Android app
 
 1. Copy `artifact/` into `app/src/main/assets/model/` and load it from there with

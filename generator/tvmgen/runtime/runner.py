@@ -8,13 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tvmgen.compiler.platforms import PLATFORMS, host_cpu_target, missing_cpu_features
+from tvmgen.compiler.platforms import PLATFORMS, get_device, host_cpu_target, missing_cpu_features
 from tvmgen.core import artifact
 from tvmgen.core.errors import InputError, TvmgenError
 from tvmgen.core.log import filtered_stderr
 
 # Devices the PyPI runtime can execute here (its OpenCL loader is off; see the OpenCL issue).
-HOST_RUNNABLE = {"cpu": "cpu", "cuda": "cuda"}
 
 
 @dataclass
@@ -78,8 +77,8 @@ class HostModel:
                 f"{directory} was compiled for {m.platform}, not for this machine",
                 f"run it on a {m.platform} device (tvmgen bench), or compile with --platform host",
             )
-        runnable = dict(HOST_RUNNABLE, opencl="opencl", vulkan="vulkan")  # through tvmgen's own backends
-        if m.device not in runnable:
+        # OpenCL and Vulkan through tvmgen's own backends, loaded below
+        if m.device not in PLATFORMS["host"].devices:
             raise InputError(
                 f"{directory} targets {m.device}, which the Python TVM runtime cannot run here "
                 "(the PyPI runtime is built without OpenCL/Metal)",
@@ -93,9 +92,10 @@ class HostModel:
                 "compile it again on this machine, or for the oldest CPU it must run on "
                 "(e.g. --cpu haswell for any AVX2 machine)",
             )
-        if m.device == "opencl":
+        backend = get_device(m.device).backend
+        if backend == "opencl":
             self.load_opencl_backend()
-        elif m.device == "vulkan":
+        elif backend == "vulkan":
             from tvmgen.runtime import vulkan_backend
 
             vulkan_backend.load()
@@ -110,7 +110,7 @@ class HostModel:
         self._out_wrapped: list = [None] * len(m.outputs)  # the same for ``run(out=...)``'s arrays
         self._dynamic_outputs = any(not isinstance(d, int) or d < 0 for s in m.outputs for d in s.shape)
         # numpy arrays live on the CPU: usable in place there, at the alignment the kernels allow
-        self._in_place = m.device == "cpu"
+        self._in_place = get_device(m.device).host_memory
         self._alignment = m.vm.get("input_alignment") or [64] * len(m.inputs)
         t0 = time.perf_counter()
         with filtered_stderr():  # TVM's per-constant "Scope Loaded" lines of texture builds
@@ -122,8 +122,8 @@ class HostModel:
             loaded = tvm.runtime.load_param_dict(blob)
             self.params = [loaded[n] for n in m.params["names"]]
         t1 = time.perf_counter()
-        self.dev = tvm.device(runnable[m.device], 0)
-        if m.device != "cpu":
+        self.dev = tvm.device(m.device, 0)
+        if not get_device(m.device).host_memory:
             self.params = [p.copyto(self.dev) for p in self.params]
         with filtered_stderr():
             self.vm = relax.VirtualMachine(lib, vm_devices(m, self.dev))
