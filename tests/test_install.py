@@ -191,7 +191,7 @@ def test_unpack_keeps_modes_and_refuses_entries_outside(tmp_path):
 def test_pins_match_the_templates_and_can_be_overridden(tmp_path, monkeypatch):
     for item in (downloads._CMDLINE_TOOLS["Linux"], downloads._CMDLINE_TOOLS["Darwin"], downloads._GRADLE):
         assert item.url.startswith("https://") and re.fullmatch(r"[0-9a-f]{64}", item.sha256)
-    ctx = android_project.android_context("deploy", "org.example.m", "M", "m", "cpu", ["arm64-v8a"])
+    ctx = android_project.android_context("deploy", "org.example.m", "M", "m", ["cpu"], ["arm64-v8a"])
     out = tmp_path / "proj"
     templates.render("android_deploy", out, ctx)
     assert (

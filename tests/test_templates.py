@@ -21,7 +21,7 @@ from tvmgen import frontends
 from tvmgen.android import project as android_project
 from tvmgen.apps import templates
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-from tvmgen.compiler.platforms import PLATFORMS
+from tvmgen.compiler.platforms import PLATFORMS, app_devices
 from tvmgen.core.errors import InputError
 from tvmgen.reports import agreement
 
@@ -46,7 +46,7 @@ def artifacts(tmp_path_factory):
 
 
 def render(tmp_path, artifacts, device="opencl", package="org.example.mobilenet"):
-    ctx = android_project.android_context("deploy", package, "MobileNet QA", "mobilenet", device, ["arm64-v8a"])
+    ctx = android_project.android_context("deploy", package, "MobileNet QA", "mobilenet", app_devices(device), ["arm64-v8a"])
     out = tmp_path / "app"
     android_project.create_android_project("deploy", out, ctx, {d: artifacts[d] for d in ctx["model_devices"]})
     return out
@@ -111,7 +111,7 @@ def test_cpu_project_has_no_opencl_entry(tmp_path, artifacts):
 def test_nnapi_project_declares_nnapi_and_falls_back(tmp_path, artifacts):
     """--device nnapi: NNAPI first (TVM's NNAPI runtime built in), the CPU artifact as fallback, and
     the reason shown on screen when NNAPI cannot run (API < 27, the runtime libraries missing)."""
-    ctx = android_project.android_context("deploy", "org.example.nn", "NN", "mobilenet", "nnapi", ["arm64-v8a"])
+    ctx = android_project.android_context("deploy", "org.example.nn", "NN", "mobilenet", ["nnapi", "cpu"], ["arm64-v8a"])
     assert ctx["model_devices"] == ["nnapi", "cpu"]
     out = tmp_path / "nn"
     # the rendering does not look inside the artifacts: the CPU one stands in for the NNAPI one here
@@ -144,12 +144,12 @@ def test_nnapi_project_declares_nnapi_and_falls_back(tmp_path, artifacts):
 
 def test_rendering_is_strict_and_deterministic(tmp_path, artifacts):
     with pytest.raises(InputError, match="not a valid Android application id"):
-        android_project.android_context("deploy", "Not-A-Package", "x", "m", "cpu", ["arm64-v8a"])
+        android_project.android_context("deploy", "Not-A-Package", "x", "m", ["cpu"], ["arm64-v8a"])
     a, b = render(tmp_path / "a", artifacts), render(tmp_path / "b", artifacts)
     files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
     assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files if "manifest.json" not in str(f))
-    ctx = android_project.android_context("deploy", "org.x.y", "x", "m", "cpu", ["arm64-v8a"])
+    ctx = android_project.android_context("deploy", "org.x.y", "x", "m", ["cpu"], ["arm64-v8a"])
     del ctx["min_sdk"]
     with pytest.raises(Exception, match="min_sdk"):
         templates.render("android_deploy", tmp_path / "c", ctx)
@@ -327,7 +327,7 @@ def compile_app_java(project: Path, package: str, into: Path) -> Path:
 def test_app_java_compiles_for_every_device(tmp_path, artifacts):
     """The activity of each variant (OpenCL with CPU fallback, CPU, NNAPI) compiles against the Java API."""
     for device in ("opencl", "cpu", "nnapi"):
-        ctx = android_project.android_context("deploy", "org.example.app", "A", "m", device, ["arm64-v8a"])
+        ctx = android_project.android_context("deploy", "org.example.app", "A", "m", app_devices(device), ["arm64-v8a"])
         out = tmp_path / device
         android_project.create_android_project(
             "deploy", out, ctx, dict.fromkeys(ctx["model_devices"], artifacts["cpu"])
@@ -458,7 +458,7 @@ def render_rpc(tmp_path, package="org.tvmgen.rpc"):
         package,
         "tvmgen RPC",
         "-",
-        "cpu",
+        ["cpu"],
         ["arm64-v8a", "armeabi-v7a"],
         rpc_mode="proxy",
         rpc_port=9191,

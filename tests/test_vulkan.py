@@ -444,7 +444,7 @@ def test_printer_vectors_lets_and_views():
     loads/stores (the layouts of 8-, 16- and 64-bit storage buffers)."""
     from tvm import tirx
 
-    from tvmgen.compiler import glsl
+    from tvmgen.compiler import glsl, glsl_types
 
     p = glsl._Printer("k")
     x, y = tirx.Var("x", "int32"), tirx.Var("y", "int32")
@@ -461,13 +461,15 @@ def test_printer_vectors_lets_and_views():
     two = [tirx.Ramp(x, 1, 2), tirx.Ramp(x * 10, 1, 2)]
     shuffle = tirx.Shuffle(two, [tirx.IntImm("int32", 3), tirx.IntImm("int32", 0)])
     assert [p.expr(shuffle, i) for i in range(2)] == ["((v_x * 10) + 1 * 1)", "v_x"]
-    with pytest.raises(glsl.UnsupportedError, match="vector"):
+    with pytest.raises(glsl_types.UnsupportedError, match="vector"):
         p.expr(ramp)  # a vector where a scalar is needed
-    assert glsl.Buf("b.data", "int64", "i64").load("i") == "b.data[i].x"
-    assert glsl.Buf("b.data", "float16", "half").load("i") == "tvm_half_at(b.data[(i) >> 1], i)"
-    assert glsl.Buf("b.data", "int8", "byte").load("i") == "bitfieldExtract(int(b.data[(i) >> 2]), ((i) & 3) * 8, 8)"
-    assert glsl.Buf("s", "float32", offset="4").load("i") == "s[(i + 4)]"
-    (store,) = glsl.Buf("b.data", "bool", "byte").store("i", "c")
+    assert glsl_types.Buf("b.data", "int64", "i64").load("i") == "b.data[i].x"
+    assert glsl_types.Buf("b.data", "float16", "half").load("i") == "tvm_half_at(b.data[(i) >> 1], i)"
+    assert (
+        glsl_types.Buf("b.data", "int8", "byte").load("i") == "bitfieldExtract(int(b.data[(i) >> 2]), ((i) & 3) * 8, 8)"
+    )
+    assert glsl_types.Buf("s", "float32", offset="4").load("i") == "s[(i + 4)]"
+    (store,) = glsl_types.Buf("b.data", "bool", "byte").store("i", "c")
     assert "atomicAnd(b.data[(i) >> 2], ~(0xffu << s_))" in store and "atomicOr" in store
 
 
@@ -517,7 +519,7 @@ def test_android_app_renders_for_vulkan(tmp_path):
         arts[device] = tmp_path / device
         options = BuildOptions(PLATFORMS["android-arm64"], device, objects_only=True)
         compile_to_artifact(imported, options, arts[device], True, {"name": "m"})
-    ctx = android_project.android_context("deploy", "org.example.vk", "VK", "m", "vulkan", ["arm64-v8a"])
+    ctx = android_project.android_context("deploy", "org.example.vk", "VK", "m", ["vulkan", "cpu"], ["arm64-v8a"])
     assert ctx["model_devices"] == ["vulkan", "cpu"]
     out = tmp_path / "app"
     android_project.create_android_project("deploy", out, ctx, arts)

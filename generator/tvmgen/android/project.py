@@ -29,21 +29,12 @@ def check_package(package: str) -> None:
         )
 
 
-def app_devices(device: str) -> list[str]:
-    """The devices an app ships artifacts for: ``device``, then the one it falls back to on a phone
-    without it (a GPU / NNAPI app runs on the CPU there)."""
-    from tvmgen.compiler.platforms import get_device
-
-    fallback = get_device(device).app_fallback
-    return [device] + ([fallback] if fallback else [])
-
-
 def android_context(
     kind: str,
     package: str,
     app_name: str,
     model_name: str,
-    device: str,
+    devices: list[str],
     abis: list[str],
     tvm_source_dir: str = "",
     rpc_mode: str = "proxy",
@@ -51,7 +42,8 @@ def android_context(
     rpc_port: int = 9090,
     rpc_key: str = "android",
 ) -> dict:
-    """Everything the Android templates use: the only place their values are decided."""
+    """Everything the Android templates use: the only place their values are decided. ``devices``: the
+    devices the app ships models for, the one it runs on first, then its fallback (platforms.app_devices)."""
     check_package(package)
     return {
         "kind": kind,
@@ -59,8 +51,8 @@ def android_context(
         "package_path": package.replace(".", "/"),
         "app_name": app_name,
         "model_name": model_name,
-        "device": device,
-        "model_devices": app_devices(device),
+        "device": devices[0],
+        "model_devices": list(devices),
         "abis": abis,
         "min_sdk": 24,
         "compile_sdk": COMPILE_SDK,

@@ -296,24 +296,23 @@ def app(
     """
     from tvmgen.android import project as android_project
     from tvmgen.compiler import pipeline
-    from tvmgen.compiler.platforms import PLATFORMS, BuildTarget, check_pair, get_device
+    from tvmgen.compiler.platforms import app_targets
     from tvmgen.core.toolchains import AndroidNdk
 
     if kind == "rpc":
         raise InputError(
             "--kind rpc builds the RPC app, which takes no model", "use `tvmgen rpc-app --platform android-arm64`"
         )
-    if get_device(device).partitions:
-        options.nnapi_notice()
-    if precision != "fp32" and (get_device(device).partitions or "ios-arm64" in platforms):
-        raise InputError(
-            f"--precision {precision} is for Android --device cpu, opencl or vulkan builds "
-            "(NNAPI drivers choose their own precision; the iOS app builds fp32)",
-            "leave out --precision",
-        )
     if report_path and not run_app:
         raise InputError("--report writes the report of the phone's results", "add --run")
+    precision_error = InputError(
+        f"--precision {precision} is for Android --device cpu, opencl or vulkan builds "
+        "(NNAPI drivers choose their own precision; the iOS app builds fp32)",
+        "leave out --precision",
+    )
     if "ios-arm64" in platforms:
+        if precision != "fp32":
+            raise precision_error
         _android_only(platforms, release=common.release, run=run_app)
         if tuning_db:
             raise InputError(
@@ -322,21 +321,23 @@ def app(
                 "leave it out for --platform ios-arm64: the iOS build uses the default CPU schedules",
             )
         return _ios_app("deploy", model, device, input_flags, common, {})
+    # each device's build resolved once: the device, then its fallback (a GPU / NNAPI app runs on the CPU
+    # of a phone without it), on the first --platform (one ABI's models ship)
+    targets = app_targets(platforms, device, gpu_family)
+    if targets[0].kind.partitions:
+        options.nnapi_notice()
+        if precision != "fp32":
+            raise precision_error
     stem = pipeline.model_name(model)
     common = dataclasses.replace(
         common,
         package=common.package or f"org.tvmgen.{''.join(c for c in stem.lower() if c.isalnum()) or 'model'}",
         name=common.name or f"{stem} (tvmgen)",
-        out=common.out or Path("out") / f"{stem}-android-{device}-app",
+        out=common.out or Path("out") / f"{stem}-android-{targets[0].device}-app",
     )
     out = common.out
     android_project.check_package(common.package)
-    for p in platforms:
-        check_pair(PLATFORMS[p], device)
-    devices = android_project.app_devices(device)  # a GPU / NNAPI app falls back to the CPU
-    # one ABI's artifacts ship today: the first --platform; each device's target resolved once
-    targets = {dev: BuildTarget(PLATFORMS[platforms[0]], dev, gpu_family) for dev in devices}
-    tuning_db = database.checked_database(tuning_db, list(targets.values()))
+    tuning_db = database.checked_database(tuning_db, targets)
     artifact.refuse_existing(out, common.force)
     opts = _app_options("deploy", common, platforms, run_app, iterations=iterations, report=report_path)
     _set_up_android(common.yes)  # before compiling: a downloaded NDK links the model
@@ -349,24 +350,30 @@ def app(
         scratch = Path(scratch)
         loaded = pipeline.load_model(model, scratch, input_flags)
         artifacts = {}
-        for dev in devices:
-            artifacts[dev] = scratch / f"model-{dev}"
+        for i, target in enumerate(targets):
+            artifacts[target.device] = scratch / f"model-{target.device}"
             # NNAPI stops here (exit 4) when this TVM has no NNAPI code generator
             pipeline.compile_model(
                 loaded,
-                targets[dev],
-                artifacts[dev],
+                target,
+                artifacts[target.device],
                 info={"name": stem, "source": model},
                 nnapi=pipeline.NnapiOptions(feature_level, strategy, cost_table),
                 objects_only=not linked,
-                tuning_db=database.database_for(tuning_db, targets[dev]),
+                tuning_db=database.database_for(tuning_db, target),
                 # the CPU fallback of a GPU app: fp32, runs anywhere
-                precision=precision if dev == device else "fp32",
+                precision=precision if i == 0 else "fp32",
             )
 
         with artifact.staging(out, common.force) as staged:
             ctx = android_project.android_context(
-                "deploy", common.package, common.name, stem, device, opts.abis, tvm_source_dir=_tvm_source_dir()
+                "deploy",
+                common.package,
+                common.name,
+                stem,
+                [t.device for t in targets],
+                opts.abis,
+                tvm_source_dir=_tvm_source_dir(),
             )
             with logs.step("Rendering the Android project (templates/android_deploy)"):
                 android_project.create_android_project("deploy", staged, ctx, artifacts)
@@ -449,7 +456,7 @@ def rpc_app(
             common.package,
             common.name,
             "-",
-            "cpu",
+            ["cpu"],
             opts.abis,
             tvm_source_dir=_tvm_source_dir(),
             rpc_mode=mode,

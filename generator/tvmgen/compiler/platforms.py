@@ -334,3 +334,19 @@ def tunable(target) -> bool:
     """Whether ``target`` is built with TVM's generic GPU pipeline here (so a database applies):
     OpenCL, except the Adreno family, which TVM gives a pipeline of its own."""
     return target.kind.name == "opencl" and "adreno" not in [str(k) for k in target.keys]
+
+
+def app_devices(device: str) -> list[str]:
+    """The devices an app ships models for: ``device``, then the one it falls back to on a phone without
+    it (a GPU / NNAPI app runs on the CPU there)."""
+    fallback = get_device(device).app_fallback
+    return [device] + ([fallback] if fallback else [])
+
+
+def app_targets(platform_names, device: str, gpu_family: str = "generic") -> list[BuildTarget]:
+    """The builds an Android app ships: ``device`` and its fallback (app_devices) on the first platform
+    (one ABI's models ship); every platform named is checked against ``device`` first."""
+    platforms = [get_platform(name) for name in platform_names]
+    for platform in platforms:
+        check_pair(platform, device)
+    return [BuildTarget(platforms[0], d, gpu_family) for d in app_devices(device)]
