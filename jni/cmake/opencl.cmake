@@ -5,7 +5,8 @@
 # See src/opencl/README.md.
 option(TVMGEN_OPENCL_OWN_DEVICE_API "Use tvmgen's declaration of tvm::runtime::DeviceAPI even where TVM's header exists" OFF)
 
-add_library(tvmgen_opencl SHARED src/opencl/opencl_module.cc src/opencl/opencl_device_api.cc src/opencl/kernel_cache.cc
+add_library(tvmgen_opencl SHARED src/opencl/opencl_module.cc src/opencl/program_sources.cc
+                                 src/opencl/opencl_registration.cc src/opencl/opencl_device_api.cc src/opencl/kernel_cache.cc
                                  src/opencl/texture_allocator.cc src/opencl/build_helpers.cc
                                  src/opencl/cl_api.cc src/opencl/sha256.cc)
 # TVM's tvm/runtime/device_api.h (+ base.h): in the source tree, or shipped in the apache-tvm wheel.

@@ -24,7 +24,9 @@ if(NOT TVMGEN_VULKAN_INCLUDE)
   message(STATUS "tvmgen_vulkan: no vulkan/vulkan.h (apt-get install libvulkan-dev): the Vulkan backend is not built")
   return()
 endif()
-add_library(tvmgen_vulkan SHARED src/vulkan/vulkan_runtime.cc src/opencl/sha256.cc)
+add_library(tvmgen_vulkan SHARED src/vulkan/vulkan_api.cc src/vulkan/workspace.cc src/vulkan/workspace_commands.cc
+                                 src/vulkan/recorded_runs.cc src/vulkan/vulkan_device_api.cc src/vulkan/vulkan_module.cc
+                                 src/vulkan/vulkan_registration.cc src/opencl/sha256.cc)
 target_include_directories(tvmgen_vulkan PRIVATE ${TVMGEN_VULKAN_INCLUDE})
 # TVM's DeviceAPI declaration: as for tvmgen_opencl (cmake/opencl.cmake), TVM's header where it exists.
 if(EXISTS ${_tvmgen_tvm_include}/tvm/runtime/device_api.h AND NOT TVMGEN_OPENCL_OWN_DEVICE_API)

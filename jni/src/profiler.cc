@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json.h"
 #include "tvmgen/runtime.h"
 
 namespace tvmgen {
@@ -31,21 +32,6 @@ namespace ffi = tvm::ffi;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out + "\"";
-}
 
 bool IsBuiltin(const std::string& name) {
   return name.rfind("vm.", 0) == 0 || name.rfind("runtime.", 0) == 0;

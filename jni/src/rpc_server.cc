@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/json.h"
 #include "tvmgen/runtime.h"
 
 #if defined(__APPLE__)
@@ -264,16 +265,6 @@ std::vector<std::string> AvailableDevices() {
   return out;
 }
 
-std::string JsonStr(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 std::string DeviceInfoJson() {
@@ -293,11 +284,12 @@ std::string DeviceInfoJson() {
   std::string platform = arch == "aarch64" ? "linux-aarch64" : "host";
 #endif
   std::string devices, models;
-  for (const std::string& d : AvailableDevices()) devices += (devices.empty() ? "" : ", ") + JsonStr(d);
-  for (const std::string& m : g_linked_models) models += (models.empty() ? "" : ", ") + JsonStr(m);
-  return "{\"platform\": " + JsonStr(platform) + ", \"os\": " + JsonStr(os) + ", \"arch\": " + JsonStr(arch) +
-         ", \"abi\": " + JsonStr(abi) + ", \"devices\": [" + devices + "], \"kernel\": " +
-         JsonStr(std::string(u.sysname) + " " + u.release) + ", \"machine\": " + JsonStr(u.machine) +
+  for (const std::string& d : AvailableDevices()) devices += (devices.empty() ? "" : ", ") + JsonString(d);
+  for (const std::string& m : g_linked_models) models += (models.empty() ? "" : ", ") + JsonString(m);
+  return "{\"platform\": " + JsonString(platform) + ", \"os\": " + JsonString(os) +
+         ", \"arch\": " + JsonString(arch) + ", \"abi\": " + JsonString(abi) + ", \"devices\": [" + devices +
+         "], \"kernel\": " + JsonString(std::string(u.sysname) + " " + u.release) +
+         ", \"machine\": " + JsonString(u.machine) +
          ", \"max_upload_bytes\": " + std::to_string(g_max_upload) +
          ", \"system_lib_only\": " + (g_system_lib_only ? "true" : "false") + ", \"linked_models\": [" + models +
          "]}";
@@ -431,9 +423,9 @@ std::string RandomMatchKey(const std::string& key) {
 std::string TrackerRecv(Socket& t) { return t.RecvStr(1 << 20); }
 
 void TrackerPut(Socket& t, const ServerOptions& o, int port, const std::string& matchkey) {
-  std::string addr = o.custom_addr.empty() ? "null" : JsonStr(o.custom_addr);
-  t.SendStr("[" + std::to_string(kPut) + ", " + JsonStr(o.key) + ", [" + std::to_string(port) + ", " +
-            JsonStr(matchkey) + "], " + addr + "]");
+  std::string addr = o.custom_addr.empty() ? "null" : JsonString(o.custom_addr);
+  t.SendStr("[" + std::to_string(kPut) + ", " + JsonString(o.key) + ", [" + std::to_string(port) + ", " +
+            JsonString(matchkey) + "], " + addr + "]");
   if (TrackerRecv(t) != std::to_string(kSuccess)) throw NetError("the tracker refused the device's PUT");
 }
 
@@ -471,8 +463,8 @@ void TrackerLoop(const ServerOptions& o, Socket& listener, int port, int* sessio
   if (t.RecvInt() != kTrackerMagic) {
     throw FatalError(o.tracker_host + ":" + std::to_string(o.tracker_port) + " is not a TVM RPC tracker");
   }
-  std::string addr = o.custom_addr.empty() ? "null" : JsonStr(o.custom_addr);
-  t.SendStr("[" + std::to_string(kUpdateInfo) + ", {\"key\": " + JsonStr("server:" + o.key) + ", \"addr\": [" + addr +
+  std::string addr = o.custom_addr.empty() ? "null" : JsonString(o.custom_addr);
+  t.SendStr("[" + std::to_string(kUpdateInfo) + ", {\"key\": " + JsonString("server:" + o.key) + ", \"addr\": [" + addr +
             ", " + std::to_string(port) + "]}]");
   if (TrackerRecv(t) != std::to_string(kSuccess)) throw NetError("the tracker refused the device's info");
   Log("registered with tracker %s:%d as \"%s\", listening on %s:%d", o.tracker_host.c_str(), o.tracker_port,
@@ -492,7 +484,7 @@ void TrackerLoop(const ServerOptions& o, Socket& listener, int port, int* sessio
       if (r == 0) {  // idle: is our key still pending, or was it handed to a client that never came?
         t.SendStr("[" + std::to_string(kGetPendingMatchKeys) + "]");
         std::string pending = TrackerRecv(t);
-        unmatched_polls = pending.find(JsonStr(matchkey)) == std::string::npos ? unmatched_polls + 1 : 0;
+        unmatched_polls = pending.find(JsonString(matchkey)) == std::string::npos ? unmatched_polls + 1 : 0;
         if (unmatched_polls * 2 > 6) {
           matchkey = RandomMatchKey(o.key);
           TrackerPut(t, o, port, matchkey);

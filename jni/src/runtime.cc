@@ -32,6 +32,8 @@
 #include <streambuf>
 #include <sstream>
 
+#include "manifest.h"
+
 namespace tvmgen {
 namespace ffi = tvm::ffi;
 namespace json = tvm::ffi::json;
@@ -93,81 +95,15 @@ ffi::Function Global(const char* name) {
   return *f;
 }
 
-// ---------------------------------------------------------------- manifest reading
-json::Object AsObject(const json::Value& v, const std::string& where) {
-  auto obj = v.try_cast<json::Object>();
-  if (!obj.has_value()) throw Error("manifest.json: " + where + " is not an object");
-  return *obj;
-}
-
-json::Value Field(json::Object obj, const char* key, const std::string& where) {
-  auto it = obj.find(ffi::String(key));
-  if (it == obj.end()) throw Error("manifest.json: " + where + " has no \"" + key + "\"");
-  return (*it).second;
-}
-
-std::string Str(json::Object obj, const char* key, const std::string& where) {
-  auto v = Field(obj, key, where);
-  auto s = v.try_cast<ffi::String>();
-  if (!s.has_value()) throw Error("manifest.json: " + where + "." + key + " is not a string");
-  return std::string(*s);
-}
-
-int64_t Int(const json::Value& v, const std::string& where) {
-  auto i = v.try_cast<int64_t>();
-  if (!i.has_value()) throw Error("manifest.json: " + where + " is not an integer");
-  return *i;
-}
-
-json::Array Arr(json::Object obj, const char* key, const std::string& where) {
-  auto v = Field(obj, key, where);
-  auto a = v.try_cast<json::Array>();
-  if (!a.has_value()) throw Error("manifest.json: " + where + "." + key + " is not a list");
-  return *a;
-}
-
-size_t DtypeBytes(const std::string& dtype) {
-  DLDataType t = ffi::StringToDLDataType(dtype == "bool" ? "bool" : dtype);
-  return (t.bits * t.lanes + 7) / 8;
-}
-
-std::vector<TensorInfo> TensorList(json::Object manifest, const char* key) {
-  std::vector<TensorInfo> out;
-  for (const json::Value& item : Arr(manifest, key, "manifest")) {
-    std::string where = std::string(key) + "[" + std::to_string(out.size()) + "]";
-    json::Object o = AsObject(item, where);
-    TensorInfo t;
-    t.name = Str(o, "name", where);
-    t.dtype = Str(o, "dtype", where);
-    size_t n = 1;
-    for (const json::Value& d : Arr(o, "shape", where)) {
-      t.shape.push_back(Int(d, where + ".shape"));
-      n *= static_cast<size_t>(t.shape.back());
-    }
-    t.nbytes = n * DtypeBytes(t.dtype);
-    out.push_back(std::move(t));
-  }
-  return out;
-}
-
-// manifest.json's text as its top-level object, its schema version checked; `where` names it in errors.
-json::Object ParseManifest(const std::string& text, const std::string& where) {
-  ffi::String err;
-  json::Value root = json::Parse(text, &err);
-  if (!err.empty()) throw Error("manifest.json in " + where + " is corrupt: " + std::string(err));
-  json::Object man = AsObject(root, "the top level");
-  if (Int(Field(man, "schema_version", "manifest"), "schema_version") != 1) {
-    throw Error("manifest.json in " + where + " has a schema version this runtime does not read (want 1)");
-  }
-  return man;
-}
-
-// The weights file the manifest names ("" when the weights are inside the library).
-std::string ParamsFile(json::Object man) {
-  auto it = man.find(ffi::String("params"));
-  if (it == man.end() || (*it).second == nullptr) return "";
-  return Str(AsObject((*it).second, "params"), "file", "params");
-}
+// manifest.json's fields (manifest.h)
+using manifest::AsObject;
+using manifest::Arr;
+using manifest::Field;
+using manifest::Int;
+using manifest::ParamsFile;
+using manifest::ParseManifest;
+using manifest::Str;
+using manifest::TensorList;
 
 // A model library's bytes in an anonymous in-memory file (memfd_create: tmpfs, no path on any file system),
 // for dlopen through /proc/self/fd/N. TVM builds its library module only from a path it dlopens itself

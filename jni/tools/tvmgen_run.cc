@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "../src/common/json.h"
 #include "../src/npy.h"
 #include "tvmgen/runtime.h"
 
@@ -53,15 +54,11 @@ struct Stats {
     for (double x : s) sum += x;
     char buf[256];
     std::snprintf(buf, sizeof(buf), "{\"median\": %.6f, \"mean\": %.6f, \"min\": %.6f, \"max\": %.6f}",
-                  s.empty() ? 0 : s[s.size() / 2], s.empty() ? 0 : sum / s.size(), s.empty() ? 0 : s.front(),
+                  Median(), s.empty() ? 0 : sum / s.size(), s.empty() ? 0 : s.front(),
                   s.empty() ? 0 : s.back());
     return buf;
   }
-  double Median() const {
-    std::vector<double> s = v;
-    std::sort(s.begin(), s.end());
-    return s.empty() ? 0 : s[s.size() / 2];
-  }
+  double Median() const { return tvmgen::Median(v); }
 };
 
 int Usage(const std::string& msg) {

@@ -1,13 +1,19 @@
-// The tvmgen.<api>.* global functions that both GPU backends (libtvmgen_opencl, libtvmgen_vulkan)
-// register, written once: their on-disk cache's directory and statistics, and their profiling mode.
+// The global functions and the C API that both GPU backends (libtvmgen_opencl, libtvmgen_vulkan) give,
+// written once: their DeviceAPI, module loader and description, their on-disk cache's directory and
+// statistics, and their profiling mode.
 #pragma once
 
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
+#include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
 #include <tvm/ffi/string.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace tvmgen {
@@ -34,6 +40,44 @@ void RegisterCacheAndProfiling(const std::string& api) {
         }
         return out;
       }));
+}
+
+// Registers a GPU backend under its TVM name `api` (opencl, vulkan): device_api.<api> (its DeviceAPI*,
+// what TVM's runtime asks for), ffi.Module.load_from_bytes.<api> (the loader of the kernel module a model
+// library embeds), tvmgen.<api>.info (JSON: the library, platform and device, or why it is unavailable),
+// and RegisterCacheAndProfiling's functions. With `log_at_exit`, the cache's counters are printed at exit
+// ("tvmgen-<api>: cache {...}" on stderr).
+template <typename Cache, typename Workspace>
+void RegisterBackend(const std::string& api, void* (*device_api)(), tvm::ffi::Module (*load_from_bytes)(const tvm::ffi::Bytes&),
+                     std::string (*info)(), bool log_at_exit) {
+  namespace ffi = tvm::ffi;
+  ffi::Function::SetGlobal("device_api." + api, ffi::Function::FromTyped([device_api]() { return device_api(); }), true);
+  ffi::Function::SetGlobal("ffi.Module.load_from_bytes." + api, ffi::Function::FromTyped(load_from_bytes), true);
+  ffi::Function::SetGlobal("tvmgen." + api + ".info", ffi::Function::FromTyped([info]() { return ffi::String(info()); }),
+                           true);
+  RegisterCacheAndProfiling<Cache, Workspace>(api);
+  if (log_at_exit) {
+    static const std::string* name = new std::string(api);  // one per backend (template instance); never freed
+    std::atexit([] { std::fprintf(stderr, "tvmgen-%s: cache %s\n", name->c_str(), Cache::Global().StatsJson().c_str()); });
+  }
+}
+
+// The C API's halves (the exported functions themselves are each backend's, under its own name):
+// the cache directory set ("" turns the cache off; returns 0), and a JSON string copied into an app's
+// buffer (size n, NUL-terminated, truncated if needed; returns the full length).
+template <typename Cache>
+int SetCacheDirFromC(const char* dir) {
+  Cache::Global().SetDir(dir ? dir : "");
+  return 0;
+}
+
+inline size_t CopyToCBuffer(const std::string& s, char* buf, size_t n) {
+  if (buf && n) {
+    size_t k = std::min(n - 1, s.size());
+    std::memcpy(buf, s.data(), k);
+    buf[k] = '\0';
+  }
+  return s.size();
 }
 
 }  // namespace tvmgen

@@ -1,6 +1,7 @@
 // Reading the module blobs that the GPU backends embed in a model library (libtvmgen_opencl's
 // TVM-exported OpenCL module, libtvmgen_vulkan's TVMGENVK module): little-endian PODs, strings as
-// u64 length + bytes. Header-only, shared by src/opencl/opencl_module.cc and src/vulkan/vulkan_runtime.cc.
+// u64 length + bytes. Header-only, shared by the two loaders (src/opencl/opencl_registration.cc,
+// src/vulkan/vulkan_module.cc).
 #ifndef TVMGEN_COMMON_BLOB_READER_H_
 #define TVMGEN_COMMON_BLOB_READER_H_
 

@@ -1,6 +1,6 @@
 // The on-disk cache of compiled GPU code, one file per key, shared by libtvmgen_opencl's program
 // binaries (src/opencl/kernel_cache.h, "TVMGENCL", .clbin) and libtvmgen_vulkan's pipeline caches
-// (src/vulkan/vulkan_runtime.cc, "TVMGENVC", .vkpc). Header-only; each backend supplies its names, its
+// (src/vulkan/pipeline_cache.h, "TVMGENVC", .vkpc). Header-only; each backend supplies its names, its
 // key and its counters.
 //
 //   <dir>/<sha256(key)[:40]><extension>

@@ -170,8 +170,8 @@ bool HelperBuilds::Start(const std::vector<const std::string*>& sources, int hel
   env.push_back(nullptr);
   // Helper k opens its device once helper k-1 has: NVIDIA makes the contexts of processes that open the device
   // together all at once, about 110-150 ms per process (5 helpers: none ready before ~0.6 s); one after the
-  // other, the first is ready at ~0.13 s and builds while the next ones start (H100s: cold first runs 9-25%
-  // shorter by medians, docs/benchmarks.md). TVMGEN_OPENCL_HELPERS_STAGGER=0: all at once, as before.
+  // other, the first is ready at ~0.13 s and builds while the next ones start (discrete NVIDIA GPUs: cold first
+  // runs 9-25% shorter by medians, docs/benchmarks.md). TVMGEN_OPENCL_HELPERS_STAGGER=0: all at once.
   const bool stagger = EnvInt("TVMGEN_OPENCL_HELPERS_STAGGER", 1) != 0;
   for (int k = 0; k < helpers; ++k) {
     std::vector<std::string> mine = args;  // helper k's: the chain's files before the sources

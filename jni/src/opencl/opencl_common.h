@@ -1,5 +1,5 @@
 // Shared by the parts of libtvmgen_opencl (device API, kernel module, kernel cache): the OpenCL
-// workspace (platform, devices, context, queues), error checking and small helpers.
+// workspace (platform, devices, context, queues), error checking and small helpers (JSON: ../common/json.h).
 #ifndef TVMGEN_OPENCL_COMMON_H_
 #define TVMGEN_OPENCL_COMMON_H_
 
@@ -33,6 +33,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "../common/json.h"
 #include "cl_api.h"
 #include "sha256.h"
 
@@ -65,23 +66,6 @@ inline bool LogOn() {
 
 inline double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-inline std::string JsonEscape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      o += buf;
-    } else {
-      o += c;
-    }
-  }
-  return o;
 }
 
 // ------------------------------------------------------------------ devices, context, queues

@@ -11,11 +11,11 @@
 // on-disk cache (kernel_cache.h) so the next start skips the driver's compiler.
 //
 // This file: the kernel module (the OpenCL kernels embedded in a model library, built on first use
-// and launched), the registration of every global, and the C API.
+// and launched). Its source handling: program_sources.cc; the blob's loader, the registration of every
+// global and the C API: opencl_registration.cc.
 #include "kernel_cache.h"
 #include "build_helpers.h"
-#include "../common/backend_globals.h"
-#include "../common/blob_reader.h"
+#include "program_sources.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -28,159 +28,8 @@
 namespace tvmgen {
 namespace opencl {
 
-struct FunctionInfo {
-  std::string name;
-  std::vector<DLDataType> arg_types;
-  std::vector<std::string> launch_tags;
-  std::vector<bool> image_args;  // parameters declared image2d*_t in the kernel's source (texture memory)
-};
-
-// Which parameters of kernel `name` the OpenCL source declares as images ("__kernel void name(...)").
-std::vector<bool> ImageParams(const std::string& src, const std::string& name) {
-  std::vector<bool> out;
-  size_t pos = src.find("__kernel void " + name + "(");
-  if (pos == std::string::npos) return out;
-  size_t begin = pos + 15 + name.size(), end = src.find(')', begin);
-  if (end == std::string::npos) return out;
-  std::string params = src.substr(begin, end - begin);
-  size_t start = 0;
-  while (start <= params.size()) {
-    size_t comma = params.find(',', start);
-    std::string p = params.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    out.push_back(p.find("image1d") != std::string::npos || p.find("image2d") != std::string::npos ||
-                  p.find("image3d") != std::string::npos);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
-// IEEE half from float (round to nearest even), for float16 scalar kernel arguments.
-uint16_t FloatToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xFFu, mant = x & 0x7FFFFFu;
-  if (exp == 0xFFu) return static_cast<uint16_t>(sign | 0x7C00u | (mant ? 0x200u : 0u));  // inf / nan
-  int e = static_cast<int>(exp) - 127 + 15;
-  if (e >= 31) return static_cast<uint16_t>(sign | 0x7C00u);                             // overflow: inf
-  if (e <= 0) {                                                                           // subnormal or 0
-    if (e < -10) return static_cast<uint16_t>(sign);
-    mant |= 0x800000u;
-    uint32_t shift = static_cast<uint32_t>(14 - e);
-    uint32_t h = mant >> shift, rest = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rest > half || (rest == half && (h & 1u))) ++h;
-    return static_cast<uint16_t>(sign | h);
-  }
-  uint32_t h = (static_cast<uint32_t>(e) << 10) | (mant >> 13), rest = mant & 0x1FFFu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent: still right
-  return static_cast<uint16_t>(sign | h);
-}
-
-// The module blob TVM embeds for an OpenCL module (little-endian), read with BlobReader (../common/blob_reader.h):
-//   string fmt; map<string, FunctionInfo> fmap; bytes code
-// string/bytes: u64 length + bytes; map: u64 count + (key, value)...; FunctionInfo: string name,
-// array<DLDataType{u8 code, u8 bits, u16 lanes}> arg_types, array<string> launch_param_tags,
-// array<i32> arg_extra_tags; array: u64 count + items.
-constexpr const char* kBlobTruncated =
-    "the OpenCL module in this library is truncated or of an unknown format (was it exported by TVM 0.27?)";
-
-// TVM's OpenCL source split into its kernels at the "// Function: NAME" lines, in source order.
-std::vector<std::pair<std::string, std::string>> SplitSource(const std::string& src) {
-  static const std::string marker = "// Function: ";
-  std::vector<std::pair<std::string, std::string>> out;
-  size_t pos = src.find(marker);
-  while (pos != std::string::npos) {
-    size_t name_begin = pos + marker.size();
-    size_t eol = src.find('\n', name_begin);
-    if (eol == std::string::npos) break;
-    std::string name = src.substr(name_begin, eol - name_begin);
-    while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
-    size_t next = src.find(marker, eol + 1);
-    out.emplace_back(name, src.substr(eol + 1, next == std::string::npos ? std::string::npos : next - eol - 1));
-    pos = next;
-  }
-  return out;
-}
-
-// Where kernel `name`'s definition starts in its section (npos if nowhere). TVM declares every kernel
-// of the module on one line ending in ");" before the definition.
-size_t DefinitionStart(const std::string& section, const std::string& name) {
-  size_t pos = 0;
-  while (pos < section.size()) {
-    size_t eol = section.find('\n', pos);
-    std::string line = section.substr(pos, eol == std::string::npos ? std::string::npos : eol - pos);
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-    if (line.rfind("__kernel ", 0) == 0 && line.find(" " + name + "(") != std::string::npos && line.back() != ';') {
-      return pos;
-    }
-    if (eol == std::string::npos) break;
-    pos = eol + 1;
-  }
-  return std::string::npos;
-}
-
-// One source for several kernels. TVM 0.27 writes each kernel as a whole translation unit: the
-// declaration of every kernel of the module, the macros and pragmas this kernel needs, its definition.
-// Merged: each distinct block of macros and pragmas once (a block already contained in what is kept
-// is dropped), each declaration once, then the definitions. "" when a section is not of that shape.
-std::string MergeSources(const std::vector<const std::pair<std::string, std::string>*>& kernels) {
-  if (kernels.size() == 1) return kernels[0]->second;
-  std::string blocks, decls, defs;
-  std::unordered_set<std::string> declared;
-  for (const auto* k : kernels) {
-    const std::string& section = k->second;
-    size_t def = DefinitionStart(section, k->first);
-    if (def == std::string::npos) return "";
-    std::string block;
-    size_t pos = 0;
-    while (pos < def) {
-      size_t eol = std::min(section.find('\n', pos), def);
-      std::string line = section.substr(pos, eol - pos);
-      std::string trimmed = line;
-      while (!trimmed.empty() && (trimmed.back() == '\r' || trimmed.back() == ' ')) trimmed.pop_back();
-      if (trimmed.rfind("__kernel ", 0) == 0 && !trimmed.empty() && trimmed.back() == ';') {
-        if (declared.insert(trimmed).second) decls += trimmed + "\n";
-      } else {
-        block += line + "\n";
-      }
-      pos = eol + 1;
-    }
-    if (block.find_first_not_of(" \r\n\t") != std::string::npos && blocks.find(block) == std::string::npos) {
-      blocks += block;
-    }
-    defs += "// Function: " + k->first + "\n" + section.substr(def);
-    if (defs.back() != '\n') defs += "\n";
-  }
-  return blocks + decls + defs;
-}
-
-// Kernels per OpenCL program: TVMGEN_OPENCL_KERNELS_PER_PROGRAM, 8 by default (0: one program per module,
-// 1: one per kernel). Drivers compile program by program at a cost per program (NVIDIA's 580 driver builds
-// one at a time in a process: 57 kernels as 57 programs made a 4.4 s first run), while one program per model
-// is loaded from the cache as one piece ahead of the first kernel (NVIDIA H200: a 4-15 ms first run instead
-// of 1-5 ms). Groups of 8, built and loaded by parallel threads, measured best of both (docs/benchmarks.md).
-bool KernelsPerProgramSet() {
-  const char* v = std::getenv("TVMGEN_OPENCL_KERNELS_PER_PROGRAM");
-  return v && *v;
-}
-
-int KernelsPerProgram() {
-  static int n = [] {
-    const char* v = std::getenv("TVMGEN_OPENCL_KERNELS_PER_PROGRAM");
-    return v && *v ? std::max(0, std::atoi(v)) : 8;
-  }();
-  return n;
-}
-
 // The module function that builds every program ahead of the first run (runtime.cc: Model::Prepare).
 constexpr const char* kPrepare = "__tvmgen_opencl_prepare";
-
-// One program of a module: its kernels and its source.
-struct ProgramSource {
-  std::vector<std::string> kernels;
-  std::string source;
-  std::string sha, key;  // Sha256Hex(source) and its cache key, where computed ahead (the helper-process path)
-};
 
 class OpenCLModule : public ffi::ModuleObj {
  public:
@@ -1002,126 +851,9 @@ class OpenCLModule : public ffi::ModuleObj {
   std::map<int, std::unique_ptr<Builds>> builds_;  // per device; owns the kernels and programs
 };
 
-// Half-precision kernels (--precision fp16) need cl_khr_fp16: checked when the model is loaded, so the
-// error names the cause instead of a driver's build log on the first run. Where OpenCL itself is
-// missing, nothing is said here: the first use gives that error.
-void CheckHalfPrecision() {
-  Workspace& w = Workspace::Global();
-  if (!w.TryInit()) return;
-  const DeviceInfo& d = w.device(0);
-  if (d.HasExtension("cl_khr_fp16")) return;
-  TVM_FFI_THROW(RuntimeError) << "this model was compiled with --precision fp16, but OpenCL device " << d.name
-                              << " (driver " << d.driver << ", platform " << w.platform_name()
-                              << ") lacks cl_khr_fp16 (half precision): compile it with --precision fp32 for "
-                              << "this device";
+ffi::Module MakeModule(std::string blob, std::string fmt, std::map<std::string, FunctionInfo> fmap, std::string code) {
+  return ffi::Module(ffi::make_object<OpenCLModule>(std::move(blob), std::move(fmt), std::move(fmap), std::move(code)));
 }
-
-ffi::Module LoadFromBytes(const ffi::Bytes& bytes) {
-  std::string blob(bytes.data(), bytes.size());
-  BlobReader r(blob.data(), blob.size(), kBlobTruncated);
-  std::string fmt = r.Str();
-  uint64_t n = r.Count();
-  std::map<std::string, FunctionInfo> fmap;
-  for (uint64_t i = 0; i < n; ++i) {
-    std::string key = r.Str();
-    FunctionInfo info;
-    info.name = r.Str();
-    uint64_t na = r.Count();
-    for (uint64_t j = 0; j < na; ++j) {
-      DLDataType t;
-      t.code = r.Pod<uint8_t>();
-      t.bits = r.Pod<uint8_t>();
-      t.lanes = r.Pod<uint16_t>();
-      info.arg_types.push_back(t);
-    }
-    uint64_t nt = r.Count();
-    for (uint64_t j = 0; j < nt; ++j) info.launch_tags.push_back(r.Str());
-    uint64_t ne = r.Count();
-    for (uint64_t j = 0; j < ne; ++j) {
-      int32_t tag = r.Pod<int32_t>();
-      if (tag != 0) TVM_FFI_THROW(RuntimeError) << "OpenCL kernel " << key << ": argument tag " << tag << " is not supported";
-    }
-    fmap[key] = std::move(info);
-  }
-  std::string code = r.Str();
-  if (!r.Done()) {
-    TVM_FFI_THROW(RuntimeError) << "the OpenCL module in this library has trailing bytes: unknown format "
-                                << "(was it exported by TVM 0.27?)";
-  }
-  if (fmt != "cl" && fmt != "xclbin" && fmt != "awsxclbin" && fmt != "aocx") {
-    TVM_FFI_THROW(RuntimeError) << "OpenCL module format \"" << fmt << "\" is not supported";
-  }
-  if (fmt == "cl" && code.find("cl_khr_fp16 : enable") != std::string::npos) CheckHalfPrecision();
-  auto node = ffi::make_object<OpenCLModule>(std::move(blob), std::move(fmt), std::move(fmap), std::move(code));
-  return ffi::Module(node);
-}
-
-std::string InfoJson() {
-  std::ostringstream o;
-  Workspace& w = Workspace::Global();
-  bool ok = w.TryInit();
-  o << "{\"library\": \"" << JsonEscape(LoadedPath()) << "\", \"available\": " << (ok ? "true" : "false");
-  if (ok) {
-    o << ", \"platform\": \"" << JsonEscape(w.platform_name()) << "\", \"devices\": [";
-    for (size_t i = 0; i < w.num_devices(); ++i) {
-      const DeviceInfo& d = w.device(static_cast<int>(i));
-      o << (i ? ", " : "") << "{\"name\": \"" << JsonEscape(d.name) << "\", \"driver\": \"" << JsonEscape(d.driver)
-        << "\", \"version\": \"" << JsonEscape(d.version) << "\", \"fp16\": "
-        << (d.HasExtension("cl_khr_fp16") ? "true" : "false") << ", \"images\": " << (d.image_support ? "true" : "false")
-        << ", \"extensions\": \"" << JsonEscape(d.extensions) << "\"}";
-    }
-    o << "]";
-  } else {
-    try {
-      w.Init();
-    } catch (const ffi::Error& e) {
-      o << ", \"error\": \"" << JsonEscape(e.message()) << "\"";
-    }
-  }
-  o << "}";
-  return o.str();
-}
-
-void PrintStatsAtExit() {
-  std::fprintf(stderr, "tvmgen-opencl: cache %s\n", KernelCache::Global().StatsJson().c_str());
-}
-
-struct Registration {
-  Registration() {
-    auto set = [](const char* name, ffi::Function f) { ffi::Function::SetGlobal(name, std::move(f), true); };
-    set("device_api.opencl", ffi::Function::FromTyped([]() -> void* {
-          return static_cast<DeviceAPI*>(GlobalDeviceAPI());
-        }));
-    set("ffi.Module.load_from_bytes.opencl", ffi::Function::FromTyped(LoadFromBytes));
-    RegisterCacheAndProfiling<KernelCache, Workspace>("opencl");
-    set("tvmgen.opencl.reset_cache_stats", ffi::Function::FromTyped([]() { KernelCache::Global().ResetStats(); }));
-    set("tvmgen.opencl.info", ffi::Function::FromTyped([]() { return ffi::String(InfoJson()); }));
-    if (LogOn()) std::atexit(PrintStatsAtExit);
-  }
-};
-Registration registration;
 
 }  // namespace opencl
 }  // namespace tvmgen
-
-// ------------------------------------------------------------------ C API (for apps and JNI)
-extern "C" {
-/*! \brief Set the kernel cache directory ("" turns the cache off). Returns 0. */
-__attribute__((visibility("default"))) int TVMGenOpenCLSetCacheDir(const char* dir) {
-  tvmgen::opencl::KernelCache::Global().SetDir(dir ? dir : "");
-  return 0;
-}
-/*!
- * \brief Copy the cache statistics (JSON) into buf (size n, NUL-terminated, truncated if needed).
- * \return the length of the full JSON string.
- */
-__attribute__((visibility("default"))) size_t TVMGenOpenCLCacheStats(char* buf, size_t n) {
-  std::string s = tvmgen::opencl::KernelCache::Global().StatsJson();
-  if (buf && n) {
-    size_t k = std::min(n - 1, s.size());
-    std::memcpy(buf, s.data(), k);
-    buf[k] = '\0';
-  }
-  return s.size();
-}
-}

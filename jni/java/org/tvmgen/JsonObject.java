@@ -1,6 +1,7 @@
 package org.tvmgen;
 
 import java.util.List;
+import java.util.Locale;
 
 /**
  * Writes one JSON object, key by key, for results files such as the deploy app's
@@ -47,6 +48,22 @@ public final class JsonObject {
    */
   public JsonObject put(String key, long value) {
     return putJson(key, Long.toString(value));
+  }
+
+  /**
+   * Adds a number with a fixed count of decimals, as the native runtime's {@code %.Nf} writes it (NaN and
+   * infinities are written {@code null}): the value classes' {@code toJson} (Timings, PrepareStats).
+   *
+   * @param key the key
+   * @param value the number
+   * @param decimals digits after the point
+   * @return this object
+   */
+  JsonObject putFixed(String key, double value, int decimals) {
+    if (Double.isNaN(value) || Double.isInfinite(value)) {
+      return putJson(key, null);
+    }
+    return putJson(key, String.format(Locale.ROOT, "%." + decimals + "f", value));
   }
 
   /**

@@ -106,11 +106,11 @@ public final class Memory {
    * @return one line of JSON
    */
   public String toJson() {
-    return String.format(Locale.ROOT,
-        "{\"source\": \"%s\", \"before_load_bytes\": %d, \"after_load_peak_bytes\": %d, \"overall_peak_bytes\": %d, "
-            + "\"rss_bytes\": %d, \"model_after_load_bytes\": %d, \"model_overall_bytes\": %d}",
-        isAvailable() ? "/proc/self/status" : "unavailable", beforeLoadBytes, afterLoadPeakBytes, peakBytes, rssBytes,
-        modelAfterLoadBytes(), modelOverallBytes());
+    return new JsonObject().put("source", isAvailable() ? "/proc/self/status" : "unavailable")
+        .put("before_load_bytes", beforeLoadBytes).put("after_load_peak_bytes", afterLoadPeakBytes)
+        .put("overall_peak_bytes", peakBytes).put("rss_bytes", rssBytes)
+        .put("model_after_load_bytes", modelAfterLoadBytes()).put("model_overall_bytes", modelOverallBytes())
+        .toString();
   }
 
   /**

@@ -50,8 +50,8 @@ public final class PrepareStats {
 
   /** @return {@code {"programs": .., "kernels": .., "built": .., "cached": .., "ms": ..}} */
   public String toJson() {
-    return String.format(Locale.ROOT, "{\"programs\": %d, \"kernels\": %d, \"built\": %d, \"cached\": %d, \"ms\": %.3f}",
-        programs, kernels, built, cached, ms);
+    return new JsonObject().put("programs", programs).put("kernels", kernels).put("built", built)
+        .put("cached", cached).putFixed("ms", ms, 3).toString();
   }
 
   @Override

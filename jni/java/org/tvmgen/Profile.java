@@ -3,7 +3,6 @@ package org.tvmgen;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.Comparator;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -123,15 +122,15 @@ public final class Profile {
    * @throws TvmgenException if the JSON lacks these keys
    */
   public Profile(String json) {
-    Map<String, Object> root = asObject(new JsonReader(json).readValue(), "the profile");
+    Map<String, Object> root = JsonReader.asObject(new JsonReader(json, "the profile").readValue(), "the profile");
     this.json = json;
-    this.runs = (int) number(root, "runs");
+    this.runs = (int) JsonReader.number(root, "runs", "the profile");
     Object c = root.get("clock");
     this.clock = c instanceof String ? (String) c : "";
-    this.wholeRunMs = number(root, "whole_run_ms");
-    this.kernelsMedianMs = number(root, "kernels_median_ms");
+    this.wholeRunMs = JsonReader.number(root, "whole_run_ms", "the profile");
+    this.kernelsMedianMs = JsonReader.number(root, "kernels_median_ms", "the profile");
     List<Entry> list = new ArrayList<Entry>();
-    for (Map.Entry<String, Object> e : asObject(root.get("counts"), "the profile's counts").entrySet()) {
+    for (Map.Entry<String, Object> e : JsonReader.asObject(root.get("counts"), "the profile's counts").entrySet()) {
       if (!(e.getValue() instanceof List) || ((List<?>) e.getValue()).size() != 2) {
         throw new TvmgenException("the profile's count of " + e.getKey() + " is not [calls, total_ns]");
       }
@@ -244,150 +243,5 @@ public final class Profile {
   @Override
   public String toString() {
     return table(10);
-  }
-
-  // ------------------------------------------------------------------ a minimal JSON reader
-
-  private static double number(Map<String, Object> obj, String key) {
-    Object v = obj.get(key);
-    if (!(v instanceof Double)) {
-      throw new TvmgenException("the profile has no number \"" + key + "\"");
-    }
-    return (Double) v;
-  }
-
-  @SuppressWarnings("unchecked")
-  private static Map<String, Object> asObject(Object v, String what) {
-    if (!(v instanceof Map)) {
-      throw new TvmgenException(what + " is not a JSON object");
-    }
-    return (Map<String, Object>) v;
-  }
-
-  /** Objects (LinkedHashMap), arrays (ArrayList), strings, numbers (Double), true/false/null. */
-  private static final class JsonReader {
-    private final String s;
-    private int i;
-
-    JsonReader(String s) {
-      if (s == null) {
-        throw new TvmgenException("the profile is null");
-      }
-      this.s = s;
-    }
-
-    Object readValue() {
-      skip();
-      if (i >= s.length()) {
-        throw error("unexpected end");
-      }
-      char c = s.charAt(i);
-      if (c == '{') {
-        Map<String, Object> map = new LinkedHashMap<String, Object>();
-        ++i;
-        if (peek() == '}') {
-          ++i;
-          return map;
-        }
-        do {
-          skip();
-          String key = readString();
-          expect(':');
-          map.put(key, readValue());
-        } while (comma('}'));
-        return map;
-      }
-      if (c == '[') {
-        List<Object> list = new ArrayList<Object>();
-        ++i;
-        if (peek() == ']') {
-          ++i;
-          return list;
-        }
-        do {
-          list.add(readValue());
-        } while (comma(']'));
-        return list;
-      }
-      if (c == '"') {
-        return readString();
-      }
-      for (String word : new String[] {"true", "false", "null"}) {
-        if (s.startsWith(word, i)) {
-          i += word.length();
-          return word.equals("null") ? null : Boolean.valueOf(word);
-        }
-      }
-      int start = i;
-      while (i < s.length() && "+-0123456789.eE".indexOf(s.charAt(i)) >= 0) {
-        ++i;
-      }
-      try {
-        return Double.valueOf(s.substring(start, i));
-      } catch (NumberFormatException e) {
-        throw error("not a JSON value");
-      }
-    }
-
-    private String readString() {
-      if (peek() != '"') {
-        throw error("expected a string");
-      }
-      StringBuilder sb = new StringBuilder();
-      for (++i; i < s.length(); ++i) {
-        char c = s.charAt(i);
-        if (c == '"') {
-          ++i;
-          return sb.toString();
-        }
-        if (c == '\\' && i + 1 < s.length()) {
-          char e = s.charAt(++i);
-          if (e == 'u' && i + 4 < s.length()) {
-            sb.append((char) Integer.parseInt(s.substring(i + 1, i + 5), 16));
-            i += 4;
-          } else {
-            sb.append(e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e == 'b' ? '\b' : e == 'f' ? '\f' : e);
-          }
-        } else {
-          sb.append(c);
-        }
-      }
-      throw error("unterminated string");
-    }
-
-    private boolean comma(char close) {
-      char c = peek();
-      ++i;
-      if (c == ',') {
-        return true;
-      }
-      if (c == close) {
-        return false;
-      }
-      --i;
-      throw error("expected ',' or '" + close + "'");
-    }
-
-    private void expect(char c) {
-      if (peek() != c) {
-        throw error("expected '" + c + "'");
-      }
-      ++i;
-    }
-
-    private char peek() {
-      skip();
-      return i < s.length() ? s.charAt(i) : '\0';
-    }
-
-    private void skip() {
-      while (i < s.length() && Character.isWhitespace(s.charAt(i))) {
-        ++i;
-      }
-    }
-
-    private TvmgenException error(String what) {
-      return new TvmgenException("cannot read the profile JSON at character " + i + ": " + what);
-    }
   }
 }

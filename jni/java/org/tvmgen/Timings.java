@@ -108,10 +108,9 @@ public final class Timings {
    * @return one line of JSON
    */
   public String toJson() {
-    return String.format(Locale.ROOT,
-        "{\"load_ms\": %.4f, \"init_ms\": %.4f, \"first_run_ms\": %.4f, \"copy_in_ms\": %.4f, "
-            + "\"run_ms\": %.4f, \"copy_out_ms\": %.4f, \"runs\": %d}",
-        loadMs, initMs, firstRunMs, copyInMs, runMs, copyOutMs, runs);
+    return new JsonObject().putFixed("load_ms", loadMs, 4).putFixed("init_ms", initMs, 4)
+        .putFixed("first_run_ms", firstRunMs, 4).putFixed("copy_in_ms", copyInMs, 4).putFixed("run_ms", runMs, 4)
+        .putFixed("copy_out_ms", copyOutMs, 4).put("runs", runs).toString();
   }
 
   /**
