@@ -8,10 +8,12 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
 from tvmgen import __version__, load_tvm_without_torch
+from tvmgen.core import interrupts
 from tvmgen.core import log as logs
 from tvmgen.core.errors import TvmgenError
 
@@ -95,15 +97,36 @@ def main():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     logging.captureWarnings(True)
-    try:
-        cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        console.print("aborted")
-        sys.exit(130)
-    except click.ClickException as e:
+    with interrupts.handling():  # SIGINT/SIGTERM: stop, remove the unfinished output, exit 130/143
+        try:
+            cli.main(standalone_mode=False)
+        except KeyboardInterrupt as e:
+            _interrupted(e)
+        except click.exceptions.Abort as e:  # click turns a KeyboardInterrupt into Abort
+            if interrupts.is_interrupt(e):
+                _interrupted(e)
+            console.print("aborted")
+            sys.exit(130)
+        except Exception as e:
+            if interrupts.is_interrupt(e):  # the interrupt, come back through TVM or a wrapper as an error
+                _interrupted(e)
+            _failed(e)
+
+
+def _interrupted(e: BaseException) -> NoReturn:
+    """One line, no traceback: which signal, and the unfinished output it removed."""
+    interrupts.handled()
+    log.info("%s", interrupts.summary())
+    log.debug("interrupted at: %s", "".join(traceback.format_exception(e)))
+    console.print(interrupts.summary())
+    sys.exit(interrupts.exit_code())
+
+
+def _failed(e: Exception) -> NoReturn:
+    if isinstance(e, click.ClickException):
         e.show()
         sys.exit(e.exit_code)
-    except TvmgenError as e:
+    if isinstance(e, TvmgenError):
         log.debug("error: %s", traceback.format_exc())
         console.print(f"[bold red]error:[/] {e.message}")
         if e.hint:
@@ -111,15 +134,12 @@ def main():
         if State.log_path:
             console.print(f"  [dim]log: {State.log_path}[/]")
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        console.print("interrupted")
-        sys.exit(130)
-    except Exception as e:  # an internal error: full traceback to the log, one line to the user
-        log.error("internal error: %s", traceback.format_exc())
-        console.print(
-            f"[bold red]internal error:[/] {type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
-        )
-        if State.log_path:
-            console.print(f"  the full traceback is in the log: {State.log_path}")
-        console.print("  please report it with that log attached")
-        sys.exit(1)
+    # an internal error: full traceback to the log, one line to the user
+    log.error("internal error: %s", traceback.format_exc())
+    console.print(
+        f"[bold red]internal error:[/] {type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+    )
+    if State.log_path:
+        console.print(f"  the full traceback is in the log: {State.log_path}")
+    console.print("  please report it with that log attached")
+    sys.exit(1)

@@ -12,7 +12,7 @@ from tvmgen import __version__
 from tvmgen.compiler import adreno, gpu, int8, kernels, opencl_loops, stack_tiles
 from tvmgen.compiler import export as exporter
 from tvmgen.compiler.platforms import DL_DEVICE_TYPES, BuildTarget, Platform
-from tvmgen.core import artifact
+from tvmgen.core import artifact, interrupts
 from tvmgen.core.errors import CompileError, TvmgenError
 from tvmgen.core.log import console, filtered_stderr, step
 from tvmgen.core.model import ImportedModel, output_specs
@@ -100,6 +100,7 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
         except TvmgenError:  # tvmgen's own (e.g. a tuning database without this target): already says what to do
             raise
         except Exception as e:
+            interrupts.reraise_if_interrupted(e)  # Ctrl-C inside TVM comes back as an error: no fallback
             log.info("the build with %s failed", name, exc_info=True)
             failures.append((name, e))
             continue

@@ -10,15 +10,20 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tvmgen.core import interrupts
 from tvmgen.core.errors import InputError
 from tvmgen.core.model import TensorSpec
+
+log = logging.getLogger("tvmgen.artifact")
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -156,28 +161,72 @@ def refuse_existing(out_dir: Path, force: bool) -> None:
         )
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def remove_stale(out_dir: Path) -> list[Path]:
+    """Remove the temporary folders a killed compile left beside ``out_dir`` (``.NAME.tmp-PID-*`` from
+    ``staging``, ``.NAME.old-PID`` from its swap) whose process is gone; those of a live process (another
+    compile into the same place) stay. Folders named without a process id are left alone: nothing says
+    whose they are. Returns what was removed."""
+    out_dir = Path(out_dir).absolute()
+    if not out_dir.parent.is_dir():
+        return []
+    pattern = re.compile(rf"\.{re.escape(out_dir.name)}\.(?:tmp-(\d+)-.+|old-(\d+))")
+    removed = []
+    for entry in sorted(out_dir.parent.iterdir()):
+        m = pattern.fullmatch(entry.name)
+        if m is None or not entry.is_dir() or entry.is_symlink():
+            continue
+        pid = int(m.group(1) or m.group(2))
+        if pid == os.getpid() or _alive(pid):
+            continue
+        if m.group(2) and not out_dir.exists():  # the swap was cut short: the old artifact is the only one
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        if not entry.exists():
+            removed.append(entry)
+    return removed
+
+
 @contextlib.contextmanager
 def staging(out_dir: Path, force: bool):
-    """Yield a temporary directory; on success it replaces ``out_dir``, on failure it is removed."""
+    """Yield a temporary directory; on success it replaces ``out_dir``, on failure or an interrupt it is
+    removed. Its name carries this process's id, so a later compile can tell one a killed run left
+    (``remove_stale``) from one a running compile is writing."""
     out_dir = Path(out_dir).absolute()
     refuse_existing(out_dir, force)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir} exists and is not a directory", "choose another --out")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    for stale in remove_stale(out_dir):
+        log.info("removed %s, left by a compile that was killed", stale)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{os.getpid()}-", dir=out_dir.parent))
     try:
         yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        interrupts.reraise_if_interrupted()  # an interrupt something swallowed: still no artifact
+    except BaseException as e:
+        with interrupts.deferred():
+            shutil.rmtree(tmp, ignore_errors=True)
+        if interrupts.is_interrupt(e) and not tmp.exists():
+            interrupts.note_removed(tmp)
         raise
-    old = None
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-        out_dir.rename(old)
-    os.chmod(tmp, 0o755)
-    tmp.rename(out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    with interrupts.deferred():  # the swap is not cut in half: the old artifact or the new one is in place
+        old = None
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+            out_dir.rename(old)
+        os.chmod(tmp, 0o755)
+        tmp.rename(out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:

@@ -21,6 +21,8 @@ import logging
 
 import numpy as np
 
+from tvmgen.core import interrupts
+
 log = logging.getLogger("tvmgen.frontends.onnx")
 
 TARGET_OPSET = 17  # TVM 0.27's converters implement up to the opset-13+ forms; 17 is what its tests export
@@ -61,6 +63,7 @@ def upgrade_opset(model, notes: list[str]):
     try:
         upgraded = version_converter.convert_version(model, TARGET_OPSET)
     except Exception as e:  # onnx raises RuntimeError / ConvertError with the adapter's words
+        interrupts.reraise_if_interrupted(e)
         operator = _converter_operator(model, str(e))
         notes.append(
             f"opset {opset} kept: onnx's version converter cannot upgrade it to {TARGET_OPSET}"
@@ -133,6 +136,7 @@ def _slim(model):
         if slimmed is not None:
             return slimmed
     except Exception as e:  # onnxslim is best effort: ONNX's own shape inference and tvmgen's folding follow
+        interrupts.reraise_if_interrupted(e)
         log.warning("onnxslim could not simplify the graph (%s); using ONNX shape inference and folding only", e)
     return onnx.shape_inference.infer_shapes(model)
 
@@ -147,6 +151,7 @@ def fold_constants(model):
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception as e:  # a model shape inference rejects is left to the importer's own error
+        interrupts.reraise_if_interrupted(e)
         log.info("shape inference failed before folding: %s", e)
         return model, 0
     graph = model.graph
@@ -196,6 +201,7 @@ def _evaluate(node, known, shapes, graph_inputs, opset):
     try:
         outputs = _run_node(node, known, opset)
     except Exception as e:  # an operator onnx's evaluator lacks or rejects: leave it to TVM
+        interrupts.reraise_if_interrupted(e)
         log.debug("not folded %s %s: %s", node.op_type, node.name, e)
         return None
     if any(o is None or o.dtype == object or o.size > FOLD_MAX_ELEMENTS for o in outputs):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tvmgen.core import interrupts
 from tvmgen.core.errors import ModelError
 from tvmgen.core.model import ImportedModel
 from tvmgen.frontends.base import InputOverride, importer_failed, resolve_inputs
@@ -68,6 +69,7 @@ def check_operators(model, ops: list[tuple[int, str, str]]) -> None:
     try:
         supported = set(OperatorConverter(model, model.Subgraphs(0), ExprTable(), None).convert_map)
     except Exception as e:  # the converter's constructor is internal API: fall back to TVM's own check
+        interrupts.reraise_if_interrupted(e)
         log.debug("could not read TVM's TFLite convert map: %s", e)
         supported = None
     from tvmgen.frontends.tflite_ops import supported_custom
@@ -123,6 +125,7 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
     try:
         folded = fold(buf, [s.shape for s in specs], [s.dtype for s in specs])
     except Exception as e:  # a model this folding does not understand: TVM gets it as stored
+        interrupts.reraise_if_interrupted(e)
         log.debug("folding failed", exc_info=True)
         folded = Folded(buf)
         folded.notes.append(f"not folded: tvmgen's folding failed on this model ({type(e).__name__}: {e})"[:300])
@@ -154,6 +157,7 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
         imported.notes[:0] = notes
         return imported
     except Exception as e:
+        interrupts.reraise_if_interrupted(e)  # not a reason for the second route
         from tvmgen.frontends.tflite_ops import OperatorConversionError
 
         if isinstance(e, OperatorConversionError):

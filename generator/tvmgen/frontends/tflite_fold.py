@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tvmgen.core import interrupts
+
 log = logging.getLogger("tvmgen.frontends.tflite")
 
 FOLD_MAX_ELEMENTS = 4096
@@ -170,6 +172,7 @@ def fold(buf: bytes, input_shapes: Sequence[tuple[int, ...]], input_dtypes: Sequ
     try:
         runs = _run_litert(buf, graph, input_shapes, input_dtypes, static)
     except Exception as e:  # LiteRT cannot run the model (custom operators, bad shapes): TVM gets it as it is
+        interrupts.reraise_if_interrupted(e)
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         result.skipped = f"LiteRT cannot run the model ({reason})"
         if to_fold:  # said only when something needed folding
