@@ -313,7 +313,17 @@ def onnx_file(tmp_path_factory):
 @pytest.mark.skipif(platform.system() == "Darwin", reason="elsewhere-path: on a Mac the command builds with Xcode")
 def test_rpc_app_ios_renders_and_prints_the_mac_commands(tvmgen, tmp_path, onnx_file):
     r = tvmgen(
-        "rpc-app", "--platform", "ios-arm64", "--team-id", TEAM, "--model", onnx_file, "--key", "ipad", "-o", tmp_path / "rpc"
+        "rpc-app",
+        "--platform",
+        "ios-arm64",
+        "--team-id",
+        TEAM,
+        "--model",
+        onnx_file,
+        "--key",
+        "ipad",
+        "-o",
+        tmp_path / "rpc",
     )
     assert r.returncode == 0, r.stderr
     assert "not built here" in r.stderr and f"cd {tmp_path / 'rpc'}" in r.stderr

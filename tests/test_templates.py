@@ -46,7 +46,9 @@ def artifacts(tmp_path_factory):
 
 
 def render(tmp_path, artifacts, device="opencl", package="org.example.mobilenet"):
-    ctx = android_project.android_context("deploy", package, "MobileNet QA", "mobilenet", app_devices(device), ["arm64-v8a"])
+    ctx = android_project.android_context(
+        "deploy", package, "MobileNet QA", "mobilenet", app_devices(device), ["arm64-v8a"]
+    )
     out = tmp_path / "app"
     android_project.create_android_project("deploy", out, ctx, {d: artifacts[d] for d in ctx["model_devices"]})
     return out
@@ -111,7 +113,9 @@ def test_cpu_project_has_no_opencl_entry(tmp_path, artifacts):
 def test_nnapi_project_declares_nnapi_and_falls_back(tmp_path, artifacts):
     """--device nnapi: NNAPI first (TVM's NNAPI runtime built in), the CPU artifact as fallback, and
     the reason shown on screen when NNAPI cannot run (API < 27, the runtime libraries missing)."""
-    ctx = android_project.android_context("deploy", "org.example.nn", "NN", "mobilenet", ["nnapi", "cpu"], ["arm64-v8a"])
+    ctx = android_project.android_context(
+        "deploy", "org.example.nn", "NN", "mobilenet", ["nnapi", "cpu"], ["arm64-v8a"]
+    )
     assert ctx["model_devices"] == ["nnapi", "cpu"]
     out = tmp_path / "nn"
     # the rendering does not look inside the artifacts: the CPU one stands in for the NNAPI one here

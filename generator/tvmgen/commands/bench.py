@@ -18,9 +18,7 @@ console = logs.console
 
 @click.command()
 @click.argument("source", metavar="MODEL|ARTIFACT", required=False)
-@click.option("--key", required=True, help="The device's key.")
-@click.option("--tracker", metavar="HOST:PORT", help="Get the device from this tracker (waits while it is busy).")
-@click.option("--proxy", metavar="HOST:PORT", help="Reach the device through this proxy.")
+@options.remote_device("The device's key.", key_required=True)
 @click.option("--platform", help="Compile for this platform. [default: what the device reports]")
 @options.device(
     ["cpu", "opencl", "vulkan", "cuda", "metal"],
@@ -37,21 +35,10 @@ console = logs.console
 @click.option("--repeat", default=10, show_default=True, help="Timed repeats on the device.")
 @click.option("--number", default=1, show_default=True, help="Runs averaged in each repeat.")
 @click.option("--min-repeat-ms", default=0, show_default=True, help="Stretch each repeat to at least this long.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the inputs (the same on host and device).")
-@click.option(
-    "--atol",
-    type=float,
-    default=None,
-    help="Fail (exit 5) above this error vs the reference... [default: 1e-4, fp16 builds 1e-3]",
-)
-@click.option(
-    "--rtol",
-    type=float,
-    default=None,
-    help="...plus this times the largest reference value. [default: 1e-3, fp16 builds 1e-2]",
-)
+@options.seed("Seed of the inputs (the same on host and device).")
+@options.tolerances("Outputs checked (exit 5 beyond): ")
 @click.option("--session-timeout", default=600, show_default=True, help="Seconds the device gives this session.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the results as JSON here.")
+@options.json_file()
 @click.option(
     "--plot",
     "plot_path",

@@ -69,16 +69,8 @@ def _default_out(model: str, platform: str, device: str) -> Path:
     help="Write an object archive (model.tar) for the app build to link, instead of linking here.",
 )
 @click.option("--check", is_flag=True, help="Compare outputs with the reference runtime on seeded random inputs.")
-@click.option(
-    "--rtol",
-    type=float,
-    default=None,
-    help="--check: tolerance relative to the largest reference value. [default: 1e-3; 1e-2 with --precision fp16]",
-)
-@click.option(
-    "--atol", type=float, default=None, help="--check: absolute tolerance. [default: 1e-4; 1e-3 with --precision fp16]"
-)
-@click.option("--seed", default=0, show_default=True, help="--check: seed for the random inputs.")
+@options.tolerances("--check: ")
+@options.seed("--check: seed for the random inputs.")
 @click.option(
     "--schedules",
     "schedules",

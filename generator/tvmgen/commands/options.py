@@ -29,6 +29,11 @@ def _subset(given: Sequence[str], known: Sequence[str], what: str) -> list[str]:
     return list(given)
 
 
+def _prefixed(prefix: str, body: str) -> str:
+    """A help text after ``prefix`` ("--check: "), or the body alone, capitalised."""
+    return prefix + body if prefix else body[0].upper() + body[1:]
+
+
 def device(choices: Sequence[str] = DEVICES, help: str = "Processor on the platform that runs the model."):
     """--device: ``choices`` are the devices the command supports."""
     return click.option(
@@ -130,7 +135,7 @@ def nnapi(prefix: str = "--device nnapi: "):
     each help text (the condition under which the option counts)."""
 
     def text(body: str) -> str:
-        return prefix + body if prefix else body[0].upper() + body[1:]
+        return _prefixed(prefix, body)
 
     return combine(
         click.option(
@@ -163,3 +168,57 @@ def combine(*decorators):
         return f
 
     return apply
+
+
+def remote_device(key_help: str, prefix: str = "", key_required: bool = False, session_timeout: int | None = None):
+    """--key, --tracker and --proxy (and --session-timeout where the command holds a session): which RPC
+    device, and where it is reached. ``prefix`` starts each help text (e.g. "--measure: ")."""
+    decorators = [
+        click.option("--key", required=key_required, help=key_help),
+        click.option(
+            "--tracker",
+            metavar="HOST:PORT",
+            help=_prefixed(prefix, "get the device from this tracker (waits while it is busy)."),
+        ),
+        click.option("--proxy", metavar="HOST:PORT", help=_prefixed(prefix, "reach the device through this proxy.")),
+    ]
+    if session_timeout is not None:
+        decorators.append(
+            click.option(
+                "--session-timeout",
+                default=session_timeout,
+                show_default=True,
+                help=_prefixed(prefix, "seconds the device gives each session."),
+            )
+        )
+    return combine(*decorators)
+
+
+def tolerances(prefix: str = ""):
+    """--atol and --rtol: how far outputs may be from the reference runtime's (runtime.check.tolerances)."""
+    return combine(
+        click.option(
+            "--atol",
+            type=float,
+            default=None,
+            help=_prefixed(
+                prefix, "absolute tolerance against the reference. [default: 1e-4; 1e-3 with --precision fp16]"
+            ),
+        ),
+        click.option(
+            "--rtol",
+            type=float,
+            default=None,
+            help=_prefixed(
+                prefix, "tolerance relative to the largest reference value. [default: 1e-3; 1e-2 with --precision fp16]"
+            ),
+        ),
+    )
+
+
+def seed(help: str = "Seed of the random inputs (the same wherever they are made)."):
+    return click.option("--seed", default=0, show_default=True, help=help)
+
+
+def json_file(help: str = "Write the results as JSON here."):
+    return click.option("--json", "json_path", type=click.Path(path_type=Path), help=help)

@@ -26,16 +26,14 @@ console = logs.console
 )
 @options.nnapi(prefix="")
 @options.inputs()
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the report as JSON here.")
+@options.json_file("Write the report as JSON here.")
 @click.option(
     "--measure",
     is_flag=True,
     help="--strategy cost: measure the TVM-side cost of each op kind on a device over RPC (--key and "
     "--tracker or --proxy) instead of the table's TVM column.",
 )
-@click.option("--key", help="--measure: the device's key.")
-@click.option("--tracker", metavar="HOST:PORT", help="--measure: get the device from this tracker.")
-@click.option("--proxy", metavar="HOST:PORT", help="--measure: reach the device through this proxy.")
+@options.remote_device("--measure: the device's key.", prefix="--measure: ")
 @click.option("--platform", help="--measure: compile for this platform. [default: what the device reports]")
 def partition(
     model, backend, feature_level, strategy, cost_table, input_flags, json_path, measure, key, tracker, proxy, platform

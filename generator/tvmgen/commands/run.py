@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from tvmgen.commands import options
 from tvmgen.core import binfmt
 from tvmgen.core import log as logs
 from tvmgen.runtime import runner
@@ -185,7 +186,7 @@ def _print_sizes(sizes: dict, top: int = 15) -> None:
 )
 @click.option("-o", "--output-dir", type=click.Path(path_type=Path), help="Write each output as NAME.npy here.")
 @click.option("--repeat", default=10, show_default=True, help="Timed runs after the first.")
-@click.option("--seed", default=0, show_default=True, help="Seed for inputs not given.")
+@options.seed("Seed for inputs not given.")
 @click.option(
     "--threads",
     type=click.IntRange(min=1),

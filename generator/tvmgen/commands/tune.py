@@ -47,10 +47,11 @@ console = logs.console
     help="Database root; one directory per target inside. [default: $TVMGEN_TUNING_DIR, "
     "else ~/.local/state/tvmgen/tuning]",
 )
-@click.option("--key", help="Time the candidates on this RPC device instead of here (needed for --device opencl).")
-@click.option("--tracker", metavar="HOST:PORT", help="--key: get the device from this tracker.")
-@click.option("--proxy", metavar="HOST:PORT", help="--key: reach the device through this proxy.")
-@click.option("--session-timeout", default=120, show_default=True, help="--key: seconds per measuring session.")
+@options.remote_device(
+    "Time the candidates on this RPC device instead of here (needed for --device opencl).",
+    prefix="--key: ",
+    session_timeout=120,
+)
 @click.option(
     "--num-cores",
     type=click.IntRange(min=1),
