@@ -7,7 +7,7 @@
 - On x86's u8 x s8 dot product int8 activations are shifted to uint8 for ``vpdpbusd``; where the
   same activations also feed a residual add, that add reads the shifted copy (``dequantize(u, s,
   z + 128)``, the same values exactly), so the shift fuses into the kernel that writes them and no
-  kernel of its own shifts them (int8.share_shifted_activations). The structure is checked for an
+  kernel of its own shifts them (int8_qdq.share_shifted_activations). The structure is checked for an
   AVX-512 VNNI target whatever CPU runs the tests; the outputs on this CPU are bit-identical to the
   build without the rewrite."""
 
@@ -175,7 +175,7 @@ def _gpu_fused(path, family: str) -> list[str]:
 @pytest.mark.parametrize("family", ["generic", "adreno"])
 def test_gpu_kernels_read_one_dequantized_copy_of_the_residual_input(stem_model, monkeypatch, family):
     """TVM's TFLite importer dequantizes the block's input twice (for the 1x1 convolution and for the
-    residual add): with int8.share_dequantized one binding, fused into the stem convolution's kernel,
+    residual add): with int8_qdq.share_dequantized one binding, fused into the stem convolution's kernel,
     which writes the float copy both read; without it a kernel of its own dequantizes."""
     names = _gpu_fused(stem_model, family)
     assert not [n for n in names if LONE_DEQUANTIZE.match(n)], names
@@ -201,14 +201,14 @@ def test_gpu_build_with_shared_dequantize_matches_litert_on_pocl(stem_model, ocl
     """The OpenCL build, run by tvmgen-run on PoCL: no dequantize-only kernel, within two output
     quanta of LiteRT (as the CPU build, test_int8) and equal to the CPU build but for roundings."""
     from test_opencl import run_tool
-    from tvmgen.compiler import kernels
+    from tvmgen.core import kernel_table
 
     imported = frontends.load(stem_model, [])
     name = imported.inputs[0].name
     gpu_art, cpu_art = tmp_path / "gpu", tmp_path / "cpu"
     compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "opencl"), gpu_art, True, {"name": "q"})
     compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), cpu_art, True, {"name": "q"})
-    names = [k["name"] for k in kernels.load(gpu_art)["kernels"]]
+    names = [k["name"] for k in kernel_table.load(gpu_art)["kernels"]]
     assert not [n for n in names if LONE_DEQUANTIZE.match(n)], names
     cpu_model = HostModel(cpu_art)
     rng = np.random.default_rng(13)

@@ -246,7 +246,7 @@ def test_timings(checked):
 def test_profile_names_the_models_kernels(checked, artifacts):
     """Model.profile(20): the runtime's JSON, parsed by org.tvmgen.Profile; its kernels are those the
     artifact's kernels.json records, called as often as it says, and add up to the whole run."""
-    from tvmgen.compiler import kernels
+    from tvmgen.core import kernel_table
 
     out, _, _ = checked("mobilenet")
     raw = json.loads((out / "profile.json").read_text())
@@ -260,7 +260,7 @@ def test_profile_names_the_models_kernels(checked, artifacts):
     totals = [float(r[2]) for r in rows]
     assert totals == sorted(totals, reverse=True)
 
-    table = kernels.load(artifacts["mobilenet"])
+    table = kernel_table.load(artifacts["mobilenet"])
     expected = {k["name"]: k["calls"] for k in table["kernels"] if k["calls"]}
     got = {r[0]: int(r[1]) for r in rows if r[3] == "false"}
     assert set(got) == set(expected), (sorted(got), sorted(expected))

@@ -111,13 +111,13 @@ import ctypes, json, sys
 import numpy as np
 import tvm
 ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
-from tvmgen.remote import bench
-from tvmgen.compiler.platforms import PLATFORMS, target_dict
+from tvmgen.compiler.gemm import gemm_module
+from tvmgen.compiler.platforms import PLATFORMS, BuildTarget
 
 tvm.get_global_func("tvmgen.opencl.set_cache_dir")(sys.argv[3])
 assert tvm.get_global_func("tvmgen.opencl.cache_dir")() == sys.argv[3]
 n = 64
-mod = bench.gemm_module(n, target_dict(PLATFORMS["host"], "opencl"), "opencl")
+mod = gemm_module(n, BuildTarget(PLATFORMS["host"], "opencl"))
 mod.export_library(sys.argv[2])
 lib = tvm.runtime.load_module(sys.argv[2])
 dev = tvm.opencl(0)

@@ -51,9 +51,8 @@ def test_zoo_models_that_needed_gpu_path_fixes(runtime, opencl_lib, tmp_path, mo
     shortening is tested with an unrolled LSTM in test_recurrent.py)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     import zoo
-    from tvmgen.compiler import kernels
     from tvmgen.compiler.rewrites import KERNEL_NAME_LIMIT
-    from tvmgen.core import artifact
+    from tvmgen.core import artifact, kernel_table
 
     path, flags = zoo.build(model, tmp_path)
     out = tmp_path / "art"
@@ -64,7 +63,7 @@ def test_zoo_models_that_needed_gpu_path_fixes(runtime, opencl_lib, tmp_path, mo
         timeout=900,
     )
     assert p.returncode == 0, p.stdout + p.stderr
-    names = [k["name"] for k in kernels.load(out)["kernels"]]
+    names = [k["name"] for k in kernel_table.load(out)["kernels"]]
     assert names and max(map(len, names)) <= KERNEL_NAME_LIMIT, names
     inputs = random_inputs(artifact.load(out).inputs, seed=2)
     rc, got, _, err = run_tool(runtime, out, tmp_path, inputs)

@@ -217,9 +217,10 @@ def test_ios_static_library_with_xcode(conv_model, tmp_path):
 @pytest.mark.parametrize("device", ["cpu", "opencl"])
 def test_gemm_schedules_build(device, tmp_path):
     """The remote GEMM's schedules: vectorised CPU code, and thread-bound OpenCL kernels."""
-    from tvmgen.remote.bench import gemm_module
+    from tvmgen.compiler.gemm import gemm_module
+    from tvmgen.compiler.platforms import BuildTarget
 
-    mod = gemm_module(64, target_dict(PLATFORMS["linux-aarch64"], device), device)
+    mod = gemm_module(64, BuildTarget(PLATFORMS["linux-aarch64"], device))
     mod.export_library(str(tmp_path / "gemm.tar"))
     blob = b"".join(members(tmp_path / "gemm.tar").values())
     if device == "opencl":

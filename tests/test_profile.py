@@ -179,21 +179,21 @@ def test_inspect_memory_and_size(art):
 
 
 def test_relax_ops_from_kernel_names():
-    from tvmgen.compiler import kernels
+    from tvmgen.core import kernel_table
 
-    assert kernels.relax_ops("fused_conv2d14_add7_maximum7_minimum7_prepacked") == [
+    assert kernel_table.relax_ops("fused_conv2d14_add7_maximum7_minimum7_prepacked") == [
         "conv2d",
         "add",
         "maximum",
         "minimum",
     ]
-    assert kernels.relax_ops("fused_max_pool2d3_layout_transform1") == ["max_pool2d", "layout_transform"]
-    assert kernels.relax_ops("fused_matmul_add_kernel") == ["matmul", "add"]
+    assert kernel_table.relax_ops("fused_max_pool2d3_layout_transform1") == ["max_pool2d", "layout_transform"]
+    assert kernel_table.relax_ops("fused_matmul_add_kernel") == ["matmul", "add"]
     # tvmgen's own functions: the 8-bit dot product and the folded requantisation (compiler.requantize)
-    assert kernels.relax_ops("fused_int8_dot12_requantize20") == ["int8_dot", "requantize"]
-    assert kernels.relax_ops("fused_conv2d_requantize1_prepacked") == ["conv2d", "requantize"]
-    assert kernels.kernel_kind(["transpose", "reshape"]) == "copies/layout"
-    assert kernels.kernel_kind(["add", "relu"]) == "elementwise"
+    assert kernel_table.relax_ops("fused_int8_dot12_requantize20") == ["int8_dot", "requantize"]
+    assert kernel_table.relax_ops("fused_conv2d_requantize1_prepacked") == ["conv2d", "requantize"]
+    assert kernel_table.kernel_kind(["transpose", "reshape"]) == "copies/layout"
+    assert kernel_table.kernel_kind(["add", "relu"]) == "elementwise"
 
 
 def test_profile_table_from_counts():
@@ -216,7 +216,7 @@ def test_profile_table_from_counts():
 
 
 def test_tvmgen_run_profile_and_memory(art, host_runtime, tmp_path):
-    from tvmgen.compiler import kernels
+    from tvmgen.core import kernel_table
     from tvmgen.reports.profile import Profile
 
     proc = subprocess.Popen(
@@ -228,7 +228,7 @@ def test_tvmgen_run_profile_and_memory(art, host_runtime, tmp_path):
     out, err = proc.communicate()
     _, status, usage = os.wait4(proc.pid, 0) if proc.returncode is None else (0, 0, None)
     assert proc.returncode == 0, err
-    p = Profile.from_device(json.loads((tmp_path / "p.json").read_text()), kernels.load(art), "cpu")
+    p = Profile.from_device(json.loads((tmp_path / "p.json").read_text()), kernel_table.load(art), "cpu")
     assert_kernels_add_up(p)
     assert {r["kind"] for r in p.rows} >= {"conv2d", "depthwise", "matmul"} and p.clock == "device"
     mem = json.loads(out)["memory"]
@@ -327,7 +327,7 @@ def opencl_art(opencl_lib, compiled, builtin_onnx):
 def test_tvmgen_run_profile_on_opencl_uses_event_timestamps(opencl_art, host_runtime, tmp_path):
     """tvmgen-run --profile on PoCL: every kernel's time is its OpenCL event's (CL_PROFILING_COMMAND_START
     to END), one row per fused function as on the CPU, adding up to the whole run."""
-    from tvmgen.compiler import kernels
+    from tvmgen.core import kernel_table
     from tvmgen.reports.profile import OPENCL_EVENTS, Profile, launching_function
 
     env = dict(os.environ, TVMGEN_OPENCL_CACHE_DIR=str(tmp_path / "cl-cache"))
@@ -350,7 +350,7 @@ def test_tvmgen_run_profile_on_opencl_uses_event_timestamps(opencl_art, host_run
     d = json.loads((tmp_path / "p.json").read_text())
     raw = d["profile"]
     assert d["device"] == "opencl" and raw["clock"] == OPENCL_EVENTS and raw["runs"] == runs
-    table = kernels.load(opencl_art)
+    table = kernel_table.load(opencl_art)
     p = Profile.from_device(d, table, "opencl")
     print(f"OpenCL events: kernels {p.kernels_median_ms:.1f} ms of a {p.whole_run_ms:.1f} ms run (median of {runs})")
     # The kernels' device time adds up to the whole run's: within 10% on a quiet machine (the acceptance

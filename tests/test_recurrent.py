@@ -191,16 +191,16 @@ def test_onnx_lstm_fused_or_unrolled(hidden, peepholes, fused, tmp_path):
     from onnx.reference import ReferenceEvaluator
 
     from tvmgen import frontends
-    from tvmgen.compiler import kernels
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.core import kernel_table
     from tvmgen.core.model import random_inputs
     from tvmgen.runtime.runner import HostModel
 
     path = save_onnx(_lstm_model(hidden, peepholes), tmp_path / "lstm.onnx")
     imported = frontends.load(path, [])
     compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), tmp_path / "a", True, {"name": "lstm"})
-    names = [k["name"] for k in kernels.load(tmp_path / "a")["kernels"]]
+    names = [k["name"] for k in kernel_table.load(tmp_path / "a")["kernels"]]
     assert (sum(n.startswith("tvmgen_lstm") for n in names) == 2) == fused, names  # one per direction
     inputs = random_inputs(imported.inputs, seed=3)
     actual = HostModel(tmp_path / "a").run(inputs)
@@ -214,7 +214,7 @@ def test_onnx_lstm_fused_or_unrolled(hidden, peepholes, fused, tmp_path):
 OPENCL_RUN = textwrap.dedent("""
     import json, sys
     import numpy as np, onnxruntime as ort, tvm
-    from tvmgen.compiler import kernels
+    from tvmgen.core import kernel_table
     from tvmgen.runtime.runner import HostModel
     from tvmgen.core.model import random_inputs
     HostModel.load_opencl_backend()
@@ -225,7 +225,7 @@ OPENCL_RUN = textwrap.dedent("""
     x = random_inputs(m.manifest.inputs, seed=1)
     got = m.run(x)
     want = ort.InferenceSession(sys.argv[1]).run(None, x)
-    names = [k["name"] for k in kernels.load(sys.argv[2])["kernels"]]
+    names = [k["name"] for k in kernel_table.load(sys.argv[2])["kernels"]]
     print(json.dumps({"err": max(float(np.abs(g - w).max()) for g, w in zip(got, want)),
                       "scale": min(float(np.abs(w).max()) for w in want),
                       "fused": sorted(n for n in names if n.startswith("tvmgen_"))}))
@@ -275,14 +275,14 @@ def test_unrolled_lstm_on_opencl_gets_short_kernel_names(tvmgen, tmp_path):
     which PoCL's kernel cache cannot put in a file name: tvmgen shortens such names (rewrites.py)."""
     import re
 
-    from tvmgen.compiler import kernels
     from tvmgen.compiler.rewrites import KERNEL_NAME_LIMIT
+    from tvmgen.core import kernel_table
 
     path = save_onnx(_lstm_model(8, peepholes=True), tmp_path / "lstm.onnx")
     art = tmp_path / "ocl"
     p = tvmgen("compile", path, "--device", "opencl", "-o", art, timeout=900)
     assert p.returncode == 0, p.output
-    names = [k["name"] for k in kernels.load(art)["kernels"]]
+    names = [k["name"] for k in kernel_table.load(art)["kernels"]]
     assert not [n for n in names if n.startswith("tvmgen_lstm")]
     assert max(map(len, names)) <= KERNEL_NAME_LIMIT, names
     assert [n for n in names if re.search(r"_[0-9a-f]{8}$", n) and len(n) == KERNEL_NAME_LIMIT], names  # shortened
@@ -408,9 +408,9 @@ def test_onnx_recurrent_spellings_match_onnxruntime(op, tmp_path):
     import onnxruntime as ort
 
     from tvmgen import frontends
-    from tvmgen.compiler import kernels
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.core import kernel_table
     from tvmgen.core.errors import ModelError
     from tvmgen.core.model import random_inputs
     from tvmgen.runtime.runner import HostModel
@@ -422,7 +422,7 @@ def test_onnx_recurrent_spellings_match_onnxruntime(op, tmp_path):
     assert f"--const {LENS_INPUT}=" in refused.value.hint
     imported = frontends.load(path, [], consts={LENS_INPUT: LENS_BOUND})
     compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), tmp_path / "a", True, {"name": op})
-    fused = [k["name"] for k in kernels.load(tmp_path / "a")["kernels"] if k["name"].startswith("tvmgen_")]
+    fused = [k["name"] for k in kernel_table.load(tmp_path / "a")["kernels"] if k["name"].startswith("tvmgen_")]
     assert len(fused) == (0 if op == "RNN" else 1), fused  # "fused" only
     inputs = random_inputs(imported.inputs, seed=3)
     actual = HostModel(tmp_path / "a").run(inputs)

@@ -31,8 +31,7 @@ def inspect(artifact_dir, as_json, size):
     """
     from rich.table import Table
 
-    from tvmgen.compiler import kernels
-    from tvmgen.core import artifact
+    from tvmgen.core import artifact, kernel_table
     from tvmgen.reports import memory
 
     if artifact_dir.is_file():
@@ -40,7 +39,7 @@ def inspect(artifact_dir, as_json, size):
         return
     m = artifact.load(artifact_dir)
     footprint = memory.footprint(artifact_dir, m)
-    growth = memory.folded_growth(kernels.load(artifact_dir), footprint["weights_bytes"])
+    growth = memory.folded_growth(kernel_table.load(artifact_dir), footprint["weights_bytes"])
     sizes = memory.size_report(artifact_dir, m) if size else None
     if as_json:
         click.echo(
@@ -214,8 +213,7 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
     """Run a host artifact with TVM's Relax VM, write outputs, print timings and peak memory."""
     if threads:  # also for TVM's own pool (older artifacts), which reads it once when it starts
         os.environ["TVM_NUM_THREADS"] = str(threads)
-    from tvmgen.compiler import kernels
-    from tvmgen.core import artifact
+    from tvmgen.core import artifact, kernel_table
     from tvmgen.core.errors import InputError
     from tvmgen.core.model import random_inputs
     from tvmgen.reports import memory
@@ -244,7 +242,7 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
     report = None
     if profile:
         with logs.step(f"Profiling {max(repeat, 1)} runs kernel by kernel"):
-            report = profiling.profile_host_model(model, inputs, max(repeat, 1), kernels.load(artifact_dir))
+            report = profiling.profile_host_model(model, inputs, max(repeat, 1), kernel_table.load(artifact_dir))
     resident.mark_end()
     if output_dir:
         output_dir.mkdir(parents=True, exist_ok=True)

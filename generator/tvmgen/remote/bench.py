@@ -317,7 +317,7 @@ def _peak_bytes(remote) -> int:
 
 def _profile_on_device(remote, vm, manifest: artifact.Manifest, directory: Path, dev, runs: int, args: list):
     """Each kernel timed on the device by its own clock (``tvmgen.profile_vm`` in libtvmgen_runtime)."""
-    from tvmgen.compiler import kernels
+    from tvmgen.core import kernel_table
     from tvmgen.reports import profile
 
     try:
@@ -330,7 +330,7 @@ def _profile_on_device(remote, vm, manifest: artifact.Manifest, directory: Path,
     from tvmgen.compiler.platforms import DL_DEVICE_TYPES
 
     result = json.loads(f(vm.module, manifest.vm["entry"], runs, DL_DEVICE_TYPES[manifest.device], 0, *args))
-    return profile.Profile.from_device(result, kernels.load(directory), manifest.device)
+    return profile.Profile.from_device(result, kernel_table.load(directory), manifest.device)
 
 
 def device_outputs(remote, out, specs: list) -> list:
@@ -404,49 +404,13 @@ class _Scalar:
 # ------------------------------------------------------------------ the seed's GEMM
 
 
-def gemm_module(n: int, target_spec: dict, device: str):
-    """An n x n x n float32 matmul with a schedule for the device: tiled and vectorised on CPU,
-    thread-bound tiles on a GPU."""
-    import tvm
-    from tvm import s_tir, te
-
-    from tvmgen.compiler.platforms import get_device, make_target
-
-    a = te.placeholder((n, n), name="A")
-    b = te.placeholder((n, n), name="B")
-    k = te.reduce_axis((0, n), name="k")
-    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
-    sch = s_tir.Schedule(te.create_prim_func([a, b, c]).with_attr("global_symbol", "gemm"))
-    block = sch.get_sblock("C")
-    i, j, kk = sch.get_loops(block)
-    if not get_device(device).gpu:
-        i0, i1 = sch.split(i, [None, 8 if n % 8 == 0 else 1])
-        j0, j1 = sch.split(j, [None, 32 if n % 32 == 0 else 1])
-        k0, k1 = sch.split(kk, [None, 4 if n % 4 == 0 else 1])
-        sch.reorder(i0, j0, k0, k1, i1, j1)
-        sch.vectorize(j1)
-        sch.parallel(i0)
-        sch.decompose_reduction(block, k0)
-    else:
-        tile = 16 if n % 16 == 0 else 1
-        i0, i1 = sch.split(i, [None, tile])
-        j0, j1 = sch.split(j, [None, tile])
-        sch.reorder(i0, j0, i1, j1, kk)
-        sch.bind(i0, "blockIdx.y")
-        sch.bind(j0, "blockIdx.x")
-        sch.bind(i1, "threadIdx.y")
-        sch.bind(j1, "threadIdx.x")
-    return tvm.compile(sch.mod, make_target(target_spec))
-
-
 def bench_gemm(
     remote, info: dict, n: int, platform, device: str, repeat: int, number: int, min_repeat_ms: int, scratch: Path
 ) -> Report:
     import tvm
-    import tvm.support.cc as cc
 
-    from tvmgen.compiler import export
-    from tvmgen.compiler.platforms import DL_DEVICE_TYPES, target_dict
+    from tvmgen.compiler.gemm import build_gemm
+    from tvmgen.compiler.platforms import DL_DEVICE_TYPES, BuildTarget
 
     if info.get("arch") and platform.arch != info["arch"]:
         raise InputError(
@@ -454,10 +418,7 @@ def bench_gemm(
             f"use --platform {info.get('platform')}",
         )
     with step(f"Building a {n}x{n}x{n} GEMM for {platform.name}/{device}"):
-        mod = gemm_module(n, target_dict(platform, device), device)
-        lib_path = scratch / "gemm.so"
-        compiler = export.linker(platform, objects_only=False)
-        mod.export_library(str(lib_path), fcompile=cc.cross_compiler(str(compiler)))
+        lib_path = build_gemm(n, BuildTarget(platform, device), scratch / "gemm.so")
     report = Report(device=info, model=f"gemm{n}", platform=platform.name, dev=device)
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n)).astype(np.float32)

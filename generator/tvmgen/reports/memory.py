@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from tvmgen.compiler import kernels as kernel_table
+from tvmgen.core import kernel_table
 
 MB = 1024 * 1024
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tvmgen.compiler import kernels as kernel_table
 from tvmgen.compiler.platforms import DEVICE_TABLE
+from tvmgen.core import kernel_table
 
 VM_ROW = "VM builtins (allocation, shape checks)"
 
@@ -462,13 +462,12 @@ def guard_host_model(model, inputs: dict, artifact_dir: Path) -> list:
     this machine's, and the outputs are right."""
     from rich.markup import escape
 
-    from tvmgen.compiler import kernels
     from tvmgen.core import log as logs
 
     first_ms = model.timings.first_run_ms  # the check's run (warming up: an upper bound)
     runs = max(3, min(GUARD_RUNS, int(GUARD_BUDGET_MS / max(first_ms, 1e-3) / 2)))  # plain + profiled runs
     with logs.step(f"Profiling {runs} runs kernel by kernel (slow-kernel guard)"):
-        profile = profile_host_model(model, inputs, runs, kernels.load(artifact_dir))
+        profile = profile_host_model(model, inputs, runs, kernel_table.load(artifact_dir))
     slow = profile.slow_kernels()
     for k in slow:
         logs.console.print(f"  [yellow]![/] {escape(k.line())}", highlight=False)
