@@ -487,7 +487,7 @@ def _transpose_conv_tflite(padding: str, stride: int):
 def test_mediapipe_convolution2d_transpose_bias(padding, stride, tmp_path):
     """tvmgen's converter of the custom operator, checked against LiteRT running the same layer
     as its builtin TRANSPOSE_CONV, and the NumPy reference of MediaPipe's kernel against both."""
-    from tvmgen.frontends import custom_ops, tflite_ops
+    from tvmgen.frontends import custom_ops, mediapipe_ops
     from tvmgen.frontends.tflite import operators, read_model
 
     builtin, custom = _transpose_conv_tflite(padding, stride)
@@ -516,7 +516,7 @@ def test_mediapipe_convolution2d_transpose_bias(padding, stride, tmp_path):
     value = {i: m.buffers[m.subgraphs[0].tensors[i].buffer].data for i in op.inputs[1:]}
     w = np.frombuffer(bytes(value[op.inputs[1]]), np.float32).reshape(m.subgraphs[0].tensors[op.inputs[1]].shape)
     bias = np.frombuffer(bytes(value[op.inputs[2]]), np.float32)
-    numpy_out = tflite_ops.transpose_conv_bias_numpy(next(iter(inputs.values())), w, bias, bytes(op.customOptions))
+    numpy_out = mediapipe_ops.transpose_conv_bias_numpy(next(iter(inputs.values())), w, bias, bytes(op.customOptions))
     np.testing.assert_allclose(numpy_out, expected[0], atol=1e-4, rtol=1e-4)
     assert "Convolution2DTransposeBias" in custom_ops.TFLITE
     del tf

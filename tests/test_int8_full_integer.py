@@ -2,7 +2,7 @@
 
 - Depthwise convolutions of 8-bit activations with 8-bit weights (a scale per channel, zero point
   0) sum (x8 - zero) x w8 exactly in float32 (the padding is the zero point) and scale once per
-  channel (int8._integer_depthwise_weights): equal to the exact integer sum computed by NumPy up
+  channel (int8_qdq._integer_depthwise_weights): equal to the exact integer sum computed by NumPy up
   to the one rounding of the scale, where the dequantised kernel rounded every product.
 - On x86's u8 x s8 dot product int8 activations are shifted to uint8 for ``vpdpbusd``; where the
   same activations also feed a residual add, that add reads the shifted copy (``dequantize(u, s,
@@ -21,7 +21,7 @@ import tvm
 
 from test_int8 import keras_int8_model
 from tvmgen import frontends
-from tvmgen.compiler import cpu, int8
+from tvmgen.compiler import cpu, int8, int8_qdq
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS, make_target
 from tvmgen.runtime.runner import HostModel
@@ -122,7 +122,7 @@ def test_no_kernel_only_shifts_the_residual_input(model, monkeypatch):
     assert int8.dot_product(make_target(VNNI), "int8") is not None
     names = _functions(_prepared(model, VNNI))
     assert not [n for n in names if SHIFT_ONLY.match(n)], names
-    monkeypatch.setattr(int8, "share_shifted_activations", lambda mod: mod)
+    monkeypatch.setattr(int8_qdq, "share_shifted_activations", lambda mod: mod)
     before = _functions(_prepared(model, VNNI))
     assert [n for n in before if SHIFT_ONLY.match(n)], before  # the test sees what the rewrite removes
 
@@ -131,7 +131,7 @@ def test_outputs_bit_identical_to_the_build_without_the_rewrite(model, tmp_path,
     imported = frontends.load(model, [])
     name = imported.inputs[0].name
     compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), tmp_path / "shared", True, {"name": "q"})
-    monkeypatch.setattr(int8, "share_shifted_activations", lambda mod: mod)
+    monkeypatch.setattr(int8_qdq, "share_shifted_activations", lambda mod: mod)
     compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), tmp_path / "apart", True, {"name": "q"})
     monkeypatch.undo()
     shared, apart = HostModel(tmp_path / "shared"), HostModel(tmp_path / "apart")
@@ -179,7 +179,7 @@ def test_gpu_kernels_read_one_dequantized_copy_of_the_residual_input(stem_model,
     which writes the float copy both read; without it a kernel of its own dequantizes."""
     names = _gpu_fused(stem_model, family)
     assert not [n for n in names if LONE_DEQUANTIZE.match(n)], names
-    monkeypatch.setattr(int8, "share_dequantized", lambda mod: mod)
+    monkeypatch.setattr(int8_qdq, "share_dequantized", lambda mod: mod)
     before = _gpu_fused(stem_model, family)
     assert [n for n in before if LONE_DEQUANTIZE.match(n)], before  # the test sees what the rewrite removes
     assert len(before) == len(names) + 1
@@ -190,10 +190,10 @@ def test_shared_dequantize_leaves_the_input_module_and_other_models_alone(stem_m
     duplicate dequantizes comes back as it was."""
     mod = frontends.load(stem_model, []).mod
     text = mod.script()
-    shared = int8.share_dequantized(mod)
+    shared = int8_qdq.share_dequantized(mod)
     assert mod.script() == text
     assert shared.script().count("R.dequantize(") == text.count("R.dequantize(") - 1
-    assert int8.share_dequantized(shared) is shared
+    assert int8_qdq.share_dequantized(shared) is shared
 
 
 @pytest.mark.slow

@@ -484,7 +484,7 @@ def test_convolution2d_transpose_bias_weights_through_dequantize(case, tmp_path)
     then NEG): tvmgen matches LiteRT running the custom operator (its XNNPACK delegate runs it only
     with weights it sees as static: fp16 through DEQUANTIZE), LiteRT running the same graph with the builtin
     TRANSPOSE_CONV, and MediaPipe's kernel on the dequantised values."""
-    from tvmgen.frontends.tflite_ops import transpose_conv_bias_numpy
+    from tvmgen.frontends.mediapipe_ops import transpose_conv_bias_numpy
 
     rng = np.random.default_rng(21)
     tensors, ops, quant, w, b = _conv_t_bias_case(case, rng)

@@ -272,10 +272,10 @@ def _compile_and_run_on_opencl(tvmgen, path, tmp_path, *flags) -> dict:
 
 def test_unrolled_lstm_on_opencl_gets_short_kernel_names(tvmgen, tmp_path):
     """An LSTM with peepholes stays unrolled; fusion names a step's kernel after its 20-odd operators,
-    which PoCL's kernel cache cannot put in a file name: tvmgen shortens such names (rewrites.py)."""
+    which PoCL's kernel cache cannot put in a file name: tvmgen shortens such names (kernel_names.py)."""
     import re
 
-    from tvmgen.compiler.rewrites import KERNEL_NAME_LIMIT
+    from tvmgen.compiler.kernel_names import KERNEL_NAME_LIMIT
     from tvmgen.core import kernel_table
 
     path = save_onnx(_lstm_model(8, peepholes=True), tmp_path / "lstm.onnx")

@@ -490,11 +490,11 @@ def test_silu_and_squeeze_excitation_fold_into_the_convolution(tmp_path):
 
 
 def test_vector_exp_and_sigmoid_match_numpy():
-    """rewrites.vector_exp: float32 accuracy over the whole range, saturating (never inf / nan) outside it."""
+    """fast_math.vector_exp: float32 accuracy over the whole range, saturating (never inf / nan) outside it."""
     import tvm
     from tvm import te
 
-    from tvmgen.compiler.rewrites import vector_exp
+    from tvmgen.compiler.fast_math import vector_exp
 
     n = 1 << 16
     x = te.placeholder((n,), "float32", name="x")
@@ -523,9 +523,9 @@ def test_vector_exp_and_sigmoid_match_numpy():
 def test_odd_channel_counts_are_padded_to_whole_vectors(cpu, tmp_path):
     """ShuffleNet's branch, 1x1 conv to 58 channels, depthwise 3x3, 1x1 conv to 116: the chain through
     the depthwise convolution runs on 58 channels rounded up to whole vectors, with no slice or pad
-    (zero filters in the first two, zero input channels in the last: rewrites.pad_depthwise_chains);
+    (zero filters in the first two, zero input channels in the last: conv_layout.pad_depthwise_chains);
     the last convolution's 116 outputs are padded and sliced off in its kernel
-    (rewrites.pad_conv_output_channels) where 116 is not whole vectors."""
+    (conv_layout.pad_conv_output_channels) where 116 is not whole vectors."""
     spec, (lanes, _), _ = CPU_TARGETS[cpu]
     path = save_onnx(_conv_models()["odd_channels"], tmp_path / "odd.onnx")
     mod, done, left = prepared_and_scheduled(path, target_spec=spec)
@@ -646,7 +646,7 @@ def _fire_and_pool_models() -> dict:
 
 def test_concatenated_kernels_write_their_slices_in_place(tmp_path):
     """A concatenation of kernels' outputs that nothing else reads is no copy: one kernel runs the
-    producers, each writing its channels of the concatenation (rewrites.concat_in_place); a
+    producers, each writing its channels of the concatenation (memory_rewrites.concat_in_place); a
     concatenation of a value read elsewhere keeps its copy. Results as onnxruntime's."""
     path = save_onnx(_fire_and_pool_models()["fire"], tmp_path / "fire.onnx")
     mod = _compiled_module(path)
@@ -664,7 +664,7 @@ def test_concatenated_kernels_write_their_slices_in_place(tmp_path):
 
 def test_pooling_reads_its_input_without_a_padded_copy(tmp_path):
     """Max and average pooling with padded windows (and a ceil_mode window past the edge) compute
-    their padding in the window loop: no padded copy of the input (schedule_rules._is_pool)."""
+    their padding in the window loop: no padded copy of the input (reduction_rules._is_pool)."""
     path = save_onnx(_fire_and_pool_models()["pools"], tmp_path / "pools.onnx")
     mod, done, left = prepared_and_scheduled(path)
     pools = [f for f in done if "pool" in f]

@@ -1,4 +1,4 @@
-"""Transformer kernels on CPUs (issue 37): erf and tanh in vectors (rewrites.vector_erf /
+"""Transformer kernels on CPUs (issue 37): erf and tanh in vectors (fast_math.vector_erf /
 vector_tanh, accurate to float32 over the whole range), layer normalisation and softmax scheduled
 by the rows rule (schedule_rules.schedule_rows), attention's reshape / transpose / split with
 several outputs scheduled by the injective rule; for AVX-512, AVX2 and NEON targets, whatever
@@ -25,8 +25,8 @@ def test_vector_erf_and_tanh_match_scipy():
     from scipy.special import erf
     from tvm import te
 
+    from tvmgen.compiler.fast_math import vector_erf, vector_tanh
     from tvmgen.compiler.platforms import PLATFORMS, make_target
-    from tvmgen.compiler.rewrites import vector_erf, vector_tanh
 
     tiny = np.logspace(-30, 0, 4000)
     values = np.concatenate(
@@ -181,7 +181,7 @@ def test_vector_log_and_exp_match_numpy():
     """log: within 1 ulp of float64's over the normal floats (measured 0.73), log(0) = -inf, negatives
     and NaN NaN, log(inf) = inf, subnormals as the smallest normal; exp: relative error under 1e-7
     over [-87, 88], saturating beyond."""
-    from tvmgen.compiler.rewrites import vector_exp, vector_log
+    from tvmgen.compiler.fast_math import vector_exp, vector_log
 
     rng = np.random.default_rng(0)
     positive = np.concatenate(

@@ -95,12 +95,12 @@ def legalize_passes(target, texture: bool = True, report: dict | None = None) ->
     from tvm import relax
     from tvm.s_tir import dlight as dl
 
-    from tvmgen.compiler import gpu, int8
+    from tvmgen.compiler import gpu, int8_qdq
 
     texture = texture and "texture" in target.keys
     passes = [
         tvm.tirx.transform.BindTarget(target),
-        int8.ShareDequantized(),
+        int8_qdq.ShareDequantized(),
         relax.transform.DecomposeOpsForInference(),
     ]
     if texture:

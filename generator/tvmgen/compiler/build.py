@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tvmgen import __version__
-from tvmgen.compiler import adreno, gpu, int8, kernels, opencl_loops, stack_tiles
+from tvmgen.compiler import adreno, gpu, int8_qdq, kernels, opencl_loops, stack_tiles
 from tvmgen.compiler import export as exporter
 from tvmgen.compiler.platforms import DL_DEVICE_TYPES, BuildTarget, Platform
 from tvmgen.core import artifact, interrupts
@@ -200,13 +200,13 @@ def _pipelines(target, opts: BuildOptions, report: dict) -> list:
     import tvm
     from tvm import relax
 
-    from tvmgen.compiler import conv_transpose, cpu, rewrites
+    from tvmgen.compiler import conv_transpose, cpu, kernel_names
 
     if target.kind.name == "metal":
         return [
             (
                 "TVM's GPU pipeline without dlight's Matmul rule",
-                lambda: tvm.transform.Sequential([metal_pipeline(target, report), rewrites.short_kernel_names()]),
+                lambda: tvm.transform.Sequential([metal_pipeline(target, report), kernel_names.short_kernel_names()]),
             )
         ]
     if target.kind.name == "llvm" and opts.schedules:
@@ -222,7 +222,9 @@ def _pipelines(target, opts: BuildOptions, report: dict) -> list:
         from tvm.relax.backend import gpu_generic
 
         def _with_tvmgen_passes(pipeline):  # transposed convolutions lowered first, kernel names shortened after
-            return tvm.transform.Sequential([conv_transpose.lower_only_pass(), pipeline, rewrites.short_kernel_names()])
+            return tvm.transform.Sequential(
+                [conv_transpose.lower_only_pass(), pipeline, kernel_names.short_kernel_names()]
+            )
 
         return [
             (
@@ -266,7 +268,7 @@ def metal_pipeline(target, report: dict | None = None):
     def _pipeline(mod, _ctx):
         with target:
             return tvm.transform.Sequential(
-                [int8.ShareDequantized()]
+                [int8_qdq.ShareDequantized()]
                 + generic.library_dispatch_passes(target)
                 + legalize
                 + [schedule]

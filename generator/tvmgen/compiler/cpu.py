@@ -24,7 +24,7 @@ def prepare_passes(target, layout: bool = True) -> list:
     conversion breaks a model, see ``compiler.build``)."""
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    from tvmgen.compiler import branches, divisions, int8, requantize, schedules
+    from tvmgen.compiler import branches, divisions, int8_qdq, requantize, schedules
 
     # what one If branch alone needs computed in that branch (the importer computes both);
     # quantised convolutions and matmuls on the 8-bit values first: the layout passes fold the
@@ -32,7 +32,7 @@ def prepare_passes(target, layout: bool = True) -> list:
     return (
         [branches.SinkIntoBranches()]
         + cpu.library_dispatch_passes(target)
-        + [int8.QuantisedDotProducts(target), divisions.DivideByConstants()]
+        + [int8_qdq.QuantisedDotProducts(target), divisions.DivideByConstants()]
         # an 8-bit output's per-channel steps as one multiply-add (the layout passes do it too)
         + (schedules.layout_passes(target) if layout else [requantize.FoldRequantize()])
         + legalize_passes()

@@ -29,11 +29,11 @@ def prepare_passes(target, lower_conv_transpose: bool = True) -> list:
     """Relax -> fused TIR functions, unscheduled: the module both ``tune`` and ``compile`` schedule."""
     from tvm.relax.backend.gpu_generic import pipeline as generic
 
-    from tvmgen.compiler import conv_transpose, int8, rewrites
+    from tvmgen.compiler import conv_transpose, int8_qdq, rewrites
 
     legalize = [p for p in generic.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
     return (
-        [rewrites.module_pass("TvmgenPreluUnflattened", _prelu_unflattened), int8.ShareDequantized()]
+        [rewrites.module_pass("TvmgenPreluUnflattened", _prelu_unflattened), int8_qdq.ShareDequantized()]
         + ([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
         + generic.library_dispatch_passes(target)
         + legalize
@@ -456,14 +456,14 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
     from tvm import relax
     from tvm.relax.backend.gpu_generic import pipeline as generic
 
-    from tvmgen.compiler import conv_transpose, rewrites
+    from tvmgen.compiler import conv_transpose, kernel_names
 
     if not tunable(target) and target.kind.name != "vulkan":  # Vulkan: tvmgen's code generator, these schedules
         if tuning_db:
             log.info("the tuning database is not used for %s: TVM builds it with its own pipeline", target.kind.name)
         return tvm.transform.Sequential(
             ([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
-            + [relax.get_default_pipeline(target), rewrites.short_kernel_names()]
+            + [relax.get_default_pipeline(target), kernel_names.short_kernel_names()]
         )
     database = open_database(tuning_db, target) if tuning_db else None
 
@@ -481,4 +481,4 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
             with database:
                 return tvm.transform.Sequential(passes)(mod)
 
-    return tvm.transform.Sequential([_pipeline, rewrites.short_kernel_names()])
+    return tvm.transform.Sequential([_pipeline, kernel_names.short_kernel_names()])

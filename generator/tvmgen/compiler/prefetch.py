@@ -1,6 +1,6 @@
 """Weight-stationary kernels prefetch the next task's block of weights.
 
-A weight-stationary convolution (``schedule_rules._weight_stationary``: a late stage's 1x1
+A weight-stationary convolution (``reduction_rules._weight_stationary``: a late stage's 1x1
 convolution, 7 x 7 pixels, 192 -> 1152 channels, 884 KB of weights) runs one task per block of
 output channels; a task reads its block of weights (192 x 32 floats, 24 KB) from memory during
 its first row of tiles, then from L1 for the other rows. That first row waits on memory: the
@@ -14,7 +14,7 @@ runs: MnasNet 6.28 -> 5.97 ms at one thread (its 1152 -> 320 convolution 318 -> 
 365 -> 318 us), 3.37 -> 3.26 ms at two; EfficientNet-B0 10.38 -> 9.92 ms and 5.61 -> 5.47 ms;
 MobileNetV2 and ResNet-18 unchanged within the noise.
 
-A task whose block is run in chunks of input channels (``schedule_rules._weight_chunk``: a 3x3
+A task whose block is run in chunks of input channels (``reduction_rules._weight_chunk``: a 3x3
 convolution, 7 x 7 pixels, 512 -> 512, 9.4 MB of weights) reads each chunk (18 KB) from memory in
 its first row and from L1 in the other six; its rows after the first prefetch the next chunk into
 L1 (``prefetcht0`` / ``prfm pldl1keep``; a chunk is sized so two fit a 48 KB L1), the next task's

@@ -3,7 +3,7 @@
 A quantised model's convolution or matmul ends in a chain of per-channel steps: the zero-point
 correction (``acc - zx * colsum``), the cast to float, the scale (``* sx * sw``), the bias, then
 ``quantize`` (``round(x / s) + z``), a clip (ReLU6 as 8-bit bounds) and, before a kernel on the
-dot-product instruction, a shift to uint8 (``int8.share_shifted_activations``). Each step is a
+dot-product instruction, a shift to uint8 (``int8_qdq.share_shifted_activations``). Each step is a
 vector instruction on every value: MobileNetV2's full-integer expansion layers spend more time in
 them than in the dot products themselves (K = 16: 4 ``vpdpbusd`` per output vector against 10
 epilogue instructions).

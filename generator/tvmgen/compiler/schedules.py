@@ -14,12 +14,12 @@ Two steps, chosen from the target's vector width (AVX-512, AVX2, NEON):
     parallel;
   * anything else is left as TVM lowers it (correct, but slow): the compile log says which.
 Nothing here changes what is computed, only the loop order, with two exceptions within float32
-rounding: float32 sigmoid's ``exp`` is a polynomial that vectorises (``rewrites.vector_exp``, 7.5e-8
-relative), ``erf`` and ``tanh`` rational functions (``rewrites.vector_erf``, ``vector_tanh``, 4.3e-7
+rounding: float32 sigmoid's ``exp`` is a polynomial that vectorises (``fast_math.vector_exp``, 7.5e-8
+relative), ``erf`` and ``tanh`` rational functions (``fast_math.vector_erf``, ``vector_tanh``, 4.3e-7
 absolute), and convolutions with channel counts short of whole vectors compute a few zero channels
-more (``rewrites.pad_conv_output_channels``); the tests compare every scheduled model with its
+more (``conv_layout.pad_conv_output_channels``); the tests compare every scheduled model with its
 reference runtime. This module holds the passes and picks a rule for each function;
-the rules themselves are in ``schedule_rules``.
+the rules themselves are in ``schedule_rules`` and ``reduction_rules``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import logging
 
 import numpy as np
 
+from tvmgen.compiler import reduction_rules
 from tvmgen.compiler import schedule_rules as rules
 from tvmgen.compiler.schedule_rules import CpuShape, cpu_shape
 
@@ -37,20 +38,20 @@ log = logging.getLogger("tvmgen.compiler.schedules")
 def legalize_map() -> dict:
     """tvmgen's lowering of the operators TOPI lowers badly or not at all in the layouts the CPU
     pipeline uses (``compiler.conv_transpose``), sigmoid, erf, tanh, exp, log and constant powers in
-    vectors (``rewrites.legalize_sigmoid``, ``legalize_erf``, ``legalize_tanh``, ``legalize_exp``,
+    vectors (``fast_math.legalize_sigmoid``, ``legalize_erf``, ``legalize_tanh``, ``legalize_exp``,
     ``legalize_log``, ``legalize_power``), quantize without
-    divisions (``int8.legalize_quantize``) and softmax (``compiler.softmax``)."""
-    from tvmgen.compiler import conv_transpose, int8, rewrites, softmax
+    divisions (``int8_qdq.legalize_quantize``) and softmax (``compiler.softmax``)."""
+    from tvmgen.compiler import conv_transpose, fast_math, int8_qdq, softmax
 
     return {
         **conv_transpose.legalize_map(),
-        "relax.sigmoid": rewrites.legalize_sigmoid,
-        "relax.erf": rewrites.legalize_erf,
-        "relax.tanh": rewrites.legalize_tanh,
-        "relax.exp": rewrites.legalize_exp,
-        "relax.log": rewrites.legalize_log,
-        "relax.power": rewrites.legalize_power,
-        "relax.quantize": int8.legalize_quantize,
+        "relax.sigmoid": fast_math.legalize_sigmoid,
+        "relax.erf": fast_math.legalize_erf,
+        "relax.tanh": fast_math.legalize_tanh,
+        "relax.exp": fast_math.legalize_exp,
+        "relax.log": fast_math.legalize_log,
+        "relax.power": fast_math.legalize_power,
+        "relax.quantize": int8_qdq.legalize_quantize,
         "relax.nn.softmax": softmax.legalize_softmax,
     }
 
@@ -156,8 +157,9 @@ def fold_packed_weights_passes(target) -> list:
 
 def _ConcatInPlace():  # noqa: N802
     """After scheduling: the kernels that make a concatenation's inputs write their slices of it
-    directly, and the copy goes (``rewrites.concat_in_place``)."""
-    from tvmgen.compiler.rewrites import concat_in_place, module_pass
+    directly, and the copy goes (``memory_rewrites.concat_in_place``)."""
+    from tvmgen.compiler.memory_rewrites import concat_in_place
+    from tvmgen.compiler.rewrites import module_pass
 
     return module_pass("TvmgenConcatInPlace", concat_in_place)
 
@@ -178,9 +180,10 @@ def _ReluBoundsAsRelax():  # noqa: N802
 
 
 def _PadConvChannels(target):  # noqa: N802
-    """Convolutions compute whole vectors of output channels (``rewrites.pad_depthwise_chains``,
-    ``rewrites.pad_conv_output_channels``)."""
-    from tvmgen.compiler.rewrites import module_pass, pad_conv_output_channels, pad_depthwise_chains
+    """Convolutions compute whole vectors of output channels (``conv_layout.pad_depthwise_chains``,
+    ``conv_layout.pad_conv_output_channels``)."""
+    from tvmgen.compiler.conv_layout import pad_conv_output_channels, pad_depthwise_chains
+    from tvmgen.compiler.rewrites import module_pass
 
     lanes = cpu_shape(target).lanes(32)
     return module_pass(
@@ -189,10 +192,11 @@ def _PadConvChannels(target):  # noqa: N802
 
 
 def _NchwInputIntoConv():  # noqa: N802
-    """The first convolution reads an NCHW input itself (``rewrites.nchw_input_into_conv``)."""
+    """The first convolution reads an NCHW input itself (``conv_layout.nchw_input_into_conv``)."""
     from tvm import relax
 
-    from tvmgen.compiler.rewrites import legalize_nchw_input_conv, module_pass, nchw_input_into_conv
+    from tvmgen.compiler.conv_layout import legalize_nchw_input_conv, nchw_input_into_conv
+    from tvmgen.compiler.rewrites import module_pass
 
     def _pass(mod):
         mod = nchw_input_into_conv(mod)
@@ -316,11 +320,11 @@ def _lossless(sch) -> bool:
 
 
 def _inline_dequantize(sch) -> None:
-    """An 8-bit input dequantised as it is read (``int8._depthwise_from_8bit``): inlined first."""
-    from tvmgen.compiler import int8
+    """An 8-bit input dequantised as it is read (``int8_qdq._depthwise_from_8bit``): inlined first."""
+    from tvmgen.compiler import int8_qdq
 
     for b in sch.get_child_blocks(sch.get_sblock("root")):
-        if sch.get(b).name_hint == int8.INLINE_DEQUANTIZE:
+        if sch.get(b).name_hint == int8_qdq.INLINE_DEQUANTIZE:
             rules.try_(sch.compute_inline, b)
 
 
@@ -364,7 +368,7 @@ def default_schedule(func_or_mod, shape: CpuShape, name: str = ""):
             if not reductions:
                 rules.schedule_injective(sch, blocks, shape)
             else:
-                rules.schedule_reduction(sch, reductions[0], shape, depthwise_rule)
+                reduction_rules.schedule_reduction(sch, reductions[0], shape, depthwise_rule)
             return sch
         except Exception as e:
             if depthwise_rule:  # a depthwise convolution the depthwise rule does not fit: try the general one

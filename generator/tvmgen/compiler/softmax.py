@@ -3,7 +3,7 @@
 TVM lowers ``relax.nn.softmax`` to four loops over the whole tensor (the row maximum, exp, the
 row sum, the division) that no default schedule rule fits (two reductions): one thread, no
 vectors, and ``exp`` a libm call per element. tvmgen lowers a float32 softmax over the last axis
-itself (``legalize_softmax``): ``exp`` written out so it vectorises (``rewrites.vector_exp``), the
+itself (``legalize_softmax``): ``exp`` written out so it vectorises (``fast_math.vector_exp``), the
 row sum inverted once per row and multiplied. The default schedules' rule for reductions along
 rows (``schedule_rules.schedule_rows``) then makes each row a parallel task that computes its
 maximum, exponentials, sum and output while the row is in cache, the element loops in vectors.
@@ -18,7 +18,7 @@ BLOCKS = ("softmax_max", "softmax_exp", "softmax_sum", "softmax_out")
 def legalize_softmax(bb, call):
     from tvm import te, tirx, topi
 
-    from tvmgen.compiler.rewrites import vector_exp
+    from tvmgen.compiler.fast_math import vector_exp
 
     x = call.args[0]
     ndim = len(x.ty.shape.values) if x.ty.shape is not None else 0

@@ -15,7 +15,7 @@ Two kinds of entry:
 
 Users add their own in a Python file named by ``TVMGEN_CUSTOM_OPS`` (several separated by
 ``os.pathsep``), loaded before a model is imported; their entries take precedence over
-tvmgen's own. tvmgen's own entries live in ``frontends/onnx_ops.py``, ``frontends/onnx_ops_nn.py`` and ``frontends/tflite_ops.py``.
+tvmgen's own. tvmgen's own entries live in ``frontends/onnx_ops.py``, ``frontends/onnx_ops_nn.py`` and ``frontends/mediapipe_ops.py``.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def _source(fn) -> str:
 
 def load() -> None:
     """The user's files from ``TVMGEN_CUSTOM_OPS`` (once each), whose entries replace tvmgen's own.
-    tvmgen's own register as ``frontends.onnx_ops`` / ``frontends.tflite_ops`` are imported, and
-    those call this before they read the registry."""
+    tvmgen's own register as ``frontends.onnx_ops`` / ``frontends.mediapipe_ops`` are imported;
+    ``onnx_ops`` and ``tflite_ops`` import them, then call this before they read the registry."""
     for item in filter(None, os.environ.get("TVMGEN_CUSTOM_OPS", "").split(os.pathsep)):
         path = Path(item).expanduser().resolve()
         if str(path) in _loaded:

@@ -1,0 +1,292 @@
+"""Convolution rewrites for the CPU schedules: the first convolution reading an NCHW input itself
+(``nchw_input_into_conv`` and its legalization, ``legalize_nchw_input_conv``), and convolutions made to
+compute whole vectors of channels (``pad_depthwise_chains``, ``pad_conv_output_channels``)."""
+
+from __future__ import annotations
+
+from tvmgen.compiler.rewrites import single_use_vars
+
+
+def nchw_input_into_conv(mod):
+    """``conv2d(permute_dims(x, [0, 2, 3, 1]), w, data_layout="NHWC")`` -> ``conv2d(x, w,
+    data_layout="NCHW", out_layout="NHWC")``.
+
+    Layout conversion to NHWC leaves a transpose of an NCHW model's input in front of the first
+    convolution: a pass over the whole input of its own. The convolution can read NCHW and write
+    NHWC itself (its padding step copies the input anyway), so the transpose goes.
+    """
+    from tvm import relax
+    from tvm.relax.dpl import rewrite_call
+    from tvm.relax.dpl.pattern import is_op, wildcard
+
+    x, w = wildcard(), wildcard()
+    perm = is_op("relax.permute_dims")(x)
+    conv = is_op("relax.nn.conv2d")(perm, w)
+
+    def read_nchw(expr, matches):
+        axes = matches[perm].attrs.axes
+        a = expr.attrs
+        if (
+            axes is None
+            or [int(i) for i in axes] != [0, 2, 3, 1]
+            or a.data_layout != "NHWC"
+            or a.kernel_layout != "HWIO"
+            or (a.out_layout or "NHWC") != "NHWC"
+            or int(a.groups) != 1
+        ):
+            return expr  # only what legalize_nchw_input_conv can build
+        return relax.op.nn.conv2d(
+            matches[x],
+            matches[w],
+            a.strides,
+            a.padding,
+            a.dilation,
+            a.groups,
+            data_layout="NCHW",
+            kernel_layout=a.kernel_layout,
+            out_layout=a.out_layout or "NHWC",
+            out_dtype=_dtype_or_none(a.out_dtype),
+        )
+
+    mod["main"] = rewrite_call(conv, read_nchw, mod["main"])
+    return relax.transform.DeadCodeElimination()(mod)
+
+
+def pad_depthwise_chains(mod, lanes: int):
+    """``conv2d(x, Wa) + ba -> act -> depthwise(Wd) + bd [-> act] -> conv2d(Wc)`` whose C channels are
+    not a multiple of ``lanes`` -> the same chain on C rounded up to whole vectors: ``Wa`` and ``ba``
+    get zero output channels, ``Wd`` and ``bd`` zero channels, ``Wc`` zero input channels. No slice
+    and no pad: the extra channels hold act(0) (finite), and ``Wc``'s zero rows take them out, so
+    the result is exactly the unpadded chain's. (onnxruntime's NCHWc layout computes the same
+    padded channels.)
+
+    A depthwise convolution's tile is one vector of channels; with 72 or 120 channels (MnasNet),
+    88 (MobileNetV3-Small) or 58 (ShuffleNet) it was a half, a quarter or an eighth of a register:
+    MnasNet's 56 x 56 x 72 depthwise took 116 us against onnxruntime's 55. Padding the depthwise
+    convolution alone, with a slice and a pad around it, was wrong on two threads (see
+    pad_conv_output_channels); this rewrite makes neither. Only chains whose every step has one
+    user are rewritten (a value also used elsewhere would be computed twice)."""
+    import numpy as np
+    from tvm import relax
+    from tvm.relax.dpl import rewrite_call
+    from tvm.relax.dpl.pattern import is_const, is_op, wildcard
+
+    single = single_use_vars(mod["main"])
+    value_var = {b.value: b.var for block in mod["main"].body.blocks for b in block.bindings}
+
+    def act(x):
+        return is_op("relax.nn.relu")(x) | is_op("relax.clip")(x, wildcard(), wildcard())
+
+    x = wildcard()
+    conv_a = is_op("relax.nn.conv2d")(x, is_const())
+    bias_a = is_op("relax.add")(conv_a, is_const())
+    act_a = act(bias_a)
+    dw = is_op("relax.nn.conv2d")(act_a, is_const())
+    bias_d = is_op("relax.add")(dw, is_const())
+    act_d = act(bias_d)
+    conv_c = is_op("relax.nn.conv2d")(act_d | bias_d, is_const())
+
+    def nhwc_hwio(call) -> bool:
+        a = call.attrs
+        return (a.data_layout, a.kernel_layout, a.out_layout or a.data_layout) == ("NHWC", "HWIO", "NHWC") and str(
+            call.args[1].ty.dtype
+        ) == "float32"
+
+    def channel_const(c, channels: int) -> bool:
+        shape = [int(d) for d in c.ty.shape.values]
+        return bool(shape) and shape[-1] == channels and all(d == 1 for d in shape[:-1])
+
+    def pad_last(c, extra: int, axis: int = -1):
+        v = c.value.numpy()
+        widths = [(0, 0)] * v.ndim
+        widths[axis] = (0, extra)
+        return relax.const(np.pad(v, widths), str(c.ty.dtype))
+
+    def conv_like(call, data, weight, groups=None):
+        a = call.attrs
+        return relax.op.nn.conv2d(
+            data,
+            weight,
+            a.strides,
+            a.padding,
+            a.dilation,
+            int(a.groups) if groups is None else groups,
+            data_layout=a.data_layout,
+            kernel_layout=a.kernel_layout,
+            out_layout=a.out_layout or None,
+            out_dtype=_dtype_or_none(a.out_dtype),
+        )
+
+    def like_act(call, data):
+        if call.op.name == "relax.nn.relu":
+            return relax.op.nn.relu(data)
+        return relax.Call(call.op, [data, *call.args[1:]], call.attrs)
+
+    def pad(expr, m):
+        ca, ba, d, bd = m[conv_a], m[bias_a], m[dw], m[bias_d]
+        aa, ad = m.get(act_a), m.get(act_d)
+        steps = [ca, ba, aa, d, bd] + ([ad] if ad is not None else [])
+        if any(value_var.get(e) not in single for e in steps):
+            return expr
+        if not all(nhwc_hwio(c) for c in (ca, d, expr)) or int(ca.attrs.groups) != 1 or int(expr.attrs.groups) != 1:
+            return expr
+        channels = int(ca.args[1].ty.shape.values[3])
+        wd = [int(v) for v in d.args[1].ty.shape.values]
+        wc = [int(v) for v in expr.args[1].ty.shape.values]
+        padded = -(-channels // lanes) * lanes
+        if (
+            padded == channels
+            or channels < lanes
+            or int(d.attrs.groups) != channels
+            or wd[2:] != [1, channels]
+            or wc[2] != channels
+            or not channel_const(ba.args[1], channels)
+            or not channel_const(bd.args[1], channels)
+        ):
+            return expr
+        extra = padded - channels
+        y = conv_like(ca, m[x], pad_last(ca.args[1], extra))
+        y = like_act(aa, relax.op.add(y, pad_last(ba.args[1], extra)))
+        y = relax.op.add(conv_like(d, y, pad_last(d.args[1], extra), groups=padded), pad_last(bd.args[1], extra))
+        if ad is not None:
+            y = like_act(ad, y)
+        return conv_like(expr, y, pad_last(expr.args[1], extra, axis=2))
+
+    mod["main"] = rewrite_call(conv_c, pad, mod["main"])
+    return relax.transform.DeadCodeElimination()(mod)
+
+
+def pad_conv_output_channels(mod, lanes: int):
+    """``conv2d(x, W)`` (NHWC output, HWIO constant weights, ``O`` output channels not a multiple of
+    ``lanes``) -> ``strided_slice(conv2d(x, W padded with zero filters to a multiple of lanes),
+    channels [0, O))``.
+
+    The convolution schedules tile the output channels in whole vectors: ShuffleNet's 58 and 116
+    channels (2 x 29, 4 x 29) left tiles of 2 and 4 floats, a quarter of an AVX-512 register or
+    less, and its 1x1 convolutions ran at 25-45 GFLOP/s against 140 for 96 channels. The padded
+    convolution computes a few zero channels more and runs in whole vectors (two per tile where
+    that adds at most an eighth: SqueezeNet's 1000-class convolution, 1024 not 1008 channels, 2.2
+    -> 1.4 ms); the slice is fused into the convolution's kernel with the bias and activation
+    after it, and a constant bias added after the slice is padded and moved before it.
+
+    Depthwise convolutions are left as they are. Padding them too (the zero channels added to their
+    input, a pad fused into the kernel that makes it) took ShuffleNet from 3.6 to 3.0 ms, but its
+    outputs were wrong on two threads, with TVM's pool as with tvmgen's (max error 224 on outputs of
+    about 1e4; right on one thread): a race in that fused slice -> relu -> pad epilogue that the
+    whole zoo at 2 threads now guards against (tests/test_parallel.py)."""
+    import numpy as np
+    from tvm import relax
+    from tvm.relax.dpl import rewrite_call
+    from tvm.relax.dpl.pattern import is_const, is_op, wildcard
+
+    x, w = wildcard(), is_const()
+    conv = is_op("relax.nn.conv2d")(x, w)
+
+    def pad(expr, matches):
+        a = expr.attrs
+        weights, data = matches[w], matches[x]
+        out = a.out_layout or a.data_layout
+        if a.kernel_layout != "HWIO" or out != "NHWC" or str(weights.ty.dtype) != "float32":
+            return expr
+        channels, groups = int(weights.ty.shape.values[3]), int(a.groups)
+        padded = -(-channels // lanes) * lanes
+        if channels < lanes or padded == channels or groups != 1:
+            return expr
+        pair = -(-channels // (2 * lanes)) * 2 * lanes  # tiles of two vectors, where that costs little
+        padded = pair if pair - channels <= channels // 8 else padded
+        zeros = [(0, 0), (0, 0), (0, 0), (0, padded - channels)]
+        wide = relax.const(np.pad(weights.value.numpy(), zeros), "float32")
+        full = relax.op.nn.conv2d(
+            data,
+            wide,
+            a.strides,
+            a.padding,
+            a.dilation,
+            groups,
+            data_layout=a.data_layout,
+            kernel_layout=a.kernel_layout,
+            out_layout=a.out_layout or None,
+            out_dtype=_dtype_or_none(a.out_dtype),
+        )
+        return relax.op.strided_slice(full, axes=[3], begin=[0], end=[channels])
+
+    mod["main"] = rewrite_call(conv, pad, mod["main"])
+
+    # add(slice(conv), bias) -> slice(add(conv, bias padded with zeros)): the bias is read in the
+    # padded tile like the weights, so the schedule can pack both (a bias read only for the first
+    # O channels would get a packed copy of the padded size, which with_packed_weights refuses).
+    wide_conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+    sliced = is_op("relax.strided_slice")(wide_conv, varg_default_wildcard=True)
+    bias = is_const()
+    add = is_op("relax.add")(sliced, bias)
+
+    def pad_bias(expr, matches):
+        s, c = matches[sliced], matches[bias]
+        shape = [int(d) for d in c.ty.shape.values] if c.ty.shape is not None else []
+        full = [int(d) for d in matches[wide_conv].ty.shape.values]
+        out = [int(d) for d in s.ty.shape.values]
+        try:  # axes, begin, end (, strides): tuples of integers in the slices made above
+            slicing = [[int(v.value) for v in a.fields] for a in s.args[1:]]
+        except (AttributeError, TypeError, ValueError):
+            return expr
+        if (
+            slicing[:2] != [[3], [0]]
+            or any(st != [1] for st in slicing[3:])
+            or len(full) != 4
+            or full[:3] != out[:3]
+            or str(c.ty.dtype) != str(s.ty.dtype)
+            or not shape
+            or len(shape) > 4
+            or shape[-1] != out[3]
+            or any(d != 1 for d in shape[:-1])
+        ):
+            return expr  # only the channel slice made above, and a per-channel bias
+        values = np.pad(c.value.numpy(), [(0, 0)] * (len(shape) - 1) + [(0, full[3] - out[3])])
+        return relax.op.strided_slice(
+            relax.op.add(matches[wide_conv], relax.const(values, str(c.ty.dtype))), axes=[3], begin=[0], end=[out[3]]
+        )
+
+    mod["main"] = rewrite_call(add, pad_bias, mod["main"])
+    return mod
+
+
+def legalize_nchw_input_conv(bb, call):
+    """LegalizeOps for ``conv2d(data_layout="NCHW", kernel_layout="HWIO", out_layout="NHWC")``,
+    groups 1 (what ``nchw_input_into_conv`` makes), which TOPI's legalization leaves alone: a
+    TE convolution that pads the NCHW input and writes NHWC. Any other conv2d is returned as is."""
+    from tvm import te, topi
+
+    a = call.attrs
+    if (a.data_layout, a.kernel_layout, a.out_layout, int(a.groups)) != ("NCHW", "HWIO", "NHWC", 1):
+        return call
+    sh, sw = (int(v) for v in a.strides)
+    dh, dw = (int(v) for v in a.dilation)
+    pt, pl, pb, pr = (int(v) for v in a.padding)
+    out_dtype = _dtype_or_none(a.out_dtype)
+
+    def conv(x, w):
+        _, channels, height, width = (int(v) for v in x.shape)
+        kh, kw, _, cout = (int(v) for v in w.shape)
+        dtype = out_dtype or x.dtype
+        padded = topi.nn.pad(x, [0, 0, pt, pl], [0, 0, pb, pr], name="pad_temp")
+        oh = (height + pt + pb - (kh - 1) * dh - 1) // sh + 1
+        ow = (width + pl + pr - (kw - 1) * dw - 1) // sw + 1
+        ry = te.reduce_axis((0, kh), name="ry")
+        rx = te.reduce_axis((0, kw), name="rx")
+        rc = te.reduce_axis((0, channels), name="rc")
+        return te.compute(
+            (x.shape[0], oh, ow, cout),
+            lambda n, y, xx, co: te.sum(
+                padded[n, rc, y * sh + ry * dh, xx * sw + rx * dw].astype(dtype) * w[ry, rx, rc, co].astype(dtype),
+                axis=[ry, rx, rc],
+            ),
+            name="conv2d_nchw_nhwc",
+        )
+
+    return bb.call_te(conv, call.args[0], call.args[1], primfunc_name_hint="conv2d")
+
+
+def _dtype_or_none(dtype):
+    """A conv2d's out_dtype attribute: None when unset (it prints as "None", "void" or "")."""
+    text = str(dtype) if dtype is not None else ""
+    return None if text in ("", "None", "void") else text
