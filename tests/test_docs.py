@@ -1,0 +1,66 @@
+"""The README and the docs site agree with the code: the README links every page of the site, and the
+command lines it shows parse with the real command line (options that exist, required values given)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+
+
+def _nav_pages(nav) -> list[str]:
+    pages = []
+    for item in nav:
+        for value in item.values() if isinstance(item, dict) else [item]:
+            pages += _nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_the_readme_links_every_page_of_the_site():
+    # mkdocs.yml may carry python tags; only the nav is read here
+    text = (REPO / "mkdocs.yml").read_text()
+    nav = yaml.safe_load(text[text.index("\nnav:") :])["nav"]
+    pages = _nav_pages(nav)
+    assert len(pages) > 20
+    linked = set(re.findall(r"\]\(docs/([^)#]+)", README))
+    assert sorted(p for p in pages if p not in linked) == []
+    assert sorted(p for p in linked if not (REPO / "docs" / p).exists() and not p.endswith("/")) == []
+
+
+def _readme_command_lines() -> list[str]:
+    lines = []
+    for cell in re.findall(r"`(tvmgen [^`]+)`", README):
+        lines += [part.strip() for part in cell.split("&&") if part.strip().startswith("tvmgen ")]
+    for block in re.findall(r"```sh\n(.*?)```", README, re.S):
+        lines += [ln.split("#")[0].strip() for ln in block.splitlines() if ln.strip().startswith("tvmgen ")]
+    return sorted(ln for ln in set(lines) if "COMMAND" not in ln)  # prose's `tvmgen COMMAND --help`
+
+
+@pytest.mark.parametrize("line", _readme_command_lines())
+def test_readme_command_lines_parse(line):
+    import click
+
+    from tvmgen.cli import cli
+
+    args = shlex.split(line)[1:]
+    with click.Context(cli) as ctx:
+        words = list(args)
+        command: click.Command = cli
+        while isinstance(command, click.Group):
+            name, sub, words = command.resolve_command(ctx, words)
+            assert sub is not None, f"no command {name!r} in {line!r}"
+            command = sub
+        try:  # raises on an unknown option, a bad choice or a missing value
+            command.make_context(command.name or "", words)
+        except (click.BadParameter, FileNotFoundError) as e:  # an example's input file: not here, and fine
+            assert "does not exist" in str(e) or isinstance(e, FileNotFoundError), e
+
+
+def test_the_readme_shows_commands():
+    assert len(_readme_command_lines()) >= 12
