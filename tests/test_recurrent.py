@@ -1,4 +1,4 @@
-"""LSTM and GRU as one kernel per direction (frontends/recurrent.py), on the CPU and on OpenCL (PoCL).
+"""LSTM and GRU as one kernel per direction (compiler/recurrent.py), on the CPU and on OpenCL (PoCL).
 
 The kernels are checked against NumPy statements of ONNX's LSTM / GRU equations in float64, every
 variant (reverse, batch > 1, GRU's linear_before_reset 0 and 1); then whole ONNX models, where
@@ -33,7 +33,8 @@ KERNEL_CHECK = textwrap.dedent("""
     import json, sys
     import numpy as np
     import tvm
-    from tvmgen.frontends import recurrent
+    from tvmgen.compiler import recurrent
+    from tvmgen.frontends.recurrent_calls import spec
     from tvmgen.runtime.runner import HostModel
 
     gpu = sys.argv[1] in ("opencl", "opencl-staged")
@@ -66,7 +67,7 @@ KERNEL_CHECK = textwrap.dedent("""
 
     rng = np.random.default_rng(0)
     for kind, lbr, reverse, S, B, I, H in json.loads(sys.argv[2]):
-        sp = recurrent.spec(kind, S, B, I, H, reverse, lbr)
+        sp = spec(kind, S, B, I, H, reverse, lbr)
         target = (tvm.target.Target({"kind": "opencl"}, host={"kind": "llvm"}) if gpu
                   else tvm.target.Target({"kind": "llvm"}))
         func = recurrent.kernel(sp, gpu=gpu, staged=staged).with_attr("global_symbol", "main")
@@ -117,10 +118,11 @@ def test_staged_lstm_keeps_its_weights_in_registers():
     (register) arrays read by unrolled loops, the step's input row in shared memory; NVIDIA's Vulkan
     compiler left the plain kernel's global loads serialised (2.3x OpenCL's time: docs/vulkan.md). Where
     the columns would not fit registers, or a thread has more than one gate row, the plain kernel."""
-    from tvmgen.frontends import recurrent
+    from tvmgen.compiler import recurrent
+    from tvmgen.frontends.recurrent_calls import spec
 
     def script(inputs, hidden, staged):
-        sp = recurrent.spec("lstm", 50, 1, inputs, hidden, False)
+        sp = spec("lstm", 50, 1, inputs, hidden, False)
         return recurrent.kernel(sp, gpu=True, staged=staged).script()
 
     staged, plain = script(64, 48, True), script(64, 48, False)
@@ -137,10 +139,11 @@ def test_staged_gru_keeps_its_weights_in_registers(lbr):
     before): each thread's columns of Wt / Rt in local arrays read by unrolled loops, the step's input row
     in shared memory, two barriers a step; the plain kernel where they would not fit or a thread would
     have more than one gate row. The NumPy match is test_kernels_match_numpy's 'opencl-staged'."""
-    from tvmgen.frontends import recurrent
+    from tvmgen.compiler import recurrent
+    from tvmgen.frontends.recurrent_calls import spec
 
     def script(inputs, hidden, staged):
-        sp = recurrent.spec("gru", 50, 1, inputs, hidden, False, lbr)
+        sp = spec("gru", 50, 1, inputs, hidden, False, lbr)
         return recurrent.kernel(sp, gpu=True, staged=staged).script()
 
     staged, plain = script(64, 64, True), script(64, 64, False)  # the audio RNN's GRU

@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tvmgen import __version__
-from tvmgen.compiler import adreno, gpu, int8_qdq, kernels, opencl_loops, stack_tiles
+from tvmgen.compiler import adreno, gpu, int8_qdq, kernels, opencl_loops, recurrent, stack_tiles
 from tvmgen.compiler import export as exporter
 from tvmgen.compiler.platforms import DL_DEVICE_TYPES, BuildTarget, Platform
 from tvmgen.core import artifact, interrupts
 from tvmgen.core.errors import CompileError, TvmgenError
 from tvmgen.core.log import console, filtered_stderr, step
 from tvmgen.core.model import ImportedModel, output_specs
-from tvmgen.frontends import recurrent
 
 log = logging.getLogger("tvmgen.compiler")
 
@@ -62,9 +61,9 @@ def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict |
     if not opts.separate_params and imported.params:
         weights = mod["main"].params[len(imported.inputs) :]
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
-    if target.kind.name != "llvm":
-        # fused LSTM/GRU kernels: their GPU form (Vulkan: their operands staged, see recurrent.py)
-        mod = recurrent.gpu_variants(mod, staged=target.kind.name == "vulkan")
+    # fused LSTM/GRU layers: their kernels for this target (GPU: a work-group per sequence; Vulkan: the
+    # operands staged, see recurrent.py)
+    mod = recurrent.lower(mod, gpu=target.kind.name != "llvm", staged=target.kind.name == "vulkan")
     if opts.precision != "fp32":
         from tvmgen.compiler import precision
 

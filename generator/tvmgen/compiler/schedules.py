@@ -260,7 +260,7 @@ def schedule_module(mod, shape: CpuShape) -> tuple[list[str], list[str]]:
 
 
 def _is_handwritten(func) -> bool:
-    """tvmgen's own kernels, written scheduled (frontends/recurrent.py's LSTM / GRU)."""
+    """tvmgen's own kernels, written scheduled (compiler/recurrent.py's LSTM / GRU)."""
     import tvm
 
     return isinstance(func, tvm.tirx.PrimFunc) and bool(func.attrs and "tvmgen.recurrent" in func.attrs)

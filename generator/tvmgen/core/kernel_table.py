@@ -17,7 +17,7 @@ _BLOCK_KINDS = (
     ("conv2d", ("conv",)),
     ("matmul", ("matmul", "dense", "T_matmul_NT", "batch_matmul", "int8_dot")),
     ("recurrent", ("recurrence",)),
-)  # frontends/recurrent.py's LSTM / GRU kernels
+)  # compiler/recurrent.py's LSTM / GRU kernels
 _LAYOUT_OPS = {
     "transpose",
     "reshape",

@@ -7,7 +7,7 @@ RNN, GRU and LSTM (TVM 0.27 has none of them) need a fixed sequence length (set 
 with ``--input``). A GRU or LSTM whose gates fit 256 GPU threads (4H or 3H <= 256), with the default
 activations, no peepholes, ``clip`` or ``sequence_lens`` shorter than the sequence, becomes one
 kernel per direction (``TvmgenLSTM`` / ``TvmgenGRU`` nodes, converted by ``register_converters``
-into ``frontends/recurrent.py``'s kernels, on the CPU and on GPUs); every other layer, and every RNN,
+into ``compiler/recurrent.py``'s kernels, on the CPU and on GPUs); every other layer, and every RNN,
 is unrolled over its sequence, which works on every target: the input side of all the steps as one
 matrix product, then each step a product with the recurrent weights and the gate arithmetic.
 Directions forward, reverse and bidirectional, both layouts, initial states, peepholes, ``clip``,
@@ -417,7 +417,7 @@ def _outputs(e: _Emit, node, per_dir_steps, per_dir_last, L: _Layer, extra=(), y
             e("Transpose", [y], outs[k + 1], perm=[1, 0, 2]) if L.layout else e("Identity", [y], outs[k + 1])
 
 
-# One kernel per direction (frontends/recurrent.py) where its GPU variant fits one pass of a work-group
+# One kernel per direction (compiler/recurrent.py) where its GPU variant fits one pass of a work-group
 # of 256 threads, a thread per gate; larger layers, peepholes, clip, non-default activations and
 # sequence_lens shorter than the sequence are unrolled (the kernels compute sigmoid and tanh only, over
 # the whole sequence for every batch row).
@@ -592,7 +592,7 @@ def register_converters() -> None:
     from tvm import relax
     from tvm.relax.frontend.onnx import onnx_frontend
 
-    from tvmgen.frontends import recurrent
+    from tvmgen.frontends import recurrent_calls as recurrent
 
     if getattr(onnx_frontend._get_convert_map, "tvmgen", False):
         return

@@ -69,8 +69,7 @@ def prepare(mod, target):
     recurrent layers (as compiler.build makes them)."""
     import tvm
 
-    from tvmgen.compiler import cpu, gpu
-    from tvmgen.frontends import recurrent
+    from tvmgen.compiler import cpu, gpu, recurrent
 
     if is_gpu(target):
         if not tunable(target):
@@ -78,9 +77,10 @@ def prepare(mod, target):
                 f"tuning does not handle {target_name(target)}: TVM builds it with its own pipeline",
                 "tune --device opencl with --gpu-family generic or mali, or --device cpu",
             )
-        mod = recurrent.gpu_variants(mod)
+        mod = recurrent.lower(mod, gpu=True)
         with target:
             return tvm.transform.Sequential(gpu.prepare_passes(target))(mod)
+    mod = recurrent.lower(mod)
     with target:
         return tvm.transform.Sequential(cpu.prepare_passes(target))(mod)
 

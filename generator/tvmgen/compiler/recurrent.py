@@ -8,9 +8,11 @@ product into the gates and the cell update, its state kept in the kernel. sigmoi
 rational approximation of tanh (max error 3e-7 in float32) that vectorises, where libm's would be
 called lane by lane.
 
-Two variants with the same signature: the CPU one (loops LLVM vectorises; `tirx.is_scheduled`) made
-at import, and a GPU one (a work-group per sequence, a thread per gate, barriers between the phases) that
-``gpu_variants`` swaps in for GPU builds. Each PrimFunc carries its shape in ``tvmgen.recurrent``.
+The importer (frontends/recurrent_calls.py) leaves each layer as a call to an external function
+named after its shape; ``lower`` turns those calls into calls of this module's kernels for the target:
+the CPU variant (loops LLVM vectorises; `tirx.is_scheduled`), or the GPU one (a work-group per sequence,
+a thread per gate, barriers between the phases), with its operands staged for Vulkan. Each PrimFunc
+carries its shape in ``tvmgen.recurrent``.
 
 Signatures (one direction; ONNX gate orders, weights transposed):
   LSTM: X[S,B,I], Wt[I,4H], Rt[H,4H], bias[4H] (Wb + Rb), h0[B,H], c0[B,H] -> Y[S,B,H], C[B,H]
@@ -47,18 +49,6 @@ def _sigmoid(x):
     return T.float32(0.5) + T.float32(0.5) * _tanh(T.float32(0.5) * x)
 
 
-def spec(kind: str, seq: int, batch: int, inputs: int, hidden: int, reverse: bool, linear_before_reset: int = 0):
-    return {
-        "kind": kind,
-        "S": int(seq),
-        "B": int(batch),
-        "I": int(inputs),
-        "H": int(hidden),
-        "reverse": bool(reverse),
-        "lbr": int(linear_before_reset),
-    }
-
-
 def kernel(sp: dict, gpu: bool = False, staged: bool = False):
     """The PrimFunc for ``sp`` (see ``spec``); ``staged`` (with ``gpu``): the GPU kernel's operands staged
     in registers and shared memory (``_lstm_gpu``, ``_gru_gpu``)."""
@@ -73,43 +63,50 @@ def kernel(sp: dict, gpu: bool = False, staged: bool = False):
     return func.with_attrs({"tvmgen.recurrent": json.dumps(sp, sort_keys=True), "op_pattern": 8})
 
 
-def output_types(sp: dict):
-    from tvm import relax
-
-    y = relax.TensorType([sp["S"], sp["B"], sp["H"]], "float32")
-    return [y, relax.TensorType([sp["B"], sp["H"]], "float32")] if sp["kind"] == "lstm" else [y]
-
-
-def emit(bb, sp: dict, args: list):
-    """Call the CPU kernel for ``sp`` from Relax: (Y,) for a GRU, (Y, C) for an LSTM."""
-    from tvm import relax
-
-    gv = bb.add_func(kernel(sp), f"tvmgen_{sp['kind']}")
-    outs = output_types(sp)
-    if len(outs) == 1:
-        return [bb.emit(relax.call_tir(gv, args, outs[0]))]
-    call = bb.emit(relax.call_tir(gv, args, outs))
-    return [bb.emit(relax.TupleGetItem(call, i)) for i in range(len(outs))]
-
-
-def gpu_variants(mod, staged: bool = False):
-    """``mod`` with every recurrent kernel replaced by its GPU variant (same signature); ``staged``: the
-    variants with their operands staged in registers and shared memory (Vulkan: see ``_lstm_gpu``)."""
+def lower(mod, gpu: bool = False, staged: bool = False):
+    """``mod`` with every recurrent layer the importer left as an external call (``recurrent_calls``) made a
+    call of its kernel: the CPU variant, or with ``gpu`` the GPU one (``staged``: its operands staged in
+    registers and shared memory, for Vulkan: see ``_lstm_gpu``). A module without such calls is returned
+    as it is; otherwise a new one (the imported module may be built for other targets too: `tvmgen app`)."""
     import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    updates = {}
-    for gv, func in mod.functions.items():
-        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs and "tvmgen.recurrent" in func.attrs:
-            new = kernel(json.loads(str(func.attrs["tvmgen.recurrent"])), gpu=True, staged=staged)
-            updates[gv] = (
-                new.with_attr("global_symbol", func.attrs["global_symbol"]) if "global_symbol" in func.attrs else new
-            )
-    if not updates:
-        return mod
-    # a new module: the imported one may be built for the CPU too (tvmgen app builds both)
-    return tvm.IRModule(
-        {gv: updates.get(gv, f) for gv, f in mod.functions.items()}, attrs=mod.attrs, global_infos=mod.global_infos
-    )
+    from tvmgen.frontends.recurrent_calls import PREFIX
+
+    dps_packed = tvm.ir.Op.get("relax.call_dps_packed")
+
+    def layer(call) -> dict | None:
+        if not (isinstance(call, relax.Call) and call.op.same_as(dps_packed)):
+            return None
+        callee = call.args[0]
+        name = str(callee.global_symbol) if isinstance(callee, relax.ExternFunc) else ""
+        return json.loads(name[len(PREFIX) :]) if name.startswith(PREFIX) else None
+
+    @mutator
+    class Lowering(PyExprMutator):
+        def __init__(self, module):
+            super().__init__(module)
+            self.kernels: dict = {}
+            self.count = 0
+
+        def visit_call_(self, call):
+            call = self.visit_expr_post_order(call)
+            sp = layer(call)
+            if sp is None:
+                return call
+            key = json.dumps(sp, sort_keys=True)
+            if key not in self.kernels:
+                self.kernels[key] = self.builder_.add_func(kernel(sp, gpu=gpu, staged=staged), f"tvmgen_{sp['kind']}")
+            self.count += 1
+            out = call.ty_args[0]  # an LSTM's (Y, C) as a tuple type; call_tir takes its fields
+            return relax.call_tir(self.kernels[key], call.args[1], list(out.fields) if hasattr(out, "fields") else out)
+
+    lowering = Lowering(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            lowering.builder_.update_func(gv, lowering.visit_expr(func))
+    return lowering.builder_.get() if lowering.count else mod
 
 
 def _buffers(S, B, I, H, G):
