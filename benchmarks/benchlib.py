@@ -283,19 +283,17 @@ def paced(contenders: list[Timed], pace_s: float, runs: int, rounds: int) -> Non
 
 def median(xs):
     """The median of ``xs`` (the mean of the middle two for an even count); None when empty."""
-    s = sorted(xs)
-    n = len(s)
-    return None if n == 0 else (s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2)
+    from tvmgen.core.latency import Latency
+
+    return Latency.from_samples(xs).median
 
 
 def stats(values, unit: str, order=("median", "mean", "min", "p90", "max")) -> dict:
-    """Median, mean, min, 90th percentile and max of ``values`` as floats, keyed e.g. ``median_ms``
-    for ``unit="ms"``, in ``order``."""
-    import numpy as np
+    """Median, mean, min, 90th percentile and max of ``values`` (any of tvmgen's Latency statistics can
+    be named in ``order``: std, p99...) as floats, keyed e.g. ``median_ms`` for ``unit="ms"``, in ``order``."""
+    from tvmgen.core.latency import Latency
 
-    a = np.asarray(values, dtype=np.float64)
-    get = {"median": np.median, "mean": np.mean, "min": np.min, "max": np.max, "p90": lambda x: np.percentile(x, 90)}
-    return {f"{k}_{unit}": float(get[k](a)) for k in order}
+    return Latency.from_samples(values).flat(order, f"_{unit}")
 
 
 def ratio(a, b):

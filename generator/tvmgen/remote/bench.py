@@ -17,6 +17,7 @@ import numpy as np
 
 from tvmgen.core import artifact, binfmt
 from tvmgen.core.errors import CheckError, InputError
+from tvmgen.core.latency import Latency
 from tvmgen.core.log import console, step
 from tvmgen.remote.rpc import RpcError, accepts, parse_address, tracker_summary
 
@@ -43,36 +44,34 @@ class Report:
     reference: str | None = None
     extra: dict = field(default_factory=dict)
 
+    @property
+    def warm(self) -> Latency:
+        return Latency.from_samples(self.warm_ms)
+
+    @property
+    def copy_in(self) -> Latency:
+        return Latency.from_samples(self.copy_in_ms)
+
+    @property
+    def copy_out(self) -> Latency:
+        return Latency.from_samples(self.copy_out_ms)
+
     def to_json(self) -> dict:
+        """The statistics in Latency's canonical form (``{"count": 0}`` for none), the warm runs one by one too."""
         return {
             "device": self.device,
             "model": self.model,
             "platform": self.platform,
             "dev": self.dev,
             "cold_ms": self.cold,
-            "warm_ms": stats(self.warm_ms),
+            "warm_ms": self.warm.to_json(),
             "warm_samples_ms": self.warm_ms,
-            "copy_in_ms": stats(self.copy_in_ms),
-            "copy_out_ms": stats(self.copy_out_ms),
+            "copy_in_ms": self.copy_in.to_json(),
+            "copy_out_ms": self.copy_out.to_json(),
             "reference": self.reference,
             "check": self.check,
             **self.extra,
         }
-
-
-def stats(values: list[float]) -> dict:
-    if not values:
-        return {"count": 0}
-    a = np.asarray(values, dtype=np.float64)
-    return {
-        "count": int(a.size),
-        "mean": float(a.mean()),
-        "std": float(a.std()),
-        "min": float(a.min()),
-        "p50": float(np.percentile(a, 50)),
-        "p90": float(np.percentile(a, 90)),
-        "max": float(a.max()),
-    }
 
 
 # ------------------------------------------------------------------ sessions
@@ -439,7 +438,8 @@ def bench_gemm(
     report.check = [
         {"name": "C", "max_abs": err, "max_rel": err / float(np.abs(want).max()), "ref_max": float(np.abs(want).max())}
     ]
-    median = float(np.median(report.warm_ms))
+    median = report.warm.median
+    assert median is not None  # time_evaluator returned its repeats
     report.extra["gflops"] = 2 * n**3 / (median / 1e3) / 1e9
     return report
 
@@ -459,12 +459,13 @@ def print_report(r: Report) -> None:
             f"  cold start {c['total']:.1f} ms = load {c['load']:.1f} + init {c['init']:.1f} + "
             f"first run {c['first_run']:.1f} (upload {c['upload']:.1f} ms)"
         )
-    rows = [("run (device)", stats(r.warm_ms)), ("copy-in", stats(r.copy_in_ms)), ("copy-out", stats(r.copy_out_ms))]
+    rows = [("run (device)", r.warm), ("copy-in", r.copy_in), ("copy-out", r.copy_out)]
     console.print(f"  {'ms':<13}{'count':>6}{'mean':>10}{'std':>9}{'min':>10}{'p50':>10}{'p90':>10}{'max':>10}")
-    for name, s in rows:
-        if s["count"]:
+    for name, lat in rows:
+        if lat.count:
+            s = lat.flat(("mean", "std", "min", "p50", "p90", "max"))
             console.print(
-                f"  {name:<13}{s['count']:>6}{s['mean']:>10.3f}{s['std']:>9.3f}{s['min']:>10.3f}"
+                f"  {name:<13}{lat.count:>6}{s['mean']:>10.3f}{s['std']:>9.3f}{s['min']:>10.3f}"
                 f"{s['p50']:>10.3f}{s['p90']:>10.3f}{s['max']:>10.3f}"
             )
     if "gflops" in r.extra:
@@ -491,8 +492,11 @@ def plot(r: Report, path: Path) -> None:
         raise InputError("--plot needs matplotlib", "pip install matplotlib") from e
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.hist(r.warm_ms, bins=max(5, int(math.sqrt(len(r.warm_ms))) * 2), color="#3572a5")
+    warm = r.warm
     for q, style in ((50, "-"), (90, "--")):
-        ax.axvline(np.percentile(r.warm_ms, q), color="black", linestyle=style, label=f"p{q}")
+        x = warm.percentile(q)
+        if x is not None:  # None only with no warm runs, an empty histogram
+            ax.axvline(x, color="black", linestyle=style, label=f"p{q}")
     ax.set_xlabel("latency per run (ms)")
     ax.set_ylabel("repeats")
     ax.set_title(f"{r.model} on {r.device.get('platform', '?')} ({r.dev}), {len(r.warm_ms)} repeats")

@@ -13,7 +13,8 @@ The JSON files tvmgen writes describe a run each in their own words:
 - ``benchmarks/gpu.py --json`` and ``benchmarks/speed.py --json``: a table, one row per model and build.
 
 :func:`load` detects which it is and returns :class:`Run` records (a benchmark table gives one per row).
-A field a result does not have stays ``None``: the report writes "not reported" for it.
+A field a result does not have stays ``None``: the report writes "not reported" for it. Every latency
+statistic in them, whatever its keys, is read by :meth:`tvmgen.core.latency.Latency.read`.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from tvmgen.core import artifact
 from tvmgen.core.errors import InputError
+from tvmgen.core.latency import Latency
 
 KINDS = {
     "run": "tvmgen run --json",
@@ -163,15 +163,19 @@ def artifact_summary(directory: Path) -> dict:
 # ------------------------------------------------------------------ the readers, one per kind
 
 
-def _samples(run: Run, samples: list[float]) -> None:
-    """The steady runs and their percentiles."""
-    if not samples:
-        return
-    run.samples_ms = [float(x) for x in samples]
-    a = np.asarray(run.samples_ms)
-    for p in (50, 90, 99):
-        run.latency[f"p{p}_ms"] = float(np.percentile(a, p))
-    run.latency.update(min_ms=float(a.min()), max_ms=float(a.max()), mean_ms=float(a.mean()), runs=int(a.size))
+def _steady(run: Run, lat: Latency) -> None:
+    """The steady runs (where the result kept them one by one) and the statistics it reports of them."""
+    run.samples_ms = list(lat.samples)
+    stats = lat.flat(("p50", "p90", "p99", "min", "max", "mean"), "_ms")
+    run.latency.update({k: v for k, v in stats.items() if v is not None})
+    if lat.count is not None:
+        run.latency["runs"] = lat.count
+
+
+def _median(stats, otherwise: float | None = None) -> float | None:
+    """The median of latency statistics in any shape (or of a list of samples); ``otherwise`` when not known."""
+    m = Latency.read(stats).median
+    return otherwise if m is None else m
 
 
 def _profile(p: dict | None, device: str = "cpu") -> dict | None:
@@ -201,10 +205,9 @@ def read_run(doc: dict, source: str) -> list[Run]:
     t = doc["timings"]
     r = Run(source, "run", model=doc.get("model"))
     r.latency = {k: t.get(k) for k in ("load_ms", "init_ms", "first_run_ms")}
-    _samples(r, doc.get("runs_ms") or t.get("runs_ms") or [])
-    if not r.samples_ms and t.get("median_ms") is not None:
-        r.latency["p50_ms"] = t["median_ms"]
-        r.latency.update(min_ms=t.get("min_ms"), max_ms=t.get("max_ms"), runs=t.get("runs"))
+    steady = Latency.read(doc.get("runs_ms") or t)
+    _steady(r, steady)
+    if not steady.samples and not steady.empty:
         r.notes.append("the steady runs one by one are not in this result (tvmgen run --json from an older tvmgen)")
     r.device = {
         "host": "this machine (tvmgen run)",
@@ -238,13 +241,9 @@ def read_bench(doc: dict, source: str) -> list[Run]:
         "init_ms": cold.get("init"),
         "first_run_ms": cold.get("first_run"),
         "upload_ms": cold.get("upload"),
-        "copy_in_ms": (doc.get("copy_in_ms") or {}).get("p50", cold.get("copy_in")),
-        "copy_out_ms": (doc.get("copy_out_ms") or {}).get("p50", cold.get("copy_out")),
+        **{f"{k}_ms": _median(doc.get(f"{k}_ms"), cold.get(k)) for k in ("copy_in", "copy_out")},
     }
-    _samples(r, doc.get("warm_samples_ms") or [])
-    warm = doc.get("warm_ms") or {}
-    if not r.samples_ms and warm.get("count"):
-        r.latency.update(p50_ms=warm.get("p50"), p90_ms=warm.get("p90"), min_ms=warm.get("min"), max_ms=warm.get("max"))
+    _steady(r, Latency.read(doc.get("warm_samples_ms") or doc.get("warm_ms")))
     r.memory = _memory(doc.get("memory"))
     r.profile = _profile(doc.get("profile"), doc.get("dev") or "cpu")
     r.check, r.reference = doc.get("check"), doc.get("reference")
@@ -278,11 +277,11 @@ def read_app(doc: dict, source: str) -> list[Run]:
         "init_ms": t.get("init_ms"),
         "first_run_ms": t.get("first_run_ms"),
         "warm_first_run_ms": (doc.get("warm_start") or {}).get("first_run_ms"),
-        **{f"{k}_ms": float(np.median(v)) if v else t.get(f"{k}_ms") for k, v in copies.items()},
+        **{f"{k}_ms": _median(v, t.get(f"{k}_ms")) for k, v in copies.items()},
     }
-    _samples(r, doc.get("runs_ms") or [])
-    if not r.samples_ms:
-        r.latency.update(p50_ms=doc.get("median_run_ms"), min_ms=doc.get("min_run_ms"), runs=doc.get("iterations"))
+    steady = Latency.read(doc)  # runs_ms, or an older app's median_run_ms, min_run_ms, iterations
+    _steady(r, steady)
+    if not steady.samples:
         r.notes.append("the timed runs one by one are not in this result (a deploy app from an older tvmgen)")
     if doc.get("fallback"):
         r.notes.append(f"fell back to the CPU: {doc['fallback']}")
@@ -314,13 +313,12 @@ def read_gpu_benchmark(doc: dict, source: str) -> list[Run]:
         r.latency = {
             "load_ms": steady.get("load_ms"),
             "init_ms": steady.get("init_ms"),
-            "first_run_ms": float(np.median(cold)) if cold else None,
-            "warm_first_run_ms": float(np.median(warm)) if warm else None,
-            "copy_in_ms": (steady.get("copy_in_ms") or {}).get("median"),
-            "copy_out_ms": (steady.get("copy_out_ms") or {}).get("median"),
+            "first_run_ms": _median(cold),
+            "warm_first_run_ms": _median(warm),
+            "copy_in_ms": _median(steady.get("copy_in_ms")),
+            "copy_out_ms": _median(steady.get("copy_out_ms")),
         }
-        run_ms = steady.get("run_ms") or {}
-        r.latency.update(p50_ms=run_ms.get("median"), min_ms=run_ms.get("min"), max_ms=run_ms.get("max"))
+        _steady(r, Latency.read(steady.get("run_ms")))  # tvmgen-run's median, mean, min, max
         r.memory = _memory(steady.get("memory"))
         if row.get("max_abs_error") is not None:
             r.check, r.reference = [{"name": "outputs", "max_abs": row["max_abs_error"]}], "the CPU build"
@@ -339,7 +337,7 @@ def read_speed_benchmark(doc: dict, source: str) -> list[Run]:
             runs.append(r)
             continue
         quiet = row.get("quiet") or {}
-        r.latency = {"p50_ms": quiet.get("tvmgen")}
+        r.latency = {"p50_ms": quiet.get("tvmgen")}  # a median: the one statistic speed.py keeps
         if quiet.get("reference") is not None:
             r.notes.append(
                 f"{row.get('reference', 'the reference')} median {quiet['reference']:.3f} ms on the same host"

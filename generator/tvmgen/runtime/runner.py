@@ -11,6 +11,7 @@ import numpy as np
 from tvmgen.compiler.platforms import PLATFORMS, get_device, host_cpu_target, missing_cpu_features
 from tvmgen.core import artifact
 from tvmgen.core.errors import InputError, TvmgenError
+from tvmgen.core.latency import Latency
 from tvmgen.core.log import filtered_stderr
 
 # Devices the PyPI runtime can execute here (its OpenCL loader is off; see the OpenCL issue).
@@ -23,16 +24,20 @@ class Timings:
     first_run_ms: float = 0.0
     runs_ms: list[float] = field(default_factory=list)
 
+    @property
+    def steady(self) -> Latency:
+        """The timed runs after the first."""
+        return Latency.from_samples(self.runs_ms)
+
     def summary(self) -> dict:
-        runs = np.array(self.runs_ms or [float("nan")])
+        """``tvmgen run --json``'s ``timings``; with no timed runs the statistics are NaN, as they always were."""
+        stats = self.steady.flat(("median", "min", "max"), "_ms", digits=3)
         return {
             "load_ms": round(self.load_ms, 3),
             "init_ms": round(self.init_ms, 3),
             "first_run_ms": round(self.first_run_ms, 3),
             "runs": len(self.runs_ms),
-            "median_ms": round(float(np.median(runs)), 3),
-            "min_ms": round(float(runs.min()), 3),
-            "max_ms": round(float(runs.max()), 3),
+            **{k: float("nan") if v is None else v for k, v in stats.items()},
         }
 
 
