@@ -26,8 +26,9 @@ from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, build_executable, compile_to_artifact
 from tvmgen.compiler.platforms import PLATFORMS
 from tvmgen.core.errors import InputError, ToolMissingError
+from tvmgen.core.toolchains import xcode
 from tvmgen.ios import app as ios_app
-from tvmgen.ios import archive, project, tools
+from tvmgen.ios import archive, project
 from tvmgen.ios import doctor as ios_doctor
 
 RECORDED = Path(__file__).parent / "recorded" / "ios"
@@ -401,8 +402,8 @@ MAC_ANSWERS = {
 
 @pytest.fixture
 def on_a_mac(monkeypatch):
-    monkeypatch.setattr(tools, "is_macos", lambda: True)
-    monkeypatch.setattr(tools.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(xcode, "is_macos", lambda: True)
+    monkeypatch.setattr(xcode, "which", lambda name: Path(f"/usr/bin/{name}"))
 
 
 def test_doctor_says_not_macos_here():
@@ -433,7 +434,7 @@ def test_doctor_on_a_mac_reads_xcode_sdk_and_identities(on_a_mac):
 def test_xcodebuild_and_devicectl_argv(on_a_mac, tmp_path):
     runner = FakeRunner(MAC_ANSWERS)
     (tmp_path / "build/Release-iphoneos/TvmgenApp.app").mkdir(parents=True)
-    app = tools.Xcodebuild(runner).build_app(tmp_path, TEAM, "/opt/tvm")
+    app = xcode.Xcodebuild(runner).build_app(tmp_path, TEAM, "/opt/tvm")
     assert app == tmp_path / "build/Release-iphoneos/TvmgenApp.app"
     assert runner.calls[-1] == [
         "/usr/bin/xcodebuild",
@@ -451,7 +452,7 @@ def test_xcodebuild_and_devicectl_argv(on_a_mac, tmp_path):
         f"SYMROOT={tmp_path / 'build'}",
         "build",
     ]
-    ctl = tools.Devicectl(runner)
+    ctl = xcode.Devicectl(runner)
     ctl.install_app(app, "00008110-001A2B3C4D5E6F70")
     ctl.launch("org.tvmgen.rpc", "00008110-001A2B3C4D5E6F70")
     assert runner.calls[-2] == [
@@ -469,7 +470,7 @@ def test_xcodebuild_and_devicectl_argv(on_a_mac, tmp_path):
 
     failing = FakeRunner(MAC_ANSWERS, fail="xcodebuild -project")
     with pytest.raises(TvmgenError, match="xcodebuild failed"):
-        tools.Xcodebuild(failing).build_app(tmp_path, TEAM, "/opt/tvm")
+        xcode.Xcodebuild(failing).build_app(tmp_path, TEAM, "/opt/tvm")
 
 
 # ----------------------------------------------------------------------------- shared native code, on this host

@@ -160,7 +160,7 @@ def checks(runner: tools.Runner | None = None) -> list[Check]:
         _tool("zipalign", tools.Zipalign(runner), True),
         _tool("aapt", tools.Aapt(runner), True),
         _tool("adb", adb, False, usable=_devices(adb)),
-        _tool("qemu-aarch64", tools.Qemu(runner), False),
+        _tool("qemu-aarch64", toolchains.Qemu(runner), False),
         _tool(
             "aarch64 cross g++",
             cross,

@@ -243,36 +243,30 @@ def _install_gradle() -> None:
 
 def _clone_tvm() -> None:
     src, final = downloads.tvm_source(), downloads.tvm_dir()
-    git = shutil.which("git")
+    git = toolchains.Git()
     by_hand = (
         f"git clone --recursive --depth 1 --shallow-submodules --branch {src.tag} {src.url} {final} "
         f"(or point TVM_SOURCE_DIR at a TVM {src.tag} checkout)"
     )
-    if git is None:
-        raise ToolMissingError(
-            "git is not installed: tvmgen clones the TVM source with it",
-            f"apt-get install git (or brew install git), then run again; or {by_hand}",
-        )
+    if not git.available():
+        raise ToolMissingError(git.missing, f"{git.install}, then run again; or {by_hand}")
     scratch = final.parent / f".{final.name}.cloning"
     shutil.rmtree(scratch, ignore_errors=True)
     final.parent.mkdir(parents=True, exist_ok=True)
     try:
         with logs.step(f"Cloning {src.what} into {final}"):
-            proc = toolchains.run(
-                [
-                    git,
-                    "-c",
-                    "advice.detachedHead=false",
-                    "clone",
-                    "--recursive",
-                    "--depth",
-                    "1",
-                    "--shallow-submodules",
-                    "--branch",
-                    src.tag,
-                    src.url,
-                    scratch,
-                ],
+            proc = git.run(
+                "-c",
+                "advice.detachedHead=false",
+                "clone",
+                "--recursive",
+                "--depth",
+                "1",
+                "--shallow-submodules",
+                "--branch",
+                src.tag,
+                src.url,
+                scratch,
                 check=False,
             )
         if proc.returncode != 0:

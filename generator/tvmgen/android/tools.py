@@ -2,8 +2,9 @@
 
 Lookup order: the tool's environment variable (JAVA_HOME, ANDROID_HOME, ...), then the SDK
 `tvmgen doctor --install` put in tvmgen's data directory, then PATH, then known install places
-(Debian's /usr/lib/android-sdk, Android Studio's ~/Android/Sdk). Every
-subprocess goes through ``run`` below, which tests replace with a recording fake (the seam).
+(Debian's /usr/lib/android-sdk, Android Studio's ~/Android/Sdk). They are core.toolchains Tools: every
+command goes through the seam (``toolchains.run``), or through the runner a test passes instead. They stay
+in this layer because their lookup and install hints use the SDK versions android.downloads pins.
 """
 
 from __future__ import annotations
@@ -11,9 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
-import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,10 +33,10 @@ KNOWN_SDK_PLACES = (
     Path.home() / "Library" / "Android" / "sdk",
 )
 
-Runner = Callable[..., subprocess.CompletedProcess]
+Runner = toolchains.Runner
 
 
-def run(argv: list, cwd: str | Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run(argv: list, cwd: str | Path | None = None, env: dict[str, str] | None = None) -> toolchains.CompletedProcess:
     """toolchains.run with extra environment variables, never raising on the exit code.
 
     Callers read the output themselves: adb and apksigner failures each have a known cause and fix.
@@ -77,16 +75,7 @@ class AndroidTool(toolchains.Tool):
     newest match wins), ``install`` (the command that installs it) and ``version_argv``/``version_re``.
     """
 
-    commands: tuple[str, ...] = ()
     sdk_globs: tuple[str, ...] = ()
-    install = ""
-    version_argv: tuple[str, ...] = ()
-    version_re = r"(\S+)"
-
-    def __init__(self, runner: Runner | None = None):
-        super().__init__()
-        self.runner = runner or run
-        self._version: str | None = None
 
     def _find(self) -> Path:
         # $TOOL_VAR, then the SDK that $ANDROID_HOME names (or tvmgen's), then PATH, then the known SDK places.
@@ -100,7 +89,7 @@ class AndroidTool(toolchains.Tool):
             where = f"${self.env_var}, " if self.env_var else ""
             raise ToolMissingError(
                 f"{self.name} not found (looked in {where}PATH, $ANDROID_HOME and {KNOWN_SDK_PLACES[0]})",
-                f"install it: {self.install}" + ("" if not self.env_var else f" (or set {self.env_var})"),
+                self.fix(),
             )
         return found
 
@@ -111,17 +100,6 @@ class AndroidTool(toolchains.Tool):
                 if hits:
                     return hits[-1]
         return None
-
-    def __call__(self, *args, cwd=None, env=None) -> subprocess.CompletedProcess:
-        return self.runner([str(self.verify()), *map(str, args)], cwd=cwd, env=env)
-
-    def version(self) -> str | None:
-        """The tool's version, or None when it does not say."""
-        if self._version is None and self.version_argv:
-            out = self(*self.version_argv)
-            m = re.search(self.version_re, out.stdout + out.stderr)
-            self._version = m.group(1) if m else None
-        return self._version
 
 
 class BuildTool(AndroidTool):
@@ -229,8 +207,8 @@ class Jdk(AndroidTool):
                     f"point JAVA_HOME at a JDK 17 or newer, or unset it; {self.install}",
                 )
             return home
-        javac = shutil.which("javac")
-        candidates = [Path(javac).resolve().parent.parent] if javac else []
+        javac = toolchains.which("javac")
+        candidates = [javac.resolve().parent.parent] if javac else []
         candidates += sorted(Path("/usr/lib/jvm").glob("*"), reverse=True) if Path("/usr/lib/jvm").is_dir() else []
         for home in candidates:
             if (home / "bin" / "javac").is_file() and (home / "bin" / "keytool").is_file():
@@ -255,7 +233,7 @@ class Jdk(AndroidTool):
             self._version = m.group(1) if m else None
         return self._version
 
-    def keytool_run(self, *args, env=None) -> subprocess.CompletedProcess:
+    def keytool_run(self, *args, env=None) -> toolchains.CompletedProcess:
         return self.runner([str(self.keytool), *map(str, args)], env=env)
 
 
@@ -338,14 +316,14 @@ class Gradle(AndroidTool):
         ours = downloads.gradle_home() / "bin" / "gradle"
         if ours.is_file():
             return ours
-        found = shutil.which("gradle")
+        found = toolchains.which("gradle")
         if found is None:
             raise ToolMissingError(
                 "Gradle not found (no gradlew in the project, $GRADLE_HOME, tvmgen's download "
                 f"at {downloads.gradle_home()} or gradle on PATH)",
                 self.install,
             )
-        return Path(found)
+        return found
 
     def require(self) -> str:
         """Raise unless this Gradle is at least the version the app templates name; the detail otherwise."""
@@ -365,17 +343,6 @@ class Gradle(AndroidTool):
             m = re.search(r"gradle-([\d.]+)-(?:bin|all)\.zip", props.read_text())
             return m.group(1) if m else None
         return super().version()
-
-
-class Qemu(AndroidTool):
-    """qemu-aarch64: runs aarch64 binaries here (the emulated phone CPU)."""
-
-    name = "qemu-aarch64"
-    env_var = "TVMGEN_QEMU"
-    commands = ("qemu-aarch64",)
-    install = "apt-get install qemu-user"
-    version_argv = ("--version",)
-    version_re = r"version (\S+)"
 
 
 def ndk_version(ndk: toolchains.AndroidNdk) -> str | None:

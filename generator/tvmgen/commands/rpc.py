@@ -146,9 +146,7 @@ def rpc_list():
 @click.option("--tracker", metavar="HOST:PORT", help="Ask this tracker for its devices.")
 def devices(tracker):
     """Devices: keys on a tracker (free/total/pending), and phones on adb."""
-    import shutil
-
-    from tvmgen.core import toolchains
+    from tvmgen.android.tools import Adb
     from tvmgen.remote import rpc
 
     if tracker:
@@ -158,9 +156,9 @@ def devices(tracker):
             click.echo("  (no devices)")
         for k, v in sorted(keys.items()):
             click.echo(f"  {k}: {v.get('free', 0)} free of {v.get('total', 0)}, {v.get('pending', 0)} waiting")
-    adb = shutil.which("adb")
-    if adb:
-        out = toolchains.run([adb, "devices", "-l"], check=False)
+    adb = Adb()
+    if adb.available():
+        out = adb("devices", "-l")
         click.echo("adb:")
         lines = [ln for ln in out.stdout.splitlines()[1:] if ln.strip()]
         for ln in lines or ["  (no devices)"]:

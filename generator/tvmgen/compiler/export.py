@@ -32,8 +32,8 @@ def linker(platform: Platform, objects_only: bool) -> Path | None:
     if platform.exporter == "xcode" or objects_only:
         return None
     return {
-        "host": toolchains.HostCxx,
-        "aarch64-linux-gnu": toolchains.CrossGxxAarch64,
+        "host": lambda: toolchains.HostCxx(),
+        "aarch64-linux-gnu": lambda: toolchains.CrossGxxAarch64(),
         "ndk": lambda: toolchains.AndroidNdk(platform.abi),
     }[platform.exporter]().verify()
 

@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import struct
-import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tvmgen.compiler import glsl
-from tvmgen.core.errors import CompileError, ToolMissingError
+from tvmgen.core import toolchains
+from tvmgen.core.errors import CompileError
 
 log = logging.getLogger("tvmgen.compiler")
 
@@ -39,17 +38,6 @@ VERSION = 1
 PLACEHOLDER_KEY = "__tvmgen_vulkan_payload"
 TARGET_ENV = "vulkan1.0"
 DTYPE_CODES = {"int": 0, "uint": 1, "float": 2, "bool": 6}
-
-
-def glslang() -> str:
-    """The path of glslangValidator, or a ToolMissingError saying how to install it."""
-    path = os.environ.get("TVMGEN_GLSLANG") or shutil.which("glslangValidator")
-    if not path:
-        raise ToolMissingError(
-            "--device vulkan needs glslang's glslangValidator (GLSL -> SPIR-V), which is not installed",
-            "apt-get install glslang-tools (or set TVMGEN_GLSLANG to its path)",
-        )
-    return path
 
 
 def optimizer_flags() -> list[str]:
@@ -63,7 +51,8 @@ def optimizer_flags() -> list[str]:
 def compile_glsl(kernels: list[glsl.Kernel]) -> list[bytes]:
     """SPIR-V of each kernel (glslangValidator, in parallel, optimized: ``optimizer_flags``); a
     CompileError names the kernel and shows glslang's message."""
-    tool = glslang()
+    tool = toolchains.Glslang()
+    tool.verify()  # once, before the threads: a missing glslang is one ToolMissingError naming the fix
     opt = optimizer_flags()
     with tempfile.TemporaryDirectory(prefix="tvmgen-glsl-") as tmp:
 
@@ -71,11 +60,7 @@ def compile_glsl(kernels: list[glsl.Kernel]) -> list[bytes]:
             i, k = i_k
             src, out = Path(tmp) / f"k{i}.comp", Path(tmp) / f"k{i}.spv"
             src.write_text(k.source)
-            r = subprocess.run(
-                [tool, "-V", "--target-env", TARGET_ENV, *opt, "-S", "comp", "-o", str(out), str(src)],
-                capture_output=True,
-                text=True,
-            )
+            r = tool.run("-V", "--target-env", TARGET_ENV, *opt, "-S", "comp", "-o", out, src, check=False)
             if r.returncode != 0:
                 raise CompileError(
                     f"glslang rejected tvmgen's GLSL for kernel {k.name}: "
@@ -262,11 +247,10 @@ def export_options(ex) -> dict:
 
 def spirv_val(code: bytes) -> str | None:
     """``spirv-val --target-env vulkan1.0`` on one kernel: None when valid, else its message."""
-    tool = shutil.which("spirv-val")
-    if tool is None:
-        raise ToolMissingError("spirv-val is not installed", "apt-get install spirv-tools")
+    tool = toolchains.SpirvVal()
+    tool.verify()
     with tempfile.NamedTemporaryFile(suffix=".spv") as f:
         f.write(code)
         f.flush()
-        r = subprocess.run([tool, "--target-env", TARGET_ENV, f.name], capture_output=True, text=True)
+        r = tool.run("--target-env", TARGET_ENV, f.name, check=False)
     return None if r.returncode == 0 else (r.stdout + r.stderr).strip()

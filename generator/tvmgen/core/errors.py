@@ -45,6 +45,10 @@ class CompileError(TvmgenError):
     exit_code = 4
 
 
+class ToolTimeoutError(CompileError):
+    """An external tool ran past its time limit and was stopped (a failed tool run, like a non-zero exit)."""
+
+
 class CheckError(TvmgenError):
     """Outputs differ from the reference runtime beyond the tolerance."""
 

@@ -18,7 +18,8 @@ from tvmgen.compiler.platforms import PLATFORMS, BuildTarget, check_pair
 from tvmgen.core import artifact
 from tvmgen.core.errors import InputError, ToolMissingError
 from tvmgen.core.log import console, step
-from tvmgen.ios import project, tools
+from tvmgen.core.toolchains import xcode
+from tvmgen.ios import project
 
 
 @dataclass
@@ -74,10 +75,10 @@ def check_options(opts: IosAppOptions, builds_here: bool) -> None:
 
 
 def create(opts: IosAppOptions, out: Path, force: bool) -> IosAppResult:
-    xcode = tools.Xcodebuild()
+    xcodebuild = xcode.Xcodebuild()
     tvm_source_dir = os.environ.get("TVM_SOURCE_DIR", "")
     try:
-        xcode.verify()
+        xcodebuild.verify()
         not_built_because = (
             ""
             if tvm_source_dir
@@ -115,10 +116,10 @@ def create(opts: IosAppOptions, out: Path, force: bool) -> IosAppResult:
     if not_built_because:
         return IosAppResult(out, symbols, None, ctx["mac_commands"], not_built_because)
     with step("Building with xcodebuild (Release, iphoneos)"):
-        app = xcode.build_app(out, opts.team_id, tvm_source_dir)
+        app = xcodebuild.build_app(out, opts.team_id, tvm_source_dir)
     if opts.install:
         assert opts.device_id  # check_options refuses --install without it
-        ctl = tools.Devicectl()
+        ctl = xcode.Devicectl()
         with step(f"Installing on {opts.device_id} (devicectl)"):
             ctl.install_app(app, opts.device_id)
             ctl.launch(opts.bundle_id, opts.device_id)

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import platform
 
-from tvmgen.core.toolchains import Check, check_tool
-from tvmgen.ios import tools
+from tvmgen.core.toolchains import Check, Runner, check_tool, xcode
 
 
-def checks(runner: tools.Runner | None = None) -> list[Check]:
-    if not tools.is_macos():
+def checks(runner: Runner | None = None) -> list[Check]:
+    if not xcode.is_macos():
         return [
             Check(
                 "Xcode (iOS)",
@@ -21,7 +20,7 @@ def checks(runner: tools.Runner | None = None) -> list[Check]:
                 "ios-arm64` renders the Xcode project here and prints the commands that build it on a Mac",
             )
         ]
-    signing = tools.CodeSigning(runner)
+    signing = xcode.CodeSigning(runner)
 
     def identities() -> str:
         found = signing.identities()
@@ -29,12 +28,12 @@ def checks(runner: tools.Runner | None = None) -> list[Check]:
             from tvmgen.core.errors import ToolMissingError
 
             raise ToolMissingError("no valid code-signing identity in the keychain", signing.install)
-        teams = tools.team_ids(found)
+        teams = xcode.team_ids(found)
         return f"{len(found)} valid: {'; '.join(found)}" + (f" (team ids: {', '.join(teams)})" if teams else "")
 
     return [
-        check_tool("Xcode", tools.Xcodebuild(runner), False),
-        check_tool("iOS SDK", tools.IosSdk(runner), False),
+        check_tool("Xcode", xcode.Xcodebuild(runner), False),
+        check_tool("iOS SDK", xcode.IosSdk(runner), False),
         check_tool("code-signing identities", signing, False, version=lambda: "", usable=identities),
-        check_tool("devicectl", tools.Devicectl(runner), False, version=lambda: ""),
+        check_tool("devicectl", xcode.Devicectl(runner), False, version=lambda: ""),
     ]

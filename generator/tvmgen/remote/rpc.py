@@ -11,13 +11,13 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tvmgen.core import log as logs
+from tvmgen.core import toolchains
 from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
 
 QEMU_SYSROOT = "/usr/aarch64-linux-gnu"
@@ -105,15 +105,7 @@ def state_dir() -> Path:
 def _spawn(name: str, command: list[str], host: str, port: int, env: dict | None = None) -> Server:
     log_path = state_dir() / f"{name}.log"
     logs.log.debug("starting %s: %s", name, " ".join(command))
-    with open(log_path, "w") as log_file:
-        proc = subprocess.Popen(
-            command,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env={**os.environ, **(env or {})},
-        )
+    proc = toolchains.spawn(command, log_path, env=env)
     return Server(name, proc.pid, host, port, str(log_path), command)
 
 
@@ -178,8 +170,6 @@ def start_device(
     prefix: Path | None = None,
 ) -> Server:
     """Start the native device server; for linux-aarch64 under qemu with the aarch64 TVM runtime."""
-    import shutil
-
     from tvmgen.runtime import runtime_build
 
     if (proxy is None) == (tracker is None):
@@ -188,12 +178,12 @@ def start_device(
     binary = prefix / "bin" / "tvmgen-rpc-server"
     cmd = [str(binary)]
     if platform == "linux-aarch64":
-        qemu = shutil.which("qemu-aarch64")
-        if qemu is None:
+        qemu = toolchains.Qemu()
+        if not qemu.available():
             raise ToolMissingError(
                 "qemu-aarch64 not found: it runs the aarch64 device server here", "apt-get install qemu-user"
             )
-        cmd = [qemu, "-L", QEMU_SYSROOT, *cmd]
+        cmd = [str(qemu.verify()), "-L", QEMU_SYSROOT, *cmd]
     work_dir = Path(work_dir or state_dir() / f"device-{key}-work")
     cmd += [
         "--key",

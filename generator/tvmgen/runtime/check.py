@@ -184,13 +184,12 @@ def _not_here(plat, device: str) -> str:
 
 def aarch64_runner() -> tuple[Path | None, str]:
     """(tvmgen-run built for linux-aarch64, "") where it can run here, else (None, why not and what to install)."""
-    import shutil
-
     from tvmgen.compiler.platforms import _host_arch
+    from tvmgen.core.toolchains import Qemu
     from tvmgen.runtime import runtime_build
 
     if _host_arch() != "aarch64":
-        if shutil.which(QEMU) is None:
+        if not Qemu().available():
             return None, (
                 f"{QEMU} is not on PATH; install Debian's qemu-user (apt-get install qemu-user) and "
                 "--check runs the aarch64 code itself"
@@ -244,12 +243,12 @@ def run_aarch64(runner: Path, artifact: Path, inputs: dict, scratch: Path) -> li
     """Run a linux-aarch64 artifact once (no warm-up: emulated code is slow) with the aarch64 tvmgen-run,
     under qemu-aarch64 unless this machine is aarch64; its outputs in the manifest's order."""
     import json
-    import subprocess
     import tempfile
 
     import numpy as np
 
     from tvmgen.compiler.platforms import _host_arch
+    from tvmgen.core import toolchains
     from tvmgen.runtime.runner import output_file_name
 
     manifest = json.loads((artifact / "manifest.json").read_text())
@@ -258,7 +257,10 @@ def run_aarch64(runner: Path, artifact: Path, inputs: dict, scratch: Path) -> li
     for k, spec in enumerate(manifest["inputs"]):  # in the model's order, so no NAME= is needed
         np.save(work / f"in{k}.npy", np.asarray(inputs[spec["name"]]))
         args += ["--input", f"in{k}.npy"]
-    base = [str(runner)] if _host_arch() == "aarch64" else [QEMU, "-L", str(AARCH64_SYSROOT), str(runner)]
+    if _host_arch() == "aarch64":
+        base = [str(runner)]
+    else:
+        base = [str(toolchains.Qemu().verify()), "-L", str(AARCH64_SYSROOT), str(runner)]
     cmd = [
         *base,
         str(Path(artifact).resolve()),
@@ -272,11 +274,11 @@ def run_aarch64(runner: Path, artifact: Path, inputs: dict, scratch: Path) -> li
         "--timings",
         "timings.json",
     ]
-    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    proc = toolchains.run(cmd, cwd=work, check=False)
     if proc.returncode != 0:
         lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
         raise CheckError(
-            f"the aarch64 code failed under {cmd[0]} (exit {proc.returncode}): "
+            f"the aarch64 code failed under {Path(cmd[0]).name} (exit {proc.returncode}): "
             f"{' / '.join(lines[-3:]) or 'no message'}; no artifact was written",
             f"compile without --check, then run the artifact by hand to see everything: {' '.join(base)} ARTIFACT_DIR",
         )

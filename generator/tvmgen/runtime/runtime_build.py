@@ -8,7 +8,6 @@ builds need the NDK and a TVM source tree and are run by the app's Gradle build 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 import zipfile
@@ -16,7 +15,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from tvmgen.core import artifact, resources, toolchains
-from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
+from tvmgen.core.errors import InputError, TvmgenError
 from tvmgen.core.log import step
 
 BUILDABLE = ("host", "linux-aarch64")
@@ -96,19 +95,18 @@ def _aarch64_wheels() -> Path:
 
 def host_jni_include_dirs() -> list[Path]:
     """include/ and include/linux of the JDK whose javac is on PATH (empty when there is none)."""
-    javac = shutil.which("javac")
+    javac = toolchains.which("javac")
     if javac is None:
         return []
-    home = Path(javac).resolve().parent.parent
+    home = javac.resolve().parent.parent
     dirs = [home / "include", home / "include" / "linux"]
     return dirs if (dirs[0] / "jni.h").is_file() else []
 
 
 def build(platform: str, build_dir: Path, jni: bool = True) -> Path:
     """Configure, build and install the runtime; returns the install prefix (bin/, lib/, include/)."""
-    cmake = shutil.which("cmake")
-    if cmake is None:
-        raise ToolMissingError("cmake not found: it builds the device runtime", "apt-get install cmake")
+    cmake = toolchains.CMake()
+    cmake.verify()
     args = [f"-DTVMGEN_TVM_PREBUILT={tvm_prebuilt(platform)}", f"-DTVMGEN_BUILD_JNI={'ON' if jni else 'OFF'}"]
     if platform == "linux-aarch64":
         toolchains.CrossGxxAarch64().verify()
@@ -119,19 +117,9 @@ def build(platform: str, build_dir: Path, jni: bool = True) -> Path:
     build_dir = Path(build_dir).absolute()
     prefix = build_dir / "install"
     with step(f"Building the tvmgen runtime for {platform} (cmake)"):
-        toolchains.run(
-            [
-                cmake,
-                "-S",
-                str(resources.jni_dir()),
-                "-B",
-                str(build_dir / "cmake"),
-                f"-DCMAKE_INSTALL_PREFIX={prefix}",
-                *args,
-            ]
-        )
-        toolchains.run([cmake, "--build", str(build_dir / "cmake"), "-j", str(os.cpu_count() or 2)])
-        toolchains.run([cmake, "--install", str(build_dir / "cmake")])
+        cmake.run("-S", resources.jni_dir(), "-B", build_dir / "cmake", f"-DCMAKE_INSTALL_PREFIX={prefix}", *args)
+        cmake.run("--build", build_dir / "cmake", "-j", str(os.cpu_count() or 2))
+        cmake.run("--install", build_dir / "cmake")
     return prefix
 
 

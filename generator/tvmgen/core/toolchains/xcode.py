@@ -1,47 +1,35 @@
-"""The Mac tools an iOS build needs, one class each: ``verify()`` finds the tool or says how to get it.
+"""The Mac tools: xcrun (the static library iOS apps link), and what an iOS app build needs, one class
+each: ``verify()`` finds the tool or says how to get it.
 
 They exist only on macOS with Xcode; elsewhere ``verify()`` raises a ToolMissingError that says
-"not macOS" and what finishes the job on a Mac. Every command goes through ``run`` (the seam the
-tests replace with recorded output).
+"not macOS" and what finishes the job on a Mac. Every command goes through the tool's runner (the seam,
+which tests replace with recorded output).
 """
 
 from __future__ import annotations
 
 import platform
 import re
-import shutil
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
-from tvmgen.core import toolchains
-from tvmgen.core.errors import ToolMissingError
+from tvmgen.core.errors import ToolMissingError, TvmgenError
+from tvmgen.core.toolchains.seam import Tool, which
 
-Runner = Callable[..., subprocess.CompletedProcess]
 XCODE_INSTALL = (
     "install Xcode from the App Store, then: sudo xcode-select -s /Applications/Xcode.app && xcodebuild -runFirstLaunch"
 )
-
-
-def run(argv: list, cwd: str | Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """toolchains.run without raising on the exit code: callers read the output for the cause."""
-    return toolchains.run(argv, cwd=cwd, check=False, env=env)
 
 
 def is_macos() -> bool:
     return platform.system() == "Darwin"
 
 
-class MacTool(toolchains.Tool):
+class MacTool(Tool):
     """A tool that exists only on macOS, found on PATH (``command``) and checked with ``probe``."""
 
     command = "xcrun"
     probe: tuple[str, ...] = ()  # argv run by verify(); a non-zero exit means unusable
     install = XCODE_INSTALL
-
-    def __init__(self, runner: Runner | None = None):
-        super().__init__()
-        self.runner = runner or run
 
     def _find(self) -> Path:
         if not is_macos():
@@ -49,16 +37,16 @@ class MacTool(toolchains.Tool):
                 f"not macOS ({platform.system()}): {self.name} runs only on a Mac with Xcode",
                 "copy the rendered project to a Mac and run the printed commands there",
             )
-        found = shutil.which(self.command)
+        found = which(self.command)
         if found is None:
             raise ToolMissingError(f"{self.command} not found: {self.name} comes with Xcode", self.install)
         if self.probe:
-            proc = self.runner([found, *self.probe])
+            proc = self.runner([str(found), *self.probe])
             if proc.returncode != 0:
                 raise ToolMissingError(
                     f"{self.name} is not usable: {(proc.stderr or proc.stdout).strip()[-300:]}", self.install
                 )
-        return Path(found)
+        return found
 
     def output(self, *args: str) -> str:
         proc = self.runner([str(self.verify()), *args])
@@ -83,8 +71,6 @@ class Xcodebuild(MacTool):
 
     def build_app(self, project: Path, team_id: str, tvm_source_dir: str, configuration: str = "Release") -> Path:
         """xcodebuild the app for devices (signed with the team's automatic profile); the .app's path."""
-        from tvmgen.core.errors import TvmgenError
-
         argv = build_argv(project, team_id, tvm_source_dir, configuration)
         proc = self.runner([str(self.verify()), *argv[1:]], cwd=project)
         if proc.returncode != 0:
@@ -158,8 +144,6 @@ class Devicectl(MacTool):
     install = "update to Xcode 15 or newer (devicectl replaced ios-deploy)"
 
     def install_app(self, app: Path, device: str) -> None:
-        from tvmgen.core.errors import TvmgenError
-
         xcrun = str(self.verify())
         proc = self.runner([xcrun, "devicectl", "device", "install", "app", "--device", device, str(app)])
         if proc.returncode != 0:
@@ -170,8 +154,6 @@ class Devicectl(MacTool):
             )
 
     def launch(self, bundle_id: str, device: str) -> None:
-        from tvmgen.core.errors import TvmgenError
-
         proc = self.runner(
             [str(self.verify()), "devicectl", "device", "process", "launch", "--device", device, bundle_id]
         )
@@ -180,3 +162,18 @@ class Devicectl(MacTool):
                 f"launching {bundle_id} failed: {(proc.stderr or proc.stdout).strip()[-1000:]}",
                 "trust the developer certificate on the device: Settings > General > VPN & Device Management",
             )
+
+
+class Xcode(Tool):
+    """xcrun, for the static library iOS apps link. Only on macOS."""
+
+    name = "xcrun (Xcode command line tools)"
+
+    def _find(self) -> Path:
+        found = which("xcrun")
+        if not is_macos() or found is None:
+            raise ToolMissingError(
+                "Xcode is not available on this machine (xcrun not found)",
+                "run the printed libtool command on a Mac with Xcode installed",
+            )
+        return found
