@@ -18,6 +18,7 @@ import pytest
 from conftest import require_tool, save_onnx, single_op_models
 from helpers import cmake_build, cmake_configure
 from tvmgen import frontends
+from tvmgen.android import downloads
 from tvmgen.android import project as android_project
 from tvmgen.apps import templates
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
@@ -209,114 +210,21 @@ def test_app_native_part_builds_on_the_host(host_app):
         assert {"libtvmgen_jni.so", "libtvmgen_jni_bridge.so"} <= built
 
 
-# Just enough of the Android API, with its real signatures, for the deploy app's MainActivity to compile
-# against, and to run on a desktop JVM: assets from a directory, intent extras from system properties,
-# the UI thread is the caller's, finish() ends the run. TvmgenHostLauncher starts the activity.
-ANDROID_STUBS = {
-    "android/content/Context.java": """package android.content;
-public abstract class Context {}
-""",
-    "android/content/Intent.java": """package android.content;
-public class Intent {
-  private static String extra(String name) { return System.getProperty("extra." + name); }
-  public boolean hasExtra(String name) { return extra(name) != null; }
-  public int getIntExtra(String name, int def) { String v = extra(name); return v == null ? def : Integer.parseInt(v); }
-  public boolean getBooleanExtra(String name, boolean def) {
-    String v = extra(name); return v == null ? def : Boolean.parseBoolean(v);
-  }
-  public String getStringExtra(String name) { return extra(name); }
-}
-""",
-    "android/content/res/AssetManager.java": """package android.content.res;
-import java.io.*;
-public final class AssetManager {
-  private final File root;
-  public AssetManager(File root) { this.root = root; }
-  public String[] list(String path) throws IOException { return new File(root, path).list(); }
-  public InputStream open(String name) throws IOException { return new FileInputStream(new File(root, name)); }
-}
-""",
-    "android/os/Bundle.java": "package android.os;\npublic final class Bundle {}\n",
-    "android/os/Build.java": """package android.os;
-public class Build { public static class VERSION { public static final int SDK_INT = 34; } }
-""",
-    "android/util/Log.java": """package android.util;
-public final class Log {
-  public static int i(String tag, String msg) { System.out.println(tag + ": " + msg); return 0; }
-  public static int e(String tag, String msg) { System.err.println(tag + ": " + msg); return 0; }
-}
-""",
-    "android/view/View.java": """package android.view;
-public class View {
-  public View(android.content.Context context) {}
-  public void setPadding(int left, int top, int right, int bottom) {}
-}
-""",
-    "android/widget/TextView.java": """package android.widget;
-public class TextView extends android.view.View {
-  public TextView(android.content.Context context) { super(context); }
-  public void setTextIsSelectable(boolean selectable) {}
-  public final void append(CharSequence text) {}
-}
-""",
-    "android/widget/ScrollView.java": """package android.widget;
-public class ScrollView extends android.view.View {
-  public ScrollView(android.content.Context context) { super(context); }
-  public void addView(android.view.View child) {}
-}
-""",
-    "android/system/ErrnoException.java": """package android.system;
-public final class ErrnoException extends Exception {}
-""",
-    "android/system/Os.java": """package android.system;
-public final class Os {
-  public static void setenv(String name, String value, boolean overwrite) throws ErrnoException {}
-}
-""",
-    "android/app/Activity.java": """package android.app;
-import java.io.File;
-public class Activity extends android.content.Context {
-  static File root;
-  static final java.util.concurrent.CountDownLatch finished = new java.util.concurrent.CountDownLatch(1);
-  protected void onCreate(android.os.Bundle state) {}
-  public void setContentView(android.view.View view) {}
-  public android.content.Intent getIntent() { return new android.content.Intent(); }
-  public final void runOnUiThread(Runnable action) { action.run(); }
-  public File getFilesDir() { return dir("files"); }
-  public File getCacheDir() { return dir("cache"); }
-  public File getExternalFilesDir(String type) { return dir("external"); }
-  public android.content.res.AssetManager getAssets() { return new android.content.res.AssetManager(dir("assets")); }
-  public void finish() { finished.countDown(); }
-  private static File dir(String name) { File d = new File(root, name); d.mkdirs(); return d; }
-  static void start(Activity activity) { activity.onCreate(null); }
-}
-""",
-    "android/app/TvmgenHostLauncher.java": """package android.app;
-/** java android.app.TvmgenHostLauncher ROOT ACTIVITY_CLASS: ROOT holds assets/; files/ and external/ are made. */
-public final class TvmgenHostLauncher {
-  public static void main(String[] args) throws Exception {
-    Activity.root = new java.io.File(args[0]);
-    Activity.start((Activity) Class.forName(args[1]).getDeclaredConstructor().newInstance());
-    if (!Activity.finished.await(120, java.util.concurrent.TimeUnit.SECONDS)) throw new AssertionError("no finish()");
-  }
-}
-""",
-}
+# Just enough of the Android API, with its real signatures, for the apps' Java sources to compile against, and
+# for the deploy app's MainActivity to run on a desktop JVM (tests/java/android_stubs/README.md).
+ANDROID_STUBS = Path(__file__).parent / "java" / "android_stubs"
 
 
 def compile_app_java(project: Path, package: str, into: Path) -> Path:
-    """javac (Java 8 API) the rendered MainActivity with the project's own copy of the Java API (what
-    Gradle's main.java.srcDirs adds) and ANDROID_STUBS; returns the classes directory."""
+    """javac (Java 8 API) every Java source the rendered app has (its activity, and the RPC app's service),
+    with the project's own copy of the Java API (what Gradle's main.java.srcDirs adds) and ANDROID_STUBS;
+    returns the classes directory."""
     require_tool("javac")
-    stubs = into / "stubs"
-    for rel, text in ANDROID_STUBS.items():
-        (stubs / rel).parent.mkdir(parents=True, exist_ok=True)
-        (stubs / rel).write_text(text)
     sources = [
-        *stubs.rglob("*.java"),
+        *sorted(ANDROID_STUBS.rglob("*.java")),
         *(project / "tvmgen-jni/java/org/tvmgen").glob("*.java"),
         *(project / "tvmgen-jni/java-android").rglob("*.java"),  # Android-only classes, as Gradle's srcDirs
-        project / "app/src/main/java" / package.replace(".", "/") / "MainActivity.java",
+        *sorted((project / "app/src/main/java" / package.replace(".", "/")).glob("*.java")),
     ]
     classes = into / "classes"
     r = subprocess.run(
@@ -344,16 +252,17 @@ def test_app_java_compiles_for_every_device(tmp_path, artifacts):
         assert key in readme, key
 
 
-def run_app_on_host(host_app, tmp_path, native_libraries=True, **extras) -> dict:
+def run_app_on_host(host_app, tmp_path, native_libraries=True, scenario="start", jni=True, **extras) -> dict:
     """The rendered app's MainActivity on this JVM (ANDROID_STUBS), its native part the host build. The
     project's jniLibs/<abi>/ (the APK's lib/<abi>/) is on the dynamic linker's path (LD_LIBRARY_PATH), where
-    an app's own native libraries are on Android, unless ``native_libraries`` is False."""
+    an app's own native libraries are on Android, unless ``native_libraries`` is False; the JNI library on
+    java.library.path unless ``jni`` is False. ``scenario``: the activity's lifecycle (TvmgenHostLauncher)."""
     require_tool("java")
     project = host_app["project"]
     classes = compile_app_java(project, "org.example.mobilenet", tmp_path)
     root = tmp_path / "device"
     shutil.copytree(project / "app/src/main/assets", root / "assets")
-    jni = next(host_app["build"].rglob("libtvmgen_jni.so"))
+    jni_dir = next(host_app["build"].rglob("libtvmgen_jni.so")).parent if jni else tmp_path / "no-jni"
     env = dict(os.environ)
     if native_libraries:
         (abi_dir,) = (project / "app/src/main/jniLibs").iterdir()
@@ -362,13 +271,14 @@ def run_app_on_host(host_app, tmp_path, native_libraries=True, **extras) -> dict
     r = subprocess.run(
         [
             "java",
-            f"-Djava.library.path={jni.parent}",
+            f"-Djava.library.path={jni_dir}",
             *props,
             "-cp",
             classes,
             "android.app.TvmgenHostLauncher",
             root,
             "org.example.mobilenet.MainActivity",
+            scenario,
         ],
         capture_output=True,
         text=True,
@@ -484,7 +394,7 @@ def test_rpc_project_files(tmp_path):
     assert app.find("uses-native-library").get(f"{ANDROID}name") == "libOpenCL.so"
     gradle = (out / "app/build.gradle").read_text()
     assert "namespace 'org.tvmgen.rpc'" in gradle and "targets 'tvmgen_rpc_server_exe'" in gradle
-    assert "abiFilters 'arm64-v8a', 'armeabi-v7a'" in gradle and "useLegacyPackaging true" in gradle
+    assert "abiFilters 'arm64-v8a', 'armeabi-v7a'" in gradle and "useLegacyPackaging = true" in gradle
     # 16 KB pages: the libraries (extracted at install, so their place in the APK does not matter) and the
     # server executable packaged as a .so are all linked for them
     assert "'-DANDROID_SUPPORT_FLEXIBLE_PAGE_SIZES=ON'" in gradle
@@ -601,3 +511,245 @@ def test_real_gradle_build_and_phone_run(tvmgen, tmp_path, device):
         if device == "vulkan":
             assert z.getinfo("lib/arm64-v8a/libtvmgen_vulkan.so").compress_type == zipfile.ZIP_STORED
         assert not [n for n in z.namelist() if n.startswith("assets/") and n.endswith(".so")]
+
+
+# --------------------------------------------------------------------------- static checks of the rendered apps
+# (what Android Lint would say, which cannot run without the SDK)
+
+
+def render_all(tmp_path, artifacts) -> dict[str, Path]:
+    """The RPC app and the deploy app for each device, rendered."""
+    out = {"rpc": render_rpc(tmp_path)}
+    for device in ("opencl", "vulkan", "nnapi", "cpu"):
+        ctx = android_project.android_context("deploy", "org.example.app", "A", "m", app_devices(device), ["arm64-v8a"])
+        out[device] = tmp_path / device
+        android_project.create_android_project(
+            "deploy", out[device], ctx, dict.fromkeys(ctx["model_devices"], artifacts["cpu"])
+        )
+    return out
+
+
+def test_manifests_declare_what_android_requires(tmp_path, artifacts):
+    """Every component with an intent filter says whether it is exported (required from API 31); every
+    foreground service has a type, the permission for that type and, for specialUse, the property saying why."""
+    for name, project in render_all(tmp_path, artifacts).items():
+        manifest = ET.parse(project / "app/src/main/AndroidManifest.xml").getroot()
+        perms = {p.get(f"{ANDROID}name") for p in manifest.findall("uses-permission")}
+        app = manifest.find("application")
+        components = [c for tag in ("activity", "service", "receiver", "provider") for c in app.findall(tag)]
+        assert components, name
+        for c in components:
+            if c.find("intent-filter") is not None:
+                assert c.get(f"{ANDROID}exported") in ("true", "false"), (name, c.get(f"{ANDROID}name"))
+        for service in app.findall("service"):
+            types = service.get(f"{ANDROID}foregroundServiceType")
+            assert types, (name, "a service started with startForegroundService needs its type")
+            assert "android.permission.FOREGROUND_SERVICE" in perms, name
+            for t in types.split("|"):
+                snake = re.sub(r"(?<!^)([A-Z])", r"_\1", t).upper()
+                assert f"android.permission.FOREGROUND_SERVICE_{snake}" in perms, (name, t)
+            if "specialUse" in types.split("|"):
+                (prop,) = service.findall("property")
+                assert prop.get(f"{ANDROID}name") == "android.app.PROPERTY_SPECIAL_USE_FGS_SUBTYPE"
+                assert len(prop.get(f"{ANDROID}value")) > 20  # the reason, for Google Play's review
+        if name == "rpc":
+            (service,) = app.findall("service")
+            assert service.get(f"{ANDROID}foregroundServiceType") == "specialUse"
+            assert service.get(f"{ANDROID}exported") == "false"
+            assert {
+                "android.permission.INTERNET",
+                "android.permission.FOREGROUND_SERVICE",
+                "android.permission.FOREGROUND_SERVICE_SPECIAL_USE",
+                "android.permission.POST_NOTIFICATIONS",
+                "android.permission.WAKE_LOCK",
+            } <= perms
+            # `am start` again while the screen is up reaches the same activity (onNewIntent)
+            assert app.find("activity").get(f"{ANDROID}launchMode") == "singleTop"
+        else:
+            # the deploy app runs in its activity: no service, and no permission it does not use
+            assert app.find("service") is None and not perms, (name, perms)
+
+
+# Gradle and AGP names removed or deprecated in AGP 8 (their replacements: packaging, compileSdk, minSdk,
+# targetSdk, lint, androidResources; implementation instead of compile; jcenter is read-only)
+DEPRECATED_GRADLE = (
+    "packagingOptions",
+    "compileSdkVersion",
+    "minSdkVersion",
+    "targetSdkVersion",
+    "lintOptions",
+    "aaptOptions",
+    "dexOptions",
+    "buildToolsVersion",
+    "useProguard",
+    "jcenter",
+    "android.enableJetifier",
+)
+
+
+def test_gradle_files_are_current_and_pinned(tmp_path, artifacts):
+    """No deprecated Gradle DSL; the AGP, compileSdk, targetSdk, NDK, CMake and Gradle versions rendered are
+    the ones tvmgen pins (tvmgen.android.project, from which `tvmgen doctor --install` downloads them)."""
+    for name, project in render_all(tmp_path, artifacts).items():
+        files = [*project.glob("*.gradle"), project / "app/build.gradle", project / "gradle.properties"]
+        for f in files:
+            text = f.read_text()
+            for word in DEPRECATED_GRADLE:
+                assert not re.search(rf"\b{re.escape(word)}\b", text), (name, f.name, word)
+            assert not re.search(r"^\s*compile\s", text, re.M), (name, f.name)
+        app = (project / "app/build.gradle").read_text()
+        assert re.search(r"^\s*packaging \{", app, re.M), name
+        assert int(re.search(r"^\s*compileSdk (\d+)$", app, re.M).group(1)) == android_project.COMPILE_SDK
+        assert int(re.search(r"^\s*targetSdk (\d+)$", app, re.M).group(1)) == android_project.COMPILE_SDK
+        assert re.search(r"^\s*ndkVersion '([^']+)'$", app, re.M).group(1) == android_project.NDK_VERSION
+        assert re.search(r"^\s*version '([^']+)'$", app, re.M).group(1) == downloads.CMAKE_VERSION
+        root = (project / "build.gradle").read_text()
+        agp = re.search(r"id 'com\.android\.application' version '([^']+)'", root).group(1)
+        assert agp == android_project.AGP_VERSION, name
+        wrapper = (project / "gradle/wrapper/gradle-wrapper.properties").read_text()
+        assert re.search(r"gradle-([0-9.]+)-bin\.zip", wrapper).group(1) == android_project.GRADLE_VERSION
+
+
+# Drives the RPC app on this JVM (tests/java/android_stubs): the fields' checks, then the service with a bad
+# port and with a server that exits at once (so the service reconnects), then Stop from the notification.
+RPC_CHECK = """package org.tvmgen.rpc;
+
+import android.content.Intent;
+import android.os.PowerManager;
+import java.io.File;
+import java.nio.file.Files;
+
+public final class RpcCheck {
+  static Intent intent(RpcService s, int port) {
+    return new Intent(s, RpcService.class).putExtra("mode", "proxy").putExtra("address", "127.0.0.1")
+        .putExtra("port", port).putExtra("key", "pixel").putExtra("listen", "0.0.0.0");
+  }
+
+  public static void main(String[] args) throws Exception {
+    android.content.Context.setRoot(new File(args[0]));
+    System.out.println("port-abc=" + RpcConfig.inputError(true, "127.0.0.1", "abc", "pixel", ""));
+    System.out.println("port-70000=" + RpcConfig.inputError(true, "127.0.0.1", "70000", "pixel", ""));
+    System.out.println("port-empty=" + RpcConfig.inputError(true, "127.0.0.1", "", "pixel", ""));
+    System.out.println("address=" + RpcConfig.inputError(true, "my host", "9191", "pixel", ""));
+    System.out.println("key=" + RpcConfig.inputError(true, "127.0.0.1", "9191", "a b", ""));
+    System.out.println("listen=" + RpcConfig.inputError(false, "10.0.0.2", "9191", "pixel", ""));
+    System.out.println("proxy-ok=" + RpcConfig.inputError(true, "127.0.0.1", " 9191 ", "pixel", null));
+    System.out.println("ipv6-ok=" + RpcConfig.inputError(false, "fe80::1", "9191", "pixel", "0.0.0.0"));
+
+    RpcService bad = new RpcService();
+    bad.onCreate();
+    int r = bad.onStartCommand(intent(bad, 70000), 0, 1);
+    System.out.println("bad=" + r + " foreground-first=" + bad.hostForegroundType + " stopped=" + bad.hostStopped
+        + " status=" + RpcService.status);
+
+    RpcService s = new RpcService();
+    s.onCreate();
+    r = s.onStartCommand(intent(s, 9191), 0, 1);
+    PowerManager.WakeLock lock = PowerManager.HOST.hostLast;
+    System.out.println("good=" + r + " type=" + s.hostForegroundType + " actions=" + s.hostForeground.hostActions
+        + " wakelock=" + lock.isHeld());
+    File started = new File(args[1]);
+    for (int i = 0; i < 300 && !(started.exists() && Files.readAllLines(started.toPath()).size() >= 2
+        && RpcService.status.contains("1000 ms")); i++) {
+      Thread.sleep(100);
+    }
+    System.out.println("starts=" + Files.readAllLines(started.toPath()));
+    android.app.Notification n = android.app.NotificationManager.HOST.hostLast;
+    System.out.println("notification=" + n.hostTitle + " | " + n.hostText + " | " + n.hostActions);
+    System.out.println("status=" + RpcService.status);
+    r = s.onStartCommand(new Intent(s, RpcService.class).setAction(RpcService.ACTION_STOP), 0, 2);
+    s.onDestroy();
+    System.out.println("stop=" + r + " stopped=" + s.hostStopped + " wakelock=" + lock.isHeld()
+        + " foreground=" + (s.hostForeground != null) + " status=" + RpcService.status);
+  }
+}
+"""
+
+
+def test_rpc_app_service_on_the_host(tmp_path):
+    """The RPC app's Java compiled against the Android stubs and run: a bad port or address is an error (no
+    exception), the service goes to the foreground (specialUse) before anything else, holds a wake lock while
+    serving, reconnects with a growing backoff when the server exits, and Stop ends it all."""
+    require_tool("java")
+    out = render_rpc(tmp_path)
+    java = out / "app/src/main/java/org/tvmgen/rpc"
+    activity = (java / "RpcActivity.java").read_text()
+    assert "Integer.parseInt" not in activity  # the port goes through RpcConfig.parsePort
+    assert "startForegroundService(s)" in activity and "Manifest.permission.POST_NOTIFICATIONS" in activity
+    (java / "RpcCheck.java").write_text(RPC_CHECK)
+    classes = compile_app_java(out, "org.tvmgen.rpc", tmp_path / "java")
+    libs = tmp_path / "lib"
+    libs.mkdir()
+    server = libs / "libtvmgen_rpc_server.so"  # a server that records its arguments and exits at once
+    server.write_text('#!/bin/sh\necho "$@" >> "$TVMGEN_TEST_STARTS"\nexit 3\n')
+    server.chmod(0o755)
+    starts = tmp_path / "starts.txt"
+    r = subprocess.run(
+        [
+            "java",
+            f"-Dstub.nativeLibraryDir={libs}",
+            "-cp",
+            classes,
+            "org.tvmgen.rpc.RpcCheck",
+            tmp_path / "app",
+            starts,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TVMGEN_TEST_STARTS": str(starts)},
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+    assert got["port-abc"].startswith('the port must be a whole number from 1 to 65535, not "abc"')
+    assert got["port-70000"].startswith("the port must be") and got["port-empty"].startswith("the port must be")
+    assert got["address"].startswith("the proxy address must be a host name or an IP address")
+    assert got["key"].startswith("the key must be letters") and got["listen"].startswith("the listen address")
+    assert got["proxy-ok"] == "null" and got["ipv6-ok"] == "null"
+    # startForegroundService's promise kept (type specialUse, 0x40000000) even for settings it then refuses
+    assert got["bad"].startswith(f"2 foreground-first={0x40000000} stopped=true status=not started: the port"), got
+    assert got["good"] == f"3 type={0x40000000} actions=[Stop] wakelock=true"
+    work = tmp_path / "app/files/rpc-work"
+    launches = got["starts"].strip("[]").split(", ")  # the first start and at least one reconnection
+    assert len(launches) >= 2 and set(launches) == {f"--proxy 127.0.0.1:9191 --key pixel --work-dir {work}"}
+    assert got["notification"].startswith("proxy 127.0.0.1:9191 | key pixel: server exited with code 3; reconnecting")
+    assert got["notification"].endswith(" | [Stop]")
+    backoff = re.fullmatch(r"server exited with code 3; reconnecting in (\d+) ms", got["status"])
+    assert backoff and int(backoff.group(1)) >= 1000, got  # it grew from 500 ms
+    assert got["stop"] == "2 stopped=true wakelock=false foreground=false status=stopped"
+
+
+def test_app_run_survives_rotation_and_stops_when_closed(host_app, tmp_path):
+    """The run belongs to the process, not the screen: a rotation right after the start shows the same run
+    (its lines so far, then the rest) and starts no second one, and the activity on screen then is the one that
+    finishes; closing the activity for good cancels the run, which still writes results that say so."""
+    results, log = run_app_on_host(host_app, tmp_path / "rotate", scenario="rotate")
+    assert "error" not in results, results
+    logged, screen = log.split("SCREEN:\n", 1)
+    assert logged.count("tvmgen: Preparing the kernels ...") == 1, log  # one run, not one per activity
+    # the second activity shows the whole run: the lines before it was made, and those after
+    assert screen.startswith("Falling back to the CPU: model-opencl could not start: ")
+    assert "mobilenet on cpu (model-cpu)\nPreparing the kernels ...\n" in screen
+    assert "peak resident memory (VmHWM): after load " in screen
+
+    results, log = run_app_on_host(host_app, tmp_path / "close", scenario="close", iterations=1000000)
+    assert results["cancelled"] is True and results["error"] == "cancelled: the app was closed before the run finished"
+    assert results["error_type"] == "CancellationException" and results["stage"] in (
+        "starting",
+        "loading the native library",
+        "loading model-opencl",
+        "loading model-cpu",
+        "preparing the kernels",
+        "running",
+    )
+    assert "runs_ms" not in results and results["model"] == "mobilenet"
+
+
+def test_app_without_its_native_library_writes_why(host_app, tmp_path):
+    """An UnsatisfiedLinkError (the JNI library missing, as when an APK lacks the phone's ABI) is no crash: the
+    results file and the screen say which library and why."""
+    results, log = run_app_on_host(host_app, tmp_path, jni=False)
+    assert results["error_type"] == "UnsatisfiedLinkError" and results["stage"] == "loading the native library"
+    assert results["error"].startswith("cannot load tvmgen's native library: ") and "tvmgen_jni" in results["error"]
+    assert results["cancelled"] is False and results["fallback"] is None
+    assert "Error (loading the native library): cannot load tvmgen's native library: " in log

@@ -1,0 +1,6 @@
+package android.os;
+
+public final class Looper {
+  private static final Looper MAIN = new Looper();
+  public static Looper getMainLooper() { return MAIN; }
+}
