@@ -297,7 +297,7 @@ def run_tvmgen(case_dir: Path, rtol: float, atol: float, scratch: Path) -> dict:
 
     from tvmgen import frontends
     from tvmgen.compiler import build
-    from tvmgen.compiler.platforms import PLATFORMS, BuildTarget
+    from tvmgen.compiler.targets.platforms import PLATFORMS, BuildTarget
     from tvmgen.frontends.base import InputOverride
     from tvmgen.runtime.runner import HostModel
 

@@ -299,7 +299,7 @@ def _preimport(model_file: Path) -> None:
 def worker_compile(model_file: Path, out_dir: Path, variant: str, tuning_db: Path | None) -> dict:
     from tvmgen import frontends
     from tvmgen.compiler import build
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
     from tvmgen.core.artifact import sha256_file
 
     _preimport(model_file)

@@ -157,7 +157,8 @@ def _last_error(text: str) -> str:
 _CUDA_COMPILE = r"""
 import sys, json, pathlib
 arch, dump = sys.argv[1], pathlib.Path(sys.argv[2])
-from tvmgen.compiler import platforms, build
+from tvmgen.compiler.targets import platforms
+from tvmgen.compiler import build
 _orig = platforms.target_dict
 def target_dict(platform, device, gpu_family="generic"):
     d = _orig(platform, device, gpu_family)

@@ -79,7 +79,7 @@ def main() -> int:
     work, runner = benchlib.opencl_setup(args.runtime, args.keep, "opencl-cache-bench-", log)
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
     from tvmgen.frontends.builtin import materialize
 
     log("compiling builtin:mobilenet for opencl and cpu ...")

@@ -281,7 +281,7 @@ def worker_compile(model: str, work: Path) -> dict:
 
     from tvmgen import frontends
     from tvmgen.compiler import build
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
     from tvmgen.core.artifact import sha256_file
     from tvmgen.core.model import random_inputs
     from tvmgen.frontends import builtin

@@ -36,7 +36,7 @@ def bundle(out: Path, names=("mobilenet", "int8")) -> None:
     from test_int8 import exact_product, matmul_integer  # the tests' own model maker
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
     from tvmgen.core.model import random_inputs
     from tvmgen.frontends.builtin import materialize
     from tvmgen.runtime import runtime_build

@@ -229,7 +229,7 @@ def compiled(tmp_path_factory):
 
     def compile_once(model_path, platform="host", device="cpu", name=None, consts=None, inputs=None, **options) -> Path:
         from tvmgen.compiler import pipeline
-        from tvmgen.compiler.platforms import PLATFORMS, BuildTarget
+        from tvmgen.compiler.targets.platforms import PLATFORMS, BuildTarget
 
         model_path = Path(model_path)
         plat = PLATFORMS[platform] if isinstance(platform, str) else platform

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import QEMU_AARCH64, require_tool, run_native, save_onnx
-from tvmgen.compiler.platforms import PLATFORMS
+from tvmgen.compiler.targets.platforms import PLATFORMS
 
 QEMU_LINE = "checking the linux-aarch64 build under qemu-aarch64"
 
@@ -178,8 +178,8 @@ def test_other_platforms_say_what_was_checked(tvmgen, tmp_path, model):
 
 
 def test_stand_in_takes_the_tuning_records_of_the_android_target(tmp_path):
-    from tvmgen.compiler import database
-    from tvmgen.compiler.platforms import make_target, target_dict
+    from tvmgen.compiler.targets import database
+    from tvmgen.compiler.targets.platforms import make_target, target_dict
     from tvmgen.runtime.check import _stand_in_database, linux_stand_in
 
     android = PLATFORMS["android-arm64"].with_features(["+dotprod"])

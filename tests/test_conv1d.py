@@ -131,8 +131,8 @@ def test_unit_axis_convolution_before_an_nary_max_keeps_the_layout_conversion(un
     import tvm
 
     from tvmgen import frontends
-    from tvmgen.compiler import schedules
-    from tvmgen.compiler.platforms import PLATFORMS, make_target
+    from tvmgen.compiler.cpu import schedules
+    from tvmgen.compiler.targets.platforms import PLATFORMS, make_target
 
     path = save_onnx(unit_axis_conv_model(unit, combine), tmp_path / f"{unit}_{combine}.onnx")
     target = make_target(PLATFORMS["host"].cpu_target())

@@ -83,7 +83,7 @@ def test_conv_transpose_does_no_multiply_by_zero(tmp_path):
 
     from tvmgen import frontends
     from tvmgen.compiler import cpu
-    from tvmgen.compiler.platforms import PLATFORMS, make_target
+    from tvmgen.compiler.targets.platforms import PLATFORMS, make_target
 
     path = save_onnx(conv_transpose_model("k4_s2_p1_after_conv"), tmp_path / "m.onnx")
     imported = frontends.load(path, [])
@@ -137,8 +137,9 @@ def test_a_pipeline_step_that_breaks_a_model_falls_back_instead_of_failing(tmp_p
     from tvm import relax
 
     from tvmgen import frontends
-    from tvmgen.compiler import build, cpu, schedules
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler import build, cpu
+    from tvmgen.compiler.cpu import schedules
+    from tvmgen.compiler.targets.platforms import PLATFORMS
     from tvmgen.core.model import random_inputs
     from tvmgen.runtime.runner import HostModel
 
@@ -251,7 +252,7 @@ def test_onnx_lstm_gru_every_option_match_onnxruntime(kind, attrs, tmp_path):
 
         from tvmgen import frontends
         from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-        from tvmgen.compiler.platforms import PLATFORMS
+        from tvmgen.compiler.targets.platforms import PLATFORMS
         from tvmgen.core.model import random_inputs
         from tvmgen.runtime.runner import HostModel
 
@@ -288,8 +289,9 @@ def test_packed_weights_never_lose_part_of_a_weight(tmp_path):
     from tvm.s_tir.meta_schedule.postproc import RewriteLayout
 
     from tvmgen import frontends
-    from tvmgen.compiler import cpu, schedule_rules, schedules
-    from tvmgen.compiler.platforms import PLATFORMS, make_target
+    from tvmgen.compiler import cpu
+    from tvmgen.compiler.cpu import schedule_rules, schedules
+    from tvmgen.compiler.targets.platforms import PLATFORMS, make_target
 
     path = _rnn_torch("GRU", False, False, tmp_path / "gru.onnx", hidden=90)
     imported = frontends.load(path, [])
@@ -424,7 +426,7 @@ def test_const_on_a_pytorch_program_binds_in_relax(tmp_path):
 
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
     from tvmgen.runtime.runner import HostModel
 
     class Scale(torch.nn.Module):
@@ -500,7 +502,7 @@ def test_mediapipe_convolution2d_transpose_bias(padding, stride, tmp_path):
     inputs = {s.name: np.random.default_rng(2).standard_normal(s.shape).astype(np.float32) for s in imported.inputs}
     expected = reference.reference(inputs)
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
     from tvmgen.runtime.runner import HostModel
 
     compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), tmp_path / "a", True, {"name": "c"})

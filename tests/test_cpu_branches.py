@@ -53,7 +53,7 @@ def test_each_branch_computes_its_own_lstm_and_nothing_runs_for_the_other(vad):
 
     from tvmgen import frontends
     from tvmgen.compiler import cpu
-    from tvmgen.compiler.platforms import PLATFORMS, make_target
+    from tvmgen.compiler.targets.platforms import PLATFORMS, make_target
 
     imported = frontends.load(vad, [])
     mod = relax.transform.BindParams(
@@ -92,7 +92,7 @@ def test_a_binding_read_after_the_if_stays_before_it():
     binding read by both branches too."""
     from tvm import relax
 
-    from tvmgen.compiler import branches
+    from tvmgen.compiler.cpu import branches
 
     @tvm.script.ir_module
     class Module:

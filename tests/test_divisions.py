@@ -72,7 +72,7 @@ def test_division_by_a_tensor_or_an_integer_is_left_alone():
     import tvm
     from tvm import relax
 
-    from tvmgen.compiler import divisions
+    from tvmgen.compiler.cpu import divisions
 
     x = relax.Var("x", relax.TensorType((2, 4), "float32"))
     y = relax.Var("y", relax.TensorType((2, 4), "float32"))

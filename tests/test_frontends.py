@@ -8,7 +8,7 @@ import pytest
 from conftest import dynamic_pad_model, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-from tvmgen.compiler.platforms import PLATFORMS
+from tvmgen.compiler.targets.platforms import PLATFORMS
 from tvmgen.core.model import random_inputs
 from tvmgen.frontends.base import InputOverride
 from tvmgen.runtime.runner import HostModel

@@ -13,7 +13,7 @@ from conftest import run_native, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler import gpu
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-from tvmgen.compiler.platforms import PLATFORMS, make_target, target_dict
+from tvmgen.compiler.targets.platforms import PLATFORMS, make_target, target_dict
 
 
 def _target(family):

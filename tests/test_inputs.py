@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import onnx_model, save_onnx
-from tvmgen.compiler.inputs import TVM_ALIGNMENT, input_uses, relax_input_alignment
+from tvmgen.compiler.cpu.inputs import TVM_ALIGNMENT, input_uses, relax_input_alignment
 from tvmgen.runtime.runner import HostModel
 
 
@@ -58,7 +58,7 @@ def at_offset(values: np.ndarray, offset: int) -> np.ndarray:
 def compiled(tmp_path_factory):
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
 
     tmp = tmp_path_factory.mktemp("inputs")
     path = save_onnx(three_input_model(), tmp / "three.onnx")
@@ -74,7 +74,7 @@ def test_kernels_reading_inputs_drop_the_64_byte_promise_and_no_other_does(compi
     from tvm import relax
 
     from tvmgen.compiler import cpu
-    from tvmgen.compiler.platforms import PLATFORMS, make_target
+    from tvmgen.compiler.targets.platforms import PLATFORMS, make_target
 
     imported, _ = compiled
     mod = relax.transform.BindParams("main", dict(zip(imported.mod["main"].params[3:], imported.params)))(imported.mod)
@@ -197,7 +197,7 @@ def test_wide_and_unsigned_dtypes_run_in_python_and_tvmgen_run(host_runtime, tmp
     from conftest import onnx_model, run_native, save_onnx
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
     from tvmgen.core.model import random_inputs
     from tvmgen.frontends.onnx import onnxruntime_reference
     from tvmgen.runtime.runner import HostModel

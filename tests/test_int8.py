@@ -15,7 +15,7 @@ from conftest import QEMU_AARCH64, onnx_model, require_tool, run_native, save_on
 from tvmgen import frontends
 from tvmgen.compiler import cpu, int8
 from tvmgen.compiler.build import BuildOptions, build_executable, compile_to_artifact
-from tvmgen.compiler.platforms import PLATFORMS, make_target
+from tvmgen.compiler.targets.platforms import PLATFORMS, make_target
 from tvmgen.runtime.runner import HostModel
 
 HOST = make_target(PLATFORMS["host"].cpu_target())

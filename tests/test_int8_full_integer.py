@@ -21,9 +21,10 @@ import tvm
 
 from test_int8 import keras_int8_model
 from tvmgen import frontends
-from tvmgen.compiler import cpu, int8, int8_qdq
+from tvmgen.compiler import cpu, int8
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-from tvmgen.compiler.platforms import PLATFORMS, make_target
+from tvmgen.compiler.int8 import int8_qdq
+from tvmgen.compiler.targets.platforms import PLATFORMS, make_target
 from tvmgen.runtime.runner import HostModel
 
 
@@ -67,7 +68,7 @@ def exact_depthwise(x8, w8, sw, sx, zx, stride, padding):
 def test_integer_depthwise_is_the_exact_sum_scaled_once(stride, padding):
     from tvm import relax
 
-    from tvmgen.compiler import stack_tiles
+    from tvmgen.compiler.cpu import stack_tiles
 
     h, c, sx, zx = 14, 48, 0.0235, -128
     rng = np.random.default_rng(3)
@@ -159,8 +160,9 @@ def stem_model(tmp_path_factory):
 
 def _gpu_fused(path, family: str) -> list[str]:
     """The function names of the GPU pipeline's fused module (up to FuseTIR) for ``family``."""
-    from tvmgen.compiler import adreno, gpu
-    from tvmgen.compiler.platforms import BuildTarget
+    from tvmgen.compiler import gpu
+    from tvmgen.compiler.gpu import adreno
+    from tvmgen.compiler.targets.platforms import BuildTarget
 
     target = BuildTarget(PLATFORMS["android-arm64"], "opencl", family).tvm
     if family == "adreno":

@@ -24,7 +24,7 @@ import pytest
 from conftest import REPO, require_tool, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, build_executable, compile_to_artifact
-from tvmgen.compiler.platforms import PLATFORMS
+from tvmgen.compiler.targets.platforms import PLATFORMS
 from tvmgen.core.errors import InputError, ToolMissingError
 from tvmgen.core.toolchains import xcode
 from tvmgen.ios import app as ios_app

@@ -162,7 +162,7 @@ def compile_run(tmp_path, model: bytes, inputs: dict, name="m"):
     """Import with tvmgen's TFLite frontend, compile for the host, run."""
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
     from tvmgen.runtime.runner import HostModel
 
     path = tmp_path / f"{name}.tflite"

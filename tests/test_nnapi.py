@@ -303,7 +303,7 @@ def test_a_runtime_without_nnapi_refuses_an_nnapi_artifact(tmp_path):
 
     from conftest import require_tool, single_op_models
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
     from tvmgen.runtime import runtime_build
 
     require_tool("cmake")

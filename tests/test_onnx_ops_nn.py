@@ -92,7 +92,7 @@ def compile_model(path, values: dict, out, consts=()):
     from ``values``, the inputs named in ``consts`` bound to their values."""
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
     from tvmgen.frontends.base import InputOverride
     from tvmgen.runtime.runner import HostModel
 

@@ -112,7 +112,7 @@ import numpy as np
 import tvm
 ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
 from tvmgen.compiler.gemm import gemm_module
-from tvmgen.compiler.platforms import PLATFORMS, BuildTarget
+from tvmgen.compiler.targets.platforms import PLATFORMS, BuildTarget
 
 tvm.get_global_func("tvmgen.opencl.set_cache_dir")(sys.argv[3])
 assert tvm.get_global_func("tvmgen.opencl.cache_dir")() == sys.argv[3]

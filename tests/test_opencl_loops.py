@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from tvmgen.compiler import opencl_loops
-from tvmgen.compiler.platforms import PLATFORMS, make_target, target_dict
+from tvmgen.compiler.gpu import opencl_loops
+from tvmgen.compiler.targets.platforms import PLATFORMS, make_target, target_dict
 
 
 def test_the_pragma_goes_before_the_marked_loops_only():

@@ -51,7 +51,7 @@ def test_zoo_models_that_needed_gpu_path_fixes(runtime, opencl_lib, tmp_path, mo
     shortening is tested with an unrolled LSTM in test_recurrent.py)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     import zoo
-    from tvmgen.compiler.kernel_names import KERNEL_NAME_LIMIT
+    from tvmgen.compiler.gpu.kernel_names import KERNEL_NAME_LIMIT
     from tvmgen.core import artifact, kernel_table
 
     path, flags = zoo.build(model, tmp_path)

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from conftest import require_tool, run_native, save_onnx, single_op_models
-from tvmgen.compiler.export import POOL_FLAGS, parallel_pool_source
+from tvmgen.compiler.targets.export import POOL_FLAGS, parallel_pool_source
 
 ENV = ctypes.c_void_p  # TVMParallelGroupEnv*: {void* sync_handle; int32_t num_task}
 LAMBDA = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ENV, ctypes.c_void_p)
@@ -342,9 +342,9 @@ def test_library_without_the_launcher_uses_tvms_pool(compiled, tmp_path, monkeyp
     convolution (parallel loops, built twice here in a second each; the session's build first, before the
     export is replaced)."""
     from tvmgen import frontends
-    from tvmgen.compiler import export
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets import export
+    from tvmgen.compiler.targets.platforms import PLATFORMS
 
     model = save_onnx(single_op_models()["conv3x3"], tmp_path / "conv3x3.onnx")
     new = compiled(model, "host", "cpu", name="conv3x3")

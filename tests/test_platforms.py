@@ -17,8 +17,8 @@ import pytest
 from conftest import require_tool, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-from tvmgen.compiler.export import parallel_pool_source
-from tvmgen.compiler.platforms import PLATFORMS, check_pair, target_dict
+from tvmgen.compiler.targets.export import parallel_pool_source
+from tvmgen.compiler.targets.platforms import PLATFORMS, check_pair, target_dict
 from tvmgen.core import binfmt, toolchains
 from tvmgen.core.errors import InputError, ToolMissingError
 
@@ -218,7 +218,7 @@ def test_ios_static_library_with_xcode(conv_model, tmp_path):
 def test_gemm_schedules_build(device, tmp_path):
     """The remote GEMM's schedules: vectorised CPU code, and thread-bound OpenCL kernels."""
     from tvmgen.compiler.gemm import gemm_module
-    from tvmgen.compiler.platforms import BuildTarget
+    from tvmgen.compiler.targets.platforms import BuildTarget
 
     mod = gemm_module(64, BuildTarget(PLATFORMS["linux-aarch64"], device))
     mod.export_library(str(tmp_path / "gemm.tar"))

@@ -195,7 +195,7 @@ def test_onnx_lstm_fused_or_unrolled(hidden, peepholes, fused, tmp_path):
 
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
     from tvmgen.core import kernel_table
     from tvmgen.core.model import random_inputs
     from tvmgen.runtime.runner import HostModel
@@ -278,7 +278,7 @@ def test_unrolled_lstm_on_opencl_gets_short_kernel_names(tvmgen, tmp_path):
     which PoCL's kernel cache cannot put in a file name: tvmgen shortens such names (kernel_names.py)."""
     import re
 
-    from tvmgen.compiler.kernel_names import KERNEL_NAME_LIMIT
+    from tvmgen.compiler.gpu.kernel_names import KERNEL_NAME_LIMIT
     from tvmgen.core import kernel_table
 
     path = save_onnx(_lstm_model(8, peepholes=True), tmp_path / "lstm.onnx")
@@ -412,7 +412,7 @@ def test_onnx_recurrent_spellings_match_onnxruntime(op, tmp_path):
 
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
     from tvmgen.core import kernel_table
     from tvmgen.core.errors import ModelError
     from tvmgen.core.model import random_inputs

@@ -15,8 +15,9 @@ import tvm
 
 from test_int8 import keras_int8_model
 from tvmgen import frontends
-from tvmgen.compiler import cpu, int8, requantize
-from tvmgen.compiler.platforms import PLATFORMS, make_target
+from tvmgen.compiler import cpu, int8
+from tvmgen.compiler.int8 import requantize
+from tvmgen.compiler.targets.platforms import PLATFORMS, make_target
 
 C = 32
 

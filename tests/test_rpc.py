@@ -184,8 +184,8 @@ def test_nested_tuple_outputs(servers, arm_devices, tmp_path):
     from tvm.script import ir as I
     from tvm.script import relax as R
 
-    from tvmgen.compiler import export
-    from tvmgen.compiler.platforms import get_platform, make_target, target_dict
+    from tvmgen.compiler.targets import export
+    from tvmgen.compiler.targets.platforms import get_platform, make_target, target_dict
     from tvmgen.core.errors import CheckError
     from tvmgen.core.model import TensorSpec
     from tvmgen.remote import bench as benching

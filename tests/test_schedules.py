@@ -14,8 +14,9 @@ import pytest
 from conftest import onnx_model, run_native, save_onnx
 from test_frontends import assert_close, compile_and_run
 from tvmgen import frontends
-from tvmgen.compiler import cpu, schedules
-from tvmgen.compiler.platforms import PLATFORMS, make_target
+from tvmgen.compiler import cpu
+from tvmgen.compiler.cpu import schedules
+from tvmgen.compiler.targets.platforms import PLATFORMS, make_target
 
 
 def conv_params(w, name: str, cout: int, cin: int, k: int) -> list:
@@ -333,7 +334,7 @@ def test_x86_builds_use_their_vector_width_and_run_on_their_cpu(name, tmp_path):
 
     from conftest import require_tool
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import missing_cpu_features
+    from tvmgen.compiler.targets.platforms import missing_cpu_features
     from tvmgen.core.model import random_inputs
     from tvmgen.runtime import runtime_build
     from tvmgen.runtime.runner import HostModel
@@ -391,7 +392,7 @@ def test_x86_builds_use_their_vector_width_and_run_on_their_cpu(name, tmp_path):
 def test_an_avx512_build_is_refused_on_an_avx2_cpu_with_the_fix(tmp_path):
     """Checked against an explicit AVX2 CPU, so it holds on any host: `run` names the missing
     instructions instead of stopping with SIGILL; under emulation the same library does die."""
-    from tvmgen.compiler.platforms import missing_cpu_features
+    from tvmgen.compiler.targets.platforms import missing_cpu_features
 
     avx512 = PLATFORMS["host"].with_cpu("skylake-avx512").cpu_target()
     missing = missing_cpu_features(avx512, host_cpu="haswell")
@@ -407,7 +408,7 @@ def test_cpu_flag(tvmgen, tmp_path):
     assert not (tmp_path / "bad").exists()
     ok = tvmgen("compile", path, "--cpu", "skylake-avx512", "--check", "-o", tmp_path / "a")
     assert ok.returncode == 0, ok.output
-    from tvmgen.compiler.platforms import missing_cpu_features
+    from tvmgen.compiler.targets.platforms import missing_cpu_features
 
     if missing_cpu_features({"kind": "llvm", "mcpu": "skylake-avx512"}):  # this host lacks AVX-512
         assert "cannot run here; checking a host/cpu build" in ok.output
@@ -494,7 +495,7 @@ def test_vector_exp_and_sigmoid_match_numpy():
     import tvm
     from tvm import te
 
-    from tvmgen.compiler.fast_math import vector_exp
+    from tvmgen.compiler.cpu.fast_math import vector_exp
 
     n = 1 << 16
     x = te.placeholder((n,), "float32", name="x")
@@ -986,7 +987,7 @@ def test_small_buffers_are_on_the_stack_and_large_ones_in_the_workspace(arch, tm
     import tvm
     from tvm import s_tir, tirx
 
-    from tvmgen.compiler import stack_tiles
+    from tvmgen.compiler.cpu import stack_tiles
 
     model = _one_conv([1, 16, 20, 20], [1, 32, 20, 20], (32, 16, 3, 3), seed=3, relu=True, pads=[1, 1, 1, 1])
     mod, done, _ = prepared_and_scheduled(save_onnx(model, tmp_path / "c.onnx"), target_spec=CPU_TARGETS[arch][0])

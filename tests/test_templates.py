@@ -22,7 +22,7 @@ from tvmgen.android import downloads
 from tvmgen.android import project as android_project
 from tvmgen.apps import templates
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-from tvmgen.compiler.platforms import PLATFORMS, app_devices
+from tvmgen.compiler.targets.platforms import PLATFORMS, app_devices
 from tvmgen.core.errors import InputError
 from tvmgen.reports import agreement
 

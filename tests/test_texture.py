@@ -29,8 +29,8 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
-from tvmgen.compiler import adreno
-from tvmgen.compiler.platforms import PLATFORMS, make_target, target_dict
+from tvmgen.compiler.gpu import adreno
+from tvmgen.compiler.targets.platforms import PLATFORMS, make_target, target_dict
 
 mode, work = sys.argv[2], sys.argv[3]
 dev = tvm.opencl(0)
@@ -131,7 +131,7 @@ def test_grouped_nchwc_convolution_matches_numpy():
     import tvm
     from tvm import te
 
-    from tvmgen.compiler.adreno import grouped_conv2d_nchwc
+    from tvmgen.compiler.gpu.adreno import grouped_conv2d_nchwc
 
     rng = np.random.default_rng(1)
     for cin, cout, groups, stride in ((16, 16, 16, 1), (16, 16, 16, 2), (16, 32, 2, 1), (8, 16, 2, 1)):
@@ -174,7 +174,7 @@ def test_adreno_models_run_in_texture_memory(ocl_runtime, opencl_lib, tmp_path, 
     from conftest import save_onnx, single_op_models
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
 
     path = save_onnx(single_op_models()[name], tmp_path / f"{name}.onnx")
     art = tmp_path / "adreno"
@@ -217,7 +217,7 @@ def test_bench_over_rpc_runs_a_texture_artifact(opencl_lib, tmp_path):
     from helpers import bench_on_a_gpu_device
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
 
     path = save_onnx(single_op_models()["conv1x1"], tmp_path / "conv1x1.onnx")
     art = tmp_path / "adreno"

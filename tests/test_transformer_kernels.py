@@ -25,8 +25,8 @@ def test_vector_erf_and_tanh_match_scipy():
     from scipy.special import erf
     from tvm import te
 
-    from tvmgen.compiler.fast_math import vector_erf, vector_tanh
-    from tvmgen.compiler.platforms import PLATFORMS, make_target
+    from tvmgen.compiler.cpu.fast_math import vector_erf, vector_tanh
+    from tvmgen.compiler.targets.platforms import PLATFORMS, make_target
 
     tiny = np.logspace(-30, 0, 4000)
     values = np.concatenate(
@@ -163,7 +163,7 @@ def _vectorised(fn, values: np.ndarray) -> np.ndarray:
     import tvm
     from tvm import te
 
-    from tvmgen.compiler.platforms import PLATFORMS, make_target
+    from tvmgen.compiler.targets.platforms import PLATFORMS, make_target
 
     n = len(values)
     x = te.placeholder((n,), "float32", name="x")
@@ -181,7 +181,7 @@ def test_vector_log_and_exp_match_numpy():
     """log: within 1 ulp of float64's over the normal floats (measured 0.73), log(0) = -inf, negatives
     and NaN NaN, log(inf) = inf, subnormals as the smallest normal; exp: relative error under 1e-7
     over [-87, 88], saturating beyond."""
-    from tvmgen.compiler.fast_math import vector_exp, vector_log
+    from tvmgen.compiler.cpu.fast_math import vector_exp, vector_log
 
     rng = np.random.default_rng(0)
     positive = np.concatenate(

@@ -217,7 +217,7 @@ def test_local_candidates_run_with_num_cores_threads(gemm, tmp_path, monkeypatch
     """--num-cores N: the local runner's workers (started while tuning) get TVM_NUM_THREADS=N, and
     the caller's environment is restored afterwards; a device over RPC keeps its own."""
     from tvmgen import frontends
-    from tvmgen.compiler.platforms import host_cpu_target, make_target
+    from tvmgen.compiler.targets.platforms import host_cpu_target, make_target
     from tvmgen.tuning import tune
 
     seen = []

@@ -200,8 +200,8 @@ def test_opencl_needs_a_device_and_a_database_for_its_target(gemm, tvmgen, tmp_p
 def test_app_builds_take_the_records_of_their_own_target(tmp_path):
     """`app --device opencl` builds the GPU artifact and a CPU fallback from one database root: each takes
     the directory of its own target; the root must have one of them. A phone's GPU is not this machine's."""
-    from tvmgen.compiler import database
-    from tvmgen.compiler.platforms import PLATFORMS, BuildTarget
+    from tvmgen.compiler.targets import database
+    from tvmgen.compiler.targets.platforms import PLATFORMS, BuildTarget
     from tvmgen.core.errors import InputError
 
     phone = PLATFORMS["android-arm64"]

@@ -444,7 +444,7 @@ def test_printer_vectors_lets_and_views():
     loads/stores (the layouts of 8-, 16- and 64-bit storage buffers)."""
     from tvm import tirx
 
-    from tvmgen.compiler import glsl, glsl_types
+    from tvmgen.compiler.vulkan import glsl, glsl_types
 
     p = glsl._Printer("k")
     x, y = tirx.Var("x", "int32"), tirx.Var("y", "int32")
@@ -511,7 +511,7 @@ def test_android_app_renders_for_vulkan(tmp_path):
     from tvmgen import frontends
     from tvmgen.android import project as android_project
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
 
     imported = frontends.load(save_onnx(single_op_models()["softmax"], tmp_path / "m.onnx"), [])
     arts = {}

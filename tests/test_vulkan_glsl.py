@@ -12,7 +12,7 @@ def _kernel():
     import tvm
     from tvm.script import tirx as T
 
-    from tvmgen.compiler import glsl
+    from tvmgen.compiler.vulkan import glsl
 
     @T.prim_func
     def k(
@@ -113,7 +113,7 @@ def _shared_kernel():
     import tvm
     from tvm.script import tirx as T
 
-    from tvmgen.compiler import glsl
+    from tvmgen.compiler.vulkan import glsl
 
     @T.prim_func
     def k(A: T.handle("float32", "global"), B: T.handle("float32", "global")):

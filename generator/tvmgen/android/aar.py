@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tvmgen.android import tools
 from tvmgen.android.project import LIBRARY_NAME_FILE, PackagedModel, check_package, package_model
-from tvmgen.compiler.platforms import get_device
+from tvmgen.compiler.targets.platforms import get_device
 from tvmgen.core import artifact, binfmt, resources, toolchains
 from tvmgen.core.errors import InputError
 from tvmgen.core.log import step

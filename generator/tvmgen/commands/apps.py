@@ -13,9 +13,9 @@ import click
 
 from tvmgen.android import downloads as pins
 from tvmgen.commands import options
-from tvmgen.compiler import database
 from tvmgen.compiler import precision as precisions
-from tvmgen.compiler.platforms import PLATFORMS
+from tvmgen.compiler.targets import database
+from tvmgen.compiler.targets.platforms import PLATFORMS
 from tvmgen.core import artifact
 from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
@@ -296,7 +296,7 @@ def app(
     """
     from tvmgen.android import project as android_project
     from tvmgen.compiler import pipeline
-    from tvmgen.compiler.platforms import app_targets
+    from tvmgen.compiler.targets.platforms import app_targets
     from tvmgen.core.toolchains import AndroidNdk
 
     if kind == "rpc":

@@ -87,7 +87,7 @@ def bench(
       tvmgen bench --gemm 1024 --key phone --tracker 127.0.0.1:9190
     """
     from tvmgen.compiler import pipeline
-    from tvmgen.compiler.platforms import BuildTarget, check_pair, get_device, get_platform
+    from tvmgen.compiler.targets.platforms import BuildTarget, check_pair, get_device, get_platform
     from tvmgen.core import artifact
     from tvmgen.remote import bench as benching
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tvmgen.commands import options
-from tvmgen.compiler import database
+from tvmgen.compiler.targets import database
 from tvmgen.core import artifact
 from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError
@@ -140,7 +140,7 @@ def compile(
       tvmgen compile model-int8.onnx --platform android-arm64 --cpu-features +dotprod
     """
     from tvmgen.compiler import pipeline
-    from tvmgen.compiler.platforms import BuildTarget, check_pair, get_device, get_platform
+    from tvmgen.compiler.targets.platforms import BuildTarget, check_pair, get_device, get_platform
     from tvmgen.frontends.base import InputOverride, parse_consts
 
     model = model_opt or model_arg

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from tvmgen.compiler import precision as precisions
-from tvmgen.compiler.platforms import DEVICES, GPU_FAMILIES, PLATFORMS
+from tvmgen.compiler.targets.platforms import DEVICES, GPU_FAMILIES, PLATFORMS
 
 INPUT_HELP = (
     "Set or override an input's shape/dtype, e.g. input:1x224x224x3:float32 (a 0-d input: sr:scalar:int64). Repeatable."

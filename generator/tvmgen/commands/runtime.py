@@ -54,7 +54,7 @@ def embed(source, platform, device, input_flags, out, force):
     (host, linux-aarch64), else (Android) the runtime sources and the exact build command, the C++
     header, the Java API, a CMake package config and a README with the lines to add to your project.
     """
-    from tvmgen.compiler.platforms import get_platform
+    from tvmgen.compiler.targets.platforms import get_platform
     from tvmgen.core import artifact
     from tvmgen.runtime import embed as embedding
 

@@ -83,9 +83,10 @@ def tune(
       tvmgen tune model.onnx --device opencl --key phone --proxy 127.0.0.1:9090 --db tuning/
       tvmgen compile model.onnx --platform android-arm64 --device opencl --tuning-db tuning/
     """
-    from tvmgen.compiler import database, pipeline
-    from tvmgen.compiler import export as exporter
-    from tvmgen.compiler.platforms import check_pair, get_device, get_platform, make_target, target_dict
+    from tvmgen.compiler import pipeline
+    from tvmgen.compiler.targets import database
+    from tvmgen.compiler.targets import export as exporter
+    from tvmgen.compiler.targets.platforms import check_pair, get_device, get_platform, make_target, target_dict
     from tvmgen.remote import bench as benching
     from tvmgen.tuning import tune as tuning
 

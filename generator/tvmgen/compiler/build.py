@@ -9,9 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tvmgen import __version__
-from tvmgen.compiler import adreno, gpu, int8_qdq, kernels, opencl_loops, recurrent, stack_tiles
-from tvmgen.compiler import export as exporter
-from tvmgen.compiler.platforms import DL_DEVICE_TYPES, BuildTarget, Platform
+from tvmgen.compiler import gpu, kernels, recurrent
+from tvmgen.compiler.cpu import stack_tiles
+from tvmgen.compiler.gpu import adreno, opencl_loops
+from tvmgen.compiler.int8 import int8_qdq
+from tvmgen.compiler.targets import export as exporter
+from tvmgen.compiler.targets.platforms import DL_DEVICE_TYPES, BuildTarget, Platform
 from tvmgen.core import artifact, interrupts
 from tvmgen.core.errors import CompileError, TvmgenError
 from tvmgen.core.log import console, filtered_stderr, step
@@ -199,7 +202,8 @@ def _pipelines(target, opts: BuildOptions, report: dict) -> list:
     import tvm
     from tvm import relax
 
-    from tvmgen.compiler import conv_transpose, cpu, kernel_names
+    from tvmgen.compiler import conv_transpose, cpu
+    from tvmgen.compiler.gpu import kernel_names
 
     if target.kind.name == "metal":
         return [

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tvmgen.compiler import export
-from tvmgen.compiler.platforms import BuildTarget
+from tvmgen.compiler.targets import export
+from tvmgen.compiler.targets.platforms import BuildTarget
 
 
 def gemm_module(n: int, target: BuildTarget):

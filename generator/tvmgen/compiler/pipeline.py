@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-from tvmgen.compiler.platforms import BuildTarget
+from tvmgen.compiler.targets.platforms import BuildTarget
 from tvmgen.core import artifact
 from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError

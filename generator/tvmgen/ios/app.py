@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tvmgen.compiler import pipeline
-from tvmgen.compiler.platforms import PLATFORMS, BuildTarget, check_pair
+from tvmgen.compiler.targets.platforms import PLATFORMS, BuildTarget, check_pair
 from tvmgen.core import artifact
 from tvmgen.core.errors import InputError, ToolMissingError
 from tvmgen.core.log import console, step

@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from tvmgen.compiler.platforms import PLATFORMS
+from tvmgen.compiler.targets.platforms import PLATFORMS
 from tvmgen.core import resources
 from tvmgen.core.errors import InputError
 

@@ -214,7 +214,7 @@ def bench_model(
     import tvm
     from tvm import relax
 
-    from tvmgen.compiler.platforms import DL_DEVICE_TYPES
+    from tvmgen.compiler.targets.platforms import DL_DEVICE_TYPES
     from tvmgen.core.model import random_inputs
     from tvmgen.runtime.runner import compare, vm_devices
 
@@ -326,7 +326,7 @@ def _profile_on_device(remote, vm, manifest: artifact.Manifest, directory: Path,
             "the device server cannot profile (no tvmgen.profile_vm): it is not tvmgen's, or older",
             "start tvmgen's device server (tvmgen rpc device), rebuilt by this tvmgen",
         ) from e
-    from tvmgen.compiler.platforms import DL_DEVICE_TYPES
+    from tvmgen.compiler.targets.platforms import DL_DEVICE_TYPES
 
     result = json.loads(f(vm.module, manifest.vm["entry"], runs, DL_DEVICE_TYPES[manifest.device], 0, *args))
     return profile.Profile.from_device(result, kernel_table.load(directory), manifest.device)
@@ -409,7 +409,7 @@ def bench_gemm(
     import tvm
 
     from tvmgen.compiler.gemm import build_gemm
-    from tvmgen.compiler.platforms import DL_DEVICE_TYPES, BuildTarget
+    from tvmgen.compiler.targets.platforms import DL_DEVICE_TYPES, BuildTarget
 
     if info.get("arch") and platform.arch != info["arch"]:
         raise InputError(

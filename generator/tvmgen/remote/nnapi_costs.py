@@ -20,7 +20,7 @@ def measure_tvm_costs(
     (tvmgen bench's machinery); returns one row per kind: measured GFLOP/s (median of ``repeat``
     repeats of ``number`` runs), or the table's rate where a kind cannot be built alone."""
     from tvmgen.compiler import pipeline
-    from tvmgen.compiler.platforms import BuildTarget, get_platform
+    from tvmgen.compiler.targets.platforms import BuildTarget, get_platform
 
     with step(f"Connecting to device {target.key!r}"):
         remote, info = bench.connect(target)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tvmgen.compiler.platforms import DEVICE_TABLE
+from tvmgen.compiler.targets.platforms import DEVICE_TABLE
 from tvmgen.core import kernel_table
 
 VM_ROW = "VM builtins (allocation, shape checks)"

@@ -69,7 +69,7 @@ def check_against_reference(
             "no artifact was written",
             "this is a compiler bug or a precision issue; raise --atol/--rtol only if the error is expected",
         )
-    from tvmgen.compiler.platforms import get_device
+    from tvmgen.compiler.targets.platforms import get_device
 
     model = getattr(run, "__self__", None)  # the artifact's own HostModel where it runs here
     if (
@@ -97,7 +97,7 @@ def checked_code(imported, staged: Path, opts, scratch: Path):
     qemu-aarch64), for android-arm64 a linux-aarch64 build with the same CPU target under qemu-aarch64,
     else (or where qemu-aarch64 or the aarch64 runner is missing) a host/cpu build of the same model."""
     from tvmgen.compiler import pipeline
-    from tvmgen.compiler.platforms import (
+    from tvmgen.compiler.targets.platforms import (
         PLATFORMS,
         BuildTarget,
         get_device,
@@ -170,7 +170,7 @@ def _features(plat) -> str:
 
 
 def _not_here(plat, device: str) -> str:
-    from tvmgen.compiler.platforms import get_device
+    from tvmgen.compiler.targets.platforms import get_device
 
     not_checked = get_device(device).not_checked
     if not_checked:
@@ -184,7 +184,7 @@ def _not_here(plat, device: str) -> str:
 
 def aarch64_runner() -> tuple[Path | None, str]:
     """(tvmgen-run built for linux-aarch64, "") where it can run here, else (None, why not and what to install)."""
-    from tvmgen.compiler.platforms import _host_arch
+    from tvmgen.compiler.targets.platforms import _host_arch
     from tvmgen.core.toolchains import Qemu
     from tvmgen.runtime import runtime_build
 
@@ -215,7 +215,7 @@ def linux_stand_in(plat):
     so the schedules (chosen from the architecture and the CPU features) and the NEON code are the same."""
     import dataclasses
 
-    from tvmgen.compiler.platforms import PLATFORMS
+    from tvmgen.compiler.targets.platforms import PLATFORMS
 
     llvm = tuple((k, "aarch64-linux-gnu" if k == "mtriple" else v) for k, v in plat.llvm)
     return dataclasses.replace(PLATFORMS["linux-aarch64"], llvm=llvm, cpu=plat.cpu, features=plat.features)
@@ -226,8 +226,8 @@ def _stand_in_database(root: Path | None, plat, stand_in, scratch: Path) -> Path
     one directory per target, named with its triple), so the stand-in uses the same tuned kernels."""
     import shutil
 
-    from tvmgen.compiler.database import target_name
-    from tvmgen.compiler.platforms import make_target, target_dict
+    from tvmgen.compiler.targets.database import target_name
+    from tvmgen.compiler.targets.platforms import make_target, target_dict
 
     if root is None:
         return None
@@ -247,7 +247,7 @@ def run_aarch64(runner: Path, artifact: Path, inputs: dict, scratch: Path) -> li
 
     import numpy as np
 
-    from tvmgen.compiler.platforms import _host_arch
+    from tvmgen.compiler.targets.platforms import _host_arch
     from tvmgen.core import toolchains
     from tvmgen.runtime.runner import output_file_name
 

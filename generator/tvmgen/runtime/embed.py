@@ -16,7 +16,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tvmgen.compiler.platforms import PLATFORMS
+from tvmgen.compiler.targets.platforms import PLATFORMS
 from tvmgen.core import artifact, resources
 from tvmgen.core.errors import InputError
 from tvmgen.runtime import runtime_build

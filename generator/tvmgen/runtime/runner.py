@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tvmgen.compiler.platforms import PLATFORMS, get_device, host_cpu_target, missing_cpu_features
+from tvmgen.compiler.targets.platforms import PLATFORMS, get_device, host_cpu_target, missing_cpu_features
 from tvmgen.core import artifact
 from tvmgen.core.errors import InputError, TvmgenError
 from tvmgen.core.latency import Latency

@@ -21,8 +21,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tvmgen.compiler.database import is_gpu, meta_schedule, open_database, target_name, target_spec
-from tvmgen.compiler.platforms import tunable
+from tvmgen.compiler.targets.database import is_gpu, meta_schedule, open_database, target_name, target_spec
+from tvmgen.compiler.targets.platforms import tunable
 from tvmgen.core.errors import InputError, ToolMissingError
 from tvmgen.tuning.tune_measure import Device, builder, candidate_runner
 
@@ -182,7 +182,7 @@ def _candidate_threads(num_cores: int | None):
 
 
 def _tune_contexts(ms, contexts, summary, database, target, trials, device, num_cores, compiler, on_progress):
-    from tvmgen.compiler import schedules
+    from tvmgen.compiler.cpu import schedules
 
     build = builder(compiler)
     runner = candidate_runner(ms, device)
@@ -237,7 +237,8 @@ def default_schedule(ctx, shape):
     """The schedule ``compile`` gives the task without a database: tvmgen's default (CPU, ``shape``
     is the CPU's) or dlight's (GPU, ``shape`` None); None when there is none, or (GPU) when its
     trace does not replay into the same function (a record must replay)."""
-    from tvmgen.compiler import gpu, schedules
+    from tvmgen.compiler import gpu
+    from tvmgen.compiler.cpu import schedules
 
     if shape is not None:
         sch = schedules.default_schedule(ctx.mod, shape)

@@ -26,7 +26,7 @@ def builder(compiler: Path):
     from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    from tvmgen.compiler import stack_tiles
+    from tvmgen.compiler.cpu import stack_tiles
 
     fcompile = cc.cross_compiler(str(compiler))
 

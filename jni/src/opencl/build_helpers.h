@@ -39,7 +39,7 @@ size_t KernelWeight(size_t definition_bytes);
 
 // The bytes of an OpenCL definition with its `#pragma unroll` loops written out: each line counts once per
 // iteration of the constant-count loops under the pragma around it (tvmgen's kernels keep TVM's unrolled
-// loops as such loops, compiler/opencl_loops.py; the driver compiles them unrolled, so the text alone would
+// loops as such loops, compiler/gpu/opencl_loops.py; the driver compiles them unrolled, so the text alone would
 // understate its work ten times). Text without the pragma: its size.
 size_t UnrolledBytes(const std::string& definition);
 

@@ -1,7 +1,7 @@
 // tvmgen's own Vulkan backend for the TVM 0.27 runtime (libtvmgen_vulkan.so).
 //
 // The PyPI TVM runtime has no Vulkan, and tvmgen's Vulkan kernels are its own (GLSL compute shaders
-// compiled to SPIR-V by `tvmgen compile --device vulkan`, generator/tvmgen/compiler/vulkan.py). Loading
+// compiled to SPIR-V by `tvmgen compile --device vulkan`, generator/tvmgen/compiler/vulkan/__init__.py). Loading
 // this library registers, through tvm-ffi globals:
 //   device_api.vulkan                   a kDLVulkan DeviceAPI (buffers, copies, attributes)
 //   ffi.Module.load_from_bytes.vulkan   the loader of the SPIR-V kernels embedded in a model library

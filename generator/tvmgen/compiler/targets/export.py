@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tvmgen.compiler import vulkan
-from tvmgen.compiler.platforms import Platform
+from tvmgen.compiler.targets.platforms import Platform
 from tvmgen.core import resources, toolchains
 
 # tvmgen's parallel launcher (jni/src/parallel/parallel_pool.cc), compiled into every model library

@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from tvmgen.compiler.database import open_database
-from tvmgen.compiler.platforms import tunable
+from tvmgen.compiler.targets.database import open_database
+from tvmgen.compiler.targets.platforms import tunable
 
 log = logging.getLogger("tvmgen.compiler")
 
@@ -29,7 +29,8 @@ def prepare_passes(target, lower_conv_transpose: bool = True) -> list:
     """Relax -> fused TIR functions, unscheduled: the module both ``tune`` and ``compile`` schedule."""
     from tvm.relax.backend.gpu_generic import pipeline as generic
 
-    from tvmgen.compiler import conv_transpose, int8_qdq, rewrites
+    from tvmgen.compiler import conv_transpose, rewrites
+    from tvmgen.compiler.int8 import int8_qdq
 
     legalize = [p for p in generic.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
     return (
@@ -456,7 +457,8 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
     from tvm import relax
     from tvm.relax.backend.gpu_generic import pipeline as generic
 
-    from tvmgen.compiler import conv_transpose, kernel_names
+    from tvmgen.compiler import conv_transpose
+    from tvmgen.compiler.gpu import kernel_names
 
     if not tunable(target) and target.kind.name != "vulkan":  # Vulkan: tvmgen's code generator, these schedules
         if tuning_db:

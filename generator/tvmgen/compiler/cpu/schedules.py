@@ -28,11 +28,11 @@ import logging
 
 import numpy as np
 
-from tvmgen.compiler import reduction_rules
-from tvmgen.compiler import schedule_rules as rules
-from tvmgen.compiler.schedule_rules import CpuShape, cpu_shape
+from tvmgen.compiler.cpu import reduction_rules
+from tvmgen.compiler.cpu import schedule_rules as rules
+from tvmgen.compiler.cpu.schedule_rules import CpuShape, cpu_shape
 
-log = logging.getLogger("tvmgen.compiler.schedules")
+log = logging.getLogger("tvmgen.compiler.cpu.schedules")
 
 
 def legalize_map() -> dict:
@@ -41,7 +41,9 @@ def legalize_map() -> dict:
     vectors (``fast_math.legalize_sigmoid``, ``legalize_erf``, ``legalize_tanh``, ``legalize_exp``,
     ``legalize_log``, ``legalize_power``), quantize without
     divisions (``int8_qdq.legalize_quantize``) and softmax (``compiler.softmax``)."""
-    from tvmgen.compiler import conv_transpose, fast_math, int8_qdq, softmax
+    from tvmgen.compiler import conv_transpose
+    from tvmgen.compiler.cpu import fast_math, softmax
+    from tvmgen.compiler.int8 import int8_qdq
 
     return {
         **conv_transpose.legalize_map(),
@@ -64,7 +66,9 @@ def layout_passes(target) -> list:
     dot-product instructions (``compiler.int8``)."""
     from tvm import relax
 
-    from tvmgen.compiler import conv1d, int8, requantize, rewrites
+    from tvmgen.compiler import int8, rewrites
+    from tvmgen.compiler.cpu import conv1d
+    from tvmgen.compiler.int8 import requantize
 
     return (
         [
@@ -158,7 +162,7 @@ def fold_packed_weights_passes(target) -> list:
 def _ConcatInPlace():  # noqa: N802
     """After scheduling: the kernels that make a concatenation's inputs write their slices of it
     directly, and the copy goes (``memory_rewrites.concat_in_place``)."""
-    from tvmgen.compiler.memory_rewrites import concat_in_place
+    from tvmgen.compiler.cpu.memory_rewrites import concat_in_place
     from tvmgen.compiler.rewrites import module_pass
 
     return module_pass("TvmgenConcatInPlace", concat_in_place)
@@ -182,7 +186,7 @@ def _ReluBoundsAsRelax():  # noqa: N802
 def _PadConvChannels(target):  # noqa: N802
     """Convolutions compute whole vectors of output channels (``conv_layout.pad_depthwise_chains``,
     ``conv_layout.pad_conv_output_channels``)."""
-    from tvmgen.compiler.conv_layout import pad_conv_output_channels, pad_depthwise_chains
+    from tvmgen.compiler.cpu.conv_layout import pad_conv_output_channels, pad_depthwise_chains
     from tvmgen.compiler.rewrites import module_pass
 
     lanes = cpu_shape(target).lanes(32)
@@ -195,7 +199,7 @@ def _NchwInputIntoConv():  # noqa: N802
     """The first convolution reads an NCHW input itself (``conv_layout.nchw_input_into_conv``)."""
     from tvm import relax
 
-    from tvmgen.compiler.conv_layout import legalize_nchw_input_conv, nchw_input_into_conv
+    from tvmgen.compiler.cpu.conv_layout import legalize_nchw_input_conv, nchw_input_into_conv
     from tvmgen.compiler.rewrites import module_pass
 
     def _pass(mod):
@@ -321,7 +325,7 @@ def _lossless(sch) -> bool:
 
 def _inline_dequantize(sch) -> None:
     """An 8-bit input dequantised as it is read (``int8_qdq._depthwise_from_8bit``): inlined first."""
-    from tvmgen.compiler import int8_qdq
+    from tvmgen.compiler.int8 import int8_qdq
 
     for b in sch.get_child_blocks(sch.get_sblock("root")):
         if sch.get(b).name_hint == int8_qdq.INLINE_DEQUANTIZE:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tvmgen.compiler import prefetch
+from tvmgen.compiler.cpu import prefetch
 
 
 def prepare_passes(target, layout: bool = True) -> list:
@@ -24,7 +24,8 @@ def prepare_passes(target, layout: bool = True) -> list:
     conversion breaks a model, see ``compiler.build``)."""
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    from tvmgen.compiler import branches, divisions, int8_qdq, requantize, schedules
+    from tvmgen.compiler.cpu import branches, divisions, schedules
+    from tvmgen.compiler.int8 import int8_qdq, requantize
 
     # what one If branch alone needs computed in that branch (the importer computes both);
     # quantised convolutions and matmuls on the 8-bit values first: the layout passes fold the
@@ -44,7 +45,7 @@ def legalize_passes() -> list:
     """TVM's CPU legalization, with tvmgen's own where it has one (``schedules.legalize_map``)."""
     from tvm import relax
 
-    from tvmgen.compiler import schedules
+    from tvmgen.compiler.cpu import schedules
 
     return [
         relax.transform.LegalizeOps(schedules.legalize_map()),
@@ -57,7 +58,7 @@ def legalize_passes() -> list:
 
 def schedule_passes(target, database=None, report: dict | None = None) -> list:
     """Schedules for the fused TIR functions: the tuning database first, defaults for the rest."""
-    from tvmgen.compiler import schedules
+    from tvmgen.compiler.cpu import schedules
 
     passes = []
     if database is not None:
@@ -75,8 +76,8 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
     import tvm
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    from tvmgen.compiler import branches, inputs
-    from tvmgen.compiler.database import open_database
+    from tvmgen.compiler.cpu import branches, inputs
+    from tvmgen.compiler.targets.database import open_database
 
     database = open_database(tuning_db, target) if tuning_db else None
 

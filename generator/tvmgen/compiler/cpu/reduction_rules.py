@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tvmgen.compiler import prefetch
-from tvmgen.compiler.schedule_rules import (
+from tvmgen.compiler.cpu import prefetch
+from tvmgen.compiler.cpu.schedule_rules import (
     COMM_REDUCE,
     DATA_PAR,
     CpuShape,

@@ -27,7 +27,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tvmgen.compiler import glsl
+from tvmgen.compiler.vulkan import glsl
 from tvmgen.core import toolchains
 from tvmgen.core.errors import CompileError
 

@@ -18,7 +18,7 @@ BLOCKS = ("softmax_max", "softmax_exp", "softmax_sum", "softmax_out")
 def legalize_softmax(bb, call):
     from tvm import te, tirx, topi
 
-    from tvmgen.compiler.fast_math import vector_exp
+    from tvmgen.compiler.cpu.fast_math import vector_exp
 
     x = call.args[0]
     ndim = len(x.ty.shape.values) if x.ty.shape is not None else 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from tvmgen.compiler.glsl_types import (
+from tvmgen.compiler.vulkan.glsl_types import (
     BINARY,
     INTRINSICS,
     MATH,

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tvmgen.compiler.platforms import BuildTarget, tunable
+from tvmgen.compiler.targets.platforms import BuildTarget, tunable
 from tvmgen.core.errors import InputError
 
 

@@ -95,7 +95,8 @@ def legalize_passes(target, texture: bool = True, report: dict | None = None) ->
     from tvm import relax
     from tvm.s_tir import dlight as dl
 
-    from tvmgen.compiler import gpu, int8_qdq
+    from tvmgen.compiler import gpu
+    from tvmgen.compiler.int8 import int8_qdq
 
     texture = texture and "texture" in target.keys
     passes = [

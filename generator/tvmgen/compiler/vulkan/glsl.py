@@ -56,8 +56,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from tvmgen.compiler.glsl_exprs import ExprPrinter, has_load, multiple_of, uses_any, walk_expr
-from tvmgen.compiler.glsl_types import (
+from tvmgen.compiler.vulkan.glsl_exprs import ExprPrinter, has_load, multiple_of, uses_any, walk_expr
+from tvmgen.compiler.vulkan.glsl_types import (
     BUFFER_LAYOUTS,
     HELPERS,
     THREAD_AXES,
