@@ -33,17 +33,27 @@ def test_the_readme_links_every_page_of_the_site():
     assert sorted(p for p in linked if not (REPO / "docs" / p).exists() and not p.endswith("/")) == []
 
 
-def _readme_command_lines() -> list[str]:
+WALKTHROUGH = (REPO / "docs" / "platforms" / "android-walkthrough.md").read_text()
+
+
+def _command_lines(*texts: str, inline: bool = False) -> list[str]:
+    """The ``tvmgen`` command lines of ``texts``' sh blocks (``inline``: also of their inline code, where
+    every one is a whole command, as in the README's table)."""
     lines = []
-    for cell in re.findall(r"`(tvmgen [^`]+)`", README):
-        lines += [part.strip() for part in cell.split("&&") if part.strip().startswith("tvmgen ")]
-    for block in re.findall(r"```sh\n(.*?)```", README, re.S):
-        lines += [ln.split("#")[0].strip() for ln in block.splitlines() if ln.strip().startswith("tvmgen ")]
+    for text in texts:
+        for cell in re.findall(r"`(tvmgen [^`]+)`", text) if inline else []:
+            lines += [part.strip() for part in cell.split("&&") if part.strip().startswith("tvmgen ")]
+        for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+            lines += [ln.split("#")[0].strip() for ln in block.splitlines() if ln.strip().startswith("tvmgen ")]
     return sorted(ln for ln in set(lines) if "COMMAND" not in ln)  # prose's `tvmgen COMMAND --help`
 
 
-@pytest.mark.parametrize("line", _readme_command_lines())
-def test_readme_command_lines_parse(line):
+def _readme_command_lines() -> list[str]:
+    return _command_lines(README, inline=True)
+
+
+@pytest.mark.parametrize("line", _readme_command_lines() + _command_lines(WALKTHROUGH))
+def test_readme_and_walkthrough_command_lines_parse(line):
     import click
 
     from tvmgen.cli import cli
