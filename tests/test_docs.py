@@ -74,3 +74,51 @@ def test_readme_and_walkthrough_command_lines_parse(line):
 
 def test_the_readme_shows_commands():
     assert len(_readme_command_lines()) >= 12
+
+
+def _suggested_commands() -> list[tuple[str, str]]:
+    """(file:line, command line) for every ``tvmgen ...`` command a message or help text in the package
+    suggests, read from its string literals (one literal each)."""
+    import ast
+
+    found = []
+    for path in sorted((REPO / "generator" / "tvmgen").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for m in re.finditer(
+                    r"tvmgen ([a-z][a-z-]*(?: [a-z][a-z-]*)?)((?: +(?:--?[a-z][\w-]*|[^\s`'\",;)]+))*)", node.value
+                ):
+                    found.append((f"{path.relative_to(REPO)}:{node.lineno}", m.group(0)))
+    return found
+
+
+def _options_of(words: list[str]):
+    import click
+
+    from tvmgen.cli import cli
+
+    with click.Context(cli) as ctx:
+        command: click.Command = cli
+        while isinstance(command, click.Group) and words and not words[0].startswith("-"):
+            sub = command.get_command(ctx, words[0])
+            if sub is None:
+                return None, words
+            command, words = sub, words[1:]
+        opts = {o for p in command.params for o in (*p.opts, *p.secondary_opts)} | {"--help", "-h"}
+        return opts, words
+
+
+def test_every_suggested_command_names_options_that_exist():
+    """A fix that names an option the command lacks sends the user in a circle (`app --objects-only`)."""
+    checked, wrong = 0, []
+    for where, line in _suggested_commands():
+        words = line.split()[1:]
+        opts, rest = _options_of(words)
+        if opts is None:
+            continue  # "tvmgen" in prose, not a command
+        checked += 1
+        for w in rest:
+            if re.match(r"--?[A-Za-z]", w) and w.split("=")[0] not in opts:
+                wrong.append(f"{where}: {line!r}: {w.split('=')[0]}")
+    assert checked > 30
+    assert wrong == []

@@ -100,8 +100,9 @@ class AndroidNdk(Tool):
         if root is None:
             raise ToolMissingError(
                 "Android NDK not found: none of " + ", ".join(NDK_ENV_VARS) + " is set, and tvmgen's SDK has none",
-                "tvmgen doctor --install (or install the NDK: sdkmanager 'ndk;27.2.12479018', and set ANDROID_NDK_HOME), "
-                "or use --objects-only to write an object archive that the app build links later",
+                "tvmgen doctor --install (or install the NDK: sdkmanager 'ndk;27.2.12479018', and set ANDROID_NDK_HOME); "
+                "without it, `tvmgen compile MODEL --objects-only` writes an object archive and the command that "
+                "links it later",
             )
         host_tag = {"Linux": "linux-x86_64", "Darwin": "darwin-x86_64", "Windows": "windows-x86_64"}[platform.system()]
         prefix = ANDROID_CLANG_PREFIX[self.abi]
