@@ -275,6 +275,33 @@ def test_aar_refuses_linux_libraries_and_4k_pages(android_artifact, aarch64_nati
     assert binfmt.page_report(aarch64_native / "libtvmgen_jni.so").min_align == 16384
 
 
+def test_an_objects_artifact_is_sent_to_compile_again_not_in_a_loop(android_artifact, aarch64_native, tmp_path):
+    """Linking an objects artifact by hand leaves its manifest at "objects", so the same refusal would come
+    back: the fix is to compile it again with the NDK, and that command parses."""
+    import json
+
+    import click
+
+    from tvmgen.cli import cli
+
+    objects = tmp_path / "objects"
+    shutil.copytree(android_artifact, objects)
+    manifest = json.loads((objects / "manifest.json").read_text())
+    manifest["export"].update(kind="objects", library="model.tar")
+    (objects / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match=r"holds model.tar \(objects\), not a linked model.so") as e:
+        aar.build_aar(
+            [objects], {"arm64-v8a": aarch64_native}, tmp_path / "o.aar", "org.example.m", require_android=False
+        )
+    fix = e.value.hint
+    assert "tvmgen doctor --install" in fix and "link it" not in fix
+    command = fix[fix.index("tvmgen compile") :].split()
+    assert command[command.index("--platform") + 1] == "android-arm64"
+    with click.Context(cli) as ctx:
+        compile_cmd = cli.get_command(ctx, "compile")
+        compile_cmd.make_context("compile", command[2:])  # every option it names exists
+
+
 @pytest.mark.skipif(
     os.environ.get("TVMGEN_TEST_NDK") != "1" or not os.environ.get("TVMGEN_TEST_AAR_NATIVE"),
     reason="set TVMGEN_TEST_NDK=1 and TVMGEN_TEST_AAR_NATIVE to the arm64-v8a lib dir of the NDK runtime build",

@@ -164,10 +164,12 @@ def build_aar(
                 f"{d} is built for {m.abi}, and no --native {m.abi}=DIR was given", f"pass --native {m.abi}=DIR"
             )
         if m.export["kind"] != "shared":
+            # linking the objects by hand would leave the manifest saying "objects": compile again instead
             raise InputError(
                 f"{d} holds {m.export['library']} ({m.export['kind']}), not a linked model.so",
-                "compile it where the Android NDK is (without --objects-only), or link it: "
-                + str(m.export.get("finish_command")),
+                "get the Android NDK (tvmgen doctor --install), then compile the model again without "
+                f"--objects-only: tvmgen compile {m.model.get('source') or 'MODEL'} --platform {m.platform} "
+                f"--device {m.device} -o {d} --force",
             )
         if m.platform != "android-armv7":
             report = binfmt.page_report(d / m.export["library"])
