@@ -12,11 +12,14 @@ atol 1e-7 for every node case).
 
     .venv/bin/python benchmarks/conformance.py                             # every case (~1,900; ~30 min on 2 cores)
     .venv/bin/python benchmarks/conformance.py --one-per-op                # the first case of each operator
+    .venv/bin/python benchmarks/conformance.py --one-per-op --batched      # the same, cases merged: ~1 min
     .venv/bin/python benchmarks/conformance.py --ops Add,Conv --json r.json --markdown r.md
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import re
@@ -287,10 +290,41 @@ def run_onnxruntime(case_dir: Path, rtol: float, atol: float) -> dict:
     return {"pass": True, "seconds": round(time.perf_counter() - t0, 3)}
 
 
+# What tvmgen logs when it takes another path for the whole model: onnxslim gave up, shape inference failed
+# before folding, or the CPU pipeline failed and another pipeline built the model. A case's result names
+# the one it took (other_path); a merged model that takes one would treat its cases otherwise than alone.
+OTHER_PATH = ("onnxslim could not simplify", "shape inference failed before folding", "%s failed (%s); built with %s")
+
+
+@contextlib.contextmanager
+def other_paths():
+    """The OTHER_PATH messages tvmgen logs while in the block, collected in the list it yields."""
+    import logging
+
+    taken: list[str] = []
+
+    class Watch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if str(record.msg).startswith(OTHER_PATH):
+                taken.append(record.getMessage().splitlines()[0][:300])
+
+    logger, handler = logging.getLogger("tvmgen"), Watch(logging.INFO)
+    level = logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)  # the build's fallback is logged at INFO
+    try:
+        yield taken
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def run_tvmgen(case_dir: Path, rtol: float, atol: float, scratch: Path) -> dict:
     """The case the way `tvmgen compile --check` runs a host/cpu build: frontends.load() with every input's
     shape fixed from the test data, compile_to_artifact() with the default options, then the artifact
-    run by tvmgen's host runner (HostModel) on the test inputs."""
+    run by tvmgen's host runner (HostModel) on the test inputs. ``other_path``: the OTHER_PATH messages
+    logged on the way, where there were any."""
     import shutil
 
     import onnx
@@ -304,6 +338,7 @@ def run_tvmgen(case_dir: Path, rtol: float, atol: float, scratch: Path) -> dict:
     t0 = time.perf_counter()
     stage = "import"
     out = scratch / case_dir.name
+    taken: list[str] = []
     try:
         model = onnx.load(str(case_dir / "model.onnx"))
         inputs, expected = read_data(case_dir, model)
@@ -312,10 +347,11 @@ def run_tvmgen(case_dir: Path, rtol: float, atol: float, scratch: Path) -> dict:
             for name, value in inputs.items()
             if isinstance(value, np.ndarray)
         ]
-        imported = frontends.load(case_dir / "model.onnx", overrides)
-        stage = "build"
-        opts = build.BuildOptions.for_target(BuildTarget(PLATFORMS["host"], "cpu", "generic"))
-        build.compile_to_artifact(imported, opts, out, True, {"name": case_dir.name})
+        with other_paths() as taken:
+            imported = frontends.load(case_dir / "model.onnx", overrides)
+            stage = "build"
+            opts = build.BuildOptions.for_target(BuildTarget(PLATFORMS["host"], "cpu", "generic"))
+            build.compile_to_artifact(imported, opts, out, True, {"name": case_dir.name})
         stage = "load"
         host = HostModel(out, threads=1)
         stage = "run"
@@ -323,10 +359,12 @@ def run_tvmgen(case_dir: Path, rtol: float, atol: float, scratch: Path) -> dict:
         stage = "compare"
         compare(expected, outputs, rtol, atol)
     except Exception as e:
-        return {"pass": False, "stage": stage, "error": first_line(e), "seconds": round(time.perf_counter() - t0, 3)}
+        result = {"pass": False, "stage": stage, "error": first_line(e), "seconds": round(time.perf_counter() - t0, 3)}
+    else:
+        result = {"pass": True, "seconds": round(time.perf_counter() - t0, 3)}
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    return {"pass": True, "seconds": round(time.perf_counter() - t0, 3)}
+    return {**result, **({"other_path": taken} if taken else {})}
 
 
 def _inject_fault(name: str, stage: str) -> None:
@@ -365,10 +403,246 @@ def _warm_up(scratch: Path) -> None:
     run_tvmgen(case, RTOL, ATOL, scratch)
 
 
+def run_alone(name: str, case_dir: Path, rtol: float, atol: float, scratch: Path) -> dict:
+    """The case by itself, as the per-case mode runs it (an injected fault in place of tvmgen, for the tests)."""
+    try:
+        _inject_fault(name, "tvmgen")
+        return run_tvmgen(case_dir, rtol, atol, scratch)
+    except Exception as e:
+        return {"pass": False, "stage": "import", "error": f"{type(e).__name__}: {e}"}
+
+
+# ----------------------------------------------------------------------------------- batched: many cases, one model
+# --batched: the cases that can share a model (the same IR version and opset imports, tensors in and out,
+# no local functions) are merged into one model, GROUP_MAX at most, every name prefixed with the case's
+# name; it is imported, compiled and run once, and its outputs are handed back to the cases. Only passes
+# are taken from a merged model: a case that fails in one runs again alone, and a merged model that fails
+# as a whole, or takes another path through tvmgen than its cases would alone, is split until the case at
+# fault is alone. So every failure is the per-case mode's own result, with its own error line.
+
+SEPARATOR = "__"  # case name + SEPARATOR + the case's own name (node test case names hold no "__")
+# Cases in one merged model, at most: one of 32 compiles in about 5 times the time of one case, and smaller
+# ones spread over the workers better.
+GROUP_MAX = 24
+_MERGED = itertools.count()
+# A merged model of N cases may take timeout * (1 + (N - 1) / MERGED_PER_TIMEOUT), 24 cases about 4 times
+# the limit: room for the others beside one case that takes most of the limit alone (Softplus compiles in
+# 10 times the time of Relu), and a case that hangs still runs its merged model out of time, and is split
+# from it.
+MERGED_PER_TIMEOUT = 8
+
+
+def group_key(model) -> tuple | None:
+    """What a case's model must share with the others of a merged model: its IR version and the version of
+    every domain it imports (no operator changes version). None for a model with local functions or sparse
+    initializers, or with inputs or outputs other than tensors: it runs alone."""
+    graph = model.graph
+    if model.functions or any(g.sparse_initializer for g in _graphs(graph)) or not graph.output:
+        return None
+    if not all(_plain_tensor_type(v.type) for v in [*graph.input, *graph.output]):
+        return None
+    return (model.ir_version, tuple(sorted((o.domain, o.version) for o in model.opset_import)))
+
+
+def _prefix_names(graph, prefix: str) -> None:
+    """Every name in ``graph`` and its subgraphs prefixed (an empty one, an omitted optional input, kept
+    empty); unnamed nodes named, so that an error naming a node names its case."""
+
+    def named(name: str) -> str:
+        return prefix + name if name else name
+
+    for vi in [*graph.input, *graph.output, *graph.value_info]:
+        vi.name = named(vi.name)
+    for tensor in graph.initializer:
+        tensor.name = named(tensor.name)
+    for i, node in enumerate(graph.node):
+        inputs, outputs = [named(n) for n in node.input], [named(n) for n in node.output]
+        del node.input[:], node.output[:]
+        node.input.extend(inputs)
+        node.output.extend(outputs)
+        node.name = prefix + (node.name or f"{node.op_type}_{i}")
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                _prefix_names(attr.g, prefix)
+            for g in attr.graphs:
+                _prefix_names(g, prefix)
+
+
+def merge_models(models: list[tuple[str, object]]):
+    """One model holding the graph of every (name, model) side by side, each of its names prefixed with
+    NAME + SEPARATOR; inputs and outputs in the order of ``models``. The models share one group_key."""
+    import copy
+
+    from onnx import helper
+
+    merged = helper.make_graph([], "conformance_batch", [], [])
+    for name, model in models:
+        graph = copy.deepcopy(model.graph)
+        _prefix_names(graph, name + SEPARATOR)
+        for field in ("node", "input", "output", "initializer", "value_info"):
+            getattr(merged, field).extend(getattr(graph, field))
+    first = models[0][1]
+    return helper.make_model(merged, opset_imports=list(first.opset_import), ir_version=first.ir_version)
+
+
+class MergedModelError(Exception):
+    """A merged model failed as a whole (or took another path through tvmgen): no case's result."""
+
+    def __init__(self, stage: str, error: str):
+        super().__init__(f"{stage}: {error}")
+        self.stage, self.error = stage, error
+
+
+def run_merged(members: list[dict], notes: tuple, scratch: Path) -> list[dict]:
+    """``members`` (name, model, inputs, expected, rtol, atol) merged into one model and run the way
+    run_tvmgen runs one case: each member's result, a pass or how its outputs differ. MergedModelError when
+    the merged model fails as a whole, or when its import ``notes`` (the opset upgrade) or a path it took
+    differ from its cases' own."""
+    import shutil
+
+    import onnx
+
+    from tvmgen import frontends
+    from tvmgen.compiler import build
+    from tvmgen.compiler.targets.platforms import PLATFORMS, BuildTarget
+    from tvmgen.frontends.base import InputOverride
+    from tvmgen.runtime.runner import HostModel
+
+    t0 = time.perf_counter()
+    # a folder of its own: a library loaded again from the same path would be the one loaded before
+    number = next(_MERGED)
+    folder, out = scratch / f"merged-{number}-model", scratch / f"merged-{number}"
+    stage = "import"
+    try:
+        with other_paths() as taken:
+            for m in members:
+                _inject_fault(m["name"], "tvmgen")
+            folder.mkdir(parents=True, exist_ok=True)
+            onnx.save(merge_models([(m["name"], m["model"]) for m in members]), str(folder / "model.onnx"))
+            inputs = {m["name"] + SEPARATOR + k: v for m in members for k, v in m["inputs"].items()}
+            overrides = [InputOverride(k, tuple(int(d) for d in np.shape(v)), None) for k, v in inputs.items()]
+            imported = frontends.load(folder / "model.onnx", overrides)
+            if tuple(imported.notes) != notes:
+                raise MergedModelError(stage, "imported otherwise than its cases: " + "; ".join(imported.notes))
+            stage = "build"
+            opts = build.BuildOptions.for_target(BuildTarget(PLATFORMS["host"], "cpu", "generic"))
+            build.compile_to_artifact(imported, opts, out, True, {"name": "conformance_batch"})
+        if taken:
+            raise MergedModelError(stage, "; ".join(taken))
+        stage = "load"
+        host = HostModel(out, threads=1)
+        stage = "run"
+        outputs = host.run({s.name: inputs[s.name] for s in host.manifest.inputs})
+    except MergedModelError:
+        raise
+    except Exception as e:
+        raise MergedModelError(stage, first_line(e)) from e
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
+    counts = [len(m["expected"]) for m in members]
+    if len(outputs) != sum(counts):
+        raise MergedModelError("run", f"{len(outputs)} outputs, expected {sum(counts)}")
+    seconds = round(time.perf_counter() - t0, 3)
+    results, k = [], 0
+    for m, n in zip(members, counts):
+        result = {"pass": True, "seconds": seconds, "batch": len(members)}
+        try:
+            compare(m["expected"], outputs[k : k + n], m["rtol"], m["atol"])
+        except MismatchError as e:
+            result = {"pass": False, "stage": "compare", "error": str(e), "seconds": seconds}
+        results.append(result)
+        k += n
+    return results
+
+
+def named_in(error: str, members: list[dict]) -> list[dict]:
+    """The members a merged model's error points at: those whose prefixed names it quotes, else the one
+    whose output it numbers ("output N of the model")."""
+    named = [m for m in members if m["name"] + SEPARATOR in error]
+    if named:
+        return named
+    number = re.search(r"\boutput (\d+) of the model\b", error)
+    owners = [m for m in members for _ in m["expected"]]
+    if number and int(number.group(1)) < len(owners):
+        return [owners[int(number.group(1))]]
+    return []
+
+
+def run_group(cases: list[tuple], scratch: Path, send) -> None:
+    """A batched task in a worker: each case imported alone first (milliseconds; a case tvmgen cannot
+    import, or imports with a note or a path of its own, runs alone), the rest merged and run once
+    (run_merged), every failure decided by the case's run alone. A merged model that fails as a whole
+    loses the cases its error names (they run alone) and is merged again; one whose error names none goes
+    back to the pool in two halves ("split"). Before each step the worker says which case ("case") or cases
+    ("group") a crash or hang from then on belongs to."""
+    from collections import Counter
+
+    import onnx
+
+    from tvmgen import frontends
+    from tvmgen.frontends.base import InputOverride
+
+    def alone(name: str, case_dir: Path, rtol: float, atol: float) -> None:
+        send(("case", name))
+        send(("tvmgen", name, run_alone(name, case_dir, rtol, atol, scratch)))
+
+    members: list[dict] = []
+    for name, case_dir, rtol, atol in cases:
+        send(("case", name))  # a crash or hang in the import is this case's
+        imported = None
+        try:
+            model = onnx.load(str(Path(case_dir) / "model.onnx"))
+            inputs, expected = read_data(Path(case_dir), model)
+            overrides = [InputOverride(k, tuple(int(d) for d in np.shape(v)), None) for k, v in inputs.items()]
+            with other_paths() as taken:
+                imported = frontends.load(Path(case_dir) / "model.onnx", overrides)
+        except Exception:
+            pass  # decided by its run alone, below
+        if imported is None or taken or group_key(model) is None:
+            alone(name, Path(case_dir), rtol, atol)
+            continue
+        m = {"name": name, "dir": Path(case_dir), "rtol": rtol, "atol": atol, "model": model}
+        members.append({**m, "inputs": inputs, "expected": expected, "notes": tuple(imported.notes)})
+    notes = Counter(m["notes"] for m in members).most_common(1)[0][0] if members else ()
+    for m in [m for m in members if m["notes"] != notes]:  # the opset converter failed on it alone: not merged
+        alone(m["name"], m["dir"], m["rtol"], m["atol"])
+    members = [m for m in members if m["notes"] == notes]
+    while len(members) > 1:
+        names = [m["name"] for m in members]
+        send(("group", names))
+        t0 = time.perf_counter()
+        try:
+            results = run_merged(members, notes, scratch)
+        except MergedModelError as e:
+            named = named_in(e.error, members)
+            faulty = named if 0 < len(named) < len(members) else []
+            seconds = round(time.perf_counter() - t0, 3)
+            send(("batch", {"cases": len(members), "seconds": seconds, "stage": e.stage, "error": e.error[:300]}))
+            for m in faulty:
+                alone(m["name"], m["dir"], m["rtol"], m["atol"])
+            if faulty:
+                members = [m for m in members if m["name"] not in {f["name"] for f in faulty}]
+                continue
+            half = len(names) // 2
+            send(("split", [names[:half], names[half:]]))
+            return
+        send(("batch", {"cases": len(members), "seconds": round(time.perf_counter() - t0, 3), "stage": "pass"}))
+        for m, result in zip(members, results):
+            if result["pass"]:
+                send(("tvmgen", m["name"], result))
+            else:
+                alone(m["name"], m["dir"], m["rtol"], m["atol"])
+        return
+    for m in members:
+        alone(m["name"], m["dir"], m["rtol"], m["atol"])
+
+
 def worker_main(conn, log_path: str, scratch: str) -> None:
-    """A worker: its stdout and stderr go to ``log_path``; it answers ("ready",) once warmed up, then
-    for each (name, case_dir, rtol, atol, skip_ort) task ("ort", name, result) (unless skip_ort), then
-    ("tvmgen", name, result); None ends it."""
+    """A worker: its stdout and stderr go to ``log_path``; it answers ("ready",) once warmed up, then for
+    each task {"cases": [(name, case_dir, rtol, atol, skip_ort)], "batched": bool} ("ort", name, result) for
+    each case (unless skip_ort), then ("tvmgen", name, result) for each (one by one: ("case", name) first;
+    batched: see run_group), then ("done",); None ends it."""
     import faulthandler
 
     for var in ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -385,17 +659,19 @@ def worker_main(conn, log_path: str, scratch: str) -> None:
         task = conn.recv()
         if task is None:
             return
-        name, case_dir, rtol, atol, skip_ort = task
-        print(f"=== {name}", flush=True)
-        if not skip_ort:
-            _inject_fault(name, "ort")
-            conn.send(("ort", name, run_onnxruntime(Path(case_dir), rtol, atol)))
-        try:
-            _inject_fault(name, "tvmgen")
-            result = run_tvmgen(Path(case_dir), rtol, atol, work)
-        except Exception as e:
-            result = {"pass": False, "stage": "import", "error": f"{type(e).__name__}: {e}"}
-        conn.send(("tvmgen", name, result))
+        print(f"=== {', '.join(c[0] for c in task['cases'])}", flush=True)
+        for name, case_dir, rtol, atol, skip_ort in task["cases"]:
+            if not skip_ort:
+                _inject_fault(name, "ort")
+                conn.send(("ort", name, run_onnxruntime(Path(case_dir), rtol, atol)))
+        cases = [c[:4] for c in task["cases"]]
+        if task["batched"] and len(cases) > 1:
+            run_group(cases, work, conn.send)
+        else:
+            for name, case_dir, rtol, atol in cases:
+                conn.send(("case", name))
+                conn.send(("tvmgen", name, run_alone(name, Path(case_dir), rtol, atol, work)))
+        conn.send(("done",))
 
 
 # ----------------------------------------------------------------------------------- the pool
@@ -413,8 +689,9 @@ class Worker:
         child.close()
         self.started = time.monotonic()
         self.ready = False
-        self.task: dict | None = None  # the case it runs
-        self.sent = self.deadline = 0.0
+        self.task: list[dict] | None = None  # the cases it runs
+        self.running: list[str] = []  # what a crash or hang now belongs to: one case, a merged model's cases
+        self.since = self.deadline = self.limit = 0.0
         self.done = 0
 
     def stop(self, kill: bool = False) -> None:
@@ -445,47 +722,109 @@ def death(process) -> str:
     return f"the worker process exited with status {code}"
 
 
-def run_pool(cases: list[dict], work: Path, jobs: int, timeout: float, on_result, logs: Path) -> None:
+def plan_tasks(
+    cases: list[dict], work: Path, apart: frozenset = frozenset(), slow: frozenset = frozenset()
+) -> list[list[dict]]:
+    """The batched mode's tasks: the cases of one group_key together (GROUP_MAX at most, in even parts),
+    the others and those in ``apart`` one by one. Those in ``slow`` (known to time out) first, so that
+    their time overlaps the rest, then the merged models, largest first, then the other cases."""
+    import onnx
+
+    groups: dict[tuple, list[dict]] = {}
+    first, last = [], []
+    for c in cases:
+        if c["name"] in apart or c["name"] in slow:
+            (first if c["name"] in slow else last).append([c])
+            continue
+        key = group_key(onnx.load(str(work / "node" / c["name"] / "model.onnx"), load_external_data=False))
+        if key is None:
+            last.append([c])
+        else:
+            groups.setdefault(key, []).append(c)
+    merged = []
+    for members in groups.values():
+        size = -(-len(members) // -(-len(members) // GROUP_MAX))
+        merged += [members[i : i + size] for i in range(0, len(members), size)]
+    return first + sorted(merged, key=len, reverse=True) + last
+
+
+def run_pool(
+    cases: list[dict],
+    work: Path,
+    jobs: int,
+    timeout: float,
+    on_result,
+    logs: Path,
+    batched: bool = False,
+    apart: frozenset = frozenset(),
+    slow: frozenset = frozenset(),
+    on_batch=None,
+) -> None:
     """Run ``cases`` on ``jobs`` workers; ``on_result(record)`` for each finished case; each worker's
-    output goes to ``logs``/worker-N.log."""
+    output goes to ``logs``/worker-N.log. ``batched``: the cases merged (plan_tasks with ``apart`` and
+    ``slow``, run_group), ``on_batch(stats)`` for each merged model built or failed. A case that crashes or
+    hangs its worker is recorded as such; a merged model that does is split in two halves, run again."""
     import multiprocessing
     from multiprocessing.connection import wait
 
     ctx = multiprocessing.get_context("spawn")
     logs.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=work))
-    queue = deque({"case": c, "skip_ort": False, "ort": None} for c in cases)
+    queue = deque(plan_tasks(cases, work, apart, slow) if batched else [[c] for c in cases])
+    by_name = {c["name"]: c for c in cases}
+    ort: dict[str, dict] = {}  # onnxruntime's result of each case, once known
+    finished: set[str] = set()
     workers: list[Worker | None] = [None] * jobs
     started = 0
     startup_limit = max(300.0, timeout)
 
-    def finish(task: dict, tvmgen: dict) -> None:
-        c = task["case"]
+    def finish(name: str, tvmgen: dict) -> None:
+        finished.add(name)
+        c = by_name[name]
         on_result(
             {
                 **{k: c[k] for k in ("name", "op", "domain", "subset", "excluded_because")},
-                "ort": task["ort"],
+                "ort": ort[name],
                 "tvmgen": tvmgen,
             }
         )
 
     def lost(slot: int, why: str) -> None:
-        """Worker ``slot`` died or hung: what it was running is recorded, the worker dropped."""
+        """Worker ``slot`` died or hung: what it was running is recorded (one case) or split and queued again
+        (a merged model), the rest of its task queued again, the worker dropped."""
         w = workers[slot]
         assert w is not None
-        task = w.task
+        task, running = w.task, [n for n in w.running if n not in finished]
+        seconds = round(time.monotonic() - w.since, 3)
         w.stop(kill=True)
         workers[slot] = None
         if task is None:
             raise RuntimeError(f"a conformance worker failed before running any case ({why}); see {w.log}")
-        if task["ort"] is None:  # it was in onnxruntime: tvmgen still runs, in a fresh worker
-            task["ort"] = {"pass": False, "error": f"onnxruntime: {why}"}
-            task["skip_ort"] = True
-            queue.appendleft(task)
-        else:
+        left = [c for c in task if c["name"] not in finished]
+        in_ort = [c for c in left if c["name"] not in ort]
+        if in_ort:  # it was in onnxruntime's turn: tvmgen still runs the case, in a fresh worker
+            ort[in_ort[0]["name"]] = {"pass": False, "error": f"onnxruntime: {why}"}
+            queue.appendleft(left)
+            return
+        rest = [c for c in left if c["name"] not in running]
+        if rest:
+            queue.appendleft(rest)
+        if len(running) == 1:
             stage = "timeout" if "timed out" in why else "crash"
-            seconds = round(time.monotonic() - w.sent, 3)
-            finish(task, {"pass": False, "stage": stage, "error": why, "seconds": seconds, "log": str(w.log)})
+            finish(running[0], {"pass": False, "stage": stage, "error": why, "seconds": seconds, "log": str(w.log)})
+        elif running:
+            if on_batch is not None:
+                on_batch(
+                    {
+                        "cases": len(running),
+                        "seconds": seconds,
+                        "stage": "timeout" if "timed out" in why else "crash",
+                        "error": why,
+                    }
+                )
+            half = len(running) // 2
+            for part in (running[half:], running[:half]):
+                queue.appendleft([by_name[n] for n in part])
 
     try:
         while queue or any(w is not None and w.task is not None for w in workers):
@@ -499,10 +838,18 @@ def run_pool(cases: list[dict], work: Path, jobs: int, timeout: float, on_result
                     workers[slot] = w = Worker(ctx, logs, scratch, started)
                 if w is not None and w.ready and w.task is None and queue:
                     w.task = queue.popleft()
-                    c = w.task["case"]
-                    w.conn.send((c["name"], str(work / "node" / c["name"]), c["rtol"], c["atol"], w.task["skip_ort"]))
-                    w.sent = time.monotonic()
-                    w.deadline = w.sent + timeout
+                    w.conn.send(
+                        {
+                            "batched": batched,
+                            "cases": [
+                                (c["name"], str(work / "node" / c["name"]), c["rtol"], c["atol"], c["name"] in ort)
+                                for c in w.task
+                            ],
+                        }
+                    )
+                    w.running, w.limit = [], timeout
+                    w.since = time.monotonic()
+                    w.deadline = w.since + timeout
             live = [w for w in workers if w is not None]
             if not live:
                 continue
@@ -517,11 +864,25 @@ def run_pool(cases: list[dict], work: Path, jobs: int, timeout: float, on_result
                         msg = w.conn.recv()
                         if msg[0] == "ready":
                             w.ready = True
-                        elif msg[0] == "ort" and w.task is not None:
-                            w.task["ort"] = msg[2]
-                        elif msg[0] == "tvmgen" and w.task is not None:
-                            finish(w.task, msg[2])
-                            w.task, w.done = None, w.done + 1
+                        elif w.task is None:
+                            continue
+                        elif msg[0] == "ort":
+                            ort[msg[1]] = msg[2]
+                        elif msg[0] in ("case", "group"):  # a crash or hang from now on is theirs
+                            w.running = [msg[1]] if msg[0] == "case" else list(msg[1])
+                            w.since = time.monotonic()
+                            w.limit = timeout * (1 + (len(w.running) - 1) / MERGED_PER_TIMEOUT)
+                            w.deadline = w.since + w.limit
+                        elif msg[0] == "tvmgen":
+                            finish(msg[1], msg[2])
+                            w.done += 1
+                        elif msg[0] == "batch" and on_batch is not None:
+                            on_batch(msg[1])
+                        elif msg[0] == "split":
+                            for part in reversed(msg[1]):
+                                queue.appendleft([by_name[n] for n in part])
+                        elif msg[0] == "done":
+                            w.task, w.running = None, []
                 except (EOFError, OSError):
                     pass
                 if not w.process.is_alive():
@@ -531,7 +892,7 @@ def run_pool(cases: list[dict], work: Path, jobs: int, timeout: float, on_result
                         continue
                     lost(slot, death(w.process))
                 elif w.task is not None and time.monotonic() > w.deadline:
-                    lost(slot, f"timed out after {timeout:g} s")
+                    lost(slot, f"timed out after {w.limit:g} s")
                 elif not w.ready and time.monotonic() > w.started + startup_limit:
                     raise RuntimeError(f"a conformance worker did not start within {startup_limit:g} s; see {w.log}")
     finally:
@@ -693,7 +1054,13 @@ def markdown_report(results: list[dict], skipped: int, complete: bool, settings:
 
 
 def write_json(
-    path: Path, results: list[dict], skipped: list[dict], settings: dict, complete: bool, elapsed: float
+    path: Path,
+    results: list[dict],
+    skipped: list[dict],
+    settings: dict,
+    complete: bool,
+    elapsed: float,
+    batches: list[dict] | None = None,
 ) -> None:
     doc = {
         "benchmark": "conformance",
@@ -705,16 +1072,66 @@ def write_json(
         "failure_groups": {s: failure_groups(results, s) for s in ("mobile", "other")},
         "results": results,
         "skipped": skipped,
+        **({"batches": batches} if batches is not None else {}),
     }
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     os.replace(tmp, path)
 
 
+def write_record(path: Path, results: list[dict], settings: dict) -> None:
+    """--record: tvmgen's result of each case by operator, {"pass": true} or {"pass": false, "stage": ...}
+    ("other_path": true where tvmgen took one, see OTHER_PATH), with the versions it holds for; one operator
+    a line."""
+    ops: dict[str, dict] = {}
+    for r in sorted(results, key=lambda r: (r["op"], r["name"])):
+        t = r["tvmgen"]
+        entry = {"pass": True} if t["pass"] else {"pass": False, "stage": t.get("stage")}
+        ops.setdefault(r["op"], {})[r["name"]] = {**entry, **({"other_path": True} if t.get("other_path") else {})}
+    head = {
+        "about": "tvmgen's host/cpu result of each ONNX node test case run, by operator: conformance.py --record",
+        "selection": {k: settings[k] for k in ("ops", "one_per_op", "subset")},
+        "versions": {k: settings["versions"].get(k) for k in ("onnx", "apache-tvm")},
+    }
+    body = ",\n".join(f"  {json.dumps(op)}: {json.dumps(cases)}" for op, cases in ops.items())
+    text = json.dumps(head, indent=1)[:-2] + ',\n "ops": {\n' + body + "\n }\n}\n"
+    json.loads(text)  # the layout above is still JSON
+    path.write_text(text)
+
+
+def read_record(path: Path) -> dict[str, dict]:
+    """A --record file: case name -> {"pass": ..., "stage": ..., "other_path": ...}."""
+    doc = json.loads(path.read_text())
+    return {name: entry for cases in doc["ops"].values() for name, entry in cases.items()}
+
+
 def main(argv=None) -> int:
     p = benchlib.parser(__doc__)
     p.add_argument("--ops", help="only these operators, comma-separated (e.g. Add,Conv)")
     p.add_argument("--one-per-op", action="store_true", help="only the first case of each operator (the fast subset)")
+    p.add_argument("--subset", choices=("mobile", "other"), help="only the cases of this subset")
+    p.add_argument(
+        "--batched",
+        action="store_true",
+        help=f"merge the cases that share their opset imports into models of {GROUP_MAX} cases at most, compile "
+        "and run each once; a case that fails runs again alone, so the results are the per-case mode's, in a "
+        "fraction of the time (the suite's one-case-per-operator check)",
+    )
+    p.add_argument(
+        "--known",
+        type=Path,
+        metavar="RECORD.json",
+        help="with --batched: a --record file; the cases it records as failing in tvmgen or built on another "
+        "path (a fallback pipeline) are not merged, and run alone (those that timed out first): a merged "
+        "model they would make fail need not be split to find them",
+    )
+    p.add_argument(
+        "--record",
+        type=Path,
+        metavar="OUT.json",
+        help="write tvmgen's result of each case by operator here, once every case ran "
+        "(tests/recorded/conformance_one_per_op.json: --one-per-op --subset mobile)",
+    )
     p.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds one case may take (default 60)")
     p.add_argument("--work", type=Path, help="where the cases are written (kept; default: a directory in $TMPDIR)")
@@ -729,6 +1146,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error("--jobs must be at least 1")
+    if args.known and not args.batched:
+        p.error("--known applies to --batched")
     if args.report:
         doc = json.loads(args.report.read_text())
         results, skipped = doc["results"], len(doc["skipped"])
@@ -752,13 +1171,26 @@ def main(argv=None) -> int:
     skipped = [
         {k: c[k] for k in ("name", "op", "domain", "subset", "excluded_because")}
         for c in all_cases
-        if c["subset"] == "skipped" and (wanted is None or c["op"].lower() in wanted) and not args.one_per_op
+        if c["subset"] == "skipped"
+        and (wanted is None or c["op"].lower() in wanted)
+        and not args.one_per_op
+        and not args.subset
     ]
+    if args.subset:
+        cases = [c for c in cases if c["subset"] == args.subset]
+    apart = slow = frozenset()
+    if args.known:
+        known = read_record(args.known)
+        apart = frozenset(n for n, k in known.items() if not k["pass"] or k.get("other_path"))
+        slow = frozenset(n for n, k in known.items() if k.get("stage") == "timeout")
     logs = work / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"  # the workers' output, this run's
     env = benchlib.environment(("onnx", "onnxruntime", "apache-tvm", "tvmgen", "numpy"))
     settings = {
         "ops": ops,
         "one_per_op": args.one_per_op,
+        "subset": args.subset,
+        "batched": args.batched,
+        "known": str(args.known) if args.known else None,
         "jobs": args.jobs,
         "timeout_s": args.timeout,
         "work": str(work),
@@ -768,9 +1200,13 @@ def main(argv=None) -> int:
         "versions": env["packages"],
         "machine": {k: v for k, v in env.items() if k != "packages"},
     }
-    benchlib.progress(f"{len(cases)} case(s) to run on {args.jobs} worker(s), {args.timeout:g} s each at most")
+    benchlib.progress(
+        f"{len(cases)} case(s) to run on {args.jobs} worker(s), {args.timeout:g} s each at most"
+        + (" (batched)" if args.batched else "")
+    )
 
     results: list[dict] = []
+    batches: list[dict] | None = [] if args.batched else None
     t0 = time.monotonic()
     last_json = [t0]
 
@@ -782,8 +1218,18 @@ def main(argv=None) -> int:
             f"[{len(results)}/{len(cases)}] {record['name']}: onnxruntime {'ok' if o['pass'] else 'FAIL'}, tvmgen {tv}"
         )
         if args.json and time.monotonic() - last_json[0] > JSON_EVERY_S:
-            write_json(args.json, results, skipped, settings, False, time.monotonic() - t0)
+            write_json(args.json, results, skipped, settings, False, time.monotonic() - t0, batches)
             last_json[0] = time.monotonic()
+
+    def on_batch(stats: dict) -> None:
+        assert batches is not None
+        batches.append(stats)
+        what = (
+            "built and run"
+            if stats["stage"] == "pass"
+            else f"failed ({stats['stage']}: {stats.get('error', '')[:150]})"
+        )
+        benchlib.log(f"merged model of {stats['cases']} case(s) {what} in {stats['seconds']:g} s")
 
     def stop(signum, _frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -791,7 +1237,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, stop)
     complete = False
     try:
-        run_pool(cases, work, args.jobs, args.timeout, on_result, logs)
+        run_pool(cases, work, args.jobs, args.timeout, on_result, logs, args.batched, apart, slow, on_batch)
         complete = True
     except KeyboardInterrupt:
         benchlib.progress(f"stopped after {len(results)} of {len(cases)} case(s): the report is partial")
@@ -799,11 +1245,22 @@ def main(argv=None) -> int:
     elapsed = time.monotonic() - t0
     print(text_report(results, len(skipped), complete))
     if args.json:
-        write_json(args.json, results, skipped, settings, complete, elapsed)
+        write_json(args.json, results, skipped, settings, complete, elapsed, batches)
         benchlib.progress(f"JSON written to {args.json}")
+    if args.record:
+        if complete:
+            write_record(args.record, results, settings)
+            benchlib.progress(f"record written to {args.record}")
+        else:
+            benchlib.progress(f"no record written to {args.record}: the run is partial")
     if args.markdown:
         args.markdown.write_text(markdown_report(results, len(skipped), complete, settings))
         benchlib.progress(f"Markdown written to {args.markdown}")
+    if batches:
+        built = sum(b["stage"] == "pass" for b in batches)
+        benchlib.progress(
+            f"{len(batches)} merged model(s), {built} built and run, {len(batches) - built} failed or split"
+        )
     benchlib.progress(f"{len(results)} case(s) in {elapsed / 60:.1f} min; the workers' output is in {logs}")
     return 0 if complete else 130
 
