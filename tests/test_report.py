@@ -173,7 +173,7 @@ def test_comparison_flags_a_planted_regression(browser, tvmgen_inprocess, tmp_pa
     base = json.loads((RECORDED / "bench_pixel6.json").read_text())
     slower = copy.deepcopy(base)
     slower["warm_samples_ms"] = [x * 1.25 for x in base["warm_samples_ms"]]  # planted: 25% slower steady runs
-    slower["cold_ms"]["init"] = base["cold_ms"]["init"] / 2  # and an improvement
+    slower["cold_ms"]["init"] = base["cold_ms"]["init"] / 2  # and an improvement, of one value a side
     (tmp_path / "new.json").write_text(json.dumps(slower))
     out, md = tmp_path / "compare.html", tmp_path / "compare.md"
     r = tvmgen_inprocess(
@@ -192,24 +192,31 @@ def test_comparison_flags_a_planted_regression(browser, tvmgen_inprocess, tmp_pa
     flagged = {(li.get_attribute("class"), li.get_attribute("data-metric")) for li in find("#verdicts li")}
     assert ("regression", "p50_ms") in flagged
     assert ("regression", "p90_ms") in flagged
-    assert ("improvement", "init_ms") in flagged
-    assert not {m for v, m in flagged if m in ("load_ms", "first_run_ms", "peak_bytes")}  # unchanged: not flagged
+    assert all("rank test p<0.001, n=40/40" in li.text for li in find("#verdicts li"))
+    assert not {m for v, m in flagged if m in ("init_ms", "load_ms", "first_run_ms", "peak_bytes")}
+    # init halved, but a single value on each side: nothing to test its spread with, so said and not flagged
+    (init,) = [li for li in find("#unflagged li") if li.get_attribute("data-metric") == "init_ms"]
+    assert init.get_attribute("class") == "untested" and "not tested (no samples)" in init.text
     p50 = find('#compare td[data-run="1"][data-metric="p50_ms"]')[0]
     assert "regression" in p50.get_attribute("class").split()
     assert "+25.0%" in p50.text
     assert "regression" not in find('#compare td[data-run="0"][data-metric="p50_ms"]')[0].get_attribute("class")
     assert len(find("svg.p50 rect.bar")) == 2
     assert len(find("svg.histogram")) == 2
-    # the same model on the same phone twice: each column names its result file
+    # the same model on the same phone twice, nothing recorded differs: each column names its result file
     head = md.read_text().splitlines()[2]
-    assert "(bench_pixel6.json)" in head and "(new.json)" in head, head
+    assert head == "| metric | bench_pixel6.json | new.json |", head
+    assert [th.text for th in find("#compare th.num")] == ["bench_pixel6.json", "new.json"]
     # the device as the server reported it; what it did not report says so
     device = find("section#run-0 .grid table.fields")[1].text
     assert "Android 14" in device
     assert "GPU driver not reported" in device
     summary = md.read_text()
-    assert re.search(r"\| steady run p50 \| [\d.]+ ms \| [\d.]+ ms \(\+25\.0% \*\*regression\*\*\) \|", summary)
-    assert "**improvement**" in summary
+    assert re.search(
+        r"\| steady run p50 \| [\d.]+ ms \| [\d.]+ ms \(\+25\.0% \*\*regression\*\*, rank test p<0\.001, n=40/40\) \|",
+        summary,
+    )
+    assert "(-50.0%, not tested (no samples))" in summary and "**improvement**" not in summary
 
 
 def test_app_results_report(browser, tvmgen_inprocess, mobilenet_artifact, tmp_path):
@@ -476,7 +483,8 @@ def test_fail_on_regression_exit_code(tvmgen_inprocess, tmp_path):
     out = tmp_path / "compare.html"
     r = tvmgen_inprocess("report", base, tmp_path / "new.json", "-o", out, "--fail-on-regression")
     assert r.returncode == 5, r.output
-    assert "regressions beyond 5% against" in r.output and "steady run p50 +25.0%" in r.output
+    assert "regressions beyond 5% and beyond the runs' spread against" in r.output
+    assert "steady run p50 +25.0% (rank test p<0.001, n=40/40)" in r.output
     assert "raise --threshold" in r.output
     assert out.is_file() and "regression" in out.read_text()  # the report is written all the same
     # no regression (the same run twice, or a change under the threshold): exit 0
@@ -485,3 +493,186 @@ def test_fail_on_regression_exit_code(tvmgen_inprocess, tmp_path):
     assert r.returncode == 0, r.output
     # without the flag, a regression is only flagged in the page
     assert tvmgen_inprocess("report", base, tmp_path / "new.json", "-o", out).returncode == 0
+
+
+# ------------------------------------------------------------------ issue 51: a report QA can trust
+
+
+def long_floats(text: str) -> list[str]:
+    """The numbers in ``text`` with more significant digits (7 or more) than any rounded figure has."""
+    return [m for m in re.findall(r"\d+\.\d+", text) if len(re.sub(r"^[0.]*", "", m).replace(".", "")) >= 7]
+
+
+def test_time_by_kind_adds_up_to_100_percent():
+    """The kinds' shares are of the profiled runs' own time: they add up to 100%. The device's whole-run
+    median (runs without the profiler) differs from it, so shares of that would not."""
+    doc = json.loads((RECORDED / "app_pixel6_opencl.json").read_text())
+    (run,) = result_files.load(RECORDED / "app_pixel6_opencl.json")
+    kinds = run.profile["kinds"]
+    profiled = sum(k["total_ms"] for k in kinds)
+    assert abs(profiled - doc["profile"]["whole_run_ms"]) / profiled > 0.1  # the two times differ here
+    assert sum(k["share"] for k in kinds) == pytest.approx(1.0, abs=1e-9)
+    assert [k["share"] for k in kinds] == pytest.approx([k["total_ms"] / profiled for k in kinds])
+    assert sum(k["share"] for k in run.profile["kernels"]) == pytest.approx(1.0, abs=1e-9)
+    page = html.render([run], 0.05)
+    table = page[page.index('<table class="kinds">') :]
+    table = table[: table.index("</table>")]
+    shown = [float(x) for x in re.findall(r'data-share="[^"]*">([\d.]+)%</td>', table)]
+    assert len(shown) == len(kinds)
+    assert abs(sum(shown) - 100) <= 0.05 * len(shown)  # each rounded to 0.1%
+
+
+def _run_doc(threads: int, samples: list[float]) -> dict:
+    return {
+        "model": "tiny",
+        "threads": threads,
+        "timings": {"load_ms": 1.0, "init_ms": 0.5, "first_run_ms": 2.0, "median_ms": float(np.median(samples))},
+        "runs_ms": samples,
+    }
+
+
+def test_columns_are_named_by_what_differs(tmp_path):
+    samples = [1.0, 1.1, 1.2, 1.05]
+    for name, threads in (("a.json", 1), ("b.json", 4), ("c.json", 1)):
+        (tmp_path / name).write_text(json.dumps(_run_doc(threads, samples)))
+    a, b, c = (result_files.load(tmp_path / n)[0] for n in ("a.json", "b.json", "c.json"))
+    assert result_files.column_names([a, b]) == ["threads 1", "threads 4"]
+    assert html.markdown([a, b], 0.05).splitlines()[2] == "| metric | threads 1 | threads 4 |"
+    assert 'class="num" title="tiny (b.json)">threads 4</th>' in html.render([a, b], 0.05)
+    # nothing differs: the file names; two alike among three: the file name added to those two
+    assert result_files.column_names([a, c]) == ["a.json", "c.json"]
+    assert result_files.column_names([a, b, c]) == ["threads 1 · a.json", "threads 4", "threads 1 · c.json"]
+    # builds: device, precision and the library's hash name them
+    a.artifact = {"device": "opencl", "precision": "fp16", "sha256": "3fa2c01b9e" + "0" * 54, "platform": "android"}
+    b.artifact = {"device": "opencl", "precision": "fp32", "sha256": "77e1d0aa42" + "0" * 54, "platform": "android"}
+    b.device["threads"] = 1
+    assert result_files.column_names([a, b]) == ["precision fp16, build 3fa2c01b9e", "precision fp32, build 77e1d0aa42"]
+
+
+# fixed samples (ms): 20 steady runs of a quiet model, and the same again shifted or with two outliers
+QUIET = [
+    10.0,
+    10.2,
+    9.9,
+    10.1,
+    10.3,
+    9.8,
+    10.0,
+    10.4,
+    10.1,
+    9.9,
+    10.2,
+    10.0,
+    10.1,
+    9.7,
+    10.3,
+    10.0,
+    10.2,
+    9.9,
+    10.1,
+    10.0,
+]
+NOISY = [
+    9.9,
+    10.1,
+    10.0,
+    10.2,
+    9.8,
+    10.3,
+    10.1,
+    9.9,
+    10.0,
+    10.2,
+    10.1,
+    9.8,
+    10.0,
+    10.3,
+    9.9,
+    10.1,
+    10.0,
+    10.2,
+    70.0,
+    80.0,
+]
+
+
+def _runs(base: list[float], new: list[float]) -> list[result_files.Run]:
+    runs = []
+    for name, samples in (("base.json", base), ("new.json", new)):
+        r = result_files.Run(name, "run", model="tiny", label="tiny", samples_ms=list(samples))
+        r.latency = {f"p{p}_ms": float(np.percentile(samples, p)) for p in (50, 90, 99)} if samples else {}
+        r.latency["init_ms"] = 5.0 if name == "base.json" else 8.0
+        runs.append(r)
+    return runs
+
+
+def test_a_real_shift_is_flagged_and_noise_is_not():
+    # a real shift: every run about 8% slower
+    shifted = [x * 1.08 for x in QUIET]
+    changes = result_files.compare(_runs(QUIET, shifted), 0.05)[1]
+    p50 = changes["p50_ms"]
+    assert p50.verdict == "regression" and p50.n == (20, 20) and p50.p_value < 1e-4
+    assert p50.test == "rank test p<0.001, n=20/20"
+    # noise with two big outliers: p90 and p99 far beyond the threshold, the runs' ranks not shifted
+    changes = result_files.compare(_runs(QUIET, NOISY), 0.05)[1]
+    assert changes["p90_ms"].change > 0.5 and changes["p99_ms"].change > 5
+    for key in ("p90_ms", "p99_ms"):
+        assert changes[key].verdict == "noise" and changes[key].p_value > 0.05, changes[key]
+    assert changes["p50_ms"].verdict == "same"
+    assert result_files.regressions(_runs(QUIET, NOISY), 0.05) == []
+    # a single value a side (init) or no runs one by one: not tested, said so, never flagged
+    assert changes["init_ms"].verdict == "untested" and changes["init_ms"].test == "not tested (no samples)"
+    base, new = _runs(QUIET, [])
+    new.latency["p50_ms"] = 20.0
+    c = result_files.compare([base, new], 0.05)[1]["p50_ms"]
+    assert (c.verdict, c.test) == ("untested", "not tested (no samples)")
+    summary = html.markdown([base, new], 0.05)
+    assert "20.000 ms (+99.0%, not tested (no samples))" in summary and "**regression**" not in summary
+    # the test itself: symmetric, and no evidence from identical samples
+    slower, faster = result_files.rank_test(QUIET, shifted)
+    assert slower < 1e-4 and faster > 0.99
+    assert result_files.rank_test([5.0] * 10, [5.0] * 10) == (1.0, 1.0)
+
+
+def test_device_names_cpu_and_gpu(tmp_path):
+    gpu = {
+        "benchmark": "gpu",
+        "machine": {"host": "box", "cpu": "AMD EPYC 7B13", "cpus": 16, "nvidia_smi": "NVIDIA H200, 550.54.15"},
+        "rows": [{"model": "m", "id": "cuda", "device": "cuda", "steady": {"run_ms": {"median": 1.0}}}],
+    }
+    (tmp_path / "gpu.json").write_text(json.dumps(gpu))
+    (row,) = result_files.load(tmp_path / "gpu.json")
+    fields = html._device_fields(row)
+    assert (fields["CPU"], fields["GPU"], fields["GPU driver"]) == ("AMD EPYC 7B13", "NVIDIA H200", "550.54.15")
+    page = html.render([row], 0.05)
+    assert "<th>CPU</th><td>AMD EPYC 7B13</td>" in page and "<th>GPU driver</th><td>550.54.15</td>" in page
+    # tvmgen run --json records no CPU: this machine's, and the page says whose it is
+    (tmp_path / "run.json").write_text(json.dumps(_run_doc(2, [1.0, 1.1])))
+    (run,) = result_files.load(tmp_path / "run.json")
+    cpu = result_files.host_cpu()
+    assert cpu and run.device["CPU"] == cpu and cpu != "this machine"
+    assert any("machine writing this report" in n for n in run.notes)
+    # a GPU build: its GPU and driver are listed, "not reported" where the result does not say
+    run.artifact["device"] = "opencl"
+    assert {"GPU": None, "GPU driver": None}.items() <= html._device_fields(run).items()
+    assert '<th>GPU driver</th><td><span class="missing">not reported</span></td>' in html.render([run], 0.05)
+
+
+def test_no_unrounded_floats_on_the_page(tmp_path):
+    ugly = 0.0009999999310821295
+    doc = json.loads((RECORDED / "app_pixel6_opencl.json").read_text())
+    doc["outputs"][0].update(min=ugly, max=1 / 3, mean=ugly / 7)
+    doc["phone"]["gpu_driver"] = 2 / 3  # a float where a string is expected: rounded all the same
+    (tmp_path / "app.json").write_text(json.dumps(doc))
+    base = json.loads((RECORDED / "bench_pixel6.json").read_text())
+    noisy = copy.deepcopy(base)
+    noisy["warm_samples_ms"] = [x * (1 + ugly) for x in base["warm_samples_ms"]]
+    noisy["cold_ms"]["init"] = base["cold_ms"]["init"] * 1.123456789
+    (tmp_path / "new.json").write_text(json.dumps(noisy))
+    files = (RECORDED / "bench_pixel6.json", tmp_path / "new.json", tmp_path / "app.json")
+    runs = [r for p in files for r in result_files.load(p)]
+    page, summary = html.render(runs, 0.05), html.markdown(runs, 0.05)
+    shown = re.sub(r' data-[a-z-]+="[^"]*"', "", page)  # data-* keep the exact numbers, for scripts and tests
+    assert long_floats(page)  # there are unrounded numbers to round: in data-value, kept exact
+    assert long_floats(shown) == [] and long_floats(summary) == []
+    assert ">0.001</td>" in shown and ">0.3333</td>" in shown and "<td>0.6667</td>" in shown

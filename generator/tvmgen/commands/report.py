@@ -36,7 +36,8 @@ console = logs.console
     default=5.0,
     show_default=True,
     type=click.FloatRange(min=0),
-    help="Comparing runs: a change beyond this many percent against the first is flagged.",
+    help="Comparing runs: a change beyond this many percent against the first, and beyond the runs' spread "
+    "(a rank test over the steady runs), is flagged.",
 )
 @click.option(
     "--fail-on-regression",
@@ -58,14 +59,15 @@ def report(results, out, markdown_path, artifact_dir, threshold, fail_on_regress
     runs = write(list(results), out, markdown_path, artifact_dir, threshold / 100, title)
     if fail_on_regression:
         from tvmgen.core.errors import CheckError
-        from tvmgen.reports.results import METRICS, regressions
+        from tvmgen.reports.results import METRICS, column_names, regressions
 
         found = regressions(runs, threshold / 100)
         if found:
-            listed = "; ".join(f"{r.label}: {METRICS[c.metric][0]} {c.change:+.1%}" for r, c in found)
+            names = dict(zip(map(id, runs), column_names(runs)))
+            listed = "; ".join(f"{names[id(r)]}: {METRICS[c.metric][0]} {c.change:+.1%} ({c.test})" for r, c in found)
             raise CheckError(
-                f"{len(found)} regression{'s' if len(found) != 1 else ''} beyond {threshold:g}% against "
-                f"{runs[0].label}: {listed}",
+                f"{len(found)} regression{'s' if len(found) != 1 else ''} beyond {threshold:g}% and beyond the runs' "
+                f"spread against {names[id(runs[0])]}: {listed}",
                 f"see {out}; if the change is expected, raise --threshold or leave out --fail-on-regression",
             )
 

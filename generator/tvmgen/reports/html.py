@@ -4,7 +4,7 @@ The charts are SVG drawn here, so the page needs no script and no network, and a
 their bars: the histogram of the steady runs (``svg.histogram rect.bar``, one per bin), the slowest
 kernels (``svg.kernels rect.bar``), time by kind (``svg.kinds rect.bar``) and, comparing runs,
 the steady p50 of each (``svg.p50 rect.bar``). Every figure shown carries ``data-value`` with the
-number it was written from.
+number it was written from, unrounded; every number shown is rounded (:func:`sig`).
 """
 
 from __future__ import annotations
@@ -19,16 +19,32 @@ import jinja2
 import numpy as np
 
 from tvmgen.core import resources
-from tvmgen.reports.results import KINDS, METRICS, Change, Run, compare
+from tvmgen.reports.results import KINDS, METRICS, Change, Run, column_names, compare, file_name
 
 NOT_REPORTED = "not reported"
 TOP_KERNELS = 12
 
 
+def sig(v, digits: int = 4) -> str:
+    """A number for a person: at most ``digits`` significant digits, trailing zeros dropped, no exponent between
+    1e-4 and 1e9 (0.0009999999310821295 reads 0.001, 1234567.8 reads 1235000); anything not a float as it is."""
+    if isinstance(v, bool) or not isinstance(v, float | np.floating):
+        return str(v)
+    v = float(v)
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}"
+    v = float(f"{v:.{digits - 1}e}")  # rounded first: 0.00099999 has one digit more before it than 0.001
+    if not 1e-4 <= abs(v) < 1e9:
+        return f"{v:.{digits - 1}e}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(v))))
+    text = f"{v:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def fmt_ms(v: float | None) -> str:
     if v is None:
         return NOT_REPORTED
-    return f"{v:.3f} ms" if v < 100 else f"{v:.1f} ms"
+    return f"{v:.1f} ms" if v >= 100 else f"{v:.3f} ms" if v >= 0.1 else f"{sig(float(v), 3)} ms"
 
 
 def fmt_bytes(v: float | None) -> str:
@@ -41,7 +57,7 @@ def fmt_metric(key: str, v: float | None) -> str:
     if v is None:
         return NOT_REPORTED
     unit = METRICS[key][1]
-    return fmt_ms(v) if unit == "ms" else fmt_bytes(v) if unit == "bytes" else f"{v:.3g}"
+    return fmt_ms(v) if unit == "ms" else fmt_bytes(v) if unit == "bytes" else sig(float(v), 3)
 
 
 def histogram_bins(samples: list[float]) -> tuple[list[int], list[float]]:
@@ -146,7 +162,9 @@ def _environment() -> jinja2.Environment:
         metric=fmt_metric,
         metric_name=lambda k: METRICS[k][0],
         kind_name=KINDS.__getitem__,
-        filename=lambda p: Path(str(p).split("#")[0]).name + ("#" + str(p).split("#")[1] if "#" in str(p) else ""),
+        filename=lambda p: file_name(str(p)),
+        sig=sig,
+        pct=lambda v: f"{v * 100:.1f}%",
     )
     env.globals.update(NOT_REPORTED=NOT_REPORTED, METRICS=METRICS)
     return env
@@ -164,7 +182,7 @@ def _charts(run: Run) -> dict:
         top = p["kernels"][:TOP_KERNELS]
         charts["kernels"] = hbars_svg("kernels", [(k["name"], k["total_ms"], fmt_ms(k["total_ms"])) for k in top])
         charts["kinds"] = hbars_svg(
-            "kinds", [(k["kind"], k["total_ms"], f"{fmt_ms(k['total_ms'])} · {k['share']:.0%}") for k in p["kinds"]]
+            "kinds", [(k["kind"], k["total_ms"], f"{fmt_ms(k['total_ms'])} · {k['share']:.1%}") for k in p["kinds"]]
         )
     return charts
 
@@ -172,7 +190,10 @@ def _charts(run: Run) -> dict:
 def render(runs: list[Run], threshold: float, title: str | None = None) -> str:
     """The page for ``runs``: one run in full, or several side by side compared with the first."""
     changes = compare(runs, threshold) if len(runs) > 1 else [{}]
-    p50 = [(r.label, r.latency["p50_ms"], fmt_ms(r.latency["p50_ms"])) for r in runs if r.latency.get("p50_ms")]
+    columns = column_names(runs)
+    p50 = [
+        (c, r.latency["p50_ms"], fmt_ms(r.latency["p50_ms"])) for c, r in zip(columns, runs) if r.latency.get("p50_ms")
+    ]
     page = (
         _environment()
         .get_template("report.html.jinja")
@@ -185,13 +206,15 @@ def render(runs: list[Run], threshold: float, title: str | None = None) -> str:
                     "changes": c,
                     "artifact": _artifact_fields(r),
                     "device": _device_fields(r),
+                    "column": name,
                 }
-                for r, c in zip(runs, changes)
+                for r, c, name in zip(runs, changes, columns)
             ],
             comparison=len(runs) > 1,
             p50_chart=hbars_svg("p50", p50) if len(runs) > 1 and p50 else None,
             threshold=threshold,
-            verdicts=_verdicts(runs, changes),
+            verdicts=_verdicts(columns, changes, ("regression", "improvement")),
+            unflagged=_verdicts(columns, changes, ("noise", "untested")),
         )
     )
     return page
@@ -221,23 +244,29 @@ def _device_fields(run: Run) -> dict:
     if run.kind in ("app", "bench"):
         for k in ("model", "SoC", "Android", "GPU", "GPU driver"):
             d.setdefault(k, None)
+    if run.kind in ("run", "bench", "gpu-benchmark", "speed-benchmark"):
+        d.setdefault("CPU", None)
+    if run.artifact.get("device") not in (None, "cpu", "llvm"):  # it ran on a GPU: name it, or say it is not known
+        for k in ("GPU", "GPU driver"):
+            d.setdefault(k, None)
     return d
 
 
-def _verdicts(runs: list[Run], changes: list[dict[str, Change]]) -> list[dict]:
-    """The changes beyond the threshold, for the summary at the top."""
+def _verdicts(columns: list[str], changes: list[dict[str, Change]], verdicts: tuple[str, ...]) -> list[dict]:
+    """The changes with one of ``verdicts``, for the summary at the top."""
     return [
-        {"run": r.label, "metric": METRICS[c.metric][0], "change": c}
-        for r, ch in zip(runs[1:], changes[1:])
+        {"run": name, "metric": METRICS[c.metric][0], "change": c}
+        for name, ch in zip(columns[1:], changes[1:])
         for c in ch.values()
-        if c.verdict != "same"
+        if c.verdict in verdicts
     ]
 
 
 def markdown(runs: list[Run], threshold: float) -> str:
     """A summary to paste into a pull request or an issue: one column per run, changes vs the first."""
     changes = compare(runs, threshold) if len(runs) > 1 else [{}]
-    head = ["metric", *(r.label.replace("|", "/") for r in runs)]
+    columns = column_names(runs)
+    head = ["metric", *(c.replace("|", "/") for c in columns)]
     lines = [
         "### tvmgen QA report",
         "",
@@ -249,8 +278,12 @@ def markdown(runs: list[Run], threshold: float) -> str:
         for r, ch in zip(runs, changes):
             cell = fmt_metric(key, r.metrics()[key])
             c = ch.get(key)
-            if c is not None and c.verdict != "same":
-                cell += f" ({c.change:+.1%} **{c.verdict}**)"
+            if c is not None and c.verdict in ("regression", "improvement"):
+                cell += f" ({c.change:+.1%} **{c.verdict}**, {c.test})"
+            elif c is not None and c.verdict == "noise":
+                cell += f" ({c.change:+.1%}, within the runs' spread: {c.test})"
+            elif c is not None and c.verdict == "untested":
+                cell += f" ({c.change:+.1%}, {c.test})"
             cells.append(cell)
         if any(cell != NOT_REPORTED for cell in cells):
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -258,7 +291,10 @@ def markdown(runs: list[Run], threshold: float) -> str:
         if r.error:
             lines.append(f"\n**{r.label} failed:** {r.error}")
     if len(runs) > 1:
-        lines.append(f"\nChanges against {runs[0].label}; beyond ±{threshold:.0%} they are flagged.")
+        lines.append(
+            f"\nChanges against {columns[0]}: flagged where beyond ±{threshold:.0%} and beyond the runs' spread "
+            f"(one-sided Mann-Whitney U rank test over the steady runs, p < 0.05)."
+        )
     return "\n".join(lines) + "\n"
 
 

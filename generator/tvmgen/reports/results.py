@@ -20,8 +20,12 @@ statistic in them, whatever its keys, is read by :meth:`tvmgen.core.latency.Late
 from __future__ import annotations
 
 import json
+import math
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from tvmgen.core import artifact
 from tvmgen.core.errors import InputError
@@ -186,13 +190,43 @@ def _profile(p: dict | None, device: str = "cpu") -> dict | None:
         from tvmgen.reports.profile import Profile
 
         p = Profile.from_device(p, None, device).to_json()
-    return {
-        "kernels": p.get("kernels", []),
-        "kinds": p.get("kinds", []),
-        "clock": p.get("clock"),
-        "runs": p.get("runs"),
-        "whole_run_ms": p.get("whole_run_ms"),
-    }
+    return _profile_shares(
+        {
+            "kernels": p.get("kernels", []),
+            "kinds": p.get("kinds", []),
+            "clock": p.get("clock"),
+            "runs": p.get("runs"),
+            "whole_run_ms": p.get("whole_run_ms"),
+        }
+    )
+
+
+def _profile_shares(p: dict) -> dict:
+    """Each kernel's and kind's share of the profiled runs' own time (the sum of every call the profiler timed,
+    the VM's builtins included), so that the kinds add up to 100%. The shares the profile carries are of the
+    plain runs' median, which the profiler's own overhead makes smaller than the profiled runs: those add up
+    to more than 100%."""
+    profiled = sum(k.get("total_ms") or 0.0 for k in p["kinds"]) or sum(k.get("total_ms") or 0.0 for k in p["kernels"])
+    if not profiled:
+        return p
+
+    def share(rows: list[dict]) -> list[dict]:
+        return [{**row, "share": (row.get("total_ms") or 0.0) / profiled} for row in rows]
+
+    return {**p, "kernels": share(p["kernels"]), "kinds": share(p["kinds"]), "profiled_ms": profiled}
+
+
+def host_cpu() -> str | None:
+    """This machine's CPU model: /proc/cpuinfo's model name (Hardware on some ARM kernels), else
+    platform.processor()."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Hardware") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def _memory(m: dict | None) -> dict:
@@ -209,8 +243,19 @@ def read_run(doc: dict, source: str) -> list[Run]:
     _steady(r, steady)
     if not steady.samples and not steady.empty:
         r.notes.append("the steady runs one by one are not in this result (tvmgen run --json from an older tvmgen)")
+    host: dict = doc["host"] if isinstance(doc.get("host"), dict) else {}
+    cpu = host.get("cpu")
+    if cpu is None:
+        cpu = host_cpu()
+        if cpu:
+            r.notes.append(
+                "the CPU shown is that of the machine writing this report: this result does not record the CPU it ran on"
+            )
     r.device = {
-        "host": "this machine (tvmgen run)",
+        "host": host.get("name") or "the machine that ran tvmgen run",
+        "CPU": cpu,
+        "GPU": host.get("gpu"),
+        "GPU driver": host.get("gpu_driver"),
         "threads": doc.get("threads"),
         "thread pool": doc.get("thread_pool"),
     }
@@ -233,6 +278,9 @@ def read_bench(doc: dict, source: str) -> list[Run]:
         "ABI": info.get("abi"),
         "arch": info.get("arch"),
         "devices": ", ".join(info["devices"]) if isinstance(info.get("devices"), list) else info.get("devices"),
+        "CPU": info.get("cpu"),
+        "GPU": info.get("gpu"),
+        "GPU driver": info.get("gpu_driver"),
     }
     r.artifact = {"platform": doc.get("platform"), "device": doc.get("dev")}
     cold = doc.get("cold_ms") or {}
@@ -301,7 +349,7 @@ def read_gpu_benchmark(doc: dict, source: str) -> list[Run]:
     for i, row in enumerate(doc["rows"]):
         r = Run(f"{source}#{i}", "gpu-benchmark", model=row.get("model"))
         r.label = f"{row.get('model', '?')} {row.get('id', '')}".strip()
-        r.device = {k: v for k, v in machine.items() if isinstance(v, str | int | float)}
+        r.device = _machine_fields(machine)
         r.artifact = {"device": row.get("device"), "precision": row.get("precision"), "directory": row.get("artifact")}
         if row.get("error"):
             r.error = str(row["error"])
@@ -326,12 +374,30 @@ def read_gpu_benchmark(doc: dict, source: str) -> list[Run]:
     return runs
 
 
+def _machine_fields(machine: dict) -> dict:
+    """benchmarks/gpu.py's machine: its CPU model, and the GPU name and driver nvidia-smi gave ("name, driver")."""
+    d = {k: v for k, v in machine.items() if isinstance(v, str | int | float) and k not in ("cpu", "nvidia_smi", "gpu")}
+    gpu = machine.get("nvidia_smi") or machine.get("gpu")
+    name, _, driver = str(gpu).partition(", ") if gpu else ("", "", "")
+    return {
+        **d,
+        "CPU": machine.get("cpu"),
+        "GPU": name or None,
+        "GPU driver": machine.get("gpu_driver") or driver or None,
+    }
+
+
 def read_speed_benchmark(doc: dict, source: str) -> list[Run]:
     runs = []
     for i, row in enumerate(doc["rows"]):
         r = Run(f"{source}#{i}", "speed-benchmark", model=row.get("model"))
         r.label = f"{row.get('model', '?')} at {row.get('threads', '?')} thread(s)"
-        r.device = {"host": "this machine", "threads": row.get("threads"), "thread pool": row.get("thread_pool")}
+        r.device = {
+            "host": doc.get("host") or "the machine that ran benchmarks/speed.py",
+            "CPU": doc.get("cpu"),
+            "threads": row.get("threads"),
+            "thread pool": row.get("thread_pool"),
+        }
         if row.get("error"):
             r.error = str(row["error"])
             runs.append(r)
@@ -360,17 +426,78 @@ READERS = {
 # ------------------------------------------------------------------ comparison
 
 
+# The metrics that are statistics of the steady runs: a change in them is tested over the runs one by one.
+SAMPLED = ("p50_ms", "p90_ms", "p99_ms")
+# The one metric compared by the threshold alone: the outputs' error against the reference does not vary from
+# run to run (same inputs, same build); every other metric is a measurement, noisy, and needs its samples.
+EXACT = ("max_abs_error",)
+ALPHA = 0.05  # a change is flagged when a one-sided rank test gives p below this
+NO_SAMPLES = "not tested (no samples)"
+
+
 @dataclass
 class Change:
     metric: str
     base: float
     value: float
     change: float  # relative: (value - base) / base
-    verdict: str  # "regression", "improvement" or "same"
+    # "regression" / "improvement" (beyond the threshold, and beyond the runs' spread), "same" (within the
+    # threshold), "noise" (beyond the threshold, within the spread) or "untested" (beyond it, no samples to test)
+    verdict: str
+    test: str = ""  # how it was decided, as the page says it: the rank test's p and n, or why not tested
+    p_value: float | None = None
+    n: tuple[int, int] | None = None  # samples: the baseline's, this run's
+
+
+def rank_test(base: list[float], new: list[float]) -> tuple[float, float]:
+    """Mann-Whitney U test of ``new`` against ``base``, one-sided both ways: (p that new is not slower, p that
+    new is not faster). The normal approximation with the tie correction and a continuity correction;
+    deterministic (no resampling)."""
+    a, b = np.asarray(base, dtype=float), np.asarray(new, dtype=float)
+    n1, n2 = len(a), len(b)
+    n = n1 + n2
+    _, inverse, counts = np.unique(np.concatenate([a, b]), return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2)[inverse]  # average ranks, 1-based
+    u = float(ranks[n1:].sum()) - n2 * (n2 + 1) / 2  # pairs where new is the slower (ties count half)
+    ties = float((counts.astype(float) ** 3 - counts).sum())
+    var = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
+    if var <= 0:
+        return 1.0, 1.0  # every run took the same time on both sides
+    mu, sd = n1 * n2 / 2, math.sqrt(var)
+    slower = 0.5 * math.erfc((u - mu - 0.5) / sd / math.sqrt(2))
+    faster = 0.5 * math.erfc((mu - u - 0.5) / sd / math.sqrt(2))
+    return min(slower, 1.0), min(faster, 1.0)
+
+
+def _fmt_p(p: float) -> str:
+    return "p<0.001" if p < 0.001 else f"p={p:.2g}"
+
+
+def judge(metric: str, base: Run, run: Run, b: float, value: float, threshold: float) -> Change:
+    """The verdict on one metric of ``run`` against ``base``: beyond the threshold and, for a measurement,
+    beyond the runs' spread (a one-sided Mann-Whitney U test over the steady runs, p < ALPHA)."""
+    rel = (value - b) / abs(b)
+    change = Change(metric, b, value, rel, "same")
+    if metric in SAMPLED and len(base.samples_ms) >= 2 and len(run.samples_ms) >= 2:
+        change.n = (len(base.samples_ms), len(run.samples_ms))
+        slower, faster = rank_test(base.samples_ms, run.samples_ms)
+        change.p_value = slower if rel > 0 else faster
+        change.test = f"rank test {_fmt_p(change.p_value)}, n={change.n[0]}/{change.n[1]}"
+    elif metric in EXACT:
+        change.test = "threshold only (the same for every run)"
+    else:
+        change.test = NO_SAMPLES
+    if abs(rel) <= threshold:
+        return change
+    if metric in EXACT or (change.p_value is not None and change.p_value < ALPHA):
+        change.verdict = "regression" if rel > 0 else "improvement"
+    else:
+        change.verdict = "noise" if change.p_value is not None else "untested"
+    return change
 
 
 def compare(runs: list[Run], threshold: float) -> list[dict[str, Change]]:
-    """Each run against the first: per metric both report, the relative change and its verdict."""
+    """Each run against the first: per metric both report, the relative change and its verdict (judge)."""
     base = runs[0].metrics()
     out = []
     for r in runs:
@@ -379,15 +506,13 @@ def compare(runs: list[Run], threshold: float) -> list[dict[str, Change]]:
             b = base.get(key)
             if value is None or b is None or b == 0:
                 continue
-            rel = (value - b) / abs(b)
-            verdict = "regression" if rel > threshold else "improvement" if rel < -threshold else "same"
-            changes[key] = Change(key, b, value, rel, verdict)
+            changes[key] = judge(key, runs[0], r, b, value, threshold)
         out.append(changes)
     return out
 
 
 def regressions(runs: list[Run], threshold: float) -> list[tuple[Run, Change]]:
-    """The changes flagged as regressions: each run (after the first) with its metric beyond the threshold."""
+    """The changes flagged as regressions: beyond the threshold and beyond the runs' spread."""
     if len(runs) < 2:
         return []
     return [
@@ -396,6 +521,50 @@ def regressions(runs: list[Run], threshold: float) -> list[tuple[Run, Change]]:
         for c in ch.values()
         if c.verdict == "regression"
     ]
+
+
+def file_name(source: str) -> str:
+    """A result's file name, with a benchmark table's "#row"."""
+    path, _, row = source.partition("#")
+    return Path(path).name + (f"#{row}" if row else "")
+
+
+def _machine_name(r: Run) -> str | None:
+    d = r.device
+    return d.get("model") or d.get("key") or d.get("CPU") or d.get("machine")
+
+
+# What may tell compared results apart, in the order a column names them.
+DIFFERENCES = (
+    ("model", lambda r: r.model),
+    ("threads", lambda r: r.device.get("threads")),
+    ("device", lambda r: r.artifact.get("device")),
+    ("machine", _machine_name),
+    ("GPU", lambda r: r.device.get("GPU")),
+    ("precision", lambda r: r.artifact.get("precision")),
+    ("build", lambda r: (r.artifact.get("sha256") or "")[:10] or None),
+    ("platform", lambda r: r.artifact.get("platform")),
+)
+
+
+def column_names(runs: list[Run]) -> list[str]:
+    """A name per compared result, from what differs between them (threads, device, machine, precision, the
+    library's hash, platform): "threads 4, build 3fa2c01b9e". Results that nothing tells apart are named by
+    their file; two alike on every field but from different files get the file name added."""
+    if len(runs) < 2:
+        return [r.label for r in runs]
+    parts: list[list[str]] = [[] for _ in runs]
+    for name, get in DIFFERENCES:
+        values = [get(r) for r in runs]
+        if len({str(v) for v in values}) > 1:
+            for p, v in zip(parts, values):
+                p.append(f"{name} {v if v is not None else '?'}")
+    names = [", ".join(p) for p in parts]
+    alike = {n for n in names if names.count(n) > 1}
+    names = [(f"{n} · " if n else "") + file_name(r.source) if n in alike else n for n, r in zip(names, runs)]
+    if len(set(names)) < len(names):  # the same file given twice
+        names = [f"{n} [{i + 1}]" for i, n in enumerate(names)]
+    return names
 
 
 def distinct_labels(runs: list[Run]) -> None:
