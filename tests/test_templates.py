@@ -95,9 +95,10 @@ def test_deploy_project_files(tmp_path, artifacts):
     assert (out / "tvmgen-jni/java/org/tvmgen/Model.java").is_file()
     for device in ("opencl", "cpu"):
         assert (out / f"app/src/main/assets/model-{device}/manifest.json").is_file()
-        # objects only (no NDK here): no library to package, the artifact stays whole (model.tar) in the assets
-        assert (out / f"app/src/main/assets/model-{device}/model.tar").is_file()
-        assert not (out / f"app/src/main/assets/model-{device}/library.txt").exists()
+        # objects only (no NDK here): the objects go to the app's CMake, which links the library library.txt names
+        assert not (out / f"app/src/main/assets/model-{device}/model.tar").exists()
+        assert (out / f"app/src/main/assets/model-{device}/library.txt").is_file()
+        assert list((out / f"app/src/main/cpp/models/model-{device}").glob("*.o"))
     assert not (out / "app/src/main/jniLibs").exists()
     assert not list(out.rglob("*.jinja"))
 
@@ -189,10 +190,8 @@ def test_model_library_packaged_as_native_library(host_app):
     assert hashlib.sha256(lib.read_bytes()).hexdigest() == sha
     shipped = {p.name for p in (main / "assets/model-cpu").iterdir()}
     assert shipped == {p.name for p in host_app["host_artifact"].iterdir()} - {"model.so"} | {"library.txt"}
-    # the OpenCL artifact has objects only (no NDK here): whole in the assets, nothing among the native libraries
-    assert (main / "assets/model-opencl/model.tar").is_file() and not (
-        main / "assets/model-opencl/library.txt"
-    ).exists()
+    # the OpenCL artifact has objects only (no NDK here): linked by the app's CMake, nothing in jniLibs/ for it
+    assert not (main / "assets/model-opencl/model.tar").exists() and (main / "cpp/models/model-opencl").is_dir()
     # an artifact whose library changed after compiling is refused, not packaged
     changed = host_app["project"].parent / "changed"
     shutil.copytree(host_app["host_artifact"], changed)
@@ -753,3 +752,86 @@ def test_app_without_its_native_library_writes_why(host_app, tmp_path):
     assert results["error"].startswith("cannot load tvmgen's native library: ") and "tvmgen_jni" in results["error"]
     assert results["cancelled"] is False and results["fallback"] is None
     assert "Error (loading the native library): cannot load tvmgen's native library: " in log
+
+
+def _defined_symbols(nm: str, *files: Path, dynamic: bool) -> set[str]:
+    """The global symbols ``files`` define (``nm -D`` of a library's dynamic table, ``nm`` of objects)."""
+    r = subprocess.run(
+        [nm, *(["-D"] if dynamic else []), "--defined-only", "--extern-only", *map(str, files)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {line.split()[-1] for line in r.stdout.splitlines() if len(line.split()) == 3}
+
+
+def test_objects_model_is_linked_by_the_app_cmake(tmp_path, artifacts):
+    """A model compiled to objects only (no NDK where `tvmgen app` ran) is linked by the app's own CMake into
+    the library its assets name: the objects and the launcher's source in src/main/cpp/models/, a target per
+    model in Gradle's list, tvmgen's own link options. Built here with the linux-aarch64 cross toolchain standing
+    in for the NDK: an aarch64 shared library, 16 KB pages, defining every symbol the objects define."""
+    import tarfile
+
+    from tvmgen.compiler.targets import export
+    from tvmgen.core import binfmt, toolchains
+
+    out = render(tmp_path, artifacts)
+    main = out / "app/src/main"
+    gradle = (out / "app/build.gradle").read_text()
+    cmake = (main / "cpp/CMakeLists.txt").read_text()
+    assert f"set(TVMGEN_MODEL_COMPILE_FLAGS {' '.join(export.POOL_FLAGS)})" in cmake
+    assert f"-static-libstdc++ {' '.join(toolchains.ANDROID_LINK_FLAGS)}" in cmake
+    names = {}
+    for device in ("opencl", "cpu"):
+        assets = main / f"assets/model-{device}"
+        names[device] = (assets / "library.txt").read_text().strip()
+        original = json.loads((artifacts[device] / "manifest.json").read_text())
+        assert names[device] == android_project.model_library_name(android_project.artifact.load(artifacts[device]))
+        target = names[device].removeprefix("lib").removesuffix(".so")
+        assert f", '{target}'" in gradle and f"tvmgen_model_library({target} arm64-v8a aarch64 " in cmake
+        # the assets describe the library the app links, which the runtime loads (it refuses an archive)
+        shipped = json.loads((assets / "manifest.json").read_text())
+        assert shipped["export"]["kind"] == "shared" and "model.tar" not in shipped["files"]
+        assert {k: v for k, v in shipped.items() if k not in ("export", "files")} == {
+            k: v for k, v in original.items() if k not in ("export", "files")
+        }
+        with tarfile.open(artifacts[device] / "model.tar") as t:
+            members = sorted(m.name for m in t.getmembers() if m.isfile())
+        assert export.parallel_pool_source().name in members
+        assert sorted(p.name for p in (main / f"cpp/models/model-{device}").iterdir()) == members
+    assert names["opencl"] != names["cpu"]
+
+    for tool in ("cmake", "aarch64-linux-gnu-g++", "aarch64-linux-gnu-nm", "aarch64-linux-gnu-objdump"):
+        require_tool(tool)
+    build = tmp_path / "build"
+    toolchain = Path(__file__).resolve().parents[1] / "jni/cmake/aarch64-linux-gnu.cmake"
+    r = subprocess.run(
+        [
+            "cmake",
+            "-S",
+            main / "cpp",
+            "-B",
+            build,
+            "-G",
+            "Unix Makefiles",
+            f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
+            "-DTVMGEN_MODELS_ONLY=ON",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    cmake_build(build)
+    for device, name in names.items():
+        lib = build / name
+        assert lib.is_file(), sorted(p.name for p in build.iterdir())
+        assert binfmt.describe_file(lib) == ("elf", "aarch64")
+        report = binfmt.page_report(lib)
+        assert report.ok and report.min_align >= binfmt.ANDROID_PAGE_SIZE, report.summary()
+        objects = sorted((main / f"cpp/models/model-{device}").glob("*.o"))
+        wanted = _defined_symbols("aarch64-linux-gnu-nm", *objects, dynamic=False)
+        exported = _defined_symbols("aarch64-linux-gnu-nm", lib, dynamic=True)
+        assert wanted and wanted <= exported, sorted(wanted - exported)
+        # the C++ runtime is inside (-static-libstdc++): a phone has no libstdc++ to find
+        needed = subprocess.run(["aarch64-linux-gnu-objdump", "-p", lib], capture_output=True, text=True).stdout
+        assert "libstdc++" not in needed, needed

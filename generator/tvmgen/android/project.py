@@ -3,15 +3,18 @@ runtime sources and the artifacts it ships."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tvmgen import __version__
 from tvmgen.android.downloads import AGP_VERSION, COMPILE_SDK, GRADLE_VERSION, NDK_VERSION
 from tvmgen.apps import templates
-from tvmgen.core import artifact, resources
+from tvmgen.compiler.targets import export
+from tvmgen.core import artifact, resources, toolchains
 from tvmgen.core.errors import InputError
 
 PACKAGE_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
@@ -19,6 +22,13 @@ PACKAGE_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 LIBRARY_NAME_FILE = "library.txt"
 # What every packaged model library's name starts with (the Gradle files keep these unstripped: see below).
 MODEL_LIBRARY_PREFIX = "libtvmgen_model_"
+# Where the deploy app's CMake finds the objects of the models it links itself (under app/src/main/cpp/).
+MODEL_OBJECTS_DIR = "models"
+# The options tvmgen's own link of an Android model library uses (export.py), for the app's CMake to link
+# an object archive the same way: the parallel launcher compiled with its flags, the C++ runtime inside
+# the library, 16 KB pages.
+MODEL_COMPILE_FLAGS = export.POOL_FLAGS
+MODEL_LINK_FLAGS = ["-static-libstdc++", *toolchains.ANDROID_LINK_FLAGS]
 
 
 def check_package(package: str) -> None:
@@ -65,6 +75,10 @@ def android_context(
         "tvm_source_dir": tvm_source_dir,
         "tvmgen_version": __version__,
         "model_library_prefix": MODEL_LIBRARY_PREFIX,
+        # the models the app's CMake links from their objects (create_android_project fills it in)
+        "model_libraries": [],
+        "model_compile_flags": MODEL_COMPILE_FLAGS,
+        "model_link_flags": MODEL_LINK_FLAGS,
         # the RPC app's defaults (what `tvmgen rpc-app` was given)
         "default_mode": rpc_mode,
         "default_address": rpc_address,
@@ -79,22 +93,55 @@ class PackagedModel:
     native libraries (``jni/<abi>/`` of an AAR, ``lib/<abi>/`` of the APK), which Android's linker maps in place
     from the uncompressed, 16 KB-aligned APK entry: no copy in memory or on disk. Everything else (the manifest,
     the weights) goes to the assets, with LIBRARY_NAME_FILE naming the library (org.tvmgen.ArtifactData's
-    readPackaged). An artifact with no linked library (--objects-only) ships whole in the assets."""
+    readPackaged). An artifact with no linked library (--objects-only) ships its object archive's contents as
+    sources of the app (``objects``), which the app's CMake links into a library of that same name; its assets
+    get a manifest describing that library instead of the archive (the runtime loads shared libraries only)."""
 
     abi: str
     assets: dict[str, Path] = field(default_factory=dict)  # name in the asset directory -> file
     library: Path | None = None  # the artifact's model.so
     library_name: str = ""  # its name among the native libraries
+    objects: Path | None = None  # the artifact's model.tar, for the app's CMake to link
+    manifest: dict | None = None  # what the assets get as manifest.json instead of the artifact's
 
-    def write(self, assets: Path, native_libraries: Path) -> None:
-        """Into a directory of assets (its files) and one of native libraries (``<abi>/<library_name>``)."""
+    def write(self, assets: Path, native_libraries: Path, objects: Path | None = None) -> None:
+        """Into a directory of assets (its files), one of native libraries (``<abi>/<library_name>``) and,
+        for an object archive, one its contents are extracted into (``objects``)."""
         for name, f in self.assets.items():
             (assets / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, assets / name)
-        if self.library is not None:
+        if self.manifest is not None:
+            (assets / artifact.MANIFEST).write_text(json.dumps(self.manifest, indent=2) + "\n")
+        if self.library_name:
             (assets / LIBRARY_NAME_FILE).write_text(self.library_name + "\n")
+        if self.library is not None:
             (native_libraries / self.abi).mkdir(parents=True, exist_ok=True)
             shutil.copy2(self.library, native_libraries / self.abi / self.library_name)
+        if self.objects is not None:
+            if objects is None:
+                raise InputError(
+                    f"{self.objects} holds objects, not a linked library: only an app's CMake can link it",
+                    "compile the model with the Android NDK present (no --objects-only)",
+                )
+            objects.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(self.objects) as t:
+                t.extractall(objects, filter="data")
+
+    def cmake_library(self, directory: str) -> dict:
+        """What the app's CMake needs to link the objects extracted into ``directory`` (relative to its
+        CMakeLists.txt): the target (its output is ``library_name``), the ABI and architecture, the objects and
+        the sources."""
+        assert self.objects is not None and self.manifest is not None
+        with tarfile.open(self.objects) as t:
+            names = sorted(m.name for m in t.getmembers() if m.isfile())
+        return {
+            "target": self.library_name.removeprefix("lib").removesuffix(".so"),
+            "abi": self.abi,
+            "arch": self.manifest["arch"],
+            "dir": directory,
+            "objects": [n for n in names if n.endswith(".o")],
+            "sources": [n for n in names if n.endswith((".cc", ".c", ".cpp"))],
+        }
 
 
 def model_library_name(manifest: artifact.Manifest) -> str:
@@ -113,6 +160,13 @@ def package_model(directory: Path) -> PackagedModel:
     m = artifact.load(directory)
     files = sorted(p for p in directory.rglob("*") if p.is_file())
     assets = {f.relative_to(directory).as_posix(): f for f in files}
+    if m.export["kind"] == "objects" and m.platform.startswith("android-"):
+        # linked by the app's CMake into the library a linked model would be, under the same kind of name
+        objects = assets.pop(m.export["library"])
+        manifest = m.to_json()
+        manifest["export"] = {"kind": "shared", "library": "model.so", "linked_by": "the app's CMake"}
+        manifest["files"] = {k: v for k, v in m.files.items() if k != m.export["library"]}
+        return PackagedModel(m.abi, assets, library_name=model_library_name(m), objects=objects, manifest=manifest)
     if m.export["kind"] != "shared":
         return PackagedModel(m.abi, assets)
     library = assets.pop(m.export["library"])
@@ -123,12 +177,18 @@ def create_android_project(kind: str, out_dir: Path, context: dict, artifacts: d
     """Render templates/android_<kind> into ``out_dir``, with the runtime sources and the artifacts.
 
     ``artifacts`` maps a device name to an artifact directory, shipped as assets/model-<device>/ with its model
-    library in jniLibs/<abi>/ (PackagedModel), which Gradle packages into the APK's lib/<abi>/.
+    library in jniLibs/<abi>/ (PackagedModel), which Gradle packages into the APK's lib/<abi>/; an object
+    archive's contents go to app/src/main/cpp/models/model-<device>/ instead, and the app's CMake links them
+    into that library (Gradle's externalNativeBuild, with the NDK, packages it the same way).
     """
-    templates.render(f"android_{kind}", out_dir, context)
+    packaged = {device: package_model(directory) for device, directory in artifacts.items()}
+    linked_here = {device: f"{MODEL_OBJECTS_DIR}/model-{device}" for device, p in packaged.items() if p.objects}
+    libraries = [packaged[device].cmake_library(d) for device, d in linked_here.items()]
+    templates.render(f"android_{kind}", out_dir, {**context, "model_libraries": libraries})
     shutil.copytree(
         resources.jni_dir(), out_dir / "tvmgen-jni", ignore=shutil.ignore_patterns("__pycache__", "__init__.py")
     )
     main = out_dir / "app" / "src" / "main"
-    for device, directory in artifacts.items():
-        package_model(directory).write(main / "assets" / f"model-{device}", main / "jniLibs")
+    for device, p in packaged.items():
+        objects = main / "cpp" / linked_here[device] if device in linked_here else None
+        p.write(main / "assets" / f"model-{device}", main / "jniLibs", objects)

@@ -66,18 +66,13 @@ def _app_options(kind, common, platforms, run_app, **kw):
     )
 
 
-def _finish_app(project: Path, opts, artifacts_ok: bool):
+def _finish_app(project: Path, opts):
     """Build, sign, install and run when the tools are here; otherwise say what is missing."""
     from tvmgen.android import app as android_app
 
     missing = android_app.missing_for_apk()
-    if missing or not artifacts_ok:
+    if missing:
         console.print(f"[yellow]![/] {android_app.summary_of_missing(missing, project)}")
-        if not artifacts_ok:
-            console.print(
-                "  - the model was compiled as an object archive (no NDK here): "
-                "run this command again with ANDROID_NDK_HOME set"
-            )
         if opts.install or opts.run:
             raise ToolMissingError(
                 "cannot install or run: the APK could not be built here",
@@ -359,7 +354,7 @@ def app(
                 artifacts[target.device],
                 info={"name": stem, "source": model},
                 nnapi=pipeline.NnapiOptions(feature_level, strategy, cost_table),
-                objects_only=not linked,
+                objects_only=not linked,  # then the app's CMake links the objects (android/project.py)
                 tuning_db=database.database_for(tuning_db, target),
                 # the CPU fallback of a GPU app: fp32, runs anywhere
                 precision=precision if i == 0 else "fp32",
@@ -378,7 +373,7 @@ def app(
             with logs.step("Rendering the Android project (templates/android_deploy)"):
                 android_project.create_android_project("deploy", staged, ctx, artifacts)
     console.print(f"[green]✓[/] Android project: [bold]{out}[/]")
-    _finish_app(out, opts, artifacts_ok=linked)
+    _finish_app(out, opts)
 
 
 @click.command("rpc-app")
@@ -472,7 +467,7 @@ def rpc_app(
             f"  USB mode: start a proxy here (tvmgen rpc proxy --port {port}); the app reaches it through "
             f"`adb reverse tcp:{port} tcp:{port}`"
         )
-    _finish_app(out, opts, artifacts_ok=True)
+    _finish_app(out, opts)
 
 
 def _tvm_source_dir() -> str:
