@@ -281,19 +281,32 @@ def paced(contenders: list[Timed], pace_s: float, runs: int, rounds: int) -> Non
 # =========================================================================== statistics and tables
 
 
+def _latency():
+    """tvmgen's Latency type (core/latency.py), loaded from its file: it needs numpy alone, and the GPU
+    benchmark's --run-only side runs in a Python where the tvmgen package (and TVM) cannot be imported."""
+    import importlib.util
+    import sys
+
+    name = "tvmgen_core_latency"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "generator" / "tvmgen" / "core" / "latency.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while the class is made
+        spec.loader.exec_module(module)
+    return sys.modules[name].Latency
+
+
 def median(xs):
     """The median of ``xs`` (the mean of the middle two for an even count); None when empty."""
-    from tvmgen.core.latency import Latency
-
-    return Latency.from_samples(xs).median
+    return _latency().from_samples(xs).median
 
 
 def stats(values, unit: str, order=("median", "mean", "min", "p90", "max")) -> dict:
     """Median, mean, min, 90th percentile and max of ``values`` (any of tvmgen's Latency statistics can
     be named in ``order``: std, p99...) as floats, keyed e.g. ``median_ms`` for ``unit="ms"``, in ``order``."""
-    from tvmgen.core.latency import Latency
-
-    return Latency.from_samples(values).flat(order, f"_{unit}")
+    return _latency().from_samples(values).flat(order, f"_{unit}")
 
 
 def ratio(a, b):
