@@ -748,6 +748,28 @@ def plan_tasks(
     return first + sorted(merged, key=len, reverse=True) + last
 
 
+def retry_timeouts(results: list[dict], cases: list[dict], work: Path, args, logs: Path, slow: frozenset) -> None:
+    """Each case that timed out (and is not known to) run once more, alone, with ``args.retry_timeouts``
+    seconds: its new result replaces the timeout, marked ``retried_after_timeout_s``."""
+    timed_out = {r["name"] for r in results if r["tvmgen"].get("stage") == "timeout" and r["name"] not in slow}
+    if not timed_out:
+        return
+    benchlib.progress(
+        f"{len(timed_out)} case(s) timed out after {args.timeout:g} s: run again alone, "
+        f"{args.retry_timeouts:g} s each ({', '.join(sorted(timed_out))})"
+    )
+    again: dict[str, dict] = {}
+
+    def on_retry(record: dict) -> None:
+        record["tvmgen"]["retried_after_timeout_s"] = args.timeout
+        again[record["name"]] = record
+        verdict = "ok" if record["tvmgen"]["pass"] else f"FAIL ({record['tvmgen'].get('stage')})"
+        benchlib.log(f"retried {record['name']}: tvmgen {verdict}")
+
+    run_pool([c for c in cases if c["name"] in timed_out], work, args.jobs, args.retry_timeouts, on_retry, logs)
+    results[:] = [again.get(r["name"], r) for r in results]
+
+
 def run_pool(
     cases: list[dict],
     work: Path,
@@ -1134,6 +1156,13 @@ def main(argv=None) -> int:
     )
     p.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds one case may take (default 60)")
+    p.add_argument(
+        "--retry-timeouts",
+        type=float,
+        metavar="S",
+        help="run each case that timed out once more, alone, allowed S seconds (a loaded machine slows compiles; "
+        "with --known, cases the record says time out are not retried); the output and the JSON say which were",
+    )
     p.add_argument("--work", type=Path, help="where the cases are written (kept; default: a directory in $TMPDIR)")
     benchlib.json_option(p)
     p.add_argument("--markdown", type=Path, metavar="OUT.md", help="also write the tables in Markdown here")
@@ -1238,6 +1267,8 @@ def main(argv=None) -> int:
     complete = False
     try:
         run_pool(cases, work, args.jobs, args.timeout, on_result, logs, args.batched, apart, slow, on_batch)
+        if args.retry_timeouts:
+            retry_timeouts(results, cases, work, args, logs, slow)
         complete = True
     except KeyboardInterrupt:
         benchlib.progress(f"stopped after {len(results)} of {len(cases)} case(s): the report is partial")
