@@ -206,6 +206,12 @@ def test_start_with_extras_argv():
     ]
 
 
+def test_start_fresh_stops_the_app_first():
+    p, runner = phone(("am_start_ok.txt", 0))
+    p.start("org.tvmgen.test/.MainActivity", {"exit": True}, fresh=True)
+    assert runner.calls[0][3:8] == ["shell", "am", "start", "-S", "-n"]
+
+
 def test_start_missing_activity_exit_0_is_still_an_error():
     p, _ = phone(("am_start_missing.txt", 0))
     with pytest.raises(adb.DeviceError, match="does not exist"):

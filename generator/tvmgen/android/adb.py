@@ -204,9 +204,10 @@ class Phone:
             f"see the phone's log: adb -s {self.serial} logcat -d -s PackageManager",
         )
 
-    def start(self, component: str, extras: dict | None = None) -> None:
-        """am start -n package/activity, with extras as --es (str), --ei (int), --ez (bool), --ef (float)."""
-        args = ["shell", "am", "start", "-n", component]
+    def start(self, component: str, extras: dict | None = None, fresh: bool = False) -> None:
+        """am start -n package/activity, with extras as --es (str), --ei (int), --ez (bool), --ef (float);
+        ``fresh``: the app's process stopped first (-S), so a run still going in it is not joined."""
+        args = ["shell", "am", "start", *(["-S"] if fresh else []), "-n", component]
         for k, v in (extras or {}).items():
             flag = (
                 "--ez"

@@ -108,7 +108,13 @@ def install_and_run(apk: Path, opts: AppOptions, results_dir: Path, assets: Path
         return None
     remote = f"/sdcard/Android/data/{opts.package}/files/tvmgen-results.json"
     started = time.time()
-    phone.start(f"{opts.package}/.MainActivity", {"iterations": opts.iterations, "warmup": opts.warmup, "exit": True})
+    # fresh: the deploy app's run belongs to its process (it survives rotation), so a run left going from
+    # an earlier launch would be joined instead of a new one started
+    phone.start(
+        f"{opts.package}/.MainActivity",
+        {"iterations": opts.iterations, "warmup": opts.warmup, "exit": True},
+        fresh=True,
+    )
     with step("Waiting for the app's results"):
         deadline = started + 600
         while time.time() < deadline:
