@@ -2,7 +2,7 @@
 when ``tflite_ops`` reads the registry): ``Convolution2DTransposeBias`` (a transposed convolution plus
 bias, with a NumPy statement of MediaPipe's kernel) and the face-mesh attention operators
 ``Landmarks2TransformMatrix``, ``TransformTensorBilinear`` and ``TransformLandmarks``. Their constant
-inputs are read through ``tflite_ops.constant_value``."""
+inputs are read through ``tflite_constants.constant_value``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from tvmgen.frontends.custom_ops import tflite_op
-from tvmgen.frontends.tflite_ops import constant_value
+from tvmgen.frontends.tflite_constants import constant_value
 
 
 def _transpose_conv_bias_params(options: bytes, in_hw, kernel_hw):
