@@ -97,7 +97,8 @@ class HostModel:
                 "compile it again on this machine, or for the oldest CPU it must run on "
                 "(e.g. --cpu haswell for any AVX2 machine)",
             )
-        backend = get_device(m.device).backend
+        device = get_device(m.device)
+        backend = device.backend
         if backend == "opencl":
             self.load_opencl_backend()
         elif backend == "vulkan":
@@ -115,7 +116,7 @@ class HostModel:
         self._out_wrapped: list = [None] * len(m.outputs)  # the same for ``run(out=...)``'s arrays
         self._dynamic_outputs = any(not isinstance(d, int) or d < 0 for s in m.outputs for d in s.shape)
         # numpy arrays live on the CPU: usable in place there, at the alignment the kernels allow
-        self._in_place = get_device(m.device).host_memory
+        self._in_place = device.host_memory
         self._alignment = m.vm.get("input_alignment") or [64] * len(m.inputs)
         t0 = time.perf_counter()
         with filtered_stderr():  # TVM's per-constant "Scope Loaded" lines of texture builds
@@ -128,7 +129,7 @@ class HostModel:
             self.params = [loaded[n] for n in m.params["names"]]
         t1 = time.perf_counter()
         self.dev = tvm.device(m.device, 0)
-        if not get_device(m.device).host_memory:
+        if not self._in_place:
             self.params = [p.copyto(self.dev) for p in self.params]
         with filtered_stderr():
             self.vm = relax.VirtualMachine(lib, vm_devices(m, self.dev))
