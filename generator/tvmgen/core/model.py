@@ -46,6 +46,22 @@ class TensorSpec:
         return f"{self.name}:{'x'.join(map(str, self.shape)) or 'scalar'}:{self.dtype}"
 
 
+@dataclass(frozen=True)
+class StateSpec:
+    """A tensor a streaming model carries from one run to the next: the compiled function reads it as
+    the input ``input`` and returns its next value as the output ``output`` (same shape and dtype).
+    The runtime holds it between runs, starting from ``initial`` (zeros when None)."""
+
+    input: str
+    output: str
+    shape: tuple[int, ...]
+    dtype: str
+    initial: np.ndarray | None = None
+
+    def to_json(self) -> dict:
+        return {"input": self.input, "output": self.output, "shape": list(self.shape), "dtype": self.dtype}
+
+
 @dataclass
 class ImportedModel:
     """A model in TVM's hands: the Relax module and what the artifact needs to say about it.
@@ -66,6 +82,14 @@ class ImportedModel:
     nodes: list[tuple[str, str]] = field(default_factory=list)
     # inputs bound at compile time by --const: name -> value (nested lists)
     constants: dict = field(default_factory=dict)
+    # Streaming state: each pair names one of ``inputs`` and one of ``output_names``. Empty: stateless.
+    state: list[StateSpec] = field(default_factory=list)
+    # A stateful model's reference run over a sequence from its initial state: each step's non-state
+    # inputs by name -> each step's non-state outputs in order. None: thread ``reference`` through
+    # the state pairs (a functional reference, as onnxruntime's is).
+    reference_sequence: Callable[[list[dict[str, np.ndarray]]], list[list[np.ndarray]]] | None = field(
+        default=None, repr=False
+    )
 
 
 def random_inputs(specs: Sequence[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:
