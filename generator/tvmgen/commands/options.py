@@ -96,9 +96,10 @@ def platform(
     )
 
 
-def runtime_platform(help: str):
-    """--platform for the runtime built here: the host, or linux-aarch64 (cross-built, run under qemu)."""
-    return platform(RUNTIME_PLATFORMS, help=help)
+def runtime_platform(help: str, android: bool = False):
+    """--platform for the runtime built here: the host, or linux-aarch64 (cross-built, run under qemu); with
+    ``android`` also the Android ABIs (built with the NDK against a TVM source tree)."""
+    return platform([*RUNTIME_PLATFORMS, *(ANDROID_PLATFORMS if android else ())], help=help)
 
 
 def inputs(help: str = INPUT_HELP):

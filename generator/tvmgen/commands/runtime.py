@@ -9,7 +9,7 @@ import click
 
 from tvmgen.commands import options
 from tvmgen.core import log as logs
-from tvmgen.core.errors import TvmgenError
+from tvmgen.core.errors import ToolMissingError, TvmgenError
 
 console = logs.console
 
@@ -21,18 +21,56 @@ def runtime():
 
 @runtime.command("build")
 @options.runtime_platform(
-    help="Where the runtime runs. Android builds run in the app's Gradle build (NDK + TVM source)."
+    help="Where the runtime runs. android-* builds it with the NDK's CMake toolchain against the TVM source tree "
+    "the app build uses (TVM_SOURCE_DIR or tvmgen's clone); its lib/ is what `tvmgen aar --native` takes.",
+    android=True,
 )
 @click.option(
     "-o", "--out", type=click.Path(path_type=Path), help="Build directory. [default: build/runtime-<platform>]"
 )
 def runtime_build_cmd(platform, out):
     """Build the runtime with CMake; prints the install prefix (bin/tvmgen-run, lib/, include/)."""
+    from tvmgen.compiler.targets.platforms import get_platform
     from tvmgen.runtime import runtime_build
 
-    prefix = runtime_build.build(platform, out or Path("build") / f"runtime-{platform}")
+    android = runtime_build.is_android(platform)
+    tvm_source = _android_prerequisites(platform) if android else None
+    prefix = runtime_build.build(platform, out or Path("build") / f"runtime-{platform}", tvm_source=tvm_source)
     console.print(f"[green]✓[/] runtime for {platform}: [bold]{prefix}[/]")
+    if android:
+        abi = get_platform(platform).abi
+        console.print(f"  [dim]for an AAR: tvmgen aar ARTIFACT --native {abi}={prefix / 'lib'} -o model.aar[/]")
     click.echo(prefix)
+
+
+def _android_prerequisites(platform: str) -> Path:
+    """The TVM source tree of an Android runtime build, once the NDK and it are found as `tvmgen app` and
+    `tvmgen doctor` find them; what is missing is said at once, each with its fix, before anything is written."""
+    from tvmgen.android import doctor
+    from tvmgen.compiler.targets.platforms import get_platform
+    from tvmgen.runtime import runtime_build
+
+    missing = []
+    try:
+        runtime_build.ndk_toolchain_file(get_platform(platform).abi)
+    except ToolMissingError as e:
+        missing.append(e)
+    tvm = doctor.tvm_source()
+    if not tvm.usable:
+        missing.append(
+            ToolMissingError(
+                f"no usable TVM source tree ({tvm.detail}): the Android runtime builds TVM's from it", tvm.fix
+            )
+        )
+    if len(missing) == 1:
+        raise missing[0]
+    if missing:
+        raise ToolMissingError(
+            "the Android runtime build needs the NDK and a TVM source tree:\n    - "
+            + "\n    - ".join(e.message for e in missing),
+            "one for each:\n    - " + "\n    - ".join(e.hint or "" for e in missing),
+        )
+    return Path(tvm.path)
 
 
 @click.command()

@@ -1,8 +1,9 @@
 """Build the device runtime in jni/ (libtvmgen_runtime, tvmgen-run, the JNI bridge) with CMake.
 
 The TVM runtime it links comes from the apache-tvm wheels: the installed one for the host,
-the aarch64 wheel (fetched with pip into the user cache, once) for linux-aarch64. Android
-builds need the NDK and a TVM source tree and are run by the app's Gradle build instead.
+the aarch64 wheel (fetched with pip into the user cache, once) for linux-aarch64. For an
+Android ABI it is built from a TVM source tree with the NDK's CMake toolchain, with the
+arguments the apps' Gradle builds pass (``android_configure_args``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,18 @@ import zipfile
 from importlib.metadata import version
 from pathlib import Path
 
+from tvmgen.compiler.targets.platforms import get_platform
 from tvmgen.core import artifact, resources, toolchains
-from tvmgen.core.errors import InputError, TvmgenError
+from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
 from tvmgen.core.log import step
 
-BUILDABLE = ("host", "linux-aarch64")
+BUILDABLE = ("host", "linux-aarch64")  # against the apache-tvm wheels; Android ABIs against a TVM source tree
+# Where an NDK (r19 and newer) keeps its CMake toolchain file.
+ANDROID_TOOLCHAIN_FILE = Path("build") / "cmake" / "android.toolchain.cmake"
+NDK_FIX = (
+    "tvmgen doctor --install (downloads the NDK into tvmgen's Android SDK), "
+    "or set ANDROID_NDK_HOME to an unpacked Android NDK (r25 or newer)"
+)
 # What a runtime needs from the wheels: the runtime libraries and the tvm-ffi headers.
 WHEEL_MEMBERS = ("tvm/lib/libtvm_runtime.so", "tvm/lib/libtvm_runtime_cuda.so", "tvm_ffi/lib/libtvm_ffi.so")
 WHEEL_TREES = ("tvm_ffi/include/",)
@@ -45,9 +53,8 @@ def tvm_prebuilt(platform: str) -> Path:
     if platform == "linux-aarch64":
         return _aarch64_wheels()
     raise InputError(
-        f"the runtime cannot be built here for {platform}",
-        f"buildable here: {', '.join(BUILDABLE)}; Android builds run inside the app's Gradle build "
-        "(NDK + TVM_SOURCE_DIR, see jni/CMakeLists.txt)",
+        f"no prebuilt TVM runtime for {platform}: the apache-tvm wheels serve {', '.join(BUILDABLE)}",
+        "for an Android ABI, `tvmgen runtime build --platform android-arm64` builds the TVM runtime from source",
     )
 
 
@@ -103,11 +110,70 @@ def host_jni_include_dirs() -> list[Path]:
     return dirs if (dirs[0] / "jni.h").is_file() else []
 
 
-def build(platform: str, build_dir: Path, jni: bool = True) -> Path:
-    """Configure, build and install the runtime; returns the install prefix (bin/, lib/, include/)."""
+def is_android(platform: str) -> bool:
+    """Whether ``platform`` is an Android ABI (its runtime built with the NDK against a TVM source tree)."""
+    return get_platform(platform).exporter == "ndk"
+
+
+def ndk_toolchain_file(abi: str) -> Path:
+    """The CMake toolchain file of the NDK that `tvmgen compile`, `tvmgen app` and `tvmgen doctor` find
+    (toolchains.AndroidNdk: TVM_NDK_CC, ANDROID_NDK_HOME, ANDROID_NDK_ROOT, the SDK's ndk/<version>)."""
+    ndk = toolchains.AndroidNdk(abi)
+    try:
+        clang = ndk.verify()
+    except ToolMissingError as e:
+        if os.environ.get("TVM_NDK_CC") or ndk.ndk_root() is not None:
+            raise  # an NDK is named or found but unusable: its own cause and fix
+        raise ToolMissingError(
+            f"{e.message}; the Android runtime is built with the NDK's CMake toolchain", NDK_FIX
+        ) from None
+    # the NDK that holds the compiler (<ndk>/toolchains/llvm/prebuilt/<host>/bin/), else the NDK root found
+    roots = list(clang.parents[5:6])
+    for root in roots:
+        if (root / ANDROID_TOOLCHAIN_FILE).is_file():
+            return root / ANDROID_TOOLCHAIN_FILE
+    found = ndk.ndk_root()
+    if found is not None and (found / ANDROID_TOOLCHAIN_FILE).is_file():
+        return found / ANDROID_TOOLCHAIN_FILE
+    where = ", ".join(str(r) for r in dict.fromkeys([*roots, *([found] if found else [])]))
+    raise ToolMissingError(f"no {ANDROID_TOOLCHAIN_FILE} in the Android NDK ({where})", NDK_FIX)
+
+
+def android_configure_args(platform: str, toolchain_file: Path, tvm_source: Path, jni: bool = True) -> list[str]:
+    """The CMake configure arguments of the runtime for an Android ABI: the NDK's toolchain, the platform's ABI,
+    the apps' minSdk, and what the apps' Gradle builds pass (templates/android_*/app/build.gradle.jinja)."""
+    p = get_platform(platform)
+    if p.exporter != "ndk":
+        raise InputError(f"{platform} is not an Android platform", "use one of the android-* platforms")
+    return [
+        f"-DCMAKE_TOOLCHAIN_FILE={toolchain_file}",
+        f"-DANDROID_ABI={p.abi}",
+        f"-DANDROID_PLATFORM=android-{toolchains.ANDROID_MIN_API}",
+        # NDK r27's lld aligns to 4 KB unless asked; jni/CMakeLists.txt also links with -z max-page-size=16384
+        "-DANDROID_SUPPORT_FLEXIBLE_PAGE_SIZES=ON",
+        f"-DTVM_SOURCE_DIR={tvm_source}",
+        f"-DTVMGEN_BUILD_JNI={'ON' if jni else 'OFF'}",
+    ]
+
+
+def build(platform: str, build_dir: Path, jni: bool = True, tvm_source: Path | None = None) -> Path:
+    """Configure, build and install the runtime; returns the install prefix (bin/, lib/, include/).
+
+    Android ABIs need ``tvm_source``, the TVM source tree the app build uses (android.downloads.tvm_source_dir).
+    Everything is checked before the build directory is made.
+    """
+    if is_android(platform) and tvm_source is None:
+        raise InputError(
+            f"the runtime for {platform} is built from a TVM source tree, and none was given",
+            "set TVM_SOURCE_DIR to a TVM source tree (or: tvmgen doctor --install)",
+        )
     cmake = toolchains.CMake()
     cmake.verify()
-    args = [f"-DTVMGEN_TVM_PREBUILT={tvm_prebuilt(platform)}", f"-DTVMGEN_BUILD_JNI={'ON' if jni else 'OFF'}"]
+    if is_android(platform):
+        assert tvm_source is not None
+        args = android_configure_args(platform, ndk_toolchain_file(get_platform(platform).abi), tvm_source, jni)
+    else:
+        args = [f"-DTVMGEN_TVM_PREBUILT={tvm_prebuilt(platform)}", f"-DTVMGEN_BUILD_JNI={'ON' if jni else 'OFF'}"]
     if platform == "linux-aarch64":
         toolchains.CrossGxxAarch64().verify()
         args.append(f"-DCMAKE_TOOLCHAIN_FILE={resources.jni_dir() / 'cmake' / 'aarch64-linux-gnu.cmake'}")
