@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +49,42 @@ class BuildOptions:
         return BuildTarget(self.platform, self.device, self.gpu_family)
 
 
+@contextlib.contextmanager
+def _logged_build(imported: ImportedModel, opts: BuildOptions):
+    """With $TVMGEN_COMPILE_LOG=FILE, append one JSON line per build: what was built (the module's
+    structural hash, target, options), for how long, and for which test: where a test run's compile
+    time goes, and which builds repeat."""
+    out = os.environ.get("TVMGEN_COMPILE_LOG")
+    if not out:
+        yield
+        return
+    import json
+    import time
+
+    import tvm
+
+    row = {
+        "module": f"{tvm.ir.structural_hash(imported.mod):x}",
+        "target": f"{opts.platform.name}/{opts.device}/{opts.gpu_family}",
+        "options": {
+            k: str(getattr(opts, k)) for k in ("separate_params", "objects_only", "tuning_db", "schedules", "precision")
+        },
+        "test": os.environ.get("PYTEST_CURRENT_TEST", ""),
+    }
+    t0 = time.time()
+    yield
+    row["seconds"] = round(time.time() - t0, 2)
+    with open(out, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def build_executable(imported: ImportedModel, opts: BuildOptions, report: dict | None = None):
+    """Build ``imported`` for ``opts`` (see _build_executable); logged with $TVMGEN_COMPILE_LOG."""
+    with _logged_build(imported, opts):
+        return _build_executable(imported, opts, report)
+
+
+def _build_executable(imported: ImportedModel, opts: BuildOptions, report: dict | None = None):
     """Run TVM: bind or keep weights, lower with the target's pipeline, build. CPU builds fill
     ``report`` with the functions tuned, given tvmgen's default schedules, or left unscheduled.
 
