@@ -63,7 +63,7 @@ def _logged_build(imported: ImportedModel, opts: BuildOptions):
 
     import tvm
 
-    row = {
+    row: dict = {
         "module": f"{tvm.ir.structural_hash(imported.mod):x}",
         "target": f"{opts.platform.name}/{opts.device}/{opts.gpu_family}",
         "options": {
