@@ -1,6 +1,8 @@
 """`tvmgen aar`: the AAR's layout (each model's library among the native libraries, loaded in place), manifest,
 consumer rules and classes.jar (Java 8 bytecode, compiled against by javac here and run on the host JVM with the
-host JNI library), its libraries checked for the ABI, for Android (bionic) and for 16 KB pages.
+host JNI library), its libraries checked for the ABI, for Android (bionic) and for 16 KB pages; a model compiled
+to objects linked from the AAR by an app's CMake (the lines the docs give), with the aarch64 cross g++ standing in
+for the NDK, and run under qemu.
 
 The Android runtime libraries need the NDK, which is not here: the packaging is exercised with the
 linux-aarch64 build of the same sources (real aarch64 ELF files linked here, passed with
@@ -16,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
@@ -271,35 +274,165 @@ def test_aar_refuses_linux_libraries_and_4k_pages(android_artifact, aarch64_nati
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match=r"lacks libtvmgen_jni\.so") as e:
         aar.build_aar([android_artifact], {"arm64-v8a": tmp_path / "empty"}, tmp_path / "w.aar", "org.example.softmax")
-    assert "ANDROID_ABI=arm64-v8a" in e.value.hint
+    assert "`tvmgen runtime build --platform android-arm64`" in e.value.hint
     assert binfmt.page_report(aarch64_native / "libtvmgen_jni.so").min_align == 16384
 
 
-def test_an_objects_artifact_is_sent_to_compile_again_not_in_a_loop(android_artifact, aarch64_native, tmp_path):
-    """Linking an objects artifact by hand leaves its manifest at "objects", so the same refusal would come
-    back: the fix is to compile it again with the NDK, and that command parses."""
-    import json
+@pytest.fixture(scope="module")
+def objects_artifact(tmp_path_factory, compiled) -> Path:
+    """A Gemm model compiled for android-arm64 to objects only (no NDK used): model.tar, not model.so."""
+    d = tmp_path_factory.mktemp("aar-objects")
+    return compiled(
+        save_onnx(single_op_models()["gemm"], d / "gemm.onnx"), "android-arm64", "cpu", name="gemm", objects_only=True
+    )
 
-    import click
 
-    from tvmgen.cli import cli
+def consumer_cmake_lines() -> str:
+    """The lines docs/commands/aar.md tells an app to add to its CMakeLists.txt for a model compiled to objects:
+    the test builds exactly those."""
+    doc = (REPO / "docs" / "commands" / "aar.md").read_text()
+    block = doc[doc.index("```cmake\n# app/src/main/cpp/CMakeLists.txt") + len("```cmake\n") :]
+    return block[: block.index("```")]
 
-    objects = tmp_path / "objects"
-    shutil.copytree(android_artifact, objects)
-    manifest = json.loads((objects / "manifest.json").read_text())
-    manifest["export"].update(kind="objects", library="model.tar")
-    (objects / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(InputError, match=r"holds model.tar \(objects\), not a linked model.so") as e:
+
+def defined_symbols(*files: Path, dynamic: bool) -> set[str]:
+    r = subprocess.run(
+        ["aarch64-linux-gnu-nm", *(["-D"] if dynamic else []), "--defined-only", "--extern-only", *files],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {line.split()[-1] for line in r.stdout.splitlines() if len(line.split()) == 3}
+
+
+def test_objects_artifact_is_linked_by_the_consuming_app_cmake(
+    objects_artifact, android_artifact, aarch64_native, aarch64_runtime, tmp_path
+):
+    """An AAR holding a model compiled to objects (beside one linked by tvmgen): the objects, the launcher's source
+    and tvmgen-model.cmake in tvmgen/, the assets naming the library the app's CMake links. An app laid out as
+    Android Studio lays it out, with the CMake lines docs/commands/aar.md gives, extracts them from the AAR and links
+    the library with the linux-aarch64 cross toolchain standing in for the NDK: an aarch64 library of the name
+    library.txt gives, 16 KB pages, exporting every symbol the objects define, no libstdc++ needed; loaded under
+    qemu-aarch64 by the aarch64 runtime, it gives onnxruntime's outputs."""
+    import tarfile
+
+    import onnxruntime as ort
+
+    from conftest import QEMU_AARCH64, run_native
+    from tvmgen.android import project
+    from tvmgen.compiler.targets import export
+    from tvmgen.core import artifact
+
+    for tool in ("cmake", "aarch64-linux-gnu-g++", "aarch64-linux-gnu-nm", "aarch64-linux-gnu-objdump"):
+        require_tool(tool)
+    app = tmp_path / "app"
+    built = aar.build_aar(
+        [android_artifact, objects_artifact],
+        {"arm64-v8a": aarch64_native},
+        app / "libs" / "model.aar",
+        "org.example.gemm",
+        require_android=False,
+    )
+    library = project.model_library_name(artifact.load(objects_artifact))
+    target = library.removeprefix("lib").removesuffix(".so")
+    assert built.models == ["softmax-cpu", "gemm-cpu"] and built.linked_by_app == {"gemm-cpu": target}
+    assert built.libraries["gemm-cpu"] == library
+    with tarfile.open(objects_artifact / "model.tar") as t:
+        members = sorted(m.name for m in t.getmembers() if m.isfile())
+    assert export.parallel_pool_source().name in members and any(n.endswith(".o") for n in members)
+    names = set(built.entries)
+    # the objects model: its objects and sources for the app's CMake, none of its libraries among jni/, the
+    # linked one's library there as before; the runtime libraries for both
+    assert {n for n in names if n.startswith("tvmgen/")} == {
+        aar.CMAKE_FILE,
+        "tvmgen/model_library.cmake",
+        *(f"tvmgen/models/gemm-cpu/{m}" for m in members),
+    }
+    assert f"jni/arm64-v8a/{library}" not in names and f"jni/arm64-v8a/{built.libraries['softmax-cpu']}" in names
+    assert {f"jni/arm64-v8a/{n}" for n in aar.RUNTIME_LIBRARIES} <= names
+    with zipfile.ZipFile(built.path) as z:
+        assert z.read("assets/tvmgen/gemm-cpu/library.txt") == f"{library}\n".encode()
+        shipped = json.loads(z.read("assets/tvmgen/gemm-cpu/manifest.json"))
+        assert z.read("tvmgen/model_library.cmake") == project.model_library_cmake().read_bytes()
+    assert "assets/tvmgen/gemm-cpu/model.tar" not in names
+    assert shipped["export"]["kind"] == "shared" and "model.tar" not in shipped["files"]
+
+    cpp = app / "src" / "main" / "cpp"
+    cpp.mkdir(parents=True)
+    (cpp / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.22.1)\nproject(consumer LANGUAGES CXX)\n" + consumer_cmake_lines()
+    )
+    build = tmp_path / "build"
+    toolchain = REPO / "jni" / "cmake" / "aarch64-linux-gnu.cmake"
+    r = subprocess.run(
+        ["cmake", "-S", cpp, "-B", build, "-G", "Unix Makefiles", f"-DCMAKE_TOOLCHAIN_FILE={toolchain}"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = subprocess.run(["cmake", "--build", build, "-j2", "--target", target], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lib = build / library
+    assert lib.is_file(), sorted(p.name for p in build.iterdir())
+    assert binfmt.describe_file(lib) == ("elf", "aarch64")
+    report = binfmt.page_report(lib)
+    assert report.ok and report.min_align >= binfmt.ANDROID_PAGE_SIZE, report.summary()
+    objects = sorted((build / "tvmgen-aar" / "tvmgen" / "models" / "gemm-cpu").glob("*.o"))
+    wanted = defined_symbols(*objects, dynamic=False)
+    exported = defined_symbols(lib, dynamic=True)
+    assert wanted and wanted <= exported, sorted(wanted - exported)
+    needed = subprocess.run(["aarch64-linux-gnu-objdump", "-p", lib], capture_output=True, text=True).stdout
+    assert "libstdc++" not in needed, needed
+    # a new AAR (its entries with the same fixed times) is extracted again and the library linked again from it
+    linked_at = lib.stat().st_mtime_ns
+    time.sleep(1)
+    built.path.touch()
+    r = subprocess.run(["cmake", "--build", build, "--target", target], capture_output=True, text=True)
+    assert r.returncode == 0 and lib.stat().st_mtime_ns > linked_at, r.stdout[-3000:] + r.stderr[-3000:]
+
+    # the library with the assets beside it, as the runtime sees an artifact: run under qemu
+    loaded = tmp_path / "loaded"
+    with zipfile.ZipFile(built.path) as z:
+        for n in names:
+            if n.startswith("assets/tvmgen/gemm-cpu/"):
+                (loaded / n.removeprefix("assets/tvmgen/gemm-cpu/")).parent.mkdir(parents=True, exist_ok=True)
+                (loaded / n.removeprefix("assets/tvmgen/gemm-cpu/")).write_bytes(z.read(n))
+    shutil.copy(lib, loaded / shipped["export"]["library"])
+    x = np.random.default_rng(5).standard_normal((4, 64)).astype(np.float32)
+    proc, outputs = run_native(aarch64_runtime, loaded, {"a": x}, tmp_path, launcher=QEMU_AARCH64)
+    assert outputs is not None, proc.stderr
+    onnx_path = save_onnx(single_op_models()["gemm"], tmp_path / "gemm.onnx")
+    (reference,) = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(None, {"a": x})
+    np.testing.assert_allclose(outputs[0], reference, rtol=1e-4, atol=1e-4)
+
+
+def test_aar_command_names_what_the_app_links(
+    objects_artifact, aarch64_native, tmp_path, tvmgen_inprocess, monkeypatch
+):
+    """`tvmgen aar` says which library the app's CMake links and from which file (its Linux runtime libraries let
+    through as the Python API's test-only switch does)."""
+    import functools
+
+    from tvmgen.android import project
+    from tvmgen.core import artifact
+
+    monkeypatch.setattr(aar, "build_aar", functools.partial(aar.build_aar, require_android=False))
+    r = tvmgen_inprocess("aar", objects_artifact, "--native", f"arm64-v8a={aarch64_native}", "-o", tmp_path / "g.aar")
+    assert r.returncode == 0, r.stderr
+    library = project.model_library_name(artifact.load(objects_artifact))
+    assert f"assets/tvmgen/gemm-cpu/ (load: ArtifactData.readPackaged), its library {library}" in r.output
+    target = library.removeprefix("lib").removesuffix(".so")
+    assert f"linked by the app's CMake: include tvmgen/tvmgen-model.cmake from the AAR (target {target})" in r.output
+
+
+def test_objects_artifact_needs_the_runtime_for_its_abi(objects_artifact, aarch64_native, tmp_path):
+    """The model's calls into TVM resolve in the AAR's runtime libraries: an AAR without them for the artifact's
+    ABI is refused, naming the option, and nothing is written."""
+    with pytest.raises(InputError, match=r"built for arm64-v8a, and no --native arm64-v8a=DIR was given"):
         aar.build_aar(
-            [objects], {"arm64-v8a": aarch64_native}, tmp_path / "o.aar", "org.example.m", require_android=False
+            [objects_artifact], {"x86_64": aarch64_native}, tmp_path / "o.aar", "org.example.m", require_android=False
         )
-    fix = e.value.hint
-    assert "tvmgen doctor --install" in fix and "link it" not in fix
-    command = fix[fix.index("tvmgen compile") :].split()
-    assert command[command.index("--platform") + 1] == "android-arm64"
-    with click.Context(cli) as ctx:
-        compile_cmd = cli.get_command(ctx, "compile")
-        compile_cmd.make_context("compile", command[2:])  # every option it names exists
+    assert not (tmp_path / "o.aar").exists()
 
 
 @pytest.mark.skipif(

@@ -39,6 +39,22 @@ def check_package(package: str) -> None:
         )
 
 
+def model_link_context(libraries: list[dict]) -> dict:
+    """What a template's CMake needs to link models from their objects: ``libraries``, each a
+    PackagedModel.cmake_library, and tvmgen's link options (the deploy app's CMake, an AAR's tvmgen-model.cmake)."""
+    return {
+        "model_libraries": libraries,
+        "model_compile_flags": MODEL_COMPILE_FLAGS,
+        "model_link_flags": MODEL_LINK_FLAGS,
+    }
+
+
+def model_library_cmake() -> Path:
+    """The CMake file defining tvmgen_model_library, the link of a model from its objects: beside the deploy app's
+    CMakeLists.txt, and copied into an AAR beside its tvmgen-model.cmake."""
+    return resources.templates_dir() / "android_deploy" / "app" / "src" / "main" / "cpp" / "model_library.cmake"
+
+
 def android_context(
     kind: str,
     package: str,
@@ -75,10 +91,8 @@ def android_context(
         "tvm_source_dir": tvm_source_dir,
         "tvmgen_version": __version__,
         "model_library_prefix": MODEL_LIBRARY_PREFIX,
-        # the models the app's CMake links from their objects (create_android_project fills it in)
-        "model_libraries": [],
-        "model_compile_flags": MODEL_COMPILE_FLAGS,
-        "model_link_flags": MODEL_LINK_FLAGS,
+        # the models the app's CMake links from their objects (create_android_project fills them in)
+        **model_link_context([]),
         # the RPC app's defaults (what `tvmgen rpc-app` was given)
         "default_mode": rpc_mode,
         "default_address": rpc_address,
@@ -107,13 +121,12 @@ class PackagedModel:
     def write(self, assets: Path, native_libraries: Path, objects: Path | None = None) -> None:
         """Into a directory of assets (its files), one of native libraries (``<abi>/<library_name>``) and,
         for an object archive, one its contents are extracted into (``objects``)."""
-        for name, f in self.assets.items():
+        for name, source in self.shipped_assets().items():
             (assets / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, assets / name)
-        if self.manifest is not None:
-            (assets / artifact.MANIFEST).write_text(json.dumps(self.manifest, indent=2) + "\n")
-        if self.library_name:
-            (assets / LIBRARY_NAME_FILE).write_text(self.library_name + "\n")
+            if isinstance(source, Path):
+                shutil.copy2(source, assets / name)
+            else:
+                (assets / name).write_text(source)
         if self.library is not None:
             (native_libraries / self.abi).mkdir(parents=True, exist_ok=True)
             shutil.copy2(self.library, native_libraries / self.abi / self.library_name)
@@ -126,6 +139,22 @@ class PackagedModel:
             objects.mkdir(parents=True, exist_ok=True)
             with tarfile.open(self.objects) as t:
                 t.extractall(objects, filter="data")
+
+    def shipped_assets(self) -> dict[str, Path | str]:
+        """The asset directory as it ships, name -> the artifact's file or the text that takes its place: the
+        artifact's files, the manifest describing the library an app links (objects), LIBRARY_NAME_FILE."""
+        shipped: dict[str, Path | str] = dict(self.assets)
+        if self.manifest is not None:
+            shipped[artifact.MANIFEST] = json.dumps(self.manifest, indent=2) + "\n"
+        if self.library_name:
+            shipped[LIBRARY_NAME_FILE] = self.library_name + "\n"
+        return shipped
+
+    def object_files(self) -> dict[str, bytes]:
+        """The object archive's files (the objects and the launcher's source), name -> bytes."""
+        assert self.objects is not None
+        with tarfile.open(self.objects) as t:
+            return {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}  # type: ignore[union-attr]
 
     def cmake_library(self, directory: str) -> dict:
         """What the app's CMake needs to link the objects extracted into ``directory`` (relative to its
