@@ -16,7 +16,7 @@ import jinja2
 from tvmgen.core import resources
 from tvmgen.core.errors import TvmgenError
 
-TEMPLATES = ("android_deploy", "android_rpc", "ios_rpc")
+TEMPLATES = ("android_deploy", "android_rpc", "android_aar", "ios_rpc")
 
 
 def render(template: str, out_dir: Path, context: dict, filters: dict | None = None) -> list[Path]:
