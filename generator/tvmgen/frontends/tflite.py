@@ -97,10 +97,27 @@ def check_operators(model, ops: list[tuple[int, str, str]]) -> None:
 
 
 def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
+    from tvmgen.frontends.tflite_state import attach, explicit_state, refuse_overrides
+
+    buf, model = read_model(path)
+    state = explicit_state(buf)  # resource variables: the model as a function of its state
+    if state is None:
+        return _import(path, buf, model, overrides)
+    refuse_overrides(state, overrides)
+    import tflite
+
+    rewritten = tflite.Model.GetRootAsModel(state.model_bytes, 0)
+    imported = _import(path, state.model_bytes, rewritten, overrides, state.removed_ops)
+    attach(imported, state, path, buf)
+    return imported
+
+
+def _import(path: Path, buf: bytes, model, overrides: list[InputOverride], removed_before=()) -> ImportedModel:
+    """The model ``buf`` (``model``, read) imported; ``removed_before``: the operators of the file that an
+    earlier rewrite removed (errors number operators as in the file)."""
     from tvm import relax
     from tvm.relax.frontend.tflite import from_tflite
 
-    buf, model = read_model(path)
     sub = model.Subgraphs(0)
     raw, notes = [], []
     overridden = {o.name for o in overrides if o.shape is not None}
@@ -130,6 +147,10 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
         folded = Folded(buf)
         folded.notes.append(f"not folded: tvmgen's folding failed on this model ({type(e).__name__}: {e})"[:300])
     notes += folded.notes
+    if removed_before:
+        n = len(removed_before) + model.Subgraphs(0).OperatorsLength()
+        kept = [i for i in range(n) if i not in set(removed_before)]
+        folded.removed_ops = sorted({*removed_before, *(kept[i] for i in folded.removed_ops)})
     if folded.model_bytes is not buf:
         import tflite
 
@@ -208,11 +229,19 @@ def _dims(dims, unknown="?") -> str:
 
 def litert_reference(path: Path, buf: bytes, ops, output_names: list[str]):
     """LiteRT on the original model (``buf``), resized to the inputs it is given."""
+    runs = litert_runs(path, buf, ops, output_names)
+    return lambda inputs: runs([inputs])[0]
+
+
+def litert_runs(path: Path, buf: bytes, ops, output_names: list[str]):
+    """LiteRT on the model ``buf``: a sequence of inputs by name -> each run's outputs in order, all run by
+    one new interpreter (resized to the first inputs), which keeps the model's resource variables from one
+    run to the next."""
     from tvmgen.frontends.tflite_ops import NOT_IN_LITERT
 
     unrunnable = sorted({name.split(":", 1)[1] for _, name, _ in ops if name.startswith("CUSTOM:")} & NOT_IN_LITERT)
 
-    def reference(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def runs(steps: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
         from ai_edge_litert.interpreter import Interpreter
 
         if unrunnable:
@@ -224,18 +253,20 @@ def litert_reference(path: Path, buf: bytes, ops, output_names: list[str]):
             )
 
         interp = Interpreter(model_content=buf, num_threads=1)
-        details = interp.get_input_details()
-        for d in details:
-            if tuple(d["shape"]) != tuple(inputs[d["name"]].shape):
-                interp.resize_tensor_input(d["index"], inputs[d["name"]].shape)
-        interp.allocate_tensors()
         for d in interp.get_input_details():
-            interp.set_tensor(d["index"], inputs[d["name"]])
-        interp.invoke()
-        by_name = {d["name"]: interp.get_tensor(d["index"]) for d in interp.get_output_details()}
-        return [by_name[n] for n in output_names]
+            if steps and tuple(d["shape"]) != tuple(steps[0][d["name"]].shape):
+                interp.resize_tensor_input(d["index"], steps[0][d["name"]].shape)
+        interp.allocate_tensors()
+        outputs = []
+        for inputs in steps:
+            for d in interp.get_input_details():
+                interp.set_tensor(d["index"], inputs[d["name"]])
+            interp.invoke()
+            by_name = {d["name"]: interp.get_tensor(d["index"]) for d in interp.get_output_details()}
+            outputs.append([by_name[n] for n in output_names])
+        return outputs
 
-    return reference
+    return runs
 
 
 TF2ONNX_OPSET = 17

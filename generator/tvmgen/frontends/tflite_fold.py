@@ -259,13 +259,9 @@ def _run_litert(buf, graph: Graph, input_shapes, input_dtypes, static: set[int])
 def _rewrite(buf: bytes, graph: Graph, values: dict[int, np.ndarray], shapes: dict[int, tuple], kept: set[int]):
     """The model with ``values`` as constant buffers, ``shapes`` as the tensors' (fixed) shapes, and only
     the operators ``kept``, re-packed with the flatbuffer object API."""
-    import flatbuffers
     from ai_edge_litert import schema_py_generated as fb
 
-    model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(buf, 0))
-    for b in model.buffers or []:  # data stored after the flatbuffer moves into it (the offsets change)
-        if b.offset > 1 and b.size > 0:
-            b.data, b.offset, b.size = np.frombuffer(buf[b.offset : b.offset + b.size], np.uint8), 0, 0
+    model = unpack(buf)
     sub = model.subgraphs[0]
     for t, shape in shapes.items():
         if t < len(sub.tensors) and not graph.constant[t]:
@@ -278,7 +274,26 @@ def _rewrite(buf: bytes, graph: Graph, values: dict[int, np.ndarray], shapes: di
         tensor = sub.tensors[t]
         tensor.buffer, tensor.shape, tensor.shapeSignature = len(model.buffers) - 1, list(value.shape), None
     sub.operators = [op for i, op in enumerate(sub.operators) if i in kept]
-    builder = flatbuffers.Builder(len(buf) + 4096)
+    return pack(model, len(buf))
+
+
+def unpack(buf: bytes):
+    """The model as the flatbuffer object API's ``ModelT``, to edit; data stored after the flatbuffer
+    moved into its buffers (packing again changes the offsets)."""
+    from ai_edge_litert import schema_py_generated as fb
+
+    model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(buf, 0))
+    for b in model.buffers or []:
+        if b.offset > 1 and b.size > 0:
+            b.data, b.offset, b.size = np.frombuffer(buf[b.offset : b.offset + b.size], np.uint8), 0, 0
+    return model
+
+
+def pack(model, size_hint: int) -> bytes:
+    """A ``ModelT`` (``unpack``) as TFLite model bytes."""
+    import flatbuffers
+
+    builder = flatbuffers.Builder(size_hint + 4096)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
 

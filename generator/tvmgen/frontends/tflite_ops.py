@@ -16,6 +16,10 @@
 - **EXPAND_DIMS**: TVM's converter calls ``relax.op.expand_dims`` with three arguments (a TypeError on
   every model); here the axis (negative or not, stored or folded by tflite_fold) is normalised and
   passed alone.
+- **Quantised slicing and splitting** (``STRIDED_SLICE``, ``SLICE``, ``SPLIT``, ``SPLIT_V`` on 8-bit
+  tensors): TVM's converters only move values, but its check refuses every quantised operator outside
+  its list. They are let through: the 8-bit integers move as they are, as LiteRT's kernels move them
+  (exactly, whatever scale and zero point the output declares: LiteRT never requantises these).
 - **Errors name the operator**: a failure inside one operator's conversion becomes ``OperatorConversionError``,
   which names the operator (type, index in the original model, output tensor), its operands (shape,
   dtype, constant or computed and by what) and the operand TVM's converter read as a constant while
@@ -31,6 +35,9 @@ from __future__ import annotations
 import numpy as np
 
 from tvmgen.frontends.custom_ops import TFLITE
+
+# Operators that only move values: on quantised tensors TVM's converters move the 8-bit integers themselves.
+MOVING_OPS = frozenset({"STRIDED_SLICE", "SLICE", "SPLIT", "SPLIT_V"})
 
 
 class NotConstantOperandError(TypeError):
@@ -61,6 +68,8 @@ def converter_class(model_bytes: bytes, folded=None):
     removed = set(folded.removed_ops) if folded is not None else set()
 
     class TvmgenOperatorConverter(OperatorConverter):
+        _SUPPORTED_QUANTIZED_OPS = OperatorConverter._SUPPORTED_QUANTIZED_OPS | MOVING_OPS
+
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             for code, entry in TFLITE.items():
