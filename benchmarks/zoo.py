@@ -34,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib
+import zoo_state_pairs
 from zoo_nets import NAMES as TORCH_NETS
 
 KERAS = {"keras_mobilenet_v2": "MobileNetV2", "keras_mobilenet_v3_small": "MobileNetV3Small"}
@@ -53,6 +54,8 @@ OTHERS = (
     "tflite_dynamic_batch",
     "gru_scorer_opset9",
     "gru_scorer_opset11",
+    "stream_gru",
+    "streaming_kws_int8",
 )
 MODELS = (*TORCH_NETS, *KERAS, *OTHERS)
 TARGETS = {
@@ -82,6 +85,8 @@ WHAT = {
     "tflite_dynamic_batch": "batch -1 in shape_signature (taken at 1), Keras Conv1D over 16000 samples",
     "gru_scorer_opset9": "opset 9: attribute Slice on a GRU state input, dynamic batch and frames",
     "gru_scorer_opset11": "opset 11: GRU state from the batch size (Shape, ConstantOfShape), 0-d output",
+    "stream_gru": "state held by the runtime (--state h0=hn, frames_in=frames_out), checked over 20 steps",
+    "streaming_kws_int8": "TFLite resource variables (int8 ring buffer) as state, quantized STRIDED_SLICE, SPLIT_V",
 }
 # `tvmgen compile` flags a model needs: --const binds an input (the reference gets its value), --input fixes
 # the dynamic sizes an exporter left
@@ -89,6 +94,7 @@ FLAGS = {
     "vad_if": ("--const", "sr=16000"),
     "gru_scorer_opset9": ("--input", "x:1x40x30", "--input", "h0:4x1x64"),
     "gru_scorer_opset11": ("--input", "x:1x50x40"),
+    "stream_gru": zoo_state_pairs.FLAGS,
 }
 # Models checked on set values of some inputs (one check per set; the rest seeded random): an If
 # on a scalar must be checked down each branch.
@@ -141,6 +147,12 @@ def build(name: str, work: Path) -> tuple[Path, list[str]]:
         return _vad_if(work), build_flags(name)
     if name == "vad_scalar":
         return _vad_if(work, scalar=True), []
+    if name == "stream_gru":
+        return zoo_state_pairs.stream_gru(work), build_flags(name)
+    if name == "streaming_kws_int8":
+        import zoo_streaming
+
+        return zoo_streaming.streaming_kws_int8(work / "streaming_kws_int8.tflite"), []
     if name in ("gru_scorer_opset9", "gru_scorer_opset11"):
         return _gru_scorer(work, int(name.rsplit("opset", 1)[1])), build_flags(name)
     raise SystemExit(f"unknown model {name}")
@@ -785,7 +797,10 @@ def _check_target(name, target, out, path, consts, work, runs, runtimes, cell) -
     reference = reference_runner(path, consts)
     try:
         checks = []
-        for values in INPUT_VALUES.get(name, ({},)):
+        timing = None
+        if manifest.state:  # a streaming model: steps in order, the state carried on both sides
+            checks.append(zoo_state_pairs.sequence_check(target, out, path, consts, work, runtimes, reference_runner))
+        for values in () if manifest.state else INPUT_VALUES.get(name, ({},)):
             inputs = model_inputs(manifest.inputs, 0, values)
             actual, timing = _run_target(target, out, inputs, work, runs, runtimes)
             checks.append((actual, reference(inputs), reference(model_inputs(manifest.inputs, 1, values))))
@@ -885,8 +900,10 @@ def time_host(name: str, work: Path, runs: int) -> dict:
     path = next(p for p in work.iterdir() if p.stem == name and p.suffix in (".onnx", ".tflite"))
     flags = build_flags(name)
     model = HostModel(work / f"{name}-host")
-    inputs = model_inputs(model.manifest.inputs, 0, INPUT_VALUES.get(name, ({},))[0])
-    ref = reference_runner(path, _consts(flags, path))
+    inputs = model_inputs(model.inputs, 0, INPUT_VALUES.get(name, ({},))[0])  # a streaming model's own: each run a step
+    ref = zoo_state_pairs.reference_stepper(
+        path, model.manifest, model.directory, reference_runner(path, _consts(flags, path))
+    )
     timed = [benchlib.Timed("tvmgen", lambda: model.run(inputs)), benchlib.Timed("reference", lambda: ref(inputs))]
     benchlib.round_robin(timed, warmup=3, runs=runs, rounds=3, min_time=0.2)
     return {t.key: benchlib.median(t.times_ms) for t in timed}

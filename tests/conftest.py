@@ -213,8 +213,9 @@ def java_build(tmp_path_factory, host_runtime) -> dict:
 
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
-    """``compiled(model_path, platform="host", device="cpu", name=None, consts=None, inputs=None, **BuildOptions
-    fields)`` (``consts``: --const values, name -> text; ``inputs``: --input values): the artifact
+    """``compiled(model_path, platform="host", device="cpu", name=None, consts=None, inputs=None, state=None,
+    **BuildOptions fields)`` (``consts``: --const values, name -> text; ``inputs``: --input values; ``state``:
+    --state IN=OUT values): the artifact
     directory of the model compiled through tvmgen's one seam, ``pipeline.compile_model`` (manifest name
     ``name``, default the file's stem; its source, format and sha256 recorded as `tvmgen compile` records
     them, so --check and bench find the reference), once per session for each (sha256 of the model's bytes, options). Shared: a test that changes an
@@ -227,7 +228,9 @@ def compiled(tmp_path_factory):
     root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "compiled"
     done: dict[str, Path] = {}
 
-    def compile_once(model_path, platform="host", device="cpu", name=None, consts=None, inputs=None, **options) -> Path:
+    def compile_once(
+        model_path, platform="host", device="cpu", name=None, consts=None, inputs=None, state=None, **options
+    ) -> Path:
         from tvmgen.compiler import pipeline
         from tvmgen.compiler.targets.platforms import PLATFORMS, BuildTarget
 
@@ -237,12 +240,13 @@ def compiled(tmp_path_factory):
         digest = pipeline.model_digest
         fields = {k: digest(v) if isinstance(v, Path) else repr(v) for k, v in sorted(options.items())}
         key_text = json.dumps([digest(model_path), plat.name, device, name, consts or {}, inputs, fields])
+        key_text += json.dumps(state) if state else ""  # --state pairs: the key of a model without them is unchanged
         key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
         if key not in done:
             out = root / key / name
             with exclusive(root / f"{key}.lock"):
                 if not (out / "manifest.json").is_file():  # not compiled by another worker of this run
-                    loaded = pipeline.load_model(model_path, root, inputs or (), consts=consts)
+                    loaded = pipeline.load_model(model_path, root, inputs or (), consts=consts, state=state or ())
                     target = BuildTarget(plat, device, options.pop("gpu_family", "generic"))
                     pipeline.compile_model(loaded, target, out, info={"name": name}, **options)
             done[key] = out

@@ -26,6 +26,7 @@ console = logs.console
     "metal: the iOS app, benching the model linked into it).",
 )
 @options.inputs()
+@options.state()
 @click.option(
     "--gemm",
     type=click.IntRange(min=1),
@@ -73,13 +74,16 @@ def bench(
     usb,
     serial,
     profile,
+    state_flags=(),
 ):
     """Run and time a model (or --gemm N) on a remote device over TVM RPC.
 
     Given a model, it is compiled for the device's platform first; given an artifact, its
     architecture must match the device (checked before anything is uploaded). Cold start and
     warm runs are timed on the device, copy-in and copy-out apart, and the outputs compared with
-    the reference runtime on the host on the same seeded inputs.
+    the reference runtime on the host on the same seeded inputs. A streaming model (compiled with --state, or
+    with resource variables) is timed per step, then run as a sequence with its state carried on the device,
+    every step compared with the reference.
 
     \b
       tvmgen bench builtin:mobilenet --key phone --tracker 127.0.0.1:9190
@@ -115,15 +119,21 @@ def bench(
     target = benching.Target(key, tracker, proxy, session_timeout)
     with tempfile.TemporaryDirectory(prefix="tvmgen-bench-") as scratch:
         scratch = Path(scratch)
-        reference = reference_name = None
+        reference = reference_name = reference_steps = imported = None
         artifact_dir = None
         if source and (Path(source) / "manifest.json").is_file():
             artifact_dir = Path(source)
             manifest = artifact.load(artifact_dir)  # a broken artifact fails here, before any device is taken
-            reference, reference_name = numerics.artifact_reference(manifest, scratch)
+            imported = numerics.artifact_model(manifest, scratch)
         elif source:
-            loaded = pipeline.load_model(source, scratch, input_flags)
-            reference, reference_name = loaded.imported.reference, loaded.imported.reference_name
+            loaded = pipeline.load_model(source, scratch, input_flags, state=state_flags)
+            imported = loaded.imported
+        if imported is not None:
+            reference, reference_name = numerics.reference_of(imported)
+            if imported.state:  # checked step by step, the state carried
+                from tvmgen.runtime.sequence import reference_steps as stepper
+
+                reference_steps = stepper(imported)
         with logs.step(
             f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"
         ):
@@ -152,6 +162,7 @@ def bench(
                 reference,
                 reference_name,
                 profile=profile,
+                reference_steps=reference_steps,
             )
     benching.print_report(report)
     kernel_profile = None

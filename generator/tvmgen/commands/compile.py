@@ -48,6 +48,7 @@ def _default_out(model: str, platform: str, device: str) -> Path:
     "e.g. --const sr=16000: what depends on it folds (an If on it keeps one branch); the artifact has "
     "one input fewer and its manifest lists the constant.",
 )
+@options.state()
 @click.option("--inputs", "tf_inputs", metavar="NAMES", help="TensorFlow: comma-separated input node names.")
 @click.option("--outputs", "tf_outputs", metavar="NAMES", help="TensorFlow: comma-separated output node names.")
 @click.option(
@@ -126,6 +127,7 @@ def compile(
     cpu_name=None,
     const_flags=(),
     precision="fp32",
+    state_flags=(),
 ):
     """Compile MODEL into an artifact directory (library + manifest.json).
 
@@ -138,9 +140,11 @@ def compile(
       tvmgen compile model.onnx --platform android-arm64 --device opencl --gpu-family adreno
       tvmgen compile mobilenet.pb --input input:1x224x224x3:float32 --platform linux-aarch64
       tvmgen compile model-int8.onnx --platform android-arm64 --cpu-features +dotprod
+      tvmgen compile kws.onnx --state h0=hn --check
     """
     from tvmgen.compiler import pipeline
     from tvmgen.compiler.targets.platforms import BuildTarget, check_pair, get_device, get_platform
+    from tvmgen.frontends import state_pairs
     from tvmgen.frontends.base import InputOverride, parse_consts
 
     model = model_opt or model_arg
@@ -159,6 +163,8 @@ def compile(
     for flag in input_flags:
         InputOverride.parse(flag)  # a malformed --input is said before anything else runs
     consts = parse_consts(const_flags)
+    for flag in state_flags:
+        state_pairs.parse(flag)  # a malformed --state too
     target = BuildTarget(plat, device, gpu_family)  # resolved once; every later step reads this
     tuning_db = database.checked_database(tuning_db, [target])
     pipeline.check_build_options(target, separate_params=separate_params, precision=precision)
@@ -173,6 +179,7 @@ def compile(
             input_names=_split(tf_inputs),
             output_names=_split(tf_outputs),
             consts=consts,
+            state=state_flags,
         )
         imported = loaded.imported
         if imported.constants:
@@ -200,6 +207,11 @@ def compile(
             precision=precision,
         )
         console.print(f"[green]✓[/] artifact: [bold]{out}[/] ({manifest.export['library']}, {_size(out)} total)")
+        for s in manifest.state:
+            console.print(
+                f"  state {s['input']} -> {s['output']} ({'x'.join(map(str, s['shape'])) or 'scalar'} {s['dtype']}): "
+                f"held by the runtime from run to run, from {s['initial'] or 'zeros'}"
+            )
         if manifest.export.get("finish_command"):
             console.print(f"  to link it later: cd {out} && {manifest.export['finish_command']}")
 

@@ -106,6 +106,14 @@ def inputs(help: str = INPUT_HELP):
     return click.option("--input", "input_flags", multiple=True, metavar="NAME:SHAPE[:DTYPE]", help=help)
 
 
+def state(
+    help: str = "Declare a streaming state pair: the input that takes the state and the output that returns its "
+    "next value, e.g. --state h0=hn. The runtime then holds the state from run to run (from zeros; reset, read "
+    "and set through its API) and callers give and get only the other inputs and outputs. Repeatable.",
+):
+    return click.option("--state", "state_flags", multiple=True, metavar="INPUT=OUTPUT", help=help)
+
+
 def precision(help: str = precisions.HELP):
     return click.option(
         "--precision", default="fp32", show_default=True, type=click.Choice(precisions.PRECISIONS), help=help

@@ -14,7 +14,8 @@ import numpy as np
 from tvmgen.commands import options
 from tvmgen.core import binfmt
 from tvmgen.core import log as logs
-from tvmgen.runtime import runner
+from tvmgen.core.latency import Latency
+from tvmgen.runtime import runner, sequence
 
 console = logs.console
 
@@ -64,6 +65,12 @@ def inspect(artifact_dir, as_json, size):
         t.add_row("input", str(s))
     for s in m.outputs:
         t.add_row("output", str(s))
+    for st in m.state:
+        shape = "x".join(map(str, st["shape"])) or "scalar"
+        t.add_row(
+            "state",
+            f"{st['input']} -> {st['output']} ({shape} {st['dtype']}), from {st['initial'] or 'zeros'}: held by the runtime",
+        )
     t.add_row("weights", f"{m.params['count']} tensors in {m.params['file']}" if m.params else "inside the library")
     library = Path(artifact_dir) / m.export["library"]
     if m.platform.startswith("android") and library.suffix == ".so":
@@ -183,7 +190,20 @@ def _print_sizes(sizes: dict, top: int = 15) -> None:
     help="An input as .npy; NAME= may be left out when given in the model's input order. "
     "Inputs not given are seeded random.",
 )
-@click.option("-o", "--output-dir", type=click.Path(path_type=Path), help="Write each output as NAME.npy here.")
+@click.option(
+    "-o",
+    "--output-dir",
+    type=click.Path(path_type=Path),
+    help="Write each output as NAME.npy here (with --sequence: STEP/NAME.npy, one folder per step).",
+)
+@click.option(
+    "--sequence",
+    "sequence_dir",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="Run a sequence of steps in order, from a fresh state: DIR/000000/, DIR/000001/, ... each holding "
+    "NAME.npy per input (the state inputs are the runtime's). Prints per-step latency (median, p90, max).",
+)
 @click.option("--repeat", default=10, show_default=True, help="Timed runs after the first.")
 @options.seed("Seed for inputs not given.")
 @click.option(
@@ -209,8 +229,12 @@ def _print_sizes(sizes: dict, top: int = 15) -> None:
     help="Also run the source model in its reference runtime (onnxruntime, LiteRT, PyTorch) on the same inputs: "
     'max error and top-5 agreement per output (in --json as "check", for tvmgen report).',
 )
-def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, profile, plot_path, check):
-    """Run a host artifact with TVM's Relax VM, write outputs, print timings and peak memory."""
+def run(artifact_dir, input_files, output_dir, sequence_dir, repeat, seed, threads, as_json, profile, plot_path, check):
+    """Run a host artifact with TVM's Relax VM, write outputs, print timings and peak memory.
+
+    A streaming model (compiled with --state, or with resource variables) carries its state from run to run:
+    each run is one step. --sequence DIR feeds a sequence of steps in order and saves each step's outputs.
+    """
     if threads:  # also for TVM's own pool (older artifacts), which reads it once when it starts
         os.environ["TVM_NUM_THREADS"] = str(threads)
     from tvmgen.core import artifact, kernel_table
@@ -222,11 +246,28 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
 
     if plot_path and not profile:
         raise InputError("--plot draws the per-kernel profile", "add --profile")
+    if sequence_dir and (input_files or profile):
+        raise InputError(
+            f"--sequence gives every step's inputs; {'--input' if input_files else '--profile'} does not go with it",
+            "leave it out (run without --sequence to profile)",
+        )
     manifest = artifact.load(artifact_dir)
     if check:
         _require_source(manifest)  # before the timed runs, not after
-    inputs = runner.read_input_files(input_files, manifest.inputs)
-    missing = [s for s in manifest.inputs if s.name not in inputs]
+    steps = None
+    if sequence_dir:  # every step read and checked before anything runs
+        steps = sequence.read_sequence(sequence_dir, manifest.own_inputs, sorted(manifest.state_inputs))
+        inputs = steps[0]
+    else:
+        inputs = runner.read_input_files(input_files, manifest.own_inputs)
+        held = [n for n in inputs if n in manifest.state_inputs]
+        if held:
+            raise InputError(
+                f"{', '.join(held)}: a state input, which the runtime holds and feeds itself (from its initial "
+                "value, then each run's new value)",
+                "leave it out; to run several steps in order use --sequence DIR",
+            )
+    missing = [s for s in manifest.own_inputs if s.name not in inputs]
     if missing:
         console.print(f"  [dim]seeded random values (seed {seed}) for: {', '.join(s.name for s in missing)}[/]")
         inputs.update(random_inputs(missing, seed))
@@ -237,16 +278,24 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
     with logs.step(f"Loading {artifact_dir}"):
         model = HostModel(artifact_dir, threads=threads or 0)
     resident.mark_loaded()
-    with logs.step(f"Running {1 + repeat} times"):
-        outputs = model.run(inputs, repeat=1 + repeat)
+    step_outputs = None
+    if steps is not None:
+        with logs.step(f"Running {len(steps)} steps in order" + (", state carried" if manifest.state else "")):
+            step_outputs = [model.run(x) for x in steps]
+        outputs = step_outputs[-1]
+    else:
+        with logs.step(f"Running {1 + repeat} times" + (", each run a step, state carried" if manifest.state else "")):
+            outputs = model.run(inputs, repeat=1 + repeat)
     report = None
     if profile:
         with logs.step(f"Profiling {max(repeat, 1)} runs kernel by kernel"):
             report = profiling.profile_host_model(model, inputs, max(repeat, 1), kernel_table.load(artifact_dir))
     resident.mark_end()
-    if output_dir:
+    if output_dir and step_outputs is not None:
+        sequence.write_outputs(output_dir, [s.name for s in manifest.own_outputs], step_outputs)
+    elif output_dir:
         output_dir.mkdir(parents=True, exist_ok=True)
-        for spec, arr in zip(manifest.outputs, outputs):
+        for spec, arr in zip(manifest.own_outputs, outputs):
             np.save(output_dir / runner.output_file_name(spec.name), arr)
 
     summary = {
@@ -266,13 +315,14 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
                 "mean": float(a.mean()),
                 **({"top5": np.argsort(a.reshape(-1))[::-1][:5].tolist()} if a.ndim == 2 and a.shape[0] == 1 else {}),
             }
-            for s, a in zip(manifest.outputs, outputs)
+            for s, a in zip(manifest.own_outputs, outputs)
         ],
         "memory": resident.to_json(),
         **({"profile": report.to_json()} if report else {}),
+        **_streaming(manifest, model, steps, sequence_dir),
     }
-    if check:
-        summary.update(_check(manifest, inputs, outputs))
+    if check:  # after the timings are read: a streaming model's check runs the model again
+        summary.update(_check(manifest, model, inputs, outputs, steps, step_outputs, seed))
     if plot_path:
         report.plot(plot_path)
     if as_json:
@@ -283,6 +333,7 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
         f"load {tm['load_ms']:.1f} ms · VM init {tm['init_ms']:.1f} ms · first run {tm['first_run_ms']:.1f} ms "
         f"· median of {tm['runs']} runs [bold]{tm['median_ms']:.2f} ms[/] (min {tm['min_ms']:.2f})"
     )
+    _print_streaming(summary)
     for o in summary["outputs"]:
         extra = f" top-5 {o['top5']}" if "top5" in o else ""
         click.echo(
@@ -295,8 +346,9 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
             if "top1_match" in c
             else ""
         )
+        at = f" at step {c['step']} of {c['steps']}" if "step" in c else ""
         click.echo(
-            f"{c['name']} vs {summary['reference']}: max abs error {c['max_abs']:.3g} (rel {c['max_rel']:.3g}){top}"
+            f"{c['name']} vs {summary['reference']}: max abs error {c['max_abs']:.3g}{at} (rel {c['max_rel']:.3g}){top}"
         )
     click.echo(resident.line())
     if report:
@@ -304,7 +356,8 @@ def run(artifact_dir, input_files, output_dir, repeat, seed, threads, as_json, p
     if plot_path:
         console.print(f"plot: {plot_path}")
     if output_dir:
-        console.print(f"outputs written to {output_dir}/")
+        per_step = f" ({len(steps)} step folders)" if steps is not None else ""
+        console.print(f"outputs written to {output_dir}/{per_step}")
 
 
 def _require_source(manifest) -> None:
@@ -318,22 +371,78 @@ def _require_source(manifest) -> None:
         )
 
 
-def _check(manifest, inputs: dict, outputs: list) -> dict:
-    """--check: the source model's reference runtime on the same inputs; max error and top-5 agreement."""
+def _streaming(manifest, model, steps, sequence_dir) -> dict:
+    """`run --json`'s record of a sequence (each step's latency) and of a carried state (its pairs)."""
+    out: dict = {}
+    if manifest.state:
+        out["state"] = [{"input": s["input"], "output": s["output"]} for s in manifest.state]
+        out["per_step"] = True  # each timed run is one step of a streaming model, the state carried
+    if steps is not None:
+        step_ms = [model.timings.first_run_ms, *model.timings.runs_ms]
+        lat = Latency.from_samples(step_ms)
+        out["sequence"] = {
+            "dir": str(sequence_dir),
+            "steps": len(steps),
+            "state_carried": bool(manifest.state),
+            "step_ms": [round(t, 4) for t in step_ms],
+            **lat.flat(("median", "p90", "max"), "_ms", digits=4),
+        }
+    return out
+
+
+def _print_streaming(summary: dict) -> None:
+    pairs = ", ".join(f"{s['input']} -> {s['output']}" for s in summary.get("state", []))
+    seq = summary.get("sequence")
+    if seq:
+        carried = f", state carried ({pairs})" if pairs else " (no state: each step independent of the others)"
+        console.print(
+            f"{seq['steps']} steps in order{carried}: per step median [bold]{seq['median_ms']:.3f} ms[/], "
+            f"p90 {seq['p90_ms']:.3f}, max {seq['max_ms']:.3f} (step 0, the first run: {seq['step_ms'][0]:.3f} ms)"
+        )
+    elif pairs:
+        console.print(
+            f"state carried ({pairs}): each run is one step from the state the last left (timings per step); "
+            "the outputs are the last step's"
+        )
+
+
+def _check(manifest, model, inputs: dict, outputs: list, steps, step_outputs, seed: int) -> dict:
+    """--check: the source model's reference runtime on the same inputs; max error and top-5 agreement. A
+    sequence: every step compared (each output's worst step). A streaming model run without --sequence:
+    STEPS_CHECKED seeded steps in order from a fresh state through the artifact and the reference."""
     import tempfile
 
     from tvmgen.core.errors import InputError
     from tvmgen.reports import agreement
-    from tvmgen.runtime.check import artifact_reference
+    from tvmgen.runtime import check
+    from tvmgen.runtime.sequence import compare_steps, reference_steps, seeded_steps
 
     with tempfile.TemporaryDirectory(prefix="tvmgen-reference-") as scratch:
-        reference, name = artifact_reference(manifest, Path(scratch))
-        if reference is None:
+        imported = check.artifact_model(manifest, Path(scratch))
+        if imported is None:
             raise InputError(
                 f"--check cannot import the source model {manifest.model.get('source')} (the reason is above)",
                 "leave out --check",
             )
-        with logs.step(f"Running {name} on the same inputs"):
-            expected = reference(inputs)
-    rows = agreement.compare_arrays(outputs, expected, [s.name for s in manifest.outputs])
-    return {"check": rows, "reference": f"{name} on the host, same inputs"}
+        name = imported.reference_name
+        if steps is None and not manifest.state:
+            with logs.step(f"Running {name} on the same inputs"):
+                expected = imported.reference(inputs)
+            rows = agreement.compare_arrays(outputs, expected, [s.name for s in manifest.outputs])
+            return {"check": rows, "reference": f"{name} on the host, same inputs"}
+        which = "the same"
+        if steps is None:  # the timed runs were steps of one input: check a sequence of different ones
+            which = "seeded"
+            steps = seeded_steps(manifest.own_inputs, seed)
+            model.reset_state()
+            step_outputs = [model.run(x) for x in steps]
+        carried = ", state carried on both sides" if manifest.state else ""
+        with logs.step(f"Running {name} on {which} {len(steps)} steps in order{carried}"):
+            if manifest.state:
+                expected_steps = reference_steps(imported)(steps)
+            else:
+                expected_steps = [imported.reference(x) for x in steps]
+    rtol, atol = check.tolerances(manifest.precision)
+    rows = compare_steps(step_outputs, expected_steps, [s.name for s in manifest.own_outputs], rtol, atol)
+    start = " from the initial state, state carried" if manifest.state else ""
+    return {"check": rows, "reference": f"{name} on the host, {which} {len(steps)} steps in order{start}"}

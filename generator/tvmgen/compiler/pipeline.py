@@ -9,7 +9,7 @@ path go through here: ``load_model`` unpacks a built-in model, imports the file 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,8 @@ from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.targets.platforms import BuildTarget
 from tvmgen.core import artifact
 from tvmgen.core import log as logs
-from tvmgen.core.errors import InputError
+from tvmgen.core.errors import InputError, ModelError
+from tvmgen.core.model import StateSpec, output_specs
 from tvmgen.frontends.base import ImportedModel, InputOverride
 
 
@@ -71,11 +72,15 @@ def load_model(
     input_names: list[str] | None = None,
     output_names: list[str] | None = None,
     consts: dict[str, str] | None = None,
+    state: Sequence[str] = (),
+    propose_state: bool = True,
 ) -> LoadedModel:
     """Import ``ref`` (a built-in model is written into ``scratch`` first) with ``inputs`` (--input
-    NAME:SHAPE[:DTYPE] flags, or InputOverrides), printing the importer's notes."""
+    NAME:SHAPE[:DTYPE] flags, or InputOverrides), printing the importer's notes. ``state``: --state IN=OUT
+    pairs the runtime carries from run to run; ``propose_state``: print the pairs the model's names make
+    obvious when none is given (never applied)."""
     from tvmgen import frontends
-    from tvmgen.frontends import builtin
+    from tvmgen.frontends import builtin, state_pairs
 
     ref = str(ref)
     is_builtin = ref.startswith("builtin:")
@@ -85,6 +90,11 @@ def load_model(
         imported = frontends.load(path, overrides, input_names=input_names, output_names=output_names, consts=consts)
     for note in imported.notes:
         logs.console.print(f"  [dim]{note}[/]")
+    imported = state_pairs.apply(imported, state)
+    if propose_state and not imported.state:
+        proposals = state_pairs.propose(imported)
+        if proposals:
+            logs.console.print(f"  [yellow]![/] {state_pairs.proposal_text(proposals)}")
     info: dict[str, Any] = {
         "name": model_name(ref),
         "source": ref if is_builtin else str(path.resolve()),
@@ -93,6 +103,8 @@ def load_model(
     }
     if imported.constants:
         info["constants"] = imported.constants  # inputs bound by --const: not inputs of the artifact
+    if state:
+        info["state_pairs"] = list(state)  # --state as given: a re-import (run --check) declares the same
     return LoadedModel(ref, path, imported, info)
 
 
@@ -145,10 +157,60 @@ def compile_model(
         n = nnapi or NnapiOptions()
         to_build, needs = nnapi_codegen.partition_and_generate(imported, n.feature_level, n.strategy, n.cost_table)
     opts = BuildOptions.for_target(target, runtime_needs=needs, **build_options)
+    checked_state(imported)
+    finished: list[artifact.Manifest] = []
     check = None
-    if verify is not None:
+    if verify is not None or imported.state:
 
         def check(staged: Path) -> None:
-            verify(staged, opts)
+            if imported.state:
+                finished.append(write_state(staged, imported.state))
+            if verify is not None:
+                verify(staged, opts)
 
-    return compile_to_artifact(to_build, opts, Path(out), force, info, verify=check)
+    manifest = compile_to_artifact(to_build, opts, Path(out), force, info, verify=check)
+    return finished[0] if finished else manifest
+
+
+def checked_state(imported: ImportedModel) -> None:
+    """Each state pair names an input and an output of the model, of the pair's shape and dtype (its
+    initial value too): the runtime feeds the output back to the input."""
+    if not imported.state:
+        return
+    inputs = {s.name: s for s in imported.inputs}
+    outputs = {s.name: s for s in output_specs(imported.mod, imported.output_names)}
+    for s in imported.state:
+        shapes = [(f"input {s.input}", inputs.get(s.input)), (f"output {s.output}", outputs.get(s.output))]
+        for what, spec in shapes:
+            if spec is None or spec.shape != tuple(s.shape) or spec.dtype != s.dtype:
+                found = "is not one of the model's" if spec is None else f"is {spec}"
+                raise ModelError(
+                    f"the state {s.input} -> {s.output} ({list(s.shape)} {s.dtype}): {what} {found}",
+                    "a state pair is an input and an output of the same shape and dtype; "
+                    f"the model's inputs: {', '.join(map(str, inputs.values()))}; "
+                    f"its outputs: {', '.join(map(str, outputs.values()))}",
+                )
+        if s.initial is not None and (s.initial.shape != tuple(s.shape) or str(s.initial.dtype) != s.dtype):
+            raise ModelError(
+                f"the state {s.input} -> {s.output} is {list(s.shape)} {s.dtype}, its initial value "
+                f"{list(s.initial.shape)} {s.initial.dtype}",
+                "this is an importer bug; please report it with the log file",
+            )
+
+
+def write_state(staged: Path, state: Sequence[StateSpec]) -> artifact.Manifest:
+    """The state's initial values into the staged artifact (``state/<i>.npy``; zeros are not written) and
+    its list into the manifest, which is written again with their hashes."""
+    import numpy as np
+
+    manifest = artifact.load(staged, verify=False)
+    manifest.state = []
+    for i, s in enumerate(state):
+        initial = None
+        if s.initial is not None:
+            initial = f"{artifact.STATE_DIR}/{i}.npy"
+            (staged / artifact.STATE_DIR).mkdir(exist_ok=True)
+            np.save(staged / initial, np.ascontiguousarray(s.initial), allow_pickle=False)
+        manifest.state.append({**s.to_json(), "initial": initial})
+    artifact.write_manifest(staged, manifest)
+    return manifest

@@ -48,6 +48,29 @@ class Manifest:
     schema_version: int = SCHEMA_VERSION
     runtime_needs: dict = field(default_factory=dict)  # e.g. {"nnapi": {library, loader, min_android_api}}
     precision: str = "fp32"  # "fp16": weights and activations in float16; inputs/outputs stay float32
+    # Streaming state the runtime carries from run to run: [{input, output, shape, dtype, initial}], where
+    # initial is a .npy file of the artifact (listed in files) or None for zeros. Empty: a stateless model.
+    state: list[dict] = field(default_factory=list)
+
+    @property
+    def state_inputs(self) -> set[str]:
+        return {s["input"] for s in self.state}
+
+    @property
+    def state_outputs(self) -> set[str]:
+        return {s["output"] for s in self.state}
+
+    @property
+    def own_inputs(self) -> list[TensorSpec]:
+        """The inputs a caller gives: every input of main but the state ones (the runtime feeds those)."""
+        held = self.state_inputs
+        return [s for s in self.inputs if s.name not in held]
+
+    @property
+    def own_outputs(self) -> list[TensorSpec]:
+        """The outputs a caller gets: every output of main but the state ones (the runtime keeps those)."""
+        held = self.state_outputs
+        return [s for s in self.outputs if s.name not in held]
 
     def to_json(self) -> dict:
         return {
@@ -68,6 +91,7 @@ class Manifest:
             "files": self.files,
             **({"runtime_needs": self.runtime_needs} if self.runtime_needs else {}),
             "precision": self.precision,
+            **({"state": self.state} if self.state else {}),
         }
 
     @classmethod
@@ -95,7 +119,22 @@ class Manifest:
             schema_version=d["schema_version"],
             runtime_needs=d.get("runtime_needs", {}),
             precision=d.get("precision", "fp32"),  # manifests written before --precision: fp32
+            state=[_state_entry(e) for e in d.get("state") or []],
         )
+
+
+def _state_entry(d: dict) -> dict:
+    """One entry of the manifest's state list, its fields checked (a KeyError or TypeError says it is corrupt)."""
+    initial = d["initial"]
+    if initial is not None and not isinstance(initial, str):
+        raise TypeError(f"state initial value {initial!r} is neither a file name nor null")
+    return {
+        "input": str(d["input"]),
+        "output": str(d["output"]),
+        "shape": [int(x) for x in d["shape"]],
+        "dtype": str(d["dtype"]),
+        "initial": initial,
+    }
 
 
 def sha256_file(path: Path) -> str:
@@ -229,11 +268,16 @@ def staging(out_dir: Path, force: bool):
             shutil.rmtree(old, ignore_errors=True)
 
 
+STATE_DIR = "state"  # the initial values of the state, one .npy file per pair: state/<index>.npy
+
+
 def write_manifest(directory: Path, manifest: Manifest) -> None:
-    """Hash every file in the directory into the manifest, then write it."""
+    """Hash every file in the directory (and its state/ folder) into the manifest, then write it."""
+    found = [p for p in directory.iterdir() if p.is_file() and p.name != MANIFEST]
+    if (directory / STATE_DIR).is_dir():
+        found += [p for p in (directory / STATE_DIR).iterdir() if p.is_file()]
     manifest.files = {
-        p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-        for p in sorted(directory.iterdir())
-        if p.is_file() and p.name != MANIFEST
+        p.relative_to(directory).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+        for p in sorted(found, key=lambda p: p.relative_to(directory).as_posix())
     }
     (directory / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=2) + "\n")

@@ -19,6 +19,7 @@ from tvmgen.core import artifact, binfmt
 from tvmgen.core.errors import CheckError, InputError
 from tvmgen.core.latency import Latency
 from tvmgen.core.log import console, step
+from tvmgen.remote import streaming
 from tvmgen.remote.rpc import RpcError, accepts, parse_address, tracker_summary
 
 
@@ -210,7 +211,12 @@ def bench_model(
     reference=None,
     reference_name: str | None = None,
     profile: bool = False,
+    reference_steps=None,
 ) -> Report:
+    """Upload, load and time the artifact on the device; its outputs compared with ``reference`` (inputs by
+    name -> outputs). A streaming model (the manifest's state): each timed run is one step from the initial
+    state, then ``repeat`` seeded steps run in order with the state carried on the device, every step compared
+    with ``reference_steps`` (a sequence of own inputs -> each step's own outputs)."""
     import tvm
     from tvm import relax
 
@@ -235,7 +241,9 @@ def bench_model(
             t0 = time.perf_counter()
             remote.upload(str(directory / manifest.export["library"]), target=lib_name)
             report.cold["upload"] = (time.perf_counter() - t0) * 1e3
-    inputs = random_inputs(manifest.inputs, seed)
+    inputs = random_inputs(manifest.own_inputs, seed)
+    if manifest.state:  # a streaming model: the state inputs at their initial values, as a first step has them
+        inputs.update(streaming.initial_inputs(manifest, directory))
     resident = _device_memory(remote)
     memory = (
         {"source": "the device server's /proc/self/status", "before_load_bytes": resident["rss_bytes"]}
@@ -283,6 +291,20 @@ def bench_model(
             _ = [o.numpy() for o in tensors]
             report.copy_out_ms.append((time.perf_counter() - t0) * 1e3)
         del fresh
+    if manifest.state:
+        steps = [random_inputs(manifest.own_inputs, seed + k) for k in range(max(repeat, 2))]
+        with step(f"Running {len(steps)} steps in order on the device, the state carried"), guard("running steps"):
+            step_outputs, step_ms = streaming.carried_steps(
+                vm[manifest.vm["entry"]],
+                args,
+                params,
+                manifest,
+                dev,
+                steps,
+                lambda o: device_outputs(remote, o, manifest.outputs),
+                lambda a: tvm.runtime.tensor(a, dev),
+            )
+        report.extra.update(per_step=True, sequence=streaming.sequence_record(step_ms))
     if profile:
         with step(f"Profiling {repeat} runs kernel by kernel on the device"), guard("profiling the model"):
             report.extra["profile"] = _profile_on_device(
@@ -291,9 +313,18 @@ def bench_model(
     if memory:
         memory["overall_peak_bytes"] = _peak_bytes(remote)
         report.extra["memory"] = memory
-    if reference is not None:
+    if manifest.state and reference_steps is not None:
+        from tvmgen.runtime.check import tolerances
+        from tvmgen.runtime.sequence import compare_steps
+
+        report.reference = f"{reference_name}, the same {len(steps)} steps in order from the initial state"
+        names = [s.name for s in manifest.own_outputs]
+        report.check = compare_steps(step_outputs, reference_steps(steps), names, *tolerances(manifest.precision))
+    elif reference is not None:
         report.reference = reference_name
-        report.check = compare(outputs, reference(inputs), [s.name for s in manifest.outputs])
+        own = {s.name: inputs[s.name] for s in manifest.own_inputs}
+        names = [s.name for s in manifest.own_outputs]
+        report.check = compare(streaming.own_outputs(manifest, outputs), reference(own), names)
     return report
 
 
@@ -459,7 +490,13 @@ def print_report(r: Report) -> None:
             f"  cold start {c['total']:.1f} ms = load {c['load']:.1f} + init {c['init']:.1f} + "
             f"first run {c['first_run']:.1f} (upload {c['upload']:.1f} ms)"
         )
-    rows = [("run (device)", r.warm), ("copy-in", r.copy_in), ("copy-out", r.copy_out)]
+    if r.extra.get("per_step"):
+        console.print(
+            "  a streaming model: each timed run is one step (the state inputs at their initial values; the step's "
+            "cost does not depend on them)"
+        )
+    rows = [("step (device)" if r.extra.get("per_step") else "run (device)", r.warm)]
+    rows += [("copy-in", r.copy_in), ("copy-out", r.copy_out)]
     console.print(f"  {'ms':<13}{'count':>6}{'mean':>10}{'std':>9}{'min':>10}{'p50':>10}{'p90':>10}{'max':>10}")
     for name, lat in rows:
         if lat.count:
@@ -477,9 +514,16 @@ def print_report(r: Report) -> None:
             f"overall {m['overall_peak_bytes'] / 2**20:.1f} MB ({m['before_load_bytes'] / 2**20:.1f} MB before "
             "loading)"
         )
+    seq = r.extra.get("sequence")
+    if seq:
+        console.print(
+            f"  {seq['steps']} steps in order, the state carried on the device: per step median "
+            f"{seq['median_ms']:.3f} ms, p90 {seq['p90_ms']:.3f}, max {seq['max_ms']:.3f} ({seq['timed']})"
+        )
     if r.check is not None:
         for row in r.check:
-            console.print(f"  outputs vs {r.reference}: {row['name']} max abs error {row['max_abs']:.3g}")
+            at = f" (worst step {row['step']} of {row['steps']})" if "step" in row else ""
+            console.print(f"  outputs vs {r.reference}: {row['name']} max abs error {row['max_abs']:.3g}{at}")
 
 
 def plot(r: Report, path: Path) -> None:

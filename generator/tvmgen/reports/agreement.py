@@ -117,6 +117,8 @@ def check_app_results(results: dict, asset_dir: Path) -> str | None:
     if not (asset_dir / artifact.MANIFEST).is_file():
         return f"the artifact the app ran is not here ({asset_dir})"
     manifest = artifact.load(asset_dir, verify=False)
+    if manifest.state:
+        return "a streaming model's outputs depend on every run before (its state): one run cannot be checked alone"
     with tempfile.TemporaryDirectory(prefix="tvmgen-reference-") as scratch:
         reference, name = artifact_reference(manifest, Path(scratch))
         if reference is None:

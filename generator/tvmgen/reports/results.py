@@ -264,7 +264,20 @@ def read_run(doc: dict, source: str) -> list[Run]:
     r.outputs = doc.get("outputs")
     r.check, r.reference = doc.get("check"), doc.get("reference")
     r.label = r.model or Path(source).stem
+    _per_step(r, doc)
     return [r]
+
+
+PER_STEP = "a streaming model: each timed run is one step, the state carried from the step before"
+
+
+def _per_step(r: Run, doc: dict) -> None:
+    """A streaming model's result (``per_step``: `run`, `run --sequence`, `bench`) says so in its label and
+    notes: its latencies are those of one step."""
+    if doc.get("per_step"):
+        r.label += " (per step)"
+        seq = doc.get("sequence")
+        r.notes.append(PER_STEP + (f"; {seq['steps']} steps in order" if isinstance(seq, dict) else ""))
 
 
 def read_bench(doc: dict, source: str) -> list[Run]:
@@ -296,6 +309,7 @@ def read_bench(doc: dict, source: str) -> list[Run]:
     r.profile = _profile(doc.get("profile"), doc.get("dev") or "cpu")
     r.check, r.reference = doc.get("check"), doc.get("reference")
     r.label = f"{r.model or '?'} on {info.get('key') or info.get('machine') or 'the device'}"
+    _per_step(r, doc)
     return [r]
 
 

@@ -42,8 +42,11 @@ def check_against_reference(
     run = checked_code(imported, staged, opts, Path(scratch))
     precision = getattr(opts, "precision", "fp32")
     rtol, atol = tolerances(precision, rtol, atol)
-    inputs = random_inputs(imported.inputs, seed)
     suffix = f" ({precision} build)" if precision != "fp32" else ""
+    if imported.state:
+        inputs = check_sequence(imported, run, rtol, atol, seed, suffix)
+        return _checked_here(run, staged, inputs)
+    inputs = random_inputs(imported.inputs, seed)
     with logs.step(f"Checking against {imported.reference_name}{suffix}"):
         actual = run(inputs)
         expected = imported.reference(inputs)
@@ -69,6 +72,11 @@ def check_against_reference(
             "no artifact was written",
             "this is a compiler bug or a precision issue; raise --atol/--rtol only if the error is expected",
         )
+    return _checked_here(run, staged, inputs)
+
+
+def _checked_here(run, staged: Path, inputs: dict) -> tuple | None:
+    """(the artifact's own HostModel, inputs it ran) where the check ran the artifact itself here on its CPU."""
     from tvmgen.compiler.targets.platforms import get_device
 
     model = getattr(run, "__self__", None)  # the artifact's own HostModel where it runs here
@@ -79,6 +87,60 @@ def check_against_reference(
     ):
         return model, inputs  # for the slow-kernel guard (commands/compile.py)
     return None
+
+
+def check_sequence(imported, run, rtol: float, atol: float, seed: int, suffix: str = "") -> dict:
+    """--check of a streaming model: STEPS_CHECKED seeded steps run in order through the checked code
+    (``run``: checked_code's) and through the reference, the state carried on both sides from its initial
+    value, every step compared. Returns the first step's inputs; raises CheckError beyond tolerance."""
+    from tvmgen.runtime import sequence
+
+    steps = sequence.seeded_steps(sequence.own_inputs(imported), seed)
+    names = sequence.own_output_names(imported)
+    pairs = ", ".join(f"{s.input} -> {s.output}" for s in imported.state)
+    with logs.step(f"Checking {len(steps)} steps in order against {imported.reference_name}{suffix}, state carried"):
+        actual = run_steps(run, steps)
+        expected = sequence.reference_steps(imported)(steps)
+    rows = sequence.compare_steps(actual, expected, names, rtol, atol)
+    failed = []
+    for r in rows:
+        if "shape_mismatch" in r:
+            failed.append(f"{r['name']}: shape {r['shape_mismatch']} at step {r['step']}")
+            continue
+        ok = not r["beyond"]
+        beyond = "" if ok else f"; {len(r['beyond'])} step(s) beyond tolerance, the first {r['beyond'][0]}"
+        console.print(
+            f"  {'[green]ok[/]' if ok else '[red]FAIL[/]'} {r['name']}: max abs error {r['max_abs']:.3g} at step "
+            f"{r['step']} of {r['steps']}, max rel error {r['max_rel']:.3g} (tolerance: atol {atol:g} + rtol "
+            f"{rtol:g}, every step){beyond}"
+        )
+        if not ok:
+            failed.append(f"{r['name']} (from step {r['beyond'][0]})")
+    if any(len(a) != len(e) for a, e in zip(actual, expected)):
+        failed.append(f"TVM gave {len(actual[0])} outputs a step, the reference {len(expected[0])}")
+    worst = max((r for r in rows if "shape_mismatch" not in r), key=lambda r: r["max_abs"], default=None)
+    if worst is not None:
+        console.print(
+            f"  checked {len(steps)} steps in order, state carried ({pairs}): max |diff| {worst['max_abs']:.3g} "
+            f"at step {worst['step']} ({worst['name']})"
+        )
+    if failed:
+        raise CheckError(
+            f"outputs differ from {imported.reference_name} beyond tolerance over {len(steps)} steps with the "
+            f"state carried: {', '.join(failed)}; no artifact was written",
+            "this is a compiler bug or a precision issue; raise --atol/--rtol only if the error is expected",
+        )
+    return steps[0]
+
+
+def run_steps(run, steps: list[dict]) -> list[list]:
+    """The steps through checked_code's ``run`` from the initial state: a HostModel's, reset first, or a
+    runner of a sequence (tvmgen-run --sequence)."""
+    model = getattr(run, "__self__", None)
+    if model is not None and hasattr(model, "reset_state"):
+        model.reset_state()
+        return [model.run(inputs) for inputs in steps]
+    return run.sequence(steps)
 
 
 # ------------------------------------------------------------------ which code --check runs
@@ -125,7 +187,7 @@ def checked_code(imported, staged: Path, opts, scratch: Path):
                     f"  checking the linux-aarch64 build under {QEMU}: the artifact's own code "
                     f"({mcpu}, {_features(plat)})"
                 )
-                return lambda inputs: run_aarch64(runner, staged, inputs, scratch)
+                return Aarch64Run(runner, staged, scratch)
             stand_in = linux_stand_in(plat)
             console.print(
                 f"  checking a linux-aarch64 build under {QEMU}: {name} links with the Android NDK's "
@@ -143,7 +205,7 @@ def checked_code(imported, staged: Path, opts, scratch: Path):
                 precision=getattr(opts, "precision", "fp32"),
                 tuning_db=_stand_in_database(opts.tuning_db, plat, stand_in, scratch),
             )
-            return lambda inputs: run_aarch64(runner, out, inputs, scratch)
+            return Aarch64Run(runner, out, scratch)
     else:
         why = _not_here(plat, device)
     # The artifact cannot run here: check the same imported module built for this machine.
@@ -239,41 +301,47 @@ def _stand_in_database(root: Path | None, plat, stand_in, scratch: Path) -> Path
     return copy
 
 
-def run_aarch64(runner: Path, artifact: Path, inputs: dict, scratch: Path) -> list:
-    """Run a linux-aarch64 artifact once (no warm-up: emulated code is slow) with the aarch64 tvmgen-run,
-    under qemu-aarch64 unless this machine is aarch64; its outputs in the manifest's order."""
+class Aarch64Run:
+    """checked_code's runner of a linux-aarch64 artifact: one run (a call), or a sequence of steps."""
+
+    def __init__(self, runner: Path, artifact: Path, scratch: Path):
+        self.runner, self.artifact, self.scratch = runner, artifact, scratch
+
+    def __call__(self, inputs: dict) -> list:
+        return run_aarch64(self.runner, self.artifact, inputs, self.scratch)
+
+    def sequence(self, steps: list[dict]) -> list[list]:
+        return run_aarch64(self.runner, self.artifact, steps, self.scratch)
+
+
+def run_aarch64(runner: Path, artifact: Path, inputs: dict | list[dict], scratch: Path):
+    """Run a linux-aarch64 artifact with the aarch64 tvmgen-run, under qemu-aarch64 unless this machine is
+    aarch64: once (no warm-up: emulated code is slow) given ``inputs`` by name, its outputs in the manifest's
+    order; given a list of steps, as a sequence (``--sequence``, the state carried), each step's outputs."""
     import json
     import tempfile
 
     import numpy as np
 
     from tvmgen.compiler.targets.platforms import _host_arch
+    from tvmgen.core import artifact as artifacts
     from tvmgen.core import toolchains
-    from tvmgen.runtime.runner import output_file_name
+    from tvmgen.runtime import sequence
 
-    manifest = json.loads((artifact / "manifest.json").read_text())
+    manifest = artifacts.Manifest.from_json(json.loads((artifact / "manifest.json").read_text()))
     work = Path(tempfile.mkdtemp(prefix="aarch64-run-", dir=scratch))
-    args = []
-    for k, spec in enumerate(manifest["inputs"]):  # in the model's order, so no NAME= is needed
-        np.save(work / f"in{k}.npy", np.asarray(inputs[spec["name"]]))
-        args += ["--input", f"in{k}.npy"]
+    if isinstance(inputs, list):
+        args = ["--sequence", str(sequence.write_sequence(work / "steps", inputs))]
+    else:
+        args = ["--warmup", "0", "--repeat", "1", "--timings", "timings.json"]
+        for k, spec in enumerate(manifest.own_inputs):  # in the model's order, so no NAME= is needed
+            np.save(work / f"in{k}.npy", np.asarray(inputs[spec.name]))
+            args += ["--input", f"in{k}.npy"]
     if _host_arch() == "aarch64":
         base = [str(runner)]
     else:
         base = [str(toolchains.Qemu().verify()), "-L", str(AARCH64_SYSROOT), str(runner)]
-    cmd = [
-        *base,
-        str(Path(artifact).resolve()),
-        *args,
-        "-o",
-        "out",
-        "--warmup",
-        "0",
-        "--repeat",
-        "1",
-        "--timings",
-        "timings.json",
-    ]
+    cmd = [*base, str(Path(artifact).resolve()), *args, "-o", "out"]
     proc = toolchains.run(cmd, cwd=work, check=False)
     if proc.returncode != 0:
         lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
@@ -282,24 +350,57 @@ def run_aarch64(runner: Path, artifact: Path, inputs: dict, scratch: Path) -> li
             f"{' / '.join(lines[-3:]) or 'no message'}; no artifact was written",
             f"compile without --check, then run the artifact by hand to see everything: {' '.join(base)} ARTIFACT_DIR",
         )
-    return [np.load(work / "out" / output_file_name(o["name"])) for o in manifest["outputs"]]
+    names = [sequence.file_name(o.name) for o in manifest.own_outputs]
+    if isinstance(inputs, list):
+        return [[np.load(work / "out" / sequence.step_name(k) / n) for n in names] for k in range(len(inputs))]
+    return [np.load(work / "out" / n) for n in names]
 
 
-def artifact_reference(manifest, scratch: Path):
-    """The reference runtime for an artifact's source model, when that model can still be read."""
+def artifact_model(manifest, scratch: Path):
+    """The artifact's source model imported again as it was compiled (its inputs' shapes, its --state pairs),
+    for its reference runtime; None (the reason printed) when it is not here or no longer imports alike."""
     from tvmgen.compiler import pipeline
+    from tvmgen.frontends import state_pairs
     from tvmgen.frontends.base import InputOverride
 
     src = manifest.model.get("source", "")
     if not src or not (src.startswith("builtin:") or Path(src).exists()):
         console.print(f"  [dim]no numerics check: the source model {src or '(unknown)'} is not here[/]")
-        return None, None
-    overrides = [InputOverride(s.name, s.shape, s.dtype) for s in manifest.inputs]
+        return None
+    declared = list(manifest.model.get("state_pairs") or [])
+    # a state input the importer made (a TFLite resource variable) is not an input of the model file
+    made = manifest.state_inputs - {state_pairs.parse(f)[0] for f in declared}
+    overrides = [InputOverride(s.name, s.shape, s.dtype) for s in manifest.inputs if s.name not in made]
     if manifest.model.get("format") in ("tensorflow", "savedmodel"):
         overrides = []  # TF tensor names carry ':0'; the shapes were fixed at conversion
     try:
-        imported = pipeline.load_model(src, scratch, overrides).imported
+        imported = pipeline.load_model(src, scratch, overrides, state=declared, propose_state=False).imported
     except TvmgenError as e:
         console.print(f"  [dim]no numerics check: cannot import {src} ({e.message})[/]")
-        return None, None
+        return None
+    pairs = [(s.input, s.output) for s in imported.state]
+    if pairs != [(s["input"], s["output"]) for s in manifest.state]:
+        console.print(
+            f"  [dim]no numerics check: {src} imports with the state {pairs or 'none'}, the artifact carries "
+            f"{[(s['input'], s['output']) for s in manifest.state] or 'none'}[/]"
+        )
+        return None
+    return imported
+
+
+def artifact_reference(manifest, scratch: Path):
+    """The reference runtime for an artifact's source model, when that model can still be read: see
+    ``reference_of``; (None, None) when it cannot."""
+    imported = artifact_model(manifest, scratch)
+    return (None, None) if imported is None else reference_of(imported)
+
+
+def reference_of(imported):
+    """(inputs by name -> outputs, the reference's name). A streaming model's reference runs one step from
+    the initial state on the model's own inputs and gives its own outputs."""
+    if imported.state:
+        from tvmgen.runtime import sequence
+
+        steps = sequence.reference_steps(imported)
+        return (lambda inputs: steps([inputs])[0]), imported.reference_name
     return imported.reference, imported.reference_name

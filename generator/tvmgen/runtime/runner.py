@@ -13,6 +13,7 @@ from tvmgen.core import artifact
 from tvmgen.core.errors import InputError, TvmgenError
 from tvmgen.core.latency import Latency
 from tvmgen.core.log import filtered_stderr
+from tvmgen.runtime.state import HeldState
 
 # Devices the PyPI runtime can execute here (its OpenCL loader is off; see the OpenCL issue).
 
@@ -106,15 +107,19 @@ class HostModel:
 
             vulkan_backend.load()
         self.timings = Timings()
+        # A stateful model's caller gives and gets its own inputs and outputs; the state ones are held (self.state)
+        self.inputs, self.outputs = m.own_inputs, m.own_outputs
         # made once for check_inputs: a small model's whole call takes 12 us
-        self._expected = [(s, _numpy_dtype(s.dtype)) for s in m.inputs]
-        self._input_names = {s.name for s in m.inputs}
+        self._expected = [(s, _numpy_dtype(s.dtype)) for s in self.inputs]
+        self._input_names = {s.name for s in self.inputs}
+        position = {s.name: i for i, s in enumerate(m.inputs)}
+        self._positions = [position[s.name] for s in self.inputs]  # each own input's place among main's inputs
         self._staged: dict = {}  # input index -> (tensor, its numpy view or None) reused for inputs that are copied
         # input index -> (the array last used in place, its DLPack tensor): the same array object next call
         # reuses the tensor (wrapping it again cost 1 us back to back, 20 us after an idle gap)
         self._wrapped: list = [None] * len(m.inputs)
-        self._out_wrapped: list = [None] * len(m.outputs)  # the same for ``run(out=...)``'s arrays
-        self._dynamic_outputs = any(not isinstance(d, int) or d < 0 for s in m.outputs for d in s.shape)
+        self._out_wrapped: list = [None] * len(self.outputs)  # the same for ``run(out=...)``'s arrays
+        self._dynamic_outputs = any(not isinstance(d, int) or d < 0 for s in self.outputs for d in s.shape)
         # numpy arrays live on the CPU: usable in place there, at the alignment the kernels allow
         self._in_place = device.host_memory
         self._alignment = m.vm.get("input_alignment") or [64] * len(m.inputs)
@@ -134,6 +139,7 @@ class HostModel:
         with filtered_stderr():
             self.vm = relax.VirtualMachine(lib, vm_devices(m, self.dev))
         self.main = self.vm[m.vm["entry"]]  # looked up once: 0.6 us a call
+        self.state = HeldState(m, self.directory, self.dev) if m.state else None
         t2 = time.perf_counter()
         self.timings.load_ms, self.timings.init_ms = (t1 - t0) * 1e3, (t2 - t1) * 1e3
 
@@ -150,10 +156,13 @@ class HostModel:
     def check_inputs(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         if inputs.keys() != self._input_names:  # a set comparison: the common case costs one
             unknown = [n for n in inputs if n not in self._input_names]
+            held = [n for n in unknown if self.state is not None and n in self.state.names]
+            if held and self.state is not None:
+                raise self.state.state_input_error(held)
             if unknown:
                 raise InputError(
                     f"unknown input name(s) {', '.join(unknown)}",
-                    f"this model's inputs are: {', '.join(map(str, self.manifest.inputs))}",
+                    f"this model's inputs are: {', '.join(map(str, self.inputs))}",
                 )
         arrays = []
         for s, dtype in self._expected:
@@ -185,6 +194,10 @@ class HostModel:
         is returned instead of a new array, as an app reuses its buffers frame after frame: no array is
         allocated and none wrapped per call (the arrays' DLPack tensors are kept from call to call, as
         the inputs' are). The next run with the same arrays overwrites them.
+
+        A streaming model (the manifest's ``state``): ``inputs`` and the outputs are the model's own (``inputs``,
+        ``outputs``); each run is one step, fed the state held from the last (``reset_state``, ``get_state``,
+        ``set_state``). With ``repeat``, every repeat is a step.
         """
         arrays = self.check_inputs(inputs)
         result = None
@@ -192,6 +205,8 @@ class HostModel:
             t0 = time.perf_counter()
             args = self.device_inputs(arrays)
             res = self.main(*args, *self.params)
+            if self.state is not None:  # the state outputs become the held values; the caller gets the rest
+                res = self.state.take(res)
             result = _to_numpy(res, self._in_place) if out is None else self._copy_into(res, out)
             ms = (time.perf_counter() - t0) * 1e3
             if i == 0 and not self.timings.first_run_ms:
@@ -214,7 +229,7 @@ class HostModel:
         as a camera pipeline does) wraps it once.
         """
         tensors = []
-        for i, a in enumerate(arrays):
+        for i, a in zip(self._positions, arrays):
             last = self._wrapped[i]
             if last is not None and last[0] is a:  # the array of the last call: its tensor (see __init__)
                 tensors.append(last[1])
@@ -244,7 +259,30 @@ class HostModel:
             else:
                 tensor.copyfrom(a)
             tensors.append(tensor)
-        return tensors
+        return tensors if self.state is None else self.state.arguments(tensors)
+
+    # ------------------------------------------------------------------ streaming state (manifest "state")
+
+    def reset_state(self) -> None:
+        """The held state back to its initial values (a stateless model: nothing to do)."""
+        if self.state is not None:
+            self.state.reset()
+
+    def get_state(self, key: str | int) -> np.ndarray:
+        """A copy of the state held for the state input ``key`` (its name, or its index in the manifest's list)."""
+        return self._held().get(key)
+
+    def set_state(self, key: str | int, value: np.ndarray) -> None:
+        """Hold ``value`` for the state input ``key`` from the next run on (shape and dtype checked)."""
+        self._held().set(key, value)
+
+    def _held(self) -> HeldState:
+        if self.state is None:
+            raise InputError(
+                f"{self.directory} has no state: each run is independent of the last",
+                "compile a streaming model with --state INPUT=OUTPUT for the runtime to carry its state",
+            )
+        return self.state
 
     def _copy_into(self, res, out: list[np.ndarray]) -> list[np.ndarray]:
         """The VM's result ``res`` copied into the caller's arrays ``out`` (see ``run``), through DLPack
@@ -253,7 +291,7 @@ class HostModel:
         if len(out) != len(outs):
             raise InputError(
                 f"out has {len(out)} array(s), the model has {len(outs)} output(s)",
-                "pass one array per output (model.manifest.outputs)",
+                "pass one array per output (model.outputs)",
             )
         for k, (tensor, a) in enumerate(zip(outs, out)):
             last = self._out_wrapped[k]
@@ -269,11 +307,11 @@ class HostModel:
         if type(a) is not np.ndarray or not a.flags.c_contiguous or not a.flags.writeable:
             raise InputError(
                 f"out[{k}] is not a writable C-contiguous numpy array",
-                f"pass np.empty({shape}, '{dtype}') for output {self.manifest.outputs[k].name!r}",
+                f"pass np.empty({shape}, '{dtype}') for output {self.outputs[k].name!r}",
             )
         if a.shape != shape or str(a.dtype) != dtype:
             raise InputError(
-                f"out[{k}] is {a.dtype}{list(a.shape)}, output {self.manifest.outputs[k].name!r} is {dtype}{list(shape)}",
+                f"out[{k}] is {a.dtype}{list(a.shape)}, output {self.outputs[k].name!r} is {dtype}{list(shape)}",
                 f"pass np.empty({shape}, '{dtype}')",
             )
         return a, self._from_dlpack(a), shape
