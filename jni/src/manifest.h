@@ -75,6 +75,36 @@ inline std::vector<TensorInfo> TensorList(json::Object man, const char* key) {
   return out;
 }
 
+// One entry of the manifest's "state" list: a tensor a streaming model carries from one run to the next.
+struct StateEntry {
+  std::string input, output;  // the state input main reads it from, the output main returns its next value in
+  std::vector<int64_t> shape;
+  std::string dtype;
+  std::string initial;  // a .npy file relative to the artifact; "" for zeros
+};
+
+// The manifest's "state" list (none, or empty, for a stateless model), each field's type checked.
+inline std::vector<StateEntry> StateList(json::Object man) {
+  std::vector<StateEntry> out;
+  auto it = man.find(ffi::String("state"));
+  if (it == man.end() || (*it).second == nullptr) return out;
+  auto list = (*it).second.try_cast<json::Array>();
+  if (!list.has_value()) throw Error("manifest.json: state is not a list");
+  for (const json::Value& item : *list) {
+    std::string where = "state[" + std::to_string(out.size()) + "]";
+    json::Object o = AsObject(item, where);
+    StateEntry e;
+    e.input = Str(o, "input", where);
+    e.output = Str(o, "output", where);
+    e.dtype = Str(o, "dtype", where);
+    for (const json::Value& d : Arr(o, "shape", where)) e.shape.push_back(Int(d, where + ".shape"));
+    auto init = o.find(ffi::String("initial"));
+    if (init != o.end() && (*init).second != nullptr) e.initial = Str(o, "initial", where);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 // manifest.json's text as its top-level object, its schema version checked; `where` names it in errors.
 inline json::Object ParseManifest(const std::string& text, const std::string& where) {
   ffi::String err;

@@ -31,46 +31,17 @@
 #include <iostream>
 #include <streambuf>
 #include <sstream>
+#include <utility>
 
+#include "library_loading.h"
 #include "manifest.h"
+#include "state.h"
 
 namespace tvmgen {
 namespace ffi = tvm::ffi;
 namespace json = tvm::ffi::json;
 
 namespace {
-
-// TVM 0.27 logs a warning line for every texture-scoped constant an executable saves or loads ("Scope
-// Loaded:global.texture-weight"): hundreds of lines per --gpu-family adreno model. This filter, installed
-// on std::cerr (where TVM's LOG writes) while the library and its VM load, drops exactly those lines.
-class ScopeLogFilter : public std::streambuf {
- public:
-  ScopeLogFilter() : out_(std::cerr.rdbuf()) { std::cerr.rdbuf(this); }
-  ~ScopeLogFilter() override {
-    Flush();
-    std::cerr.rdbuf(out_);
-  }
-
- protected:
-  int overflow(int c) override {
-    if (c == traits_type::eof()) return 0;
-    line_ += static_cast<char>(c);
-    if (c == '\n') Flush();
-    return c;
-  }
-
- private:
-  void Flush() {
-    if (!line_.empty() && line_.find("Scope Loaded:") == std::string::npos &&
-        line_.find("Scope Saving:") == std::string::npos) {
-      out_->sputn(line_.data(), static_cast<std::streamsize>(line_.size()));
-    }
-    line_.clear();
-  }
-  std::streambuf* out_;
-  std::string line_;
-};
-
 
 using Clock = std::chrono::steady_clock;
 double MsSince(Clock::time_point t0) {
@@ -104,64 +75,6 @@ using manifest::ParamsFile;
 using manifest::ParseManifest;
 using manifest::Str;
 using manifest::TensorList;
-
-// A model library's bytes in an anonymous in-memory file (memfd_create: tmpfs, no path on any file system),
-// for dlopen through /proc/self/fd/N. TVM builds its library module only from a path it dlopens itself
-// (ffi.Module.load_from_file.so), so a path it is. Android's linker accepts a file on tmpfs whatever the
-// app's linker namespace allows, which is what lets apps dlopen a memfd.
-class MemoryLibrary {
- public:
-  MemoryLibrary(const void* data, size_t size, const std::string& name) {
-#if defined(__linux__)
-    // The raw system call: bionic declares memfd_create() only from API 30, the kernel has had it since 3.17.
-    fd_ = static_cast<int>(syscall(SYS_memfd_create, ("tvmgen:" + name).c_str(), 1u /* MFD_CLOEXEC */));
-    if (fd_ < 0) {
-      throw Error("cannot load the model library " + name + " from memory: memfd_create failed (" +
-                  std::strerror(errno) + "; Linux kernels older than 3.17 lack it): load the artifact from a "
-                  "directory instead");
-    }
-    const char* p = static_cast<const char*>(data);
-    for (size_t left = size; left > 0;) {
-      ssize_t n = write(fd_, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        int e = errno;
-        close(fd_);
-        throw Error("cannot load the model library " + name + " from memory: writing its " + std::to_string(size) +
-                    " bytes to an in-memory file failed: " + std::strerror(e));
-      }
-      p += n;
-      left -= static_cast<size_t>(n);
-    }
-    path_ = "/proc/self/fd/" + std::to_string(fd_);
-#else
-    (void)data;
-    (void)size;
-    throw Error("loading the model library " + name + " from memory needs Linux or Android (memfd_create); "
-                "load the artifact from a directory, or link the model into the app (iOS)");
-#endif
-  }
-  ~MemoryLibrary() {
-#if defined(__linux__)
-    // glibc finds a library already loaded by the name it was opened with: while this one stays mapped (its
-    // module still referenced, or not unloadable), keep the descriptor so that no later memfd gets the same
-    // number, and the same path, and is taken for it.
-    void* still = dlopen(path_.c_str(), RTLD_NOW | RTLD_NOLOAD);
-    if (still != nullptr) {
-      dlclose(still);
-      return;
-    }
-    close(fd_);
-#endif
-  }
-  MemoryLibrary(const MemoryLibrary&) = delete;
-  MemoryLibrary& operator=(const MemoryLibrary&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  int fd_ = -1;
-  std::string path_;
-};
 
 }  // namespace
 
@@ -331,6 +244,9 @@ ArtifactFiles ReadArtifactFiles(const std::string& manifest_json) {
   ArtifactFiles files;
   files.library = Str(AsObject(Field(man, "export", "manifest"), "export"), "library", "export");
   files.params = ParamsFile(man);
+  for (const manifest::StateEntry& e : manifest::StateList(man)) {
+    if (!e.initial.empty()) files.state.push_back(e.initial);
+  }
   return files;
 }
 
@@ -377,7 +293,9 @@ void CollectOpenCLModules(const ffi::Module& mod, std::vector<ffi::Module>* out)
 struct Model::Impl {
   std::unique_ptr<MemoryLibrary> memory_library;  // first member, so released after the library's module
   std::string dir, device;
-  std::vector<TensorInfo> inputs, outputs;
+  std::vector<TensorInfo> inputs, outputs;  // the user's: main's less the state (state.h)
+  state::HeldState state;
+  size_t main_outputs = 0;
   DLDevice dev{kDLCPU, 0};
   ffi::Optional<ffi::Module> lib, vm;
   ffi::Function main, copy_from_bytes, copy_to_bytes;
@@ -413,8 +331,20 @@ struct Model::Impl {
   void HoldResults() {
     if (!hold.has_value()) return;
     ffi::Array<int64_t> ptrs;
-    for (const ffi::Tensor& t : results) ptrs.push_back(static_cast<int64_t>(reinterpret_cast<intptr_t>(t.data_ptr())));
+    for (const std::vector<ffi::Tensor>* list : {&std::as_const(results), &state.held()}) {
+      for (const ffi::Tensor& t : *list) ptrs.push_back(static_cast<int64_t>(reinterpret_cast<intptr_t>(t.data_ptr())));
+    }
     (*hold)(Owner(), ptrs);
+  }
+  // The recorded run dropped (it reads a buffer that is no longer the state's); `for_good`: none recorded again.
+  void DropReplay(bool for_good) {
+    if (replay_id != 0) (*release)(replay_id);
+    replay_id = 0;
+    if (for_good) captures = kMaxCaptures;
+  }
+  // After a run: the state outputs become the state held (state.h).
+  void AdvanceState() {
+    if (state.Advance(results, input_tensors)) DropReplay(true);
   }
 
   // scope "global.host": a host-visible OpenCL buffer (libtvmgen_opencl), see LoadOptions.
@@ -477,8 +407,22 @@ std::unique_ptr<Model> Model::LoadArtifact(const std::string& dir, ArtifactData 
     throw Error("the artifact in " + m.dir + " holds " + kind + " (" + library +
                 "), not a shared library: link it first, or compile without --objects-only");
   }
-  m.inputs = TensorList(man, "inputs");
-  m.outputs = TensorList(man, "outputs");
+  {
+    std::vector<TensorInfo> main_inputs = TensorList(man, "inputs"), main_outputs = TensorList(man, "outputs");
+    auto read = [&](const std::string& path) {  // a state's initial value
+      if (from_dir) return ReadFile(m.dir + path, "the initial state");
+      auto it = data.state_files.find(path);
+      if (it == data.state_files.end()) {
+        throw Error("the artifact in " + m.dir + " starts its state from " + path + ": give that file's bytes too "
+                    "(ArtifactData state_files; Java: ArtifactData.stateFile(...), or ArtifactData.read)");
+      }
+      return it->second;
+    };
+    m.state.Init(manifest::StateList(man), main_inputs, main_outputs, read, m.dir);
+    m.main_outputs = main_outputs.size();
+  }
+  m.inputs = m.state.user_inputs;
+  m.outputs = m.state.user_outputs;
   m.input_set.assign(m.inputs.size(), false);
 
   // --- library from memory: bytes (an in-memory file), or a path or name for the dynamic linker
@@ -627,6 +571,8 @@ std::unique_ptr<Model> Model::LoadArtifact(const std::string& dir, ArtifactData 
                 m.device + ": " + e.what() + " (is libtvmgen_opencl the OpenCL backend?)");
   }
   static ffi::Function copy_from_to = Global("runtime.TVMTensorCopyFromTo");
+  m.state.Allocate([&m](const TensorInfo& t) { return m.Alloc(t); }, m.copy_from_bytes, copy_from_to,
+                   m.capture_begin.has_value());
   for (const ffi::Tensor& hp : host_params) {
     if (m.dev.device_type == kDLCPU) {
       m.params.push_back(hp);
@@ -651,6 +597,11 @@ int Model::threads() const { return impl_->threads; }
 const std::string& Model::thread_pool() const { return impl_->thread_pool; }
 
 int Model::InputIndex(const std::string& name) const {
+  if (impl_->state.IsStateInput(name)) {
+    throw Error("\"" + name + "\" is a state input: the runtime holds its value between runs and feeds it itself; "
+                "set it with SetState (Java: setState), read it with GetState, or go back to its initial value "
+                "with ResetState");
+  }
   for (size_t i = 0; i < impl_->inputs.size(); ++i) {
     if (impl_->inputs[i].name == name) return static_cast<int>(i);
   }
@@ -727,7 +678,7 @@ void Model::Run() {
     if (!m.input_set[i]) throw Error("input \"" + m.inputs[i].name + "\" was never set: call SetInput first");
   }
   std::vector<ffi::AnyView> args;
-  for (const ffi::Tensor& t : m.input_tensors) args.emplace_back(t);
+  m.state.AppendArgs(m.input_tensors, &args);
   for (const ffi::Tensor& t : m.params) args.emplace_back(t);
   auto finish = [&m](double ms) {
     if (m.timings.runs == 0) m.timings.first_run_ms = ms;
@@ -748,6 +699,7 @@ void Model::Run() {
       throw Error(std::string("running the model on ") + m.device + " failed: " + e.what());
     }
     if (replayed) {
+      m.AdvanceState();
       finish(MsSince(t0));
       return;
     }
@@ -788,10 +740,11 @@ void Model::Run() {
   } else {
     throw Error("the model returned " + std::string(ret.GetTypeKey()) + ", not tensors");
   }
-  if (m.results.size() != m.outputs.size()) {
+  if (m.results.size() != m.main_outputs) {
     throw Error("the model returned " + std::to_string(m.results.size()) + " outputs, the manifest lists " +
-                std::to_string(m.outputs.size()));
+                std::to_string(m.main_outputs));
   }
+  m.AdvanceState();
   m.HoldResults();
   finish(MsSince(t0));
 }
@@ -811,11 +764,31 @@ void Model::GetOutput(int index, void* data, size_t nbytes) {
   m.copied_out_since_run = true;
   auto t0 = Clock::now();
   try {
-    m.copy_to_bytes(m.results[index], data, static_cast<int64_t>(nbytes));
+    m.copy_to_bytes(m.results[m.state.output_pos[index]], data, static_cast<int64_t>(nbytes));
   } catch (const ffi::Error& e) {
     throw Error("copying output \"" + t.name + "\" from " + m.device + " failed: " + e.what());
   }
   m.timings.copy_out_ms += MsSince(t0);
+}
+
+const std::vector<TensorInfo>& Model::states() const { return impl_->state.infos(); }
+int Model::StateCount() const { return static_cast<int>(impl_->state.infos().size()); }
+const TensorInfo& Model::StateInfo(int index) const { return impl_->state.Info(index); }
+int Model::StateIndex(const std::string& name) const { return impl_->state.Index(name); }
+void Model::ResetState() {
+  if (impl_->state.Reset(impl_->results)) impl_->DropReplay(false);
+}
+void Model::GetState(int index, void* data, size_t nbytes) const {
+  impl_->state.Get(index, data, nbytes, impl_->copy_to_bytes);
+}
+void Model::GetState(const std::string& name, void* data, size_t nbytes) const {
+  GetState(StateIndex(name), data, nbytes);
+}
+void Model::SetState(int index, const void* data, size_t nbytes) {
+  if (impl_->state.Set(index, data, nbytes, impl_->results)) impl_->DropReplay(false);
+}
+void Model::SetState(const std::string& name, const void* data, size_t nbytes) {
+  SetState(StateIndex(name), data, nbytes);
 }
 
 std::string Model::Profile(int runs) {
@@ -829,7 +802,7 @@ std::string Model::Profile(int runs) {
   ffi::String entry(m.entry);
   int64_t n = runs, type = m.dev.device_type, id = m.dev.device_id;
   std::vector<ffi::AnyView> args{vm, entry, n, type, id};  // views: the values above outlive the call
-  for (const ffi::Tensor& t : m.input_tensors) args.emplace_back(t);
+  m.state.AppendArgs(m.input_tensors, &args);  // the state held now, unchanged by the profiled runs
   for (const ffi::Tensor& t : m.params) args.emplace_back(t);
   ffi::Any ret;
   try {

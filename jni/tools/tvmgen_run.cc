@@ -27,7 +27,12 @@ const char* kUsage =
     "  -i, --input [NAME=]FILE   input as .npy, or raw bytes (any other extension); repeatable.\n"
     "                            NAME= may be left out when inputs are given in the model's order.\n"
     "                            Inputs not given get deterministic pseudo-random values.\n"
-    "  -o, --output-dir DIR      write each output as NAME.npy in DIR\n"
+    "  -o, --output-dir DIR      write each output as NAME.npy in DIR (with --sequence: DIR/<step>/NAME.npy)\n"
+    "  --sequence DIR            a streaming model's steps, in order: DIR/000000/, DIR/000001/, ... each\n"
+    "                            with one NAME.npy per input (the state inputs excepted: the runtime\n"
+    "                            carries the state). Each pass runs every step from the initial state;\n"
+    "                            --warmup/--repeat count passes (default 0 and 1), the timings have each\n"
+    "                            step's medians\n"
     "  --warmup N                untimed runs before the timed ones (default 1)\n"
     "  --repeat N                timed runs (default 10)\n"
     "  --pace-ms MS              sleep MS milliseconds before each timed run, as an app does between\n"
@@ -106,6 +111,76 @@ std::vector<char> ReadInput(const std::string& path, const tvmgen::TensorInfo& t
   return std::vector<char>(std::istreambuf_iterator<char>(f), {});
 }
 
+// A sequence directory's steps (DIR/000000/, DIR/000001/, ... one NAME.npy per input of the model's own): each
+// step's inputs' bytes, all read and checked before any run. A gap in the numbering, a missing file, or a file
+// that is no input (a state input's among them) is an error naming the step and the input.
+std::vector<std::vector<std::vector<char>>> ReadSequence(const std::string& dir, const tvmgen::Model& model) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw tvmgen::Error("the sequence directory " + dir + " does not exist (or is not a directory)");
+  }
+  std::vector<long> numbers;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    std::string name = e.path().filename().string();
+    if (e.is_directory() && name.size() == 6 && name.find_first_not_of("0123456789") == std::string::npos) {
+      numbers.push_back(std::stol(name));
+    }
+  }
+  if (numbers.empty()) {
+    throw tvmgen::Error("the sequence " + dir + " holds no steps: put each step's inputs in DIR/000000/, DIR/000001/, "
+                        "... as NAME.npy, one per input");
+  }
+  std::sort(numbers.begin(), numbers.end());
+  auto step_name = [](long k) {
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), "%06ld", k);
+    return std::string(buf);
+  };
+  for (size_t k = 0; k < numbers.size(); ++k) {
+    if (numbers[k] != static_cast<long>(k)) {
+      throw tvmgen::Error("the sequence " + dir + " has no step " + step_name(static_cast<long>(k)) + " (it has " +
+                          std::to_string(numbers.size()) + " steps up to " + step_name(numbers.back()) +
+                          "): steps are numbered from 000000 without gaps");
+    }
+  }
+  const auto& inputs = model.inputs();
+  std::map<std::string, std::string> files;  // NAME.npy -> the input's name ("" for a state input)
+  for (const tvmgen::TensorInfo& t : inputs) files[SafeName(t.name) + ".npy"] = t.name;
+  for (const tvmgen::TensorInfo& t : model.states()) files.emplace(SafeName(t.name) + ".npy", "");
+  for (long k : numbers) {  // every file there before any is read
+    const std::string folder = dir + "/" + step_name(k);
+    for (const tvmgen::TensorInfo& t : inputs) {
+      if (!fs::is_regular_file(folder + "/" + SafeName(t.name) + ".npy", ec)) {
+        throw tvmgen::Error("the sequence " + dir + ": step " + step_name(k) + " has no input \"" + t.name + "\" (" +
+                            folder + "/" + SafeName(t.name) + ".npy)");
+      }
+    }
+    for (const fs::directory_entry& e : fs::directory_iterator(folder)) {
+      std::string name = e.path().filename().string();
+      if (name.size() < 4 || name.compare(name.size() - 4, 4, ".npy") != 0) continue;
+      auto it = files.find(name);
+      if (it == files.end()) {
+        throw tvmgen::Error("the sequence " + dir + ": step " + step_name(k) + " holds " + name + ", which is not an "
+                            "input of the model: each step holds one NAME.npy per input");
+      }
+      if (it->second.empty()) {
+        throw tvmgen::Error("the sequence " + dir + ": step " + step_name(k) + " holds " + name + ", a state input: "
+                            "the runtime holds the state and feeds it itself, from its initial value at step "
+                            "000000; leave " + name + " out of the steps");
+      }
+    }
+  }
+  std::vector<std::vector<std::vector<char>>> steps;
+  for (long k : numbers) {
+    steps.emplace_back();
+    for (const tvmgen::TensorInfo& t : inputs) {
+      steps.back().push_back(ReadInput(dir + "/" + step_name(k) + "/" + SafeName(t.name) + ".npy", t));
+    }
+  }
+  return steps;
+}
+
 // The artifact in `dir` read into memory and loaded from there (the bytes are freed once Load returns).
 std::unique_ptr<tvmgen::Model> LoadFromMemory(const std::string& dir, const tvmgen::LoadOptions& options) {
   auto read = [&](const std::string& name) {
@@ -118,6 +193,7 @@ std::unique_ptr<tvmgen::Model> LoadFromMemory(const std::string& dir, const tvmg
   data.manifest_json = read("manifest.json");
   tvmgen::ArtifactFiles files = tvmgen::ReadArtifactFiles(data.manifest_json);
   std::string library = read(files.library), params = files.params.empty() ? "" : read(files.params);
+  for (const std::string& f : files.state) data.state_files[f] = read(f);
   data.library_bytes = library.data();
   data.library_size = library.size();
   if (!files.params.empty()) {
@@ -130,9 +206,9 @@ std::unique_ptr<tvmgen::Model> LoadFromMemory(const std::string& dir, const tvmg
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir, output_dir, timings_file, profile_file;
+  std::string dir, output_dir, timings_file, profile_file, sequence_dir;
   std::vector<std::string> input_flags;
-  int warmup = 1, repeat = 10;
+  int warmup = -1, repeat = -1;  // -1: the default, which --sequence changes
   double pace_ms = 0;
   bool host_visible_inputs = false, from_memory = false, prepare = false;
   tvmgen::ThreadOptions threads;
@@ -148,6 +224,8 @@ int main(int argc, char** argv) {
         return 0;
       } else if (a == "-i" || a == "--input") {
         input_flags.push_back(value("--input"));
+      } else if (a == "--sequence") {
+        sequence_dir = value("--sequence");
       } else if (a == "-o" || a == "--output-dir") {
         output_dir = value("--output-dir");
       } else if (a == "--warmup") {
@@ -188,6 +266,12 @@ int main(int argc, char** argv) {
     }
   }
   if (dir.empty()) return Usage("no artifact directory given");
+  const bool sequence = !sequence_dir.empty();
+  if (sequence && !input_flags.empty()) {
+    return Usage("--sequence feeds every input from its step folders: leave out --input");
+  }
+  if (warmup == -1) warmup = sequence ? 0 : 1;
+  if (repeat == -1) repeat = sequence ? 1 : 10;
   if (repeat < 1 || warmup < 0) return Usage("--repeat must be >= 1 and --warmup >= 0");
   if (!(pace_ms >= 0 && pace_ms <= 60000)) return Usage("--pace-ms must be between 0 and 60000");
 
@@ -210,8 +294,11 @@ int main(int argc, char** argv) {
                    ps.kernels, ps.programs, ps.built, ps.cached, ps.ms);
     }
     const auto& inputs = model->inputs();
+    // the steps' inputs: a sequence's, else one step of the inputs given (pseudo-random where not given)
+    std::vector<std::vector<std::vector<char>>> steps;
+    if (sequence) steps = ReadSequence(sequence_dir, *model);
     std::vector<std::vector<char>> data(inputs.size());
-    std::vector<bool> given(inputs.size(), false);
+    std::vector<bool> given(inputs.size(), sequence);
     for (size_t k = 0; k < input_flags.size(); ++k) {
       const std::string& flag = input_flags[k];
       size_t eq = flag.find('=');
@@ -234,32 +321,60 @@ int main(int argc, char** argv) {
         data[k] = PseudoRandom(inputs[k], 42 + static_cast<uint32_t>(k));
       }
     }
+    if (!sequence) steps.push_back(data);
+    if (!sequence && model->StateCount() > 0) {
+      std::fprintf(stderr, "tvmgen-run: the model carries state (%d tensors) from run to run: the %d runs are %d "
+                   "steps from its initial state, the outputs written the last one's (--sequence DIR feeds a "
+                   "sequence)\n", model->StateCount(), warmup + repeat, warmup + repeat);
+    }
     const auto& outputs = model->outputs();
-    std::vector<std::vector<char>> out(outputs.size());
-    for (size_t k = 0; k < outputs.size(); ++k) out[k].resize(outputs[k].nbytes);
+    // each step's outputs (one step's without --sequence)
+    std::vector<std::vector<std::vector<char>>> out(steps.size(), std::vector<std::vector<char>>(outputs.size()));
+    for (auto& step_out : out) {
+      for (size_t k = 0; k < outputs.size(); ++k) step_out[k].resize(outputs[k].nbytes);
+    }
 
+    // a run: one step of a sequence's pass, or one run of the inputs given
     Stats copy_in, run, copy_out, total;
-    for (int r = 0; r < warmup + repeat; ++r) {
-      if (r >= warmup && pace_ms > 0) {  // the idle gap between frames: the cores may sleep, caches cool
-        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(pace_ms));
-      }
-      for (size_t k = 0; k < inputs.size(); ++k) model->SetInput(static_cast<int>(k), data[k].data(), data[k].size());
-      model->Run();
-      for (size_t k = 0; k < outputs.size(); ++k) model->GetOutput(static_cast<int>(k), out[k].data(), out[k].size());
-      if (r >= warmup) {
-        copy_in.v.push_back(model->timings().copy_in_ms);
-        run.v.push_back(model->timings().run_ms);
-        copy_out.v.push_back(model->timings().copy_out_ms);
-        total.v.push_back(copy_in.v.back() + run.v.back() + copy_out.v.back());
+    std::vector<Stats> step_total(steps.size()), step_run(steps.size());
+    const int passes = sequence ? warmup + repeat : 1, runs = sequence ? 1 : warmup + repeat;
+    for (int p = 0; p < passes; ++p) {
+      if (sequence) model->ResetState();
+      for (size_t s = 0; s < steps.size(); ++s) {
+        for (int r = 0; r < runs; ++r) {
+          const bool timed = sequence ? p >= warmup : r >= warmup;
+          if (timed && pace_ms > 0) {  // the idle gap between frames: the cores may sleep, caches cool
+            std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(pace_ms));
+          }
+          const auto& in = steps[s];
+          for (size_t k = 0; k < inputs.size(); ++k) model->SetInput(static_cast<int>(k), in[k].data(), in[k].size());
+          model->Run();
+          for (size_t k = 0; k < outputs.size(); ++k) {
+            model->GetOutput(static_cast<int>(k), out[s][k].data(), out[s][k].size());
+          }
+          if (timed) {
+            copy_in.v.push_back(model->timings().copy_in_ms);
+            run.v.push_back(model->timings().run_ms);
+            copy_out.v.push_back(model->timings().copy_out_ms);
+            total.v.push_back(copy_in.v.back() + run.v.back() + copy_out.v.back());
+            step_total[s].v.push_back(total.v.back());
+            step_run[s].v.push_back(run.v.back());
+          }
+        }
       }
     }
     if (!output_dir.empty()) {
-      std::error_code ec;  // -o DIR may name a directory that does not exist yet
-      std::filesystem::create_directories(output_dir, ec);
-      if (ec) throw tvmgen::Error("cannot create the output directory " + output_dir + ": " + ec.message());
-      for (size_t k = 0; k < outputs.size(); ++k) {
-        tvmgen::npy::Save(output_dir + "/" + SafeName(outputs[k].name) + ".npy", outputs[k].dtype, outputs[k].shape,
-                          out[k].data(), out[k].size());
+      for (size_t s = 0; s < steps.size(); ++s) {
+        char step[16];
+        std::snprintf(step, sizeof(step), "%06zu", s);
+        std::string folder = sequence ? output_dir + "/" + step : output_dir;
+        std::error_code ec;  // -o DIR may name a directory that does not exist yet
+        std::filesystem::create_directories(folder, ec);
+        if (ec) throw tvmgen::Error("cannot create the output directory " + folder + ": " + ec.message());
+        for (size_t k = 0; k < outputs.size(); ++k) {
+          tvmgen::npy::Save(folder + "/" + SafeName(outputs[k].name) + ".npy", outputs[k].dtype, outputs[k].shape,
+                            out[s][k].data(), out[s][k].size());
+        }
       }
     }
     if (!profile_file.empty()) {
@@ -277,18 +392,47 @@ int main(int argc, char** argv) {
        << "\"threads\": " << model->threads() << ", \"thread_pool\": \"" << model->thread_pool() << "\", "
        << "\"load_ms\": " << t.load_ms << ", \"init_ms\": " << t.init_ms << ", \"prepare\": " << prepared
        << ", \"first_run_ms\": " << t.first_run_ms
-       << ", \"warmup\": " << warmup << ", \"runs\": " << repeat << ", \"pace_ms\": " << pace_ms << ", \"copy_in_ms\": " << copy_in.Json()
+       << ", \"warmup\": " << warmup << ", \"runs\": " << total.v.size() << ", \"pace_ms\": " << pace_ms
+       << ", \"state\": " << model->StateCount() << ", \"copy_in_ms\": " << copy_in.Json()
        << ", \"run_ms\": " << run.Json() << ", \"copy_out_ms\": " << copy_out.Json()
-       << ", \"total_ms\": " << total.Json() << ", \"memory\": {\"source\": \"/proc/self/status\", "
+       << ", \"total_ms\": " << total.Json() << ", \"sequence\": ";
+    if (sequence) {
+      // each step's time (copy-in + run + copy-out; and the run alone), its median over the timed passes: what a
+      // streaming app's call costs; then the median, 90th percentile (linear, as numpy's) and max over the steps
+      std::vector<double> step_ms;
+      for (const Stats& st : step_total) step_ms.push_back(st.Median());
+      std::vector<double> sorted = step_ms;
+      std::sort(sorted.begin(), sorted.end());
+      const double at = 0.9 * static_cast<double>(sorted.size() - 1);
+      const size_t lo = static_cast<size_t>(at), hi = std::min(lo + 1, sorted.size() - 1);
+      const double p90 = sorted[lo] + (sorted[hi] - sorted[lo]) * (at - static_cast<double>(lo));
+      js << "{\"dir\": " << tvmgen::JsonString(sequence_dir) << ", \"steps\": " << steps.size()
+         << ", \"passes\": " << repeat << ", \"step_ms\": [";
+      for (size_t s = 0; s < steps.size(); ++s) js << (s ? ", " : "") << step_ms[s];
+      js << "], \"step_run_ms\": [";
+      for (size_t s = 0; s < steps.size(); ++s) js << (s ? ", " : "") << step_run[s].Median();
+      js << "], \"median_ms\": " << tvmgen::Median(step_ms) << ", \"p90_ms\": " << p90
+         << ", \"max_ms\": " << sorted.back() << "}";
+    } else {
+      js << "null";
+    }
+    js << ", \"memory\": {\"source\": \"/proc/self/status\", "
        << "\"before_load_bytes\": " << before_load.rss_bytes << ", \"after_load_peak_bytes\": " << after_load.peak_bytes
        << ", \"overall_peak_bytes\": " << end.peak_bytes << "}}\n";
-    char pace_note[64] = "";
-    if (pace_ms > 0) std::snprintf(pace_note, sizeof(pace_note), ", %g ms apart", pace_ms);
+    char pace_note[96] = "";
+    if (sequence) {
+      std::snprintf(pace_note, sizeof(pace_note), " (%zu steps x %d pass%s)", steps.size(), repeat,
+                    repeat == 1 ? "" : "es");
+    }
+    if (pace_ms > 0) {
+      std::snprintf(pace_note + std::strlen(pace_note), sizeof(pace_note) - std::strlen(pace_note), ", %g ms apart",
+                    pace_ms);
+    }
     std::fprintf(stderr,
                  "tvmgen-run: %s on %s (%s, threads: %d): load %.1f ms, init %.1f ms, first run %.1f ms; median of %d%s: "
                  "copy-in %.3f ms, run %.3f ms, copy-out %.3f ms\n",
                  (from_memory ? dir + " (read into memory)" : dir).c_str(), model->device().c_str(), tvmgen::RuntimeArch(), model->threads(), t.load_ms, t.init_ms, t.first_run_ms,
-                 repeat, pace_note, copy_in.Median(), run.Median(), copy_out.Median());
+                 static_cast<int>(total.v.size()), pace_note, copy_in.Median(), run.Median(), copy_out.Median());
     if (end.peak_bytes > 0) {
       std::fprintf(stderr, "tvmgen-run: peak resident memory (VmHWM): after load %.1f MB, overall %.1f MB\n",
                    after_load.peak_bytes / 1048576.0, end.peak_bytes / 1048576.0);

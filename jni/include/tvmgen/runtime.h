@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -140,17 +141,32 @@ struct ArtifactData {
   /*! \brief The weights' bytes (manifest params.file, written by --separate-params); none otherwise. */
   const void* params_bytes = nullptr;
   size_t params_size = 0;
+  /*!
+   * \brief A streaming model's initial state values (the manifest's state[].initial, .npy files such as
+   * state/0.npy; ArtifactFiles::state lists them), by that path: each file's bytes. Copied during Load.
+   */
+  std::map<std::string, std::string> state_files;
 };
 
 /*! \brief The files an artifact's manifest names besides itself: its model library and its weights ("" if none). */
 struct ArtifactFiles {
   std::string library;
   std::string params;
+  std::vector<std::string> state;  // the initial state values (.npy) of a streaming model
 };
 /*! \brief Read from manifest.json's text, so an app knows which files to fetch for ArtifactData. */
 ArtifactFiles ReadArtifactFiles(const std::string& manifest_json);
 
-/*! \brief A loaded artifact, ready to run. Not thread-safe: one caller at a time. */
+/*!
+ * \brief A loaded artifact, ready to run. Not thread-safe: one caller at a time.
+ *
+ * A streaming model (the manifest's "state" list) carries state tensors from one run to the next: main
+ * reads each as an input and returns its next value as an output. The model holds them on its device,
+ * from their initial values (the manifest's .npy, else zeros): Run() feeds the values held to the state
+ * inputs and then holds the state outputs, without a copy through the host. inputs(), outputs() and their
+ * indexes are the model's own, without the state tensors (a stateless model's are all of main's); the state
+ * has its own calls (StateCount ... SetState), each state named after its input.
+ */
 class Model {
  public:
   /*!
@@ -178,7 +194,10 @@ class Model {
   const std::string& thread_pool() const;
   /*! \brief Whether the inputs are host-visible buffers (LoadOptions::host_visible_inputs on OpenCL). */
   bool host_visible_inputs() const;
-  /*! \brief Index of the input called `name`; throws Error listing the inputs when unknown. */
+  /*!
+   * \brief Index of the input called `name`; throws Error listing the inputs when unknown, and one that points
+   * to SetState when `name` is a state input.
+   */
   int InputIndex(const std::string& name) const;
 
   /*! \brief Copy `nbytes` host bytes into input `index` (must equal the input's size). */
@@ -191,18 +210,35 @@ class Model {
    * Nothing to do on the CPU (all zero). Calling it again costs nothing.
    */
   PrepareStats Prepare();
-  /*! \brief Run `main` on the inputs set so far. */
+  /*! \brief Run `main` on the inputs set so far (and the state held, which it then advances). */
   void Run();
   /*! \brief Copy output `index` of the latest run into `nbytes` host bytes. */
   void GetOutput(int index, void* data, size_t nbytes);
 
   const Timings& timings() const;
 
+  // ---- state of a streaming model (none: StateCount() is 0, and the rest has nothing to do)
+  /*! \brief The state tensors, each named after the state input it is fed to. */
+  const std::vector<TensorInfo>& states() const;
+  int StateCount() const;
+  /*! \brief states()[index]; Error when out of range. */
+  const TensorInfo& StateInfo(int index) const;
+  /*! \brief Index of the state fed to input `name`; Error listing the states when unknown. */
+  int StateIndex(const std::string& name) const;
+  /*! \brief Every state back to its initial value (the start of a new stream). */
+  void ResetState();
+  /*! \brief Copy the value held now into `nbytes` host bytes (must equal the state's size). */
+  void GetState(int index, void* data, size_t nbytes) const;
+  void GetState(const std::string& name, void* data, size_t nbytes) const;
+  /*! \brief Replace the value held with `nbytes` host bytes (must equal the state's size); the next Run reads it. */
+  void SetState(int index, const void* data, size_t nbytes);
+  void SetState(const std::string& name, const void* data, size_t nbytes);
+
   /*!
    * \brief Run the model `runs` times plain and `runs` times with every VM call timed (interleaved),
    * on the inputs set so far. Returns JSON: runs, clock, whole_run_ms (median plain run),
    * kernels_median_ms (the kernels' sum in the median profiled run) and counts {name: [calls, total_ns]}
-   * over the profiled runs. Needs profiler.cc in the library (Error otherwise).
+   * over the profiled runs. The state held does not change. Needs profiler.cc in the library (Error otherwise).
    */
   std::string Profile(int runs);
 

@@ -3,7 +3,8 @@
 //
 // A model is a tvmgen::Model* held in a Java long; Model.java guards against use after close.
 // float[] data are pinned (PinnedArray) for the runtime's own copy; direct ByteBuffers are passed
-// by address to SetInput / GetOutput.
+// by address to SetInput / GetOutput / SetState / GetState. Tensor descriptions take a kind: 0 the
+// inputs, 1 the outputs, 2 the state tensors of a streaming model.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,12 +22,17 @@ tvmgen::Model* ModelOf(jlong handle) {
   return reinterpret_cast<tvmgen::Model*>(static_cast<intptr_t>(handle));
 }
 
-const tvmgen::TensorInfo& InfoAt(tvmgen::Model* m, jboolean outputs, jint index) {
-  const auto& list = outputs ? m->outputs() : m->inputs();
+const std::vector<tvmgen::TensorInfo>& ListOf(tvmgen::Model* m, jint kind) {
+  if (kind < 0 || kind > 2) throw tvmgen::Error("tensor kind " + std::to_string(kind) + " is not 0, 1 or 2");
+  return kind == 0 ? m->inputs() : kind == 1 ? m->outputs() : m->states();
+}
+
+const tvmgen::TensorInfo& InfoAt(tvmgen::Model* m, jint kind, jint index) {
+  const auto& list = ListOf(m, kind);
   if (index < 0 || static_cast<size_t>(index) >= list.size()) {
-    throw tvmgen::Error(std::string(outputs ? "output" : "input") + " index " + std::to_string(index) +
-                        " is out of range: the model has " + std::to_string(list.size()) +
-                        (outputs ? " outputs" : " inputs"));
+    const char* what = kind == 0 ? "input" : kind == 1 ? "output" : "state";
+    throw tvmgen::Error(std::string(what) + " index " + std::to_string(index) + " is out of range: the model has " +
+                        std::to_string(list.size()) + " " + what + (kind == 2 ? " tensors" : "s"));
   }
   return list[index];
 }
@@ -47,12 +53,22 @@ jlong JNICALL Load(JNIEnv* env, jclass, jstring dir, jint threads, jint affinity
 // only one array may be pinned while no JNI call is made). Nothing is kept once Load returns.
 jlong JNICALL LoadFromMemory(JNIEnv* env, jclass, jstring name, jbyteArray manifest, jbyteArray library_array,
                              jobject library_buffer, jstring library_path, jbyteArray weights_array,
-                             jobject weights_buffer, jint threads, jint affinity) {
+                             jobject weights_buffer, jobjectArray state_names, jobjectArray state_bytes,
+                             jint threads, jint affinity) {
   return Guard<jlong>(env, 0, [&] {
     tvmgen::ArtifactData data;
     data.name = ToString(env, name);
     data.manifest_json = BytesOf(env, manifest);
     data.library_path = ToString(env, library_path);
+    const jsize n_state = state_names == nullptr ? 0 : env->GetArrayLength(state_names);
+    for (jsize i = 0; i < n_state; ++i) {  // a streaming model's initial state values (small: copied)
+      jstring file = static_cast<jstring>(env->GetObjectArrayElement(state_names, i));
+      jbyteArray bytes = static_cast<jbyteArray>(env->GetObjectArrayElement(state_bytes, i));
+      CheckJava(env);
+      data.state_files[ToString(env, file)] = BytesOf(env, bytes);
+      env->DeleteLocalRef(file);
+      env->DeleteLocalRef(bytes);
+    }
     auto direct = [&](jobject buffer, const void** bytes, size_t* size, const char* what) {
       if (buffer == nullptr) return;
       jlong n = env->GetDirectBufferCapacity(buffer);
@@ -82,18 +98,23 @@ jlong JNICALL LoadFromMemory(JNIEnv* env, jclass, jstring name, jbyteArray manif
   });
 }
 
-// {export.library, params.file or null} of a manifest's text (tvmgen::ReadArtifactFiles).
+// {export.library, params.file or null, the initial state files...} of a manifest's text (tvmgen::ReadArtifactFiles).
 jobjectArray JNICALL ArtifactFilesOf(JNIEnv* env, jclass, jbyteArray manifest) {
   return Guard<jobjectArray>(env, nullptr, [&]() -> jobjectArray {
     tvmgen::ArtifactFiles files = tvmgen::ReadArtifactFiles(BytesOf(env, manifest));
     jclass string_class = env->FindClass("java/lang/String");
     CheckJava(env);
-    jobjectArray out = env->NewObjectArray(2, string_class, nullptr);
+    jobjectArray out = env->NewObjectArray(static_cast<jsize>(2 + files.state.size()), string_class, nullptr);
     CheckJava(env);
-    env->SetObjectArrayElement(out, 0, env->NewStringUTF(files.library.c_str()));
-    CheckJava(env);
-    if (!files.params.empty()) env->SetObjectArrayElement(out, 1, env->NewStringUTF(files.params.c_str()));
-    CheckJava(env);
+    auto put = [&](jsize i, const std::string& text) {
+      jstring s = env->NewStringUTF(text.c_str());
+      CheckJava(env);
+      env->SetObjectArrayElement(out, i, s);
+      env->DeleteLocalRef(s);
+    };
+    put(0, files.library);
+    if (!files.params.empty()) put(1, files.params);
+    for (size_t i = 0; i < files.state.size(); ++i) put(static_cast<jsize>(2 + i), files.state[i]);
     return out;
   });
 }
@@ -106,26 +127,23 @@ jstring JNICALL DeviceName(JNIEnv* env, jclass, jlong handle) {
   return Guard<jstring>(env, nullptr, [&] { return env->NewStringUTF(ModelOf(handle)->device().c_str()); });
 }
 
-jint JNICALL TensorCount(JNIEnv* env, jclass, jlong handle, jboolean outputs) {
-  return Guard<jint>(env, 0, [&] {
-    tvmgen::Model* m = ModelOf(handle);
-    return static_cast<jint>(outputs ? m->outputs().size() : m->inputs().size());
-  });
+jint JNICALL TensorCount(JNIEnv* env, jclass, jlong handle, jint kind) {
+  return Guard<jint>(env, 0, [&] { return static_cast<jint>(ListOf(ModelOf(handle), kind).size()); });
 }
 
-jstring JNICALL TensorName(JNIEnv* env, jclass, jlong handle, jboolean outputs, jint index) {
+jstring JNICALL TensorName(JNIEnv* env, jclass, jlong handle, jint kind, jint index) {
   return Guard<jstring>(env, nullptr,
-                        [&] { return env->NewStringUTF(InfoAt(ModelOf(handle), outputs, index).name.c_str()); });
+                        [&] { return env->NewStringUTF(InfoAt(ModelOf(handle), kind, index).name.c_str()); });
 }
 
-jstring JNICALL TensorDtype(JNIEnv* env, jclass, jlong handle, jboolean outputs, jint index) {
+jstring JNICALL TensorDtype(JNIEnv* env, jclass, jlong handle, jint kind, jint index) {
   return Guard<jstring>(env, nullptr,
-                        [&] { return env->NewStringUTF(InfoAt(ModelOf(handle), outputs, index).dtype.c_str()); });
+                        [&] { return env->NewStringUTF(InfoAt(ModelOf(handle), kind, index).dtype.c_str()); });
 }
 
-jlongArray JNICALL TensorShape(JNIEnv* env, jclass, jlong handle, jboolean outputs, jint index) {
+jlongArray JNICALL TensorShape(JNIEnv* env, jclass, jlong handle, jint kind, jint index) {
   return Guard<jlongArray>(env, nullptr, [&]() -> jlongArray {
-    const auto& shape = InfoAt(ModelOf(handle), outputs, index).shape;
+    const auto& shape = InfoAt(ModelOf(handle), kind, index).shape;
     jlongArray arr = env->NewLongArray(static_cast<jsize>(shape.size()));
     if (arr == nullptr) return nullptr;  // OutOfMemoryError pending
     std::vector<jlong> dims(shape.begin(), shape.end());
@@ -134,8 +152,8 @@ jlongArray JNICALL TensorShape(JNIEnv* env, jclass, jlong handle, jboolean outpu
   });
 }
 
-jlong JNICALL TensorByteSize(JNIEnv* env, jclass, jlong handle, jboolean outputs, jint index) {
-  return Guard<jlong>(env, 0, [&] { return static_cast<jlong>(InfoAt(ModelOf(handle), outputs, index).nbytes); });
+jlong JNICALL TensorByteSize(JNIEnv* env, jclass, jlong handle, jint kind, jint index) {
+  return Guard<jlong>(env, 0, [&] { return static_cast<jlong>(InfoAt(ModelOf(handle), kind, index).nbytes); });
 }
 
 jint JNICALL InputIndex(JNIEnv* env, jclass, jlong handle, jstring name) {
@@ -157,6 +175,30 @@ void JNICALL SetInputBuffer(JNIEnv* env, jclass, jlong handle, jint index, jobje
     tvmgen::Model* m = ModelOf(handle);
     char* ptr = DirectRange(env, buffer, position, length, ("input " + std::to_string(index)).c_str());
     m->SetInput(index, ptr, static_cast<size_t>(length));
+  });
+}
+
+jint JNICALL StateIndex(JNIEnv* env, jclass, jlong handle, jstring name) {
+  return Guard<jint>(env, -1, [&] { return static_cast<jint>(ModelOf(handle)->StateIndex(ToString(env, name))); });
+}
+
+void JNICALL ResetState(JNIEnv* env, jclass, jlong handle) {
+  GuardVoid(env, [&] { ModelOf(handle)->ResetState(); });
+}
+
+void JNICALL SetStateBuffer(JNIEnv* env, jclass, jlong handle, jint index, jobject buffer, jint position, jint length) {
+  GuardVoid(env, [&] {
+    tvmgen::Model* m = ModelOf(handle);
+    char* ptr = DirectRange(env, buffer, position, length, ("state " + std::to_string(index)).c_str());
+    m->SetState(index, ptr, static_cast<size_t>(length));
+  });
+}
+
+void JNICALL GetStateBuffer(JNIEnv* env, jclass, jlong handle, jint index, jobject buffer, jint position, jint length) {
+  GuardVoid(env, [&] {
+    tvmgen::Model* m = ModelOf(handle);
+    char* ptr = DirectRange(env, buffer, position, length, ("state " + std::to_string(index)).c_str());
+    m->GetState(index, ptr, static_cast<size_t>(length));
   });
 }
 
@@ -245,19 +287,24 @@ std::vector<JNINativeMethod> ModelNatives() {
   return {
       Native("modelLoad", "(Ljava/lang/String;II)J", Load),
       Native("modelLoadFromMemory",
-             "(Ljava/lang/String;[B[BLjava/nio/ByteBuffer;Ljava/lang/String;[BLjava/nio/ByteBuffer;II)J",
+             "(Ljava/lang/String;[B[BLjava/nio/ByteBuffer;Ljava/lang/String;[BLjava/nio/ByteBuffer;[Ljava/lang/String;"
+             "[[BII)J",
              LoadFromMemory),
       Native("artifactFiles", "([B)[Ljava/lang/String;", ArtifactFilesOf),
       Native("modelFree", "(J)V", Free),
       Native("modelDevice", "(J)Ljava/lang/String;", DeviceName),
-      Native("modelTensorCount", "(JZ)I", TensorCount),
-      Native("modelTensorName", "(JZI)Ljava/lang/String;", TensorName),
-      Native("modelTensorDtype", "(JZI)Ljava/lang/String;", TensorDtype),
-      Native("modelTensorShape", "(JZI)[J", TensorShape),
-      Native("modelTensorByteSize", "(JZI)J", TensorByteSize),
+      Native("modelTensorCount", "(JI)I", TensorCount),
+      Native("modelTensorName", "(JII)Ljava/lang/String;", TensorName),
+      Native("modelTensorDtype", "(JII)Ljava/lang/String;", TensorDtype),
+      Native("modelTensorShape", "(JII)[J", TensorShape),
+      Native("modelTensorByteSize", "(JII)J", TensorByteSize),
       Native("modelInputIndex", "(JLjava/lang/String;)I", InputIndex),
       Native("modelSetInputFloats", "(JI[F)V", SetInputFloats),
       Native("modelSetInputBuffer", "(JILjava/nio/ByteBuffer;II)V", SetInputBuffer),
+      Native("modelStateIndex", "(JLjava/lang/String;)I", StateIndex),
+      Native("modelResetState", "(J)V", ResetState),
+      Native("modelSetStateBuffer", "(JILjava/nio/ByteBuffer;II)V", SetStateBuffer),
+      Native("modelGetStateBuffer", "(JILjava/nio/ByteBuffer;II)V", GetStateBuffer),
       Native("modelRun", "(J)V", Run),
       Native("modelPrepare", "(J)[D", Prepare),
       Native("modelGetOutputFloats", "(JI[F)V", GetOutputFloats),

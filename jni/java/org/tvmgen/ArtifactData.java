@@ -4,6 +4,11 @@ import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.ByteBuffer;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
 
 /**
  * An artifact held by the app instead of a directory, for {@link Model#load(ArtifactData)}: the manifest's
@@ -18,7 +23,8 @@ import java.nio.ByteBuffer;
  * // or piece by piece: the weights decrypted by the app, the library from its own storage
  * ArtifactData data = ArtifactData.ofManifest("model", manifestBytes)
  *     .library(libraryBytes)                    // or .libraryPath("libmodel_cpu.so"): see libraryPath
- *     .weights(decrypt(encryptedWeights));      // byte[] or a direct ByteBuffer
+ *     .weights(decrypt(encryptedWeights))       // byte[] or a direct ByteBuffer
+ *     .stateFile("state/0.npy", initialState);  // a streaming model's initial state values, if its manifest names any
  * try (Model model = Model.load(data)) { ... }
  * }</pre>
  *
@@ -50,6 +56,8 @@ public final class ArtifactData {
   private final byte[] manifest;
   private final String libraryFile;
   private final String weightsFile;
+  private final List<String> stateFiles;
+  private final Map<String, byte[]> stateBytes = new LinkedHashMap<String, byte[]>();
   private byte[] libraryArray;
   private ByteBuffer libraryBuffer;
   private String libraryPath;
@@ -69,6 +77,7 @@ public final class ArtifactData {
     this.manifest = manifest.clone();
     this.libraryFile = files[0];
     this.weightsFile = files[1];
+    this.stateFiles = Collections.unmodifiableList(Arrays.asList(files).subList(2, files.length));
   }
 
   /**
@@ -95,9 +104,7 @@ public final class ArtifactData {
   public static ArtifactData read(String name, Files files) throws IOException {
     ArtifactData data = new ArtifactData(name, readAll(files, "manifest.json"));
     data.library(readAll(files, data.libraryFile));
-    if (data.weightsFile != null) {
-      data.weights(readAll(files, data.weightsFile));
-    }
+    data.readRest(files);
     return data;
   }
 
@@ -121,9 +128,7 @@ public final class ArtifactData {
           + library + "\"");
     }
     data.libraryPath(library);
-    if (data.weightsFile != null) {
-      data.weights(readAll(files, data.weightsFile));
-    }
+    data.readRest(files);
     return data;
   }
 
@@ -219,10 +224,44 @@ public final class ArtifactData {
     return this;
   }
 
-  /** The native load; the runtime checks what is missing or extra (library, weights) and says so. */
+  /**
+   * The files holding a streaming model's initial state values (.npy, paths relative to the artifact, e.g.
+   * {@code state/0.npy}); give each with {@link #stateFile(String, byte[])} ({@link #read} does).
+   *
+   * @return an unmodifiable list, empty for a model without state or one whose state starts at zero
+   */
+  public List<String> stateFiles() {
+    return stateFiles;
+  }
+
+  /**
+   * One of {@link #stateFiles()}' bytes.
+   *
+   * @param file its path as the manifest names it
+   * @param bytes the .npy file's bytes (copied during the load)
+   * @return this
+   */
+  public ArtifactData stateFile(String file, byte[] bytes) {
+    stateBytes.put(requireNonNull(file, "file"), requireNonNull(bytes, "bytes"));
+    return this;
+  }
+
+  /** The weights and the initial state files through the opener. */
+  private void readRest(Files files) throws IOException {
+    if (weightsFile != null) {
+      weights(readAll(files, weightsFile));
+    }
+    for (String file : stateFiles) {
+      stateFile(file, readAll(files, file));
+    }
+  }
+
+  /** The native load; the runtime checks what is missing or extra (library, weights) and a missing state file. */
   long load(int threads, int affinity) {
+    String[] names = stateBytes.keySet().toArray(new String[0]);
+    byte[][] bytes = stateBytes.values().toArray(new byte[0][]);
     return NativeLib.modelLoadFromMemory(name, manifest, libraryArray, libraryBuffer, libraryPath, weightsArray,
-        weightsBuffer, threads, affinity);
+        weightsBuffer, names, bytes, threads, affinity);
   }
 
   @Override

@@ -53,9 +53,17 @@ import java.util.concurrent.ThreadFactory;
  * your {@code setInput} and {@code run}, or run again before your {@code getOutput}. Keep a model to one
  * thread, or hold its lock ({@code synchronized (model) {...}}) around a whole sequence, or use
  * {@link #runAsyncAndRead(java.util.function.Function)}, which runs and reads the outputs under the lock. The
- * asynchronous runs ({@link #runAsync()}) go to one thread the model owns, one at a time, so an app's
- * UI thread never waits for a run; {@code close()} waits for the run in progress and stops that thread,
- * and runs still queued then fail with {@link IllegalStateException}.
+ * asynchronous runs ({@link #runAsync()}) go to one thread the model owns, one at a time and in the order
+ * they were called, so an app's UI thread never waits for a run; {@code close()} waits for the run in
+ * progress and stops that thread, and runs still queued then fail with {@link IllegalStateException}.
+ *
+ * <p>Streaming models (keyword spotters, RNN decoders) carry state from run to run, held on the model's device
+ * ({@link #states()}, not among the inputs and outputs): each {@link #run()} reads it and leaves the next one,
+ * with no copy through the app. Runs are steps of one stream, in the stream's order: make them from one thread,
+ * or through {@link #runAsync()} / {@link #runAsyncAndRead(java.util.function.Function)}, which keep the order of
+ * the calls ({@link #runAsync(Executor)} keeps the executor's). {@link #resetState()} starts a new stream;
+ * {@link #getState(String)}, {@link #setState(String, Tensor)}, {@link #saveState()} and
+ * {@link #restoreState(SavedState)} read and write it between runs.
  */
 public final class Model extends NativeHandle {
   /** Thread affinity: no preference (TVM's default). */
@@ -73,6 +81,7 @@ public final class Model extends NativeHandle {
   private final String deviceName;
   private final List<TensorInfo> inputs;
   private final List<TensorInfo> outputs;
+  private final List<TensorInfo> states;
   private final long beforeLoadBytes;
   private final long afterLoadPeakBytes;
 
@@ -82,8 +91,9 @@ public final class Model extends NativeHandle {
     this.beforeLoadBytes = beforeLoadBytes;
     this.afterLoadPeakBytes = afterLoadPeakBytes;
     this.deviceName = NativeLib.modelDevice(handle);
-    this.inputs = tensorInfos(handle, false);
-    this.outputs = tensorInfos(handle, true);
+    this.inputs = tensorInfos(handle, NativeLib.INPUTS);
+    this.outputs = tensorInfos(handle, NativeLib.OUTPUTS);
+    this.states = tensorInfos(handle, NativeLib.STATES);
   }
 
   // ------------------------------------------------------------------ native library
@@ -215,12 +225,12 @@ public final class Model extends NativeHandle {
     }
   }
 
-  private static List<TensorInfo> tensorInfos(long h, boolean outputs) {
-    int n = NativeLib.modelTensorCount(h, outputs);
+  private static List<TensorInfo> tensorInfos(long h, int kind) {
+    int n = NativeLib.modelTensorCount(h, kind);
     List<TensorInfo> list = new ArrayList<TensorInfo>(n);
     for (int i = 0; i < n; ++i) {
-      list.add(new TensorInfo(NativeLib.modelTensorName(h, outputs, i), NativeLib.modelTensorShape(h, outputs, i),
-          NativeLib.modelTensorDtype(h, outputs, i), NativeLib.modelTensorByteSize(h, outputs, i)));
+      list.add(new TensorInfo(NativeLib.modelTensorName(h, kind, i), NativeLib.modelTensorShape(h, kind, i),
+          NativeLib.modelTensorDtype(h, kind, i), NativeLib.modelTensorByteSize(h, kind, i)));
     }
     return Collections.unmodifiableList(list);
   }
@@ -237,7 +247,8 @@ public final class Model extends NativeHandle {
   }
 
   /**
-   * The model's inputs, in the order the entry function takes them.
+   * The model's inputs, in the order the entry function takes them (a streaming model's state inputs
+   * excepted: see {@link #states()}).
    *
    * @return an unmodifiable list
    * @throws IllegalStateException if the model is closed
@@ -248,7 +259,8 @@ public final class Model extends NativeHandle {
   }
 
   /**
-   * The model's outputs, in the order the entry function returns them.
+   * The model's outputs, in the order the entry function returns them (a streaming model's next state
+   * excepted).
    *
    * @return an unmodifiable list
    * @throws IllegalStateException if the model is closed
@@ -274,7 +286,8 @@ public final class Model extends NativeHandle {
    *
    * @param name an input name from the manifest
    * @return its index in {@link #inputs()}
-   * @throws TvmgenException naming the model's inputs if there is no such input
+   * @throws TvmgenException naming the model's inputs if there is no such input, or pointing to
+   *     {@link #setState(String, Tensor)} if it is a state input
    * @throws IllegalStateException if the model is closed
    */
   public synchronized int inputIndex(String name) {
@@ -631,6 +644,153 @@ public final class Model extends NativeHandle {
     return out;
   }
 
+  // ------------------------------------------------------------------ state (streaming models)
+
+  /**
+   * A streaming model's state tensors, each named after the input the runtime feeds it to.
+   *
+   * @return an unmodifiable list; empty for a model without state
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized List<TensorInfo> states() {
+    checkOpen();
+    return states;
+  }
+
+  /**
+   * The number of state tensors: {@code states().size()}.
+   *
+   * @return 0 for a model without state
+   */
+  public synchronized int stateCount() {
+    checkOpen();
+    return states.size();
+  }
+
+  /**
+   * Every state back to its initial value (the artifact's, else zeros): the start of a new stream.
+   *
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void resetState() {
+    NativeLib.modelResetState(checkOpen());
+  }
+
+  /**
+   * Copies a state's value held now (after the latest run) into a new tensor.
+   *
+   * @param name the state's name (its input's)
+   * @return a tensor of {@code states()}' description for it
+   * @throws TvmgenException naming the model's states if there is no such state
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized Tensor getState(String name) {
+    int index = stateIndex(name);
+    Tensor t = Tensor.allocate(states.get(index));
+    NativeLib.modelGetStateBuffer(checkOpen(), index, t.buffer(), 0, checkedSize(t));
+    return t;
+  }
+
+  /**
+   * Copies a float32 state's value held now into a new array.
+   *
+   * @param name the state's name
+   * @return its values, flattened in row-major order
+   * @throws TvmgenException if there is no such state or it is not float32
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized float[] getStateFloats(String name) {
+    requireFloat32(states, stateIndex(name), "state");
+    return getState(name).toFloatArray();
+  }
+
+  /**
+   * Replaces a float32 state's value; the next run reads it.
+   *
+   * @param name the state's name
+   * @param values exactly the state's element count of values
+   * @throws TvmgenException if there is no such state, it is not float32, or the number of values is wrong
+   *     (the message names the state, its dtype and shape)
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void setState(String name, float[] values) {
+    int index = stateIndex(name);
+    requireFloat32(states, index, "state");
+    ByteBuffer b = ByteBuffer.allocateDirect(values.length * 4).order(ByteOrder.nativeOrder());
+    b.asFloatBuffer().put(values);
+    NativeLib.modelSetStateBuffer(checkOpen(), index, b, 0, b.capacity());
+  }
+
+  /**
+   * Replaces a state's value with the bytes between a direct buffer's position and limit (native byte
+   * order, as {@link #setInput(int, ByteBuffer)} takes them); the next run reads it.
+   *
+   * @param name the state's name
+   * @param data a direct, native-order buffer holding exactly the state's bytes
+   * @throws IllegalArgumentException if the buffer is not direct or not in native byte order
+   * @throws TvmgenException if there is no such state or the size is wrong
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void setState(String name, ByteBuffer data) {
+    int index = stateIndex(name);
+    checkBuffer(data, states, index, "state");
+    NativeLib.modelSetStateBuffer(checkOpen(), index, data, data.position(), data.remaining());
+  }
+
+  /**
+   * Replaces a state's value with a {@link Tensor}'s bytes (e.g. one {@link #getState(String)} returned).
+   *
+   * @param name the state's name
+   * @param tensor a tensor of the state's size
+   * @throws TvmgenException if there is no such state or the size is wrong
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void setState(String name, Tensor tensor) {
+    int index = stateIndex(name);
+    NativeLib.modelSetStateBuffer(checkOpen(), index, tensor.buffer(), 0, checkedSize(tensor));
+  }
+
+  /**
+   * A host copy of every state's value held now, for {@link #restoreState(SavedState)}.
+   *
+   * @return the saved state (no state tensors: an empty one)
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized SavedState saveState() {
+    byte[][] bytes = new byte[states.size()][];
+    for (int i = 0; i < states.size(); ++i) {
+      bytes[i] = getState(states.get(i).name()).toByteArray();
+    }
+    return new SavedState(states, bytes);
+  }
+
+  /**
+   * Puts back every state saved by {@link #saveState()} (of this model, or one with the same states).
+   *
+   * @param saved what {@link #saveState()} returned
+   * @throws TvmgenException if the saved states are not this model's (names, dtypes, shapes)
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void restoreState(SavedState saved) {
+    long h = checkOpen();
+    if (!saved.states().equals(states)) {
+      throw new TvmgenException("the saved state holds " + saved.states() + ", this model's state is " + states
+          + ": restore a state saved from this model (or one compiled the same)");
+    }
+    for (int i = 0; i < states.size(); ++i) {
+      ByteBuffer b = ByteBuffer.allocateDirect(saved.bytesAt(i).length).order(ByteOrder.nativeOrder());
+      NativeLib.modelSetStateBuffer(h, i, b.put(saved.bytesAt(i)), 0, b.capacity());
+    }
+  }
+
+  private int stateIndex(String name) {
+    long h = checkOpen();
+    if (name == null) {
+      throw new NullPointerException("name");
+    }
+    return NativeLib.modelStateIndex(h, name);
+  }
+
   // ------------------------------------------------------------------ timings, profile, memory, lifetime
 
   /**
@@ -690,10 +850,11 @@ public final class Model extends NativeHandle {
     if (isClosed()) {
       return "Model(" + directory + ", closed)";
     }
-    return "Model(" + directory + " on " + deviceName + ", inputs " + inputs + ", outputs " + outputs + ")";
+    return "Model(" + directory + " on " + deviceName + ", inputs " + inputs + ", outputs " + outputs
+        + (states.isEmpty() ? "" : ", state " + states) + ")";
   }
 
-  /** Frees the model's native memory (library, VM, weights, inputs and outputs). */
+  /** Frees the model's native memory (library, VM, weights, inputs, outputs and state). */
   @Override
   void free(long h) {
     NativeLib.modelFree(h);

@@ -95,32 +95,49 @@ final class NativeLib {
 
   static native long modelLoad(String dir, int threads, int affinity);
 
-  /** An artifact from memory (ArtifactData): library and weights each as an array, a direct buffer or null. */
+  /**
+   * An artifact from memory (ArtifactData): library and weights each as an array, a direct buffer or null; the
+   * initial state files' names and bytes (empty arrays for none).
+   */
   static native long modelLoadFromMemory(String name, byte[] manifest, byte[] libraryArray, ByteBuffer libraryBuffer,
-      String libraryPath, byte[] weightsArray, ByteBuffer weightsBuffer, int threads, int affinity);
+      String libraryPath, byte[] weightsArray, ByteBuffer weightsBuffer, String[] stateFiles, byte[][] stateBytes,
+      int threads, int affinity);
 
-  /** {export.library, params.file or null} of a manifest.json's bytes. */
+  /** {export.library, params.file or null, then each initial state file} of a manifest.json's bytes. */
   static native String[] artifactFiles(byte[] manifest);
 
   static native void modelFree(long model);
 
   static native String modelDevice(long model);
 
-  static native int modelTensorCount(long model, boolean outputs);
+  /** Tensor kinds of the modelTensor* methods. */
+  static final int INPUTS = 0;
+  static final int OUTPUTS = 1;
+  static final int STATES = 2;
 
-  static native String modelTensorName(long model, boolean outputs, int index);
+  static native int modelTensorCount(long model, int kind);
 
-  static native String modelTensorDtype(long model, boolean outputs, int index);
+  static native String modelTensorName(long model, int kind, int index);
 
-  static native long[] modelTensorShape(long model, boolean outputs, int index);
+  static native String modelTensorDtype(long model, int kind, int index);
 
-  static native long modelTensorByteSize(long model, boolean outputs, int index);
+  static native long[] modelTensorShape(long model, int kind, int index);
+
+  static native long modelTensorByteSize(long model, int kind, int index);
 
   static native int modelInputIndex(long model, String name);
 
   static native void modelSetInputFloats(long model, int index, float[] data);
 
   static native void modelSetInputBuffer(long model, int index, ByteBuffer data, int position, int length);
+
+  static native int modelStateIndex(long model, String name);
+
+  static native void modelResetState(long model);
+
+  static native void modelSetStateBuffer(long model, int index, ByteBuffer data, int position, int length);
+
+  static native void modelGetStateBuffer(long model, int index, ByteBuffer out, int position, int length);
 
   static native void modelRun(long model);
 
