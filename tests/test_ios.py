@@ -250,6 +250,19 @@ def test_project_structure(tmp_path, ios_artifacts):
     assert (out / "tvmgen-jni/include/tvmgen/rpc_server.h").is_file() and not list(out.rglob("*.jinja"))
 
 
+def test_a_streaming_models_state_files_go_into_the_bundle(tmp_path, ios_artifacts):
+    """The runtime reads a streaming model's initial state from state/<i>.npy beside the manifest: the app's
+    model folder keeps that subfolder, byte for byte."""
+    art = tmp_path / "art"
+    shutil.copytree(ios_artifacts["cpu"], art)
+    (art / "state").mkdir()
+    initial = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.save(art / "state" / "0.npy", initial)
+    out = render(tmp_path / "proj", art)
+    np.testing.assert_array_equal(np.load(out / "Models" / "model" / "state" / "0.npy"), initial)
+    assert (out / "Models" / "model" / "manifest.json").read_bytes() == (art / "manifest.json").read_bytes()
+
+
 def test_metal_project_and_deploy_kind(tmp_path, ios_artifacts):
     out = render(tmp_path / "metal", ios_artifacts["metal"], device="metal", kind="deploy", team_id="")
     info = plistlib.loads((out / "TvmgenApp/Info.plist").read_bytes())

@@ -319,3 +319,15 @@ def test_initial_values_are_artifact_files_the_runtime_starts_from(model_path, t
     np.save(out / "state" / "0.npy", np.zeros((1, 64), "float32"))  # changed after the compile: refused
     with pytest.raises(InputError, match=r"state/0\.npy does not match the sha256"):
         HostModel(out)
+
+
+def test_embed_readme_shows_the_callers_tensors_not_the_state(art):
+    """The bundle README's snippets set the model's own first input: the state input is the runtime's."""
+    from tvmgen.core import artifact
+    from tvmgen.runtime import embed
+
+    manifest = artifact.load(art)
+    text = embed.readme(manifest, "host", "x86_64")
+    own, held = manifest.own_inputs[0].name, manifest.state[0]["input"]
+    assert f'SetInput("{own}"' in text and f'setInput("{own}"' in text
+    assert f'SetInput("{held}"' not in text and f"state held by the runtime between runs: {held}" in text

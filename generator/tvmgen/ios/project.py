@@ -290,9 +290,13 @@ def create_project(out_dir: Path, ctx: dict, artifact_dir: Path) -> list[str]:
     )
     models = out_dir / "Models"
     (models / "model").mkdir(parents=True)
-    for f in sorted(artifact_dir.iterdir()):  # the manifest (and detached weights): what the runtime reads
+    for f in sorted(
+        artifact_dir.iterdir()
+    ):  # the manifest (weights, a streaming model's state/): what the runtime reads
         if f.is_file() and f.name not in ("model.tar", "libmodel.a"):
             shutil.copyfile(f, models / "model" / f.name)
+        elif f.is_dir():
+            shutil.copytree(f, models / "model" / f.name)
     if (artifact_dir / "libmodel.a").is_file():  # made by xcrun libtool on a Mac
         shutil.copyfile(artifact_dir / "libmodel.a", models / "libmodel.a")
         return archive.archive_symbols(models / "libmodel.a")

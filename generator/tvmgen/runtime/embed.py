@@ -96,18 +96,23 @@ set(TVMGEN_ARTIFACT_DIR ${{_tvmgen_root}}/artifact)
 
 
 def readme(manifest: artifact.Manifest, platform: str, abi: str) -> str:
-    inputs = ", ".join(map(str, manifest.inputs))
-    outputs = ", ".join(map(str, manifest.outputs))
+    # a streaming model's state tensors are the runtime's, not the caller's: the snippets use the others
+    first_in, first_out = manifest.own_inputs[0], manifest.own_outputs[0]
+    inputs = ", ".join(map(str, manifest.own_inputs))
+    outputs = ", ".join(map(str, manifest.own_outputs))
+    if manifest.state:
+        held = ", ".join(s["input"] for s in manifest.state)
+        outputs += f"; state held by the runtime between runs: {held} (docs/streaming.md)"
     cpp = f"""```cpp
 #include <tvmgen/runtime.h>
 auto model = tvmgen::Model::Load("path/to/artifact");
-model->SetInput("{manifest.inputs[0].name}", input_bytes, {manifest.inputs[0].nbytes});
+model->SetInput("{first_in.name}", input_bytes, {first_in.nbytes});
 model->Run();
-model->GetOutput(0, output_bytes, {manifest.outputs[0].nbytes});
+model->GetOutput(0, output_bytes, {first_out.nbytes});
 ```"""
     java = f"""```java
 try (org.tvmgen.Model model = org.tvmgen.Model.load(artifactDir)) {{
-    model.setInput("{manifest.inputs[0].name}", inputFloats);
+    model.setInput("{first_in.name}", inputFloats);
     model.run();
     float[] out = model.getOutputFloats(0);
 }}
