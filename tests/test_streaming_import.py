@@ -139,17 +139,25 @@ def test_compiled_spotter_matches_litert_step_by_step(spotter, spotter_model, co
     assert first[0].item() == want[0] and np.array_equal(first[1], states[0]["state:ring"])
 
 
-def test_spotter_builds_for_linux_aarch64(spotter, compiled):
-    """The cross build (the run under qemu, with the runtime holding the state, is the runtime side's)."""
+def test_spotter_on_linux_aarch64_matches_litert_step_by_step(spotter, spotter_model, compiled, tmp_path):
+    """The cross build, run under qemu-aarch64 by the aarch64 tvmgen-run holding the state (one --sequence
+    run of 20 seeded steps), equals LiteRT's sequence exactly: --check's sequence comparison at zero tolerance."""
     require_tool("aarch64-linux-gnu-g++")
     from tvmgen.core.artifact import load
+    from tvmgen.runtime import check
 
     out = compiled(spotter[0], "linux-aarch64", name="streaming_kws_int8")
     manifest = load(out)
     assert manifest.platform == "linux-aarch64"
     assert [s.name for s in manifest.inputs] == ["serving_default_features:0", "state:ring"]
+    assert [s["input"] for s in manifest.state] == ["state:ring"]
     elf = (out / manifest.export["library"]).read_bytes()[:20]
     assert elf[:4] == b"\x7fELF" and int.from_bytes(elf[18:20], "little") == 183  # EM_AARCH64
+    runner, why = check.aarch64_runner()
+    if runner is None:
+        pytest.skip(why)
+    first = check.check_sequence(spotter_model, check.Aarch64Run(runner, out, tmp_path), rtol=0.0, atol=0.0, seed=3)
+    assert set(first) == {"serving_default_features:0"}  # the state is the runtime's, never a step's input
 
 
 def test_a_state_input_keeps_its_shape(spotter):
