@@ -139,6 +139,20 @@ def test_a_failed_verify_leaves_nothing(tiny_onnx, tmp_path):
     assert not (tmp_path / "a").exists() and not list(tmp_path.glob(".a.tmp-*"))
 
 
+def test_the_build_log_names_each_build(tiny_onnx, tmp_path, monkeypatch):
+    """$TVMGEN_COMPILE_LOG (where a test run's compile time goes): one row a build, the same module hash for
+    the same model, the target and the test that built it."""
+    log = tmp_path / "builds.jsonl"
+    monkeypatch.setenv("TVMGEN_COMPILE_LOG", str(log))
+    loaded = pipeline.load_model(tiny_onnx, tmp_path)
+    for out in ("a", "b"):
+        pipeline.compile_model(loaded, BuildTarget(PLATFORMS["host"], "cpu"), tmp_path / out)
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(rows) == 2 and rows[0]["module"] == rows[1]["module"]
+    assert rows[0]["target"] == "host/cpu/generic" and rows[0]["seconds"] >= 0
+    assert "test_the_build_log_names_each_build" in rows[0]["test"]
+
+
 def test_options_that_do_not_apply_are_refused_before_any_work():
     nnapi = BuildTarget(PLATFORMS["android-arm64"], "nnapi")
     with pytest.raises(InputError, match="--separate-params does not apply to --device nnapi"):

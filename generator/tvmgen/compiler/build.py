@@ -61,10 +61,10 @@ def _logged_build(imported: ImportedModel, opts: BuildOptions):
     import json
     import time
 
-    import tvm
+    import tvm_ffi
 
     row: dict = {
-        "module": f"{tvm.ir.structural_hash(imported.mod):x}",
+        "module": f"{tvm_ffi.structural_hash(imported.mod) & (2**64 - 1):x}",
         "target": f"{opts.platform.name}/{opts.device}/{opts.gpu_family}",
         "options": {
             k: str(getattr(opts, k)) for k in ("separate_params", "objects_only", "tuning_db", "schedules", "precision")
