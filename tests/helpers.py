@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -188,3 +189,130 @@ def assert_kernels_add_up(p, low: float = 0.9, high: float = 1.1) -> None:
     assert any(low <= share <= high for share in shares), (
         f"kernels / whole run: fastest runs {fastest[0]} / {fastest[1]} ms, medians {medians[0]} / {medians[1]} ms"
     )
+
+
+# ----------------------------------------------------------------------------- models compiled and checked
+# (shared by several test modules)
+
+
+def compile_and_run(path, tmp_path, overrides=(), separate_params=False, **names):
+    from tvmgen import frontends
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.targets.platforms import PLATFORMS
+    from tvmgen.frontends.base import InputOverride
+
+    imported = frontends.load(path, [InputOverride.parse(o) for o in overrides], **names)
+    out = tmp_path / "artifact"
+    compile_to_artifact(
+        imported,
+        BuildOptions(PLATFORMS["host"], "cpu", separate_params=separate_params),
+        out,
+        True,
+        {"name": path.stem},
+    )
+    return (imported, *run_against_reference(imported, out))
+
+
+def run_against_reference(imported, artifact):
+    """(inputs, the artifact's outputs, the reference runtime's) on seeded random inputs."""
+    from tvmgen.core.model import random_inputs
+    from tvmgen.runtime.runner import HostModel
+
+    inputs = random_inputs(imported.inputs, seed=3)
+    return inputs, HostModel(artifact).run(inputs), imported.reference(inputs)
+
+
+def assert_close(actual, expected, atol=1e-4, rtol=1e-4):
+    import numpy as np
+
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        np.testing.assert_allclose(a, e, atol=atol, rtol=rtol)
+
+
+# Explicit CPU targets, whatever this machine is: expectations come from the target, never the host.
+# (lanes of float32, vector registers) follow from each target's vector width, and the classifier's
+# (1, 512) x (512, 1000) matrix-vector product is tiled from them: the widest vector tile dividing
+# 1000 (8 floats; two NEON vectors), then as many such vectors per task as the registers allow
+# (registers - 4: 28 with AVX-512, 12 with AVX2) and divide 125: 1000 = tasks x vectors x 8.
+CPU_TARGETS = {
+    "avx512": ({"kind": "llvm", "mcpu": "skylake-avx512"}, (16, 32), {"tasks": 5, "vectors": 25}),
+    "avx2": ({"kind": "llvm", "mcpu": "haswell"}, (8, 16), {"tasks": 25, "vectors": 5}),
+    "neon": (
+        {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]},
+        (4, 32),
+        {"tasks": 125, "vectors": 1},
+    ),
+}
+
+
+def prepared_and_scheduled(path, platform="host", target_spec=None):
+    """The fused TIR functions of a model, scheduled as `compile` does; (module, scheduled, left)."""
+    import tvm
+    from tvm import relax
+
+    from tvmgen import frontends
+    from tvmgen.compiler import cpu
+    from tvmgen.compiler.cpu import schedules
+    from tvmgen.compiler.targets.platforms import PLATFORMS, make_target
+
+    imported = frontends.load(path, [])
+    mod = imported.mod
+    weights = mod["main"].params[len(imported.inputs) :]
+    mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
+    target = make_target(target_spec or PLATFORMS[platform].cpu_target())
+    with target:
+        mod = tvm.transform.Sequential(cpu.prepare_passes(target))(mod)
+    done, left = schedules.schedule_module(mod, schedules.cpu_shape(target))
+    return mod, done, left
+
+
+def keras_int8_model(tmp_path, stem: bool = False):
+    """A small full-integer TFLite model as the TFLite converter writes one (int8 weights and
+    activations, float interface): 1x1 convolutions with 48 and 24 (not a whole AVX-512 vector)
+    output channels, a depthwise convolution, a residual add, a 10-way dense layer. ``stem``: a
+    1x1 convolution first, so that the residual block's input is a convolution's 8-bit output (as
+    in MobileNetV2) rather than the model's quantised input."""
+    import numpy as np
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(0)
+    x = tf.keras.Input((14, 14, 24), batch_size=1)
+    s = tf.keras.layers.Conv2D(24, 1)(x) if stem else x
+    h = tf.keras.layers.Conv2D(48, 1, activation=tf.nn.relu6)(s)
+    h = tf.keras.layers.DepthwiseConv2D(3, padding="same", activation=tf.nn.relu6)(h)
+    h = tf.keras.layers.Conv2D(24, 1)(h)
+    h = tf.keras.layers.Add()([s, h])
+    h = tf.keras.layers.GlobalAveragePooling2D()(h)
+    y = tf.keras.layers.Dense(10)(h)
+    keras_model = tf.keras.Model(x, y)
+    rng = np.random.default_rng(0)
+    for layer in keras_model.layers:
+        ws = layer.get_weights()
+        if ws:
+            layer.set_weights([rng.normal(0, 0.5, v.shape).astype(np.float32) for v in ws])
+    converter = tf.lite.TFLiteConverter.from_keras_model(keras_model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: (
+        [rng.uniform(-1, 1, (1, 14, 14, 24)).astype(np.float32)] for _ in range(16)
+    )
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    path = tmp_path / ("q-stem.tflite" if stem else "q.tflite")
+    path.write_bytes(converter.convert())
+    return path
+
+
+STATS = re.compile(r"tvmgen-opencl: cache (\{.*\})")
+
+
+def run_tool(runtime: Path, artifact: Path, tmp_path: Path, inputs: dict, cache=None, env=None, tag="out", extra=()):
+    """tvmgen-run with .npy inputs (kernel cache ``cache``, environment ``env``, arguments ``extra``); returns
+    (returncode, outputs, stats dict or None, stderr)."""
+    from conftest import run_native
+
+    full_env = {"TVMGEN_OPENCL_LOG": "1", **(env or {})}
+    if cache is not None:
+        full_env["TVMGEN_OPENCL_CACHE_DIR"] = str(cache)
+    proc, outputs = run_native(runtime, artifact, inputs, tmp_path, *extra, env=full_env, tag=tag)
+    m = STATS.search(proc.stderr)
+    return proc.returncode, outputs, json.loads(m.group(1)) if m else None, proc.stderr

@@ -9,8 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import onnx_model, save_onnx
-from test_frontends import assert_close, compile_and_run
-from test_schedules import prepared_and_scheduled
+from helpers import assert_close, compile_and_run, prepared_and_scheduled
 
 CASES = {  # name: (in channels, out channels, width, kernel, stride, pads, dilation, groups, bias)
     "audio_front_end": (40, 64, 50, 3, 1, (1, 1), 1, 1, True),

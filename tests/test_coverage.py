@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import onnx_model, save_onnx
-from test_frontends import assert_close, compile_and_run
-from test_schedules import prepared_and_scheduled
+from helpers import assert_close, compile_and_run, prepared_and_scheduled
 
 
 def _vi(name, shape):

@@ -14,8 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import onnx_model, save_onnx
-from test_frontends import assert_close, compile_and_run
-from test_schedules import CPU_TARGETS, prepared_and_scheduled
+from helpers import CPU_TARGETS, assert_close, compile_and_run, prepared_and_scheduled
 
 SHAPE = [1, 16, 16, 3]
 

@@ -9,8 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import onnx_model, save_onnx
-from test_frontends import assert_close, compile_and_run
-from test_schedules import prepared_and_scheduled
+from helpers import assert_close, compile_and_run, prepared_and_scheduled
 
 
 def hard_swish_conv(cin=3, cout=16, size=17, stride=2, divisor=6.0):

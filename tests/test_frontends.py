@@ -6,37 +6,11 @@ import numpy as np
 import pytest
 
 from conftest import dynamic_pad_model, save_onnx, single_op_models
+from helpers import assert_close, compile_and_run, run_against_reference
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.targets.platforms import PLATFORMS
-from tvmgen.core.model import random_inputs
-from tvmgen.frontends.base import InputOverride
 from tvmgen.runtime.runner import HostModel
-
-
-def compile_and_run(path, tmp_path, overrides=(), separate_params=False, **names):
-    imported = frontends.load(path, [InputOverride.parse(o) for o in overrides], **names)
-    out = tmp_path / "artifact"
-    compile_to_artifact(
-        imported,
-        BuildOptions(PLATFORMS["host"], "cpu", separate_params=separate_params),
-        out,
-        True,
-        {"name": path.stem},
-    )
-    return (imported, *run_against_reference(imported, out))
-
-
-def run_against_reference(imported, artifact):
-    """(inputs, the artifact's outputs, the reference runtime's) on seeded random inputs."""
-    inputs = random_inputs(imported.inputs, seed=3)
-    return inputs, HostModel(artifact).run(inputs), imported.reference(inputs)
-
-
-def assert_close(actual, expected, atol=1e-4, rtol=1e-4):
-    assert len(actual) == len(expected)
-    for a, e in zip(actual, expected):
-        np.testing.assert_allclose(a, e, atol=atol, rtol=rtol)
 
 
 @pytest.mark.parametrize("name", sorted(single_op_models()))

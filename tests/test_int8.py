@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import QEMU_AARCH64, onnx_model, require_tool, run_native, save_onnx
+from helpers import keras_int8_model
 from tvmgen import frontends
 from tvmgen.compiler import cpu, int8
 from tvmgen.compiler.build import BuildOptions, build_executable, compile_to_artifact
@@ -286,40 +287,6 @@ def test_quantised_matmul_on_the_dot_product_matches_the_integer_product(a_dtype
         table = json.loads((out / "kernels.json").read_text())["kernels"]
         (dot,) = [k for k in table if "int8_dot" in k["name"]]
         assert dot["kind"] == "matmul" and dot["flops"] == 2 * 6 * 64 * 48, dot
-
-
-def keras_int8_model(tmp_path, stem: bool = False):
-    """A small full-integer TFLite model as the TFLite converter writes one (int8 weights and
-    activations, float interface): 1x1 convolutions with 48 and 24 (not a whole AVX-512 vector)
-    output channels, a depthwise convolution, a residual add, a 10-way dense layer. ``stem``: a
-    1x1 convolution first, so that the residual block's input is a convolution's 8-bit output (as
-    in MobileNetV2) rather than the model's quantised input."""
-    import tensorflow as tf
-
-    tf.keras.utils.set_random_seed(0)
-    x = tf.keras.Input((14, 14, 24), batch_size=1)
-    s = tf.keras.layers.Conv2D(24, 1)(x) if stem else x
-    h = tf.keras.layers.Conv2D(48, 1, activation=tf.nn.relu6)(s)
-    h = tf.keras.layers.DepthwiseConv2D(3, padding="same", activation=tf.nn.relu6)(h)
-    h = tf.keras.layers.Conv2D(24, 1)(h)
-    h = tf.keras.layers.Add()([s, h])
-    h = tf.keras.layers.GlobalAveragePooling2D()(h)
-    y = tf.keras.layers.Dense(10)(h)
-    keras_model = tf.keras.Model(x, y)
-    rng = np.random.default_rng(0)
-    for layer in keras_model.layers:
-        ws = layer.get_weights()
-        if ws:
-            layer.set_weights([rng.normal(0, 0.5, v.shape).astype(np.float32) for v in ws])
-    converter = tf.lite.TFLiteConverter.from_keras_model(keras_model)
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = lambda: (
-        [rng.uniform(-1, 1, (1, 14, 14, 24)).astype(np.float32)] for _ in range(16)
-    )
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    path = tmp_path / ("q-stem.tflite" if stem else "q.tflite")
-    path.write_bytes(converter.convert())
-    return path
 
 
 def test_full_integer_tflite_model_on_dot_products_matches_litert_and_the_float_path(tmp_path, monkeypatch):

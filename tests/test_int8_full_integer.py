@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tvm
 
-from test_int8 import keras_int8_model
+from helpers import keras_int8_model
 from tvmgen import frontends
 from tvmgen.compiler import cpu, int8
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
@@ -202,7 +202,7 @@ def test_shared_dequantize_leaves_the_input_module_and_other_models_alone(stem_m
 def test_gpu_build_with_shared_dequantize_matches_litert_on_pocl(stem_model, ocl_runtime, opencl_lib, tmp_path):
     """The OpenCL build, run by tvmgen-run on PoCL: no dequantize-only kernel, within two output
     quanta of LiteRT (as the CPU build, test_int8) and equal to the CPU build but for roundings."""
-    from test_opencl import run_tool
+    from helpers import run_tool
     from tvmgen.core import kernel_table
 
     imported = frontends.load(stem_model, [])

@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_native, save_onnx, single_op_models
+from conftest import save_onnx, single_op_models
+from helpers import run_tool
 from tvmgen.core.model import random_inputs
 
 # every test needs the runtime built with CMake and whole models compiled for OpenCL: all slow
 pytestmark = pytest.mark.slow
 
 SINGLE_OPS = ("conv3x3", "conv_depthwise", "gemm", "softmax", "two_outputs")
-STATS = re.compile(r"tvmgen-opencl: cache (\{.*\})")
 
 
 @pytest.fixture(scope="module")
@@ -51,17 +51,6 @@ def arts(tmp_path_factory, builtin_onnx, compiled) -> dict:
 @pytest.fixture(scope="module")
 def shared_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("ocl-cache")
-
-
-def run_tool(runtime: Path, artifact: Path, tmp_path: Path, inputs: dict, cache=None, env=None, tag="out", extra=()):
-    """tvmgen-run with .npy inputs (kernel cache ``cache``, environment ``env``, arguments ``extra``); returns
-    (returncode, outputs, stats dict or None, stderr)."""
-    full_env = {"TVMGEN_OPENCL_LOG": "1", **(env or {})}
-    if cache is not None:
-        full_env["TVMGEN_OPENCL_CACHE_DIR"] = str(cache)
-    proc, outputs = run_native(runtime, artifact, inputs, tmp_path, *extra, env=full_env, tag=tag)
-    m = STATS.search(proc.stderr)
-    return proc.returncode, outputs, json.loads(m.group(1)) if m else None, proc.stderr
 
 
 def reference(runtime, arts, name, tmp_path, inputs):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from test_opencl import run_tool
+from helpers import run_tool
 from tvmgen.core.model import random_inputs
 
 # every test compiles a zoo model for OpenCL and runs it on PoCL: all slow

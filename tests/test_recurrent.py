@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import onnx_model, save_onnx, unavailable
-from test_frontends import assert_close
+from helpers import assert_close
 
 CASES = [
     ("lstm", 0, False, 9, 1, 6, 5),

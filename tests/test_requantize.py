@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tvm
 
-from test_int8 import keras_int8_model
+from helpers import keras_int8_model
 from tvmgen import frontends
 from tvmgen.compiler import cpu, int8
 from tvmgen.compiler.int8 import requantize

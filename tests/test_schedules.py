@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import onnx_model, run_native, save_onnx
-from test_frontends import assert_close, compile_and_run
+from helpers import CPU_TARGETS, assert_close, compile_and_run, prepared_and_scheduled
 from tvmgen import frontends
 from tvmgen.compiler import cpu
 from tvmgen.compiler.cpu import schedules
@@ -104,38 +104,6 @@ def awkward_models() -> dict:
             [conv("MatMul", ["a", "b"], ["y"])], [vi("a", [3, 33, 70]), vi("b", [3, 70, 17])], [vi("y", [3, 33, 17])]
         ),
     }
-
-
-# Explicit CPU targets, whatever this machine is: expectations come from the target, never the host.
-# (lanes of float32, vector registers) follow from each target's vector width, and the classifier's
-# (1, 512) x (512, 1000) matrix-vector product is tiled from them: the widest vector tile dividing
-# 1000 (8 floats; two NEON vectors), then as many such vectors per task as the registers allow
-# (registers - 4: 28 with AVX-512, 12 with AVX2) and divide 125: 1000 = tasks x vectors x 8.
-CPU_TARGETS = {
-    "avx512": ({"kind": "llvm", "mcpu": "skylake-avx512"}, (16, 32), {"tasks": 5, "vectors": 25}),
-    "avx2": ({"kind": "llvm", "mcpu": "haswell"}, (8, 16), {"tasks": 25, "vectors": 5}),
-    "neon": (
-        {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]},
-        (4, 32),
-        {"tasks": 125, "vectors": 1},
-    ),
-}
-
-
-def prepared_and_scheduled(path, platform="host", target_spec=None):
-    """The fused TIR functions of a model, scheduled as `compile` does; (module, scheduled, left)."""
-    import tvm
-    from tvm import relax
-
-    imported = frontends.load(path, [])
-    mod = imported.mod
-    weights = mod["main"].params[len(imported.inputs) :]
-    mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
-    target = make_target(target_spec or PLATFORMS[platform].cpu_target())
-    with target:
-        mod = tvm.transform.Sequential(cpu.prepare_passes(target))(mod)
-    done, left = schedules.schedule_module(mod, schedules.cpu_shape(target))
-    return mod, done, left
 
 
 def _heavy(name: str) -> bool:

@@ -9,8 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import onnx_model, save_onnx
-from test_frontends import compile_and_run
-from test_schedules import prepared_and_scheduled
+from helpers import compile_and_run, prepared_and_scheduled
 
 CASES = {  # name: (input shape, ONNX axis, scale applied before the softmax)
     "classifier_1000": ((1, 1000), -1, None),

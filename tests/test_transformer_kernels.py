@@ -13,8 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import onnx_model, save_onnx
-from test_frontends import assert_close, compile_and_run
-from test_schedules import CPU_TARGETS, prepared_and_scheduled
+from helpers import CPU_TARGETS, assert_close, compile_and_run, prepared_and_scheduled
 
 
 def test_vector_erf_and_tanh_match_scipy():
