@@ -91,11 +91,13 @@ def shared_zoo_build(name: str, work, compiled):
 
     sys.path.insert(0, str(REPO / "benchmarks"))
     import zoo
+    import zoo_state_pairs
 
     work.mkdir(parents=True, exist_ok=True)
     path, flags = zoo.build(name, work)
     consts, inputs = zoo.split_flags(flags)
-    built = compiled(path, name=name, consts=parse_consts(consts) or None, inputs=inputs or None)
+    state = zoo_state_pairs.state_pairs(flags) or None  # a streaming model's --state pairs
+    built = compiled(path, name=name, consts=parse_consts(consts) or None, inputs=inputs or None, state=state)
     shutil.copytree(built, work / f"{name}-host")
     return path
 
@@ -134,3 +136,39 @@ def test_speed_quiet_and_busy_on_one_zoo_model(tmp_path, compiled):
             assert row[phase]["tvmgen"] > 0 and row[phase]["reference"] > 0
     assert set(doc["summary"]) == {"1", "2"}
     assert "vad_if" in proc.stdout and "geometric mean" in proc.stdout
+
+
+def test_streaming_per_step_table(tmp_path, compiled):
+    """benchmarks/streaming.py --quick on the zoo's ONNX streaming model: one row per mode, the outputs of the C++
+    and Python paths equal to onnxruntime's over a sequence, and the table's ratios positive numbers."""
+    require_host_cxx()
+    out, work = tmp_path / "streaming.json", tmp_path / "work"
+    shared_zoo_build("stream_gru", work, compiled)  # streaming.py reuses what --work holds
+    proc = run_benchmark("streaming.py", "--quick", "--models", "stream_gru", "--work", work, "--json", out)
+
+    doc = json.loads(out.read_text())
+    assert doc["benchmark"] == "streaming" and doc["settings"]["threads"] == [1]
+    rows = doc["rows"]
+    assert [(r["model"], r["threads"], r["mode"]) for r in rows] == [
+        ("stream_gru", 1, "back-to-back"),
+        ("stream_gru", 1, "paced"),
+    ]
+    for r in rows:
+        assert r["reference"] == "onnxruntime" and r["outputs"] == {"python": "ok", "cpp": "ok"}
+        assert r["tvmgen_threads"] == {"cpp": 1, "python": 1}
+        for path in ("cpp", "python"):
+            assert r[f"{path}_ratio"] == pytest.approx(r[f"{path}_us"] / r["reference_us"]) and r[f"{path}_ratio"] > 0
+        assert set(r["steps_timed"]) == {"reference", "cpp", "python"} and min(r["steps_timed"].values()) >= 10
+
+    # the table on stdout: its header, then one line per row whose two ratios are positive numbers
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("model "))
+    header = "model threads mode reference ref us C++ us C++/ref Python us Py/ref"
+    assert lines[at].split() == header.split()
+    body = [line.split() for line in lines[at + 2 : at + 2 + len(rows)]]
+    assert [(c[0], c[2]) for c in body] == [("stream_gru", "back-to-back"), ("stream_gru", "paced")]
+    for cells in body:
+        assert len(cells) == 9 and cells[6].endswith("x") and cells[8].endswith("x")
+        assert float(cells[6][:-1]) > 0 and float(cells[8][:-1]) > 0
+    assert "outputs over 20 steps" in proc.stdout and "ok" in proc.stdout
+    assert "[bench" in proc.stderr and "[bench" not in proc.stdout

@@ -223,6 +223,38 @@ def test_bad_state_pairs_are_refused(flag, message, model_path, tvmgen_inprocess
     assert not (tmp_path / "a").exists()
 
 
+def test_const_on_a_state_input_is_refused(model_path, tvmgen_inprocess, tmp_path):
+    """--const binds an input for good; a state input is the runtime's to feed, run after run: refused, whether
+    the pair comes from --state (ONNX binds --const before the import) or from the import (TFLite variables)."""
+    from tvmgen.core.errors import InputError
+    from tvmgen.core.model import ImportedModel, StateSpec, TensorSpec
+    from tvmgen.frontends.base import bind_inputs
+
+    r = tvmgen_inprocess(
+        "compile", model_path, *(f"--state={p}" for p in PAIRS), "--const", "h0=0", "-o", tmp_path / "a"
+    )
+    assert r.returncode == 2, r.output
+    text = " ".join(r.output.split())
+    assert "--const names the state input h0 (next value from hn)" in text and "leave it out of --const" in text
+    assert not (tmp_path / "a").exists()
+
+    ring = StateSpec("state:ring", "next_state:ring", (1, 24, 40), "int8")
+    imported = ImportedModel(
+        mod=None,  # refused before the module is looked at
+        params=[],
+        inputs=[TensorSpec("features", (1, 3, 40), "int8"), TensorSpec(ring.input, ring.shape, ring.dtype)],
+        output_names=["score", ring.output],
+        format="tflite",
+        reference_name="litert",
+        reference=lambda x: [],
+        state=[ring],
+    )
+    with pytest.raises(
+        InputError, match=r"--const names the state input state:ring \(next value from next_state:ring\)"
+    ):
+        bind_inputs(imported, {"state:ring": "0"})
+
+
 @pytest.mark.parametrize("broken", ["gap", "missing input", "state input"])
 def test_bad_sequence_directories_are_refused_before_any_run(broken, art, tvmgen_inprocess, tmp_path):
     seq = write_sequence(tmp_path / "seq", steps_of(5))

@@ -80,12 +80,27 @@ def const_value(name: str, text: str, shape, dtype: str) -> np.ndarray:
     return np.asarray(values, dtype=dtype).reshape(known)
 
 
+def refuse_state_consts(consts, pairs: Sequence[tuple[str, str]]) -> None:
+    """--const may not bind a state input (``pairs``: the model's state, (input, output) names): the runtime
+    feeds it the value it holds, from one run to the next, and a constant would cut the state out of the model."""
+    held = [f"{name_in} (next value from {name_out})" for name_in, name_out in pairs if name_in in consts]
+    if held:
+        raise InputError(
+            f"--const names the state input{'s' if len(held) > 1 else ''} {', '.join(held)}: the runtime holds "
+            "the state and feeds it to the model at every run, so it cannot be a constant",
+            "leave it out of --const; the state starts at its initial value (the variable's initializer, or zeros) "
+            "and an app can give it another with set_state (C++ SetState, Java setState)",
+        )
+
+
 def bind_inputs(imported: ImportedModel, consts: dict[str, str]) -> ImportedModel:
     """Relax-level --const for frontends that import first: the inputs become constants of
     ``main`` (folded at compile time), the reference gets their values."""
     import tvm
     from tvm import relax
 
+    # a TFLite model's resource variables are state from the import on
+    refuse_state_consts(consts, [(s.input, s.output) for s in imported.state])
     names = [s.name for s in imported.inputs]
     unknown = [n for n in consts if n not in names]
     if unknown:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from tvmgen.core.errors import InputError
 from tvmgen.core.model import ImportedModel, StateSpec, TensorSpec, output_specs
+from tvmgen.frontends.base import refuse_state_consts
 
 
 def parse(text: str) -> tuple[str, str]:
@@ -37,6 +38,7 @@ def apply(imported: ImportedModel, flags: Sequence[str]) -> ImportedModel:
     if not flags:
         return imported
     pairs = [parse(f) for f in flags]
+    refuse_state_consts(imported.constants, pairs)  # ONNX binds --const before the import: gone from the inputs
     inputs = {s.name: s for s in imported.inputs}
     outputs = {s.name: s for s in output_specs(imported.mod, imported.output_names)}
     listing = f"the model's inputs: {_signature(imported.inputs)}; its outputs: {_signature(list(outputs.values()))}"
