@@ -68,6 +68,41 @@ HEAVY_FIRST = (
 )
 
 
+def pytest_configure(config):
+    """Every build of the run is logged ($TVMGEN_COMPILE_LOG, compiler/build.py; the workers and the CLI
+    subprocesses inherit it), so the summary can name the builds that repeat: a model compiled twice is
+    suite time spent twice."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("TVMGEN_COMPILE_LOG"):
+        return
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="tvmgen-builds-", suffix=".jsonl")
+    os.close(fd)
+    os.environ["TVMGEN_COMPILE_LOG"] = path
+    config._tvmgen_build_log = Path(path)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    log = getattr(config, "_tvmgen_build_log", None)
+    if log is None or not log.is_file():
+        return
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    log.unlink()
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        groups.setdefault((r["module"], r["target"], json.dumps(r["options"], sort_keys=True)), []).append(r)
+    again = sorted(((sum(r["seconds"] for r in g[1:]), g) for g in groups.values() if len(g) > 1), key=lambda x: -x[0])
+    write = terminalreporter.write_line
+    write(
+        f"builds: {len(rows)} ({sum(r['seconds'] for r in rows):.0f} s), {len(groups)} distinct; "
+        f"{sum(len(g) - 1 for _, g in again)} repeated a build of the same module, target and options "
+        f"({sum(s for s, _ in again):.0f} s)"
+    )
+    for seconds, g in again[:10]:
+        tests = sorted({r["test"].split(" ")[0] for r in g})
+        write(f"  {seconds:5.1f} s  x{len(g)} {g[0]['target']}: {', '.join(tests)[:300]}")
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module's order is kept
