@@ -27,6 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"  # the recorded outputs (recorded/) and the Java checks (java/) the test folders share
 
 
 def pytest_xdist_auto_num_workers(config) -> int:

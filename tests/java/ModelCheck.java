@@ -15,7 +15,7 @@ import org.tvmgen.TensorInfo;
 import org.tvmgen.TvmgenException;
 
 /**
- * Test harness for tests/test_java.py: exercises org.tvmgen.Model on one artifact and writes what
+ * Test harness for tests/runtime/test_java.py: exercises org.tvmgen.Model on one artifact and writes what
  * it saw into OUT_DIR for Python to compare with the Python VM.
  *
  * <pre>

@@ -8,7 +8,7 @@ import org.tvmgen.TensorInfo;
 import org.tvmgen.Timings;
 
 /**
- * The deploy app's results written by the Java API without a model (tests/test_java_results.py):
+ * The deploy app's results written by the Java API without a model (tests/reports/test_java_results.py):
  * java ResultsCheck RUN_MS... prints one JSON object — RunStats over the runs given (copy-in 0.1 ms,
  * copy-out 0.2 ms each), summaries of crafted outputs, the pseudo-random inputs and a string with
  * every character JSON escapes.

@@ -16,7 +16,7 @@ import org.tvmgen.Tensor;
 import org.tvmgen.TvmgenException;
 
 /**
- * A streaming model's state through the Java API (tests/test_streaming_native.py builds the model: one input
+ * A streaming model's state through the Java API (tests/runtime/test_streaming_native.py builds the model: one input
  * x, one output y, state tensors h, c and p). Arguments: the artifact (state from zeros), the same artifact
  * starting h from state/0.npy, the stateless artifact, and a folder with in/NNNNNN.bin (x of each step),
  * want/NNNNNN.bin (the reference's y of each step from zero state) and h0.bin (the initial h), all raw

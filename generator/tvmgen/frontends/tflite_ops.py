@@ -244,7 +244,7 @@ _TYPE_NAMES = {
 
 # Custom operators tvmgen converts that LiteRT itself cannot run (MediaPipe registers them only in its
 # own graphs): `compile --check` has no reference for a model using them. tvmgen's conversions are
-# tested against NumPy statements of MediaPipe's kernels (tests/test_mediapipe_ops.py).
+# tested against NumPy statements of MediaPipe's kernels (tests/frontends/test_mediapipe_ops.py).
 NOT_IN_LITERT = frozenset({"Landmarks2TransformMatrix", "TransformTensorBilinear", "TransformLandmarks"})
 
 

@@ -173,7 +173,7 @@ def pad_conv_output_channels(mod, lanes: int):
     input, a pad fused into the kernel that makes it) took ShuffleNet from 3.6 to 3.0 ms, but its
     outputs were wrong on two threads, with TVM's pool as with tvmgen's (max error 224 on outputs of
     about 1e4; right on one thread): a race in that fused slice -> relu -> pad epilogue that the
-    whole zoo at 2 threads now guards against (tests/test_parallel.py)."""
+    whole zoo at 2 threads now guards against (tests/runtime/test_parallel.py)."""
     import numpy as np
     from tvm import relax
     from tvm.relax.dpl import rewrite_call

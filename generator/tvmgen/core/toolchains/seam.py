@@ -5,7 +5,7 @@ both; ``spawn`` starts a long-running server detached from tvmgen; ``which`` fin
 Failures become tvmgen's errors naming the tool and the fix: a program that cannot be started is a
 ToolMissingError, one past its time limit a ToolTimeoutError, a non-zero exit (when checked) a
 CompileError with the tail of the tool's stderr. ``Tool`` finds one program and runs it through ``run``.
-Nothing outside this package imports ``subprocess``: tests/test_toolchains.py enforces it.
+Nothing outside this package imports ``subprocess``: tests/core/test_toolchains.py enforces it.
 """
 
 from __future__ import annotations

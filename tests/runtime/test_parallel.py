@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import require_tool, run_native, save_onnx, single_op_models
+from conftest import REPO, require_tool, run_native, save_onnx, single_op_models
 from tvmgen.compiler.targets.export import POOL_FLAGS, parallel_pool_source
 
 ENV = ctypes.c_void_p  # TVMParallelGroupEnv*: {void* sync_handle; int32_t num_task}
@@ -413,7 +413,7 @@ ZOO_AT_TWO_THREADS = ["shufflenet_v2_x1_0", "mobilenet_v3_small", "seg_head"]
 @pytest.fixture(scope="module")
 def zoo_artifacts(tmp_path_factory, compiled):
     """The zoo models' host builds: the session's shared ones (test_zoo compiles the same models)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
     import zoo
 
     work = tmp_path_factory.mktemp("zoo2")
@@ -455,7 +455,7 @@ def test_zoo_models_on_two_threads_match_the_reference(zoo_artifacts, name, pool
             code,
             str(artifact),
             str(model_file),
-            str(Path(__file__).resolve().parent.parent / "benchmarks"),
+            str(REPO / "benchmarks"),
         ],
         capture_output=True,
         text=True,

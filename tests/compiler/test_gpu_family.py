@@ -48,7 +48,7 @@ def test_desktop_build_runs_on_pocl_and_matches_onnxruntime(ocl_runtime, opencl_
         sources[family] = (art / "model.so").read_bytes()
     # the CUDA configuration loads pairs of values (float2), dlight's OpenCL default single ones
     assert b"float2" in sources["desktop"] and b"float2" not in sources["generic"]
-    # both keep their unrolled loops as loops (compiler.opencl_loops, tests/test_opencl_loops.py)
+    # both keep their unrolled loops as loops (compiler.opencl_loops, tests/compiler/test_opencl_loops.py)
     assert all(b"#pragma unroll\n" in src and b"_unrl = 0; " in src for src in sources.values())
     x = np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype("float32")
     want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]

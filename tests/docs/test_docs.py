@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 README = (REPO / "README.md").read_text()
 
 

@@ -9,7 +9,7 @@ an expansion needs as constants (CumProd's axis, Col2Im's image and block shapes
 The suite takes one case per attribute combination; run the file as a script for every case of these
 operators (and of CumSum and CastLike, left to TVM's converters), with onnxruntime's result beside each:
 
-    .venv/bin/python tests/test_onnx_ops_nn.py [OP ...]
+    .venv/bin/python tests/frontends/test_onnx_ops_nn.py [OP ...]
 """
 
 from __future__ import annotations

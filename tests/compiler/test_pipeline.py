@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from tvmgen.compiler import pipeline
 from tvmgen.compiler.targets.platforms import DEVICE_TABLE, DEVICES, PLATFORMS, BuildTarget, target_dict
 from tvmgen.core.errors import InputError
 
-PACKAGE = Path(__file__).resolve().parents[1] / "generator" / "tvmgen"
+PACKAGE = REPO / "generator" / "tvmgen"
 
 
 def _calls(name: str) -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import opencl_info, require_tool
+from conftest import REPO, opencl_info, require_tool
 from helpers import load_benchmark, run_benchmark
 
 pytestmark = pytest.mark.slow  # the benchmark scripts run end to end
@@ -141,7 +141,7 @@ def test_compare_cold_starts_under_a_setting(work, tmp_path):
 def test_reference_inputs_keep_a_scalar_input_scalar(compiled, tmp_path):
     """The seeded inputs gpu.py carries to the GPU machine keep their shapes: a 0-d input (the VAD's sample
     rate) stays 0-d, which tvmgen-run requires (np.ascontiguousarray made it [1])."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
     import zoo
 
     art = compiled(zoo.build("vad_scalar", tmp_path)[0], "host", "cpu", name="vad_scalar")

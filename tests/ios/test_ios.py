@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, require_tool, save_onnx, single_op_models
+from conftest import REPO, TESTS, require_tool, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, build_executable, compile_to_artifact
 from tvmgen.compiler.targets.platforms import PLATFORMS
@@ -31,7 +31,7 @@ from tvmgen.ios import app as ios_app
 from tvmgen.ios import archive, project
 from tvmgen.ios import doctor as ios_doctor
 
-RECORDED = Path(__file__).parent / "recorded" / "ios"
+RECORDED = TESTS / "recorded" / "ios"
 TEAM = "AB12CD34EF"
 MH_MAGIC_64, CPU_TYPE_ARM64 = 0xFEEDFACF, 0x0100000C
 # What TVM 0.27 emits for a system library (seen with llvm-nm on the objects): the packed VM
@@ -535,7 +535,7 @@ def test_shared_native_code_runs_and_serves_the_linked_model(tmp_path, softmax, 
         f"-I{site / 'tvm_ffi/include'}",
     ]
     sources = [
-        REPO / "tests/ios_app_core_check.cc",
+        REPO / "tests/ios/ios_app_core_check.cc",
         bridge / "app_core.cc",
         REPO / "jni/src/runtime.cc",
         REPO / "jni/src/rpc_server.cc",

@@ -1,6 +1,6 @@
 """compiler.opencl_loops: OpenCL kernels whose unrolled loops stay loops under #pragma unroll (the
 driver unrolls them; NVIDIA compiled the int8 MobileNetV2's kernels in 3.7 s instead of 5.0-5.6 s,
-docs/benchmarks.md). Their outputs on PoCL: tests/test_gpu_family.py and the other OpenCL tests, which
+docs/benchmarks.md). Their outputs on PoCL: tests/compiler/test_gpu_family.py and the other OpenCL tests, which
 build this way by default."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """0-d (scalar) inputs and outputs end to end (silero-vad's `sr`): the zoo's vad_scalar, whose int64
 `sr` decides an If and scales the output, and whose second output is a 0-d mean. Compiled once
 with `--check` and no `--const`; then `tvmgen run` with .npy files, tvmgen-run, the manifest and
-`inspect`. (The Java API: tests/test_java.py; PoCL: tests/test_opencl.py; aarch64: the zoo.)"""
+`inspect`. (The Java API: tests/runtime/test_java.py; PoCL: tests/runtime/test_opencl.py; aarch64: the zoo.)"""
 
 from __future__ import annotations
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import TESTS
 from tvmgen.core.latency import Latency
 
-RECORDED = Path(__file__).parent / "recorded" / "results"
+RECORDED = TESTS / "recorded" / "results"
 
 # Fixed, unsorted, with an outlier and a repeated value: percentiles interpolate between samples.
 SAMPLES = [6.56, 6.29, 6.55, 6.45, 6.41, 6.38, 6.27, 6.44, 6.32, 7.9, 6.29, 6.39, 6.22, 6.5]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import require_tool, save_onnx, single_op_models
+from conftest import REPO, TESTS, require_tool, save_onnx, single_op_models
 from helpers import cmake_build, cmake_configure
 from tvmgen import frontends
 from tvmgen.android import downloads
@@ -211,7 +211,7 @@ def test_app_native_part_builds_on_the_host(host_app):
 
 # Just enough of the Android API, with its real signatures, for the apps' Java sources to compile against, and
 # for the deploy app's MainActivity to run on a desktop JVM (tests/java/android_stubs/README.md).
-ANDROID_STUBS = Path(__file__).parent / "java" / "android_stubs"
+ANDROID_STUBS = TESTS / "java" / "android_stubs"
 
 
 def compile_app_java(project: Path, package: str, into: Path) -> Path:
@@ -804,7 +804,7 @@ def test_objects_model_is_linked_by_the_app_cmake(tmp_path, artifacts):
     for tool in ("cmake", "aarch64-linux-gnu-g++", "aarch64-linux-gnu-nm", "aarch64-linux-gnu-objdump"):
         require_tool(tool)
     build = tmp_path / "build"
-    toolchain = Path(__file__).resolve().parents[1] / "jni/cmake/aarch64-linux-gnu.cmake"
+    toolchain = REPO / "jni/cmake/aarch64-linux-gnu.cmake"
     r = subprocess.run(
         [
             "cmake",

@@ -16,12 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import REPO, TESTS
 from tvmgen.reports import agreement, html
 from tvmgen.reports import results as result_files
 
-RECORDED = Path(__file__).parent / "recorded" / "results"
+RECORDED = TESTS / "recorded" / "results"
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-DOCS_SCREENSHOT = Path(__file__).parent.parent / "docs" / "img" / "report.png"
+DOCS_SCREENSHOT = REPO / "docs" / "img" / "report.png"
 
 
 @pytest.fixture(scope="module")
@@ -348,7 +349,7 @@ def test_a_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ tvmgen app --run --report (adb recorded)
 
-ADB_RECORDED = Path(__file__).parent / "recorded" / "adb"
+ADB_RECORDED = TESTS / "recorded" / "adb"
 
 
 class RecordedAdb:

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import unavailable
+from conftest import TESTS, unavailable
 from helpers import environ_without_tools
 from tvmgen.android import adb, doctor, signing, tools
 from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
 
-RECORDED = Path(__file__).parent / "recorded" / "adb"
+RECORDED = TESTS / "recorded" / "adb"
 FRAMEWORK_RES = Path("/usr/share/android-framework-res/framework-res.apk")
 
 

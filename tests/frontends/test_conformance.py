@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from conftest import REPO, TESTS
 from helpers import load_benchmark, run_benchmark
 
 OPS = "Add,Relu,Conv,Gather,Reshape,Col2Im,Neg,Abs,Sigmoid"
 # benchmarks/conformance.py --one-per-op --subset mobile --record tests/recorded/conformance_one_per_op.json
-RECORD = Path(__file__).parent / "recorded" / "conformance_one_per_op.json"
+RECORD = TESTS / "recorded" / "conformance_one_per_op.json"
 FAULTY = "test_pow"  # made to fail in place of tvmgen, so that its merged model is split
 SAME_EITHER_WAY = ("Add", "Relu", "Conv", "Gather", "Reshape", "Col2Im")  # batched and case by case
 
@@ -364,7 +365,7 @@ def test_merged_model_keeps_cases_apart(conformance):
     assert a.graph.input[0].name == "x" and a.graph.node[0].name == ""  # the cases' own models untouched
 
     # the fallbacks a merged model must not take are found by tvmgen's log lines: still logged as written
-    source = "".join(f.read_text() for f in (Path(__file__).parents[1] / "generator" / "tvmgen").rglob("*.py"))
+    source = "".join(f.read_text() for f in (REPO / "generator" / "tvmgen").rglob("*.py"))
     assert all(f'"{message}' in source for message in conformance.OTHER_PATH)
 
     # a merged model's error points at the cases it names, or at the owner of the output it numbers

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_tool, save_onnx, single_op_models
+from conftest import REPO, require_tool, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.targets.export import parallel_pool_source
@@ -241,9 +241,7 @@ def test_cpu_matrix_bundle_checks_every_x86_level_this_cpu_has(tmp_path):
 
     if platform.machine() != "x86_64":
         pytest.skip("the bundle holds x86-64 builds")
-    spec = importlib.util.spec_from_file_location(
-        "cpu_matrix", Path(__file__).parent.parent / "scripts" / "cpu_matrix.py"
-    )
+    spec = importlib.util.spec_from_file_location("cpu_matrix", REPO / "scripts" / "cpu_matrix.py")
     matrix = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(matrix)
     for a in (

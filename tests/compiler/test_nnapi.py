@@ -248,7 +248,7 @@ def test_measured_rates_replace_the_tvm_column(tmp_path):
 @pytest.fixture(scope="module")
 def host_device(tmp_path_factory):
     """A tracker and a proxy, each with the native host device server, on 127.0.0.1 (as
-    tests/test_rpc.py starts them)."""
+    tests/remote/test_rpc.py starts them)."""
     from conftest import require_tool
     from helpers import device_behind, environment
 
