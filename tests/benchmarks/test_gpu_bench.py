@@ -146,6 +146,6 @@ def test_reference_inputs_keep_a_scalar_input_scalar(compiled, tmp_path):
 
     art = compiled(zoo.build("vad_scalar", tmp_path)[0], "host", "cpu", name="vad_scalar")
     dest = tmp_path / "work" / "ref" / "vad_scalar"
-    plan = load_benchmark("gpu")._reference(art, dest, np)
+    plan = load_benchmark("gpu_build").reference_outputs(art, dest, np)
     shapes = {i["name"]: np.load(tmp_path / "work" / i["file"]).shape for i in plan["inputs"]}
     assert shapes["sr"] == () and len(shapes) == 2, shapes

@@ -45,12 +45,13 @@ def test_computed_operands_are_folded_and_the_model_reshaped_at_the_input_shapes
     from ai_edge_litert import schema_py_generated as fb
 
     import zoo
+    import zoo_tflite
     from tvmgen.frontends.tflite_fold import fold
 
     path = zoo.build("tflite_computed_slice", tmp_path)[0]
-    before = {name for name, _, _ in zoo._tflite_operators(path.read_bytes())}
+    before = {name for name, _, _ in zoo_tflite.tflite_operators(path.read_bytes())}
     result = fold(path.read_bytes(), [(3, 64, 8)], ["float32"])
-    after = zoo._tflite_operators(result.model_bytes)
+    after = zoo_tflite.tflite_operators(result.model_bytes)
     assert {"SHAPE", "FLOOR_DIV", "PACK"} <= before and not {"SHAPE", "FLOOR_DIV", "PACK"} & {n for n, _, _ in after}
     assert [n for n, _, _ in after].count("STRIDED_SLICE") == 2 and "EXPAND_DIMS" in {n for n, _, _ in after}
     sub = fb.Model.GetRootAsModel(result.model_bytes, 0).Subgraphs(0)
