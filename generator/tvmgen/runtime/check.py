@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tvmgen.core import log as logs
-from tvmgen.core.errors import CheckError, TvmgenError
+from tvmgen.core.errors import CheckError, ToolTimeoutError, TvmgenError
 
 console = logs.console
 
@@ -155,9 +155,10 @@ AARCH64_PLATFORMS = ("linux-aarch64", "android-arm64")
 
 def checked_code(imported, staged: Path, opts, scratch: Path):
     """The function --check runs the model with (inputs dict -> list of outputs), after printing which
-    code that is: the artifact itself where it runs here (host builds; linux-aarch64 under
-    qemu-aarch64), for android-arm64 a linux-aarch64 build with the same CPU target under qemu-aarch64,
-    else (or where qemu-aarch64 or the aarch64 runner is missing) a host/cpu build of the same model."""
+    code that is: the artifact itself where it runs here (host CPU builds; host OpenCL and Vulkan builds
+    through the host tvmgen-run where this machine has such a device; linux-aarch64 under qemu-aarch64),
+    for android-arm64 a linux-aarch64 build with the same CPU target under qemu-aarch64, else (or where
+    the device, qemu-aarch64 or the aarch64 runner is missing) a host/cpu build of the same model."""
     from tvmgen.compiler import pipeline
     from tvmgen.compiler.targets.platforms import (
         PLATFORMS,
@@ -179,6 +180,11 @@ def checked_code(imported, staged: Path, opts, scratch: Path):
             console.print(f"  [dim]checking the artifact itself: the {name} build, run here[/]")
             return HostModel(staged).run  # check_against_reference profiles this model (the guard)
         why = f"its code uses {', '.join(missing)}, which this CPU lacks"
+    elif plat.name == "host" and dev.backend is not None:
+        runner, found, why = gpu_runner(dev, getattr(opts, "precision", "fp32"))
+        if runner is not None:
+            console.print(f"  checking the artifact itself: the {name} build on {found}")
+            return ArtifactRun(runner, staged, scratch, code=f"the {name} build on {found}")
     elif plat.name in AARCH64_PLATFORMS and dev.not_checked is None and dev.target_kind == "llvm":
         runner, why = aarch64_runner()
         if runner is not None:
@@ -207,7 +213,7 @@ def checked_code(imported, staged: Path, opts, scratch: Path):
             )
             return Aarch64Run(runner, out, scratch)
     else:
-        why = _not_here(plat, device)
+        why = _not_here(plat, dev)
     # The artifact cannot run here: check the same imported module built for this machine.
     host_dir = scratch / "host-check"
     console.print(
@@ -231,17 +237,18 @@ def _features(plat) -> str:
     return f"mattr {','.join(mattr)}" if mattr else "no extra CPU features"
 
 
-def _not_here(plat, device: str) -> str:
-    from tvmgen.compiler.targets.platforms import get_device
-
-    not_checked = get_device(device).not_checked
-    if not_checked:
-        return not_checked
+def _not_here(plat, dev) -> str:
+    """Why ``plat``'s build for the device ``dev`` cannot run here: the device's reason (the device table),
+    then the platform's."""
+    reasons = [dev.not_checked] if dev.not_checked else []
     if plat.exporter == "xcode":
-        return "an iOS static library runs only inside an app on an Apple device"
-    if plat.arch != "aarch64":
-        return f"{plat.arch} code linked with the Android NDK's C library, which no emulator here runs"
-    return f"{plat.name} code has no way to run here"  # pragma: no cover - every platform is named above
+        reasons.append("an iOS static library runs only inside an app on an Apple device")
+    elif plat.exporter == "ndk":
+        runs = f"which {QEMU} cannot run" if plat.arch == "aarch64" else "which no emulator here runs"
+        reasons.append(f"its {plat.arch} code links with the Android NDK's C library, {runs}")
+    elif plat.name == "linux-aarch64":
+        reasons.append(f"{QEMU}, which runs linux-aarch64 code here, has no GPU")
+    return "; ".join(reasons) or f"{plat.name} code has no way to run here"
 
 
 def aarch64_runner() -> tuple[Path | None, str]:
@@ -270,6 +277,82 @@ def aarch64_runner() -> tuple[Path | None, str]:
     if not runner.is_file():
         return None, f"the aarch64 runtime build at {prefix} has no bin/tvmgen-run"
     return runner, ""
+
+
+# The backend's own device listing (tvmgen.<backend>.info), run in a process of its own: a driver that hangs
+# or crashes while it starts costs --check this time limit and a fallback, not the compile.
+_LISTING = (
+    "import ctypes, sys, tvm_ffi; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
+    "print(tvm_ffi.get_global_func(sys.argv[2])())"
+)
+LISTING_TIMEOUT_S = 60
+# what to install, or set, where a backend finds no device
+_NO_DEVICE = {
+    "opencl": ("no OpenCL platform found", "install pocl-opencl-icd or set TVMGEN_OPENCL_LIBRARY"),
+    "vulkan": ("no Vulkan driver found", "install mesa-vulkan-drivers for lavapipe, or the GPU's Vulkan driver"),
+}
+
+
+def gpu_runner(dev, precision: str = "fp32") -> tuple[Path | None, str, str]:
+    """(the host tvmgen-run, the device it will run ``dev``'s kernels on, "") where this machine has a device
+    of ``dev``'s API (OpenCL, Vulkan) that runs this build, found as the runtime finds it (the ICD loader or
+    $TVMGEN_OPENCL_LIBRARY, the Vulkan loader and its drivers); else (None, "", why not and what to install)."""
+    import json
+    import sys
+
+    from tvmgen.core import toolchains
+    from tvmgen.runtime import runtime_build
+
+    title = {"opencl": "OpenCL", "vulkan": "Vulkan"}.get(dev.name, dev.name)
+    try:
+        prefix = runtime_build.cached_build("host")
+    except TvmgenError as e:
+        fix = f" (fix: {e.hint})" if e.hint else ""
+        return None, "", f"the host tvmgen-run could not be built: {e.message}{fix}"
+    runner, lib = prefix / "bin" / "tvmgen-run", prefix / "lib" / f"libtvmgen_{dev.backend}.so"
+    if not runner.is_file():
+        return None, "", f"the host runtime build at {prefix} has no bin/tvmgen-run"
+    if not lib.is_file():
+        headers = " (apt-get install libvulkan-dev)" if dev.name == "vulkan" else ""
+        return (
+            None,
+            "",
+            (
+                f"the host runtime build at {prefix} has no {lib.name}: its build found no {title} headers{headers}, "
+                "then `tvmgen runtime build --platform host`"
+            ),
+        )
+    argv = [sys.executable, "-c", _LISTING, str(lib), f"tvmgen.{dev.backend}.info"]
+    try:
+        proc = toolchains.run(argv, check=False, timeout=LISTING_TIMEOUT_S, tool=f"the {title} device listing")
+    except ToolTimeoutError:
+        return (
+            None,
+            "",
+            f"the {title} device listing did not finish within {LISTING_TIMEOUT_S} s (a driver that hangs as it starts)",
+        )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = " / ".join(ln.strip() for ln in proc.stderr.splitlines()[-3:] if ln.strip()) or "no message"
+        return None, "", f"the {title} device listing through {lib.name} failed (exit {proc.returncode}): {tail}"
+    info = json.loads(lines[-1])
+    missing, install = _NO_DEVICE[dev.name]
+    if not info.get("available"):
+        # the runtime's own message, less its lines of advice: `install` says what to do here
+        error = " ".join(ln.strip() for ln in info.get("error", "").splitlines() if not ln.startswith("("))
+        return None, "", f"{missing} ({error or 'no error given'}; {install})"
+    if dev.name == "opencl":
+        if not info.get("devices"):
+            return None, "", f"{missing}: the platform {info.get('platform')} lists no device ({install})"
+        first = info["devices"][0]  # the device tvmgen-run uses
+        if precision == "fp16" and not first.get("fp16"):
+            return (
+                None,
+                "",
+                f"the OpenCL device {first['name']} lacks cl_khr_fp16, which this fp16 build's kernels need",
+            )
+        return runner, f"{first['name']} ({info['platform']} {first['driver']}, through {info['library']})", ""
+    return runner, f"{info['device']} (Vulkan {info['api']}, through {info['library']})", ""
 
 
 def linux_stand_in(plat):
@@ -301,59 +384,70 @@ def _stand_in_database(root: Path | None, plat, stand_in, scratch: Path) -> Path
     return copy
 
 
-class Aarch64Run:
-    """checked_code's runner of a linux-aarch64 artifact: one run (a call), or a sequence of steps."""
+class ArtifactRun:
+    """checked_code's runner of an artifact through tvmgen-run (``runner``), under ``launcher`` where one is
+    needed: one run (a call), or a sequence of steps. ``code`` names what runs, in its errors."""
 
-    def __init__(self, runner: Path, artifact: Path, scratch: Path):
+    def __init__(self, runner: Path, artifact: Path, scratch: Path, launcher: tuple = (), code: str = "the artifact"):
         self.runner, self.artifact, self.scratch = runner, artifact, scratch
+        self.launcher, self.code = launcher, code
 
     def __call__(self, inputs: dict) -> list:
-        return run_aarch64(self.runner, self.artifact, inputs, self.scratch)
+        return self.run(inputs)
 
     def sequence(self, steps: list[dict]) -> list[list]:
-        return run_aarch64(self.runner, self.artifact, steps, self.scratch)
+        return self.run(steps)
+
+    def run(self, inputs: dict | list[dict]):
+        """Once (no warm-up: emulated code is slow, a GPU's first run builds its kernels) given ``inputs`` by
+        name, the outputs in the manifest's order; given a list of steps, as a sequence (``--sequence``, the
+        state carried), each step's outputs."""
+        import json
+        import tempfile
+
+        import numpy as np
+
+        from tvmgen.core import artifact as artifacts
+        from tvmgen.core import toolchains
+        from tvmgen.runtime import sequence
+
+        manifest = artifacts.Manifest.from_json(json.loads((self.artifact / "manifest.json").read_text()))
+        work = Path(tempfile.mkdtemp(prefix="check-run-", dir=self.scratch))
+        if isinstance(inputs, list):
+            args = ["--sequence", str(sequence.write_sequence(work / "steps", inputs))]
+        else:
+            args = ["--warmup", "0", "--repeat", "1", "--timings", "timings.json"]
+            for k, spec in enumerate(manifest.own_inputs):  # in the model's order, so no NAME= is needed
+                np.save(work / f"in{k}.npy", np.asarray(inputs[spec.name]))
+                args += ["--input", f"in{k}.npy"]
+        base = [*self.launcher, str(self.runner)]
+        cmd = [*base, str(Path(self.artifact).resolve()), *args, "-o", "out"]
+        proc = toolchains.run(cmd, cwd=work, check=False)
+        if proc.returncode != 0:
+            lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
+            raise CheckError(
+                f"{self.code} failed under {Path(cmd[0]).name} (exit {proc.returncode}): "
+                f"{' / '.join(lines[-3:]) or 'no message'}; no artifact was written",
+                f"compile without --check, then run the artifact by hand to see everything: {' '.join(base)} ARTIFACT_DIR",
+            )
+        names = [sequence.file_name(o.name) for o in manifest.own_outputs]
+        if isinstance(inputs, list):
+            return [[np.load(work / "out" / sequence.step_name(k) / n) for n in names] for k in range(len(inputs))]
+        return [np.load(work / "out" / n) for n in names]
 
 
-def run_aarch64(runner: Path, artifact: Path, inputs: dict | list[dict], scratch: Path):
-    """Run a linux-aarch64 artifact with the aarch64 tvmgen-run, under qemu-aarch64 unless this machine is
-    aarch64: once (no warm-up: emulated code is slow) given ``inputs`` by name, its outputs in the manifest's
-    order; given a list of steps, as a sequence (``--sequence``, the state carried), each step's outputs."""
-    import json
-    import tempfile
+class Aarch64Run(ArtifactRun):
+    """A linux-aarch64 artifact run by the aarch64 tvmgen-run: under qemu-aarch64 (loading Debian's aarch64
+    C library) unless this machine is aarch64."""
 
-    import numpy as np
+    def __init__(self, runner: Path, artifact: Path, scratch: Path):
+        from tvmgen.compiler.targets.platforms import _host_arch
+        from tvmgen.core import toolchains
 
-    from tvmgen.compiler.targets.platforms import _host_arch
-    from tvmgen.core import artifact as artifacts
-    from tvmgen.core import toolchains
-    from tvmgen.runtime import sequence
-
-    manifest = artifacts.Manifest.from_json(json.loads((artifact / "manifest.json").read_text()))
-    work = Path(tempfile.mkdtemp(prefix="aarch64-run-", dir=scratch))
-    if isinstance(inputs, list):
-        args = ["--sequence", str(sequence.write_sequence(work / "steps", inputs))]
-    else:
-        args = ["--warmup", "0", "--repeat", "1", "--timings", "timings.json"]
-        for k, spec in enumerate(manifest.own_inputs):  # in the model's order, so no NAME= is needed
-            np.save(work / f"in{k}.npy", np.asarray(inputs[spec.name]))
-            args += ["--input", f"in{k}.npy"]
-    if _host_arch() == "aarch64":
-        base = [str(runner)]
-    else:
-        base = [str(toolchains.Qemu().verify()), "-L", str(AARCH64_SYSROOT), str(runner)]
-    cmd = [*base, str(Path(artifact).resolve()), *args, "-o", "out"]
-    proc = toolchains.run(cmd, cwd=work, check=False)
-    if proc.returncode != 0:
-        lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
-        raise CheckError(
-            f"the aarch64 code failed under {Path(cmd[0]).name} (exit {proc.returncode}): "
-            f"{' / '.join(lines[-3:]) or 'no message'}; no artifact was written",
-            f"compile without --check, then run the artifact by hand to see everything: {' '.join(base)} ARTIFACT_DIR",
-        )
-    names = [sequence.file_name(o.name) for o in manifest.own_outputs]
-    if isinstance(inputs, list):
-        return [[np.load(work / "out" / sequence.step_name(k) / n) for n in names] for k in range(len(inputs))]
-    return [np.load(work / "out" / n) for n in names]
+        launcher: tuple = ()
+        if _host_arch() != "aarch64":
+            launcher = (str(toolchains.Qemu().verify()), "-L", str(AARCH64_SYSROOT))
+        super().__init__(runner, artifact, scratch, launcher, code="the aarch64 code")
 
 
 def artifact_model(manifest, scratch: Path):

@@ -168,7 +168,8 @@ class Device:
     backend: str | None = None  # tvmgen's runtime backend library (libtvmgen_<backend>) that runs its kernels
     partitions: bool = False  # parts of the model go to the phone's own driver (NNAPI); the rest is CPU code
     tunable: bool = False  # a --tuning-db's records apply (MetaSchedule's CPU or generic GPU rules)
-    # why --check cannot run this device's kernels here (None: the artifact itself runs where it was built for)
+    # why --check cannot run this device's kernels here (None: the artifact itself runs where it was built
+    # for); a host build for a device with a ``backend`` still runs here where this machine has such a device
     not_checked: str | None = None
     tvm_codegen: bool = True  # TVM's wheel generates its kernels (False: tvmgen's own code generator)
 
@@ -183,7 +184,7 @@ class Device:
         return None if self.name == "cpu" else "cpu"
 
 
-_GPU_NOT_CHECKED = "--check does not run {} kernels (they need the target's GPU)"
+_GPU_NOT_CHECKED = "its {0} kernels run on the target's GPU, through its {0} driver"
 
 DEVICE_TABLE: dict[str, Device] = {
     d.name: d
@@ -197,7 +198,7 @@ DEVICE_TABLE: dict[str, Device] = {
             target_kind="opencl",
             backend="opencl",
             tunable=True,
-            not_checked=_GPU_NOT_CHECKED.format("opencl"),
+            not_checked=_GPU_NOT_CHECKED.format("OpenCL"),
         ),
         Device(
             "vulkan",
@@ -206,7 +207,7 @@ DEVICE_TABLE: dict[str, Device] = {
             gpu=True,
             target_kind="vulkan",
             backend="vulkan",
-            not_checked=_GPU_NOT_CHECKED.format("vulkan"),
+            not_checked=_GPU_NOT_CHECKED.format("Vulkan"),
             tvm_codegen=False,
         ),
         Device(
@@ -215,7 +216,7 @@ DEVICE_TABLE: dict[str, Device] = {
             8,
             gpu=True,
             target_kind="metal",
-            not_checked=_GPU_NOT_CHECKED.format("metal"),
+            not_checked="its Metal kernels run only on an Apple GPU",
         ),
         Device("cuda", "an NVIDIA GPU through CUDA (TVM's runtime)", 2, gpu=True, target_kind="cuda"),
         Device(
