@@ -61,33 +61,36 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 TVMGEN = [sys.executable, "-m", "tvmgen"]
 
-# The modules that take longest, heaviest first (their wall time in a CI run with 4 workers on 2 cores,
+# The modules that take longest, heaviest first (their wall time in a run with 4 workers on 2 cores,
 # measured with TVMGEN_TEST_TIMES). With --dist loadfile each module runs whole on one worker, handed out
 # in collection order (pyproject's --no-loadscope-reorder: xdist would otherwise order the modules by their
 # number of tests, which says little about their time): a long module handed out late is the suite's tail.
 # Only the order changes; modules not listed keep their places after these.
 HEAVY_FIRST = (
-    "test_tune.py",  # 377 s
-    "test_schedules.py",  # 298
-    "test_templates.py",  # 275
-    "test_nnapi.py",  # 272
-    "test_parallel.py",  # 271
-    "test_coverage.py",  # 234
-    "test_vulkan.py",  # 219
-    "test_cli.py",  # 207
-    "test_int8.py",  # 180
-    "test_zoo.py",  # 179
-    "test_opencl_zoo.py",  # 156
-    "test_recurrent.py",  # 150
-    "test_opencl.py",  # 147
-    "test_frontends.py",  # 141
-    "test_precision.py",  # 140
-    "test_tune_opencl.py",  # 139
-    "test_benchmarks.py",  # 118
-    "test_rpc.py",  # 111
-    "test_profile.py",  # 107
-    "test_mediapipe_ops.py",  # 101
-    "test_check_arm.py",  # 100
+    "test_conformance.py",  # 390 s
+    "test_recurrent.py",  # 369
+    "test_tune.py",  # 321
+    "test_schedules.py",  # 321
+    "test_parallel.py",  # 269
+    "test_templates.py",  # 256
+    "test_onnx_ops_nn.py",  # 254
+    "test_gpu_bench.py",  # 211
+    "test_opencl_zoo.py",  # 202
+    "test_coverage.py",  # 197
+    "test_nnapi.py",  # 186
+    "test_cli.py",  # 183
+    "test_frontends.py",  # 176
+    "test_vulkan.py",  # 171
+    "test_rpc.py",  # 166
+    "test_streaming.py",  # 147
+    "test_tflite_import.py",  # 133
+    "test_benchmarks.py",  # 128
+    "test_int8.py",  # 125
+    "test_conv1d.py",  # 121
+    "test_texture.py",  # 114
+    "test_zoo.py",  # 106
+    "test_tune_opencl.py",  # 106
+    "test_check_arm.py",  # 102
 )
 
 
