@@ -316,3 +316,20 @@ def run_tool(runtime: Path, artifact: Path, tmp_path: Path, inputs: dict, cache=
     proc, outputs = run_native(runtime, artifact, inputs, tmp_path, *extra, env=full_env, tag=tag)
     m = STATS.search(proc.stderr)
     return proc.returncode, outputs, json.loads(m.group(1)) if m else None, proc.stderr
+
+
+def vulkan_device(host_runtime: Path) -> dict:
+    """The Vulkan device the host runtime's libtvmgen_vulkan finds, asked in another process (a driver that
+    crashes takes only that one down): its tvmgen.vulkan.info. Unavailable (a failure under CI) where the
+    runtime was built without the backend or no device is found."""
+    from conftest import unavailable
+
+    lib = host_runtime / "lib" / "libtvmgen_vulkan.so"
+    if not lib.is_file():
+        unavailable("the host runtime was built without libtvmgen_vulkan (apt-get install libvulkan-dev)")
+    code = f"import ctypes, tvm; ctypes.CDLL({str(lib)!r}, ctypes.RTLD_GLOBAL); print(tvm.get_global_func('tvmgen.vulkan.info')())"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    info = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {"error": proc.stderr[-500:]}
+    if not info.get("available"):
+        unavailable(f"no Vulkan device: {info.get('error')} (apt-get install libvulkan1 mesa-vulkan-drivers)")
+    return info

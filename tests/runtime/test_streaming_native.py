@@ -14,13 +14,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import REPO, onnx_model, save_onnx, unavailable
+from helpers import vulkan_device
 
 # every test needs the runtime built with CMake
 pytestmark = pytest.mark.slow
@@ -331,14 +331,7 @@ def vulkan_runtime(host_runtime: Path) -> Path:
     for tool, package in (("glslangValidator", "glslang-tools"), ("spirv-val", "spirv-tools")):
         if shutil.which(tool) is None:
             unavailable(f"{tool} is not installed (apt-get install {package}; scripts/bootstrap.sh)")
-    lib = host_runtime / "lib" / "libtvmgen_vulkan.so"
-    if not lib.is_file():
-        unavailable("the host runtime was built without libtvmgen_vulkan (apt-get install libvulkan-dev)")
-    code = f"import ctypes, tvm; ctypes.CDLL({str(lib)!r}, ctypes.RTLD_GLOBAL); print(tvm.get_global_func('tvmgen.vulkan.info')())"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    info = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {"error": proc.stderr[-500:]}
-    if not info.get("available"):
-        unavailable(f"no Vulkan device: {info.get('error')} (apt-get install libvulkan1 mesa-vulkan-drivers)")
+    vulkan_device(host_runtime)
     return host_runtime
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import QEMU_AARCH64, REPO, run_native, save_onnx, single_op_models, unavailable
+from helpers import vulkan_device
 
 # whole models compiled for Vulkan and the host runtime built with CMake
 pytestmark = pytest.mark.slow
@@ -43,14 +44,7 @@ def arts(tools, tmp_path_factory, builtin_onnx, compiled) -> dict:
 @pytest.fixture(scope="module")
 def runtime(host_runtime):
     """The host runtime with libtvmgen_vulkan, after checking (in another process) that it finds a device."""
-    lib = host_runtime / "lib" / "libtvmgen_vulkan.so"
-    if not lib.is_file():
-        unavailable("the host runtime was built without libtvmgen_vulkan (apt-get install libvulkan-dev)")
-    code = f"import ctypes, tvm; ctypes.CDLL({str(lib)!r}, ctypes.RTLD_GLOBAL); print(tvm.get_global_func('tvmgen.vulkan.info')())"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    info = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {"error": proc.stderr[-500:]}
-    if not info.get("available"):
-        unavailable(f"no Vulkan device: {info.get('error')} (apt-get install libvulkan1 mesa-vulkan-drivers)")
+    info = vulkan_device(host_runtime)
     print(f"Vulkan device: {info['device']} (Vulkan {info['api']})", file=sys.stderr)
     return host_runtime
 
