@@ -32,7 +32,8 @@ CPUS = {  # LLVM CPU: the /proc/cpuinfo flags its code needs
 def bundle(out: Path, names=("mobilenet", "int8")) -> None:
     import numpy as np
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    tests = Path(__file__).resolve().parent.parent / "tests"
+    sys.path[:0] = [str(tests), str(tests / "compiler")]  # conftest, and the int8 tests' model maker
     from test_int8 import exact_product, matmul_integer  # the tests' own model maker
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
