@@ -11,11 +11,9 @@ from tvmgen.core import interrupts
 from tvmgen.core.errors import ModelError
 from tvmgen.core.model import ImportedModel
 from tvmgen.frontends.base import InputOverride, importer_failed, resolve_inputs
+from tvmgen.frontends.tflite_constants import TENSOR_TYPES
 
 log = logging.getLogger("tvmgen.frontends.tflite")
-
-# TFLite TensorType enum -> numpy dtype name (tflite/TensorType.py).
-TENSOR_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8"}
 
 
 def read_model(path: Path):
@@ -108,7 +106,12 @@ def load(path: Path, overrides: list[InputOverride], **_) -> ImportedModel:
 
     rewritten = tflite.Model.GetRootAsModel(state.model_bytes, 0)
     imported = _import(path, state.model_bytes, rewritten, overrides, state.removed_ops)
-    attach(imported, state, path, buf)
+    n = len(state.variables)
+    own_outputs = list(imported.output_names[: len(imported.output_names) - n])
+    ops = operators(tflite.Model.GetRootAsModel(buf, 0))  # for what LiteRT cannot run
+    # functional: LiteRT on the rewritten model (state in, state out); the sequence: on the original file
+    functional = litert_runs(path, state.model_bytes, ops, list(imported.output_names))
+    attach(imported, state, functional, litert_runs(path, buf, ops, own_outputs))
     return imported
 
 

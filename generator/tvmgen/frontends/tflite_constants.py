@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
+# TFLite TensorType enum -> numpy dtype name (tflite/TensorType.py).
+TENSOR_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8"}
+
 
 def constant_value(conv, tensor, op_name: str, what: str) -> np.ndarray:
     """The value of ``tensor``, the input ``what`` ("weights", "bias") of custom operator ``op_name``

@@ -25,7 +25,6 @@ model, which keeps its own variables, step by step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -65,7 +64,7 @@ def explicit_state(buf: bytes) -> ExplicitState | None:
     """``buf`` (a TFLite model) with its resource variables as explicit state; None when it has none."""
     from ai_edge_litert import schema_py_generated as fb
 
-    from tvmgen.frontends.tflite import TENSOR_TYPES
+    from tvmgen.frontends.tflite_constants import TENSOR_TYPES
     from tvmgen.frontends.tflite_fold import pack, unpack
 
     flat = fb.Model.GetRootAsModel(buf, 0)
@@ -212,25 +211,19 @@ def refuse_overrides(state: ExplicitState, overrides) -> None:
             )
 
 
-def attach(imported, state: ExplicitState, path: Path, original: bytes) -> None:
+def attach(imported, state: ExplicitState, functional, sequence) -> None:
     """Make ``imported`` (the rewritten model's import) the stateful model's: its state pairs, the state
-    outputs named, the functional reference on the rewritten model (state in, state out) and the
-    sequence reference on the original."""
-    import tflite
-
+    outputs named, and its references: ``functional`` runs the rewritten model (state in, state out),
+    ``sequence`` the original file step by step (LiteRT keeping the variables)."""
     from tvmgen.core.model import StateSpec
-    from tvmgen.frontends.tflite import litert_runs, operators
 
     n = len(state.variables)
     own_outputs = list(imported.output_names[: len(imported.output_names) - n])
-    tensor_outputs = list(imported.output_names)
     pairs = [StateSpec(v.input_name, v.output_name, v.shape, v.dtype, v.initial) for v in state.variables]
     imported.state = pairs
     imported.output_names = own_outputs + [v.output_name for v in state.variables]
-    ops = operators(tflite.Model.GetRootAsModel(original, 0))  # for what LiteRT cannot run
-    functional = litert_runs(path, state.model_bytes, ops, tensor_outputs)
     imported.reference = lambda inputs: functional([inputs])[0]
-    imported.reference_sequence = litert_runs(path, original, ops, own_outputs)
+    imported.reference_sequence = sequence
     names = ", ".join(f"'{v.name}' ({v.dtype} {_dims(v.shape)})" for v in state.variables)
     imported.notes.append(
         f"resource variable(s) {names} made explicit state: inputs {', '.join(s.input for s in pairs)}, "
@@ -241,7 +234,7 @@ def attach(imported, state: ExplicitState, path: Path, original: bytes) -> None:
 
 def _initial_values(model, init, op_name) -> dict[tuple[str, str], tuple[str, np.ndarray]]:
     """The constants an init subgraph assigns: (container, shared name) -> (dtype, raw value)."""
-    from tvmgen.frontends.tflite import TENSOR_TYPES
+    from tvmgen.frontends.tflite_constants import TENSOR_TYPES
 
     handles, values = {}, {}
     for op in init.operators or []:
