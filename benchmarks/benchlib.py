@@ -157,6 +157,19 @@ def run_step(argv: list, env: dict, verbose: bool, what: str, **kw) -> subproces
     return proc
 
 
+def build_cpp_harness(prefix: Path, work: Path, name: str, source: str, verbose: bool, env: dict | None = None) -> Path:
+    """A C++ harness (``source``) built with the host g++ against the tvmgen runtime installed at ``prefix``
+    (include/, lib/, found again at run time through the rpath): ``work``/``name``. StepError when it fails."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        raise StepError("no host C++ compiler (g++): the C++ harness cannot be built (apt-get install g++)")
+    src, exe, lib = work / f"{name}.cc", work / name, prefix / "lib"
+    src.write_text(source)
+    argv = [cxx, "-O2", "-std=c++17", f"-I{prefix / 'include'}", src, "-o", exe, f"-L{lib}", "-ltvmgen_runtime"]
+    run_step([*argv, f"-Wl,-rpath,{lib}", f"-Wl,-rpath-link,{lib}"], env, verbose, "building the C++ harness")
+    return exe
+
+
 def last_json(proc: subprocess.CompletedProcess, what: str) -> dict:
     """The JSON object on the last line of a finished process's stdout; StepError without one."""
     try:

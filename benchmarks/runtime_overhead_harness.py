@@ -241,30 +241,9 @@ def bench_cpp(
 
 
 def compile_cpp_harness(prefix: Path, work: Path, verbose: bool) -> Path:
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        raise StepError("no host C++ compiler (g++): the C++ harness cannot be built")
-    src, exe = work / "overhead_bench.cc", work / "overhead_bench"
-    src.write_text(CPP_HARNESS)
-    lib = prefix / "lib"
-    run_proc(
-        [
-            cxx,
-            "-O2",
-            "-std=c++17",
-            f"-I{prefix / 'include'}",
-            src,
-            "-o",
-            exe,
-            f"-L{lib}",
-            "-ltvmgen_runtime",
-            f"-Wl,-rpath,{lib}",
-            f"-Wl,-rpath-link,{lib}",
-        ],
-        verbose,
-        "building the C++ harness",
+    return benchlib.build_cpp_harness(
+        prefix, work, "overhead_bench", CPP_HARNESS, verbose, benchlib.thread_env(THREADS)
     )
-    return exe
 
 
 def bench_cpp_api(exe: Path, model: dict, name: str, warmup: int, calls: int, work: Path, verbose: bool) -> dict:

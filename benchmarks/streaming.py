@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -157,19 +156,6 @@ int main(int argc, char** argv) {
   return 0;
 }
 """
-
-
-def compile_harness(prefix: Path, work: Path, verbose: bool) -> Path:
-    """The harness built against the runtime in ``prefix`` (include/, lib/), as runtime_overhead.py builds its own."""
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        raise SystemExit("no host C++ compiler (g++): the C++ harness cannot be built")
-    src, exe = work / "streaming_bench.cc", work / "streaming_bench"
-    src.write_text(CPP_HARNESS)
-    lib = prefix / "lib"
-    argv = [cxx, "-O2", "-std=c++17", f"-I{prefix / 'include'}", src, "-o", exe, f"-L{lib}", "-ltvmgen_runtime"]
-    benchlib.run_step([*argv, f"-Wl,-rpath,{lib}", f"-Wl,-rpath-link,{lib}"], None, verbose, "building the C++ harness")
-    return exe
 
 
 # =========================================================================== the child: one model, one thread count
@@ -463,7 +449,10 @@ def main() -> int:
         args.runtime = runtime_build.cached_build("host")
     rows: list[dict] = []
     with benchlib.work_dir(args.work, "tvmgen-streaming-") as work:
-        exe = compile_harness(args.runtime, work, args.verbose)
+        try:
+            exe = benchlib.build_cpp_harness(args.runtime, work, "streaming_bench", CPP_HARNESS, args.verbose)
+        except benchlib.StepError as e:
+            raise SystemExit(str(e)) from e
         for i, name in enumerate(args.models, 1):
             progress(f"[{i}/{len(args.models)}] {name}: model and host artifact")
             try:
