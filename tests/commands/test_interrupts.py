@@ -81,11 +81,21 @@ def test_signal_stops_a_compile(tmp_path, sig, code):
     assert "artifact:" not in output and "Exporting" not in output, output  # it stopped inside TVM
 
 
+# how each script below ends: what its try block's interrupt came back as (the caught error, or the interrupt)
+REPORT = """except Exception as e:
+    print("CAUGHT AS", type(e).__name__, repr(str(e)))
+except KeyboardInterrupt as e:
+    print("INTERRUPTED", type(e).__name__, interrupts.exit_code())
+    interrupts.handled()
+"""
+
+
 def test_interrupt_inside_a_tvm_pass_is_not_an_error():
     """A signal whose handler runs in a Python pass that TVM's C++ called comes back as the interrupt:
     an ``except Exception`` (a fallback's) does not catch it. (Without tvmgen's handler, tvm_ffi hands it
     back as a RuntimeError with an empty message.)"""
-    script = """
+    script = (
+        """
 import os, signal, time
 from tvmgen.core import interrupts
 interrupts.install()
@@ -102,12 +112,9 @@ def slow(mod, ctx):
 try:
     slow(tvm.IRModule({}))
     print("NOT INTERRUPTED")
-except Exception as e:
-    print("CAUGHT AS", type(e).__name__, repr(str(e)))
-except KeyboardInterrupt as e:
-    print("INTERRUPTED", type(e).__name__, interrupts.exit_code())
-    interrupts.handled()
 """
+        + REPORT
+    )
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=STARTED)
     assert "INTERRUPTED Interrupted 130" in r.stdout, r.stdout + r.stderr
 
@@ -116,7 +123,8 @@ def test_interrupt_swallowed_by_tvm_cpp_stops_at_the_next_callback(tmp_path):
     """FoldConstant's C++ catches any error from the ``tirx.build`` it calls and goes on (the fold is
     skipped). An interrupt raised there is lost to it; the next Python call TVM makes raises it again,
     so the pass after it never runs."""
-    script = """
+    script = (
+        """
 import os, signal, time
 import numpy as np
 from tvmgen.core import interrupts
@@ -155,12 +163,9 @@ def after(mod, ctx):
 try:
     tvm.transform.Sequential([relax.transform.FoldConstant(), after])(Module)
     print("NOT INTERRUPTED")
-except Exception as e:
-    print("CAUGHT AS", type(e).__name__, repr(str(e)))
-except KeyboardInterrupt as e:
-    print("INTERRUPTED", type(e).__name__, interrupts.exit_code())
-    interrupts.handled()
 """
+        + REPORT
+    )
     (tmp_path / "swallowed.py").write_text(script)  # TVMScript reads its functions' source from the file
     r = subprocess.run(
         [sys.executable, str(tmp_path / "swallowed.py")], capture_output=True, text=True, timeout=STARTED
