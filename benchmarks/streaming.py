@@ -5,7 +5,7 @@ A streaming step takes tens of microseconds, so what a call costs besides the ke
 streaming zoo model (benchmarks/zoo.py builds them: ``streaming_kws_int8``, a full-integer TFLite keyword spotter
 with an int8 ring buffer in a resource variable; ``stream_gru``, ONNX with the pairs h0=hn and
 frames_in=frames_out) compiled once for host/cpu (``tvmgen compile``, with ``--state`` for stream_gru; untuned),
-and each thread count N, one child process (TVM_NUM_THREADS = N) times one step of three contenders, each holding
+and each thread count N, one child process (TVM_NUM_THREADS = N) times one step of four contenders, each holding
 the state from step to step and fed a cycle of 20 seeded inputs:
 
   reference    LiteRT (ai_edge_litert Interpreter, num_threads=N), which keeps the TFLite model's variables
@@ -18,12 +18,15 @@ the state from step to step and fed a cycle of 20 seeded inputs:
                with steady_clock inside the harness. The harness is a process of its own that runs steps on
                requests over a pipe from the child, so it takes its turn in the same round robin as the
                others: back to back 50 steps per request (steps are not a pipe round trip apart), paced one
-               step per request after the child's sleep; the round trip is never in its timing
+               step per request after the child's sleep; the round trip is never in its timing. Main runs
+               as direct calls (LoadOptions::direct_calls, the default on the CPU: the kernel calls recorded
+               on the first run, made again)
+  tvmgen C++ VM  the same harness with LoadOptions::direct_calls = false: the Relax VM on every step
   tvmgen Py    tvmgen.runtime.runner.HostModel.run per step (the state held by the runner)
 
 both back to back (benchlib.round_robin: rounds of blocks, the contender going first rotating; medians) and
 paced (benchlib.paced: a sleep of 33 ms before each step, as an app fed one frame per camera or audio buffer;
-the cores idle and the caches cool in between). Before timing, the three run the same 20 steps from the
+the cores idle and the caches cool in between). Before timing, the four run the same 20 steps from the
 initial state and their outputs are compared (the zoo's criterion). Ratios are tvmgen / reference, measured in
 the same child: above 1 tvmgen is slower. Below the table: the C++ step's stages (SetInput, Run, GetOutput) and
 the kernels' share of a run (Model::Profile), which show where a step's time goes.
@@ -79,22 +82,24 @@ CPP_HARNESS = r"""
 
 #include "tvmgen/runtime.h"
 
-// Usage: streaming_bench ARTIFACT THREADS STEPS INPUT.bin... (each input's STEPS values, one after another)
+// Usage: streaming_bench ARTIFACT THREADS direct|vm STEPS INPUT.bin... (each input's STEPS values, one after
+// another); direct|vm: LoadOptions::direct_calls
 int main(int argc, char** argv) {
   using Clock = std::chrono::steady_clock;
   auto ns = [](Clock::time_point a, Clock::time_point b) {
     return static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
   };
   try {
-    tvmgen::ThreadOptions threads;
-    threads.threads = std::stoi(argv[2]);
-    auto model = tvmgen::Model::Load(argv[1], threads);
-    const size_t steps = std::stoul(argv[3]), nin = model->inputs().size(), nout = model->outputs().size();
+    tvmgen::LoadOptions options;
+    options.threads.threads = std::stoi(argv[2]);
+    options.direct_calls = std::string(argv[3]) == "direct";
+    auto model = tvmgen::Model::Load(argv[1], options);
+    const size_t steps = std::stoul(argv[4]), nin = model->inputs().size(), nout = model->outputs().size();
     std::vector<std::vector<char>> in(nin), out(nout);
     for (size_t k = 0; k < nin; ++k) {
-      std::ifstream f(argv[4 + k], std::ios::binary);
+      std::ifstream f(argv[5 + k], std::ios::binary);
       in[k].assign(std::istreambuf_iterator<char>(f), {});
-      if (in[k].size() != steps * model->inputs()[k].nbytes) throw tvmgen::Error(std::string("bad size: ") + argv[4 + k]);
+      if (in[k].size() != steps * model->inputs()[k].nbytes) throw tvmgen::Error(std::string("bad size: ") + argv[5 + k]);
     }
     for (size_t k = 0; k < nout; ++k) out[k].resize(model->outputs()[k].nbytes);
     size_t step = 0;
@@ -113,7 +118,8 @@ int main(int argc, char** argv) {
       t[0] = ns(t0, t3); t[1] = ns(t0, t1); t[2] = ns(t1, t2); t[3] = ns(t2, t3);
     };
     std::cout << "{\"threads\": " << model->threads() << ", \"pool\": \"" << model->thread_pool()
-              << "\", \"states\": " << model->StateCount() << "}" << std::endl;
+              << "\", \"states\": " << model->StateCount()
+              << ", \"direct\": " << (model->executor() == "direct calls" ? "true" : "false") << "}" << std::endl;
     std::string cmd;
     long long t[4];
     while (std::getline(std::cin, cmd)) {
@@ -168,15 +174,15 @@ class Harness(benchlib.Timed):
     their timings in turn, so that its steps are not a pipe round trip apart; the untimed call that starts
     each round-robin block drops what is left (those steps ran in the block before)."""
 
-    def __init__(self, exe: Path, artifact: Path, threads: int, inputs: list[Path]):
-        argv = [str(exe), str(artifact), str(threads), str(STEPS), *map(str, inputs)]
+    def __init__(self, exe: Path, artifact: Path, threads: int, inputs: list[Path], executor: str = "direct"):
+        argv = [str(exe), str(artifact), str(threads), executor, str(STEPS), *map(str, inputs)]
         env = benchlib.thread_env(threads)
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, bufsize=1)
         self.info = json.loads(self._reply())
         self.stages_ns: list[list[int]] = []
         self.batch = 1
         self._ready: list[list[int]] = []
-        super().__init__("cpp", self.untimed)
+        super().__init__("cpp" if executor == "direct" else "cpp_vm", self.untimed)
 
     def _ask(self, request: str) -> str:
         assert self.proc.stdin is not None
@@ -268,11 +274,13 @@ def time_model(name: str, work: Path, threads: int, exe: Path, quick: bool, runs
         return zoo_state_pairs.reference_stepper(model_file, manifest, artifact, run)
 
     harness = Harness(exe, artifact, threads, files)
+    vm_harness = Harness(exe, artifact, threads, files, executor="vm")
     try:
         expected = _sequence(reference(), steps)
         python = _sequence(model.run, steps)
         model.reset_state()
         cpp = harness.sequence(work / f"{name}-{threads}t-cpp-out.bin", manifest.own_outputs)
+        cpp_vm = vm_harness.sequence(work / f"{name}-{threads}t-cpp-vm-out.bin", manifest.own_outputs)
 
         def flat(outputs):
             return [a for step in outputs for a in step]
@@ -280,19 +288,22 @@ def time_model(name: str, work: Path, threads: int, exe: Path, quick: bool, runs
         outputs = {
             "python": speed.check_outputs(name, flat(python), flat(expected)),
             "cpp": speed.check_outputs(name, flat(cpp), flat(expected)),
+            "cpp_vm": speed.check_outputs(name, flat(cpp_vm), flat(expected)),
         }
         ref = reference()
         timed = [
             benchlib.Timed("reference", cycle(ref, steps)),
             harness,
+            vm_harness,
             benchlib.Timed("python", cycle(model.run, steps)),
         ]
         rows = []
         for mode in MODES:
             for t in timed:
                 t.times_ms.clear()
-            harness.stages_ns.clear()
-            harness.batch = 1 if mode == "paced" else BATCH
+            for h in (harness, vm_harness):
+                h.stages_ns.clear()
+                h.batch = 1 if mode == "paced" else BATCH
             if mode == "paced":
                 benchlib.paced(timed, pace_ms / 1e3, runs=max(rounds, runs // 10), rounds=rounds)
             else:
@@ -308,6 +319,8 @@ def time_model(name: str, work: Path, threads: int, exe: Path, quick: bool, runs
                     "reference_us": med["reference"],
                     "cpp_us": med["cpp"],
                     "cpp_ratio": benchlib.ratio(med["cpp"], med["reference"]),
+                    "cpp_vm_us": med["cpp_vm"],
+                    "cpp_vm_ratio": benchlib.ratio(med["cpp_vm"], med["reference"]),
                     "python_us": med["python"],
                     "python_ratio": benchlib.ratio(med["python"], med["reference"]),
                     "steps_timed": {t.key: len(t.times_ms) for t in timed},
@@ -318,6 +331,7 @@ def time_model(name: str, work: Path, threads: int, exe: Path, quick: bool, runs
                     "outputs": outputs,
                     "tvmgen_threads": {"cpp": harness.info["threads"], "python": model.threads},
                     "thread_pool": {"cpp": harness.info["pool"], "python": model.parallel},
+                    "direct_calls": {"cpp": harness.info["direct"], "cpp_vm": vm_harness.info["direct"]},
                 }
             )
         prof = harness.profile(50 if quick else 300)  # the kernels' share of a run
@@ -325,6 +339,7 @@ def time_model(name: str, work: Path, threads: int, exe: Path, quick: bool, runs
             r["cpp_profile"] = {k: prof.get(k) for k in ("whole_run_ms", "kernels_median_ms")}
     finally:
         harness.close()
+        vm_harness.close()
     return rows
 
 
@@ -339,11 +354,12 @@ def _sequence(step, steps: list[dict]) -> list[list]:
 
 
 def format_table(rows: list[dict]) -> str:
-    header = ["model", "threads", "mode", "reference", "ref us", "C++ us", "C++/ref", "Python us", "Py/ref"]
+    header = ["model", "threads", "mode", "reference", "ref us", "C++ us", "C++/ref", "C++ VM us", "VM/ref"]
+    header += ["Python us", "Py/ref"]
     body = []
     for r in rows:
         if "error" in r:
-            body.append([r["model"], str(r["threads"]), "failed", *["-"] * 6])
+            body.append([r["model"], str(r["threads"]), "failed", *["-"] * 8])
             continue
         body.append(
             [
@@ -354,6 +370,8 @@ def format_table(rows: list[dict]) -> str:
                 benchlib.fmt_num(r["reference_us"], large=10, digits=1),
                 benchlib.fmt_num(r["cpp_us"], large=10, digits=1),
                 benchlib.fmt_ratio(r["cpp_ratio"]),
+                benchlib.fmt_num(r["cpp_vm_us"], large=10, digits=1),
+                benchlib.fmt_ratio(r["cpp_vm_ratio"]),
                 benchlib.fmt_num(r["python_us"], large=10, digits=1),
                 benchlib.fmt_ratio(r["python_ratio"]),
             ]
@@ -368,7 +386,7 @@ def notes(rows: list[dict]) -> list[str]:
     checked = sorted({r["model"] for r in rows if "outputs" in r})
     if checked:
         lines.append(
-            f"outputs over {STEPS} steps from the initial state, C++ and Python against the reference: "
+            f"outputs over {STEPS} steps from the initial state, C++ (direct calls and VM) and Python against the reference: "
             + (f"MISMATCH {', '.join(sorted(set(bad)))}" if bad else "ok")
         )
     for r in rows:
@@ -482,7 +500,8 @@ def main() -> int:
     print(
         f"tvmgen per streaming step (host/cpu, untuned; state carried on every side; medians in microseconds; "
         f"back-to-back: {args.rounds} round-robin rounds; paced: a {args.pace_ms:g} ms sleep before each step; "
-        "C++: tvmgen::Model SetInput + Run + GetOutput; Python: HostModel.run; ratio = tvmgen / reference)"
+        "C++: tvmgen::Model SetInput + Run + GetOutput, with direct calls (the default) and with the Relax VM "
+        "(LoadOptions::direct_calls = false); Python: HostModel.run; ratio = tvmgen / reference)"
     )
     print(format_table(rows))
     print("\n".join(notes(rows)))

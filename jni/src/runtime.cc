@@ -33,6 +33,7 @@
 #include <sstream>
 #include <utility>
 
+#include "direct_calls.h"
 #include "library_loading.h"
 #include "manifest.h"
 #include "state.h"
@@ -308,6 +309,11 @@ struct Model::Impl {
   int threads = 0;
   std::string thread_pool = "tvm";
   Timings timings;
+  std::vector<int64_t> vm_devices;  // vm_initialization's arguments: (device type, id, allocator) each
+  // CPU: main's kernel calls recorded on the first run and made again (direct_calls.h), or the VM
+  direct::Calls direct;
+  bool use_direct = false;
+  std::string executor = "relax vm";
   std::vector<ffi::Module> opencl_modules;  // the library's OpenCL and Vulkan kernels (Prepare)
   bool prepared = false;
   PrepareStats prepare_stats;
@@ -342,9 +348,38 @@ struct Model::Impl {
     replay_id = 0;
     if (for_good) captures = kMaxCaptures;
   }
+  // A Relax VM for the model library, initialised for the manifest's devices.
+  ffi::Module NewVM() const {
+    ffi::Module made = lib.value()->GetFunction("vm_load_executable").value()().cast<ffi::Module>();
+    std::vector<ffi::AnyView> init_args(vm_devices.begin(), vm_devices.end());
+    ffi::Any ignored;
+    made->GetFunction("vm_initialization").value().CallPacked(init_args.data(), init_args.size(), &ignored);
+    return made;
+  }
+  // A run as direct calls (direct_calls.h): the first records them on a VM of its own, which then goes.
+  ffi::Any RunDirect(const std::vector<ffi::AnyView>& args) {
+    if (direct.recorded()) return direct.Replay();
+    try {
+      return direct.Record(NewVM(), args.data(), static_cast<int>(args.size()));
+    } catch (direct::Calls::Refused& r) {  // the run itself went through, on the VM
+      use_direct = false;
+      executor = "relax vm: " + r.why;
+      return r.result;
+    }
+  }
+  // A held state tensor was replaced by a new one: what was recorded reads the old one.
+  void Replaced() {
+    DropReplay(false);
+    direct.Forget();
+  }
   // After a run: the state outputs become the state held (state.h).
   void AdvanceState() {
-    if (state.Advance(results, input_tensors)) DropReplay(true);
+    if (!state.Advance(results, input_tensors)) return;
+    DropReplay(true);
+    if (use_direct) {  // the held state is no longer one buffer for good: the recorded calls would read a stale one
+      use_direct = false;
+      executor = "relax vm: a state buffer is also one of the outputs, so it cannot be held for good";
+    }
   }
 
   // scope "global.host": a host-visible OpenCL buffer (libtvmgen_opencl), see LoadOptions.
@@ -521,19 +556,13 @@ std::unique_ptr<Model> Model::LoadArtifact(const std::string& dir, ArtifactData 
   // --- VM on the device, inputs allocated once, weights copied to the device once
   auto t1 = Clock::now();
   try {
-    m.vm = m.lib.value()->GetFunction("vm_load_executable").value()().cast<ffi::Module>();
-    std::vector<ffi::AnyView> init_args;
-    std::vector<int64_t> values;
-    values.reserve(devices.size() * 3);
     for (size_t i = 0; i < devices.size(); ++i) {
       json::Object d = AsObject(devices[i], "vm.devices[]");
-      values.push_back(Int(Field(d, "dl_device_type", "vm.devices[]"), "dl_device_type"));
-      values.push_back(Int(Field(d, "id", "vm.devices[]"), "id"));
-      values.push_back(Int(Field(d, "alloc_type", "vm.devices[]"), "alloc_type"));
+      m.vm_devices.push_back(Int(Field(d, "dl_device_type", "vm.devices[]"), "dl_device_type"));
+      m.vm_devices.push_back(Int(Field(d, "id", "vm.devices[]"), "id"));
+      m.vm_devices.push_back(Int(Field(d, "alloc_type", "vm.devices[]"), "alloc_type"));
     }
-    for (int64_t& v : values) init_args.emplace_back(v);
-    ffi::Any ignored;
-    m.vm.value()->GetFunction("vm_initialization").value().CallPacked(init_args.data(), init_args.size(), &ignored);
+    m.vm = m.NewVM();
     auto entry_it = vm_info.find(ffi::String("entry"));
     if (entry_it != vm_info.end()) m.entry = std::string((*entry_it).second.cast<ffi::String>());
     auto f = m.vm.value()->GetFunction(m.entry);
@@ -541,6 +570,20 @@ std::unique_ptr<Model> Model::LoadArtifact(const std::string& dir, ArtifactData 
     m.main = *f;
   } catch (const ffi::Error& e) {
     throw Error("cannot create the VM for " + m.device + " from " + library_shown + ": " + e.what());
+  }
+  if (!options.direct_calls) {
+    m.executor = "relax vm: direct calls are turned off (LoadOptions::direct_calls)";
+  } else if (m.dev.device_type != kDLCPU) {
+    m.executor = "relax vm: direct calls are made on the CPU only";
+  } else {
+    std::string why;
+    try {
+      why = m.direct.Prepare(m.lib.value(), m.entry);
+    } catch (const std::exception& e) {
+      why = std::string("its bytecode could not be read (") + e.what() + ")";
+    }
+    m.use_direct = why.empty();
+    m.executor = why.empty() ? "direct calls" : "relax vm: " + why;
   }
   CheckThreadOptions(threads);
   if (!linked_in && threads.affinity == 0) {
@@ -572,7 +615,7 @@ std::unique_ptr<Model> Model::LoadArtifact(const std::string& dir, ArtifactData 
   }
   static ffi::Function copy_from_to = Global("runtime.TVMTensorCopyFromTo");
   m.state.Allocate([&m](const TensorInfo& t) { return m.Alloc(t); }, m.copy_from_bytes, copy_from_to,
-                   m.capture_begin.has_value());
+                   m.capture_begin.has_value() || m.use_direct);
   for (const ffi::Tensor& hp : host_params) {
     if (m.dev.device_type == kDLCPU) {
       m.params.push_back(hp);
@@ -595,6 +638,7 @@ const Timings& Model::timings() const { return impl_->timings; }
 bool Model::host_visible_inputs() const { return impl_->host_visible_inputs; }
 int Model::threads() const { return impl_->threads; }
 const std::string& Model::thread_pool() const { return impl_->thread_pool; }
+const std::string& Model::executor() const { return impl_->executor; }
 
 int Model::InputIndex(const std::string& name) const {
   if (impl_->state.IsStateInput(name)) {
@@ -709,8 +753,17 @@ void Model::Run() {
   bool capture = m.timings.runs >= 2 && m.captures < Impl::kMaxCaptures && m.capture_begin.has_value() &&
                  (*m.capture_begin)().cast<bool>();
   ffi::Any ret;
+  const bool direct = m.use_direct;
+  if (direct) {
+    try {
+      ret = m.RunDirect(args);
+    } catch (const std::exception& e) {
+      m.direct.Forget();
+      throw Error(std::string("running the model on ") + m.device + " failed: " + e.what());
+    }
+  }
   try {
-    m.main.CallPacked(args.data(), static_cast<int32_t>(args.size()), &ret);
+    if (!direct) m.main.CallPacked(args.data(), static_cast<int32_t>(args.size()), &ret);
     if (capture) {
       capture = false;
       m.captures++;
@@ -776,7 +829,7 @@ int Model::StateCount() const { return static_cast<int>(impl_->state.infos().siz
 const TensorInfo& Model::StateInfo(int index) const { return impl_->state.Info(index); }
 int Model::StateIndex(const std::string& name) const { return impl_->state.Index(name); }
 void Model::ResetState() {
-  if (impl_->state.Reset(impl_->results)) impl_->DropReplay(false);
+  if (impl_->state.Reset(impl_->results)) impl_->Replaced();
 }
 void Model::GetState(int index, void* data, size_t nbytes) const {
   impl_->state.Get(index, data, nbytes, impl_->copy_to_bytes);
@@ -785,7 +838,7 @@ void Model::GetState(const std::string& name, void* data, size_t nbytes) const {
   GetState(StateIndex(name), data, nbytes);
 }
 void Model::SetState(int index, const void* data, size_t nbytes) {
-  if (impl_->state.Set(index, data, nbytes, impl_->results)) impl_->DropReplay(false);
+  if (impl_->state.Set(index, data, nbytes, impl_->results)) impl_->Replaced();
 }
 void Model::SetState(const std::string& name, const void* data, size_t nbytes) {
   SetState(StateIndex(name), data, nbytes);

@@ -44,6 +44,8 @@ const char* kUsage =
     "  --from-memory             read the artifact's files into memory first and load it from there\n"
     "                            (tvmgen::ArtifactData: the library through an in-memory file, the\n"
     "                            weights from bytes), as an app with downloaded or decrypted models does\n"
+    "  --vm                      run main on the Relax VM on every run, not as the direct kernel calls\n"
+    "                            recorded on the first run (CPU; the timings' \"executor\" says which ran)\n"
     "  --prepare                 build the GPU kernels (or load them from the kernel cache) after loading,\n"
     "                            before the first run (Model::Prepare): the first run compiles nothing\n"
     "  --timings FILE            write the timings JSON to FILE (default: stdout)\n"
@@ -210,7 +212,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> input_flags;
   int warmup = -1, repeat = -1;  // -1: the default, which --sequence changes
   double pace_ms = 0;
-  bool host_visible_inputs = false, from_memory = false, prepare = false;
+  bool host_visible_inputs = false, from_memory = false, prepare = false, vm_only = false;
   tvmgen::ThreadOptions threads;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -248,6 +250,8 @@ int main(int argc, char** argv) {
         from_memory = true;
       } else if (a == "--prepare") {
         prepare = true;
+      } else if (a == "--vm") {
+        vm_only = true;
       } else if (a == "--timings") {
         timings_file = value("--timings");
       } else if (a == "--profile") {
@@ -279,6 +283,7 @@ int main(int argc, char** argv) {
     tvmgen::LoadOptions load_options;
     load_options.threads = threads;
     load_options.host_visible_inputs = host_visible_inputs;
+    load_options.direct_calls = !vm_only;
     tvmgen::ResidentMemory before_load = tvmgen::ReadResidentMemory();
     auto model = from_memory ? LoadFromMemory(dir, load_options) : tvmgen::Model::Load(dir, load_options);
     tvmgen::ResidentMemory after_load = tvmgen::ReadResidentMemory();
@@ -390,6 +395,7 @@ int main(int argc, char** argv) {
     js << "{\"device\": \"" << model->device() << "\", \"arch\": \"" << tvmgen::RuntimeArch() << "\", "
        << "\"host_visible_inputs\": " << (model->host_visible_inputs() ? "true" : "false") << ", "
        << "\"threads\": " << model->threads() << ", \"thread_pool\": \"" << model->thread_pool() << "\", "
+       << "\"executor\": " << tvmgen::JsonString(model->executor()) << ", "
        << "\"load_ms\": " << t.load_ms << ", \"init_ms\": " << t.init_ms << ", \"prepare\": " << prepared
        << ", \"first_run_ms\": " << t.first_run_ms
        << ", \"warmup\": " << warmup << ", \"runs\": " << total.v.size() << ", \"pace_ms\": " << pace_ms
@@ -433,6 +439,10 @@ int main(int argc, char** argv) {
                  "copy-in %.3f ms, run %.3f ms, copy-out %.3f ms\n",
                  (from_memory ? dir + " (read into memory)" : dir).c_str(), model->device().c_str(), tvmgen::RuntimeArch(), model->threads(), t.load_ms, t.init_ms, t.first_run_ms,
                  static_cast<int>(total.v.size()), pace_note, copy_in.Median(), run.Median(), copy_out.Median());
+    // the VM where direct calls were possible costs microseconds a run: say why (LoadOptions::direct_calls)
+    if (model->executor() != "direct calls" && model->device() == "cpu") {
+      std::fprintf(stderr, "tvmgen-run: main ran on the %s\n", model->executor().c_str());
+    }
     if (end.peak_bytes > 0) {
       std::fprintf(stderr, "tvmgen-run: peak resident memory (VmHWM): after load %.1f MB, overall %.1f MB\n",
                    after_load.peak_bytes / 1048576.0, end.peak_bytes / 1048576.0);

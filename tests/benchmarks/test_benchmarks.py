@@ -140,7 +140,8 @@ def test_speed_quiet_and_busy_on_one_zoo_model(tmp_path, compiled):
 
 def test_streaming_per_step_table(tmp_path, compiled):
     """benchmarks/streaming.py --quick on the zoo's ONNX streaming model: one row per mode, the outputs of the C++
-    and Python paths equal to onnxruntime's over a sequence, and the table's ratios positive numbers."""
+    (direct calls and VM) and Python paths equal to onnxruntime's over a sequence, the C++ harness running direct
+    calls where asked and the VM where not, and the table's ratios positive numbers."""
     require_host_cxx()
     out, work = tmp_path / "streaming.json", tmp_path / "work"
     shared_zoo_build("stream_gru", work, compiled)  # streaming.py reuses what --work holds
@@ -154,21 +155,23 @@ def test_streaming_per_step_table(tmp_path, compiled):
         ("stream_gru", 1, "paced"),
     ]
     for r in rows:
-        assert r["reference"] == "onnxruntime" and r["outputs"] == {"python": "ok", "cpp": "ok"}
+        assert r["reference"] == "onnxruntime" and r["outputs"] == {"python": "ok", "cpp": "ok", "cpp_vm": "ok"}
+        assert r["direct_calls"] == {"cpp": True, "cpp_vm": False}
         assert r["tvmgen_threads"] == {"cpp": 1, "python": 1}
-        for path in ("cpp", "python"):
+        for path in ("cpp", "cpp_vm", "python"):
             assert r[f"{path}_ratio"] == pytest.approx(r[f"{path}_us"] / r["reference_us"]) and r[f"{path}_ratio"] > 0
-        assert set(r["steps_timed"]) == {"reference", "cpp", "python"} and min(r["steps_timed"].values()) >= 10
+        assert (
+            set(r["steps_timed"]) == {"reference", "cpp", "cpp_vm", "python"} and min(r["steps_timed"].values()) >= 10
+        )
 
-    # the table on stdout: its header, then one line per row whose two ratios are positive numbers
+    # the table on stdout: its header, then one line per row whose three ratios are positive numbers
     lines = proc.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("model "))
-    header = "model threads mode reference ref us C++ us C++/ref Python us Py/ref"
+    header = "model threads mode reference ref us C++ us C++/ref C++ VM us VM/ref Python us Py/ref"
     assert lines[at].split() == header.split()
     body = [line.split() for line in lines[at + 2 : at + 2 + len(rows)]]
     assert [(c[0], c[2]) for c in body] == [("stream_gru", "back-to-back"), ("stream_gru", "paced")]
     for cells in body:
-        assert len(cells) == 9 and cells[6].endswith("x") and cells[8].endswith("x")
-        assert float(cells[6][:-1]) > 0 and float(cells[8][:-1]) > 0
+        assert len(cells) == 11 and all(cells[i].endswith("x") and float(cells[i][:-1]) > 0 for i in (6, 8, 10))
     assert "outputs over 20 steps" in proc.stdout and "ok" in proc.stdout
     assert "[bench" in proc.stderr and "[bench" not in proc.stdout

@@ -67,9 +67,77 @@ def test_host_runner_matches_python_vm(host_runtime, built, tmp_path, name):
         np.testing.assert_allclose(g, w, atol=1e-5, rtol=0)
     assert timings["device"] == "cpu" and timings["arch"] == "x86_64"
     assert timings["runs"] == 3 and timings["run_ms"]["median"] > 0 and timings["load_ms"] > 0
+    assert timings["executor"] == "direct calls"
     for key in ("init_ms", "first_run_ms", "copy_in_ms", "copy_out_ms"):
         assert key in timings
     assert "median of 3" in err
+
+
+def test_direct_calls_equal_the_vm(host_runtime, built, tmp_path):
+    """On the CPU, main runs as its kernel calls recorded on the first run and made again (direct_calls.h):
+    after 3 runs (1 recorded, 2 replayed) every model's outputs equal those of the Relax VM (--vm) bit for
+    bit, and the timings say which ran."""
+    for name in ("mobilenet", "mobilenet-params", "two_outputs", "matmul"):
+        art = built[(name, "host")]
+        inputs = random_inputs(HostModel(art).manifest.inputs, seed=3)
+        runs = {}
+        for flags in ((), ("--vm",)):
+            work = tmp_path / f"{name}{len(flags)}"
+            work.mkdir()
+            rc, got, timings, err = run_tool(host_runtime, art, work, inputs, extra=["--repeat", "3", *flags])
+            assert rc == 0, err
+            runs[flags] = (got, timings["executor"], err)
+        (direct, executor, err), (vm, vm_executor, vm_err) = runs[()], runs[("--vm",)]
+        assert executor == "direct calls" and "main ran on" not in err, (name, executor)
+        assert vm_executor == "relax vm: direct calls are turned off (LoadOptions::direct_calls)", vm_executor
+        assert "main ran on the relax vm: direct calls are turned off" in vm_err
+        for d, v in zip(direct, vm, strict=True):
+            assert d.dtype == v.dtype and np.array_equal(d, v), name
+
+
+def branching_model(path: Path) -> Path:
+    """y = x + 1 where sum(x) > 0, else x - 1: an ONNX If, which main keeps as a branch."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def branch(op, out):
+        one = helper.make_tensor(f"one_{out}", TensorProto.FLOAT, [1], [1.0])
+        return helper.make_graph(
+            [helper.make_node(op, ["x", f"one_{out}"], [out])],
+            out,
+            [],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 4])],
+            initializer=[one],
+        )
+
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=branch("Add", "t"), else_branch=branch("Sub", "e")),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "branching",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        initializer=[helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_branching_main_runs_on_the_vm_and_says_why(host_runtime, compiled, tmp_path):
+    """A main whose calls depend on the data (an If) is not recorded: it runs on the VM, both branches give the
+    right values run after run, and tvmgen-run says why the VM ran."""
+    art = compiled(branching_model(tmp_path / "branching.onnx"), "host", "cpu")
+    for k, x in enumerate(([[1, 2, 3, -1]], [[-1, -2, 3, -1]])):
+        x = np.array(x, np.float32)
+        (tmp_path / str(k)).mkdir()
+        rc, got, timings, err = run_tool(host_runtime, art, tmp_path / str(k), {"x": x}, extra=["--repeat", "3"])
+        assert rc == 0, err
+        np.testing.assert_array_equal(got[0], x + 1 if x.sum() > 0 else x - 1)
+        assert timings["executor"] == "relax vm: main branches (If): its calls can differ from run to run"
+        assert "main ran on the relax vm: main branches (If)" in err
 
 
 @pytest.mark.parametrize("name", ["mobilenet-params", "two_outputs"])

@@ -88,6 +88,13 @@ struct LoadOptions {
    * clEnqueueWriteBuffer. Ignored on other devices (Model::host_visible_inputs() says false).
    */
   bool host_visible_inputs = false;
+  /*!
+   * \brief CPU only: run main as the fixed list of its kernel calls, recorded on the first run, with its
+   * intermediates allocated once (jni/src/direct_calls.h), instead of the Relax VM on every run. A model
+   * whose main branches or calls a runtime function that must run every time keeps the VM; executor() says
+   * which ran and why. false: always the VM.
+   */
+  bool direct_calls = true;
 };
 
 /*! \brief The process's resident memory (VmRSS, and its peak VmHWM, from /proc/self/status; 0 elsewhere). */
@@ -192,6 +199,11 @@ class Model {
   /*! \brief CPU threads for parallel loops, and whose pool runs them: "tvmgen" or "tvm". */
   int threads() const;
   const std::string& thread_pool() const;
+  /*!
+   * \brief What runs main: "direct calls" (LoadOptions::direct_calls), or "relax vm" followed by the reason
+   * the direct calls are not used ("relax vm: main branches (If/Goto) ...").
+   */
+  const std::string& executor() const;
   /*! \brief Whether the inputs are host-visible buffers (LoadOptions::host_visible_inputs on OpenCL). */
   bool host_visible_inputs() const;
   /*!
