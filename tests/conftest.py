@@ -72,7 +72,7 @@ HEAVY_FIRST = (
     "test_tune.py",  # 321
     "test_schedules.py",  # 321
     "test_parallel.py",  # 269
-    "test_templates.py",  # 256
+    "test_deploy_app_build.py",  # 256 (as test_templates.py, before it was split)
     "test_onnx_ops_nn.py",  # 254
     "test_gpu_bench.py",  # 211
     "test_opencl_zoo.py",  # 202

@@ -15,7 +15,7 @@ import org.tvmgen.Module;
 import org.tvmgen.NDArray;
 
 /**
- * Test harness for tests/runtime/test_java.py: the low-level tvm4j-style API (Module, Function, NDArray).
+ * Test harness for tests/runtime/test_java_ffi.py: the low-level tvm4j-style API (Module, Function, NDArray).
  *
  * <pre>
  * java -cp tvmgen.jar:CLASSES FfiCheck run LIBRARY OUT_DIR FILE:DIMxDIM... ...

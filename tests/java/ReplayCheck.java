@@ -10,7 +10,7 @@ import org.tvmgen.Model;
 import org.tvmgen.TensorInfo;
 
 /**
- * Test harness for tests/runtime/test_vulkan.py's recorded runs: a different input at every run, as a camera app
+ * Test harness for tests/runtime/test_vulkan_java.py's recorded runs: a different input at every run, as a camera app
  * calls a model, so that a run that did not really run (or ran the wrong commands) shows in its outputs.
  *
  * <pre>

@@ -1,0 +1,194 @@
+"""tvmgen's CPU register tiles and L1 chunks: a convolution's tile has as many rows as the target's
+registers hold (whole tiles on awkward widths), large weights run in chunks that fit L1, and
+transposes to NCHW run in blocks. Results as onnxruntime's.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import onnx_model, save_onnx
+from helpers import CPU_TARGETS, assert_close, compile_and_run, prepared_and_scheduled
+from schedule_models import one_conv as _one_conv
+from schedule_models import stationary_3x3_model as _stationary_3x3_model
+
+
+def _scheduled_conv(path, cpu: str) -> str:
+    """The script of the model's one scheduled convolution kernel, for ``CPU_TARGETS[cpu]``."""
+    mod, done, _ = prepared_and_scheduled(path, target_spec=CPU_TARGETS[cpu][0])
+    (conv,) = [f for f in done if "conv2d" in f]
+    return mod[conv].script()
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2"])
+def test_large_weights_tiles_have_as_many_rows_as_registers_hold(cpu, tmp_path):
+    """A weight-stationary convolution (13 x 13 pixels, 1x1 256 -> 512: 512 KB of weights) reads its
+    block of weights once per tile: 13 rows per tile with AVX-512's 32 registers (2 vectors each:
+    26 accumulators), at most 6 with AVX2's 16."""
+    model = _one_conv([1, 256, 13, 13], [1, 512, 13, 13], (512, 256, 1, 1), seed=9, scale=0.05)
+    path = save_onnx(model, tmp_path / "wide.onnx")
+    script = _scheduled_conv(path, cpu)
+    unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
+    assert unrolled and max(unrolled) == (13 if cpu == "avx512" else 5), unrolled
+    lanes = CPU_TARGETS[cpu][1][0]  # channel blocks of two vectors are the tasks
+    assert re.search(rf"\w+_0 in T\.parallel\(T\.int64\({512 // (2 * lanes)}\)\)", script), script
+    if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+# ------------------------------------------------------------------ L1 chunks, wider band tiles
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
+def test_large_weights_reduction_runs_in_chunks_that_fit_l1(cpu, tmp_path):
+    """A weight-stationary convolution whose block of weights is larger than L1 runs its input
+    channels in chunks (a power of two dividing them, window x chunk x tile channels <= 32 KB),
+    each over all the task's pixels, with the accumulators' init before the first chunk. The tile
+    is 2 vectors of channels on every target (4 with 7 rows spilled accumulators out of 32
+    registers). 264 input channels: chunks of a power of two dividing them whose weights fit
+    32 KB: 8 (264 = 33 x 8). Results as onnxruntime's."""
+    path = save_onnx(_stationary_3x3_model(), tmp_path / "late.onnx")
+    spec, (lanes, _), _ = CPU_TARGETS[cpu]
+    mod, done, _ = prepared_and_scheduled(path, target_spec=spec)
+    (conv,) = [f for f in done if "conv2d" in f]
+    script = mod[conv].script()
+    tile = lanes * 2
+    assert re.search(rf"\w+_0 in T\.parallel\(T\.int64\({512 // tile}\)\)", script), script
+    window_bytes = 9 * tile * 4
+    chunk = max(c for c in (1, 2, 4, 8, 16, 32, 64) if c * window_bytes <= 32 * 1024 and 264 % c == 0)
+    assert chunk == 8, chunk  # 264 = 33 x 8 on each target
+    # the chunks outside the rows: for rc_0 in 33 chunks: (n, y: the rows): for xx_0, ry, rx, rc_1 (8)
+    assert re.search(r"for rc_0 in T\.serial\(T\.int64\(33\), annotations=\{\"tvmgen\.weight_chunks\"", script), script
+    assert re.search(r"for \w+, ry, rx, rc_1 in T\.grid\(.*T\.int64\(8\)\)", script.split("for rc_0")[1]), script
+    assert re.search(r"T\.sblock\(\"\w+_init\"\)", script.split("for rc_0")[0])  # accumulators zeroed once
+    if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
+def test_large_1x1_weights_run_in_chunks_that_fit_l1(cpu, tmp_path):
+    """A weight-stationary 1x1 convolution whose task's block of weights is larger than L1 (7 x 7
+    pixels, 1152 -> 320, MnasNet's and EfficientNet-B0's last stage: 1152 x 2 vectors of weights
+    per task, 147 KB with AVX-512) runs its input channels in chunks that fit 32 KB, as a 3x3 one
+    does: a power of two dividing 1152 (128 on each target: 1152 = 9 x 128), each over all the
+    task's 7 rows of 7-pixel tiles, the accumulators zeroed once. Results as onnxruntime's."""
+    model = _one_conv([1, 1152, 7, 7], [1, 320, 7, 7], (320, 1152, 1, 1), seed=15, scale=0.03)
+    path = save_onnx(model, tmp_path / "project.onnx")
+    _, (lanes, registers), _ = CPU_TARGETS[cpu]
+    script = _scheduled_conv(path, cpu)
+    tile = lanes * 2
+    assert re.search(rf"\w+_0 in T\.parallel\(T\.int64\({320 // tile}\)\)", script), script
+    chunk = max(c for c in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if c * tile * 4 <= 32 * 1024 and 1152 % c == 0)
+    assert chunk == 128, chunk
+    assert re.search(r"for rc_0 in T\.serial\(T\.int64\(9\), annotations=\{\"tvmgen\.weight_chunks\"", script), script
+    assert re.search(r"for \w+, ry, rx, rc_1 in T\.grid\(.*T\.int64\(128\)\)", script.split("for rc_0")[1]), script
+    assert re.search(r"T\.sblock\(\"\w+_init\"\)", script.split("for rc_0")[0])  # accumulators zeroed once
+    unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
+    assert max(unrolled) == (7 if registers >= 32 else 4), unrolled  # 7 x 2 vectors; AVX2's 16 registers: 4
+    if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
+def test_band_tiles_have_up_to_14_rows(cpu, tmp_path):
+    """A convolution in bands of rows: tiles of up to 14 rows x 2 vectors with 32 registers (28
+    accumulators: a weight vector feeds 14 multiply-adds, not 8), 6 with AVX2's 16. On an awkward
+    width of 30 (no divisor from 4 to 14 but 5, 6, 10): the largest divisor. Matches onnxruntime."""
+    model = _one_conv([1, 20, 9, 30], [1, 64, 9, 30], (64, 20, 3, 3), seed=12, pads=[1, 1, 1, 1])
+    path = save_onnx(model, tmp_path / "band.onnx")
+    registers = CPU_TARGETS[cpu][1][1]
+    script = _scheduled_conv(path, cpu)
+    unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
+    assert unrolled and max(unrolled) == (10 if registers >= 32 else 6), unrolled
+    assert re.search(r"_fused in T\.parallel", script)  # still bands of rows
+    if cpu == "avx512":
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def _ragged_models() -> dict:
+    """Output widths whose register tile would end part-full: a first convolution (3 -> 64, 3x3
+    stride 2, no padding: 103 -> 51 = 3 x 17 pixels) and a 1x1 convolution on 13 x 13 pixels."""
+    return {
+        "first_conv_51": _one_conv([1, 3, 5, 103], [1, 64, 2, 51], (64, 3, 3, 3), seed=13, relu=True, strides=[2, 2]),
+        "pointwise_13": _one_conv([1, 16, 13, 13], [1, 64, 13, 13], (64, 16, 1, 1), seed=13, relu=True),
+    }
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
+@pytest.mark.parametrize("name", ["first_conv_51", "pointwise_13"])
+def test_ragged_widths_get_whole_register_tiles(cpu, name, tmp_path):
+    """A width with no divisor from 4 to the preferred rows gets a divisor up to what the registers
+    hold (13 rows of 2 vectors with 32 registers), else 3 or 2 rows, before a tile whose last one
+    is partial: that one is guarded by a condition on every row inside the reduction loop
+    (SqueezeNet's first convolution: 52 GFLOP/s in guarded tiles of 14, 129 in tiles of 3). With
+    AVX2's 16 registers (6 rows) a prime 13 still ends part-full. Results as onnxruntime's."""
+    path = save_onnx(_ragged_models()[name], tmp_path / f"{name}.onnx")
+    registers = CPU_TARGETS[cpu][1][1]
+    script = _scheduled_conv(path, cpu)
+    rows = max(int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script))
+    budget = (registers - 4) // 2  # rows of two vectors of channels (64 = 2 x 32, 2 x 16, 2 x 8 values)
+    if name == "first_conv_51":  # 51 = 3 x 17: no divisor from 4 to 14
+        assert rows == 3 and "T.where" not in script, script
+    elif budget >= 13:  # 13 rows fit the registers
+        assert rows == 13 and "T.where" not in script, script
+    else:  # AVX2: 13 is prime and more than 6 rows: the tile that wastes least, guarded
+        assert rows == 5 and "T.where" in script, script
+    if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
+def test_transposes_to_nchw_run_in_blocks(cpu, tmp_path):
+    """An output transpose NHWC -> NCHW (a feature-map output: 64 channels, 6 x 45 pixels) is
+    scheduled in blocks: a loop of one vector's worth of channels around the vectorised pixels, so
+    each input cache line read serves a block of output rows. 45 pixels divide by no power of two:
+    the pixels in vectors of a divisor of 45 (15). Row by row, a task read the whole input once per channel: 4.8 ms for
+    64 x 111 x 111, 0.5 in blocks. Results as onnxruntime's."""
+    from onnx import TensorProto, helper
+
+    model = onnx_model(
+        [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]), helper.make_node("Relu", ["t"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 45, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 6, 45])],
+    )
+    path = save_onnx(model, tmp_path / "to_nchw.onnx")
+    spec, (lanes, _), _ = CPU_TARGETS[cpu]
+    mod, done, _ = prepared_and_scheduled(path, target_spec=spec)
+    (kernel,) = [f for f in done if "transpose" in f]
+    script = mod[kernel].script()
+    # for ..., ax1_1 in T.grid(..., T.int64(lanes)): for ax3_1 in T.vectorized(T.int64(15))
+    block = re.search(rf"T\.int64\({lanes}\)\):\s+for \w+ in T\.vectorized\(T\.int64\((\d+)\)\)", script)
+    assert block and 45 % int(block.group(1)) == 0 and int(block.group(1)) >= 4, script
+    tasks = int(re.search(r"T\.parallel\(T\.int64\((\d+)\)\)", script).group(1))
+    assert tasks >= 64 // lanes * 6, script  # channel blocks x rows at least
+    if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
+def test_odd_vector_counts_tile_three_vectors_of_channels(cpu, tmp_path):
+    """48 output channels are 3 vectors with AVX-512: the tile is rows x 3 vectors, the vectors an
+    unrolled loop of their own around one vectorised vector (a single vector of 48 floats LLVM
+    scalarised), so each input value loaded feeds 3 multiply-adds; AVX2 and NEON tile 2 vectors
+    (6 and 12 of them). Results as onnxruntime's."""
+    model = _one_conv([1, 16, 14, 14], [1, 48, 14, 14], (48, 16, 1, 1), seed=14, relu=True)
+    path = save_onnx(model, tmp_path / "pointwise48.onnx")
+    lanes = CPU_TARGETS[cpu][1][0]
+    script = _scheduled_conv(path, cpu)
+    unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
+    vectorized = {int(n) for n in re.findall(r"in T\.vectorized\(T\.int64\((\d+)\)\)", script)}
+    if (48 // lanes) % 2:  # an odd number of vectors: rows (7 of 14) x 3 vectors of `lanes`
+        assert sorted(set(unrolled)) == [3, 7] and lanes in vectorized, script
+    else:  # two vectors in one vectorised loop, rows only unrolled
+        assert 3 not in unrolled and 2 * lanes in vectorized, script
+    if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
