@@ -1,5 +1,5 @@
-"""ONNX operators expanded by frontends/onnx_ops_nn.py (Attention, LayerNormalization, RotaryEmbedding,
-CumProd, Col2Im), checked on onnx's own backend node test cases: each case's model compiled in-process
+"""ONNX operators expanded by frontends/onnx_ops_nn.py and onnx_ops_attention.py (Attention, LayerNormalization,
+RotaryEmbedding, CumProd, Col2Im), checked on onnx's own backend node test cases: each case's model compiled in-process
 for host/cpu and run by the Python runner, its outputs compared with the ones the case carries as onnx's
 backend runner compares them (same shape and dtype, rtol 1e-3, atol 1e-7; the float16 Attention cases
 too: tvmgen computes float16 attention in float32, as onnxruntime does). The cases' own graph inputs that
@@ -290,7 +290,7 @@ def test_a_users_expansion_wins_over_tvmgens_whichever_is_loaded_first():
         custom_ops.ONNX["Col2Im"] = custom_ops.Entry("Col2Im", lambda node, ctx: [node], source="/home/me/my_ops.py")
         importlib.reload(onnx_ops_nn)  # tvmgen's registrations run again, after the user's file
         assert custom_ops.ONNX["Col2Im"].source == "/home/me/my_ops.py"
-        assert custom_ops.ONNX["Attention"].fn is onnx_ops_nn.attention
+        assert custom_ops.ONNX["LayerNormalization"].fn is onnx_ops_nn.layer_normalization
     finally:
         custom_ops.ONNX.clear()
         custom_ops.ONNX.update(saved)

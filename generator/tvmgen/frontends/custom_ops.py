@@ -15,7 +15,8 @@ Two kinds of entry:
 
 Users add their own in a Python file named by ``TVMGEN_CUSTOM_OPS`` (several separated by
 ``os.pathsep``), loaded before a model is imported; their entries take precedence over
-tvmgen's own. tvmgen's own entries live in ``frontends/onnx_ops.py``, ``frontends/onnx_ops_nn.py`` and ``frontends/mediapipe_ops.py``.
+tvmgen's own. tvmgen's own entries live in ``frontends/onnx_ops_recurrent.py``, ``frontends/onnx_ops_nn.py``,
+``frontends/onnx_ops_attention.py`` and ``frontends/mediapipe_ops.py``.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _source(fn) -> str:
 
 def load() -> None:
     """The user's files from ``TVMGEN_CUSTOM_OPS`` (once each), whose entries replace tvmgen's own.
-    tvmgen's own register as ``frontends.onnx_ops`` / ``frontends.mediapipe_ops`` are imported;
+    tvmgen's own register as ``frontends.onnx_ops_*`` / ``frontends.mediapipe_ops`` are imported;
     ``onnx_ops`` and ``tflite_ops`` import them, then call this before they read the registry."""
     for item in filter(None, os.environ.get("TVMGEN_CUSTOM_OPS", "").split(os.pathsep)):
         path = Path(item).expanduser().resolve()

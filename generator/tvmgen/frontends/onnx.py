@@ -78,13 +78,14 @@ def import_model(model, overrides: list[InputOverride], source: str, fmt: str, c
 
     notes: list[str] = []
     model = onnx_normalize.normalize(model, specs, notes)
+    import tvmgen.frontends.onnx_ops_attention  # registers its expansion
     import tvmgen.frontends.onnx_ops_nn  # noqa: F401  (registers its expansions)
-    from tvmgen.frontends import onnx_ops
+    from tvmgen.frontends import onnx_ops, onnx_ops_recurrent  # onnx_ops_recurrent registers RNN, GRU, LSTM
 
     expanded: set = set()
     model = onnx_ops.expand(model, expanded)  # operators TVM's importer lacks (LSTM, GRU, registered ones)
     custom = sorted(k for k in expanded if "." in k)  # a custom domain: onnxruntime cannot run the original
-    onnx_ops.register_converters()  # the fused LSTM/GRU nodes the expansion writes
+    onnx_ops_recurrent.register_converters()  # the fused LSTM/GRU nodes the expansion writes
     check_operators(model)
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
