@@ -4,44 +4,83 @@ modules reuse), checked against its reference runtime."""
 
 from __future__ import annotations
 
+import json
 import sys
 
+import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, run_native
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "seg_head",
-        "audio_rnn",
-        "vad_if",
-        "vad_scalar",
-        "det_head_tflite",
-        "mobilenet_v3_small",
-        "selfie_seg_fp16",
-        "byte_cnn",
-        "mobilevit_xxs",
-        "text_encoder",
-        "gru_scorer_opset9",
-        "gru_scorer_opset11",
-    ],
-)
-def test_zoo_model_compiles_and_matches_its_reference(name, tmp_path, compiled):
+# The fast subset: each model compiled once per test run for host/cpu (the session's shared builds)
+FAST = [
+    "seg_head",
+    "audio_rnn",
+    "vad_if",
+    "vad_scalar",
+    "det_head_tflite",
+    "mobilenet_v3_small",
+    "selfie_seg_fp16",
+    "byte_cnn",
+    "mobilevit_xxs",
+    "text_encoder",
+    "gru_scorer_opset9",
+    "gru_scorer_opset11",
+]
+
+
+def shared_build(compiled, name: str):
+    """zoo.run_one's ``compile``: the session's build, shared with test_parallel & co."""
     import zoo
     from tvmgen.frontends.base import parse_consts
 
-    def shared_build(path, flags, platform, device):  # the session's build, shared with test_parallel & co
+    def build(path, flags, platform, device):
         consts, inputs = zoo.split_flags(flags)
         return compiled(path, platform, device, name=name, consts=parse_consts(consts) or None, inputs=inputs or None)
 
-    row = zoo.run_one(name, ["host"], tmp_path, runs=1, runtimes={}, compile=shared_build)
+    return build
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_zoo_model_compiles_and_matches_its_reference(name, tmp_path, compiled):
+    import zoo
+
+    row = zoo.run_one(name, ["host"], tmp_path, runs=1, runtimes={}, compile=shared_build(compiled, name))
     cell = row["targets"]["host"]
     assert cell["status"] == "ok", cell
     assert cell["max_error"] <= cell["tolerance"] < 0.01 * max(1.0, cell["tolerance"] * 1e3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FAST)
+def test_zoo_model_runs_as_direct_calls_as_the_vm_does(name, tmp_path, compiled, host_runtime):
+    """The C++ runtime on every model of the fast subset (its host build, the session's): main runs as direct
+    calls (jni/src/direct_calls.h) unless it branches (vad_scalar's If on its sample rate, an input), and the outputs after replayed runs equal
+    the Relax VM's (tvmgen-run --vm) bit for bit."""
+    import zoo
+    from tvmgen.runtime.runner import HostModel
+
+    path, flags = zoo.build(name, tmp_path)
+    art = shared_build(compiled, name)(path, flags, "host", "cpu")
+    feeds = zoo.model_inputs(HostModel(art).inputs, 0, zoo.INPUT_VALUES.get(name, ({},))[0])
+    runs = {}
+    for flags_ in ((), ("--vm",)):
+        timings = tmp_path / f"t{len(flags_)}.json"
+        proc, outs = run_native(
+            host_runtime, art, feeds, tmp_path, "--timings", timings, *flags_, tag=f"o{len(flags_)}", repeat=3
+        )
+        assert outs is not None, proc.stderr
+        runs[flags_] = (outs, json.loads(timings.read_text())["executor"])
+    (direct, executor), (vm, _) = runs[()], runs[("--vm",)]
+    if name == "vad_scalar":
+        assert executor == "relax vm: main branches (If): its calls can differ from run to run"
+    else:
+        assert executor == "direct calls", executor
+    for d, v in zip(direct, vm, strict=True):
+        assert d.dtype == v.dtype and np.array_equal(d, v, equal_nan=True)
 
 
 @pytest.mark.parametrize(
