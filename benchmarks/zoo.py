@@ -66,6 +66,11 @@ WHAT = {
     "gru_scorer_opset11": "opset 11: GRU state from the batch size (Shape, ConstantOfShape), 0-d output",
     "stream_gru": "state held by the runtime (--state h0=hn, frames_in=frames_out), checked over 20 steps",
     "streaming_kws_int8": "TFLite resource variables (int8 ring buffer) as state, quantized STRIDED_SLICE, SPLIT_V",
+    "ctc_recognizer_6k": "CTC head: matmul [1,40,120] x [120,6625] (3 MB of weights), softmax",
+    "ctc_recognizer_8k": "CTC head: matmul [1,64,1024] x [1024,8210] (34 MB of weights), softmax",
+    "ctc_recognizer_18k": "CTC head: matmul [1,40,120] x [120,18385] (9 MB of weights), softmax",
+    "tiny_dense_head": "a few microseconds: the cost of a call",
+    "mel_frontend": "STFT as a Conv1d (hop 160), power, mel matmul, log",
 }
 # Models checked on set values of some inputs (one check per set; the rest seeded random): an If
 # on a scalar must be checked down each branch.

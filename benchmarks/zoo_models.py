@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+import zoo_heads
 import zoo_state_pairs
 import zoo_tflite
 from zoo_nets import NAMES as TORCH_NETS
@@ -31,6 +32,7 @@ OTHERS = (
     "gru_scorer_opset11",
     "stream_gru",
     "streaming_kws_int8",
+    *zoo_heads.NAMES,
 )
 MODELS = (*TORCH_NETS, *KERAS, *OTHERS)
 # `tvmgen compile` flags a model needs: --const binds an input (the reference gets its value), --input fixes
@@ -92,6 +94,8 @@ def build(name: str, work: Path) -> tuple[Path, list[str]]:
         import zoo_streaming
 
         return zoo_streaming.streaming_kws_int8(work / "streaming_kws_int8.tflite"), []
+    if name in zoo_heads.NAMES:
+        return zoo_heads.build(name, work), []
     if name in ("gru_scorer_opset9", "gru_scorer_opset11"):
         return _gru_scorer(work, int(name.rsplit("opset", 1)[1])), build_flags(name)
     raise SystemExit(f"unknown model {name}")

@@ -158,3 +158,38 @@ def test_zoo_architectures_have_their_published_size(name):
     # the outputs depend on the input well above the zoo's tolerance (1e-3 of the largest output),
     # so a check against the reference can fail
     assert (y - z).abs().max() > 1e-2 * y.abs().max()
+
+
+def test_zoo_heads_are_built_as_described(tmp_path):
+    """The zoo's models whose time is one kernel or the call (benchmarks/zoo_heads.py), built without compiling:
+    each CTC recognizer's classifier is the [C, N] matmul its entry names, over T steps; the tiny head maps 64
+    values to 2 probabilities; the mel front end equals a NumPy mel spectrogram (Hann-windowed frames, power,
+    triangular mel filters, log) on the same audio."""
+    import onnx
+    import onnxruntime as ort
+
+    import zoo_heads
+
+    def run(name, x):
+        path = zoo_heads.build(name, tmp_path)
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return onnx.load(str(path)), session.run(None, {session.get_inputs()[0].name: x})[0]
+
+    rng = np.random.default_rng(0)
+    for name, (channels, classes, steps) in zoo_heads.CTC.items():
+        model, y = run(name, rng.standard_normal((1, 3, 32, 4 * steps)).astype(np.float32))
+        weights = {tuple(t.dims) for t in model.graph.initializer}
+        assert (channels, classes) in weights or (classes, channels) in weights, name
+        assert y.shape == (1, steps, classes) and np.allclose(y.sum(-1), 1, atol=1e-4)
+
+    _, y = run("tiny_dense_head", rng.standard_normal((1, 64)).astype(np.float32))
+    assert y.shape == (1, 2) and np.allclose(y.sum(-1), 1, atol=1e-5)
+
+    audio = rng.standard_normal(zoo_heads.SAMPLES).astype(np.float32)
+    _, y = run("mel_frontend", audio.reshape(1, 1, -1))
+    n, hop = zoo_heads.N_FFT, zoo_heads.HOP
+    frames = np.stack([audio[i : i + n] for i in range(0, len(audio) - n + 1, hop)]).astype(np.float64)
+    power = np.abs(np.fft.rfft(frames * np.hanning(n + 1)[:n], axis=1)) ** 2  # the periodic Hann window
+    want = np.log(power @ zoo_heads._mel_filters(n // 2 + 1, zoo_heads.MELS) + 1e-6)
+    assert y.shape == (1, len(frames), zoo_heads.MELS)
+    np.testing.assert_allclose(y[0], want, rtol=1e-3, atol=1e-3)
