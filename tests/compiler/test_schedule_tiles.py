@@ -192,3 +192,46 @@ def test_odd_vector_counts_tile_three_vectors_of_channels(cpu, tmp_path):
     if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
         _, _, actual, expected = compile_and_run(path, tmp_path)
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def _classifier_head(path, classes: int = 53):
+    """A CTC recognizer's head in small: [1, 8, 24] x [24, classes] + a bias, classes not whole vectors."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = numpy_helper.from_array(rng.standard_normal((24, classes)).astype(np.float32), "W")
+    bias = numpy_helper.from_array(rng.standard_normal(classes).astype(np.float32), "b")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
+        "head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, classes])],
+        initializer=[weights, bias],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what onnxruntime reads
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("cpu", sorted(CPU_TARGETS))
+def test_matmul_columns_are_padded_to_whole_vectors(cpu, tmp_path):
+    """A classifier whose class count is no multiple of the vector width (53 here; 6,625 or 18,385 in CTC text
+    recognizers, whose heads ran as scalar code): its constant weights and bias get zero columns up to whole
+    vectors and the kernel slices them off with the add in its epilogue (matmul_layout.pad_matmul_columns), so
+    the product runs in vector tiles; the outputs are onnxruntime's."""
+    spec, (lanes, _), _ = CPU_TARGETS[cpu]
+    path = _classifier_head(tmp_path / "head.onnx")
+    mod, done, left = prepared_and_scheduled(path, target_spec=spec)
+    assert not left, left
+    (head,) = [f for f in done if "matmul" in f]
+    shapes = [tuple(int(d) for d in p.shape) for p in mod[head].params]
+    padded = -(-53 // lanes) * lanes
+    assert "add" in head and "strided_slice" in head, head
+    assert (24, padded) in shapes and (padded,) in shapes and shapes[-1][-1] == 53, shapes
+    assert "T.vectorized" in mod[head].script()
+    if cpu == "avx2":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
