@@ -17,27 +17,13 @@ import numpy as np
 import pytest
 
 from conftest import QEMU_AARCH64, REPO, run_native, save_onnx, single_op_models
-from vulkan_support import MODELS, kernels_of, require_tools, vulkan_artifacts, vulkan_runtime
+from vulkan_support import MODELS, kernels_of, module_fixtures
 
 # whole models compiled for Vulkan and the host runtime built with CMake
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tools():
-    require_tools()
-
-
-@pytest.fixture(scope="module")
-def arts(tools, tmp_path_factory, builtin_onnx, compiled) -> dict:
-    """(model, device) -> artifact dir (conftest's ``compiled``: once per session, shared)."""
-    return vulkan_artifacts(tmp_path_factory, builtin_onnx, compiled)
-
-
-@pytest.fixture(scope="module")
-def runtime(host_runtime):
-    """The host runtime with libtvmgen_vulkan, after checking (in another process) that it finds a device."""
-    return vulkan_runtime(host_runtime)
+tools, arts, runtime = module_fixtures()
 
 
 @pytest.mark.parametrize("model", MODELS)

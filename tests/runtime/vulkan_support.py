@@ -1,6 +1,6 @@
 """What the Vulkan test modules (test_vulkan.py, test_vulkan_runtime.py, test_vulkan_java.py) share: the models
-they compile for Vulkan, the work of their ``tools``, ``arts`` and ``runtime`` fixtures, and readers of a Vulkan
-artifact's kernels and of the command counts libtvmgen_vulkan logs."""
+they compile for Vulkan, their ``tools``, ``arts`` and ``runtime`` fixtures (``module_fixtures``), and readers of a
+Vulkan artifact's kernels and of the command counts libtvmgen_vulkan logs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import json
 import shutil
 import sys
 from pathlib import Path
+
+import pytest
 
 from conftest import unavailable
 from helpers import vulkan_device
@@ -47,3 +49,24 @@ def vk_commands(stderr: str) -> dict:
     """The command counts libtvmgen_vulkan logs (TVMGEN_VULKAN_LOG=1) at the end of a process."""
     line = next(ln for ln in stderr.splitlines() if ln.startswith("tvmgen-vulkan: commands {"))
     return json.loads(line.removeprefix("tvmgen-vulkan: commands "))
+
+
+def module_fixtures():
+    """The module-scoped ``tools``, ``arts`` and ``runtime`` fixtures, made for the module that assigns them
+    (``tools, arts, runtime = module_fixtures()``: pytest finds fixtures among a module's names)."""
+
+    @pytest.fixture(scope="module")
+    def tools():
+        require_tools()
+
+    @pytest.fixture(scope="module")
+    def arts(tools, tmp_path_factory, builtin_onnx, compiled) -> dict:
+        """(model, device) -> artifact dir (conftest's ``compiled``: once per session, shared)."""
+        return vulkan_artifacts(tmp_path_factory, builtin_onnx, compiled)
+
+    @pytest.fixture(scope="module")
+    def runtime(host_runtime):
+        """The host runtime with libtvmgen_vulkan, after checking (in another process) that it finds a device."""
+        return vulkan_runtime(host_runtime)
+
+    return tools, arts, runtime
