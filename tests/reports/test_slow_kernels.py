@@ -82,6 +82,32 @@ def test_small_noisy_memory_bound_and_elementwise_kernels_are_not_flagged():
     assert flagged(p) == {}
 
 
+def test_a_lone_matmul_is_held_to_the_convolutions():
+    # a CTC recognizer's classifier, the model's one matmul, as scalar code beside tiled convolutions
+    p = profile(
+        kernel("fused_conv2d_add_relu", "conv2d", 206.0, 0.1),
+        kernel("fused_conv2d1_add1_relu1", "conv2d", 196.0, 0.06),
+        kernel("fused_matmul_add3", "matmul", 7.2, 8.8, weight_bytes=120 * 6625 * 4),
+        kernel("softmax", "other", 129.0, 0.3),
+    )
+    k = flagged(p)["fused_matmul_add3"]
+    assert (k.reason, k.kind_best_name, k.kind_best_kind) == ("ratio", "fused_conv2d_add_relu", "conv2d")
+    assert "29x below the 206.0 GFLOP/s of fused_conv2d_add_relu (a conv2d: no other matmul here" in k.line()
+    assert json.loads(json.dumps(p.to_json()))["slow_kernels"][0]["kind_best_kind"] == "conv2d"
+    # with another matmul it is held to that one only; a memory-bound matmul is never the yardstick
+    with_peer = profile(
+        kernel("fused_conv2d_add_relu", "conv2d", 206.0, 0.1),
+        kernel("fused_matmul_add3", "matmul", 30.0, 2.0),
+        kernel("fused_matmul1", "matmul", 60.0, 1.0),
+    )
+    assert flagged(with_peer) == {}
+    lone_conv = profile(
+        kernel("fused_conv2d", "conv2d", 10.0, 2.0),
+        kernel("fused_matmul", "matmul", 17.8, 1.6, weight_bytes=int(17.8e9 * 1.6e-3 / 0.5)),
+    )
+    assert flagged(lone_conv) == {}
+
+
 def test_the_floor_flags_a_kernel_with_nothing_to_compare_with():
     p = profile(kernel("fused_conv2d_add", "conv2d", 0.9, 3.0), kernel("fused_add", "elementwise", 1.0, 0.1))
     k = flagged(p)["fused_conv2d_add"]

@@ -4,7 +4,10 @@ A kernel is flagged when it takes a real share of the run and its GFLOP/s is
 
 - below ``1 / RATIO`` of what the fastest kernel of its kind reaches in the same model (a
   convolution at 7.9 GFLOP/s beside convolutions at 150: issue 37's 1-D convolution left out of
-  the NHWC schedules by a layout fallback, or a GELU epilogue computed by a libm call per element),
+  the NHWC schedules by a layout fallback, or a GELU epilogue computed by a libm call per element);
+  a convolution or matmul with no other of its kind is held to the fastest compute-bound kernel of
+  the other of the two (both are register-tiled products: a CTC recognizer's one classifier matmul
+  at 7 GFLOP/s, scalar code, beside its convolutions at 200),
 - or below its kind's floor (``FLOORS``: rates no vectorised kernel of that kind falls to, even on
   a phone's small core at one thread).
 
@@ -28,6 +31,7 @@ MIN_SHARE = 0.02
 # GFLOP/s no scheduled kernel of the kind falls below (a scalar loop of libm calls runs at ~0.3).
 FLOORS = {"conv2d": 2.0, "matmul": 1.0, "depthwise": 0.5, "recurrent": 0.5}
 COMPARED = tuple(FLOORS)
+GEMM_LIKE = ("conv2d", "matmul")  # tiled the same way: each reaches what the other does
 MEMORY_BOUND_FLOPS_PER_BYTE = 2.0
 # Relax operators that TVM lowers to a libm call per element unless tvmgen writes them out
 TRANSCENDENTAL = ("erf", "exp", "tanh", "log", "pow", "power", "sqrt", "rsqrt", "sigmoid", "sin", "cos", "gelu")
@@ -44,13 +48,19 @@ class SlowKernel:
     kind_best_name: str | None
     reason: str  # "ratio" (far below its kind's best) or "floor"
     cause: str
+    kind_best_kind: str | None = None  # the compared kernel's kind, when another (GEMM_LIKE)
 
     def line(self) -> str:
         """One line for the user: the kernel, its rate, what its kind reaches, why and what to do."""
         if self.kind_best is not None:
+            which = (
+                f"same kind, {self.kind}"
+                if self.kind_best_kind in (None, self.kind)
+                else f"a {self.kind_best_kind}: no other {self.kind} here, and convolutions and matmuls are tiled alike"
+            )
             versus = (
                 f"{self.kind_best / self.gflops:.0f}x below the {self.kind_best:.1f} GFLOP/s of "
-                f"{self.kind_best_name} (same kind, {self.kind})"
+                f"{self.kind_best_name} ({which})"
             )
         else:
             versus = f"below the {FLOORS[self.kind]:g} GFLOP/s floor for a {self.kind} kernel"
@@ -66,6 +76,7 @@ class SlowKernel:
             "gflops": self.gflops,
             "kind_best_gflops": self.kind_best,
             "kind_best": self.kind_best_name,
+            "kind_best_kind": self.kind_best_kind or self.kind if self.kind_best_name else None,
             "reason": self.reason,
             "cause": self.cause,
         }
@@ -92,17 +103,30 @@ def find(rows: list[dict], whole_run_ms: float, ratio: float = RATIO, min_ms: fl
     for r, ms, gflops in rated:
         if ms < min_ms or (whole_run_ms and ms < MIN_SHARE * whole_run_ms):
             continue
-        others = [(g, o["name"]) for o, _, g in rated if o is not r and o["kind"] == r["kind"]]
-        best, best_name = max(others) if others else (None, None)
-        memory_bound = r.get("weight_bytes") and r["flops"] < MEMORY_BOUND_FLOPS_PER_BYTE * r["weight_bytes"]
+        others = [(g, o["name"], o["kind"]) for o, _, g in rated if o is not r and o["kind"] == r["kind"]]
+        if not others and r["kind"] in GEMM_LIKE:
+            others = [
+                (g, o["name"], o["kind"])
+                for o, _, g in rated
+                if o["kind"] in GEMM_LIKE and o["kind"] != r["kind"] and not _memory_bound(o)
+            ]
+        best, best_name, best_kind = max(others) if others else (None, None, None)
+        memory_bound = _memory_bound(r)
         if best is not None and gflops * ratio < best and not memory_bound:
             reason = "ratio"
         elif gflops < FLOORS[r["kind"]]:
             reason = "floor"
         else:
             continue
-        out.append(SlowKernel(r["name"], r["kind"], list(r["ops"]), ms, gflops, best, best_name, reason, cause(r)))
+        out.append(
+            SlowKernel(r["name"], r["kind"], list(r["ops"]), ms, gflops, best, best_name, reason, cause(r), best_kind)
+        )
     return sorted(out, key=lambda k: -k.ms)
+
+
+def _memory_bound(row: dict) -> bool:
+    """Fewer FLOPs than MEMORY_BOUND_FLOPS_PER_BYTE per byte of its weights: its speed is the memory's."""
+    return bool(row.get("weight_bytes")) and row["flops"] < MEMORY_BOUND_FLOPS_PER_BYTE * row["weight_bytes"]
 
 
 def cause(row: dict) -> str:
