@@ -215,35 +215,49 @@ def pad_conv_output_channels(mod, lanes: int):
     # add(slice(conv), bias) -> slice(add(conv, bias padded with zeros)): the bias is read in the
     # padded tile like the weights, so the schedule can pack both (a bias read only for the first
     # O channels would get a packed copy of the padded size, which with_packed_weights refuses).
-    wide_conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
-    sliced = is_op("relax.strided_slice")(wide_conv, varg_default_wildcard=True)
+    return move_bias_before_slice(mod, is_op("relax.nn.conv2d")(wildcard(), wildcard()))
+
+
+def move_bias_before_slice(mod, wide):
+    """``add(strided_slice(W, last axis [0, n)), bias)`` -> ``strided_slice(add(W, bias padded with zeros))`` for
+    ``W`` matching the pattern ``wide`` (an operator padded to whole vectors and sliced back by
+    ``pad_conv_output_channels`` or ``matmul_layout.pad_matmul_columns``) and a constant bias per element of that
+    axis: the kernel keeps the add in its epilogue and the slice as its last step."""
+    import numpy as np
+    from tvm import relax
+    from tvm.relax.dpl import rewrite_call
+    from tvm.relax.dpl.pattern import is_const, is_op
+
+    sliced = is_op("relax.strided_slice")(wide, varg_default_wildcard=True)
     bias = is_const()
     add = is_op("relax.add")(sliced, bias)
 
     def pad_bias(expr, matches):
         s, c = matches[sliced], matches[bias]
         shape = [int(d) for d in c.ty.shape.values] if c.ty.shape is not None else []
-        full = [int(d) for d in matches[wide_conv].ty.shape.values]
+        full = [int(d) for d in matches[wide].ty.shape.values]
         out = [int(d) for d in s.ty.shape.values]
         try:  # axes, begin, end (, strides): tuples of integers in the slices made above
             slicing = [[int(v.value) for v in a.fields] for a in s.args[1:]]
         except (AttributeError, TypeError, ValueError):
             return expr
         if (
-            slicing[:2] != [[3], [0]]
+            slicing[:2] != [[len(full) - 1], [0]]
             or any(st != [1] for st in slicing[3:])
-            or len(full) != 4
-            or full[:3] != out[:3]
+            or full[:-1] != out[:-1]
             or str(c.ty.dtype) != str(s.ty.dtype)
             or not shape
-            or len(shape) > 4
-            or shape[-1] != out[3]
+            or len(shape) > len(out)
+            or shape[-1] != out[-1]
             or any(d != 1 for d in shape[:-1])
         ):
-            return expr  # only the channel slice made above, and a per-channel bias
-        values = np.pad(c.value.numpy(), [(0, 0)] * (len(shape) - 1) + [(0, full[3] - out[3])])
+            return expr  # only the slice made by the padding, and a bias per element of the sliced axis
+        values = np.pad(c.value.numpy(), [(0, 0)] * (len(shape) - 1) + [(0, full[-1] - out[-1])])
         return relax.op.strided_slice(
-            relax.op.add(matches[wide_conv], relax.const(values, str(c.ty.dtype))), axes=[3], begin=[0], end=[out[3]]
+            relax.op.add(matches[wide], relax.const(values, str(c.ty.dtype))),
+            axes=[len(full) - 1],
+            begin=[0],
+            end=[out[-1]],
         )
 
     mod["main"] = rewrite_call(add, pad_bias, mod["main"])

@@ -22,6 +22,8 @@ def pad_matmul_columns(mod, lanes: int):
     from tvm.relax.dpl import rewrite_call
     from tvm.relax.dpl.pattern import is_const, is_op, wildcard
 
+    from tvmgen.compiler.cpu.conv_layout import move_bias_before_slice
+
     x, w = wildcard(), is_const()
     product = is_op("relax.matmul")(x, w)
 
@@ -43,39 +45,4 @@ def pad_matmul_columns(mod, lanes: int):
         return relax.op.strided_slice(full, axes=[rank - 1], begin=[0], end=[columns])
 
     mod["main"] = rewrite_call(product, pad, mod["main"])
-
-    wide_product = is_op("relax.matmul")(wildcard(), is_const())
-    sliced = is_op("relax.strided_slice")(wide_product, varg_default_wildcard=True)
-    bias = is_const()
-    add = is_op("relax.add")(sliced, bias)
-
-    def pad_bias(expr, matches):
-        s, c = matches[sliced], matches[bias]
-        full = [int(d) for d in matches[wide_product].ty.shape.values]
-        out = [int(d) for d in s.ty.shape.values]
-        shape = [int(d) for d in c.ty.shape.values] if c.ty.shape is not None else []
-        try:  # axes, begin, end (, strides): tuples of integers in the slices made above
-            slicing = [[int(v.value) for v in a.fields] for a in s.args[1:]]
-        except (AttributeError, TypeError, ValueError):
-            return expr
-        if (
-            slicing[:2] != [[len(full) - 1], [0]]
-            or any(st != [1] for st in slicing[3:])
-            or full[:-1] != out[:-1]
-            or str(c.ty.dtype) != str(s.ty.dtype)
-            or not shape
-            or len(shape) > len(out)
-            or shape[-1] != out[-1]
-            or any(d != 1 for d in shape[:-1])
-        ):
-            return expr  # only the column slice made above, and a bias per column
-        values = np.pad(c.value.numpy(), [(0, 0)] * (len(shape) - 1) + [(0, full[-1] - out[-1])])
-        return relax.op.strided_slice(
-            relax.op.add(matches[wide_product], relax.const(values, str(c.ty.dtype))),
-            axes=[len(full) - 1],
-            begin=[0],
-            end=[out[-1]],
-        )
-
-    mod["main"] = rewrite_call(add, pad_bias, mod["main"])
-    return mod
+    return move_bias_before_slice(mod, is_op("relax.matmul")(wildcard(), is_const()))
