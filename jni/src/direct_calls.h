@@ -122,7 +122,6 @@ class Calls {
   }
 
   bool recorded() const { return recorded_; }
-  size_t kernels() const { return calls_.size(); }
 
   /*! \brief Forget the recorded calls (an argument tensor was replaced): the next run records them again. */
   void Forget() {
