@@ -16,7 +16,7 @@ from tvmgen.compiler.gpu import adreno, opencl_loops
 from tvmgen.compiler.int8 import int8_qdq
 from tvmgen.compiler.targets import export as exporter
 from tvmgen.compiler.targets.platforms import DL_DEVICE_TYPES, BuildTarget, Platform
-from tvmgen.core import artifact, interrupts
+from tvmgen.core import artifact, fold_builds, interrupts
 from tvmgen.core.errors import CompileError, TvmgenError
 from tvmgen.core.log import console, filtered_stderr, step
 from tvmgen.core.model import ImportedModel, output_specs
@@ -93,6 +93,7 @@ def _build_executable(imported: ImportedModel, opts: BuildOptions, report: dict 
     ``report["fallback"]`` says which pipeline built it and why the first failed."""
     from tvm import relax
 
+    fold_builds.install()  # FoldConstant builds each distinct function once (core/fold_builds.py)
     target = opts.target.tvm
     mod = imported.mod
     if target.kind.name != "llvm":

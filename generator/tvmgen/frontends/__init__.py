@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from tvmgen.core import fold_builds
 from tvmgen.core.errors import InputError
 from tvmgen.core.model import ImportedModel
 from tvmgen.frontends.base import InputOverride
@@ -68,6 +69,7 @@ def load(
             "use --input NAME:SHAPE:DTYPE to set shapes for other formats",
         )
     frontend = importlib.import_module(f"tvmgen.frontends.{module}")
+    fold_builds.install()  # the importers fold constants too (core/fold_builds.py)
     if module in ("onnx", "tensorflow"):
         return frontend.load(path, overrides, input_names=input_names, output_names=output_names, consts=consts)
     imported = frontend.load(path, overrides, input_names=input_names, output_names=output_names)
