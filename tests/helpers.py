@@ -147,12 +147,17 @@ def environ_without_tools(*more: str) -> dict:
 
 def cmake_configure(source: Path, build: Path, *definitions: str, aarch64: bool = False) -> Path:
     """Configure ``source`` into ``build`` with Makefiles against the pip-installed TVM (the host's, or the
-    linux-aarch64 one with the cross toolchain and the host JDK's jni.h); a failure shows CMake's output."""
+    linux-aarch64 one with the cross toolchain and the host JDK's jni.h); a failure shows CMake's output.
+
+    Unoptimized, with asserts (``CMAKE_BUILD_TYPE=None``: -O0, no NDEBUG) unless ``definitions`` set a build
+    type: these projects are built to test their CMake, links and behaviour, not their speed, and -O0 halves
+    the CPU a runtime build takes (the runtime the benchmarks and tvmgen-run use is the Release build)."""
     from tvmgen.runtime import runtime_build
 
     args = [
         "-G",
         "Unix Makefiles",
+        *([] if any(d.startswith("-DCMAKE_BUILD_TYPE=") for d in definitions) else ["-DCMAKE_BUILD_TYPE=None"]),
         f"-DTVMGEN_TVM_PREBUILT={runtime_build.tvm_prebuilt('linux-aarch64' if aarch64 else 'host')}",
     ]
     if aarch64:
