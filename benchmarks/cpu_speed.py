@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU speed: tvmgen's compiled models against onnxruntime, LiteRT and numpy/OpenBLAS on the host.
 
-For five models, all made here (nothing is downloaded):
+For six models, all made here (nothing is downloaded):
 
   builtin-mobilenet   tvmgen.frontends.builtin.mobilenet_onnx() (MobileNet v1 style, width 0.5), ONNX, 1x3x224x224
   mobilenetv2-torch   a MobileNetV2 (inverted residuals, width 1.0) written in torch, exported to ONNX
@@ -12,6 +12,11 @@ For five models, all made here (nothing is downloaded):
   ffn-int8            a transformer feed-forward block (16 tokens, 768 -> 3072 -> 768, ReLU), ONNX,
                       quantised to 8 bits by onnxruntime.quantization.quantize_dynamic (the
                       activations quantised at run time, MatMulInteger): the dot-product path
+  head-matmul         a classifier head, 1x4x1024 @ a constant 1024x8192 + bias (--head-shape T,C,N):
+                      33.6 MB of weights streamed from memory every run, as a CTC recognizer's
+                      over its character set. Its rows also give GB/s of weights against one
+                      core's read bandwidth, measured in the same worker (NumPy reductions over
+                      256 MB)
 
 it compiles each for host/cpu with tvmgen's default schedules, optionally with a tuning database
 (--tuning-db) and with TVM's own unscheduled pipeline (--with-unscheduled), then measures the
@@ -61,6 +66,7 @@ MODELS = {
     "keras-cnn-tflite": ("keras", ".tflite", "litert"),
     "gemm": ("gemm", ".onnx", "numpy"),
     "ffn-int8": ("int8", ".onnx", "onnxruntime"),
+    "head-matmul": ("head", ".onnx", "onnxruntime"),
 }
 
 # tvmgen builds: name -> column label. "default" always; the others on request.
@@ -81,6 +87,8 @@ def call_worker(mode: str, env_threads: int, verbose: bool, **spec) -> dict:
 
 
 def label(name: str, args) -> str:
+    if name == "head-matmul":
+        return "head-" + "x".join(map(str, args.head_shape))
     return f"gemm-{args.gemm_size}^3" if name == "gemm" else name
 
 
@@ -99,7 +107,13 @@ def bench_model(name: str, work: Path, args) -> dict:
     progress(f"{name}: making the model ({maker})")
     t0 = time.perf_counter()
     entry["model_info"] = call_worker(
-        "make", 1, args.verbose, maker=maker, model_file=model_file, gemm_size=args.gemm_size
+        "make",
+        1,
+        args.verbose,
+        maker=maker,
+        model_file=model_file,
+        gemm_size=args.gemm_size,
+        head_shape=args.head_shape,
     )
     entry["model_file_bytes"] = model_file.stat().st_size
     progress(f"{name}: {model_file.name} {model_file.stat().st_size / 1e6:.1f} MB in {time.perf_counter() - t0:.1f}s")
@@ -129,6 +143,7 @@ def bench_model(name: str, work: Path, args) -> dict:
         progress(f"{name}: {build} compiled in {comp['compile_s']:.1f}s, {comp['artifact_bytes'] / 1e6:.2f} MB")
 
     flops = entry["model_info"].get("flops")
+    weight_bytes = entry["model_info"].get("weight_bytes")
     for threads in args.threads:
         progress(
             f"{name}: {threads} thread(s): {', '.join(artifacts)} and {ref}, {args.warmup} warm-up, "
@@ -152,6 +167,7 @@ def bench_model(name: str, work: Path, args) -> dict:
             runs=args.runs,
             rounds=args.rounds,
             min_time=args.min_time,
+            weight_bytes=weight_bytes,
         )
         rts = m["runtimes"]
         ref_ms = rts[ref]["median_ms"]
@@ -182,6 +198,9 @@ def bench_model(name: str, work: Path, args) -> dict:
         row["outputs_match"] = all(v["outputs_match"] for v in row["tvmgen"].values())
         if flops:
             row["gflops"] = {k: flops / (r["median_ms"] * 1e6) for k, r in rts.items()}
+        if weight_bytes and m.get("read_bandwidth"):
+            row["read_bandwidth"] = m["read_bandwidth"]
+            row["weights_gbs"] = {k: weight_bytes / (r["median_ms"] * 1e6) for k, r in rts.items()}
         row["stats"] = rts
         entry["rows"].append(row)
         progress(
@@ -257,6 +276,24 @@ def format_table(rows: list[dict], variants: list[str]) -> str:
     return benchlib.table(header, body, right)
 
 
+def bandwidth_lines(rows: list[dict]) -> list[str]:
+    """For the rows that stream their weights: each runtime's GB/s of weights and its share of the read
+    bandwidth measured in the same worker."""
+    lines = []
+    for r in rows:
+        if "weights_gbs" not in r:
+            continue
+        bw = r["read_bandwidth"]
+        shares = ", ".join(
+            f"{VARIANTS.get(k, k)} {g:.1f} GB/s ({g / bw['gbs']:.0%})" for k, g in r["weights_gbs"].items()
+        )
+        lines.append(
+            f"{r['label']}, {r['threads']} thread(s): weights streamed at {shares} of one core's read "
+            f"bandwidth, {bw['gbs']:.1f} GB/s ({bw['how']})"
+        )
+    return lines
+
+
 def format_compile_table(results: list[dict]) -> str:
     body = [
         [m["label"], v, f"{c['compile_s']:.1f}", f"{c['artifact_bytes'] / 1e6:.2f}"]
@@ -315,6 +352,13 @@ def main() -> int:
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     benchlib.models_option(p, MODELS)
     p.add_argument("--gemm-size", type=int, default=1024, help="N of the N x N x N GEMM (default 1024)")
+    p.add_argument(
+        "--head-shape",
+        type=lambda v: tuple(int(x) for x in v.split(",")),
+        default=(4, 1024, 8192),
+        metavar="T,C,N",
+        help="head-matmul's rows, inner size and columns (default 4,1024,8192: 33.6 MB of weights)",
+    )
     p.add_argument("--keep", type=Path, metavar="DIR", help="make models and artifacts in DIR and keep them")
     p.add_argument("-v", "--verbose", action="store_true", help="show the children's own stderr")
     # hidden worker mode: one step in a fresh process (see call_worker)
@@ -384,6 +428,8 @@ def main() -> int:
                     f"{r['label']}, {r['threads']} thread(s): "
                     + ", ".join(f"{k} {g:.1f} GFLOP/s" for k, g in r["gflops"].items())
                 )
+        for line in bandwidth_lines(rows):
+            print(line)
         print(
             f"load average (1 min): {load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end "
             f"on {os.cpu_count()} CPUs"
@@ -411,6 +457,7 @@ def main() -> int:
                     "threads": args.threads,
                     "builds": args.variants,
                     "gemm_size": args.gemm_size,
+                    "head_shape": list(args.head_shape),
                     "tuning_db": {("all" if k is None else str(k)): str(v) for k, v in args.tuning_dbs.items()} or None,
                     "quick": args.quick,
                     "seed": SEED,

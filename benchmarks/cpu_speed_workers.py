@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import benchlib
-from cpu_speed_models import MAKERS, SEED, make_gemm
+from cpu_speed_models import MAKERS, SEED, make_gemm, make_head
 
 ATOL, RTOL = 1e-4, 1e-3  # the defaults of `tvmgen compile --check`
 
@@ -158,6 +158,27 @@ def numpy_runtime(inputs: dict, threads: int) -> Runtime:
     return Runtime("numpy", lambda: [a @ b], f"numpy {np.__version__} ({blas})", actual)
 
 
+READ_BYTES = 256 << 20  # far beyond any CPU's caches
+
+
+def read_bandwidth(repeats: int = 5) -> dict:
+    """One core's read bandwidth: the fastest of ``repeats`` NumPy reductions (sum and max, both vectorised
+    and one-threaded) over 256 MB, in GB/s. The two agree within a few percent where memory is the limit."""
+    import numpy as np
+
+    a = np.ones(READ_BYTES // 4, dtype=np.float32)
+    best = {}
+    for name, f in (("sum", a.sum), ("max", a.max)):
+        f()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            f()
+            times.append(time.perf_counter() - t0)
+        best[name] = a.nbytes / min(times) / 1e9
+    return {"gbs": max(best.values()), "by": best, "bytes": a.nbytes, "how": "NumPy sum and max over 256 MB, one core"}
+
+
 def worker_measure(spec: dict) -> dict:
     from tvmgen.core import artifact
     from tvmgen.core.model import random_inputs
@@ -174,9 +195,13 @@ def worker_measure(spec: dict) -> dict:
         "numpy": lambda: numpy_runtime(inputs, threads),
     }[spec["reference"]]()
     runtimes = [tvm_runtime(v, d, inputs) for v, d in artifacts.items()] + [reference]
+    # a model that streams its weights is held to the memory's speed, measured here before the runs
+    bandwidth = read_bandwidth() if spec.get("weight_bytes") else None
     settled = benchlib.round_robin(runtimes, spec["warmup"], runs, rounds, min_time)
 
     out = {"threads_requested": threads, "rounds": rounds, "settle_s": settled, "runtimes": {}}
+    if bandwidth:
+        out["read_bandwidth"] = bandwidth
     names = [s.name for s in manifest.outputs]
     for r in runtimes:
         entry = {
@@ -215,6 +240,8 @@ def _work(mode: str, spec: dict) -> dict:
         path = Path(spec["model_file"])
         if spec["maker"] == "gemm":
             return make_gemm(path, spec["gemm_size"])
+        if spec["maker"] == "head":
+            return make_head(path, tuple(spec["head_shape"]))
         return MAKERS[spec["maker"]](path)
     if mode == "compile":
         return worker_compile(

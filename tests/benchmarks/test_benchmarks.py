@@ -26,13 +26,24 @@ def test_cpu_speed_quick_gemm(tmp_path):
     require_host_cxx()
     out, empty_db = tmp_path / "speed.json", tmp_path / "empty-db"
     empty_db.mkdir()
-    gemm = ["--models", "gemm", "--threads", "1", "--gemm-size", "128"]
+    gemm = ["--models", "gemm,head-matmul", "--threads", "1", "--gemm-size", "128", "--head-shape", "2,64,512"]
     proc = run_benchmark("cpu_speed.py", "--quick", *gemm, "--tuning-db", empty_db, "--json", out, timeout=300)
 
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "cpu_speed" and doc["failures"] == []
-    assert doc["settings"]["gemm_size"] == 128
-    [row] = doc["rows"]
+    assert doc["settings"]["gemm_size"] == 128 and doc["settings"]["head_shape"] == [2, 64, 512]
+    row, head = doc["rows"]
+
+    # the head's weights in GB/s beside the read bandwidth its worker measured, for every runtime
+    assert "weights_gbs" not in row and doc["models"][1]["model_info"]["weight_bytes"] == 4 * 64 * 512
+    bw = head["read_bandwidth"]
+    assert bw["gbs"] == max(bw["by"].values()) > 0 and set(bw["by"]) == {"sum", "max"}
+    assert set(head["weights_gbs"]) == {"default", "onnxruntime"} and head["outputs_match"]
+    for k, gbs in head["weights_gbs"].items():
+        assert gbs == pytest.approx(4 * 64 * 512 / (head["stats"][k]["median_ms"] * 1e6))
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("head-2x64x512, 1 thread(s): weights streamed"))
+    tvmgen_gbs = head["weights_gbs"]["default"]
+    assert f"tvmgen {tvmgen_gbs:.1f} GB/s ({tvmgen_gbs / bw['gbs']:.0%})" in line and f"{bw['gbs']:.1f} GB/s" in line
     assert (row["model"], row["threads"], row["tvm_threads_actual"]) == ("gemm", 1, 1)
     assert row["reference"] == "numpy" and row["reference_threads_actual"] == 1
     assert set(row["stats"]) == {"default", "numpy"}
