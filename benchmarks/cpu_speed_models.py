@@ -156,7 +156,7 @@ def make_gemm(path: Path, size: int) -> dict:
 
 def make_head(path: Path, shape: tuple[int, int, int]) -> dict:
     """A classifier head, y = x @ W + b with W a constant [C, N]: few rows (T) against many columns, as a CTC
-    recognizer's over its character set. With the default 4 x 1024 x 8192 its 33.6 MB of weights are beyond
+    recognizer's over its character set. With the default 4 x 1024 x 16384 its 67 MB of weights are beyond
     the caches and every run streams them from memory: 2 FLOPs per 4-byte weight per row, so its speed is the
     memory's, reported in GB/s of weights against the machine's measured read bandwidth."""
     import numpy as np

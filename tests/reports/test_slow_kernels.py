@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tvmgen.reports import slow_kernels
+from tvmgen.reports.machine_peaks import Peaks
 from tvmgen.reports.profile import Profile, guard_host_model
 
 RUNS = 10
@@ -144,6 +145,51 @@ def test_a_gpu_profile_timed_from_the_host_is_not_judged():
     assert set(flagged(events)) == {"fused_conv2d1"}
 
 
+PEAKS = Peaks(gflops=100.0, read_gbs=20.0, threads=1, how="recorded")
+
+
+def test_a_model_whose_every_product_is_slow_is_held_to_the_machine():
+    # every convolution left out of the schedules (a layout fallback): within 2x of each other, so the model's
+    # own kernels see nothing; this machine's probe product at 100 GFLOP/s does
+    kernels = (
+        kernel("fused_conv2d_add", "conv2d", 6.0, 2.0),
+        kernel("fused_conv2d1_add1", "conv2d", 4.0, 1.5),
+        kernel("fused_conv2d2_add2", "conv2d", 30.0, 0.5),  # 3.3x below the probe: not flagged
+        kernel("fused_matmul_add3", "matmul", 10.0, 1.0, weight_bytes=40_000),  # compute-bound: 250 FLOP a byte
+    )
+    assert flagged(profile(*kernels)) == {}
+    p = profile(*kernels)
+    p.peaks = PEAKS.to_json()
+    slow = flagged(p)
+    assert set(slow) == {"fused_conv2d_add", "fused_conv2d1_add1", "fused_matmul_add3"}
+    assert {k.reason for k in slow.values()} == {"peak"} and all(k.peak == 100.0 for k in slow.values())
+    line = slow["fused_conv2d1_add1"].line()
+    for text in ("4.0 GFLOP/s", "25x below the 100.0 GFLOP/s this machine's probe product reaches", "NHWC"):
+        assert text in line, (text, line)
+    doc = json.loads(json.dumps(p.to_json()))
+    assert doc["machine_peaks"] == PEAKS.to_json()
+    assert {s["name"]: s["reason"] for s in doc["slow_kernels"]} == dict.fromkeys(slow, "peak")
+    again = Profile.from_json(doc)  # a saved profile is judged the same way
+    assert set(flagged(again)) == set(slow)
+    assert "a product compiled by tvmgen reaches 100.0 GFLOP/s on 1 thread(s); one core reads 20.0 GB/s" in p.table()
+
+
+def test_a_head_streaming_its_weights_is_held_to_the_bandwidth():
+    # a classifier head over one row: 0.5 FLOP a byte of its 64 MB of weights, so no GFLOP/s yardstick fits it;
+    # at 20 ms it reads 3.2 GB/s against the machine's 20 (6x: not flagged), at 30 ms 2.1 GB/s (9x: flagged);
+    # both above the matmul floor (1.6 and 1.1 GFLOP/s)
+    for ms, expected in ((20.0, set()), (30.0, {"fused_matmul_add"})):
+        head = kernel("fused_matmul_add", "matmul", 32e6 / (ms * 1e6), ms, weight_bytes=64_000_000)
+        p = profile(head, kernel("fused_conv2d", "conv2d", 150.0, 0.5))
+        assert flagged(p) == {}  # above the matmul floor, and memory-bound: not compared with the convolution
+        p.peaks = PEAKS.to_json()
+        slow = flagged(p)
+        assert set(slow) == expected, ms
+    k = slow["fused_matmul_add"]
+    assert k.reason == "bandwidth" and k.gbs == pytest.approx(64 / 30) and k.peak == 20.0
+    assert "its weights read at 2.1 GB/s, 9x below this machine's 20.0 GB/s (one core)" in k.line()
+
+
 def test_a_real_profile_runs_through_the_guard(compiled, builtin_onnx, tvmgen_inprocess):
     from tvmgen.core.model import random_inputs
     from tvmgen.runtime.runner import HostModel
@@ -155,7 +201,10 @@ def test_a_real_profile_runs_through_the_guard(compiled, builtin_onnx, tvmgen_in
     assert isinstance(p["slow_kernels"], list)  # whatever this machine's timings flag
     assert all(r["median_ms"] > 0 for r in p["kernels"] if r["kind"] != "vm")
     for s in p["slow_kernels"]:
-        assert s["name"] in {r["name"] for r in p["kernels"]} and s["reason"] in ("ratio", "floor")
+        assert s["name"] in {r["name"] for r in p["kernels"]} and s["reason"] in ("ratio", "floor", "peak", "bandwidth")
+    # this machine's peaks, measured in the same process on the profile's one thread
+    peaks = p["machine_peaks"]
+    assert peaks["threads"] == 1 and peaks["gflops"] > 0 and peaks["read_gbs"] > 0 and "64x512x512" in peaks["how"]
 
     model = HostModel(art, threads=1)
     inputs = random_inputs(model.manifest.inputs, 0)

@@ -66,6 +66,7 @@ class Profile:
     # time, so these two compare more steadily than the medians (0.0 where not recorded)
     whole_run_min_ms: float = 0.0
     kernels_min_ms: float = 0.0
+    peaks: dict | None = None  # this machine's (machine_peaks.Peaks.to_json()), where the profile was taken here
 
     @classmethod
     def from_counts(
@@ -159,7 +160,9 @@ class Profile:
 
         if not _host_timed(self.device) and self.clock not in EVENT_CLOCKS:
             return []
-        return slow_kernels.find(self.rows, self.whole_run_ms)
+        from tvmgen.reports.machine_peaks import Peaks
+
+        return slow_kernels.find(self.rows, self.whole_run_ms, peaks=Peaks.from_json(self.peaks))
 
     @property
     def kernels_ms(self) -> float:
@@ -213,6 +216,7 @@ class Profile:
             "kernels": self.rows,
             "kinds": self.kinds(),
             "slow_kernels": [k.to_json() for k in self.slow_kernels()],
+            **({"machine_peaks": self.peaks} if self.peaks else {}),
             **self.extra,
         }
 
@@ -227,6 +231,7 @@ class Profile:
             kernels_median_ms=d.get("kernels_median_ms", 0.0),
             whole_run_min_ms=d.get("whole_run_min_ms", 0.0),
             kernels_min_ms=d.get("kernels_min_ms", 0.0),
+            peaks=d.get("machine_peaks"),
         )
 
     # ------------------------------------------------------------------ output
@@ -261,6 +266,13 @@ class Profile:
                 f"{k['kind']:<15} {k['kernels']:>7} {k['calls']:>6g} {k['total_ms']:>9.3f} {k['share']:>6.1%} "
                 f"{_gf(k['gflops']):>8}"
             )
+        if self.peaks:
+            pk = self.peaks
+            lines += [
+                "",
+                f"this machine (the slow-kernel guard's yardstick): a product compiled by tvmgen reaches "
+                f"{pk['gflops']:.1f} GFLOP/s on {pk['threads']} thread(s); one core reads {pk['read_gbs']:.1f} GB/s",
+            ]
         slow = self.slow_kernels()
         if slow:
             lines += ["", f"{len(slow)} slow kernel(s) (median of the profiled runs):"]
@@ -449,6 +461,11 @@ def profile_host_model(model, inputs: dict, runs: int, table: dict | None) -> Pr
     )
     if detail:
         profile.extra["opencl_kernels"] = detail["opencl_kernels"]
+    if model.manifest.device == "cpu":  # the guard's second yardstick: this machine's peaks, same threads
+        from tvmgen.reports import machine_peaks
+
+        peaks = machine_peaks.measure()
+        profile.peaks = peaks.to_json() if peaks else None
     return profile
 
 

@@ -19,6 +19,12 @@ arithmetic per byte by far more than 8x between an ``add`` and a polynomial, so 
 nothing about their schedule. For the same reason a kernel that does fewer than
 ``MEMORY_BOUND_FLOPS_PER_BYTE`` FLOPs per byte of its weights (a matrix-vector product: 0.5, its
 speed the memory's) is held only to the floor, not to its kind's best.
+
+Where the profile was taken here, the machine's own peaks (``machine_peaks``, measured in the same process)
+are a second yardstick, so a model whose every product is slow is seen too: a compute-bound convolution or
+matmul below ``1 / PEAK_RATIO`` of what tvmgen's probe product reaches with the same threads (reason
+"peak"), and a memory-bound one streaming its weights below ``1 / PEAK_RATIO`` of one core's read bandwidth
+(reason "bandwidth").
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 RATIO = 8.0
+PEAK_RATIO = 8.0  # below the machine's measured peak (machine_peaks) by more than this: slow
 MIN_MS = 0.05
 MIN_SHARE = 0.02
 # GFLOP/s no scheduled kernel of the kind falls below (a scalar loop of libm calls runs at ~0.3).
@@ -49,9 +56,24 @@ class SlowKernel:
     reason: str  # "ratio" (far below its kind's best) or "floor"
     cause: str
     kind_best_kind: str | None = None  # the compared kernel's kind, when another (GEMM_LIKE)
+    peak: float | None = None  # reason "peak": the machine's GFLOP/s; "bandwidth": its read GB/s
+    gbs: float | None = None  # reason "bandwidth": the kernel's GB/s of weights
 
     def line(self) -> str:
         """One line for the user: the kernel, its rate, what its kind reaches, why and what to do."""
+        rate = f"{self.gflops:.1f} GFLOP/s, {self.ms:.3f} ms per run"
+        if self.reason == "peak" and self.peak:
+            versus = (
+                f"{self.peak / self.gflops:.0f}x below the {self.peak:.1f} GFLOP/s this machine's probe product "
+                "reaches with the same threads"
+            )
+            return f"slow kernel {self.name}: {rate}, {versus}. {self.cause}"
+        if self.reason == "bandwidth" and self.peak and self.gbs:
+            versus = (
+                f"its weights read at {self.gbs:.1f} GB/s, {self.peak / self.gbs:.0f}x below this machine's "
+                f"{self.peak:.1f} GB/s (one core)"
+            )
+            return f"slow kernel {self.name}: {rate}, {versus}. {self.cause}"
         if self.kind_best is not None:
             which = (
                 f"same kind, {self.kind}"
@@ -66,7 +88,7 @@ class SlowKernel:
             versus = f"below the {FLOORS[self.kind]:g} GFLOP/s floor for a {self.kind} kernel"
         if self.reason == "floor" and self.kind_best is not None:
             versus += f"; below the {FLOORS[self.kind]:g} GFLOP/s floor"
-        return f"slow kernel {self.name}: {self.gflops:.1f} GFLOP/s, {self.ms:.3f} ms per run, {versus}. {self.cause}"
+        return f"slow kernel {self.name}: {rate}, {versus}. {self.cause}"
 
     def to_json(self) -> dict:
         return {
@@ -79,6 +101,8 @@ class SlowKernel:
             "kind_best_kind": self.kind_best_kind or self.kind if self.kind_best_name else None,
             "reason": self.reason,
             "cause": self.cause,
+            **({"peak": self.peak} if self.peak else {}),
+            **({"gbs": self.gbs} if self.gbs else {}),
         }
 
 
@@ -90,8 +114,11 @@ def robust_rate(row: dict) -> tuple[float, float | None]:
     return ms, row["flops"] * row["calls"] / (ms / 1e3) / 1e9
 
 
-def find(rows: list[dict], whole_run_ms: float, ratio: float = RATIO, min_ms: float = MIN_MS) -> list[SlowKernel]:
-    """The slow kernels among a profile's rows (``Profile.rows``), slowest first."""
+def find(
+    rows: list[dict], whole_run_ms: float, ratio: float = RATIO, min_ms: float = MIN_MS, peaks=None
+) -> list[SlowKernel]:
+    """The slow kernels among a profile's rows (``Profile.rows``), slowest first; ``peaks``: the machine's
+    (``machine_peaks.Peaks``) where the profile was taken here."""
     rated = []
     for r in rows:
         if r["kind"] not in COMPARED:
@@ -112,14 +139,33 @@ def find(rows: list[dict], whole_run_ms: float, ratio: float = RATIO, min_ms: fl
             ]
         best, best_name, best_kind = max(others) if others else (None, None, None)
         memory_bound = _memory_bound(r)
+        gbs = r["weight_bytes"] / (ms / 1e3) / 1e9 if memory_bound else None
+        peak = None
         if best is not None and gflops * ratio < best and not memory_bound:
             reason = "ratio"
         elif gflops < FLOORS[r["kind"]]:
             reason = "floor"
+        elif peaks and r["kind"] in GEMM_LIKE and not memory_bound and gflops * PEAK_RATIO < peaks.gflops:
+            reason, peak = "peak", peaks.gflops
+        elif peaks and gbs is not None and gbs * PEAK_RATIO < peaks.read_gbs:
+            reason, peak = "bandwidth", peaks.read_gbs
         else:
             continue
         out.append(
-            SlowKernel(r["name"], r["kind"], list(r["ops"]), ms, gflops, best, best_name, reason, cause(r), best_kind)
+            SlowKernel(
+                r["name"],
+                r["kind"],
+                list(r["ops"]),
+                ms,
+                gflops,
+                best,
+                best_name,
+                reason,
+                cause(r),
+                best_kind,
+                peak,
+                gbs,
+            )
         )
     return sorted(out, key=lambda k: -k.ms)
 
