@@ -461,7 +461,7 @@ def profile_host_model(model, inputs: dict, runs: int, table: dict | None) -> Pr
     )
     if detail:
         profile.extra["opencl_kernels"] = detail["opencl_kernels"]
-    if model.manifest.device == "cpu":  # the guard's second yardstick: this machine's peaks, same threads
+    if not DEVICE_TABLE[model.manifest.device].gpu:  # the guard's second yardstick: this machine's peaks
         from tvmgen.reports import machine_peaks
 
         peaks = machine_peaks.measure()

@@ -254,7 +254,9 @@ def schedule_rows(sch, shape: CpuShape) -> None:
             # vector divides (a CTC head's 6625 classes) gets the divisor that fills its vectors best
             # (53: four AVX-512 registers, the last partly used; ``_vector_tile``): its scalar chains
             # of 6625 maxima, then sums, took 3.6x the time of a row of 6640.
-            part = _vector_tile(extent, lanes, [lanes, lanes // 2, lanes // 4])
+            part = pick_divisor(extent, [lanes, lanes // 2, lanes // 4])
+            if part < 4:
+                part = _vector_tile(extent, lanes, [lanes, lanes // 2, lanes // 4])
             if part >= 4 and extent >= 2 * part:
                 _, ki = sch.split(k, [None, part])
                 partials.append(sch.rfactor(ki, len(sch.get_loops(b)) - 2))
