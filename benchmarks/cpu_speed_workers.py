@@ -158,25 +158,18 @@ def numpy_runtime(inputs: dict, threads: int) -> Runtime:
     return Runtime("numpy", lambda: [a @ b], f"numpy {np.__version__} ({blas})", actual)
 
 
-READ_BYTES = 256 << 20  # far beyond any CPU's caches
+def read_bandwidth() -> dict:
+    """One core's read bandwidth as the guard measures it (``tvmgen.reports.machine_peaks``): NumPy's sum and
+    max over 256 MB, the fastest of 5 runs each, in GB/s."""
+    from tvmgen.reports import machine_peaks
 
-
-def read_bandwidth(repeats: int = 5) -> dict:
-    """One core's read bandwidth: the fastest of ``repeats`` NumPy reductions (sum and max, both vectorised
-    and one-threaded) over 256 MB, in GB/s. The two agree within a few percent where memory is the limit."""
-    import numpy as np
-
-    a = np.ones(READ_BYTES // 4, dtype=np.float32)
-    best = {}
-    for name, f in (("sum", a.sum), ("max", a.max)):
-        f()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            f()
-            times.append(time.perf_counter() - t0)
-        best[name] = a.nbytes / min(times) / 1e9
-    return {"gbs": max(best.values()), "by": best, "bytes": a.nbytes, "how": "NumPy sum and max over 256 MB, one core"}
+    by = machine_peaks.read_bandwidths(repeats=5)
+    return {
+        "gbs": max(by.values()),
+        "by": by,
+        "bytes": machine_peaks.READ_BYTES,
+        "how": "NumPy sum and max over 256 MB, one core",
+    }
 
 
 def worker_measure(spec: dict) -> dict:

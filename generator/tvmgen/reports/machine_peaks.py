@@ -69,16 +69,24 @@ def measure() -> Peaks | None:
 
 
 def read_bandwidth(nbytes: int = READ_BYTES, repeats: int = READ_REPEATS) -> float:
-    """One core's read bandwidth in GB/s: the fastest NumPy sum or max over ``nbytes``."""
+    """One core's read bandwidth in GB/s: the faster of ``read_bandwidths``."""
+    return max(read_bandwidths(nbytes, repeats).values())
+
+
+def read_bandwidths(nbytes: int = READ_BYTES, repeats: int = READ_REPEATS) -> dict[str, float]:
+    """GB/s of NumPy's sum and of its max over ``nbytes`` (one core, vectorised), each the fastest of
+    ``repeats`` after one untimed pass."""
     a = np.ones(nbytes // 4, dtype=np.float32)
-    best = float("inf")
-    for f in (a.sum, a.max):
+    best = {}
+    for name, f in (("sum", a.sum), ("max", a.max)):
         f()
+        times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
             f()
-            best = min(best, time.perf_counter() - t0)
-    return a.nbytes / best / 1e9
+            times.append(time.perf_counter() - t0)
+        best[name] = a.nbytes / min(times) / 1e9
+    return best
 
 
 def _probe_gflops() -> tuple[float, int]:
@@ -101,6 +109,7 @@ def _probe_gflops() -> tuple[float, int]:
 
 def _probe_artifact() -> Path:
     """The probe compiled for this machine, once (under a lock: parallel profiles share it)."""
+    import hashlib
     import json
 
     import tvm
@@ -111,8 +120,6 @@ def _probe_artifact() -> Path:
     from tvmgen.runtime.runtime_build import cache_dir
 
     target = BuildTarget(PLATFORMS["host"], "cpu")
-    import hashlib
-
     key = hashlib.sha256(json.dumps([target.spec, __version__, tvm.__version__, PROBE]).encode()).hexdigest()[:16]
     out = cache_dir() / "peaks" / f"probe-{key}"
     if (out / "manifest.json").is_file():

@@ -62,18 +62,20 @@ class SlowKernel:
     def line(self) -> str:
         """One line for the user: the kernel, its rate, what its kind reaches, why and what to do."""
         rate = f"{self.gflops:.1f} GFLOP/s, {self.ms:.3f} ms per run"
+        return f"slow kernel {self.name}: {rate}, {self._versus()}. {self.cause}"
+
+    def _versus(self) -> str:
+        """What the kernel fell short of."""
         if self.reason == "peak" and self.peak:
-            versus = (
+            return (
                 f"{self.peak / self.gflops:.0f}x below the {self.peak:.1f} GFLOP/s this machine's probe product "
                 "reaches with the same threads"
             )
-            return f"slow kernel {self.name}: {rate}, {versus}. {self.cause}"
         if self.reason == "bandwidth" and self.peak and self.gbs:
-            versus = (
+            return (
                 f"its weights read at {self.gbs:.1f} GB/s, {self.peak / self.gbs:.0f}x below this machine's "
                 f"{self.peak:.1f} GB/s (one core)"
             )
-            return f"slow kernel {self.name}: {rate}, {versus}. {self.cause}"
         if self.kind_best is not None:
             which = (
                 f"same kind, {self.kind}"
@@ -88,7 +90,7 @@ class SlowKernel:
             versus = f"below the {FLOORS[self.kind]:g} GFLOP/s floor for a {self.kind} kernel"
         if self.reason == "floor" and self.kind_best is not None:
             versus += f"; below the {FLOORS[self.kind]:g} GFLOP/s floor"
-        return f"slow kernel {self.name}: {rate}, {versus}. {self.cause}"
+        return versus
 
     def to_json(self) -> dict:
         return {

@@ -14,6 +14,7 @@ from tvmgen.compiler.cpu.schedule_rules import (
     COMM_REDUCE,
     DATA_PAR,
     CpuShape,
+    constant_weights,
     dtype_bits,
     fold_epilogue,
     iter_kinds,
@@ -126,7 +127,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         b_o, b_i = sch.split(band, [None, _band_rows(known_extent(sch, band))])
         at = outer.index(band)
         task, serial = [*outer[:at], b_o], [b_i, *outer[at + 1 :], v_o]
-    elif _constant_weights(sch) and any((loop_extent(sch, lp) or 1) > 1 for lp in outer):
+    elif constant_weights(sch) and any((loop_extent(sch, lp) or 1) > 1 for lp in outer):
         # A product with constant weights over several tiles of rows (a CTC head: 40-64 rows): the
         # tasks go down the columns first, so a block of weights (K x a tile's columns) is read from
         # memory once and from L1/L2 for the other tiles of rows on the same thread (a parallel loop
@@ -300,12 +301,6 @@ def _pad_at(sch, padding, loop, shape: CpuShape, lanes: int) -> None:
             vectorize_innermost(sch, p, lanes)
         else:
             schedule_injective(sch, [p], shape)
-
-
-def _constant_weights(sch) -> bool:
-    """Whether the function's weights are constants (``layout_free_buffers``: packed at compile time)."""
-    attrs = sch.mod["main"].attrs
-    return bool(attrs and attrs.get("layout_free_buffers"))
 
 
 def _band_rows(extent: int) -> int:

@@ -304,6 +304,13 @@ def _transposed_axis(sch, block, loops) -> int | None:
     return None
 
 
+def constant_weights(sch) -> bool:
+    """Whether the scheduled function reads constant weights (``layout_free_buffers``, marked by
+    ``schedules.packed_weights_passes``): they are packed at compile time in the order its loops read them."""
+    attrs = sch.mod["main"].attrs
+    return bool(attrs and attrs.get("layout_free_buffers"))
+
+
 def dtype_bits(sch, block) -> int:
     return int(sch.get(block).writes[0].source.dtype.bits)
 

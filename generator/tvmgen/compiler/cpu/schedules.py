@@ -297,8 +297,7 @@ def with_packed_weights(sch):
     or the rewrite does not fit."""
     from tvmgen.compiler import int8
 
-    func = sch.mod["main"]
-    if not (func.attrs and func.attrs.get("layout_free_buffers")) or int8.dot_block(sch) is not None:
+    if not rules.constant_weights(sch) or int8.dot_block(sch) is not None:
         return sch  # nothing to pack, or packed for the dot-product instruction already
     from tvm.s_tir.meta_schedule.postproc import RewriteLayout
 
