@@ -91,12 +91,12 @@ class Runtime(benchlib.Timed):
 def tvm_runtime(variant: str, artifact_dir: Path, inputs: dict) -> Runtime:
     import tvm
 
-    from tvmgen.runtime.runner import HostModel
+    from tvmgen.runtime.runner import HostModel, tvm_pool_size
 
     model = HostModel(artifact_dir)
     # The first call starts TVM's thread pool, which reads TVM_NUM_THREADS then.
     model.run(inputs)
-    pool = int(tvm.get_global_func("runtime.NumThreads")())
+    pool = tvm_pool_size()  # without pinning this process to one CPU
     return Runtime(variant, lambda: model.run(inputs), f"TVM {tvm.__version__} Relax VM", pool)
 
 

@@ -183,7 +183,7 @@ def worker_python(artifact: Path, inputs_npz: Path, warmup: int, calls: int, sav
     import numpy as np
     import tvm
 
-    from tvmgen.runtime.runner import HostModel
+    from tvmgen.runtime.runner import HostModel, tvm_pool_size
 
     loaded = np.load(inputs_npz)
     inputs = {k: loaded[k] for k in loaded.files}
@@ -211,7 +211,7 @@ def worker_python(artifact: Path, inputs_npz: Path, warmup: int, calls: int, sav
         if r >= warmup:
             times[r - warmup] = (t1 - t0, t2 - t1, t3 - t2, t3 - t0)
     vm_stats = stage_stats(times)
-    pool = int(tvm.get_global_func("runtime.NumThreads")())
+    pool = tvm_pool_size()  # without pinning this process to one CPU
     np.savez(save, *result)
 
     def whole_calls(call) -> dict:

@@ -160,6 +160,22 @@ def _timed_phase(item, phase: str):
         f.write(json.dumps(row) + "\n")
 
 
+@pytest.fixture(autouse=True)
+def _worker_keeps_its_cpus():
+    """A test must leave its worker on every CPU it had: a worker pinned to one CPU (as TVM's thread pool
+    pins the thread that creates it, see runner.tvm_pool_size) runs the rest of its modules, and every
+    process it starts, on that CPU while the others idle. Put back, and the test fails."""
+    if not hasattr(os, "sched_getaffinity"):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    yield
+    after = os.sched_getaffinity(0)
+    if after != before:
+        os.sched_setaffinity(0, before)
+        pytest.fail(f"the test left its process pinned to CPUs {sorted(after)} of {sorted(before)}")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
     yield from _timed_phase(item, "setup")

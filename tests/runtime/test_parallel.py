@@ -307,16 +307,17 @@ def mobilenet(builtin_onnx, compiled):
 def _run_in_child(artifact: Path, threads: int, extra: str = "") -> dict:
     """HostModel in a process of its own (TVM's pool reads its size once per process)."""
     code = f"""
-import json, sys
+import json, os, sys
 import numpy as np
 from tvmgen.runtime.runner import HostModel
 from tvmgen.core.model import random_inputs
+cpus = os.sched_getaffinity(0)
 m = HostModel(sys.argv[1], threads={threads})
 {extra}
 x = random_inputs(m.manifest.inputs, seed=3)
 out = m.run(x)[0]
 np.save(sys.argv[2], out)
-print(json.dumps({{"pool": m.parallel, "threads": m.threads}}))
+print(json.dumps({{"pool": m.parallel, "threads": m.threads, "cpus_kept": os.sched_getaffinity(0) == cpus}}))
 """
     npy = artifact.parent / f"out-{threads}-{abs(hash(extra))}.npy"
     proc = subprocess.run(
@@ -361,7 +362,9 @@ def test_library_without_the_launcher_uses_tvms_pool(compiled, tmp_path, monkeyp
     nm = subprocess.run(["nm", "-D", str(old / "model.so")], capture_output=True, text=True).stdout
     assert "tvmgen_parallel_install" not in nm and "__TVMBackendParallelLaunch" in nm
     r = _run_in_child(old, 2)
-    assert r["pool"] == "tvm"
+    # TVM's pool binds the thread that creates it to a subset of the CPUs (one, with one worker): the
+    # caller gets its CPUs back, or everything it starts later would share them
+    assert r["pool"] == "tvm" and r["cpus_kept"]
     fresh = _run_in_child(new, 2)
     assert fresh["pool"] == "tvmgen"
     np.testing.assert_array_equal(r["out"], fresh["out"])

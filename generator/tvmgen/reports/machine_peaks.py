@@ -90,8 +90,6 @@ def read_bandwidths(nbytes: int = READ_BYTES, repeats: int = READ_REPEATS) -> di
 
 
 def _probe_gflops() -> tuple[float, int]:
-    import tvm
-
     from tvmgen.runtime.runner import HostModel
 
     model = HostModel(_probe_artifact())
@@ -103,8 +101,7 @@ def _probe_gflops() -> tuple[float, int]:
         model.run({"x": x})
         times.append(time.perf_counter() - t0)
     rows, inner, cols = PROBE
-    threads = int(tvm.get_global_func("runtime.NumThreads")())
-    return 2 * rows * inner * cols / float(np.median(times)) / 1e9, threads
+    return 2 * rows * inner * cols / float(np.median(times)) / 1e9, model.threads
 
 
 def _probe_artifact() -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +51,6 @@ def install_parallel_pool(library: Path, threads: int = 0) -> tuple[str, int]:
     the library: TVM's loader sets the pointer this overwrites.
     """
     import ctypes
-    import os
 
     try:
         if os.environ.get("TVMGEN_THREAD_POOL", "tvmgen") == "tvm":
@@ -59,11 +59,25 @@ def install_parallel_pool(library: Path, threads: int = 0) -> tuple[str, int]:
         install = lib.tvmgen_parallel_install
         slot = ctypes.c_void_p.in_dll(lib, "__TVMBackendParallelLaunch")
     except (OSError, AttributeError, ValueError):
-        import tvm
-
-        return "tvm", int(tvm.get_global_func("runtime.NumThreads")())
+        return "tvm", tvm_pool_size()
     install.restype, install.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]
     return "tvmgen", int(install(ctypes.addressof(slot), int(threads)))
+
+
+def tvm_pool_size() -> int:
+    """The size of TVM's own thread pool, keeping the calling thread's CPUs.
+
+    Asking creates the pool for this thread, and TVM binds the thread that creates it: with one worker
+    (TVM counts half an x86 machine's logical CPUs as its cores, so one on two vCPUs) the caller is pinned
+    to CPU 0, and every thread and process it starts afterwards inherits that one CPU. The caller's CPUs
+    are given back; the pool's threads keep theirs."""
+    import tvm
+
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    size = int(tvm.get_global_func("runtime.NumThreads")())
+    if before is not None and os.sched_getaffinity(0) != before:
+        os.sched_setaffinity(0, before)
+    return size
 
 
 class HostModel:
