@@ -24,6 +24,7 @@ def gemm(tmp_path_factory):
 def tuned(tmp_path_factory, gemm):
     """A database with the GEMM tuned here, 2 trials (one task)."""
     work = tmp_path_factory.mktemp("tuned")
+    (work / "tmp").mkdir()
     r = run_tvmgen(
         "tune",
         gemm,
@@ -31,10 +32,13 @@ def tuned(tmp_path_factory, gemm):
         "2",
         "--db",
         work / "db",
-        env={"TVMGEN_LOG_DIR": str(work / "logs"), "COLUMNS": "200"},
+        env={"TVMGEN_LOG_DIR": str(work / "logs"), "COLUMNS": "200", "TMPDIR": str(work / "tmp")},
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
+    # the candidates' libraries and the scratch folder are gone (.ses: onnxruntime's session id, its own)
+    left = sorted(p.name for p in (work / "tmp").iterdir() if p.name != ".ses")
+    assert not left, left
     return work / "db", r
 
 

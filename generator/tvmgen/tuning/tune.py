@@ -182,9 +182,17 @@ def _candidate_threads(num_cores: int | None):
 
 
 def _tune_contexts(ms, contexts, summary, database, target, trials, device, num_cores, compiler, on_progress):
+    """Tune every task; the candidates' libraries are built into a scratch folder removed afterwards."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tvmgen-tune-") as scratch:
+        build = builder(compiler, Path(scratch))
+        return _tune_with(ms, contexts, summary, database, target, trials, device, build, on_progress)
+
+
+def _tune_with(ms, contexts, summary, database, target, trials, device, build, on_progress):
     from tvmgen.compiler.cpu import schedules
 
-    build = builder(compiler)
     runner = candidate_runner(ms, device)
     cost_model = _cost_model(ms, summary.directory / "cost_model.tar", _search_threads())
     progress = _ProgressCallback(summary, on_progress, device)

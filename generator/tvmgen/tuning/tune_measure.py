@@ -12,8 +12,9 @@ from pathlib import Path
 from tvmgen.core.errors import InputError
 
 
-def builder(compiler: Path):
-    """Builds candidates in this process, linked with the platform's compiler.
+def builder(compiler: Path, scratch: Path):
+    """Builds candidates in this process, linked with the platform's compiler, each into a folder of its
+    own under ``scratch`` (the caller removes it).
 
     MetaSchedule's LocalBuilder starts a fresh pool of Python workers for every batch; each one
     imports TVM again (10+ s on a busy 2-core machine) to build a function in 0.2 s.
@@ -37,7 +38,7 @@ def builder(compiler: Path):
             for item in build_inputs:
                 try:
                     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(item.mod)
-                    path = os.path.join(tempfile.mkdtemp(prefix="tvmgen-tune-"), "candidate.so")
+                    path = os.path.join(tempfile.mkdtemp(prefix="candidate-", dir=scratch), "candidate.so")
                     pipeline = stack_tiles.tir_pipeline(item.target)  # as `compile` builds
                     tvm.compile(mod, target=item.target, tir_pipeline=pipeline).export_library(path, fcompile=fcompile)
                     results.append(BuilderResult(path, None))
