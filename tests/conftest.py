@@ -36,7 +36,6 @@ __all__ = [
     "TESTS",
     "TVMGEN",
     "dynamic_pad_model",
-    "on_every_cpu",
     "onnx_model",
     "opencl_info",
     "require_tool",
@@ -55,31 +54,9 @@ TESTS = REPO / "tests"  # the recorded outputs (recorded/) and the Java checks (
 
 def pytest_xdist_auto_num_workers(config) -> int:
     """``-n auto``: two workers a core. Half of a worker's time goes to waiting (on RPC servers, qemu,
-    subprocesses, another worker's compile of a shared artifact)."""
+    subprocesses, another worker's compile of a shared artifact): with one worker a core, a 2-core run
+    kept one core busy on average (24 min wall for 25 min of CPU)."""
     return 2 * len(os.sched_getaffinity(0))
-
-
-# The CPUs the run was given, before each worker is placed on one of them (_place_worker).
-EVERY_CPU = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
-
-
-def _place_worker() -> None:
-    """Each xdist worker runs on one CPU (gw0 and gw2 on the first, gw1 and gw3 on the second, ...), and so
-    does everything it starts. Thread pools size themselves to the CPUs they may use: on every CPU, each of
-    the four workers' models, onnxruntime sessions and TensorFlow graphs ran two threads that spin while
-    they wait, against each other on two cores (the suite's CPU time grew by 17%). Tests of more than one
-    thread ask for their threads, and run them on every CPU (``on_every_cpu``)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if len(EVERY_CPU) > 1 and worker.startswith("gw") and worker[2:].isdigit():
-        cpus = sorted(EVERY_CPU)
-        os.sched_setaffinity(0, {cpus[int(worker[2:]) % len(cpus)]})
-
-
-def on_every_cpu() -> None:
-    """``subprocess``'s ``preexec_fn`` for a child that must run on every CPU of the run (a test of two or
-    more threads), not only on its worker's."""
-    if EVERY_CPU:
-        os.sched_setaffinity(0, EVERY_CPU)
 
 
 TVMGEN = [sys.executable, "-m", "tvmgen"]
@@ -121,7 +98,6 @@ def pytest_configure(config):
     """Every build of the run is logged ($TVMGEN_COMPILE_LOG, compiler/build.py; the workers and the CLI
     subprocesses inherit it), so the summary can name the builds that repeat: a model compiled twice is
     suite time spent twice."""
-    _place_worker()
     if os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("TVMGEN_COMPILE_LOG"):
         return
     import tempfile

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, on_every_cpu, require_tool, run_native, save_onnx, single_op_models
+from conftest import REPO, require_tool, run_native, save_onnx, single_op_models
 from tvmgen.compiler.targets.export import POOL_FLAGS, parallel_pool_source
 
 ENV = ctypes.c_void_p  # TVMParallelGroupEnv*: {void* sync_handle; int32_t num_task}
@@ -321,11 +321,7 @@ print(json.dumps({{"pool": m.parallel, "threads": m.threads, "cpus_kept": os.sch
 """
     npy = artifact.parent / f"out-{threads}-{abs(hash(extra))}.npy"
     proc = subprocess.run(
-        [sys.executable, "-c", code, str(artifact), str(npy)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        preexec_fn=on_every_cpu,  # the threads on CPUs of their own, where races show
+        [sys.executable, "-c", code, str(artifact), str(npy)], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "out": np.load(npy)}
@@ -468,7 +464,6 @@ def test_zoo_models_on_two_threads_match_the_reference(zoo_artifacts, name, pool
         text=True,
         env=env,
         timeout=600,
-        preexec_fn=on_every_cpu,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
