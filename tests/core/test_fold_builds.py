@@ -10,7 +10,7 @@ def _module(weight: np.ndarray, scale: np.ndarray):
     from tvm import relax
 
     bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((8, 4), "float32"))
+    x = relax.Var("x", relax.TensorType(weight.shape[::-1], "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
             t = bb.emit(relax.op.permute_dims(relax.const(weight)))
@@ -57,3 +57,17 @@ def test_a_second_fold_of_the_same_functions_builds_nothing_and_gives_the_same_b
     assert after_first["built"] + after_first["reused"] - before["built"] - before["reused"] == 2
     assert after_second["built"] == after_first["built"], (after_first, after_second)
     assert after_second["reused"] - after_first["reused"] == 2
+
+
+def test_folded_functions_are_built_without_llvm_optimisations(monkeypatch):
+    """A folded function runs once: it is built at LLVM's opt-level 0, and gives the same values."""
+    from tvmgen.core import fold_builds
+
+    fold_builds.install()
+    targets = []
+    tvm_build = fold_builds._installed[0]
+    monkeypatch.setattr(fold_builds, "_installed", [lambda f, t, *rest: targets.append(t) or tvm_build(f, t, *rest)])
+    rng = np.random.default_rng(1)
+    w, s = rng.standard_normal((5, 7)).astype("float32"), rng.standard_normal((7, 5)).astype("float32")
+    np.testing.assert_array_equal(_folded(_module(w, s)), w.T * s)  # shapes no other test folds: built here
+    assert len(targets) == 2 and all(t.kind.name == "llvm" and int(t.attrs["opt-level"]) == 0 for t in targets)
