@@ -154,7 +154,7 @@ def tune(
         summary.tasks.append(state)
         contexts.append(ctx)
     with _candidate_threads(None if device.remote else num_cores):
-        return _tune_contexts(ms, contexts, summary, database, target, trials, device, num_cores, compiler, on_progress)
+        return _tune_contexts(ms, contexts, summary, database, target, trials, device, compiler, on_progress)
 
 
 def _search_threads() -> int:
@@ -181,7 +181,7 @@ def _candidate_threads(num_cores: int | None):
             os.environ["TVM_NUM_THREADS"] = before
 
 
-def _tune_contexts(ms, contexts, summary, database, target, trials, device, num_cores, compiler, on_progress):
+def _tune_contexts(ms, contexts, summary, database, target, trials, device, compiler, on_progress):
     """Tune every task; the candidates' libraries are built into a scratch folder removed afterwards."""
     import tempfile
 
