@@ -16,11 +16,12 @@ Part 1, per-call overhead on the same host artifact (host/cpu, TVM_NUM_THREADS=1
                           main, .numpy() out, timed with time.perf_counter_ns around each stage
   Python HostModel.run    tvmgen.runtime.runner.HostModel.run(inputs) (adds input checks), timed as a whole
   references              onnxruntime's InferenceSession.run on the ONNX source and LiteRT's set_tensor,
-                          invoke, get_tensor on the same model as TFLite (add-relu only), timed as a whole
+                          invoke, get_tensor on the same model as TFLite (the small models), timed as a whole
 
-for two models made here: add-relu-1x16 (ONNX Add + Relu on a 1x16 float32 tensor, made with
-onnx.helper: the call overhead is nearly all there is) and builtin-mobilenet
-(tvmgen.frontends.builtin.materialize("builtin:mobilenet"), for context). Each path runs in a fresh process
+for three models: add-relu-1x16 (ONNX Add + Relu on a 1x16 float32 tensor, made with onnx.helper: the call
+overhead is nearly all there is), dense-head (Gemm 64 -> 256 -> 256 -> 4 with ReLU and Softmax: a model of a
+few microseconds) and builtin-mobilenet (tvmgen.frontends.builtin.materialize("builtin:mobilenet"), for
+context); the small ones also as TFLite, for LiteRT ("vs LiteRT": a path's total over LiteRT's). Each path runs in a fresh process
 for each of --rounds rounds; a row shows the median over rounds of each round's per-call median.
 
 Part 2, stripped size of what an app ships: the runtime built with tvmgen.runtime.runtime_build.build()
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import platform
 import subprocess
@@ -62,8 +64,9 @@ from runtime_overhead_harness import (
 
 SEED = 0
 
-MODELS = ("add-relu-1x16", "builtin-mobilenet")
-SHORT = {"add-relu-1x16": "add-relu-1x16", "builtin-mobilenet": "mobilenet"}
+SMALL = ("add-relu-1x16", "dense-head")  # made here, as ONNX and as TFLite
+MODELS = (*SMALL, "builtin-mobilenet")
+SHORT = {"add-relu-1x16": "add-relu-1x16", "dense-head": "dense-head", "builtin-mobilenet": "mobilenet"}
 
 # path key -> label in the table
 PATHS = {
@@ -93,37 +96,64 @@ ARCH_LABEL = {
 # =========================================================================== worker modes (child processes)
 
 
-def make_add_relu(path: Path) -> dict:
+def make_small(name: str, path: Path) -> dict:
+    """``name``'s ONNX model at ``path`` (onnx.helper, seeded weights) and the same as TFLite beside it, for LiteRT.
+
+    add-relu-1x16: y = Relu(x + bias), x 1x16 (the call is all there is). dense-head: a keyword-spotting style
+    head, x 1x64 -> Gemm 256, Relu -> Gemm 256, Relu -> Gemm 4 -> Softmax (about 82k multiply-adds: a model of
+    a few microseconds, where a call's fixed cost is still a large part).
+    """
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(SEED)
-    bias = numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "bias")
-    nodes = [
-        helper.make_node("Add", ["x", "bias"], ["sum"], name="add"),
-        helper.make_node("Relu", ["sum"], ["y"], name="relu"),
-    ]
+    if name == "add-relu-1x16":
+        width, layers = 16, []
+        bias = rng.standard_normal(16).astype(np.float32)
+        nodes = [helper.make_node("Add", ["x", "bias"], ["sum"]), helper.make_node("Relu", ["sum"], ["y"])]
+        inits = [numpy_helper.from_array(bias, "bias")]
+        made = "onnx.helper: y = Relu(x + bias), x 1x16 float32, bias seeded constant"
+    else:
+        width, sizes = 64, (64, 256, 256, 4)
+        layers = [
+            ((rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32), rng.standard_normal(b).astype(np.float32))
+            for a, b in itertools.pairwise(sizes)
+        ]
+        nodes, inits, prev = [], [], "x"
+        for k, (w, b) in enumerate(layers):
+            inits += [numpy_helper.from_array(w, f"w{k}"), numpy_helper.from_array(b, f"b{k}")]
+            nodes.append(helper.make_node("Gemm", [prev, f"w{k}", f"b{k}"], [f"g{k}"]))
+            prev = f"g{k}"
+            if k < len(layers) - 1:
+                nodes.append(helper.make_node("Relu", [prev], [f"r{k}"]))
+                prev = f"r{k}"
+        nodes.append(helper.make_node("Softmax", [prev], ["y"], axis=-1))
+        made = "onnx.helper: Softmax(Gemm(Relu(Gemm(Relu(Gemm(x)))))), 64 -> 256 -> 256 -> 4, seeded weights"
     graph = helper.make_graph(
         nodes,
-        "add_relu",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
-        [bias],
+        name.replace("-", "_"),
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4 if layers else width])],
+        inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="tvmgen-bench")
     model.ir_version = 8
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
-    made = "onnx.helper: y = Relu(x + bias), x 1x16 float32, bias seeded constant"
     try:  # the same for LiteRT (its invoke is the reference's per-call cost)
         import tensorflow as tf
 
-        @tf.function(input_signature=[tf.TensorSpec([1, 16], tf.float32, name="x")])
-        def add_relu(x):
-            return tf.nn.relu(x + numpy_helper.to_array(bias))
+        @tf.function(input_signature=[tf.TensorSpec([1, width], tf.float32, name="x")])
+        def same(x):
+            if not layers:
+                return tf.nn.relu(x + bias)
+            for k, (w, b) in enumerate(layers):
+                x = tf.matmul(x, w) + b
+                x = tf.nn.relu(x) if k < len(layers) - 1 else tf.nn.softmax(x)
+            return x
 
-        tflite = tf.lite.TFLiteConverter.from_concrete_functions([add_relu.get_concrete_function()]).convert()
+        tflite = tf.lite.TFLiteConverter.from_concrete_functions([same.get_concrete_function()]).convert()
         path.with_suffix(".tflite").write_bytes(tflite)
         made += "; the same as TFLite (tf.lite.TFLiteConverter) for LiteRT"
     except ImportError:
@@ -141,9 +171,9 @@ def worker_compile(model: str, work: Path) -> dict:
     from tvmgen.core.model import random_inputs
     from tvmgen.frontends import builtin
 
-    if model == "add-relu-1x16":
-        src = work / "add_relu_1x16.onnx"
-        made = make_add_relu(src)
+    if model in SMALL:
+        src = work / f"{model.replace('-', '_')}.onnx"
+        made = make_small(model, src)
     else:
         src = builtin.materialize("builtin:mobilenet", work)
         made = {
@@ -288,7 +318,7 @@ def summarize(rounds: list[dict]) -> dict:
 
 
 def format_table(rows: list[dict], sizes: dict) -> str:
-    header = ["model", "path", "calls", "copy-in us", "run us", "copy-out us", "total us", "vs C++"]
+    header = ["model", "path", "calls", "copy-in us", "run us", "copy-out us", "total us", "vs C++", "vs LiteRT"]
     body = []
     for r in rows:
         total = benchlib.fmt_num(r["total"]) + ("*" if r["path"] == "cpp" else "")
@@ -303,6 +333,7 @@ def format_table(rows: list[dict], sizes: dict) -> str:
                 benchlib.fmt_num(r["copy_out"]),
                 total,
                 ratio,
+                benchlib.fmt_ratio(r.get("ratio_vs_litert")),
             ]
         )
     if sizes:
@@ -366,8 +397,8 @@ def main() -> int:
         "--quick", action="store_true", help="smoke test: 1 round, 2000 calls (tiny model) / 5 calls (MobileNet)"
     )
     benchlib.json_option(p)
-    p.add_argument("--calls", type=int, help="timed calls per round for add-relu-1x16 (default 20000, --quick 2000)")
-    p.add_argument("--warmup", type=int, help="untimed calls first, add-relu-1x16 (default 5000, --quick 500)")
+    p.add_argument("--calls", type=int, help="timed calls per round, small models (default 20000, --quick 2000)")
+    p.add_argument("--warmup", type=int, help="untimed calls first, small models (default 5000, --quick 500)")
     p.add_argument("--mobilenet-calls", type=int, help="timed calls per round for MobileNet (default 10, --quick 5)")
     p.add_argument("--mobilenet-warmup", type=int, help="untimed MobileNet calls first (default 3, --quick 1)")
     p.add_argument("--rounds", type=int, help="fresh processes per path and model (default 5, --quick 1)")
@@ -392,7 +423,7 @@ def main() -> int:
         args.mobilenet_warmup if args.mobilenet_warmup is not None else (1 if q else 3),
         args.mobilenet_calls or (5 if q else 10),
     )
-    counts = {"add-relu-1x16": tiny, "builtin-mobilenet": mobile}
+    counts = {"add-relu-1x16": tiny, "dense-head": tiny, "builtin-mobilenet": mobile}
     rounds = args.rounds or (1 if q else 5)
     names = benchlib.pick_models(args.models, MODELS, p.error)
 
@@ -511,6 +542,7 @@ def main() -> int:
             for row in mine:  # ratio: vs tvmgen-run (the table); ratio_vs_cpp_api: vs the C++ harness
                 row["ratio"] = benchlib.ratio(row["total"], base.get("cpp"))
                 row["ratio_vs_cpp_api"] = benchlib.ratio(row["total"], base.get("cpp_api"))
+                row["ratio_vs_litert"] = benchlib.ratio(row["total"], base.get("python_litert"))
             rows += mine
             models[name]["max_abs_diff_vs_python_vm"] = output_check(work, name, models[name])
             models[name]["per_round"] = {k: per_round[(name, k)] for k in PATHS if (name, k) in per_round}

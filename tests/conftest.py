@@ -24,7 +24,7 @@ import pytest
 # the fixture modules' asserts are rewritten as the test modules' are (they are imported here first)
 pytest.register_assert_rewrite("fixtures_models", "fixtures_runtime")
 
-from fixtures_models import dynamic_pad_model, onnx_model, save_onnx, single_op_models
+from fixtures_models import branching_model, dynamic_pad_model, onnx_model, save_onnx, single_op_models
 from fixtures_runtime import QEMU_AARCH64, opencl_info, require_tool, run_native, unavailable
 
 # the fixtures, by what they make; the plain functions imported above stay importable from here, as the test
@@ -35,6 +35,7 @@ __all__ = [
     "REPO",
     "TESTS",
     "TVMGEN",
+    "branching_model",
     "dynamic_pad_model",
     "onnx_model",
     "opencl_info",

@@ -26,6 +26,37 @@ def save_onnx(model, path: Path) -> Path:
     return path
 
 
+def branching_model(path: Path) -> Path:
+    """y = x + 1 where sum(x) > 0, else x - 1: an ONNX If, which main keeps as a branch."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def branch(op, out):
+        one = helper.make_tensor(f"one_{out}", TensorProto.FLOAT, [1], [1.0])
+        return helper.make_graph(
+            [helper.make_node(op, ["x", f"one_{out}"], [out])],
+            out,
+            [],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 4])],
+            initializer=[one],
+        )
+
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=branch("Add", "t"), else_branch=branch("Sub", "e")),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "branching",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        initializer=[helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
 def single_op_models() -> dict:
     """Name -> ONNX model with one operator (or a short chain) that mobile models spend time in."""
     from onnx import TensorProto, helper, numpy_helper

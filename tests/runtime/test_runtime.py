@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import QEMU_AARCH64, run_native, save_onnx, single_op_models
+from conftest import QEMU_AARCH64, branching_model, run_native, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.targets.platforms import PLATFORMS
@@ -93,37 +93,6 @@ def test_direct_calls_equal_the_vm(host_runtime, built, tmp_path):
         assert "main ran on the relax vm: direct calls are turned off" in vm_err
         for d, v in zip(direct, vm, strict=True):
             assert d.dtype == v.dtype and np.array_equal(d, v), name
-
-
-def branching_model(path: Path) -> Path:
-    """y = x + 1 where sum(x) > 0, else x - 1: an ONNX If, which main keeps as a branch."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    def branch(op, out):
-        one = helper.make_tensor(f"one_{out}", TensorProto.FLOAT, [1], [1.0])
-        return helper.make_graph(
-            [helper.make_node(op, ["x", f"one_{out}"], [out])],
-            out,
-            [],
-            [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 4])],
-            initializer=[one],
-        )
-
-    nodes = [
-        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
-        helper.make_node("Greater", ["s", "zero"], ["c"]),
-        helper.make_node("If", ["c"], ["y"], then_branch=branch("Add", "t"), else_branch=branch("Sub", "e")),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "branching",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-        initializer=[helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])],
-    )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
 
 
 def test_a_branching_main_runs_on_the_vm_and_says_why(host_runtime, compiled, tmp_path):

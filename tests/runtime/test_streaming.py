@@ -100,12 +100,37 @@ def test_run_sequence_matches_onnxruntime_step_by_step(art, model_path, tvmgen, 
     assert len(run.samples_ms) == STEPS - 1  # the steps after the first: the report's steady runs
 
 
+def test_steps_from_one_refilled_array_equal_the_vm(art):
+    """An app's loop: one input array refilled each step (HostModel's one-function call once the direct calls
+    are recorded, the new held values copied into their buffers), a state set and reset between steps. Every
+    step's outputs and the held state equal the Relax VM's, bit for bit."""
+    from tvmgen.runtime.runner import HostModel
+
+    direct, vm = HostModel(art), HostModel(art, direct_calls=False)
+    x = np.empty((1, 40), np.float32)
+    for k, step in enumerate(steps_of(12, seed=4)):
+        if k == 6:
+            h = np.full((1, 64), 0.25, np.float32)
+            direct.set_state("h0", h)
+            vm.set_state("h0", h)
+        if k == 9:
+            direct.reset_state()
+            vm.reset_state()
+        x[...] = step["x"]
+        got, want = direct.run({"x": x}), vm.run(step)
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)), k
+        for name in ("h0", "frames_in"):
+            np.testing.assert_array_equal(direct.get_state(name), vm.get_state(name))
+    assert direct._fast is not None and direct.executor == "direct calls"
+
+
 def test_reset_get_and_set_state(art, model_path):
     from tvmgen.core.errors import InputError
     from tvmgen.runtime.runner import HostModel
 
     steps = steps_of(8, seed=3)
     model = HostModel(art)
+    assert model.executor == "direct calls"  # the held values in fixed buffers (HeldState.pin), copied into
     first = model.run(steps[0])[0]
     for s in steps[1:5]:
         model.run(s)
@@ -122,6 +147,11 @@ def test_reset_get_and_set_state(art, model_path):
         model.set_state(name, value)
     again = [model.run(s)[0] for s in steps[5:]]
     np.testing.assert_array_equal(np.concatenate(again), np.concatenate(after))  # restored: the same run
+    vm = HostModel(art, direct_calls=False)  # the Relax VM every step: the same values, bit for bit
+    for name, value in saved.items():
+        vm.set_state(name, value)
+    np.testing.assert_array_equal(np.concatenate([vm.run(s)[0] for s in steps[5:]]), np.concatenate(after))
+    np.testing.assert_array_equal(vm.get_state("h0"), model.get_state("h0"))
     with pytest.raises(InputError, match=r"state 'h0' is float32\[1, 64\].*float32\[1, 32\]"):
         model.set_state("h0", np.zeros((1, 32), "float32"))
     with pytest.raises(InputError, match="'c0' is not a state of this model"):

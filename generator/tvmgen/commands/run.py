@@ -213,6 +213,13 @@ def _print_sizes(sizes: dict, top: int = 15) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print timings and output summaries as JSON.")
 @click.option(
+    "--vm",
+    "vm_only",
+    is_flag=True,
+    help="Run every call on the Relax VM. By default a CPU model whose main is one straight line of kernel "
+    "calls runs them directly from its second run (as tvmgen-run does; --json's executor says which ran).",
+)
+@click.option(
     "--profile",
     is_flag=True,
     help="Also time each kernel (--repeat runs with the VM's instrument hook): a table per kernel and kind.",
@@ -229,7 +236,20 @@ def _print_sizes(sizes: dict, top: int = 15) -> None:
     help="Also run the source model in its reference runtime (onnxruntime, LiteRT, PyTorch) on the same inputs: "
     'max error and top-5 agreement per output (in --json as "check", for tvmgen report).',
 )
-def run(artifact_dir, input_files, output_dir, sequence_dir, repeat, seed, threads, as_json, profile, plot_path, check):
+def run(
+    artifact_dir,
+    input_files,
+    output_dir,
+    sequence_dir,
+    repeat,
+    seed,
+    threads,
+    as_json,
+    vm_only,
+    profile,
+    plot_path,
+    check,
+):
     """Run a host artifact with TVM's Relax VM, write outputs, print timings and peak memory.
 
     A streaming model (compiled with --state, or with resource variables) carries its state from run to run:
@@ -276,7 +296,7 @@ def run(artifact_dir, input_files, output_dir, sequence_dir, repeat, seed, threa
     resident = memory.ResidentMemory()
     resident.mark_before_load()
     with logs.step(f"Loading {artifact_dir}"):
-        model = HostModel(artifact_dir, threads=threads or 0)
+        model = HostModel(artifact_dir, threads=threads or 0, direct_calls=not vm_only)
     resident.mark_loaded()
     step_outputs = None
     if steps is not None:
@@ -303,6 +323,7 @@ def run(artifact_dir, input_files, output_dir, sequence_dir, repeat, seed, threa
         "artifact": str(Path(artifact_dir).resolve()),  # tvmgen report reads its manifest from here
         "threads": model.threads,
         "thread_pool": model.parallel,
+        "executor": model.executor,  # "direct calls", or "relax vm: " and why (runtime.direct_calls)
         "timings": model.timings.summary(),
         "runs_ms": [round(t, 4) for t in model.timings.runs_ms],  # each timed run: the report's distribution
         "outputs": [
@@ -333,6 +354,8 @@ def run(artifact_dir, input_files, output_dir, sequence_dir, repeat, seed, threa
         f"load {tm['load_ms']:.1f} ms · VM init {tm['init_ms']:.1f} ms · first run {tm['first_run_ms']:.1f} ms "
         f"· median of {tm['runs']} runs [bold]{tm['median_ms']:.2f} ms[/] (min {tm['min_ms']:.2f})"
     )
+    if model.executor.startswith("relax vm: ") and manifest.device == "cpu":  # said, as tvmgen-run says it
+        console.print(f"  [dim]main ran on the {model.executor}[/]")
     _print_streaming(summary)
     for o in summary["outputs"]:
         extra = f" top-5 {o['top5']}" if "top5" in o else ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +15,10 @@ from tvmgen.core import artifact
 from tvmgen.core.errors import InputError, TvmgenError
 from tvmgen.core.latency import Latency
 from tvmgen.core.log import filtered_stderr
-from tvmgen.runtime.state import HeldState
+from tvmgen.runtime.direct_calls import DirectCalls
+from tvmgen.runtime.state import HeldState, numpy_view
+
+KEPT_RUNS = 100_000  # the runs whose times a model keeps (``Timings.runs_ms``): the latest
 
 # Devices the PyPI runtime can execute here (its OpenCL loader is off; see the OpenCL issue).
 
@@ -24,7 +28,8 @@ class Timings:
     load_ms: float = 0.0
     init_ms: float = 0.0
     first_run_ms: float = 0.0
-    runs_ms: list[float] = field(default_factory=list)
+    # the latest runs' times: an app that runs a model for hours keeps a bounded record
+    runs_ms: deque[float] = field(default_factory=lambda: deque(maxlen=KEPT_RUNS))
 
     @property
     def steady(self) -> Latency:
@@ -83,8 +88,12 @@ def tvm_pool_size() -> int:
 class HostModel:
     """An artifact loaded into the Python Relax VM; inputs and outputs as numpy arrays."""
 
-    def __init__(self, directory: Path, threads: int = 0):
-        """``threads``: CPU threads for parallel kernels; 0: $TVM_NUM_THREADS, else one per big core."""
+    def __init__(self, directory: Path, threads: int = 0, direct_calls: bool = True):
+        """``threads``: CPU threads for parallel kernels; 0: $TVM_NUM_THREADS, else one per big core.
+
+        ``direct_calls``: on the CPU, run ``main`` as its recorded kernel calls from the second run on where it
+        is one straight line of calls (``runtime.direct_calls``); ``executor`` says which ran and why. False:
+        the Relax VM runs every call."""
         import tvm
         import tvm_ffi
         from tvm import relax
@@ -154,8 +163,21 @@ class HostModel:
             self.vm = relax.VirtualMachine(lib, vm_devices(m, self.dev))
         self.main = self.vm[m.vm["entry"]]  # looked up once: 0.6 us a call
         self.state = HeldState(m, self.directory, self.dev) if m.state else None
+        self._fast = None  # run(inputs) once direct calls are recorded (_fast_run)
+        self._direct, self.executor = self._direct_calls(lib, direct_calls)
         t2 = time.perf_counter()
         self.timings.load_ms, self.timings.init_ms = (t1 - t0) * 1e3, (t2 - t1) * 1e3
+
+    def _direct_calls(self, lib, wanted: bool) -> tuple[DirectCalls | None, str]:
+        """The direct calls for ``main`` and ``"direct calls"``, or None and ``"relax vm: "`` with the reason."""
+        if not wanted:
+            return None, "relax vm: direct calls are turned off (direct_calls=False; tvmgen run --vm)"
+        if not self._in_place:
+            return None, f"relax vm: direct calls are made on the CPU only ({self.manifest.device})"
+        direct = DirectCalls(lib, self.manifest.vm["entry"])
+        if direct.why_not:
+            return None, f"relax vm: {direct.why_not}"
+        return direct, "direct calls"
 
     @staticmethod
     def load_opencl_backend() -> None:
@@ -213,24 +235,54 @@ class HostModel:
         ``outputs``); each run is one step, fed the state held from the last (``reset_state``, ``get_state``,
         ``set_state``). With ``repeat``, every repeat is a step.
         """
+        fast = self._fast
+        if fast is not None and repeat == 1 and out is None:
+            return fast(inputs)
+        return self._run(inputs, repeat, out)
+
+    def _run(self, inputs: dict[str, np.ndarray], repeat: int, out: list[np.ndarray] | None) -> list[np.ndarray]:
         arrays = self.check_inputs(inputs)
         result = None
+        state = self.state
         for i in range(max(1, repeat)):
             t0 = time.perf_counter()
-            args = self.device_inputs(arrays)
-            res = self.main(*args, *self.params)
-            if self.state is not None:  # the state outputs become the held values; the caller gets the rest
-                res = self.state.take(res)
-            result = _to_numpy(res, self._in_place) if out is None else self._copy_into(res, out)
-            ms = (time.perf_counter() - t0) * 1e3
-            if i == 0 and not self.timings.first_run_ms:
-                self.timings.first_run_ms = ms
+            direct = self._direct
+            if direct is None:
+                res = self.main(*self.device_inputs(arrays), *self.params)
+                if state is not None:  # the state outputs become the held values; the caller gets the rest
+                    res = state.take(res)
+                result = _to_numpy(res, self._in_place) if out is None else self._copy_into(res, out)
             else:
-                self.timings.runs_ms.append(ms)
+                res = self._direct_run(direct, arrays)
+                own = res if state is None else state.own_outputs(res)
+                result = _to_numpy(own, self._in_place) if out is None else self._copy_into(own, out)
+                if state is not None:  # after the outputs are copied: one of them may be a held value
+                    state.keep(res)
+            self._time(i, t0)
         assert result is not None  # the loop runs at least once
         return result
 
+    def _direct_run(self, direct: DirectCalls, arrays: list[np.ndarray]):
+        """main's result by direct calls: replayed, or recorded on this (first) run. A streaming model's held
+        values stay in the same buffers (``HeldState.pin``), each run's new ones copied in (``keep``)."""
+        if not direct.recorded:
+            return self._record(direct, arrays)
+        own = self._fixed_inputs(arrays) if direct.fixed_inputs else self.own_tensors(arrays)
+        return direct.replay(own if self.state is None else self.state.pinned_arguments(own))
+
+    def _time(self, i: int, t0: float) -> None:
+        ms = (time.perf_counter() - t0) * 1e3
+        if i == 0 and not self.timings.first_run_ms:
+            self.timings.first_run_ms = ms
+        else:
+            self.timings.runs_ms.append(ms)
+
     def device_inputs(self, arrays: list[np.ndarray]) -> list:
+        """main's inputs: ``own_tensors(arrays)``, and a streaming model's held values where main takes them."""
+        tensors = self.own_tensors(arrays)
+        return tensors if self.state is None else self.state.arguments(tensors)
+
+    def own_tensors(self, arrays: list[np.ndarray]) -> list:
         """The inputs as TVM tensors on the model's device, with as little copying as possible.
 
         On the CPU a writable array aligned as the model's kernels require (the element size for
@@ -259,21 +311,86 @@ class HostModel:
                     self._wrapped[i] = (a, tensor)
                     tensors.append(tensor)
                     continue
-            entry = self._staged.get(i)
-            if entry is None or tuple(entry[0].shape) != a.shape or str(entry[0].dtype) != str(a.dtype):
-                import tvm
+            tensors.append(self._stage(i, a))
+        return tensors
 
-                tensor = tvm.runtime.empty(a.shape, str(a.dtype), self.dev)
-                # A numpy view of a CPU tensor takes a plain memcpy (np.copyto: 14 us for 600 KB,
-                # Tensor.copyfrom: 22 us)
-                entry = self._staged[i] = (tensor, _numpy_view(tensor) if self._in_place else None)
-            tensor, view = entry
-            if view is not None:
-                np.copyto(view, a)
-            else:
-                tensor.copyfrom(a)
-            tensors.append(tensor)
-        return tensors if self.state is None else self.state.arguments(tensors)
+    def _stage(self, i: int, a: np.ndarray):
+        """Input ``i``'s tensor of its own (allocated on the first call, then reused), with ``a`` copied in."""
+        entry = self._staged.get(i)
+        if entry is None or tuple(entry[0].shape) != a.shape or str(entry[0].dtype) != str(a.dtype):
+            import tvm
+
+            tensor = tvm.runtime.empty(a.shape, str(a.dtype), self.dev)
+            # A numpy view of a CPU tensor takes a plain memcpy (np.copyto: 14 us for 600 KB,
+            # Tensor.copyfrom: 22 us)
+            entry = self._staged[i] = (tensor, numpy_view(tensor) if self._in_place else None)
+        tensor, view = entry
+        if view is not None:
+            np.copyto(view, a)
+        else:
+            tensor.copyfrom(a)
+        return tensor
+
+    def _fixed_inputs(self, arrays: list[np.ndarray]) -> list:
+        """The inputs copied into the tensors the direct calls were recorded with (``DirectCalls.fixed_inputs``)."""
+        return [self._stage(i, a) for i, a in zip(self._positions, arrays)]
+
+    def _record(self, direct: DirectCalls, arrays: list[np.ndarray]):
+        """The first run of direct calls: ``main`` on the model's VM, which records its kernel calls (run again
+        on the model's own input tensors when the first recording finds that they must stay the same)."""
+        own = self._fixed_inputs(arrays) if direct.fixed_inputs else self.own_tensors(arrays)
+        if self.state is not None:
+            self.state.pin()
+        inputs = own if self.state is None else self.state.pinned_arguments(own)
+        res, why_not = direct.record(self.vm, inputs, self.params)
+        if why_not:  # this run's result stands; the VM runs the next ones
+            self._direct, self.executor = None, f"relax vm: {why_not}"
+            return res
+        if direct.recorded and not direct.fixed_inputs:
+            self._fast = self._fast_run(direct, res)
+        return res
+
+    def _fast_run(self, direct: DirectCalls, res):
+        """``run(inputs)`` once the direct calls are recorded, for the call an app makes frame after frame: the
+        same input arrays (their DLPack tensors kept, see ``device_inputs``), of the right shapes and dtypes.
+        It does what ``run`` does, as one function of local names (a small model's whole call is a few
+        microseconds, and every attribute looked up counts). main's result ``res`` is the same tensors every
+        run, so their numpy views are made once: the outputs are copies of them, and a streaming model's new
+        held values are copied from them into its buffers. Any other call goes through ``run``'s own steps.
+        None where a tensor has no numpy view (a dtype numpy lacks)."""
+        state = self.state
+        outs = [res] if hasattr(res, "numpy") else list(res)
+        own = outs if state is None else state.own_outputs(res)
+        views = [numpy_view(t) for t in own]
+        held = [] if state is None else state.copies(res)  # (new value's view, its buffer's view) per state
+        if any(v is None for v in views) or any(v is None for pair in held for v in pair):
+            return None
+        specs = [(s.name, s.shape, dtype, i) for (s, dtype), i in zip(self._expected, self._positions)]
+        count, wrapped, slow = len(specs), self._wrapped, self._run
+        replay, clock, append = direct.replay, time.perf_counter, self.timings.runs_ms.append
+        pinned = None if state is None else state.pinned_arguments
+
+        def run(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+            if len(inputs) == count:
+                tensors = []
+                for name, shape, dtype, i in specs:
+                    a, last = inputs.get(name), wrapped[i]
+                    # the array of the last call, still of the model's shape and dtype (numpy lets a caller
+                    # change an array's shape in place; its DLPack tensor keeps the checked one)
+                    if last is None or last[0] is not a or a.shape != shape or a.dtype is not dtype:
+                        break
+                    tensors.append(last[1])
+                else:
+                    t0 = clock()
+                    replay(tensors if pinned is None else pinned(tensors))
+                    result = [v.copy() for v in views]
+                    for new, buffer in held:  # after the outputs are copied: one of them may be a held value
+                        np.copyto(buffer, new)
+                    append((clock() - t0) * 1e3)
+                    return result
+            return slow(inputs, 1, None)
+
+        return run
 
     # ------------------------------------------------------------------ streaming state (manifest "state")
 
@@ -337,13 +454,6 @@ def _numpy_dtype(name: str):
         return np.dtype(name)
     except TypeError:
         return name
-
-
-def _numpy_view(tensor) -> np.ndarray | None:
-    try:
-        return np.from_dlpack(tensor)
-    except Exception:
-        return None
 
 
 def _to_numpy(out, on_cpu: bool = False) -> list[np.ndarray]:

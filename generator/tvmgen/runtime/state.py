@@ -54,6 +54,7 @@ class HeldState:
         self._own_outputs = [i for i in range(len(manifest.outputs)) if i not in held]
         self._initial = initial_values(manifest, directory)
         self.tensors: list = []
+        self._buffers: list = []  # the held values' fixed tensors once pinned (direct calls)
         self.reset()
 
     def reset(self) -> None:
@@ -68,6 +69,46 @@ class HeldState:
         for position, j in self._inserts:
             args.insert(position, self.tensors[j])
         return args
+
+    def pin(self) -> None:
+        """Hold the values in fixed buffers from now on, as direct calls need (their recorded calls read the held
+        values from the same tensors every run): the tensors held now. Nothing changes if already pinned."""
+        if not self._buffers:
+            self._buffers = list(self.tensors)
+
+    def pinned_arguments(self, own: list) -> list:
+        """``arguments`` with the held values in the pinned buffers: a value that ``set`` or ``reset`` gave
+        since the last run is copied into its buffer."""
+        for j, buffer in enumerate(self._buffers):
+            t = self.tensors[j]
+            if t is not buffer:
+                t.copyto(buffer)
+                self.tensors[j] = buffer
+        return self.arguments(own)
+
+    def own_outputs(self, result) -> list:
+        """The model's own outputs of main's ``result``."""
+        outs = [result] if hasattr(result, "numpy") else list(result)
+        return [outs[i] for i in self._own_outputs]
+
+    def keep(self, result) -> None:
+        """Copy the state outputs of main's ``result`` into the pinned buffers (see ``pin``): the held values
+        of the next run. A state output that is its buffer (the state passed through) needs no copy."""
+        outs = [result] if hasattr(result, "numpy") else list(result)
+        for i, buffer in zip(self._from, self._buffers):
+            if not outs[i].same_as(buffer):  # (the VM's result is another Python object of the same tensor)
+                outs[i].copyto(buffer)
+        self.tensors = list(self._buffers)
+
+    def copies(self, result) -> list:
+        """What ``keep`` copies, as numpy views made once: (the state output's view, its buffer's view) for each
+        state output that is not its buffer; a view is None where numpy has none (a dtype it lacks)."""
+        outs = [result] if hasattr(result, "numpy") else list(result)
+        return [
+            (numpy_view(outs[i]), numpy_view(buffer))
+            for i, buffer in zip(self._from, self._buffers)
+            if not outs[i].same_as(buffer)
+        ]
 
     def take(self, result) -> list:
         """Keep the state outputs of main's ``result`` as the held values; return the model's own outputs."""
@@ -113,3 +154,11 @@ class HeldState:
             "holds the state and feeds it to the model itself",
             "leave it out of the inputs; to give it a value, use set_state (reset_state: back to the initial value)",
         )
+
+
+def numpy_view(tensor) -> np.ndarray | None:
+    """A numpy array on a CPU tensor's memory (DLPack), or None where numpy cannot take it."""
+    try:
+        return np.from_dlpack(tensor)
+    except Exception:
+        return None

@@ -1,0 +1,150 @@
+"""Direct calls in the Python runtime (runtime/direct_calls.py): from the second run on, HostModel.run makes
+main's recorded kernel calls itself. Every model here gives the Relax VM's outputs bit for bit, whatever
+arrays come (new ones, one refilled in place, read-only ones that are copied), and says which executor ran."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import branching_model, onnx_model, save_onnx, single_op_models
+from tvmgen.core.model import random_inputs
+from tvmgen.runtime.direct_calls import read_calls
+from tvmgen.runtime.runner import HostModel
+
+STRAIGHT = """@main:
+  call  vm.builtin.check_tensor_info in: %0, i2, c[0], c[1] dst: %void
+  call  vm.builtin.alloc_storage in: %vm, c[2], i0, c[3], c[4] dst: %1
+  call  fused_add_relu   in: %0, c[6], %2 dst: %void
+  ret   %2
+
+@vm.builtin.check_tensor_info packed_func;
+
+@vm.builtin.alloc_storage packed_func;
+
+@fused_add_relu packed_func;
+"""
+
+
+def test_read_calls_takes_one_straight_line_of_packed_calls():
+    assert read_calls(STRAIGHT, "main") == (
+        ["vm.builtin.check_tensor_info", "vm.builtin.alloc_storage", "fused_add_relu"],
+        "",
+    )
+    branching = STRAIGHT.replace("  ret   %2", "  If    %3 3\n  ret   %2")
+    assert read_calls(branching, "main") == ([], "main branches (If): its calls can differ from run to run")
+    own = STRAIGHT.replace("@fused_add_relu packed_func;", "")  # a function of the VM's own (a closure)
+    assert read_calls(own, "main") == ([], "main calls fused_add_relu, a function of the VM itself")
+    assert read_calls(STRAIGHT.replace("  ret   %2\n", ""), "main")[1] == (
+        "the executable's text has no function main ending in ret"
+    )
+    assert read_calls(STRAIGHT, "other")[1] == "the executable's text has no function other ending in ret"
+
+
+def identity_and_view_models():
+    """Inputs that must stay the recorded tensors: one main returns (y = x beside Relu(x)) and one a builtin
+    keeps (a reshape, a view of the input, fed to a matmul)."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    returned = onnx_model(
+        [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Relu", ["x"], ["z"])],
+        [x],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 8]),
+        ],
+    )
+    viewed = onnx_model(
+        [helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("MatMul", ["r", "r"], ["y"])],
+        [x],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])],
+        [helper.make_tensor("s", TensorProto.INT64, [2], [4, 4])],
+    )
+    return {
+        "returned": (returned, lambda a: [a, np.maximum(a, 0)]),
+        "viewed": (viewed, lambda a: [a.reshape(4, 4) @ a.reshape(4, 4)]),
+    }
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory, builtin_onnx, compiled):
+    d = tmp_path_factory.mktemp("direct")
+    arts = {"mobilenet": compiled(builtin_onnx, "host", "cpu", name="mobilenet")}
+    arts["mobilenet-params"] = compiled(builtin_onnx, "host", "cpu", name="mobilenet", separate_params=True)
+    for name in ("two_outputs", "matmul"):
+        arts[name] = compiled(save_onnx(single_op_models()[name], d / f"{name}.onnx"), "host", "cpu", name=name)
+    for name, (model, _) in identity_and_view_models().items():
+        arts[name] = compiled(save_onnx(model, d / f"{name}.onnx"), "host", "cpu", name=name)
+    return arts
+
+
+def frames(specs, seed: int):
+    """Inputs as an app passes them: new arrays, the same arrays refilled in place, other new arrays, then
+    read-only ones (which are copied). A generator: each refill happens after the last call has run."""
+    first, second = random_inputs(specs, seed), random_inputs(specs, seed + 1)
+    yield first
+    for k, v in first.items():  # the next frame written into the arrays passed last time
+        v[...] = second[k][::-1].reshape(v.shape)
+    yield first
+    yield second
+    for v in second.values():
+        v.flags.writeable = False
+    yield second
+
+
+@pytest.mark.parametrize("name", ["mobilenet", "mobilenet-params", "two_outputs", "matmul"])
+def test_direct_calls_equal_the_vm_bit_for_bit(artifacts, name):
+    direct, vm = HostModel(artifacts[name]), HostModel(artifacts[name], direct_calls=False)
+    assert direct.executor == "direct calls"
+    assert vm.executor == "relax vm: direct calls are turned off (direct_calls=False; tvmgen run --vm)"
+    for k, inputs in enumerate(frames(direct.inputs, seed=5)):
+        got, want = direct.run(inputs), vm.run(inputs)
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and np.array_equal(g, w), (name, k)
+    assert direct._direct is not None and direct._direct.recorded and not direct._direct.fixed_inputs
+    assert direct._fast is not None  # the app's call: one function once recorded
+    inputs = next(frames(direct.inputs, seed=9))
+    want = vm.run(inputs)
+    for got in (direct.run(inputs, repeat=3), direct.run(inputs, out=[np.empty_like(w) for w in want])):
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    assert len(direct.timings.runs_ms) == 4 + 3  # every run after the first is timed, on every path
+
+
+@pytest.mark.parametrize("name", ["returned", "viewed"])
+def test_inputs_a_builtin_keeps_or_main_returns_are_copied_into_the_recorded_tensors(artifacts, name):
+    """Putting another tensor where the recorded one was would leave a stale view or output: the recording
+    finds that, records again on tensors of the model's own and copies each call's inputs into them."""
+    reference = identity_and_view_models()[name][1]
+    model = HostModel(artifacts[name])
+    x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
+    for k in range(4):
+        if k == 2:
+            x[...] = x * -2  # the same array, refilled
+        elif k:
+            x = x + 1  # a new array
+        got = model.run({"x": x})
+        for g, w in zip(got, reference(x), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    assert model.executor == "direct calls" and model._direct.fixed_inputs and model._direct.recorded
+
+
+def test_a_branching_main_keeps_the_vm_and_says_why(compiled, tmp_path):
+    art = compiled(branching_model(tmp_path / "branching.onnx"), "host", "cpu")
+    model = HostModel(art)
+    assert model.executor == "relax vm: main branches (If): its calls can differ from run to run"
+    for x in ([[1, 2, 3, -1]], [[-1, -2, 3, -1]], [[1, 2, 3, -1]]):
+        x = np.array(x, np.float32)
+        np.testing.assert_array_equal(model.run({"x": x})[0], x + 1 if x.sum() > 0 else x - 1)
+
+
+def test_tvmgen_run_says_which_executor_ran(tvmgen_inprocess, artifacts):
+    import json
+
+    r = tvmgen_inprocess("run", artifacts["two_outputs"], "--json", "--repeat", "2")
+    assert r.returncode == 0, r.output
+    assert json.loads(r.stdout)["executor"] == "direct calls"
+    r = tvmgen_inprocess("run", artifacts["two_outputs"], "--vm", "--repeat", "2")
+    assert r.returncode == 0, r.output
+    assert "main ran on the relax vm: direct calls are turned off" in r.stderr
