@@ -7,6 +7,7 @@ the host. Callers give and get only the model's own inputs and outputs.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,8 @@ class HeldState:
         self._initial = initial_values(manifest, directory)
         self.tensors: list = []
         self._buffers: list = []  # the held values' fixed tensors once pinned (direct calls)
+        self._kept_for = None  # the result keep last worked out, and its copies
+        self._copies: list = []
         self.reset()
 
     def reset(self) -> None:
@@ -93,22 +96,29 @@ class HeldState:
 
     def keep(self, result) -> None:
         """Copy the state outputs of main's ``result`` into the pinned buffers (see ``pin``): the held values
-        of the next run. A state output that is its buffer (the state passed through) needs no copy."""
-        outs = [result] if hasattr(result, "numpy") else list(result)
-        for i, buffer in zip(self._from, self._buffers):
-            if not outs[i].same_as(buffer):  # (the VM's result is another Python object of the same tensor)
-                outs[i].copyto(buffer)
+        of the next run. A state output that is its buffer (the state passed through) needs no copy. Direct
+        calls return the same result every run: its copies are worked out once (``copies``)."""
+        if result is not self._kept_for:
+            self._kept_for, self._copies = result, self.copies(result)
+        for copy in self._copies:
+            copy()
         self.tensors = list(self._buffers)
 
     def copies(self, result) -> list:
-        """What ``keep`` copies, as numpy views made once: (the state output's view, its buffer's view) for each
-        state output that is not its buffer; a view is None where numpy has none (a dtype it lacks)."""
+        """A function per state output of ``result`` that is not its buffer, copying it there: through numpy
+        views made once (a plain memcpy), or TVM's copy where numpy cannot view the dtype."""
         outs = [result] if hasattr(result, "numpy") else list(result)
-        return [
-            (numpy_view(outs[i]), numpy_view(buffer))
-            for i, buffer in zip(self._from, self._buffers)
-            if not outs[i].same_as(buffer)
-        ]
+        made = []
+        for i, buffer in zip(self._from, self._buffers):
+            new = outs[i]
+            if new.same_as(buffer):  # (the VM's result is another Python object of the same tensor)
+                continue
+            src, dst = numpy_view(new), numpy_view(buffer)
+            if src is not None and dst is not None:
+                made.append(functools.partial(np.copyto, dst, src))
+            else:
+                made.append(functools.partial(new.copyto, buffer))
+        return made
 
     def take(self, result) -> list:
         """Keep the state outputs of main's ``result`` as the held values; return the model's own outputs."""
