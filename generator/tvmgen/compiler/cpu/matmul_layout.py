@@ -8,6 +8,11 @@ run. ``pad_matmul_columns`` gives such a product zero columns up to a multiple o
 and slices the result back, as ``conv_layout.pad_conv_output_channels`` does for convolutions' output
 channels; a constant bias added after the slice is padded and moved before it, so the kernel keeps
 the add in its epilogue and the slice is the kernel's last step.
+
+A softmax over those columns (a CTC head's probabilities) then ran over rows of 18,385: no vector width
+divides them, so its maxima and sums were reduced in partials of 5. ``softmax_over_padded_columns``
+moves the slice after the softmax and gives the padded columns a logit of -1e30, whose exponential is
+0 to float precision: the softmax runs over rows of whole vectors.
 """
 
 from __future__ import annotations
@@ -46,3 +51,68 @@ def pad_matmul_columns(mod, lanes: int):
 
     mod["main"] = rewrite_call(product, pad, mod["main"])
     return move_bias_before_slice(mod, is_op("relax.matmul")(wildcard(), is_const()))
+
+
+# A padded column's logit: exp(-1e30 - max) is exp's smallest result (fast_math.vector_exp clamps its argument
+# to -87: 1.6e-38), against a row sum of at least 1 (the maximum's own term).
+_MASKED = -1e30
+
+
+def softmax_over_padded_columns(mod):
+    """``softmax(strided_slice(P, last axis [0, n)), axis=-1)`` -> ``strided_slice(softmax(P + mask), ...)`` for
+    ``P`` a product padded by ``pad_matmul_columns`` (``matmul(x, W)``, or with a constant bias added), whose
+    columns from ``n`` on are zero weights and zero bias, so finite: ``mask`` is 0 on the first ``n`` columns
+    and -1e30 on the rest, which leaves the maximum and the sum of the row's exponentials as they were."""
+    import numpy as np
+    from tvm import relax
+    from tvm.relax.dpl import rewrite_call
+    from tvm.relax.dpl.pattern import is_const, is_op, wildcard
+
+    weights, bias = is_const(), is_const()
+    product = is_op("relax.matmul")(wildcard(), weights)
+    padded = product | is_op("relax.add")(product, bias)
+    sliced = is_op("relax.strided_slice")(padded, varg_default_wildcard=True)
+    reshaped = is_op("relax.reshape")(sliced, wildcard())  # e.g. [40, N] -> [1, 40, N]: the rows regrouped
+    softmax = is_op("relax.nn.softmax")(sliced | reshaped)
+
+    def move(expr, matches):
+        s, wide = matches[sliced], matches[padded]
+        if wide.ty.shape is None or s.ty.shape is None or str(s.ty.dtype) != "float32":
+            return expr
+        full = [int(d) for d in wide.ty.shape.values]
+        out = [int(d) for d in s.ty.shape.values]
+        rows = [int(d) for d in expr.ty.shape.values] if expr.ty.shape is not None else []
+        if not rows or rows[-1] != out[-1]:
+            return expr  # a reshape that keeps each row whole only
+        axis = int(expr.attrs.axis)
+        axis = axis + len(rows) if axis < 0 else axis
+        try:  # axes, begin, end (, strides): tuples of integers in the slices pad_matmul_columns makes
+            slicing = [[int(v.value) for v in a.fields] for a in s.args[1:]]
+        except (AttributeError, TypeError, ValueError):
+            return expr
+        n = out[-1]
+        if (
+            axis != len(rows) - 1
+            or slicing[:3] != [[len(full) - 1], [0], [n]]
+            or any(st != [1] for st in slicing[3:])
+            or full[:-1] != out[:-1]
+            or full[-1] <= n
+        ):
+            return expr
+        w = matches[weights].value.numpy()
+        if w.ndim != 2 or w.shape[-1] != full[-1] or np.any(w[:, n:]):
+            return expr  # the columns beyond n must be the zero columns the padding added
+        if bias in matches:
+            b = matches[bias].value.numpy()
+            if b.shape[-1:] != (full[-1],) or np.any(b[..., n:]):
+                return expr
+        mask = np.zeros(full[-1], np.float32)
+        mask[n:] = _MASKED
+        logits = relax.op.add(wide, relax.const(mask, "float32"))
+        if rows[:-1] != full[:-1]:
+            logits = relax.op.reshape(logits, [*rows[:-1], full[-1]])
+        probabilities = relax.op.nn.softmax(logits, axis=-1)
+        return relax.op.strided_slice(probabilities, axes=[len(rows) - 1], begin=[0], end=[n])
+
+    mod["main"] = rewrite_call(softmax, move, mod["main"])
+    return mod

@@ -186,15 +186,18 @@ def _ReluBoundsAsRelax():  # noqa: N802
 def _PadConvChannels(target):  # noqa: N802
     """Convolutions compute whole vectors of output channels (``conv_layout.pad_depthwise_chains``,
     ``conv_layout.pad_conv_output_channels``), and matmuls with constant weights whole vectors of output
-    columns (``matmul_layout.pad_matmul_columns``)."""
+    columns (``matmul_layout.pad_matmul_columns``), a softmax over them rows of whole vectors
+    (``matmul_layout.softmax_over_padded_columns``)."""
     from tvmgen.compiler.cpu.conv_layout import pad_conv_output_channels, pad_depthwise_chains
-    from tvmgen.compiler.cpu.matmul_layout import pad_matmul_columns
+    from tvmgen.compiler.cpu.matmul_layout import pad_matmul_columns, softmax_over_padded_columns
     from tvmgen.compiler.rewrites import module_pass
 
     lanes = cpu_shape(target).lanes(32)
     return module_pass(
         "TvmgenPadConvChannels",
-        lambda mod: pad_matmul_columns(pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes), lanes),
+        lambda mod: softmax_over_padded_columns(
+            pad_matmul_columns(pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes), lanes)
+        ),
     )
 
 
