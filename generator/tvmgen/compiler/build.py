@@ -361,6 +361,8 @@ def compile_to_artifact(
             )
         for line in gpu.rule_failures_summary(report.get("rule_failures", [])):
             console.print(f"  [yellow]![/] {line}")
+        if report.get("work_groups"):
+            console.print(f"  {gpu.work_groups_summary(report['work_groups'], opts.target.tvm)}")
         if report.get("scheduled") is not None or report.get("tuned"):
             console.print(f"  {schedule_summary(report)}")
             if opts.tuning_db and not report.get("tuned"):

@@ -19,10 +19,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from tvmgen.compiler.gpu import limits
 from tvmgen.compiler.targets.database import open_database
-from tvmgen.compiler.targets.platforms import tunable
+from tvmgen.compiler.targets.platforms import gpu_limits, tunable
 
 log = logging.getLogger("tvmgen.compiler")
+
+OVER_LIMITS = "over the GPU family's limits"  # a rule's schedule that needs more than a work-group has
 
 
 def prepare_passes(target, lower_conv_transpose: bool = True) -> list:
@@ -269,8 +272,12 @@ def apply_rules(*rules, report: dict | None = None, name: str = "TvmgenApplyRule
       tirx.texture2d_store").
     - Each rule is tried on the kernel as it is, then with its elementwise epilogue inlined into one
       block (``inline_epilogue``), before the next rule.
-    Kernels a rule failed on go to ``report["rule_failures"]`` ({kernel, rule, error, scheduled_by});
-    a kernel no rule schedules is a CompileError naming it."""
+    - A schedule over the GPU family's limits (``limits.needs`` against ``platforms.GPU_LIMITS``: shared
+      memory and threads per work-group) is passed over too: the driver would refuse the program, or a
+      dispatch lose the device.
+    Kernels a rule failed on go to ``report["rule_failures"]`` ({kernel, rule, error, scheduled_by}), each
+    kernel's work-group needs to ``report["work_groups"]``; a kernel no rule schedules is a CompileError
+    naming it."""
     import tvm
     from tvm import tirx
     from tvm.target import Target
@@ -280,6 +287,8 @@ def apply_rules(*rules, report: dict | None = None, name: str = "TvmgenApplyRule
     @tvm.transform.module_pass(opt_level=0, name=name)
     def _apply(mod, _ctx):
         failures = report.setdefault("rule_failures", []) if report is not None else []
+        # kernel -> limits.Needs of its schedule (the last rule tried: the one kept)
+        work_groups = report.setdefault("work_groups", {}) if report is not None else {}
         for gv, func in list(mod.functions_items()):
             if not isinstance(func, tirx.PrimFunc) or (func.attrs is not None and func.attrs.get("tirx.is_scheduled")):
                 continue
@@ -290,7 +299,7 @@ def apply_rules(*rules, report: dict | None = None, name: str = "TvmgenApplyRule
             for rule in rules:
                 rule_name = type(rule).__name__
                 for variant in variants:
-                    scheduled = _try_rule(rule, variant, target, failed, gv.name_hint)
+                    scheduled = _try_rule(rule, variant, target, failed, gv.name_hint, work_groups)
                     if scheduled is not None:
                         break
                     if variant is func and len(variants) == 1 and rule_name in failed:
@@ -316,9 +325,10 @@ def apply_rules(*rules, report: dict | None = None, name: str = "TvmgenApplyRule
     return _apply
 
 
-def _try_rule(rule, func, target, failed: dict, kernel: str):
-    """``rule``'s schedule of ``func`` when it applies and binds every block to GPU threads, else None;
-    a failure is noted in ``failed`` (rule name -> why)."""
+def _try_rule(rule, func, target, failed: dict, kernel: str, work_groups: dict):
+    """``rule``'s schedule of ``func`` when it applies, binds every block to GPU threads and stays within the
+    target's GPU family's limits (``limits.needs``: noted in ``work_groups`` by kernel), else None; a failure
+    is noted in ``failed`` (rule name -> why)."""
     rule_name = type(rule).__name__
     try:
         space = rule.apply(func, target, False)
@@ -332,6 +342,15 @@ def _try_rule(rule, func, target, failed: dict, kernel: str):
     unbound = _blocks_outside_threads(sch)
     if unbound:
         failed[rule_name] = f"left {len(unbound)} block(s) outside the GPU threads ({', '.join(unbound[:3])})"
+        log.info("dlight's %s rule on %s: %s", rule_name, kernel, failed[rule_name])
+        return None
+    family = gpu_limits(target)
+    need = limits.needs(sch.mod["main"]) if family is not None else None
+    over = need.over(family) if need is not None and family is not None else ""
+    if need is not None:
+        work_groups[kernel] = need
+    if over:  # the driver would refuse it, or a dispatch lose the device: the next rule schedules it
+        failed[rule_name] = f"{OVER_LIMITS}: {over}"
         log.info("dlight's %s rule on %s: %s", rule_name, kernel, failed[rule_name])
         return None
     failed.pop(rule_name, None)
@@ -375,9 +394,16 @@ def inline_epilogue(func):
 def rule_failures_summary(failures: list[dict]) -> list[str]:
     """Lines for the compile output: which kernels a failing rule left to a later (slower) rule."""
     by_rule: dict = {}
-    for f in failures:
-        by_rule.setdefault((f["rule"], f["scheduled_by"]), []).append(f["kernel"])
     lines = []
+    for f in failures:
+        if f["error"].startswith(OVER_LIMITS):  # each said with what it needed
+            cost = " (one thread per output, no tiling: slower)" if f["scheduled_by"] == "Fallback" else ""
+            lines.append(
+                f"dlight's {f['rule']} schedule of {f['kernel']} is {f['error']}: scheduled by "
+                f"{f['scheduled_by']} instead{cost}"
+            )
+            continue
+        by_rule.setdefault((f["rule"], f["scheduled_by"]), []).append(f["kernel"])
     for (rule, by), kernels in sorted(by_rule.items()):
         shown = ", ".join(kernels[:3]) + (f", +{len(kernels) - 3} more" if len(kernels) > 3 else "")
         cost = " (one thread per output, no tiling: slower)" if by == "Fallback" else ""
@@ -385,6 +411,21 @@ def rule_failures_summary(failures: list[dict]) -> list[str]:
             f"dlight's {rule} rule failed on {len(kernels)} kernel(s) ({shown}): scheduled by {by} instead{cost}"
         )
     return lines
+
+
+def work_groups_summary(work_groups: dict, target) -> str:
+    """The compile output's line on the largest work-group needs (``report["work_groups"]``) against the
+    target's GPU family's limits."""
+    family = gpu_limits(target)
+    shared = max(work_groups.items(), key=lambda kv: kv[1].shared_bytes)
+    threads = max(work_groups.items(), key=lambda kv: kv[1].threads)
+    line = (
+        f"work-groups: at most {shared[1].shared_bytes / 1024:.1f} KB of shared memory ({shared[0]}) and "
+        f"{threads[1].threads} threads ({threads[0]})"
+    )
+    if family is not None:
+        line += f"; the {family.name} limits: {family.shared_bytes // 1024} KB, {family.threads} threads"
+    return line
 
 
 def _scheduled(mod) -> set[str]:

@@ -18,6 +18,47 @@ GPU_FAMILIES = ("adreno", "mali", "generic", "desktop")
 
 
 @dataclass(frozen=True)
+class GpuLimits:
+    """What one work-group of a GPU family may use: every schedule tvmgen makes stays within it
+    (``compiler.gpu.limits``)."""
+
+    name: str
+    shared_bytes: int  # local memory per work-group: OpenCL __local, Vulkan/CUDA shared, Metal threadgroup
+    threads: int  # threads (work-items, invocations) per work-group
+
+
+# Per family, the least its devices give a work-group: what an artifact for the family must fit in.
+# - generic OpenCL: the OpenCL 1.2 full profile's minimum local memory (32 KB); 256 threads, the most TVM's
+#   OpenCL targets schedule (the spec sets no useful minimum).
+# - adreno, mali: 32 KB of local memory (Adreno 5xx-7xx, Mali Midgard to Valhall report 32 KB or more); Adreno
+#   takes work-groups of 1024, Mali Midgard 256.
+# - desktop OpenCL (NVIDIA, AMD, Intel): 48 KB (NVIDIA's without opting in), 1024 threads.
+# - vulkan: the spec's minimum maxComputeSharedMemorySize, 16 KB; 256 invocations (the spec's minimum is 128,
+#   but the mobile, desktop and software (lavapipe) drivers tvmgen targets take 256 or more, and TVM's
+#   Vulkan schedules use up to 256).
+# - metal (Apple GPUs): 32 KB of threadgroup memory, 1024 threads; cuda: 48 KB, 1024.
+GPU_LIMITS = {
+    "generic": GpuLimits("generic OpenCL", 32 * 1024, 256),
+    "adreno": GpuLimits("Adreno", 32 * 1024, 1024),
+    "mali": GpuLimits("Mali", 32 * 1024, 256),
+    "desktop": GpuLimits("desktop OpenCL", 48 * 1024, 1024),
+    "vulkan": GpuLimits("Vulkan", 16 * 1024, 256),
+    "metal": GpuLimits("Apple (Metal)", 32 * 1024, 1024),
+    "cuda": GpuLimits("CUDA", 48 * 1024, 1024),
+}
+
+
+def gpu_limits(target) -> GpuLimits | None:
+    """The limits of the GPU family a TVM target builds for (its kind, and an OpenCL target's device); None
+    for a CPU target."""
+    kind = target.kind.name
+    if kind == "opencl":
+        family = str(target.attrs.get("device", "") or "generic")
+        return GPU_LIMITS.get(family, GPU_LIMITS["generic"])
+    return GPU_LIMITS.get(kind)
+
+
+@dataclass(frozen=True)
 class Platform:
     name: str
     description: str

@@ -1,0 +1,102 @@
+"""GPU schedules within their family's limits (compiler/gpu/limits.py, platforms.GPU_LIMITS): what a kernel
+needs of a work-group is measured as TVM lowers it, and a rule's schedule over the limits gives way to the next
+rule for that kernel alone, which the compile output says; a kernel no rule fits is an error naming it."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from conftest import run_native, save_onnx, single_op_models
+from tvmgen import frontends
+from tvmgen.compiler import gpu
+from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+from tvmgen.compiler.gpu import limits
+from tvmgen.compiler.targets import platforms
+from tvmgen.compiler.targets.platforms import PLATFORMS, GpuLimits, make_target, target_dict
+
+
+def _target(family):
+    return make_target(target_dict(PLATFORMS["host"], "opencl", family))
+
+
+def _matmul():
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((128, 128), "float32", name="a")
+    b = te.placeholder((128, 128), "float32", name="b")
+    k = te.reduce_axis((0, 128), "k")
+    c = te.compute((128, 128), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+    return tvm.IRModule({"mm": te.create_prim_func([a, b, c]).with_attr("global_symbol", "mm")})
+
+
+def test_needs_are_what_the_generated_opencl_kernel_declares():
+    """The desktop family's matmul (dlight's CUDA configuration: 8 x 16 threads, operands staged in local
+    memory, rows padded against bank conflicts): the bytes counted equal the __local arrays of the OpenCL
+    source TVM generates, and the threads the configuration's."""
+    import tvm
+
+    target = _target("desktop")
+    rule = gpu.desktop_matmul()
+    with target:
+        sch = rule.apply(_matmul()["mm"], target, False)
+    func = sch.mod["main"].with_attr("global_symbol", "mm")
+    need = limits.needs(func)
+    src = tvm.tirx.build(tvm.IRModule({"mm": func}), target=target).imports[0].inspect_source()
+    declared = [int(n) for n in re.findall(r"__local float \w+\[(\d+)\];", src)]
+    assert declared and need.shared_bytes == 4 * sum(declared), (need, declared)
+    config = rule.get_configs(target)
+    assert need.threads == config.block_size_x * config.block_size_y == 128
+    assert need.over(platforms.GPU_LIMITS["desktop"]) == ""
+
+
+def test_a_schedule_over_the_limits_gives_way_to_the_next_rule(monkeypatch):
+    """With a generic OpenCL family of 1 KB of local memory, dlight's matmul (2 KB) is passed over for that
+    kernel: a later rule schedules it within the limit, and the compile output says what it needed. With
+    fewer threads than any rule uses, the kernel is a CompileError naming it and the limit."""
+    from tvm.s_tir import dlight as dl
+
+    monkeypatch.setitem(platforms.GPU_LIMITS, "generic", GpuLimits("generic OpenCL", 1024, 256))
+    target = _target("generic")
+    report: dict = {}
+    with target:
+        out = gpu.apply_rules(*gpu.default_rules(target), report=report)(_matmul())
+    assert out["mm"].attrs["tirx.is_scheduled"]
+    (failure,) = [f for f in report["rule_failures"] if f["rule"] == "Matmul"]
+    assert failure["error"] == (
+        "over the GPU family's limits: 2 KB of shared memory per work-group, the generic OpenCL limit is 1 KB"
+    )
+    assert report["work_groups"]["mm"].shared_bytes <= 1024
+    (line,) = [ln for ln in gpu.rule_failures_summary(report["rule_failures"]) if "Matmul" in ln]
+    assert line.startswith("dlight's Matmul schedule of mm is over the GPU family's limits: 2 KB") and (
+        f"scheduled by {failure['scheduled_by']} instead" in line
+    )
+    assert "at most 1.0 KB" not in gpu.work_groups_summary(report["work_groups"], target)
+    monkeypatch.setitem(platforms.GPU_LIMITS, "generic", GpuLimits("generic OpenCL", 1024, 16))
+    with target, pytest.raises(Exception, match=r"no GPU schedule for kernel mm: .*threads per work-group, the "):
+        gpu.apply_rules(dl.gpu.Matmul(), dl.gpu.Fallback())(_matmul())
+
+
+def test_a_kernel_moved_to_the_next_rule_runs_on_pocl(ocl_runtime, opencl_lib, tmp_path, monkeypatch, capsys):
+    """End to end: a convolution whose tiled schedule is over a (shrunk) family limit builds with the next rule,
+    the compile output names it, and the artifact matches onnxruntime on PoCL."""
+    import onnxruntime as ort
+
+    monkeypatch.setitem(platforms.GPU_LIMITS, "generic", GpuLimits("generic OpenCL", 1024, 256))
+    path = save_onnx(single_op_models()["conv3x3"], tmp_path / "conv3x3.onnx")
+    art = tmp_path / "conv"
+    compile_to_artifact(
+        frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "generic"), art, True, {"name": "c"}
+    )
+    said = capsys.readouterr()
+    text = said.out + said.err
+    assert "schedule of fused_conv2d" in text and "over the GPU family's limits" in text, text
+    assert "the generic OpenCL limits: 1 KB, 256 threads" in text
+    x = np.random.default_rng(4).standard_normal((1, 8, 16, 16)).astype("float32")
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=2)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
