@@ -100,3 +100,29 @@ def test_a_kernel_moved_to_the_next_rule_runs_on_pocl(ocl_runtime, opencl_lib, t
     proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=2)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+
+
+def test_the_runtime_names_a_kernel_whose_work_group_the_device_cannot_run(ocl_runtime, opencl_lib, compiled, tmp_path):
+    """libtvmgen_opencl checks each kernel's work-group against what the device runs it with
+    (CL_KERNEL_WORK_GROUP_SIZE) before its first launch: a PoCL device limited to 16 threads a work-group
+    (POCL_MAX_WORK_GROUP_SIZE) refuses the generic family's 64-thread convolution with an error naming the
+    kernel, what it needs and the fix, through tvmgen-run and through tvmgen run (exit 2); unlimited, it runs."""
+    import subprocess
+    import sys
+
+    path = save_onnx(single_op_models()["conv3x3"], tmp_path / "conv3x3.onnx")
+    art = compiled(path, "host", "opencl", name="conv3x3")
+    x = np.random.default_rng(6).standard_normal((1, 8, 16, 16)).astype("float32")
+    proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, env={"POCL_MAX_WORK_GROUP_SIZE": "16"})
+    assert proc.returncode != 0 and outs is None
+    said = re.search(r"OpenCL kernel (\w+) cannot run on .*: it needs work-groups of (\d+) threads", proc.stderr)
+    assert said and "conv2d" in said.group(1) and int(said.group(2)) > 16, proc.stderr[-2000:]
+    assert "the device runs it with at most 16" in proc.stderr and "--gpu-family" in proc.stderr
+    env = {**__import__("os").environ, "POCL_MAX_WORK_GROUP_SIZE": "16", "TVMGEN_OPENCL_BACKEND": str(opencl_lib)}
+    r = subprocess.run(
+        [sys.executable, "-m", "tvmgen", "run", str(art), "--repeat", "1"], capture_output=True, text=True, env=env
+    )
+    assert r.returncode == 2 and "error: OpenCL kernel" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "fix: compile for this device's GPU family" in r.stdout + r.stderr
+    proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, tag="unlimited")
+    assert proc.returncode == 0, proc.stderr

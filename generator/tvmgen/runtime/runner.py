@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from tvmgen.core.log import filtered_stderr
 from tvmgen.runtime.direct_calls import DirectCalls
 from tvmgen.runtime.state import HeldState, numpy_view
 
+# libtvmgen_opencl's refusal of a kernel whose work-group the device cannot run (CheckWorkGroup)
+_CANNOT_RUN = re.compile(r"(OpenCL kernel \S+ cannot run on .*?)\. Fix: (.*)", re.S)
 KEPT_RUNS = 100_000  # the runs whose times a model keeps (``Timings.runs_ms``): the latest
 
 # Devices the PyPI runtime can execute here (its OpenCL loader is off; see the OpenCL issue).
@@ -241,6 +244,15 @@ class HostModel:
         return self._run(inputs, repeat, out)
 
     def _run(self, inputs: dict[str, np.ndarray], repeat: int, out: list[np.ndarray] | None) -> list[np.ndarray]:
+        try:
+            return self._runs(inputs, repeat, out)
+        except RuntimeError as e:  # a GPU backend that refuses a kernel before launching it: the artifact's fault
+            refused = _CANNOT_RUN.search(str(e))
+            if refused is None:
+                raise
+            raise InputError(refused.group(1), refused.group(2).strip()) from e
+
+    def _runs(self, inputs: dict[str, np.ndarray], repeat: int, out: list[np.ndarray] | None) -> list[np.ndarray]:
         arrays = self.check_inputs(inputs)
         result = None
         state = self.state

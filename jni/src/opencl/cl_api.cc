@@ -53,6 +53,9 @@ bool ResolveAll(void* h, Api* a, std::string* missing) {
   ok &= Resolve(h, "clReleaseKernel", &a->ReleaseKernel, missing);
   ok &= Resolve(h, "clSetKernelArg", &a->SetKernelArg, missing);
   ok &= Resolve(h, "clEnqueueNDRangeKernel", &a->EnqueueNDRangeKernel, missing);
+  // optional: without it a kernel's work-group is not checked before its first launch
+  a->GetKernelWorkGroupInfo =
+      reinterpret_cast<decltype(a->GetKernelWorkGroupInfo)>(dlsym(h, "clGetKernelWorkGroupInfo"));
   // optional: host-visible buffers fall back to clEnqueueRead/WriteBuffer without them
   a->EnqueueMapBuffer = reinterpret_cast<decltype(a->EnqueueMapBuffer)>(dlsym(h, "clEnqueueMapBuffer"));
   a->EnqueueUnmapMemObject =

@@ -101,6 +101,9 @@ constexpr cl_program_info CL_PROGRAM_DEVICES = 0x1163;
 constexpr cl_program_info CL_PROGRAM_BINARY_SIZES = 0x1165;
 constexpr cl_program_info CL_PROGRAM_BINARIES = 0x1166;
 constexpr cl_program_build_info CL_PROGRAM_BUILD_LOG = 0x1183;
+typedef cl_uint cl_kernel_work_group_info;
+constexpr cl_kernel_work_group_info CL_KERNEL_WORK_GROUP_SIZE = 0x11B0;
+constexpr cl_kernel_work_group_info CL_KERNEL_LOCAL_MEM_SIZE = 0x11B2;
 
 // The entry points, resolved by dlsym. CL_API_CALL is empty on Linux and Android.
 struct Api {
@@ -134,6 +137,8 @@ struct Api {
   cl_int (*SetKernelArg)(cl_kernel, cl_uint, size_t, const void*);
   cl_int (*EnqueueNDRangeKernel)(cl_command_queue, cl_kernel, cl_uint, const size_t*, const size_t*,
                                  const size_t*, cl_uint, const cl_event*, cl_event*);
+  // Optional (nullptr when the library lacks it): each kernel's work-group checked at its first launch.
+  cl_int (*GetKernelWorkGroupInfo)(cl_kernel, cl_device_id, cl_kernel_work_group_info, size_t, void*, size_t*);
   // Optional (nullptr when the library lacks them): used for host-visible ("global.host") buffers.
   void* (*EnqueueMapBuffer)(cl_command_queue, cl_mem, cl_bool, cl_map_flags, size_t, size_t, cl_uint,
                             const cl_event*, cl_event*, cl_int*);

@@ -23,7 +23,10 @@
 #include <algorithm>
 #include <condition_variable>
 #include <future>
+#include <set>
+#include <sstream>
 #include <thread>
+#include <tuple>
 
 namespace tvmgen {
 namespace opencl {
@@ -191,6 +194,9 @@ class OpenCLModule : public ffi::ModuleObj {
       global[d] = work[d] * work[3 + d];
       local[d] = work[3 + d];
     }
+    if (checked_.insert({name, device_id, local[0] * local[1] * local[2]}).second) {
+      CheckWorkGroup(name, kernel, device_id, local);
+    }
     Workspace& w = Workspace::Global();
     void* stream = TVMFFIEnvGetStream(kDLOpenCL, device_id);
     cl_command_queue q = w.Queue(device_id, stream);
@@ -204,6 +210,35 @@ class OpenCLModule : public ffi::ModuleObj {
       TVM_FFI_THROW(RuntimeError) << "OpenCL kernel " << name << ": launch failed: " << ErrorName(err) << " (global "
                                   << global[0] << "x" << global[1] << "x" << global[2] << ", local " << local[0]
                                   << "x" << local[1] << "x" << local[2] << ")";
+    }
+  }
+
+  // What a kernel's work-group needs against what the device takes, before its first launch with that size: a
+  // driver given more threads than a kernel can run (CL_KERNEL_WORK_GROUP_SIZE: the device's largest work-group,
+  // or fewer where the kernel's registers allow fewer) or more local memory than the device has fails the launch
+  // with a code, or on some drivers loses the device; this names the kernel, what it needs and the fix.
+  void CheckWorkGroup(const std::string& name, cl_kernel kernel, int device_id, const size_t* local) {
+    const Api& api = cl::Get();
+    if (api.GetKernelWorkGroupInfo == nullptr) return;
+    const DeviceInfo& dev = Workspace::Global().device(device_id);
+    size_t threads = local[0] * local[1] * local[2], most = 0;
+    cl_ulong local_mem = 0;
+    bool known = api.GetKernelWorkGroupInfo(kernel, dev.id, CL_KERNEL_WORK_GROUP_SIZE, sizeof(most), &most,
+                                            nullptr) == CL_SUCCESS;
+    bool mem_known = api.GetKernelWorkGroupInfo(kernel, dev.id, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(local_mem),
+                                                &local_mem, nullptr) == CL_SUCCESS;
+    std::ostringstream why;
+    if (known && most > 0 && threads > most) {
+      why << "work-groups of " << threads << " threads (" << local[0] << "x" << local[1] << "x" << local[2]
+          << "), and the device runs it with at most " << most << " (CL_KERNEL_WORK_GROUP_SIZE: its largest "
+          << "work-group is " << dev.max_work_group << ")";
+    } else if (mem_known && dev.local_mem > 0 && local_mem > dev.local_mem) {
+      why << local_mem << " bytes of local memory per work-group, and the device has " << dev.local_mem;
+    }
+    if (!why.str().empty()) {
+      TVM_FFI_THROW(RuntimeError) << "OpenCL kernel " << name << " cannot run on " << dev.name << ": it needs "
+                                  << why.str() << ". Fix: compile for this device's GPU family (--gpu-family: "
+                                  << "tvmgen keeps each family's kernels within its limits, docs/gpu.md)";
     }
   }
 
@@ -848,6 +883,7 @@ class OpenCLModule : public ffi::ModuleObj {
   mutable std::once_flag sizes_once_;
   mutable KernelSizes sizes_;  // of used_ (Sizes)
   std::mutex launch_mu_, builds_mu_;
+  std::set<std::tuple<std::string, int, size_t>> checked_;  // (kernel, device, threads) checked (under launch_mu_)
   std::map<int, std::unique_ptr<Builds>> builds_;  // per device; owns the kernels and programs
 };
 
