@@ -131,6 +131,9 @@ def _compile(source: str, flags: list[str], v: dict, out: Path, work: Path, args
         err = _nvcc_kernels(dump, out, work / "cuda-kernels", args.cuda_arch)
         if err:
             return {**res, "error": "build failed: " + err}
+    table = out / "kernels.json"  # the largest work-group's needs, against the family's limits (compile's)
+    if table.is_file():
+        res["work_groups"] = json.loads(table.read_text()).get("work_groups")
     _prune(out)
     return res
 

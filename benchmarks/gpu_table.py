@@ -64,8 +64,18 @@ COLUMNS = [  # the table's
     "copy-out ms",
     "steady x cpu",
     "max abs err",
+    "work-group KB / threads (limits)",
     "status",
 ]
+
+
+def _fmt_work_groups(w: dict | None) -> str:
+    """The build's largest work-group (shared memory KB / threads) and its family's limits: 6.8 / 256 (48 / 1024)."""
+    if not w:
+        return "-"
+    text = f"{w['shared_bytes'] / 1024:.1f} / {w['threads']}"
+    lim = w.get("limits")
+    return text + (f" ({lim['shared_bytes'] // 1024} / {lim['threads']})" if lim else "")
 
 
 def report(plan: dict, results: list[dict], args) -> str:
@@ -77,7 +87,7 @@ def report(plan: dict, results: list[dict], args) -> str:
             short = r["error"] if len(r["error"]) <= WIDTH else r["error"][: WIDTH - 6] + f" ... [{len(notes) + 1}]"
             if len(r["error"]) > WIDTH:
                 notes.append(f"[{len(notes) + 1}] {r['model']} {r['id']}: {r['error']}")
-            body.append(cells + ["-"] * 10 + [short])
+            body.append(cells + ["-"] * 11 + [short])
             continue
         cold = med(s["first_run_ms"] for s in r["cold"])
         warm = med(s["first_run_ms"] for s in r["warm"])
@@ -104,6 +114,7 @@ def report(plan: dict, results: list[dict], args) -> str:
                 fmt(st["copy_out_ms"]["median"]),
                 "-" if r["id"] == "cpu" else benchlib.fmt_ratio(benchlib.ratio(run, cpu)),
                 "-" if err is None else f"{err:.1e}",
+                _fmt_work_groups(r.get("work_groups")),
                 "ok",
             ]
         )
@@ -123,7 +134,7 @@ def report(plan: dict, results: list[dict], args) -> str:
         f"host: {m['cpu']} ({m['cpus']} CPUs); work directory built {plan.get('created')}, "
         f"{plan.get('size_mb', '?')} MB"
     )
-    lines.append(benchlib.table(COLUMNS, body, set(range(3, 13))))
+    lines.append(benchlib.table(COLUMNS, body, set(range(3, 14))))
     extra = []
     for model in plan["models"]:
         for p in ("fp32", "fp16"):

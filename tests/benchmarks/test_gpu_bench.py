@@ -70,6 +70,10 @@ def check_rows(stdout: str) -> None:
     assert built > 0 and hits == built, rows["opencl"]  # cold: all built from source; warm: all from the cache
     assert float(rows["opencl"]["steady x cpu"].rstrip("x")) > 0
     assert "OpenCL: " in stdout and "platform" in stdout  # the platform / device / driver line
+    # and the device's limits; the build's largest work-group against its family's (compile's, kernels.json)
+    assert re.search(r"OpenCL: .*\d+ KB of local memory and \d+ threads per work-group", stdout), stdout
+    assert re.fullmatch(r"\d+\.\d / \d+ \(32 / 256\)", rows["opencl"]["work-group KB / threads (limits)"]), rows
+    assert rows["cpu"]["work-group KB / threads (limits)"] == "-"
 
 
 def run_and_check(*args, **options) -> None:

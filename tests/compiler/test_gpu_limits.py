@@ -74,7 +74,13 @@ def test_a_schedule_over_the_limits_gives_way_to_the_next_rule(monkeypatch):
     assert line.startswith("dlight's Matmul schedule of mm is over the GPU family's limits: 2 KB") and (
         f"scheduled by {failure['scheduled_by']} instead" in line
     )
-    assert "at most 1.0 KB" not in gpu.work_groups_summary(report["work_groups"], target)
+    record = gpu.work_groups_record(report["work_groups"], target)
+    assert record["shared_bytes"] <= 1024 and record["limits"] == {
+        "family": "generic OpenCL",
+        "shared_bytes": 1024,
+        "threads": 256,
+    }
+    assert gpu.work_groups_summary(record).endswith("; the generic OpenCL limits: 1 KB, 256 threads")
     monkeypatch.setitem(platforms.GPU_LIMITS, "generic", GpuLimits("generic OpenCL", 1024, 16))
     with target, pytest.raises(Exception, match=r"no GPU schedule for kernel mm: .*threads per work-group, the "):
         gpu.apply_rules(dl.gpu.Matmul(), dl.gpu.Fallback())(_matmul())
@@ -95,6 +101,10 @@ def test_a_kernel_moved_to_the_next_rule_runs_on_pocl(ocl_runtime, opencl_lib, t
     text = said.out + said.err
     assert "schedule of fused_conv2d" in text and "over the GPU family's limits" in text, text
     assert "the generic OpenCL limits: 1 KB, 256 threads" in text
+    import json
+
+    kept = json.loads((art / "kernels.json").read_text())["work_groups"]  # what benchmarks/gpu.py prints
+    assert kept["shared_bytes"] <= 1024 and kept["limits"]["shared_bytes"] == 1024, kept
     x = np.random.default_rng(4).standard_normal((1, 8, 16, 16)).astype("float32")
     want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
     proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=2)

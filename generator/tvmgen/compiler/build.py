@@ -361,8 +361,11 @@ def compile_to_artifact(
             )
         for line in gpu.rule_failures_summary(report.get("rule_failures", [])):
             console.print(f"  [yellow]![/] {line}")
-        if report.get("work_groups"):
-            console.print(f"  {gpu.work_groups_summary(report['work_groups'], opts.target.tvm)}")
+        work_groups = (
+            gpu.work_groups_record(report["work_groups"], opts.target.tvm) if report.get("work_groups") else None
+        )
+        if work_groups:
+            console.print(f"  {gpu.work_groups_summary(work_groups)}")
         if report.get("scheduled") is not None or report.get("tuned"):
             console.print(f"  {schedule_summary(report)}")
             if opts.tuning_db and not report.get("tuned"):
@@ -372,7 +375,7 @@ def compile_to_artifact(
                     "on this model to use one"
                 )
         final = report.pop("module", None)
-        kernels.record(tmp, final, imported.params, model_info.get("source"))
+        kernels.record(tmp, final, imported.params, model_info.get("source"), work_groups)
         what = "an object archive" if opts.objects_only or opts.platform.exporter == "xcode" else "the library"
         with step(f"Exporting {what} ({opts.platform.exporter} toolchain)"):
             with filtered_stderr():  # TVM's per-constant "Scope Saving" lines of texture builds

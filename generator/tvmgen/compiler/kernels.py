@@ -101,9 +101,11 @@ def weights_summary(params, source: str | None = None) -> dict:
     }
 
 
-def record(directory: Path, mod, params, source: str | None) -> None:
+def record(directory: Path, mod, params, source: str | None, work_groups: dict | None = None) -> None:
     """Write ``kernels.json`` for the module a build produced. The artifact is complete without it
-    (profiles then name kernels without FLOPs): a module it cannot describe is logged, not fatal."""
+    (profiles then name kernels without FLOPs): a module it cannot describe is logged, not fatal.
+    ``work_groups`` (a GPU build's ``{"shared_bytes", "shared_kernel", "threads", "threads_kernel",
+    "limits"}``, ``compiler.gpu.work_groups_record``) is kept as it is."""
     if mod is None:
         return
     try:
@@ -112,6 +114,8 @@ def record(directory: Path, mod, params, source: str | None) -> None:
         log.info("no kernels.json: the built module could not be described", exc_info=True)
         return
     table["source_weights"] = weights_summary(params, source)
+    if work_groups:
+        table["work_groups"] = work_groups
     (Path(directory) / FILE).write_text(json.dumps(table, indent=1) + "\n")
 
 

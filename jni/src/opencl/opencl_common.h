@@ -452,9 +452,11 @@ class Workspace {
       TVMGEN_CL_CHECK(err, "clCreateCommandQueue");
     }
     if (LogOn()) {
-      std::fprintf(stderr, "tvmgen-opencl: %s, platform %s, %zu device(s), device 0: %s (driver %s)\n",
+      std::fprintf(stderr, "tvmgen-opencl: %s, platform %s, %zu device(s), device 0: %s (driver %s; %llu KB of "
+                   "local memory and %zu threads per work-group)\n",
                    LoadedPath().c_str(), platform_name_.c_str(), devices_.size(), devices_[0].name.c_str(),
-                   devices_[0].driver.c_str());
+                   devices_[0].driver.c_str(), static_cast<unsigned long long>(devices_[0].local_mem / 1024),
+                   devices_[0].max_work_group);
     }
   }
 

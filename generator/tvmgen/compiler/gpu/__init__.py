@@ -413,18 +413,32 @@ def rule_failures_summary(failures: list[dict]) -> list[str]:
     return lines
 
 
-def work_groups_summary(work_groups: dict, target) -> str:
-    """The compile output's line on the largest work-group needs (``report["work_groups"]``) against the
-    target's GPU family's limits."""
+def work_groups_record(work_groups: dict, target) -> dict:
+    """The largest work-group needs of a build (``report["work_groups"]``: kernel -> ``limits.Needs``) and the
+    target's GPU family's limits, as kernels.json keeps them."""
     family = gpu_limits(target)
     shared = max(work_groups.items(), key=lambda kv: kv[1].shared_bytes)
     threads = max(work_groups.items(), key=lambda kv: kv[1].threads)
+    return {
+        "shared_bytes": shared[1].shared_bytes,
+        "shared_kernel": shared[0],
+        "threads": threads[1].threads,
+        "threads_kernel": threads[0],
+        "limits": None
+        if family is None
+        else {"family": family.name, "shared_bytes": family.shared_bytes, "threads": family.threads},
+    }
+
+
+def work_groups_summary(record: dict) -> str:
+    """The compile output's line on a ``work_groups_record``."""
     line = (
-        f"work-groups: at most {shared[1].shared_bytes / 1024:.1f} KB of shared memory ({shared[0]}) and "
-        f"{threads[1].threads} threads ({threads[0]})"
+        f"work-groups: at most {record['shared_bytes'] / 1024:.1f} KB of shared memory ({record['shared_kernel']}) "
+        f"and {record['threads']} threads ({record['threads_kernel']})"
     )
-    if family is not None:
-        line += f"; the {family.name} limits: {family.shared_bytes // 1024} KB, {family.threads} threads"
+    family = record.get("limits")
+    if family:
+        line += f"; the {family['family']} limits: {family['shared_bytes'] // 1024} KB, {family['threads']} threads"
     return line
 
 
