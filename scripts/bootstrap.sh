@@ -18,6 +18,7 @@ APT_PACKAGES=(
   clinfo                   # lists OpenCL platforms and devices (diagnosis)
   glslang-tools spirv-tools  # --device vulkan: GLSL -> SPIR-V (glslangValidator), SPIR-V validation (spirv-val)
   libvulkan-dev libvulkan1 mesa-vulkan-drivers  # Vulkan headers + loader, lavapipe (CPU Vulkan): libtvmgen_vulkan's tests
+  vulkan-validationlayers  # Khronos' validation layer: the Vulkan kernels' tests run under it
   aapt                     # builds and inspects APKs (aapt package, aapt dump badging)
   zipalign                 # page-aligns an APK's uncompressed .so files before signing
   apksigner                # signs APKs (v2/v3) and verifies signatures

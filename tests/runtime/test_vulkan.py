@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import QEMU_AARCH64, REPO, run_native, save_onnx, single_op_models
+from conftest import QEMU_AARCH64, REPO, run_native, save_onnx, single_op_models, unavailable
 from vulkan_support import MODELS, kernels_of, module_fixtures
 
 # whole models compiled for Vulkan and the host runtime built with CMake
@@ -233,6 +233,50 @@ def test_fp16_precision_on_lavapipe(arts, runtime, compiled, tmp_path):
 # vectors (seg_head's convolutions), int64 ids and a bool mask (text_encoder), int64 gathers (audio_rnn),
 # a 0-d int64 input into If (vad_scalar); views of shared memory are in mobilenet_v3_small (benchmarks/zoo.py)
 ZOO = ("seg_head", "text_encoder", "audio_rnn", "vad_scalar")
+
+
+# Khronos' validation layer (Debian's vulkan-validationlayers) with synchronization validation: a missing barrier,
+# a wrong descriptor, a dispatch bound or sized wrongly is reported (ERROR / WARN lines on stdout) before it can
+# lose a device; INFO shows the layer is active and what it checks.
+VALIDATION_SETTINGS = """\
+khronos_validation.report_flags = error,warn,info
+khronos_validation.debug_action = VK_DBG_LAYER_ACTION_LOG_MSG
+khronos_validation.log_filename = stdout
+khronos_validation.enables = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
+khronos_validation.disables = VK_VALIDATION_FEATURE_DISABLE_SHADER_VALIDATION_CACHE_EXT
+"""
+
+
+def test_kernels_run_clean_under_the_validation_layers(arts, tools, runtime, compiled, tmp_path):
+    """The built-in models and the zoo's text recognizer (GELU-epilogue convolutions, LayerNorm, attention: the
+    kernels that lost an NVIDIA device) run on lavapipe under the validation layer, synchronization validation
+    on: the layer is active and reports no error or warning, and the outputs are the CPU build's."""
+    from pathlib import Path
+
+    layer = Path("/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json")
+    if not layer.is_file():
+        unavailable("Khronos' Vulkan validation layer is not installed (apt-get install vulkan-validationlayers)")
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import zoo
+
+    (tmp_path / "vk_layer_settings.txt").write_text(VALIDATION_SETTINGS)
+    env = {"VK_INSTANCE_LAYERS": "VK_LAYER_KHRONOS_validation", "VK_LAYER_SETTINGS_PATH": str(tmp_path)}
+    path = zoo.build("text_recognizer", tmp_path)[0]
+    models = {m: (arts[(m, "vulkan")], arts[(m, "cpu")]) for m in ("tiny", "mobilenet")}
+    models["text_recognizer"] = tuple(compiled(path, "host", d, name="text_recognizer") for d in ("vulkan", "cpu"))
+    for name, (vk, cpu) in models.items():
+        spec = json.loads((vk / "manifest.json").read_text())["inputs"]
+        x = {s["name"]: np.random.default_rng(8).standard_normal(s["shape"]).astype(s["dtype"]) for s in spec}
+        proc, got = run_native(runtime, vk, x, tmp_path, env=env, tag=f"{name}-vk")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        said = [ln for ln in proc.stdout.splitlines() if "(" in ln and " / " in ln and "msgNum" in ln]
+        assert any("createinstance-status-message(INFO" in ln for ln in said), proc.stdout[:2000]
+        assert "Current Enables: VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION" in proc.stdout
+        bad = [ln for ln in said if "(ERROR" in ln or "(WARN" in ln]
+        assert not bad, (name, bad[:5])
+        _, want = run_native(runtime, cpu, x, tmp_path, tag=f"{name}-cpu")
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, atol=2e-3, rtol=2e-3)
 
 
 @pytest.mark.parametrize("name", ZOO)
