@@ -279,6 +279,44 @@ def test_kernels_run_clean_under_the_validation_layers(arts, tools, runtime, com
             np.testing.assert_allclose(g, w, atol=2e-3, rtol=2e-3)
 
 
+def test_a_kernel_over_the_devices_limits_is_refused_naming_it(tools, runtime, compiled, tmp_path):
+    """libtvmgen_vulkan checks each kernel's work-group (its invocations, and the bytes of its GLSL's shared
+    arrays) against the device's limits before making its pipeline: lavapipe's limits lowered
+    (TVMGEN_VULKAN_MAX_INVOCATIONS / _MAX_SHARED_MEMORY, as a smaller device's) refuse the text recognizer's
+    kernels with an error naming the kernel, what it needs and the fix, instead of a dispatch the device may
+    not survive; through tvmgen run, exit 2."""
+    import re
+    import subprocess
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import zoo
+
+    vk = compiled(zoo.build("text_recognizer", tmp_path)[0], "host", "vulkan", name="text_recognizer")
+    spec = json.loads((vk / "manifest.json").read_text())["inputs"]
+    x = {s["name"]: np.zeros(s["shape"], s["dtype"]) for s in spec}
+    for env, needs in (
+        (
+            {"TVMGEN_VULKAN_MAX_INVOCATIONS": "16"},
+            r"work-groups of (\d+) invocations \(\d+x\d+x\d+\), and the device takes at most 16 ",
+        ),
+        (
+            {"TVMGEN_VULKAN_MAX_SHARED_MEMORY": "1000"},
+            r"(\d+) bytes of shared memory per work-group, and the device has 1000\.",
+        ),
+    ):
+        proc, outs = run_native(runtime, vk, x, tmp_path, env=env, tag=next(iter(env)))
+        assert proc.returncode != 0 and outs is None
+        said = re.search(r"Vulkan kernel (\w+) cannot run on [^:]+: it needs " + needs, proc.stderr)
+        assert said and int(said.group(2)) > 16, proc.stderr[-2000:]
+        assert "Fix: compile for this device's GPU family" in proc.stderr
+    env = {**__import__("os").environ, "TVMGEN_VULKAN_MAX_INVOCATIONS": "16"}
+    env["TVMGEN_VULKAN_BACKEND"] = str(runtime / "lib" / "libtvmgen_vulkan.so")
+    r = subprocess.run(
+        [sys.executable, "-m", "tvmgen", "run", str(vk), "--repeat", "1"], capture_output=True, text=True, env=env
+    )
+    assert r.returncode == 2 and "error: Vulkan kernel" in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
+
+
 @pytest.mark.parametrize("name", ZOO)
 def test_zoo_model_on_lavapipe_matches_its_reference(name, tools, runtime, compiled, tmp_path):
     sys.path.insert(0, str(REPO / "benchmarks"))

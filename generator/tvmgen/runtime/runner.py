@@ -19,8 +19,9 @@ from tvmgen.core.log import filtered_stderr
 from tvmgen.runtime.direct_calls import DirectCalls
 from tvmgen.runtime.state import HeldState, numpy_view
 
-# libtvmgen_opencl's refusal of a kernel whose work-group the device cannot run (CheckWorkGroup)
-_CANNOT_RUN = re.compile(r"(OpenCL kernel \S+ cannot run on .*?)\. Fix: (.*)", re.S)
+# libtvmgen_opencl's or libtvmgen_vulkan's refusal of a kernel whose work-group the device cannot run
+# (their CheckWorkGroup)
+_CANNOT_RUN = re.compile(r"((?:OpenCL|Vulkan) kernel \S+ cannot run on .*?)\. Fix: (.*)", re.S)
 KEPT_RUNS = 100_000  # the runs whose times a model keeps (``Timings.runs_ms``): the latest
 
 # Devices the PyPI runtime can execute here (its OpenCL loader is off; see the OpenCL issue).

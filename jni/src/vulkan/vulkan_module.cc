@@ -34,6 +34,7 @@ struct Kernel {
   uint32_t workgroup[3] = {1, 1, 1};
   uint32_t buffers = 0;
   uint32_t push_bytes = 0;
+  uint64_t shared_bytes = 0;  // its GLSL's `shared` arrays (SharedBytes)
   std::string spirv;
   // per binding: the shader only reads it (a `readonly` buffer in its GLSL); others count as written
   std::vector<bool> readonly;
@@ -184,6 +185,40 @@ class VulkanModule : public ffi::ModuleObj {
     }
   }
 
+  // A work-group larger than the device takes, or more shared memory than it has, is undefined behaviour in
+  // Vulkan (a driver may lose the device at the dispatch): refused before the pipeline exists, naming the
+  // kernel, what it needs, what the device gives and the fix. TVMGEN_VULKAN_MAX_INVOCATIONS and
+  // TVMGEN_VULKAN_MAX_SHARED_MEMORY lower the device's limits (never raise them): to check an artifact here
+  // against a smaller device's.
+  static void CheckWorkGroup(const Kernel& k, const Workspace& w) {
+    const VkPhysicalDeviceLimits& l = w.props.limits;
+    uint64_t invocations = Lowered("TVMGEN_VULKAN_MAX_INVOCATIONS", l.maxComputeWorkGroupInvocations);
+    uint64_t shared = Lowered("TVMGEN_VULKAN_MAX_SHARED_MEMORY", l.maxComputeSharedMemorySize);
+    uint64_t threads = uint64_t{k.workgroup[0]} * k.workgroup[1] * k.workgroup[2];
+    std::ostringstream why;
+    if (threads > invocations || k.workgroup[0] > l.maxComputeWorkGroupSize[0] ||
+        k.workgroup[1] > l.maxComputeWorkGroupSize[1] || k.workgroup[2] > l.maxComputeWorkGroupSize[2]) {
+      why << "work-groups of " << threads << " invocations (" << k.workgroup[0] << "x" << k.workgroup[1] << "x"
+          << k.workgroup[2] << "), and the device takes at most " << invocations << " (maxComputeWorkGroupSize "
+          << l.maxComputeWorkGroupSize[0] << "x" << l.maxComputeWorkGroupSize[1] << "x" << l.maxComputeWorkGroupSize[2]
+          << ")";
+    } else if (k.shared_bytes > shared) {
+      why << k.shared_bytes << " bytes of shared memory per work-group, and the device has " << shared;
+    }
+    if (!why.str().empty()) {
+      TVM_FFI_THROW(RuntimeError) << "Vulkan kernel " << k.name << " cannot run on " << w.props.deviceName
+                                  << ": it needs " << why.str() << ". Fix: compile for this device's GPU family "
+                                  << "(tvmgen keeps each family's kernels within its limits, docs/gpu.md)";
+    }
+  }
+
+  static uint64_t Lowered(const char* env, uint64_t reported) {
+    const char* v = std::getenv(env);
+    if (v == nullptr || *v == '\0') return reported;
+    uint64_t lower = std::strtoull(v, nullptr, 10);
+    return lower > 0 && lower < reported ? lower : reported;
+  }
+
   static void Create(Kernel& k, VkPipelineCache cache) {
     Workspace& w = Workspace::Global();
     const Api& api = w.api;
@@ -191,6 +226,7 @@ class VulkanModule : public ffi::ModuleObj {
       TVM_FFI_THROW(RuntimeError) << "Vulkan kernel " << k.name << " needs " << k.push_bytes
                                   << " bytes of push constants; the device has " << w.props.limits.maxPushConstantsSize;
     }
+    CheckWorkGroup(k, w);
     std::vector<VkDescriptorSetLayoutBinding> bindings(k.buffers);
     for (uint32_t i = 0; i < k.buffers; ++i) {
       bindings[i] = VkDescriptorSetLayoutBinding{i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT,
@@ -319,6 +355,31 @@ class VulkanModule : public ffi::ModuleObj {
   }
 };
 
+// The bytes of the `shared` arrays a kernel's GLSL declares (tvmgen's printer: "shared TYPE NAME[N];" at the
+// start of a line), at each GLSL type's size; an unknown type counts as 16 bytes an element (a vec4's).
+uint64_t SharedBytes(const std::string& glsl) {
+  static const std::map<std::string, uint64_t> kSizes = {
+      {"float", 4}, {"int", 4},   {"uint", 4},   {"bool", 4},  {"float16_t", 2}, {"double", 8}, {"vec2", 8},
+      {"vec3", 12}, {"vec4", 16}, {"ivec2", 8},  {"ivec3", 12}, {"ivec4", 16},   {"uvec2", 8},  {"uvec3", 12},
+      {"uvec4", 16}};
+  uint64_t total = 0;
+  std::istringstream lines(glsl);
+  std::string line;
+  while (std::getline(lines, line)) {
+    size_t at = line.find_first_not_of(" \t");
+    if (at == std::string::npos || line.compare(at, 7, "shared ") != 0) continue;
+    std::istringstream words(line.substr(at + 7));
+    std::string type, name;
+    words >> type >> name;
+    size_t open = name.find('['), close = name.find(']');
+    if (open == std::string::npos || close == std::string::npos || close < open) continue;
+    uint64_t n = std::strtoull(name.c_str() + open + 1, nullptr, 10);
+    auto size = kSizes.find(type);
+    total += n * (size == kSizes.end() ? 16 : size->second);
+  }
+  return total;
+}
+
 // Which of a kernel's `n` bindings its GLSL declares `readonly` in every declaration of the binding
 // (tvmgen's printer: "layout(std430, set = 0, binding = I) restrict [readonly ]buffer ..."; a vec4 view
 // is a second declaration of the same binding). Bindings it does not declare count as written.
@@ -368,7 +429,9 @@ ffi::Module LoadFromBytes(const ffi::Bytes& bytes) {
     k->buffers = r.Pod<uint32_t>();
     k->push_bytes = r.Pod<uint32_t>();
     k->spirv = r.Str();
-    k->readonly = ReadonlyBindings(r.Str(), k->buffers);  // from the GLSL source
+    std::string glsl = r.Str();
+    k->readonly = ReadonlyBindings(glsl, k->buffers);  // from the GLSL source
+    k->shared_bytes = SharedBytes(glsl);
     // TVMGEN_VULKAN_SPIRV_DIR: <dir>/<kernel>.spv replaces the kernel's SPIR-V (same bindings and push
     // constants): to time a hand-edited shader on a device without rebuilding the model
     if (const char* dir = std::getenv("TVMGEN_VULKAN_SPIRV_DIR")) {
