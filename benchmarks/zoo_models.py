@@ -1,6 +1,7 @@
 """The zoo's models, built here with random weights (nothing is downloaded): the PyTorch classifiers of
-zoo_nets.py, the Keras ones and the TFLite heads of zoo_tflite.py, and the heads and audio models defined
-below, each as its model file and the `tvmgen compile` flags it needs."""
+zoo_nets.py, the Keras ones and the TFLite heads of zoo_tflite.py, the heads of zoo_heads.py, the detector
+and raw-audio CNN of zoo_detect.py, and the heads and audio models defined below, each as its model file
+and the `tvmgen compile` flags it needs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+import zoo_detect
 import zoo_heads
 import zoo_state_pairs
 import zoo_tflite
@@ -33,6 +35,7 @@ OTHERS = (
     "stream_gru",
     "streaming_kws_int8",
     *zoo_heads.NAMES,
+    *zoo_detect.NAMES,
 )
 MODELS = (*TORCH_NETS, *KERAS, *OTHERS)
 # `tvmgen compile` flags a model needs: --const binds an input (the reference gets its value), --input fixes
@@ -96,6 +99,8 @@ def build(name: str, work: Path) -> tuple[Path, list[str]]:
         return zoo_streaming.streaming_kws_int8(work / "streaming_kws_int8.tflite"), []
     if name in zoo_heads.NAMES:
         return zoo_heads.build(name, work), []
+    if name in zoo_detect.NAMES:
+        return zoo_detect.build(name, work), []
     if name in ("gru_scorer_opset9", "gru_scorer_opset11"):
         return _gru_scorer(work, int(name.rsplit("opset", 1)[1])), build_flags(name)
     raise SystemExit(f"unknown model {name}")

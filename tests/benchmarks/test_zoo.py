@@ -193,3 +193,36 @@ def test_zoo_heads_are_built_as_described(tmp_path):
     want = np.log(power @ zoo_heads._mel_filters(n // 2 + 1, zoo_heads.MELS) + 1e-6)
     assert y.shape == (1, len(frames), zoo_heads.MELS)
     np.testing.assert_allclose(y[0], want, rtol=1e-3, atol=1e-3)
+
+
+def test_the_detector_and_the_raw_audio_cnn_are_built_as_described(tmp_path):
+    """benchmarks/zoo_detect.py, built without compiling: the YOLOv8n-style detector has YOLOv8n's published
+    size (3,157,200 parameters) and gives [1, 84, anchors] (2,100 at 320, 8,400 at 640: strides 8, 16, 32),
+    boxes of positive size inside the image's scale and class probabilities; the audio scorer frames its
+    144,000 samples with a 400-sample, hop-160 convolution and gives one score, which moves with its input."""
+    import onnx
+    import onnxruntime as ort
+
+    import zoo_detect
+
+    assert sum(p.numel() for p in zoo_detect.yolov8n().parameters()) == 3_157_200  # the DFL's 16 bins included
+    rng = np.random.default_rng(0)
+    for name, side in zoo_detect.YOLO.items():
+        session = ort.InferenceSession(str(zoo_detect.build(name, tmp_path)), providers=["CPUExecutionProvider"])
+        (y,) = session.run(None, {session.get_inputs()[0].name: rng.standard_normal((1, 3, side, side), np.float32)})
+        anchors = sum((side // s) ** 2 for s in (8, 16, 32))
+        assert y.shape == (1, 4 + zoo_detect.CLASSES, anchors), (name, y.shape)
+        assert (y[0, 2:4] > 0).all() and (y[0, :4] < 4 * side).all()  # widths, heights; centres near the image
+        assert ((y[0, 4:] >= 0) & (y[0, 4:] <= 1)).all()
+    path = zoo_detect.build("raw_audio_cnn", tmp_path)
+    (frame,) = [n for n in onnx.load(str(path)).graph.node if n.op_type == "Conv"][:1]
+    attrs = {a.name: list(a.ints) for a in frame.attribute}
+    assert attrs["kernel_shape"] == [zoo_detect.FRAME] and attrs["strides"] == [zoo_detect.HOP]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    a, b = (
+        session.run(
+            None, {session.get_inputs()[0].name: rng.standard_normal((1, 1, zoo_detect.AUDIO_SAMPLES), np.float32)}
+        )[0]
+        for _ in range(2)
+    )
+    assert a.shape == (1, 1) and abs(float((a - b)[0, 0])) > 1e-3 * max(1.0, abs(float(a[0, 0])))
