@@ -53,6 +53,24 @@ def test_needs_are_what_the_generated_opencl_kernel_declares():
     assert need.over(platforms.GPU_LIMITS["desktop"]) == ""
 
 
+def test_each_launch_of_a_function_is_counted_apart():
+    """A scheduled function may hold several launches (the Adreno convolution's two kernels): its threads are the
+    most one launch asks for (256 here), not the product of every thread axis in the function (256 x 16)."""
+    import tvm
+    from tvm import s_tir, te
+
+    a = te.placeholder((64, 64), "float32", name="a")
+    b = te.compute((64, 64), lambda i, j: a[i, j] * 2.0, name="b")
+    c = te.compute((64, 64), lambda i, j: b[i, j] + 1.0, name="c")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([a, c])}))
+    for name, tag, lanes in (("b", "threadIdx.x", 256), ("c", "threadIdx.y", 16)):
+        bx, tx = sch.split(sch.fuse(*sch.get_loops(sch.get_sblock(name))), [None, lanes])
+        sch.bind(bx, "blockIdx.x")
+        sch.bind(tx, tag)
+    need = limits.needs(sch.mod["main"])
+    assert need.threads == 256 and need.shared_bytes == 0, need
+
+
 def test_a_schedule_over_the_limits_gives_way_to_the_next_rule(monkeypatch):
     """With a generic OpenCL family of 1 KB of local memory, dlight's matmul (2 KB) is passed over for that
     kernel: a later rule schedules it within the limit, and the compile output says what it needed. With

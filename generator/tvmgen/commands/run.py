@@ -257,6 +257,7 @@ def run(
     """
     if threads:  # also for TVM's own pool (older artifacts), which reads it once when it starts
         os.environ["TVM_NUM_THREADS"] = str(threads)
+    from tvmgen.compiler.targets.platforms import get_device
     from tvmgen.core import artifact, kernel_table
     from tvmgen.core.errors import InputError
     from tvmgen.core.model import random_inputs
@@ -354,7 +355,7 @@ def run(
         f"load {tm['load_ms']:.1f} ms · VM init {tm['init_ms']:.1f} ms · first run {tm['first_run_ms']:.1f} ms "
         f"· median of {tm['runs']} runs [bold]{tm['median_ms']:.2f} ms[/] (min {tm['min_ms']:.2f})"
     )
-    if model.executor.startswith("relax vm: ") and manifest.device == "cpu":  # said, as tvmgen-run says it
+    if model.executor.startswith("relax vm: ") and get_device(manifest.device).host_memory:  # as tvmgen-run says it
         console.print(f"  [dim]main ran on the {model.executor}[/]")
     _print_streaming(summary)
     for o in summary["outputs"]:

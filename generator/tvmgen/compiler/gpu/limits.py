@@ -37,8 +37,8 @@ def _kb(n: int) -> str:
 def needs(func) -> Needs:
     """What the scheduled TIR function ``func`` asks of a work-group: the bytes of its buffers in shared scope
     once lowered as TVM lowers it (a schedule's staging buffer has the whole tensor's shape until each is
-    compacted to the region its block touches) and the largest extent of each thread axis (threadIdx.x/y/z)
-    multiplied together."""
+    compacted to the region its block touches) and the most threads a launch of it asks for (the thread axes
+    threadIdx.x/y/z around a block, multiplied)."""
     import tvm
     from tvm import s_tir, tirx
 
@@ -71,11 +71,14 @@ def needs(func) -> Needs:
         lowered = lower(tvm.IRModule({"main": func}))
     scopes = s_tir.analysis.calculate_allocated_bytes(lowered)["main"]
     shared = sum(int(v) for k, v in scopes.items() if str(k).startswith("shared"))
+    # threads: per block, the thread axes of the loops around it (one launch: a function may hold several, each
+    # a kernel of its own, as the Adreno convolution's two do), multiplied; the largest over the blocks
     sch = s_tir.Schedule(func)
-    extents: dict[str, int] = {}
+    threads = 1
     stack = list(sch.get_child_blocks(sch.get_sblock("root")))
     while stack:
         rv = stack.pop()
+        extents: dict[str, int] = {}
         for loop_rv in sch.get_loops(rv):
             loop = sch.get(loop_rv)
             binding = loop.thread_binding
@@ -83,8 +86,9 @@ def needs(func) -> Needs:
                 tag = str(binding.thread_tag)
                 if tag.startswith("threadIdx"):
                     extents[tag] = max(extents.get(tag, 1), int(loop.extent))
+        product = 1
+        for n in extents.values():
+            product *= n
+        threads = max(threads, product)
         stack += list(sch.get_child_blocks(rv))
-    threads = 1
-    for n in extents.values():
-        threads *= n
     return Needs(shared, threads)
