@@ -73,7 +73,7 @@ WHAT = {
     "mel_frontend": "STFT as a Conv1d (hop 160), power, mel matmul, log",
     "yolov8n_320": "detector: C2f, SPPF, PAN neck, DFL decode; 320x320",
     "yolov8n_640": "the same detector at 640x640 (8,400 anchors)",
-    "raw_audio_cnn": "144,000 raw samples framed by a strided Conv1d, strided Conv1d blocks",
+    "raw_audio_cnn": "144,000 raw samples framed by a strided Conv1d, strided Conv1d blocks, scores per segment",
 }
 # Models checked on set values of some inputs (one check per set; the rest seeded random): an If
 # on a scalar must be checked down each branch.

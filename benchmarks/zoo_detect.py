@@ -11,7 +11,7 @@ yolov8n_320 / yolov8n_640   a YOLOv8n-style detector (width 0.25, depth 0.33): a
                             as Ultralytics' export writes it: [1, 84, anchors] (2,100 at 320, 8,400 at 640)
 raw_audio_cnn               an audio-quality scorer over 9 s of raw 16 kHz audio (144,000 samples): the framing
                             is a strided Conv1d (400-sample windows, hop 160), then strided Conv1d blocks with
-                            batch norm and ReLU, global average pooling and a linear head (one score per clip)
+                            batch norm and ReLU, and a 1x1 convolution to a score per 0.16 s segment
 """
 
 from __future__ import annotations
@@ -109,9 +109,12 @@ def yolov8n():
                 outs.append(torch.cat((self.box[i](f), self.cls[i](f)), 1).flatten(2))
                 h, w = f.shape[2:]
                 stride = 8 * 2**i
-                sy, sx = torch.meshgrid(torch.arange(h) + 0.5, torch.arange(w) + 0.5, indexing="ij")
+                # float32 anchor points, as Ultralytics' make_anchors makes them (in the features' dtype)
+                ys = torch.arange(h, dtype=torch.float32) + 0.5
+                xs = torch.arange(w, dtype=torch.float32) + 0.5
+                sy, sx = torch.meshgrid(ys, xs, indexing="ij")
                 anchors.append(torch.stack((sx, sy), 0).reshape(2, -1))
-                strides.append(torch.full((1, h * w), float(stride)))
+                strides.append(torch.full((1, h * w), float(stride), dtype=torch.float32))
             y = torch.cat(outs, 2)
             box, cls = y.split((4 * BINS, CLASSES), 1)
             b, _, a = box.shape
@@ -151,9 +154,9 @@ def yolov8n():
 
 
 def raw_audio_cnn():
-    """[1, 1, 144000] -> [1, 1]: frames by a strided Conv1d (400 samples, hop 160: 898 frames, 64 channels),
-    four strided Conv1d + BatchNorm + ReLU blocks (64 -> 128 -> 128 -> 256 -> 256 channels, stride 2 each),
-    global average pooling and a linear score."""
+    """[1, 1, 144000] -> [1, 1, 57]: frames by a strided Conv1d (400 samples, hop 160: 898 frames, 64 channels),
+    four strided Conv1d + BatchNorm + ReLU blocks (64 -> 128 -> 128 -> 256 -> 256 channels, stride 2 each) and
+    a 1x1 convolution to a score per 0.16 s segment."""
     from torch import nn
 
     def block(cin, cout, k=5, s=2):
@@ -167,7 +170,5 @@ def raw_audio_cnn():
         block(128, 128),
         block(128, 256),
         block(256, 256),
-        nn.AdaptiveAvgPool1d(1),
-        nn.Flatten(),
-        nn.Linear(256, 1),
+        nn.Conv1d(256, 1, 1),
     )
