@@ -359,6 +359,11 @@ def compile_to_artifact(
                 f"    built with {fb['pipeline']} instead; please report this with the log file"
                 + (f"\n    cost: {fb['cost']}" if fb.get("cost") else "")
             )
+        if report.get("float64_demoted"):
+            console.print(
+                f"  [yellow]![/] {report['float64_demoted']} float64 constant(s) and cast(s) inside the model computed "
+                "in float32 on the GPU (GPUs lack float64: OpenCL's cl_khr_fp64, Vulkan's shaderFloat64)"
+            )
         for line in gpu.rule_failures_summary(report.get("rule_failures", [])):
             console.print(f"  [yellow]![/] {line}")
         work_groups = (

@@ -28,16 +28,22 @@ log = logging.getLogger("tvmgen.compiler")
 OVER_LIMITS = "over the GPU family's limits"  # a rule's schedule that needs more than a work-group has
 
 
-def prepare_passes(target, lower_conv_transpose: bool = True) -> list:
-    """Relax -> fused TIR functions, unscheduled: the module both ``tune`` and ``compile`` schedule."""
+def prepare_passes(target, lower_conv_transpose: bool = True, report: dict | None = None) -> list:
+    """Relax -> fused TIR functions, unscheduled: the module both ``tune`` and ``compile`` schedule (a model's
+    float64 computed in float32: ``float64.demote``)."""
     from tvm.relax.backend.gpu_generic import pipeline as generic
 
     from tvmgen.compiler import conv_transpose, rewrites
+    from tvmgen.compiler.gpu import float64
     from tvmgen.compiler.int8 import int8_qdq
 
     legalize = [p for p in generic.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
     return (
-        [rewrites.module_pass("TvmgenPreluUnflattened", _prelu_unflattened), int8_qdq.ShareDequantized()]
+        [
+            float64.demote_pass(report),
+            rewrites.module_pass("TvmgenPreluUnflattened", _prelu_unflattened),
+            int8_qdq.ShareDequantized(),
+        ]
         + ([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
         + generic.library_dispatch_passes(target)
         + legalize
@@ -527,7 +533,7 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
     @tvm.transform.module_pass(opt_level=0, name="TvmgenGpuPipeline")
     def _pipeline(mod, _ctx):
         passes = (
-            prepare_passes(target, lower_conv_transpose)
+            prepare_passes(target, lower_conv_transpose, report)
             + schedule_passes(target, database, report)
             + generic.dataflow_lower_passes(target)
             + generic.finalize_passes(target)

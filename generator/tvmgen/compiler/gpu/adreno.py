@@ -96,11 +96,13 @@ def legalize_passes(target, texture: bool = True, report: dict | None = None) ->
     from tvm.s_tir import dlight as dl
 
     from tvmgen.compiler import gpu
+    from tvmgen.compiler.gpu import float64
     from tvmgen.compiler.int8 import int8_qdq
 
     texture = texture and "texture" in target.keys
     passes = [
         tvm.tirx.transform.BindTarget(target),
+        float64.demote_pass(report),  # Adreno's OpenCL has no cl_khr_fp64
         int8_qdq.ShareDequantized(),
         relax.transform.DecomposeOpsForInference(),
     ]
