@@ -71,7 +71,11 @@ def _start(
         for ln in (PLATFORM.match(x) for x in proc.stderr.splitlines())
         if ln and "cache {" not in ln.group(1) and "rebuil" not in ln.group(1) and "platform" in ln.group(1)
     ]
-    t["platform_line"] = p[0].group(1) if p else None
+    # the runtime's line naming the library, platform and device 0 with its limits; other lines that say
+    # "platform" (the helpers' timeline: "platform and device found (at 60 ms)") come before it when the build
+    # helpers start early
+    main = [m for m in p if "device 0:" in m.group(1)]
+    t["platform_line"] = (main or p)[0].group(1) if p else None
     v = VULKAN_DEVICE.search(proc.stderr)
     if v:
         t["vulkan_device"] = v.group(1)
