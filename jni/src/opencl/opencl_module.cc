@@ -26,7 +26,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
-#include <tuple>
+#include <utility>
 
 namespace tvmgen {
 namespace opencl {
@@ -194,7 +194,7 @@ class OpenCLModule : public ffi::ModuleObj {
       global[d] = work[d] * work[3 + d];
       local[d] = work[3 + d];
     }
-    if (checked_.insert({name, device_id, local[0] * local[1] * local[2]}).second) {
+    if (checked_.insert({kernel, local[0] * local[1] * local[2]}).second) {  // no string copied per launch
       CheckWorkGroup(name, kernel, device_id, local);
     }
     Workspace& w = Workspace::Global();
@@ -883,7 +883,7 @@ class OpenCLModule : public ffi::ModuleObj {
   mutable std::once_flag sizes_once_;
   mutable KernelSizes sizes_;  // of used_ (Sizes)
   std::mutex launch_mu_, builds_mu_;
-  std::set<std::tuple<std::string, int, size_t>> checked_;  // (kernel, device, threads) checked (under launch_mu_)
+  std::set<std::pair<cl_kernel, size_t>> checked_;  // (a device's kernel, threads) checked (under launch_mu_)
   std::map<int, std::unique_ptr<Builds>> builds_;  // per device; owns the kernels and programs
 };
 
