@@ -38,8 +38,12 @@ struct Kernel {
   std::string spirv;
   // per binding: the shader only reads it (a `readonly` buffer in its GLSL); others count as written
   std::vector<bool> readonly;
-  // created once (std::call_once): by the module's background threads, or by the first launch
+  // created once (std::call_once): by the module's background threads, or by the first launch. `ready` is
+  // set (release) after creation ended, failed or not: a launch reads the handles below only after seeing it
+  // (acquire) or after its own call_once, never while a background thread is still writing them (a
+  // validation layer writes the driver's handle to the output, then its own wrapped one).
   std::once_flag created;
+  std::atomic<bool> ready{false};
   std::string error;  // why creating it failed (thrown at its launch)
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
@@ -168,6 +172,7 @@ class VulkanModule : public ffi::ModuleObj {
     } catch (const std::exception& e) {
       k.error = e.what();
     }
+    k.ready.store(true, std::memory_order_release);
     PipelineCacheDir& dir = PipelineCacheDir::Global();
     dir.stats.create_us +=
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
@@ -254,9 +259,11 @@ class VulkanModule : public ffi::ModuleObj {
     cp.stage.module = shader;
     cp.stage.pName = "main";
     cp.layout = k.layout;
-    VkResult r = api.CreateComputePipelines(w.device, cache, 1, &cp, nullptr, &k.pipeline);
+    VkPipeline pipeline = VK_NULL_HANDLE;
+    VkResult r = api.CreateComputePipelines(w.device, cache, 1, &cp, nullptr, &pipeline);
     api.DestroyShaderModule(w.device, shader, nullptr);
     TVMGEN_VK_CHECK(r, "vkCreateComputePipelines (" + k.name + ")");
+    k.pipeline = pipeline;
   }
 
   static void Launch(Kernel& k, Pipelines& pl, ffi::PackedArgs args) {
@@ -269,12 +276,12 @@ class VulkanModule : public ffi::ModuleObj {
       TVM_FFI_THROW(RuntimeError) << "Vulkan kernel " << k.name << " takes " << nargs + k.launch_tags.size()
                                   << " arguments, " << args.size() << " were given";
     }
-    if (k.pipeline == VK_NULL_HANDLE) {
+    if (!k.ready.load(std::memory_order_acquire)) {
       PipelineCacheDir::Global().stats.launch_waits++;
       std::call_once(k.created, [&]() { CreateRecorded(k, pl); });
-      if (k.pipeline == VK_NULL_HANDLE) {
-        TVM_FFI_THROW(RuntimeError) << "Vulkan: creating the pipeline of kernel " << k.name << " failed: " << k.error;
-      }
+    }
+    if (k.pipeline == VK_NULL_HANDLE) {
+      TVM_FFI_THROW(RuntimeError) << "Vulkan: creating the pipeline of kernel " << k.name << " failed: " << k.error;
     }
     // the workspace's vectors, reused (no allocation per dispatch; Launch holds the workspace's lock)
     std::vector<Buffer*>& bufs = w.launch_bufs;
