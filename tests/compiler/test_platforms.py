@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO, require_tool, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-from tvmgen.compiler.targets.export import parallel_pool_source
+from tvmgen.compiler.targets.export import POOL_FLAGS, parallel_pool_object, parallel_pool_source
 from tvmgen.compiler.targets.platforms import PLATFORMS, check_pair, target_dict
 from tvmgen.core import binfmt, toolchains
 from tvmgen.core.errors import InputError, ToolMissingError
@@ -53,6 +53,33 @@ def test_linux_aarch64_is_aarch64_shared_object(conv_model, tmp_path):
     assert binfmt.describe(data) == ("elf", "aarch64") and elf_type(data) == 3
     assert m.export["kind"] == "shared" and m.arch == "aarch64" and m.abi == "aarch64"
     assert m.target["mtriple"] == "aarch64-linux-gnu"
+
+
+def test_the_launcher_is_compiled_once_per_compiler_and_flags(tmp_path, monkeypatch):
+    """Model links take the launcher as an object from tvmgen's cache: compiled on the first link, then
+    reused; another compiler or other flags get their own entry; the object is the launcher's (an ELF
+    relocatable of the compiler's architecture defining tvmgen_parallel_install). Without a writable cache the
+    link gets the source, as before."""
+    for tool in ("g++", "aarch64-linux-gnu-g++", "nm"):
+        require_tool(tool)
+    monkeypatch.setenv("TVMGEN_CACHE_DIR", str(tmp_path / "cache"))
+    gxx, cross = Path(shutil.which("g++")), Path(shutil.which("aarch64-linux-gnu-g++"))
+    first = parallel_pool_object(gxx, POOL_FLAGS)
+    assert first.parent == tmp_path / "cache" / "launcher" and first.suffix == ".o"
+    stamp = first.stat().st_mtime_ns
+    assert parallel_pool_object(gxx, POOL_FLAGS) == first and first.stat().st_mtime_ns == stamp  # not rebuilt
+    other_flags = parallel_pool_object(gxx, [*POOL_FLAGS, "-O1"])
+    arm = parallel_pool_object(cross, POOL_FLAGS)
+    assert len({first, other_flags, arm}) == 3
+    assert sorted(p.name for p in first.parent.iterdir()) == sorted(p.name for p in (first, other_flags, arm))
+    for obj, arch in ((first, "x86_64"), (arm, "aarch64")):
+        data = obj.read_bytes()
+        assert binfmt.describe(data) == ("elf", arch) and elf_type(data) == 1
+        symbols = subprocess.run(["nm", "-g", "--defined-only", obj], capture_output=True, text=True, check=True)
+        assert " T tvmgen_parallel_install" in symbols.stdout
+    (tmp_path / "a-file").write_text("")  # a cache "directory" below a file: not creatable, even by root
+    monkeypatch.setenv("TVMGEN_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
+    assert parallel_pool_object(gxx, POOL_FLAGS) == parallel_pool_source()
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ Both are found the same way: the first of those two places that exists.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tvmgen.core.errors import TvmgenError
@@ -33,3 +34,9 @@ def templates_dir() -> Path:
 
 def jni_dir() -> Path:
     return data_dir("jni")
+
+
+def cache_dir() -> Path:
+    """tvmgen's user cache: $TVMGEN_CACHE_DIR itself, else $XDG_CACHE_HOME/tvmgen or ~/.cache/tvmgen."""
+    base = os.environ.get("TVMGEN_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / ("" if os.environ.get("TVMGEN_CACHE_DIR") else "tvmgen")

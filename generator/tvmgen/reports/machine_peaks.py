@@ -114,7 +114,7 @@ def _probe_artifact() -> Path:
     from tvmgen import __version__
     from tvmgen.compiler.targets.platforms import PLATFORMS, BuildTarget
     from tvmgen.core import artifact
-    from tvmgen.runtime.runtime_build import cache_dir
+    from tvmgen.core.resources import cache_dir
 
     target = BuildTarget(PLATFORMS["host"], "cpu")
     key = hashlib.sha256(json.dumps([target.spec, __version__, tvm.__version__, PROBE]).encode()).hexdigest()[:16]

@@ -19,6 +19,7 @@ from tvmgen.compiler.targets.platforms import get_platform
 from tvmgen.core import artifact, resources, toolchains
 from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
 from tvmgen.core.log import step
+from tvmgen.core.resources import cache_dir
 
 BUILDABLE = ("host", "linux-aarch64")  # against the apache-tvm wheels; Android ABIs against a TVM source tree
 # Where an NDK (r19 and newer) keeps its CMake toolchain file.
@@ -30,11 +31,6 @@ NDK_FIX = (
 # What a runtime needs from the wheels: the runtime libraries and the tvm-ffi headers.
 WHEEL_MEMBERS = ("tvm/lib/libtvm_runtime.so", "tvm/lib/libtvm_runtime_cuda.so", "tvm_ffi/lib/libtvm_ffi.so")
 WHEEL_TREES = ("tvm_ffi/include/",)
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("TVMGEN_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / ("" if os.environ.get("TVMGEN_CACHE_DIR") else "tvmgen")
 
 
 def tvm_prebuilt(platform: str) -> Path:

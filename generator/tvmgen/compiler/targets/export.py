@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shlex
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +21,34 @@ POOL_FLAGS = ["-O2", "-std=c++17", "-fvisibility=hidden", "-fno-exceptions", "-f
 
 def parallel_pool_source() -> Path:
     return resources.jni_dir() / "src" / "parallel" / "parallel_pool.cc"
+
+
+def parallel_pool_object(compiler: Path, flags: list[str]) -> Path:
+    """The launcher compiled by ``compiler`` with ``flags``, once per (source, compiler, flags) in tvmgen's cache
+    (``launcher/``): each model link takes the object instead of compiling the source again (about half a
+    second of a small model's export). Written under a temporary name and renamed, so concurrent compiles
+    share one entry. Without a writable cache, the source itself (the link compiles it)."""
+    source = parallel_pool_source()
+    real = Path(compiler).resolve()
+    st = real.stat()
+    key = hashlib.sha256(
+        "\0".join([source.read_text(), str(real), str(st.st_size), str(st.st_mtime_ns), *flags]).encode()
+    ).hexdigest()[:24]
+    cached = resources.cache_dir() / "launcher" / f"parallel_pool-{key}.o"
+    if cached.is_file():
+        return cached
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{cached.stem}-", suffix=".o", dir=cached.parent)
+    except OSError:  # no writable cache: the link compiles the source, as a library without a cache would
+        return source
+    os.close(fd)
+    try:
+        toolchains.run([str(compiler), "-c", "-fPIC", *flags, "-o", tmp, str(source)])
+        os.replace(tmp, cached)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return cached
 
 
 @dataclass
@@ -44,16 +75,18 @@ def export(ex, platform: Platform, directory: Path, objects_only: bool) -> Expor
 
     if platform.exporter == "xcode":
         return _export_ios(ex, directory)
-    pool = [str(parallel_pool_source())]
     if objects_only:  # the archive carries the launcher's source; the link command compiles it
-        ex.export_library(str(directory / "model.tar"), addons=pool, **vulkan.export_options(ex))
+        ex.export_library(
+            str(directory / "model.tar"), addons=[str(parallel_pool_source())], **vulkan.export_options(ex)
+        )
         return Exported("objects", "model.tar", _link_command(platform))
     compiler = linker(platform, objects_only)
+    assert compiler is not None  # every exporter but Xcode's links here
     options = POOL_FLAGS + (["-static-libstdc++", *toolchains.ANDROID_LINK_FLAGS] if platform.exporter == "ndk" else [])
     ex.export_library(
         str(directory / "model.so"),
         fcompile=cc.cross_compiler(str(compiler), options=options),
-        addons=pool,
+        addons=[str(parallel_pool_object(compiler, POOL_FLAGS))],
         **vulkan.export_options(ex),
     )
     return Exported("shared", "model.so")
