@@ -341,6 +341,18 @@ def test_duplicate_key_on_proxy(servers, state):
         rpc.start_device("host", "host-p", proxy=servers["proxy"].address, work_dir=state / "dup")
 
 
+def test_tvms_servers_run_without_pytorch():
+    """The tracker is TVM's own (it answers the tracker protocol) and loads TVM but not PyTorch, which
+    tvm_ffi would otherwise import on the way (more than half of the server's start)."""
+    tracker = rpc.start_tracker(port=19700, port_end=19790)
+    try:
+        assert rpc.tracker_summary(tracker.address) == {}
+        libraries = Path(f"/proc/{tracker.pid}/maps").read_text()
+        assert "libtvm_ffi" in libraries and "libtorch" not in libraries
+    finally:
+        tracker.stop()
+
+
 def test_device_server_reconnects_after_the_tracker_returns(state):
     """Network loss: the tracker goes away and comes back on the same port; the device re-registers."""
     tracker = rpc.start_tracker(port=19700, port_end=19790)

@@ -131,10 +131,11 @@ def accepts(host: str, port: int) -> bool:
 
 
 def _start_tvm_server(kind: str, module: str, host: str, port: int, port_end: int, extra: list[str]) -> Server:
-    """Start one of TVM's Python servers (``python -m tvm.exec.<module>``) on the first free port in
-    [port, port_end) and wait until it accepts connections."""
+    """Start one of TVM's Python servers (``tvm.exec.<module>``, through tvmgen.remote.tvm_server: without
+    PyTorch) on the first free port in [port, port_end) and wait until it accepts connections."""
     port = free_port(host, port, port_end)
-    cmd = [sys.executable, "-m", f"tvm.exec.{module}", "--host", host, "--port", str(port), "--port-end", str(port + 1)]
+    cmd = [sys.executable, "-m", "tvmgen.remote.tvm_server", module]
+    cmd += ["--host", host, "--port", str(port), "--port-end", str(port + 1)]
     server = _spawn(kind, cmd + extra, host, port)
     # The server is a Python process importing all of TVM first: on a loaded machine (a compile
     # beside it) that alone can pass 30 s, so wait as long as for a device server.
