@@ -290,6 +290,9 @@ def worker_python(artifact: Path, inputs_npz: Path, warmup: int, calls: int, sav
 
 
 def _work(args) -> dict:
+    import tvmgen
+
+    tvmgen.load_tvm_without_torch()  # ONNX and TFLite only: TVM loads without PyTorch, as the CLI's does
     if args.worker == "compile":
         return worker_compile(args.model, Path(args.work))
     if args.worker == "python":
