@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
 from conftest import onnx_model, save_onnx, unavailable
-from helpers import assert_close
+from helpers import assert_close, python_c
 
 CASES = [
     ("lstm", 0, False, 9, 1, 6, 5),
@@ -98,7 +97,7 @@ KERNEL_CHECK = textwrap.dedent("""
 @pytest.mark.parametrize("device", ["cpu", "opencl", "opencl-staged"])
 def test_kernels_match_numpy(device, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-c", KERNEL_CHECK, device, json.dumps(CASES), str(tmp_path)],
+        [*python_c(KERNEL_CHECK), device, json.dumps(CASES), str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=900,
@@ -263,9 +262,7 @@ def _compile_and_run_on_opencl(tvmgen, path, tmp_path, *flags) -> dict:
     art = tmp_path / "ocl"
     p = tvmgen("compile", path, "--device", "opencl", *flags, "-o", art, timeout=900)
     assert p.returncode == 0, p.output
-    proc = subprocess.run(
-        [sys.executable, "-c", OPENCL_RUN, str(path), str(art)], capture_output=True, text=True, timeout=900
-    )
+    proc = subprocess.run([*python_c(OPENCL_RUN), str(path), str(art)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     if "unavailable" in r:

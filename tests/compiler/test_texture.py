@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from conftest import run_native
+from helpers import python_c
 
 SCOPES = ("global.texture", "global.texture-nhwc", "global.texture-weight")
 
@@ -199,7 +200,7 @@ def test_adreno_models_run_in_texture_memory(ocl_runtime, opencl_lib, tmp_path, 
         "np.save(sys.argv[3], np.asarray(HostModel(sys.argv[1]).run({'x': np.load(sys.argv[2])})[0]))"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code, str(art), str(tmp_path / "x.npy"), str(tmp_path / "py.npy")],
+        [*python_c(code), str(art), str(tmp_path / "x.npy"), str(tmp_path / "py.npy")],
         capture_output=True,
         text=True,
         timeout=600,

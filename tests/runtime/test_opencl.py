@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import save_onnx, single_op_models
-from helpers import run_tool
+from helpers import python_c, run_tool
 from tvmgen.core.model import random_inputs
 
 # every test needs the runtime built with CMake and whole models compiled for OpenCL: all slow
@@ -126,7 +125,7 @@ print(json.dumps({"err": float(np.abs(D.numpy() - a @ b).max()), "exist": bool(d
 
 def test_gemm_module_matches_numpy(opencl_lib, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-c", GEMM_SCRIPT, str(opencl_lib), str(tmp_path / "gemm.so"), str(tmp_path / "cache")],
+        [*python_c(GEMM_SCRIPT), str(opencl_lib), str(tmp_path / "gemm.so"), str(tmp_path / "cache")],
         capture_output=True,
         text=True,
         timeout=600,

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, require_tool, run_native, save_onnx, single_op_models
+from helpers import python_c
 from tvmgen.compiler.targets.export import POOL_FLAGS, parallel_pool_source
 
 ENV = ctypes.c_void_p  # TVMParallelGroupEnv*: {void* sync_handle; int32_t num_task}
@@ -302,9 +303,7 @@ np.save(sys.argv[2], out)
 print(json.dumps({{"pool": m.parallel, "threads": m.threads, "cpus_kept": os.sched_getaffinity(0) == cpus}}))
 """
     npy = artifact.parent / f"out-{threads}-{abs(hash(extra))}.npy"
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(artifact), str(npy)], capture_output=True, text=True, timeout=300
-    )
+    proc = subprocess.run([*python_c(code), str(artifact), str(npy)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "out": np.load(npy)}
 
@@ -366,7 +365,7 @@ for i in range(8):
     gc.collect()
 print("ok")
 """
-    proc = subprocess.run([sys.executable, "-c", code, str(mobilenet)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([*python_c(code), str(mobilenet)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 
@@ -435,9 +434,7 @@ def test_zoo_models_on_two_threads_match_the_reference(zoo_artifacts, name, pool
     env = dict(os.environ, TVM_NUM_THREADS="2", TVMGEN_THREAD_POOL=pool)
     proc = subprocess.run(
         [
-            sys.executable,
-            "-c",
-            code,
+            *python_c(code),
             str(artifact),
             str(model_file),
             str(REPO / "benchmarks"),

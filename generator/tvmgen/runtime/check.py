@@ -280,9 +280,11 @@ def aarch64_runner() -> tuple[Path | None, str]:
 
 
 # The backend's own device listing (tvmgen.<backend>.info), run in a process of its own: a driver that hangs
-# or crashes while it starts costs --check this time limit and a fallback, not the compile.
+# or crashes while it starts costs --check this time limit and a fallback, not the compile. tvm_ffi loads
+# without PyTorch (it would import it for nothing: 1.7 s of CPU).
 _LISTING = (
-    "import ctypes, sys, tvm_ffi; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
+    "import ctypes, sys, tvmgen; tvmgen.load_tvm_without_torch(); import tvm_ffi; "
+    "ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
     "print(tvm_ffi.get_global_func(sys.argv[2])())"
 )
 LISTING_TIMEOUT_S = 60
