@@ -18,10 +18,13 @@ moves the slice after the softmax and gives the padded columns a logit of -1e30,
 from __future__ import annotations
 
 
-def pad_matmul_columns(mod, lanes: int):
+def pad_matmul_columns(mod, lanes: int, head_vectors: int = 1, head_tiles: int = 1):
     """``matmul(x, W)`` (float32 constant W of rank 2, [C, N], N >= lanes and not a multiple of half of lanes) ->
     ``strided_slice(matmul(x, W padded with zero columns to a multiple of lanes), last axis [0, N))``, and
-    ``add(that slice, constant bias)`` -> ``strided_slice(add(wide matmul, bias padded), ...)``."""
+    ``add(that slice, constant bias)`` -> ``strided_slice(add(wide matmul, bias padded), ...)``. With at least
+    ``head_tiles`` tiles of ``head_vectors`` vectors of columns (a classifier head over thousands of classes,
+    ``reduction_rules._wide_head``), the columns are padded to whole such tiles (at most 1/``head_tiles``
+    more work)."""
     import numpy as np
     from tvm import relax
     from tvm.relax.dpl import rewrite_call
@@ -38,11 +41,17 @@ def pad_matmul_columns(mod, lanes: int):
         if len(shape) != 2 or str(weights.ty.dtype) != "float32" or expr.ty.shape is None:
             return expr
         columns = shape[1]
-        padded = -(-columns // lanes) * lanes
-        # Half vectors already tile well (1,000 classes in 8-float tiles on AVX-512 ran as fast as 1,008
-        # in 16-float ones): only a column count with no half-vector tile is padded.
-        if columns < lanes or columns % max(lanes // 2, 1) == 0:
+        unit = lanes * head_vectors
+        if head_vectors > 1 and columns >= unit * head_tiles:  # a wide head: whole tiles of its vectors
+            if columns % unit == 0:
+                return expr
+        elif columns < lanes or columns % max(lanes // 2, 1) == 0:
+            # Half vectors already tile well (1,000 classes in 8-float tiles on AVX-512 ran as fast as 1,008
+            # in 16-float ones): only a column count with no half-vector tile is padded.
             return expr
+        else:
+            unit = lanes
+        padded = -(-columns // unit) * unit
         wide = relax.const(np.pad(weights.value.numpy(), [(0, 0), (0, padded - columns)]), "float32")
         out_dtype = str(expr.attrs.out_dtype) if expr.attrs.out_dtype is not None else ""
         full = relax.op.matmul(matches[x], wide, out_dtype=out_dtype if out_dtype not in ("", "void") else None)

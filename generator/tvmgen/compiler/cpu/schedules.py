@@ -190,13 +190,16 @@ def _PadConvChannels(target):  # noqa: N802
     (``matmul_layout.softmax_over_padded_columns``)."""
     from tvmgen.compiler.cpu.conv_layout import pad_conv_output_channels, pad_depthwise_chains
     from tvmgen.compiler.cpu.matmul_layout import pad_matmul_columns, softmax_over_padded_columns
+    from tvmgen.compiler.cpu.reduction_rules import WIDE_HEAD_MIN_VECTORS, WIDE_HEAD_VECTORS
     from tvmgen.compiler.rewrites import module_pass
 
-    lanes = cpu_shape(target).lanes(32)
+    shape = cpu_shape(target)
+    lanes = shape.lanes(32)
+    head = (WIDE_HEAD_VECTORS, WIDE_HEAD_MIN_VECTORS) if shape.registers >= 32 else (1, 1)  # as _wide_head tiles
     return module_pass(
         "TvmgenPadConvChannels",
         lambda mod: softmax_over_padded_columns(
-            pad_matmul_columns(pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes), lanes)
+            pad_matmul_columns(pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes), lanes, *head)
         ),
     )
 
