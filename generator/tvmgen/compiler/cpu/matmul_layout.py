@@ -18,14 +18,15 @@ moves the slice after the softmax and gives the padded columns a logit of -1e30,
 from __future__ import annotations
 
 
-def pad_matmul_columns(mod, lanes: int, head_vectors: int = 1, head_tiles: int = 1):
+def pad_matmul_columns(mod, lanes: int, head_vectors: int = 1, head_tiles: int = 1, head_rows: int = 0):
     """``matmul(x, W)`` (float32 constant W of rank 2, [C, N], N >= lanes and not a multiple of half of lanes) ->
     ``strided_slice(matmul(x, W padded with zero columns to a multiple of lanes), last axis [0, N))``, and
     ``add(that slice, constant bias)`` -> ``strided_slice(add(wide matmul, bias padded), ...)``. With at least
-    ``head_tiles`` tiles of ``head_vectors`` vectors of columns (a classifier head over thousands of classes,
-    ``reduction_rules._wide_head``), the columns are padded to whole such tiles (at most 1/``head_tiles``
-    more work)."""
+    ``head_tiles`` tiles of ``head_vectors`` vectors of columns over 2 to ``head_rows`` rows (a classifier head
+    over thousands of classes, ``reduction_rules._wide_head``), the columns are padded to whole such tiles (at
+    most 1/``head_tiles`` more work); a matrix-vector product keeps its own rule."""
     import numpy as np
+    import tvm
     from tvm import relax
     from tvm.relax.dpl import rewrite_call
     from tvm.relax.dpl.pattern import is_const, is_op, wildcard
@@ -41,8 +42,10 @@ def pad_matmul_columns(mod, lanes: int, head_vectors: int = 1, head_tiles: int =
         if len(shape) != 2 or str(weights.ty.dtype) != "float32" or expr.ty.shape is None:
             return expr
         columns = shape[1]
+        out_shape = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in expr.ty.shape.values[:-1]]
+        rows = int(np.prod(out_shape)) if None not in out_shape else 0
         unit = lanes * head_vectors
-        if head_vectors > 1 and columns >= unit * head_tiles:  # a wide head: whole tiles of its vectors
+        if head_vectors > 1 and columns >= unit * head_tiles and 1 < rows <= head_rows:  # a wide head
             if columns % unit == 0:
                 return expr
         elif columns < lanes or columns % max(lanes // 2, 1) == 0:
