@@ -33,12 +33,9 @@ def opencl_info(lib: Path) -> dict:
         "import ctypes, sys, tvm; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
         "print(tvm.get_global_func('tvmgen.opencl.info')())"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", "import tvmgen; tvmgen.load_tvm_without_torch()\n" + code, str(lib)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    from helpers import python_c  # here: helpers imports conftest, which imports this module
+
+    proc = subprocess.run([*python_c(code), str(lib)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     if not info["available"]:

@@ -190,6 +190,13 @@ def module_pass(name: str, fn):
     return _pass
 
 
+def static_shape(e) -> list | None:
+    """A Relax expression's shape as Python ints (None for a symbolic dimension), or None without a shape."""
+    ty = getattr(e, "ty", None)
+    dims = getattr(getattr(ty, "shape", None), "values", None)
+    return [getattr(d, "value", None) for d in dims] if dims is not None else None
+
+
 def prelu_unflattened(mod):
     """``reshape(prelu(reshape(x, [-1]), alpha, axis=0), shape(x))`` with a constant ``alpha`` that is
     one value per channel of ``x``'s last axis, as ``prelu(x, alpha_c, axis=-1)``. TVM's TFLite importer
@@ -199,11 +206,6 @@ def prelu_unflattened(mod):
     import numpy as np
     from tvm import ir, relax
     from tvm.relax.dpl import is_op, wildcard
-
-    def static_shape(e):
-        ty = getattr(e, "ty", None)
-        dims = getattr(getattr(ty, "shape", None), "values", None)
-        return [getattr(d, "value", None) for d in dims] if dims is not None else None
 
     x, alpha, flat_shape, shape = wildcard(), wildcard(), wildcard(), wildcard()
     prelu = is_op("relax.nn.prelu")(is_op("relax.reshape")(x, flat_shape), alpha)

@@ -19,7 +19,6 @@ from tvmgen.compiler.targets.platforms import get_platform
 from tvmgen.core import artifact, resources, toolchains
 from tvmgen.core.errors import InputError, ToolMissingError, TvmgenError
 from tvmgen.core.log import step
-from tvmgen.core.resources import cache_dir
 
 BUILDABLE = ("host", "linux-aarch64")  # against the apache-tvm wheels; Android ABIs against a TVM source tree
 # Where an NDK (r19 and newer) keeps its CMake toolchain file.
@@ -56,7 +55,7 @@ def tvm_prebuilt(platform: str) -> Path:
 
 def _aarch64_wheels() -> Path:
     tvm_v, ffi_v = version("apache-tvm"), version("apache-tvm-ffi")
-    dest = cache_dir() / "prebuilt" / f"linux-aarch64-tvm{tvm_v}-ffi{ffi_v}"
+    dest = resources.cache_dir() / "prebuilt" / f"linux-aarch64-tvm{tvm_v}-ffi{ffi_v}"
     if (dest / "tvm" / "lib" / "libtvm_runtime.so").is_file():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -203,7 +202,7 @@ def cached_build(platform: str) -> Path:
     share/java/tvmgen.jar) where CMake finds a JDK: one build serves tvmgen-run, the RPC server, the
     GPU backends, `tvmgen embed` and the Java API."""
     versions = f"tvm{version('apache-tvm')}-ffi{version('apache-tvm-ffi')}"
-    build_dir = cache_dir() / "runtime" / f"{platform}-{sources_hash()}-{versions}"
+    build_dir = resources.cache_dir() / "runtime" / f"{platform}-{sources_hash()}-{versions}"
     prefix = build_dir / "install"
     if (prefix / "bin" / "tvmgen-rpc-server").is_file():
         return prefix
