@@ -496,3 +496,20 @@ def test_large_weights_make_channel_blocks_the_tasks(tmp_path):
     mod, done, _ = prepared_and_scheduled(small)
     first = [f for f in done if "conv2d" in f and [int(d) for d in mod[f].params[1].shape][:2] == [3, 3]]
     assert first and re.search(r"_fused in T\.parallel", mod[first[0]].script()), first  # bands of rows
+
+
+def test_an_einsum_with_a_constant_operand_goes_through_the_layout_passes(tmp_path):
+    """The Clip/ReLU6 rewrite (``rewrites.tir_min_max_as_relax``) matched a call_tir through the variable
+    it is bound to and read ``.args`` off the variable: every model with such an einsum fell back to the
+    pipeline without the NHWC layout conversion."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 64, 32)).astype(np.float32), "w")
+    model = onnx_model(
+        [helper.make_node("Einsum", ["x", "w"], ["y"], equation="bij,bjk->bik")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 16, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 16, 32])],
+        [w],
+    )
+    _, done, left = prepared_and_scheduled(save_onnx(model, tmp_path / "einsum.onnx"))  # raised before
+    assert any("einsum" in f for f in done) and not left, (done, left)

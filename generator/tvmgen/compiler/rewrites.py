@@ -23,8 +23,11 @@ def tir_min_max_as_relax(mod):
 
     call = is_op("relax.call_tir")(wildcard(), wildcard())
 
-    def relax_min_max(expr, _matches):
-        func, args = expr.args[0], expr.args[1]
+    def relax_min_max(expr, matches):
+        # the matched call: ``expr`` is the bound variable where the pattern matched through a binding
+        # (an einsum's operand read through a variable: 'DataflowVar' object has no attribute 'args')
+        matched = matches[call]
+        func, args = matched.args[0], matched.args[1]
         kind = func.name_hint.rstrip("0123456789_")
         fields = list(getattr(args, "fields", []))
         if (
