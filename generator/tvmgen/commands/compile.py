@@ -14,6 +14,7 @@ from tvmgen.core import log as logs
 from tvmgen.core.errors import InputError
 from tvmgen.reports import profile as kernel_profile
 from tvmgen.runtime import check as numerics
+from tvmgen.tuning import remedy
 
 console = logs.console
 
@@ -99,6 +100,19 @@ def _default_out(model: str, platform: str, device: str) -> Path:
 @options.tuning_db(
     help="CPU or OpenCL kernels tuned by `tvmgen tune` (its --db root): used where the database has them."
 )
+@click.option(
+    "--remedy-budget",
+    envvar="TVMGEN_REMEDY_BUDGET",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Host builds: the compile runs the model here a few times kernel by kernel; where a kernel is far "
+    "below this machine's speed, MetaSchedule searches schedules for that kernel alone for up to this many "
+    "seconds (timed here), records them in the tuning database (--tuning-db, else tvmgen tune's default), and "
+    "the faster of the two builds is kept. 0: no profile and no search. Other platforms: `tvmgen tune --key`. "
+    "[env: TVMGEN_REMEDY_BUDGET]",
+)
 @options.nnapi()
 @options.precision()
 def compile(
@@ -128,6 +142,7 @@ def compile(
     const_flags=(),
     precision="fp32",
     state_flags=(),
+    remedy_budget=60.0,
 ):
     """Compile MODEL into an artifact directory (library + manifest.json).
 
@@ -188,23 +203,47 @@ def compile(
                 f"(bound at compile time; {len(imported.inputs)} input(s) left)"
             )
 
-        def verify(staged, opts):
-            checked = numerics.check_against_reference(imported, staged, opts, rtol, atol, seed, scratch)
-            if checked:  # the artifact itself ran here: its kernels' speed too
-                kernel_profile.guard_host_model(*checked, staged)
+        build_options = dict(
+            nnapi=pipeline.NnapiOptions(feature_level, strategy, cost_table),
+            separate_params=separate_params,
+            objects_only=objects_only,
+            schedules=schedules == "default",
+            precision=precision,
+        )
 
+        def checked(staged, opts):
+            return numerics.check_against_reference(imported, staged, opts, rtol, atol, seed, scratch)
+
+        def rebuild(db_root: Path, rebuilt: Path) -> None:  # the remedy's second build, checked as the first
+            pipeline.compile_model(
+                loaded, target, rebuilt, verify=checked if check else None, tuning_db=db_root, **build_options
+            )
+
+        no_remedy = (
+            "--remedy-budget 0" if not remedy_budget else remedy.applies(target, schedules == "default", objects_only)
+        )
+
+        def verify(staged, opts):
+            here = checked(staged, opts) if check else _run_here(staged, seed)
+            if not here:  # the artifact itself did not run here: its kernels' speed is not known
+                return
+            slow = kernel_profile.guard_host_model(*here, staged)
+            if not slow:
+                return
+            if no_remedy is not None:
+                console.print(f"  [dim]no remedy for the slow kernels: {no_remedy}[/]")
+                return
+            _remedy(imported, target, staged, slow, here, remedy_budget, tuning_db, rebuild, Path(scratch))
+
+        logs.log.info("slow-kernel remedy: %s", no_remedy or f"budget {remedy_budget:g} s")
         manifest = pipeline.compile_model(
             loaded,
             target,
             out,
-            nnapi=pipeline.NnapiOptions(feature_level, strategy, cost_table),
             force=force,
-            verify=verify if check else None,
-            separate_params=separate_params,
-            objects_only=objects_only,
-            schedules=schedules == "default",
+            verify=verify if check or no_remedy is None else None,
             tuning_db=tuning_db,
-            precision=precision,
+            **build_options,
         )
         console.print(f"[green]✓[/] artifact: [bold]{out}[/] ({manifest.export['library']}, {_size(out)} total)")
         for s in manifest.state:
@@ -214,6 +253,49 @@ def compile(
             )
         if manifest.export.get("finish_command"):
             console.print(f"  to link it later: cd {out} && {manifest.export['finish_command']}")
+
+
+def _remedy(imported, target, staged, slow, here, budget_s, tuning_db, rebuild, scratch: Path) -> None:
+    """The slow-kernel remedy (``tuning.remedy``) where it applies to this build; said where it does not."""
+    from tvmgen.compiler.targets import export
+    from tvmgen.core.errors import ToolMissingError
+    from tvmgen.tuning import tune
+
+    try:
+        tune.check_dependencies()
+    except ToolMissingError as e:
+        console.print(f"  [yellow]![/] no remedy for the slow kernels: {e.message}; {e.hint}")
+        return
+    model, inputs = here
+    compiler = export.linker(target.platform, False)
+    assert compiler is not None  # a host build links here
+    remedy.apply(
+        imported,
+        target.tvm,
+        staged,
+        slow,
+        inputs,
+        budget_s=budget_s,
+        root=tuning_db or database.default_root(),
+        compiler=compiler,
+        rebuild=rebuild,
+        scratch=scratch,
+        threads=model.threads,
+    )
+
+
+def _run_here(staged: Path, seed: int):
+    """The staged host build run once here for the guard, where --check does not run it; a model that
+    cannot run on random inputs is built all the same (said, and logged)."""
+    from tvmgen.core import interrupts
+
+    try:
+        return remedy.run_here(staged, seed)
+    except Exception as e:
+        interrupts.reraise_if_interrupted(e)
+        logs.log.info("the slow-kernel guard could not run the model", exc_info=True)
+        console.print(f"  [yellow]![/] kernel speed not measured: the model did not run on random inputs ({e})")
+        return None
 
 
 def _split(text):

@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +44,7 @@ class TaskState:
     spent: int = 0
     best_us: float | None = None  # best measured latency of one call
     default_us: float | None = None  # tvmgen's default schedule, measured in this run
+    searched_before: bool = False  # tune(once=True): left as the database has it
 
     @property
     def weighted_us(self) -> float | None:
@@ -121,9 +124,15 @@ def tune(
     compiler: Path,
     on_progress=None,
     seed: int = 0,
+    only: Collection[str] | None = None,
+    deadline: float | None = None,
+    once: bool = False,
 ) -> Summary:
     """Tune every task of ``mod`` (bound weights) to ``trials`` measured candidates; returns the summary.
-    Each task's default schedule is measured and recorded first (``seed_default``)."""
+    Each task's default schedule is measured and recorded first (``seed_default``). ``only``: the names of
+    the tasks to tune (the others are left out of the summary); ``deadline`` (``time.monotonic()``): no new
+    round of candidates starts after it, so a budget of seconds ends within one round of it. ``once``: a task
+    with records beyond its default schedule's was searched before, and is not searched again."""
     import tvm_ffi
 
     ms = meta_schedule()
@@ -139,11 +148,14 @@ def tune(
     for i, task in enumerate(extracted):
         if task.mod.attrs is not None and task.mod.attrs.get("tirx.is_scheduled", False):
             continue  # scheduled before the tuning step: compile keeps that schedule
+        if only is not None and task.task_name not in only:
+            continue
         ctx = ms.TuneContext(
             mod=task.dispatched[0],
             target=ttarget,
             space_generator="post-order-apply",
-            search_strategy=_search(ms, trials),
+            # a deadline measures rounds of DEADLINE_ROUND: a population for a round, not the whole budget
+            search_strategy=_search(ms, trials if deadline is None else DEADLINE_ROUND),
             task_name=task.task_name,
             logger=logging.getLogger(f"{MS_LOGGER}.tvmgen.task{i}"),
             rand_state=seed + i,
@@ -151,10 +163,11 @@ def tune(
         ).clone()
         spent, best = done.get(tvm_ffi.structural_hash(ctx.mod), (0, None))
         state = TaskState(task.task_name, int(task.weight), spent, None if best is None else best * 1e6)
+        state.searched_before = once and spent > 1
         summary.tasks.append(state)
         contexts.append(ctx)
     with _candidate_threads(None if device.remote else num_cores):
-        return _tune_contexts(ms, contexts, summary, database, target, trials, device, compiler, on_progress)
+        return _tune_contexts(ms, contexts, summary, database, target, trials, device, compiler, on_progress, deadline)
 
 
 def _search_threads() -> int:
@@ -181,16 +194,21 @@ def _candidate_threads(num_cores: int | None):
             os.environ["TVM_NUM_THREADS"] = before
 
 
-def _tune_contexts(ms, contexts, summary, database, target, trials, device, compiler, on_progress):
+def _tune_contexts(ms, contexts, summary, database, target, trials, device, compiler, on_progress, deadline=None):
     """Tune every task; the candidates' libraries are built into a scratch folder removed afterwards."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="tvmgen-tune-") as scratch:
         build = builder(compiler, Path(scratch))
-        return _tune_with(ms, contexts, summary, database, target, trials, device, build, on_progress)
+        return _tune_with(ms, contexts, summary, database, target, trials, device, build, on_progress, deadline)
 
 
-def _tune_with(ms, contexts, summary, database, target, trials, device, build, on_progress):
+# Candidates per round where a deadline bounds the search: each round is one MetaSchedule call, and a
+# round that starts before the deadline runs to its end.
+DEADLINE_ROUND = 16
+
+
+def _tune_with(ms, contexts, summary, database, target, trials, device, build, on_progress, deadline=None):
     from tvmgen.compiler.cpu import schedules
 
     runner = candidate_runner(ms, device)
@@ -205,7 +223,7 @@ def _tune_with(ms, contexts, summary, database, target, trials, device, build, o
             state.default_us, state.spent = us, state.spent + 1
             summary.new_trials += 1
             state.best_us = us if state.best_us is None else min(state.best_us, us)
-        left = trials - state.spent
+        left = 0 if state.searched_before else trials - state.spent
         if left <= 0:
             if us is not None and on_progress:  # the default schedule was this run's only trial
                 on_progress(summary, i, True)
@@ -213,26 +231,36 @@ def _tune_with(ms, contexts, summary, database, target, trials, device, build, o
         progress.current = i
         if on_progress:
             on_progress(summary, i)
-        try:
-            ms.tune.tune_tasks(
-                tasks=[ctx],
-                task_weights=[1.0],
-                work_dir=str(summary.directory),
-                max_trials_global=left,
-                max_trials_per_task=left,
-                num_trials_per_iter=min(left, 32),
-                builder=build,
-                runner=runner,
-                cost_model=cost_model,
-                database=database if shape is not None else _search_view(database),
-                measure_callbacks=[progress.hook, *ms.measure_callback.MeasureCallback.create("default")],
-                task_scheduler="round-robin",
-            )
-        except Exception:
-            if progress.failure is not None:
-                raise progress.failure from None
-            raise
-        if state.spent < trials:  # the search space ran out before the budget: nothing more to try
+        # a deadline is shared among the tasks left: the first one does not take it all
+        until = None if deadline is None else time.monotonic() + (deadline - time.monotonic()) / (len(contexts) - i)
+        last_round = 0.0  # a round is started only where at least half of one like the last fits
+        while left > 0 and (until is None or time.monotonic() + last_round / 2 < until):
+            spent, round_started = state.spent, time.monotonic()
+            batch = left if until is None else min(left, DEADLINE_ROUND)
+            try:
+                ms.tune.tune_tasks(
+                    tasks=[ctx],
+                    task_weights=[1.0],
+                    work_dir=str(summary.directory),
+                    max_trials_global=batch,
+                    max_trials_per_task=batch,
+                    num_trials_per_iter=min(batch, 32),
+                    builder=build,
+                    runner=runner,
+                    cost_model=cost_model,
+                    database=database if shape is not None else _search_view(database),
+                    measure_callbacks=[progress.hook, *ms.measure_callback.MeasureCallback.create("default")],
+                    task_scheduler="round-robin",
+                )
+            except Exception:
+                if progress.failure is not None:
+                    raise progress.failure from None
+                raise
+            if until is None or state.spent == spent:
+                break  # one call for the whole budget; or the search space is spent
+            left, last_round = trials - state.spent, time.monotonic() - round_started
+        # the search space ran out before the budget: nothing more to try
+        if state.spent < trials and (until is None or time.monotonic() < until):
             log.info("task %s: the search produced %d candidates of %d", state.name, state.spent, trials)
         if cost_model.booster is not None:  # a resumed run starts with what this one learnt
             cost_model.save(str(summary.directory / "cost_model.tar"))

@@ -1,0 +1,257 @@
+"""The slow-kernel remedy: `tvmgen compile` re-schedules the kernels its guard finds far below this machine's speed.
+
+A host build runs here, so ``compile`` profiles it kernel by kernel (``reports.profile.guard_host_model``).
+Where the guard finds a slow kernel (``reports.slow_kernels``: far below the model's other kernels of its
+kind, or below this machine's measured peak), the remedy:
+
+1. searches schedules for those kernels alone with MetaSchedule (``tuning.tune`` with ``only``), each
+   candidate built with the platform's linker and timed here with the threads the model runs with, for a
+   budget of seconds shared among the kernels (``--remedy-budget``, ``DEFAULT_BUDGET_S``). tvmgen's own
+   default schedule is measured first as one of the candidates, so the search's best is never the slower;
+2. records every measured candidate in the tuning database (``--tuning-db``, else ``$TVMGEN_TUNING_DIR`` or
+   ``~/.local/state/tvmgen/tuning``, the one `tvmgen tune` fills): the next compile of the model (or of
+   another with the same kernel) finds them and spends no trials;
+3. builds the model again with that database and times both builds here, run for run in turn (medians):
+   the faster one becomes the artifact, and the output says what changed and what it cost.
+
+Kernels the guard finds fast are not searched, so a model without a slow kernel costs only its profile.
+Cross builds (android, linux-aarch64, ios) are not remedied: their kernels' speed is not measured here
+(qemu's timings do not rank schedules for a phone's CPU); `tvmgen tune` over RPC tunes them on the device.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("tvmgen.remedy")
+
+DEFAULT_BUDGET_S = 60.0
+# trials per kernel at most: past a few rounds MetaSchedule's CPU search rarely finds more, and a generous
+# budget on a small kernel ends early instead of measuring the same schedules again
+MAX_TRIALS = 128
+KEEP_BELOW = 0.97  # the rebuilt model replaces the first only when its median run is at least 3% shorter
+TIMED_RUNS = 15  # runs of each build, taken in turn
+
+
+@dataclass
+class Outcome:
+    slow: list[str]  # the guard's slow kernels
+    searched: list[str] = field(default_factory=list)  # the tasks searched (MetaSchedule's names)
+    unmatched: list[str] = field(default_factory=list)  # slow kernels with no task to search
+    best_us: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)  # task: default, best
+    searched_before: dict[str, int] = field(default_factory=dict)  # task: its trials in the database
+    new_trials: int = 0
+    before_ms: float | None = None  # the whole model's median run, first build
+    after_ms: float | None = None  # and rebuilt with the database
+    kept: bool = False  # the rebuilt model is the artifact
+    failed: str | None = None  # why the rebuilt model was not used (it did not build or failed the check)
+    seconds: float = 0.0
+    database: Path | None = None
+
+
+def task_name(kernel: str) -> str:
+    """The MetaSchedule task a built kernel came from: the kernel is the task's function, renamed by the
+    weight-packing split (``_prepacked``) where it packs its constant weights at compile time."""
+    return kernel.removesuffix("_prepacked")
+
+
+def applies(target, schedules: bool, objects_only: bool) -> str | None:
+    """Why the remedy cannot run for this build (a ``BuildTarget``; None: it can)."""
+    from tvmgen.compiler.targets.platforms import missing_cpu_features
+
+    name = f"{target.platform.name}/{target.device}"
+    if target.platform.name != "host" or target.device != "cpu":
+        return f"{name} kernels are not timed here (`tvmgen tune --key` times them on the device)"
+    missing = missing_cpu_features(target.spec)
+    if missing:
+        return f"its code uses {', '.join(missing)}, which this CPU lacks"
+    if not schedules:
+        return "--schedules none keeps TVM's own lowering"
+    if objects_only:
+        return "--objects-only writes no library to time"
+    return None
+
+
+def run_here(staged: Path, seed: int) -> tuple:
+    """The staged host build loaded and run once on seeded inputs: (HostModel, inputs), as --check's run
+    gives them to the guard."""
+    from tvmgen.core.model import random_inputs
+    from tvmgen.runtime.runner import HostModel
+
+    model = HostModel(staged)
+    inputs = random_inputs(model.inputs, seed)
+    model.run(inputs)
+    return model, inputs
+
+
+def search(
+    imported, target, slow: Sequence, budget_s: float, root: Path, compiler: Path, threads: int
+) -> tuple[Outcome, object]:
+    """Search schedules for the slow kernels' tasks (MetaSchedule, timed here); returns the outcome so far
+    and tune's Summary."""
+    import os
+
+    from tvm import relax
+
+    from tvmgen.tuning import tune
+
+    started = time.monotonic()
+    names = [k.name for k in slow]
+    wanted = {task_name(n) for n in names}
+    mod = imported.mod
+    if imported.params:  # bound as compile binds them: the tasks' constants must be the build's
+        weights = mod["main"].params[len(imported.inputs) :]
+        mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
+    tune._log_to_file()
+    summary = tune.tune(
+        mod,
+        target,
+        MAX_TRIALS,
+        root,
+        tune.Device(),
+        threads or os.cpu_count() or 1,
+        compiler,
+        only=wanted,
+        deadline=started + budget_s,
+        once=True,
+    )
+    found = {t.name for t in summary.tasks}
+    outcome = Outcome(
+        names,
+        searched=[t.name for t in summary.tasks],
+        unmatched=[n for n in names if task_name(n) not in found],
+        best_us={t.name: (t.default_us, t.best_us) for t in summary.tasks},
+        searched_before={t.name: t.spent for t in summary.tasks if t.searched_before},
+        new_trials=summary.new_trials,
+        database=summary.directory,
+    )
+    return outcome, summary
+
+
+def time_builds(
+    first: Path, second: Path, inputs: dict, threads: int = 0, runs: int = TIMED_RUNS
+) -> tuple[float, float]:
+    """The median run (ms) of each of two builds of a model, timed here in turn, run for run: a shared
+    machine's slow moments fall on both."""
+    import numpy as np
+
+    from tvmgen.runtime.runner import HostModel
+
+    a, b = HostModel(first, threads), HostModel(second, threads)
+    for m in (a, b):
+        m.run(inputs)  # loaded, its thread pool started
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(runs):
+        for m, out in zip((a, b), times):
+            t0 = time.perf_counter()
+            m.run(inputs)
+            out.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(times[0])), float(np.median(times[1]))
+
+
+def replace_contents(directory: Path, new: Path) -> None:
+    """``directory``'s files become ``new``'s (both artifact directories; ``new`` is emptied)."""
+    import shutil
+
+    for entry in list(directory.iterdir()):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    for entry in list(new.iterdir()):
+        shutil.move(str(entry), directory / entry.name)
+
+
+def apply(
+    imported,
+    target,
+    staged: Path,
+    slow: Sequence,
+    inputs: dict,
+    *,
+    budget_s: float,
+    root: Path,
+    compiler: Path,
+    rebuild: Callable[[Path, Path], None],
+    scratch: Path,
+    threads: int,
+) -> Outcome:
+    """The remedy for the staged artifact ``staged`` (see the module doc). ``rebuild(database_root, out)``
+    builds the model again into ``out`` with the database (and checks it where compile checks);
+    ``inputs``: the inputs the guard profiled with; ``threads``: the model's thread pool (the candidates
+    are timed with as many). The staged directory's contents are replaced by the
+    rebuilt model's where that one is faster."""
+    from tvmgen.core import log as logs
+
+    started = time.monotonic()
+    with logs.step(
+        f"Searching schedules for {len(slow)} slow kernel(s) (MetaSchedule, timed here, "
+        f"budget {budget_s:.0f} s; --remedy-budget)"
+    ):
+        outcome, _summary = search(imported, target, slow, budget_s, root, compiler, threads)
+    outcome.database = root
+    for name in outcome.unmatched:
+        logs.console.print(f"  [yellow]![/] remedy: no schedulable task for kernel {name} (it keeps its schedule)")
+    improved = any(
+        best is not None and (default is None or best < default * KEEP_BELOW)
+        for default, best in outcome.best_us.values()
+    )
+    if outcome.searched and improved:
+        out = Path(scratch) / "remedied"
+        logs.console.print("  remedy: building the model again with the schedules found")
+        try:
+            rebuild(root, out)  # its own steps print as compile's do
+        except Exception as e:  # the first build stands: it was built and checked
+            from tvmgen.core import interrupts
+
+            interrupts.reraise_if_interrupted(e)
+            log.info("the remedy's build failed", exc_info=True)
+            outcome.failed = f"{type(e).__name__}: {e}".splitlines()[0]
+        else:
+            with logs.step("Timing both builds here, run for run in turn"):
+                outcome.before_ms, outcome.after_ms = time_builds(staged, out, inputs, threads)
+            outcome.kept = outcome.after_ms < outcome.before_ms * KEEP_BELOW
+            if outcome.kept:
+                replace_contents(staged, out)
+    outcome.seconds = time.monotonic() - started
+    report(outcome)
+    return outcome
+
+
+def report(o: Outcome) -> None:
+    """What the remedy changed, and what it cost."""
+    from tvmgen.core.log import console
+
+    for name, (default, best) in o.best_us.items():
+        b = f"{best / 1e3:.3f} ms" if best is not None else "no working candidate"
+        if name in o.searched_before:
+            console.print(
+                f"  remedy: kernel {name}: searched by an earlier compile ({o.searched_before[name]} trials in the "
+                f"database, best {b}); `tvmgen tune` searches further"
+            )
+            continue
+        d = f"{default / 1e3:.3f} ms" if default is not None else "measured before"
+        console.print(f"  remedy: kernel {name}: tvmgen's schedule {d}, best found {b}")
+    where = f"{o.new_trials} new trial(s) recorded in {o.database}"
+    if o.failed:
+        console.print(
+            f"  [yellow]![/] remedy: the build with the schedules found failed ({o.failed}); the first build "
+            f"stands ({o.seconds:.0f} s, {where}; see the log, and please report it)"
+        )
+        return
+    if o.before_ms is None or o.after_ms is None:
+        console.print(
+            f"  remedy: nothing faster than tvmgen's schedules found; the build is unchanged "
+            f"({o.seconds:.0f} s, {where})"
+        )
+        return
+    verdict = "rebuilt with the schedules found" if o.kept else "kept the first build (not faster)"
+    console.print(
+        f"  [green]✓[/] remedy: {verdict}: the model runs in {o.after_ms:.3f} ms against {o.before_ms:.3f} ms "
+        f"({o.before_ms / o.after_ms:.2f}x; medians of {TIMED_RUNS} runs each, in turn) "
+        f"({o.seconds:.0f} s, {where})"
+    )

@@ -1,0 +1,172 @@
+"""`compile`'s slow-kernel remedy: a kernel the guard finds far below this machine's speed is searched with
+MetaSchedule (timed here, a budget of seconds), the result recorded in the tuning database, and the faster of
+the two builds kept; fast kernels are left alone, and a second compile reuses the search.
+
+The slow kernel is a strided 3-D convolution, which tvmgen's default schedules run far below the machine's
+peak (tvmgen's own probe product, measured in the same process). Which build is faster is timed, so the
+tests check that the artifact is the one the output says it kept, not which one that is."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+from onnx import TensorProto, numpy_helper
+from onnx import helper as oh
+
+from conftest import TVMGEN, save_onnx
+from helpers import run_tvmgen
+
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]  # a search of seconds
+
+BUDGET = "20"
+
+
+def strided_conv3d():
+    """[1, 8, 8, 64, 64] -> [1, 16, 4, 32, 32]: a 3-D convolution with stride 2 (28 MFLOP)."""
+    w = (np.random.default_rng(0).standard_normal((16, 8, 3, 3, 3)) * 0.1).astype(np.float32)
+    graph = oh.make_graph(
+        [oh.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 6, strides=[2, 2, 2])],
+        "strided_conv3d",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 64, 64])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    d = tmp_path_factory.mktemp("remedy")
+    return d, save_onnx(strided_conv3d(), d / "conv3d.onnx")
+
+
+def compile_(work_dir, model, out, *flags):
+    env = {
+        "TVMGEN_TUNING_DIR": str(work_dir / "db"),
+        "TVMGEN_LOG_DIR": str(work_dir / "logs"),
+        "COLUMNS": "250",
+    }
+    r = run_tvmgen("compile", model, "-o", work_dir / out, "--force", *flags, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return r.stdout + r.stderr
+
+
+def kernels(directory):
+    return json.loads((directory / "kernels.json").read_text())
+
+
+def test_a_slow_kernel_is_searched_recorded_and_the_faster_build_kept(work):
+    d, model = work
+    # without a budget: the guard names the kernel and says why nothing was done
+    first = compile_(d, model, "default", "--check", "--remedy-budget", "0")
+    assert "slow kernel conv3d_prepacked" in first, first
+    assert "no remedy for the slow kernels: --remedy-budget 0" in first
+    assert "Searching schedules" not in first and not (d / "db").exists()
+
+    out = compile_(d, model, "remedied", "--check", "--remedy-budget", BUDGET)
+    assert "slow kernel conv3d_prepacked" in out, out
+    assert f"Searching schedules for 1 slow kernel(s) (MetaSchedule, timed here, budget {BUDGET} s" in out
+    m = re.search(r"remedy: kernel conv3d: tvmgen's schedule ([\d.]+) ms, best found ([\d.]+) ms", out)
+    assert m, out
+    # tvmgen's default schedule is measured as one of the candidates: the best is never slower
+    assert float(m.group(2)) <= float(m.group(1))
+    (target_dir,) = [p for p in (d / "db").iterdir() if p.is_dir()]
+    records = (target_dir / "database_tuning_record.json").read_text().splitlines()
+    trials = int(re.search(r"(\d+) new trial\(s\) recorded in ", out).group(1))
+    assert len(records) == trials >= 2  # the default schedule and at least one round of the search
+    verdict = re.search(r"remedy: (rebuilt with the schedules found|kept the first build \(not faster\))", out)
+    if verdict is None:  # the search found nothing faster: nothing was built again
+        assert "nothing faster than tvmgen's schedules found; the build is unchanged" in out
+        assert kernels(d / "remedied") == kernels(d / "default")
+    else:
+        # the second build took its kernel from the database and passed the same check
+        assert "kernels: 1 from the tuning database, 0 tvmgen defaults" in out
+        assert out.count("ok y: max abs error") == 2
+        rebuilt = verdict.group(1).startswith("rebuilt")
+        # MetaSchedule packs the weight for its own tiles: the artifact is the build the output names
+        assert (kernels(d / "remedied") != kernels(d / "default")) == rebuilt
+    leftovers = [p.name for p in d.iterdir() if p.name.startswith(".")]
+    assert not leftovers, leftovers
+
+    # a second compile finds the search in the database: no new trials, the same schedules
+    again = compile_(d, model, "again", "--remedy-budget", BUDGET)
+    assert re.search(rf"remedy: kernel conv3d: searched by an earlier compile \({trials} trials in the database", again)
+    assert "0 new trial(s)" in again
+    assert len((target_dir / "database_tuning_record.json").read_text().splitlines()) == trials
+
+
+def test_on_by_default_and_fast_kernels_are_left_alone(tmp_path):
+    env = dict(os.environ, TVMGEN_TUNING_DIR=str(tmp_path / "db"), TVMGEN_LOG_DIR=str(tmp_path / "logs"))
+    env.pop("TVMGEN_REMEDY_BUDGET", None)  # the default, as a user runs it
+    r = subprocess.run(
+        [*TVMGEN, "compile", "builtin:tiny", "-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    out = r.stdout + r.stderr
+    assert "Profiling 5 runs kernel by kernel (slow-kernel guard)" in out, out
+    assert "kernel speed: no slow kernel" in out
+    assert "Searching schedules" not in out and not (tmp_path / "db").exists()
+
+
+def test_cross_builds_say_why_they_are_not_remedied():
+    from tvmgen.compiler.targets.platforms import PLATFORMS, BuildTarget
+    from tvmgen.tuning import remedy
+
+    why = remedy.applies(BuildTarget(PLATFORMS["android-arm64"], "cpu"), True, False)
+    assert why is not None and "not timed here" in why and "tvmgen tune --key" in why
+    assert remedy.applies(BuildTarget(PLATFORMS["host"], "cpu"), True, False) is None
+    assert "--schedules none" in remedy.applies(BuildTarget(PLATFORMS["host"], "cpu"), False, False)
+    assert "--objects-only" in remedy.applies(BuildTarget(PLATFORMS["host"], "cpu"), True, True)
+    assert remedy.task_name("fused_conv2d_add_prepacked") == "fused_conv2d_add"
+    assert remedy.task_name("fused_matmul_add10") == "fused_matmul_add10"
+
+
+def test_a_rebuild_that_fails_leaves_the_first_build(tmp_path, monkeypatch, capsys):
+    """The second build fails (a compile error, or --check on it): the first build, built and checked,
+    stays the artifact, and the output says what failed."""
+    from tvmgen.core.errors import CheckError
+    from tvmgen.tuning import remedy
+
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "model.so").write_bytes(b"first build")
+
+    def search(*_args):
+        return remedy.Outcome(["conv3d_prepacked"], searched=["conv3d"], best_us={"conv3d": (3000.0, 400.0)}), None
+
+    def rebuild(_root, out):
+        out.mkdir()
+        (out / "model.so").write_bytes(b"second build")
+        raise CheckError("outputs differ from onnxruntime beyond tolerance: y; no artifact was written", "fix")
+
+    monkeypatch.setattr(remedy, "search", search)
+    outcome = remedy.apply(
+        None,
+        None,
+        staged,
+        [],
+        {},
+        budget_s=1,
+        root=tmp_path / "db",
+        compiler=tmp_path,
+        rebuild=rebuild,
+        scratch=tmp_path,
+        threads=1,
+    )
+    assert outcome.failed and "outputs differ from onnxruntime" in outcome.failed and not outcome.kept
+    assert (staged / "model.so").read_bytes() == b"first build"
+    captured = capsys.readouterr()
+    out = " ".join((captured.out + captured.err).split())  # the console wraps lines
+    assert "remedy: the build with the schedules found failed (CheckError: outputs differ" in out
+    assert "the first build stands" in out
