@@ -168,6 +168,8 @@ def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict
             env=dict(os.environ, COLUMNS="200"),
         )
         cell = {"compile_s": time.perf_counter() - t0}
+        if target == "host":
+            cell["remedy"] = remedy_summary(proc.stdout + proc.stderr)
         row["targets"][target] = cell
         if proc.returncode != 0:
             cell.update(status="compile failed", error=_last_error(proc))
@@ -205,6 +207,32 @@ def _check_target(name, target, out, path, consts, work, runs, runtimes, cell) -
         cell.update(status=status, max_error=err, tolerance=tol, input_sensitivity=moved)
     if timing is not None:
         cell.update(timing)
+
+
+def remedy_summary(output: str) -> str:
+    """What `compile`'s slow-kernel guard and remedy did to a host build, from its output: "-" (no slow
+    kernel), or the slow kernels and the remedy's verdict with the whole model's median runs."""
+    import re
+
+    text = " ".join(output.split())  # the console wraps long lines
+    slow = re.findall(r"! slow kernel (\S+):", text)
+    if not slow:
+        return "-"
+    m = re.search(
+        r"remedy: (rebuilt with the schedules found|kept the first build \(not faster\)): the model runs in "
+        r"([\d.]+) ms against ([\d.]+) ms",
+        text,
+    )
+    if m:
+        verdict = "rebuilt" if m.group(1).startswith("rebuilt") else "kept first"
+        what = f"{verdict} {float(m.group(3)):.3g} -> {float(m.group(2)):.3g} ms"
+    elif "nothing faster than tvmgen's schedules found" in text:
+        what = "nothing faster"
+    elif "remedy: the build with the schedules found failed" in text:
+        what = "rebuild failed"
+    else:
+        what = "not remedied"
+    return f"{len(slow)} slow: {what}"
 
 
 def model_inputs(specs, seed: int, values: dict) -> dict:
@@ -307,6 +335,7 @@ def split_flags(flags) -> tuple[list[str], list[str]]:
 
 def format_table(rows: list[dict], targets: list[str]) -> str:
     header = ["model", "format", "adds", *[f"{t}" for t in targets], "max error (host)", "tvmgen ms", "ref ms", "ratio"]
+    header.insert(len(header) - 3, "slow kernels (host)")
     body = []
     for r in rows:
         cells = [r["model"], r.get("format", "-"), r.get("what", "")]
@@ -315,6 +344,7 @@ def format_table(rows: list[dict], targets: list[str]) -> str:
             cells.append(c.get("status", "-"))
         host = r.get("targets", {}).get("host", {})
         cells.append(f"{host['max_error']:.1e}" if "max_error" in host else "-")
+        cells.append(host.get("remedy", "-"))
         tv, ref = r.get("tvmgen_ms"), r.get("reference_ms")
         cells += [
             benchlib.fmt_num(tv) if tv else "-",

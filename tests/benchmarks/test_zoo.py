@@ -131,6 +131,31 @@ def test_zoo_table_and_geomean():
     assert zoo.geomean([2.0, 0.5]) == pytest.approx(1.0)
 
 
+def test_zoo_reads_what_the_guard_and_the_remedy_did():
+    """The zoo's "slow kernels (host)" column, from `compile`'s output as it prints it (lines wrapped as a
+    narrow console wraps them); tests/tuning/test_remedy.py checks the compile prints these lines."""
+    import zoo
+
+    flagged = (
+        "  ! slow kernel conv3d_prepacked: 9.5 GFLOP/s, 2.969 ms per run, 19x below the 178.4 GFLOP/s ...\n"
+        "  remedy: kernel conv3d: tvmgen's schedule 3.448 ms, best found 0.424 ms\n"
+    )
+    rebuilt = flagged + (
+        "  ✓ remedy: rebuilt with the schedules found: the model runs in 0.472 ms\nagainst 2.943 ms (6.23x; ...)\n"
+    )
+    kept = (
+        flagged + "  ✓ remedy: kept the first build (not faster): the model runs in 3.1 ms against 2.943 ms (0.95x)\n"
+    )
+    assert zoo.remedy_summary(rebuilt) == "1 slow: rebuilt 2.94 -> 0.472 ms"
+    assert zoo.remedy_summary(kept) == "1 slow: kept first 2.94 -> 3.1 ms"
+    assert zoo.remedy_summary(flagged + "  remedy: nothing faster than tvmgen's schedules found; ...") == (
+        "1 slow: nothing faster"
+    )
+    assert zoo.remedy_summary("  kernel speed: no slow kernel (median of 5 profiled runs)") == "-"
+    rows = [{"model": "a", "targets": {"host": {"status": "ok", "remedy": zoo.remedy_summary(rebuilt)}}}]
+    assert "1 slow: rebuilt 2.94 -> 0.472 ms" in zoo.format_table(rows, ["host"])
+
+
 # The published parameter counts of each architecture (torchvision's model cards, 1000 classes): a
 # layer table written wrongly (a width, an expansion, a missing block) changes them.
 PUBLISHED_PARAMETERS = {

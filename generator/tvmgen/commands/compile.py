@@ -226,6 +226,9 @@ def compile(
         def verify(staged, opts):
             here = checked(staged, opts) if check else _run_here(staged, seed)
             if not here:  # the artifact itself did not run here: its kernels' speed is not known
+                if target.platform.name != "host" and target.kind.target_kind == "llvm":
+                    why = no_remedy or f"{target.platform.name} kernels are not timed here"
+                    console.print(f"  [dim]kernel speed: not measured, no slow-kernel remedy: {why}[/]")
                 return
             slow = kernel_profile.guard_host_model(*here, staged)
             if not slow:

@@ -65,7 +65,7 @@ def applies(target, schedules: bool, objects_only: bool) -> str | None:
 
     name = f"{target.platform.name}/{target.device}"
     if target.platform.name != "host" or target.device != "cpu":
-        return f"{name} kernels are not timed here (`tvmgen tune --key` times them on the device)"
+        return f"{name} kernels are not timed here: `tvmgen tune --key` times them on the device"
     missing = missing_cpu_features(target.spec)
     if missing:
         return f"its code uses {', '.join(missing)}, which this CPU lacks"
