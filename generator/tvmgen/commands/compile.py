@@ -234,7 +234,7 @@ def compile(
             if not slow:
                 return
             if no_remedy is not None:
-                console.print(f"  [dim]no remedy for the slow kernels: {no_remedy}[/]")
+                console.print(f"  [dim]slow-kernel remedy not run: {no_remedy}[/]")
                 return
             _remedy(imported, target, staged, slow, here, remedy_budget, tuning_db, rebuild, Path(scratch))
 
@@ -267,7 +267,7 @@ def _remedy(imported, target, staged, slow, here, budget_s, tuning_db, rebuild, 
     try:
         tune.check_dependencies()
     except ToolMissingError as e:
-        console.print(f"  [yellow]![/] no remedy for the slow kernels: {e.message}; {e.hint}")
+        console.print(f"  [yellow]![/] slow-kernel remedy not run: {e.message}; {e.hint}")
         return
     model, inputs = here
     compiler = export.linker(target.platform, False)

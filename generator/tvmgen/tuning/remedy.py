@@ -64,7 +64,8 @@ def applies(target, schedules: bool, objects_only: bool) -> str | None:
     from tvmgen.compiler.targets.platforms import missing_cpu_features
 
     name = f"{target.platform.name}/{target.device}"
-    if target.platform.name != "host" or target.device != "cpu":
+    kind = target.kind  # the device table: CPU code, all of the model, tuned by MetaSchedule's CPU rules
+    if target.platform.name != "host" or kind.target_kind != "llvm" or kind.partitions or not kind.tunable:
         return f"{name} kernels are not timed here: `tvmgen tune --key` times them on the device"
     missing = missing_cpu_features(target.spec)
     if missing:
