@@ -228,6 +228,8 @@ def remedy_summary(output: str) -> str:
         what = f"{verdict} {float(m.group(3)):.3g} -> {float(m.group(2)):.3g} ms"
     elif "nothing faster than tvmgen's schedules found" in text:
         what = "nothing faster"
+    elif "its schedule is not what makes it slow there" in text:
+        what = "not its schedule"
     elif "remedy: the build with the schedules found failed" in text:
         what = "rebuild failed"
     else:

@@ -151,6 +151,11 @@ def test_zoo_reads_what_the_guard_and_the_remedy_did():
     assert zoo.remedy_summary(flagged + "  remedy: nothing faster than tvmgen's schedules found; ...") == (
         "1 slow: nothing faster"
     )
+    isolated = flagged.split("  remedy:")[0] + (
+        "  ! remedy: kernel matmul2 runs in 1.5 µs on its own against 31.6 µs a call inside the model: its schedule\n"
+        "is not what makes it slow there, so it was not searched. ...\n  remedy: the build is unchanged (5 s, ...)"
+    )
+    assert zoo.remedy_summary(isolated) == "1 slow: not its schedule"
     assert zoo.remedy_summary("  kernel speed: no slow kernel (median of 5 profiled runs)") == "-"
     rows = [{"model": "a", "targets": {"host": {"status": "ok", "remedy": zoo.remedy_summary(rebuilt)}}}]
     assert "1 slow: rebuilt 2.94 -> 0.472 ms" in zoo.format_table(rows, ["host"])

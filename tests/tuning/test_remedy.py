@@ -170,3 +170,32 @@ def test_a_rebuild_that_fails_leaves_the_first_build(tmp_path, monkeypatch, caps
     out = " ".join((captured.out + captured.err).split())  # the console wraps lines
     assert "remedy: the build with the schedules found failed (CheckError: outputs differ" in out
     assert "the first build stands" in out
+
+
+def test_a_kernel_fast_on_its_own_is_not_searched(work, tmp_path, capsys):
+    """A kernel whose default schedule runs far faster on its own than the model's profile says it does
+    inside the model is slow there for another reason (denormal inputs, cold caches): the search, timed on
+    its own, could not see it, so it is skipped and the output says so. Here the in-model time is made
+    1,000 times the real one."""
+    from tvmgen import frontends
+    from tvmgen.compiler.targets import export
+    from tvmgen.compiler.targets.platforms import PLATFORMS, BuildTarget
+    from tvmgen.reports.slow_kernels import SlowKernel
+    from tvmgen.tuning import remedy
+
+    _, model = work
+    target = BuildTarget(PLATFORMS["host"], "cpu")
+    slow = SlowKernel("conv3d_prepacked", "conv2d", ["conv3d"], 3000.0, 0.01, None, None, "peak", "", calls=1)
+    outcome, summary = remedy.search(
+        frontends.load(model, []), target.tvm, [slow], 60.0, tmp_path / "db", export.linker(target.platform, False), 1
+    )
+    assert outcome.searched == ["conv3d"] and list(outcome.isolated) == ["conv3d"]
+    alone, inside = outcome.isolated["conv3d"]
+    assert inside == 3000.0 * 1e3 and alone * 4 < inside
+    assert summary.new_trials == 1  # tvmgen's default schedule, measured: no search round
+    capsys.readouterr()
+    remedy.report(outcome)
+    captured = capsys.readouterr()
+    out = " ".join((captured.out + captured.err).split())
+    assert "kernel conv3d runs in" in out and "its schedule is not what makes it slow there" in out
+    assert "Likely: denormal values" in out and "the build is unchanged" in out and "nothing faster" not in out

@@ -58,6 +58,7 @@ class SlowKernel:
     kind_best_kind: str | None = None  # the compared kernel's kind, when another (GEMM_LIKE)
     peak: float | None = None  # reason "peak": the machine's GFLOP/s; "bandwidth": its read GB/s
     gbs: float | None = None  # reason "bandwidth": the kernel's GB/s of weights
+    calls: int = 1  # calls per run (``ms`` is all of them)
 
     def line(self) -> str:
         """One line for the user: the kernel, its rate, what its kind reaches, why and what to do."""
@@ -167,6 +168,7 @@ def find(
                 best_kind,
                 peak,
                 gbs,
+                int(r.get("calls") or 1),
             )
         )
     return sorted(out, key=lambda k: -k.ms)

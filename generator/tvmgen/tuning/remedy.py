@@ -44,6 +44,8 @@ class Outcome:
     unmatched: list[str] = field(default_factory=list)  # slow kernels with no task to search
     best_us: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)  # task: default, best
     searched_before: dict[str, int] = field(default_factory=dict)  # task: its trials in the database
+    # task: (µs per call of its default schedule on its own, µs per call inside the model): not searched
+    isolated: dict[str, tuple[float, float | None]] = field(default_factory=dict)
     new_trials: int = 0
     before_ms: float | None = None  # the whole model's median run, first build
     after_ms: float | None = None  # and rebuilt with the database
@@ -119,6 +121,7 @@ def search(
         only=wanted,
         deadline=started + budget_s,
         once=True,
+        in_model_us={task_name(k.name): k.ms * 1e3 / max(1, getattr(k, "calls", 1)) for k in slow},
     )
     found = {t.name for t in summary.tasks}
     outcome = Outcome(
@@ -127,6 +130,7 @@ def search(
         unmatched=[n for n in names if task_name(n) not in found],
         best_us={t.name: (t.default_us, t.best_us) for t in summary.tasks},
         searched_before={t.name: t.spent for t in summary.tasks if t.searched_before},
+        isolated={t.name: (t.isolated_us, t.in_model_us) for t in summary.tasks if t.isolated_us is not None},
         new_trials=summary.new_trials,
         database=summary.directory,
     )
@@ -227,7 +231,16 @@ def report(o: Outcome) -> None:
     """What the remedy changed, and what it cost."""
     from tvmgen.core.log import console
 
+    for name, (alone, inside) in o.isolated.items():
+        console.print(
+            f"  [yellow]![/] remedy: kernel {name} runs in {alone:.1f} µs on its own against {inside or 0:.1f} µs "
+            "a call inside the model: its schedule is not what makes it slow there, so it was not searched. "
+            "Likely: denormal values in its inputs (x86 runs them by microcode, many times slower) or caches "
+            "another kernel left cold"
+        )
     for name, (default, best) in o.best_us.items():
+        if name in o.isolated:
+            continue
         b = f"{best / 1e3:.3f} ms" if best is not None else "no working candidate"
         if name in o.searched_before:
             console.print(
@@ -245,10 +258,9 @@ def report(o: Outcome) -> None:
         )
         return
     if o.before_ms is None or o.after_ms is None:
-        console.print(
-            f"  remedy: nothing faster than tvmgen's schedules found; the build is unchanged "
-            f"({o.seconds:.0f} s, {where})"
-        )
+        searched = [n for n in o.best_us if n not in o.isolated]
+        what = "nothing faster than tvmgen's schedules found; " if searched else ""
+        console.print(f"  remedy: {what}the build is unchanged ({o.seconds:.0f} s, {where})")
         return
     verdict = "rebuilt with the schedules found" if o.kept else "kept the first build (not faster)"
     console.print(

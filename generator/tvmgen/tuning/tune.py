@@ -45,6 +45,8 @@ class TaskState:
     best_us: float | None = None  # best measured latency of one call
     default_us: float | None = None  # tvmgen's default schedule, measured in this run
     searched_before: bool = False  # tune(once=True): left as the database has it
+    in_model_us: float | None = None  # its time per call inside the model, where the caller measured it
+    isolated_us: float | None = None  # set where its default schedule alone ran far faster than that: not searched
 
     @property
     def weighted_us(self) -> float | None:
@@ -127,12 +129,16 @@ def tune(
     only: Collection[str] | None = None,
     deadline: float | None = None,
     once: bool = False,
+    in_model_us: dict[str, float] | None = None,
 ) -> Summary:
     """Tune every task of ``mod`` (bound weights) to ``trials`` measured candidates; returns the summary.
     Each task's default schedule is measured and recorded first (``seed_default``). ``only``: the names of
     the tasks to tune (the others are left out of the summary); ``deadline`` (``time.monotonic()``): no new
     round of candidates starts after it, so a budget of seconds ends within one round of it. ``once``: a task
-    with records beyond its default schedule's was searched before, and is not searched again."""
+    with records beyond its default schedule's was searched before, and is not searched again.
+    ``in_model_us``: a task's time per call as measured inside the model; where its default schedule runs
+    ``ISOLATION_RATIO`` times faster on its own, the search is skipped (``TaskState.isolated_us``): the
+    schedule is not what makes it slow there (its inputs are: denormal values, cold caches)."""
     import tvm_ffi
 
     ms = meta_schedule()
@@ -164,6 +170,7 @@ def tune(
         spent, best = done.get(tvm_ffi.structural_hash(ctx.mod), (0, None))
         state = TaskState(task.task_name, int(task.weight), spent, None if best is None else best * 1e6)
         state.searched_before = once and spent > 1
+        state.in_model_us = (in_model_us or {}).get(task.task_name)
         summary.tasks.append(state)
         contexts.append(ctx)
     with _candidate_threads(None if device.remote else num_cores):
@@ -203,6 +210,10 @@ def _tune_contexts(ms, contexts, summary, database, target, trials, device, comp
         return _tune_with(ms, contexts, summary, database, target, trials, device, build, on_progress, deadline)
 
 
+# A default schedule that runs this many times faster on its own than inside the model is not slow
+# because of its schedule: a search (timed on its own, on other inputs) could not see the difference.
+ISOLATION_RATIO = 4.0
+
 # Candidates per round where a deadline bounds the search: each round is one MetaSchedule call, and a
 # round that starts before the deadline runs to its end.
 DEADLINE_ROUND = 16
@@ -224,6 +235,8 @@ def _tune_with(ms, contexts, summary, database, target, trials, device, build, o
             summary.new_trials += 1
             state.best_us = us if state.best_us is None else min(state.best_us, us)
         left = 0 if state.searched_before else trials - state.spent
+        if us is not None and state.in_model_us is not None and us * ISOLATION_RATIO < state.in_model_us:
+            state.isolated_us, left = us, 0
         if left <= 0:
             if us is not None and on_progress:  # the default schedule was this run's only trial
                 on_progress(summary, i, True)
