@@ -202,3 +202,40 @@ def test_a_kernel_fast_on_its_own_is_not_searched(work, tmp_path, capsys):
     out = " ".join((captured.out + captured.err).split())
     assert "kernel conv3d runs in" in out and "its schedule is not what makes it slow there" in out
     assert "Likely: denormal values" in out and "the build is unchanged" in out and "nothing faster" not in out
+
+
+def test_a_search_that_fails_leaves_the_build(tmp_path, monkeypatch, capsys):
+    """MetaSchedule fails (an error inside TVM): the build stands as it is, and the output says so."""
+    from tvmgen.tuning import remedy
+
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "model.so").write_bytes(b"first build")
+
+    def search(*_args):
+        raise RuntimeError("InternalError: Check failed: (sch) is false\nmore lines")
+
+    def rebuild(_root, _out):
+        raise AssertionError("no rebuild after a failed search")
+
+    monkeypatch.setattr(remedy, "search", search)
+    capsys.readouterr()
+    outcome = remedy.apply(
+        None,
+        None,
+        staged,
+        [],
+        {},
+        budget_s=1,
+        root=tmp_path / "db",
+        compiler=tmp_path,
+        rebuild=rebuild,
+        scratch=tmp_path,
+        threads=1,
+    )
+    assert outcome.searching and outcome.failed == "RuntimeError: InternalError: Check failed: (sch) is false"
+    assert (staged / "model.so").read_bytes() == b"first build"
+    captured = capsys.readouterr()
+    out = " ".join((captured.out + captured.err).split())
+    assert "remedy: the search failed (RuntimeError: InternalError: Check failed: (sch) is false)" in out
+    assert "the build is unchanged" in out

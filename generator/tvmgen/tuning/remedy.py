@@ -51,6 +51,7 @@ class Outcome:
     after_ms: float | None = None  # and rebuilt with the database
     kept: bool = False  # the rebuilt model is the artifact
     failed: str | None = None  # why the rebuilt model was not used (it did not build or failed the check)
+    searching: bool = False  # ``failed`` happened in the search, before any rebuild
     seconds: float = 0.0
     database: Path | None = None
 
@@ -190,14 +191,23 @@ def apply(
     ``inputs``: the inputs the guard profiled with; ``threads``: the model's thread pool (the candidates
     are timed with as many). The staged directory's contents are replaced by the
     rebuilt model's where that one is faster."""
+    from tvmgen.core import interrupts
     from tvmgen.core import log as logs
 
     started = time.monotonic()
-    with logs.step(
-        f"Searching schedules for {len(slow)} slow kernel(s) (MetaSchedule, timed here, "
-        f"budget {budget_s:.0f} s; --remedy-budget)"
-    ):
-        outcome, _summary = search(imported, target, slow, budget_s, root, compiler, threads)
+    try:
+        with logs.step(
+            f"Searching schedules for {len(slow)} slow kernel(s) (MetaSchedule, timed here, "
+            f"budget {budget_s:.0f} s; --remedy-budget)"
+        ):
+            outcome, _summary = search(imported, target, slow, budget_s, root, compiler, threads)
+    except Exception as e:  # the build stands as it is: built, and checked where --check asked
+        interrupts.reraise_if_interrupted(e)
+        log.info("the remedy's search failed", exc_info=True)
+        outcome = Outcome([k.name for k in slow], failed=f"{type(e).__name__}: {e}".splitlines()[0], searching=True)
+        outcome.database, outcome.seconds = root, time.monotonic() - started
+        report(outcome)
+        return outcome
     outcome.database = root
     for name in outcome.unmatched:
         logs.console.print(f"  [yellow]![/] remedy: no schedulable task for kernel {name} (it keeps its schedule)")
@@ -211,8 +221,6 @@ def apply(
         try:
             rebuild(root, out)  # its own steps print as compile's do
         except Exception as e:  # the first build stands: it was built and checked
-            from tvmgen.core import interrupts
-
             interrupts.reraise_if_interrupted(e)
             log.info("the remedy's build failed", exc_info=True)
             outcome.failed = f"{type(e).__name__}: {e}".splitlines()[0]
@@ -251,6 +259,12 @@ def report(o: Outcome) -> None:
         d = f"{default / 1e3:.3f} ms" if default is not None else "measured before"
         console.print(f"  remedy: kernel {name}: tvmgen's schedule {d}, best found {b}")
     where = f"{o.new_trials} new trial(s) recorded in {o.database}"
+    if o.failed and o.searching:
+        console.print(
+            f"  [yellow]![/] remedy: the search failed ({o.failed}); the build is unchanged "
+            f"({o.seconds:.0f} s; see the log, and please report it)"
+        )
+        return
     if o.failed:
         console.print(
             f"  [yellow]![/] remedy: the build with the schedules found failed ({o.failed}); the first build "
