@@ -141,10 +141,6 @@ def test_a_rebuild_that_fails_leaves_the_first_build(tmp_path, monkeypatch, caps
     from tvmgen.core.errors import CheckError
     from tvmgen.tuning import remedy
 
-    staged = tmp_path / "staged"
-    staged.mkdir()
-    (staged / "model.so").write_bytes(b"first build")
-
     def search(*_args):
         return remedy.Outcome(["conv3d_prepacked"], searched=["conv3d"], best_us={"conv3d": (3000.0, 400.0)}), None
 
@@ -153,24 +149,9 @@ def test_a_rebuild_that_fails_leaves_the_first_build(tmp_path, monkeypatch, caps
         (out / "model.so").write_bytes(b"second build")
         raise CheckError("outputs differ from onnxruntime beyond tolerance: y; no artifact was written", "fix")
 
-    monkeypatch.setattr(remedy, "search", search)
-    outcome = remedy.apply(
-        None,
-        None,
-        staged,
-        [],
-        {},
-        budget_s=1,
-        root=tmp_path / "db",
-        compiler=tmp_path,
-        rebuild=rebuild,
-        scratch=tmp_path,
-        threads=1,
-    )
+    outcome, kept, out = apply_on_a_staged_build(tmp_path, monkeypatch, capsys, search, rebuild)
     assert outcome.failed and "outputs differ from onnxruntime" in outcome.failed and not outcome.kept
-    assert (staged / "model.so").read_bytes() == b"first build"
-    captured = capsys.readouterr()
-    out = " ".join((captured.out + captured.err).split())  # the console wraps lines
+    assert kept == b"first build"
     assert "remedy: the build with the schedules found failed (CheckError: outputs differ" in out
     assert "the first build stands" in out
 
@@ -206,11 +187,6 @@ def test_a_kernel_fast_on_its_own_is_not_searched(work, tmp_path, capsys):
 
 def test_a_search_that_fails_leaves_the_build(tmp_path, monkeypatch, capsys):
     """MetaSchedule fails (an error inside TVM): the build stands as it is, and the output says so."""
-    from tvmgen.tuning import remedy
-
-    staged = tmp_path / "staged"
-    staged.mkdir()
-    (staged / "model.so").write_bytes(b"first build")
 
     def search(*_args):
         raise RuntimeError("InternalError: Check failed: (sch) is false\nmore lines")
@@ -218,6 +194,21 @@ def test_a_search_that_fails_leaves_the_build(tmp_path, monkeypatch, capsys):
     def rebuild(_root, _out):
         raise AssertionError("no rebuild after a failed search")
 
+    outcome, kept, out = apply_on_a_staged_build(tmp_path, monkeypatch, capsys, search, rebuild)
+    assert outcome.searching and outcome.failed == "RuntimeError: InternalError: Check failed: (sch) is false"
+    assert kept == b"first build"
+    assert "remedy: the search failed (RuntimeError: InternalError: Check failed: (sch) is false)" in out
+    assert "the build is unchanged" in out
+
+
+def apply_on_a_staged_build(tmp_path, monkeypatch, capsys, search, rebuild):
+    """remedy.apply on a staged directory holding a stand-in first build, with ``search`` in place of
+    MetaSchedule's: (the outcome, the staged model's bytes after it, the output on one line)."""
+    from tvmgen.tuning import remedy
+
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "model.so").write_bytes(b"first build")
     monkeypatch.setattr(remedy, "search", search)
     capsys.readouterr()
     outcome = remedy.apply(
@@ -233,9 +224,5 @@ def test_a_search_that_fails_leaves_the_build(tmp_path, monkeypatch, capsys):
         scratch=tmp_path,
         threads=1,
     )
-    assert outcome.searching and outcome.failed == "RuntimeError: InternalError: Check failed: (sch) is false"
-    assert (staged / "model.so").read_bytes() == b"first build"
     captured = capsys.readouterr()
-    out = " ".join((captured.out + captured.err).split())
-    assert "remedy: the search failed (RuntimeError: InternalError: Check failed: (sch) is false)" in out
-    assert "the build is unchanged" in out
+    return outcome, (staged / "model.so").read_bytes(), " ".join((captured.out + captured.err).split())

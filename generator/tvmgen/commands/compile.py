@@ -104,7 +104,7 @@ def _default_out(model: str, platform: str, device: str) -> Path:
     "--remedy-budget",
     envvar="TVMGEN_REMEDY_BUDGET",
     type=click.FloatRange(min=0),
-    default=60.0,
+    default=remedy.DEFAULT_BUDGET_S,
     show_default=True,
     metavar="SECONDS",
     help="Host builds: the compile runs the model here a few times kernel by kernel; where a kernel is far "
@@ -142,7 +142,7 @@ def compile(
     const_flags=(),
     precision="fp32",
     state_flags=(),
-    remedy_budget=60.0,
+    remedy_budget=remedy.DEFAULT_BUDGET_S,
 ):
     """Compile MODEL into an artifact directory (library + manifest.json).
 

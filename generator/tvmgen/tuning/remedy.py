@@ -99,20 +99,13 @@ def search(
     and tune's Summary."""
     import os
 
-    from tvm import relax
-
     from tvmgen.tuning import tune
 
     started = time.monotonic()
     names = [k.name for k in slow]
     wanted = {task_name(n) for n in names}
-    mod = imported.mod
-    if imported.params:  # bound as compile binds them: the tasks' constants must be the build's
-        weights = mod["main"].params[len(imported.inputs) :]
-        mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
-    tune._log_to_file()
     summary = tune.tune(
-        mod,
+        tune.bound(imported),
         target,
         MAX_TRIALS,
         root,

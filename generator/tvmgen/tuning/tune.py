@@ -478,14 +478,10 @@ def check_dependencies() -> None:
 def run(imported, target, trials: int, root: Path, device: Device, num_cores: int, compiler: Path) -> Summary:
     """Bind the model's weights and tune it with a progress bar: trials, best latency per task and in all."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from tvm import relax
 
     from tvmgen.core.log import console
 
-    mod = imported.mod
-    if imported.params:  # compile binds them too: the tasks' constants must match
-        weights = mod["main"].params[len(imported.inputs) :]
-        mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
+    mod = bound(imported)
     where = f"device {device.key!r}" if device.remote else "here"
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     with Progress(*columns, console=console, transient=True) as bar:
@@ -509,6 +505,17 @@ def run(imported, target, trials: int, root: Path, device: Device, num_cores: in
                 console.print(f"  [green]✓[/] {current + 1}/{n} {t.name}: {best} ({t.spent} trials){overall}")
 
         return tune(mod, target, trials, root, device, num_cores, compiler, on_progress=show)
+
+
+def bound(imported):
+    """The model's module with its weights bound, as compile binds them: the tasks' constants must match."""
+    from tvm import relax
+
+    mod = imported.mod
+    if imported.params:
+        weights = mod["main"].params[len(imported.inputs) :]
+        mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
+    return mod
 
 
 def print_summary(summary: Summary, trials: int) -> None:
