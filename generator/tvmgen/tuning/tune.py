@@ -246,8 +246,11 @@ def _tune_with(ms, contexts, summary, database, target, trials, device, build, o
             on_progress(summary, i)
         # a deadline is shared among the tasks left: the first one does not take it all
         until = None if deadline is None else time.monotonic() + (deadline - time.monotonic()) / (len(contexts) - i)
-        last_round = 0.0  # a round is started only where at least half of one like the last fits
-        while left > 0 and (until is None or time.monotonic() + last_round / 2 < until):
+        # a round is started only where at least half of one like the last fits; the first always runs (a
+        # loaded machine can spend the budget on the default schedule's measurement alone)
+        last_round, first = 0.0, True
+        while left > 0 and (until is None or first or time.monotonic() + last_round / 2 < until):
+            first = False
             spent, round_started = state.spent, time.monotonic()
             batch = left if until is None else min(left, DEADLINE_ROUND)
             try:
