@@ -24,11 +24,15 @@ def test_desktop_family_takes_dlights_cuda_configuration():
     from tvm.s_tir import dlight as dl
 
     cuda = dl.gpu.Matmul().get_configs(make_target({"kind": "cuda"}))
-    desktop_rule = gpu.default_rules(_target("desktop"))[0]
+
+    def matmul_rule(target):
+        return next(r for r in gpu.default_rules(target) if isinstance(r, dl.gpu.Matmul))
+
+    desktop_rule = matmul_rule(_target("desktop"))
     assert desktop_rule.get_configs(_target("desktop")) == cuda
     assert (cuda.block_size_y, cuda.micro_size_k, cuda.vector_size) == (16, 16, 2)
     for family in ("generic", "mali"):  # unchanged: dlight's default configuration
-        rule = gpu.default_rules(_target(family))[0]
+        rule = matmul_rule(_target(family))
         assert rule.get_configs(_target(family)) == dl.gpu.Matmul.Config()
     assert gpu.is_desktop(_target("desktop")) and not gpu.is_desktop(_target("generic"))
     assert not gpu.is_desktop(make_target({"kind": "cuda"}))

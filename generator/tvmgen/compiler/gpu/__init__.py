@@ -72,12 +72,20 @@ def _prelu_unflattened(mod):
 def default_rules(target=None) -> list:
     """dlight's GPU rules, in the order TVM's generic pipeline applies them; for an OpenCL target of
     the desktop family (``--gpu-family desktop``) the matmul/convolution rule takes the tile
-    configuration dlight gives CUDA (``desktop_matmul``)."""
+    configuration dlight gives CUDA (``desktop_matmul``). OpenCL and Vulkan targets get tvmgen's rules
+    too: products with few outputs and a long reduction split it across threads first (``split_k``;
+    ``TVMGEN_GPU_SPLIT_K=0`` leaves them to dlight's Matmul), short reductions after the GEMV rule."""
+    import os
+
     from tvm.s_tir import dlight as dl
 
+    from tvmgen.compiler.gpu.split_k import split_k_rule
+
     matmul = desktop_matmul() if is_desktop(target) else dl.gpu.Matmul()
-    small = [small_reductions()] if target is None or target.kind.name in ("opencl", "vulkan") else []
-    return [matmul, vulkan_gemv(), *small, dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+    ours = target is None or target.kind.name in ("opencl", "vulkan")
+    split = [split_k_rule()] if ours and os.environ.get("TVMGEN_GPU_SPLIT_K", "1") != "0" else []
+    small = [small_reductions()] if ours else []
+    return [*split, matmul, vulkan_gemv(), *small, dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
 
 
 def vulkan_gemv():
@@ -211,11 +219,13 @@ def _root_blocks(func):
 
 def _short_reductions(func) -> bool:
     """Whether ``func`` has reductions and each covers at most SMALL_REDUCTION elements per output,
-    with enough outputs (at least 256) to keep a GPU's threads busy."""
+    with enough outputs (at least 256) to keep a GPU's threads busy, and no block after them writes more
+    elements than they have outputs (a normalisation)."""
     from tvm import tirx
 
     sch, blocks = _root_blocks(func)  # no blocks: no reductions
     found = False
+    reduced, widest = [], 0
     for b in blocks:
         block = sch.get(b)
         extents = {"spatial": 1, "reduce": 1}
@@ -230,7 +240,13 @@ def _short_reductions(func) -> bool:
             if extents["reduce"] > SMALL_REDUCTION or extents["spatial"] < 256:
                 return False
             found = True
-    return found
+            reduced.append(extents["spatial"])
+        elif reduced:  # after a reduction (a padding before it may be wider than its outputs)
+            widest = max(widest, extents["spatial"])
+    # a normalisation (layer norm: a row's mean and variance, then every element of the row) writes more
+    # outputs than it has sums: one thread per sum would be a kernel per reduction and one for the
+    # elements; dlight's GeneralReduction makes it one kernel, a work-group per row
+    return found and widest <= max(reduced, default=0)
 
 
 def is_desktop(target) -> bool:
