@@ -68,6 +68,7 @@ from tvmgen.compiler.vulkan.glsl_types import (
     dtype_of,
     lanes_of,
     scalar_type,
+    split_lanes,
 )
 from tvmgen.core.errors import CompileError
 
@@ -141,6 +142,7 @@ class _Printer(ExprPrinter):
         size = 1
         for d in buf.ty.shape:
             size *= const_int(d)
+        size *= split_lanes(elem)[1]  # a vector-typed array (float32x2 registers): stored as its lanes
         name = self.fresh(str(buf.name))
         if scope == "shared":
             self.shared.append(f"shared {scalar_type(elem)} {name}[{size}];")
@@ -196,7 +198,7 @@ class _Printer(ExprPrinter):
         for lane, name in enumerate(names):
             self.emit(f"{t} {name} = {self.expr(s.value, lane)};")
         for lane, name in enumerate(names):
-            for line in buf.store(self.expr(index, lane), name):
+            for line in buf.store(self.element(buf, index, lane), name):
                 self.emit(line)
         self.indent -= 1
         self.emit("}")

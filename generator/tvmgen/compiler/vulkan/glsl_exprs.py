@@ -79,6 +79,15 @@ class ExprPrinter:
             raise UnsupportedError(f"buffer {getattr(buf, 'name', buf)} used before its declaration")
         return self.buffers[buf]
 
+    def element(self, buf: Buf, index, lane: int | None) -> str:
+        """The scalar element ``lane`` of an access at ``index``: a ramp's lane, or, where the array's type is
+        itself a vector (``float32x2`` registers a vectorised schedule keeps) and the index counts its
+        vectors, that vector's lane among the scalars the array is declared as."""
+        vector = split_lanes(buf.dtype)[1]
+        if vector > 1 and lanes_of(index) == 1:
+            return f"(({self.expr(index)}) * {vector} + {lane or 0})"
+        return self.expr(index, lane if lanes_of(index) > 1 else None)
+
     def vector4(self, buf: Buf, index, lanes: int):
         """(the vec4 view's array, its index) where a 4-lane access of a float storage buffer can be one
         128-bit access: a stride-1 ramp whose first element is provably a multiple of 4 (the buffers are
@@ -276,7 +285,7 @@ class ExprPrinter:
                 return f"{self.vec4_loads[key]}.{'xyzw'[lane]}"
         elif buf.array in self.global_arrays:
             self.scalar_access.add(buf.array)
-        i = self.expr(index, lane if lanes_of(index) > 1 else None)
+        i = self.element(buf, index, lane)
         return self.registers.get((buf, i)) or buf.load(i)
 
     def e_Call(self, e, lane=None) -> str:
