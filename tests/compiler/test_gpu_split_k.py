@@ -59,8 +59,11 @@ def test_which_products_split_their_reduction():
     # many tiles: dlight's schedule (a larger tile reuses each loaded value more)
     assert split_k.schedule(_conv2d(64, 80, 64, 3), generic) is None
     # the desktop family's tiles are 64 x 32: a map that is many generic tiles is few desktop ones
+    # and a desktop GPU (20-140 compute units) wants more of them: split below DESKTOP_MIN_TILES
     mid = _conv2d(64, 48, 64, 3)  # 2304 x 64 outputs: 144 generic tiles, 72 desktop ones
-    assert split_k.schedule(mid, generic) is None and split_k.schedule(mid, desktop) is None
+    assert split_k.schedule(mid, generic) is None and split_k.schedule(mid, desktop) is not None
+    big = _conv2d(32, 160, 32, 3)  # 25600 x 32 outputs: 400 desktop tiles
+    assert split_k.schedule(big, desktop) is None
     small = _conv2d(64, 24, 64, 3)  # 576 x 64: 36 generic tiles
     assert split_k.schedule(small, generic) is not None
     # a 1 x 1 convolution over 256 channels on an 8 x 8 map: unit kernel axes

@@ -22,7 +22,8 @@ registers one that prints each kernel with this module and compiles it to SPIR-V
 
 - vector expressions (``Ramp``, ``Broadcast``, ``Shuffle``, vector loads, stores and ``Bind``) are
   printed lane by lane as scalars (any lane count; drivers schedule scalars anyway), a vector store's
-  lanes all computed before any is stored; except a 4-lane float load or store of a storage buffer at a
+  lanes all computed before any is stored (an array of vector-typed elements is declared as its scalars,
+  lane l of element i at i * lanes + l: ``ExprPrinter.element``); except a 4-lane float load or store of a storage buffer at a
   stride-1 ramp whose first index is provably a multiple of 4: one ``vec4`` access through a second
   declaration of the same binding (``vec4 data[]``), as TVM's OpenCL code has ``float4`` vload/vstore;
 - ``&&`` / ``||`` whose right operand loads nothing are ``all(bvec2(a, b))`` / ``any(...)``: both
