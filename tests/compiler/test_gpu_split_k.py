@@ -59,11 +59,13 @@ def test_which_products_split_their_reduction():
     # many tiles: dlight's schedule (a larger tile reuses each loaded value more)
     assert split_k.schedule(_conv2d(64, 80, 64, 3), generic) is None
     # the desktop family's tiles are 64 x 32: a map that is many generic tiles is few desktop ones
-    # and a desktop GPU (20-140 compute units) wants more of them: split below DESKTOP_MIN_TILES
-    mid = _conv2d(64, 48, 64, 3)  # 2304 x 64 outputs: 144 generic tiles, 72 desktop ones
+    mid = _conv2d(64, 48, 64, 3)  # 2304 x 64 outputs: 144 generic tiles, 72 desktop ones; 576 products
     assert split_k.schedule(mid, generic) is None and split_k.schedule(mid, desktop) is not None
-    big = _conv2d(32, 160, 32, 3)  # 25600 x 32 outputs: 400 desktop tiles
-    assert split_k.schedule(big, desktop) is None
+    # a desktop GPU (20-140 compute units) wants more groups where each would walk a long reduction
+    long = _conv1d(128, 1024, 128, 5, 1)  # 1024 x 128 outputs: 128 generic tiles, 64 desktop ones; 640 products
+    assert split_k.schedule(long, generic) is None and split_k.schedule(long, desktop) is not None
+    short = _conv2d(32, 80, 32, 3)  # 6400 x 32 outputs: 100 desktop tiles of 288 products: dlight's
+    assert split_k.schedule(short, desktop) is None
     small = _conv2d(64, 24, 64, 3)  # 576 x 64: 36 generic tiles
     assert split_k.schedule(small, generic) is not None
     # a 1 x 1 convolution over 256 channels on an 8 x 8 map: unit kernel axes

@@ -22,10 +22,13 @@ import logging
 log = logging.getLogger("tvmgen.compiler")
 
 # Below this many work-groups under dlight's Matmul tiles a product leaves most of a GPU's compute units
-# idle: a phone's 2-16 each want several groups in flight to hide latency; the desktop family's GPUs have
-# 20-140, each running several of its 128-thread groups at once.
+# idle: a phone's 2-16 each want several groups in flight to hide latency.
 MIN_TILES = 64
-DESKTOP_MIN_TILES = 256
+# The desktop family's GPUs have 20-140 compute units: there a product of up to DESKTOP_MIN_TILES of its
+# 128-thread groups is split too where each group would walk a reduction of LONG_REDUCTION or more (a
+# 1-D convolution of 128 channels and 5 taps over 1,024 steps: 64 groups of 640 products each). A shorter
+# reduction keeps dlight's tiles, which reuse each loaded value more.
+DESKTOP_MIN_TILES, LONG_REDUCTION = 256, 512
 # Reductions shorter than this keep dlight's schedule: each of the 16 threads would sum fewer than 8 products.
 MIN_REDUCTION = 128
 # The work-group: THREADS_I x THREADS_J threads of MICRO x MICRO outputs, THREADS_K threads per output
@@ -63,8 +66,8 @@ def _default_tile(target) -> int:
 def schedule(func, target):
     """The split-reduction schedule of ``func`` (a Schedule), or None where it does not apply: not one
     matrix product (as dlight's Matmul rule recognises them: a convolution is one, over its im2col view),
-    a dynamic extent, a reduction shorter than MIN_REDUCTION, or MIN_TILES (the desktop family:
-    DESKTOP_MIN_TILES) or more tiles under dlight's."""
+    a dynamic extent, a reduction shorter than MIN_REDUCTION, or MIN_TILES or more tiles under dlight's (the
+    desktop family: DESKTOP_MIN_TILES where the reduction is LONG_REDUCTION or longer)."""
     from tvm import s_tir, tirx
     from tvm.s_tir.dlight.analysis import get_root_block
     from tvm.s_tir.dlight.gpu.matmul import (
@@ -95,7 +98,8 @@ def schedule(func, target):
     from tvmgen.compiler import gpu
 
     tiles = -(-spatial // _default_tile(target))
-    if reduce < MIN_REDUCTION or tiles >= (DESKTOP_MIN_TILES if gpu.is_desktop(target) else MIN_TILES):
+    few = tiles < MIN_TILES or (gpu.is_desktop(target) and tiles < DESKTOP_MIN_TILES and reduce >= LONG_REDUCTION)
+    if reduce < MIN_REDUCTION or not few:
         return None
     # C[S, I, J] += A[S, I, K] * B[S, J, K], as dlight's Matmul normalises it
     reindex_a = sch.reindex(main, ("read", 0))
