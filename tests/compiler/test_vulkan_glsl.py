@@ -8,6 +8,9 @@ import subprocess
 
 from conftest import require_tool
 
+# a device kernel as TVM's lowering leaves it: one block and one thread axis, launched by the host
+KERNEL_ATTRS = {"tirx.noalias": True, "calling_conv": 2, "tirx.kernel_launch_params": ["blockIdx.x", "threadIdx.x"]}
+
 
 def _kernel():
     import tvm
@@ -22,9 +25,7 @@ def _kernel():
         C: T.handle("float32", "global"),
         D: T.handle("float32", "global"),
     ):
-        T.func_attr(
-            {"tirx.noalias": True, "calling_conv": 2, "tirx.kernel_launch_params": ["blockIdx.x", "threadIdx.x"]}
-        )
+        T.func_attr(KERNEL_ATTRS)
         a = T.decl_buffer((1024,), "float32", data=A)
         b = T.decl_buffer((1024,), "float32", data=B)
         c = T.decl_buffer((1024,), "float32", data=C)
@@ -118,9 +119,7 @@ def _shared_kernel():
 
     @T.prim_func
     def k(A: T.handle("float32", "global"), B: T.handle("float32", "global")):
-        T.func_attr(
-            {"tirx.noalias": True, "calling_conv": 2, "tirx.kernel_launch_params": ["blockIdx.x", "threadIdx.x"]}
-        )
+        T.func_attr(KERNEL_ATTRS)
         a = T.decl_buffer((256,), "float32", data=A)
         b = T.decl_buffer((256,), "float32", data=B)
         bx = T.launch_thread("blockIdx.x", 4)
@@ -162,9 +161,7 @@ def _vector_registers_kernel():
 
     @T.prim_func
     def k(A: T.handle("float32", "global"), C: T.handle("float32", "global")):
-        T.func_attr(
-            {"tirx.noalias": True, "calling_conv": 2, "tirx.kernel_launch_params": ["blockIdx.x", "threadIdx.x"]}
-        )
+        T.func_attr(KERNEL_ATTRS)
         a = T.decl_buffer((1024,), "float32", data=A)
         c = T.decl_buffer((1024,), "float32", data=C)
         bx = T.launch_thread("blockIdx.x", 2)
