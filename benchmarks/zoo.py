@@ -12,11 +12,14 @@ thread (medians, round robin, in one child process per model).
 Targets: host (host/cpu; timed), aarch64 (linux-aarch64/cpu run by tvmgen-run under qemu-aarch64;
 checked, not timed: emulated), opencl (host/opencl run by tvmgen-run on the machine's OpenCL
 driver, PoCL here; checked), vulkan (host/vulkan run by tvmgen-run with libtvmgen_vulkan on the
-machine's Vulkan driver, Mesa's lavapipe here; checked).
+machine's Vulkan driver, Mesa's lavapipe here; checked), opencl-adreno, opencl-mali, opencl-desktop
+(host/opencl compiled with that --gpu-family: its tiles, work-group limits and, for adreno, texture
+memory; run like opencl).
 
     .venv/bin/python benchmarks/zoo.py                          # every model, host (~15 min on 2 cores)
     .venv/bin/python benchmarks/zoo.py --targets host,aarch64,opencl
     .venv/bin/python benchmarks/zoo.py --targets host,vulkan
+    .venv/bin/python benchmarks/zoo.py --targets opencl-adreno,opencl-mali,opencl-desktop
     .venv/bin/python benchmarks/zoo.py --models seg_head,audio_rnn --json zoo.json
 """
 
@@ -42,7 +45,12 @@ TARGETS = {
     "aarch64": ("linux-aarch64", "cpu"),
     "opencl": ("host", "opencl"),
     "vulkan": ("host", "vulkan"),
+    # the other OpenCL GPU families (`--gpu-family`: their tiles, limits, Adreno's texture memory), run on PoCL
+    "opencl-adreno": ("host", "opencl"),
+    "opencl-mali": ("host", "opencl"),
+    "opencl-desktop": ("host", "opencl"),
 }
+FAMILY = {t: t.split("-", 1)[1] for t in TARGETS if t.startswith("opencl-")}
 # what each model adds to the coverage (the table's last column)
 WHAT = {
     "mobilenet_v3_small": "hard-swish, squeeze-excitation",
@@ -140,10 +148,11 @@ def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict
     consts = _consts(flags, path)
     for target in targets:
         platform, device = TARGETS[target]
+        target_flags = [*flags, *(("--gpu-family", FAMILY[target]) if target in FAMILY else ())]
         out = work / f"{name}-{target}"
         t0 = time.perf_counter()
         if compile is not None:
-            out = compile(path, flags, platform, device)
+            out = compile(path, target_flags, platform, device)
             row["targets"][target] = {"compile_s": time.perf_counter() - t0}
             _check_target(name, target, out, path, consts, work, runs, runtimes, row["targets"][target])
             continue
@@ -161,7 +170,7 @@ def run_one(name: str, targets: list[str], work: Path, runs: int, runtimes: dict
                 "-o",
                 str(out),
                 "--force",
-                *flags,
+                *target_flags,
             ],
             capture_output=True,
             text=True,
@@ -365,7 +374,11 @@ def geomean(values):
 def main() -> None:
     p = benchlib.parser(__doc__)
     benchlib.models_option(p, MODELS)
-    p.add_argument("--targets", default="host", help="comma-separated: host, aarch64, opencl, vulkan [default: host]")
+    p.add_argument(
+        "--targets",
+        default="host",
+        help="comma-separated: host, aarch64, opencl, vulkan, opencl-adreno, opencl-mali, opencl-desktop [default: host]",
+    )
     p.add_argument("--runs", type=int, default=20, help="timed runs per engine and round [default: 20]")
     p.add_argument("--keep", type=Path, help="work directory to keep (models, artifacts)")
     p.add_argument("--one", help=argparse_hidden())
@@ -449,8 +462,10 @@ def _runtimes(targets: list[str], work: Path) -> dict:
             "the aarch64 runtime (cmake, cross g++; reused from the user cache while jni/ is unchanged) ..."
         )
         found["aarch64"] = runtime_build.cached_build("linux-aarch64") / "bin" / "tvmgen-run"
-    if "opencl" in targets:
-        found["opencl"] = benchlib.opencl_runtime(None, work, benchlib.progress) / "bin" / "tvmgen-run"
+    opencl = [t for t in targets if TARGETS.get(t, ("", ""))[1] == "opencl"]
+    if opencl:
+        runner = benchlib.opencl_runtime(None, work, benchlib.progress) / "bin" / "tvmgen-run"
+        found.update(dict.fromkeys(opencl, runner))
     if "vulkan" in targets:
         prefix = runtime_build.cached_build("host")
         if not (prefix / "lib" / "libtvmgen_vulkan.so").is_file():
