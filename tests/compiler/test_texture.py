@@ -231,3 +231,46 @@ def test_bench_over_rpc_runs_a_texture_artifact(opencl_lib, tmp_path):
     )
     res = bench_on_a_gpu_device(art, tmp_path)
     assert res["dev"] == "opencl" and res["check"][0]["max_abs"] < 1e-4, res
+
+
+def test_a_hard_swish_between_texture_convolutions_on_pocl(ocl_runtime, opencl_lib, tmp_path):
+    """A hard-swish between two convolutions reads the first one's texture twice (x * clip(x + 3, 0, 6) / 6).
+    Relax's clip has no layout inference, so the NCHW4c conversion left it and its division in NCHW buffers
+    between layout transforms, and the second convolution's results were wrong (max abs error 13.5 on PoCL).
+    ``rewrites.clip_as_min_max`` gives the clip an elementwise form that converts with the convolutions."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from conftest import save_onnx
+    from tvmgen import frontends
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.targets.platforms import PLATFORMS
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array((rng.standard_normal((32, 16, 1, 1)) * 0.3).astype("float32"), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((64, 32, 3, 3)) * 0.2).astype("float32"), "w2")
+    b2 = numpy_helper.from_array(rng.standard_normal(64).astype("float32"), "b2")
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["y1"]),
+        helper.make_node("HardSwish", ["y1"], ["h"]),
+        helper.make_node("Conv", ["h", "w2", "b2"], ["y"], strides=[2, 2], pads=[1] * 4),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "hard_swish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 64, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w1, w2, b2],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    path = save_onnx(model, tmp_path / "hs.onnx")
+    art = tmp_path / "adreno"
+    compile_to_artifact(
+        frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "adreno"), art, True, {"name": "hs"}
+    )
+    assert b"tir_clip" not in (art / "model.so").read_bytes()  # the clip converted with the convolutions
+    x = rng.standard_normal((1, 16, 64, 64)).astype("float32")
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=1)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)

@@ -43,6 +43,38 @@ def tir_min_max_as_relax(mod):
     return relax.transform.DeadCodeElimination()(mod)
 
 
+def clip_as_min_max(mod):
+    """``clip(x, lo, hi)`` -> ``minimum(maximum(x, lo), hi)`` on floating-point tensors.
+
+    Relax's ``clip`` has no layout inference, so a layout conversion leaves it in the source layout: the
+    Adreno pipeline's conversion to NCHW4c texture memory wrote a hard-swish between two convolutions
+    (``x * clip(x + 3, 0, 6) / 6``) as a texture read by its add and its multiply, the clip and divide
+    back in NCHW buffers between two layout transforms, and the next convolution's results were wrong
+    (errors of the values' size on PoCL). Its elementwise form converts with the convolutions."""
+    from tvm import relax
+    from tvm.relax.dpl import rewrite_call
+    from tvm.relax.dpl.pattern import is_op, wildcard
+
+    clip = is_op("relax.clip")(wildcard(), wildcard(), wildcard())
+
+    def min_max(expr, matches):
+        call = matches[clip]
+        x, lo, hi = call.args
+        dtype = getattr(call.ty, "dtype", "")
+        if not str(dtype).startswith("float"):
+            return expr
+
+        def const(v):
+            return relax.const(float(getattr(v, "value", v)), dtype)
+
+        return relax.op.minimum(relax.op.maximum(x, const(lo)), const(hi))
+
+    for gv, func in list(mod.functions_items()):
+        if isinstance(func, relax.Function):
+            mod[gv] = rewrite_call(clip, min_max, func)
+    return mod
+
+
 REDUCTIONS = ("sum", "mean", "max", "min", "prod", "variance", "std")
 
 # reduction over a stacked axis -> the elementwise operator that combines two of its slices

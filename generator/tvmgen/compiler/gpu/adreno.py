@@ -95,7 +95,7 @@ def legalize_passes(target, texture: bool = True, report: dict | None = None) ->
     from tvm import relax
     from tvm.s_tir import dlight as dl
 
-    from tvmgen.compiler import gpu
+    from tvmgen.compiler import gpu, rewrites
     from tvmgen.compiler.gpu import float64
     from tvmgen.compiler.int8 import int8_qdq
 
@@ -108,6 +108,7 @@ def legalize_passes(target, texture: bool = True, report: dict | None = None) ->
     ]
     if texture:
         passes += [
+            rewrites.module_pass("TvmgenClipAsMinMax", rewrites.clip_as_min_max),  # converts with the layouts
             relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW4c", "OIHW4o", "NCHW4c"]}),
             relax.transform.Normalize(),
             relax.transform.FoldConstant(),
