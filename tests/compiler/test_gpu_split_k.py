@@ -191,3 +191,14 @@ def test_split_reductions_on_lavapipe_match_onnxruntime(host_runtime, model, tmp
     art = tmp_path / "vk"
     compile_to_artifact(frontends.load(model, []), BuildOptions(PLATFORMS["host"], "vulkan"), art, True, {"name": "sk"})
     _check(host_runtime, art, model, tmp_path)
+
+
+def test_a_split_that_fails_is_named_as_tvmgens_rule():
+    """A kernel the split reduction could not schedule goes to dlight's Matmul, and the compile output says
+    whose rule failed."""
+    (line,) = gpu.rule_failures_summary([{"kernel": "k", "rule": "SplitK", "error": "e", "scheduled_by": "Matmul"}])
+    assert line == "tvmgen's SplitK rule failed on 1 kernel(s) (k): scheduled by Matmul instead"
+    (line,) = gpu.rule_failures_summary(
+        [{"kernel": "k", "rule": "Reduction", "error": "e", "scheduled_by": "Fallback"}]
+    )
+    assert line.startswith("dlight's Reduction rule failed on 1 kernel(s) (k): scheduled by Fallback instead")

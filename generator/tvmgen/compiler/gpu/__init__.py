@@ -339,7 +339,7 @@ def apply_rules(*rules, report: dict | None = None, name: str = "TvmgenApplyRule
             if scheduled is None and failed:
                 raise CompileError(
                     f"no GPU schedule for kernel {gv.name_hint}: "
-                    + "; ".join(f"dlight's {r} rule failed ({e})" for r, e in failed.items()),
+                    + "; ".join(f"{_owner(r)} {r} rule failed ({e})" for r, e in failed.items()),
                     "build it for --device cpu, or report it with the log file",
                 )
         return mod
@@ -356,7 +356,7 @@ def _try_rule(rule, func, target, failed: dict, kernel: str, work_groups: dict):
         space = rule.apply(func, target, False)
     except Exception as e:
         failed[rule_name] = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        log.info("dlight's %s rule failed on %s: %s", rule_name, kernel, e)
+        log.info("%s %s rule failed on %s: %s", _owner(rule_name), rule_name, kernel, e)
         return None
     if space is None:
         return None
@@ -364,7 +364,7 @@ def _try_rule(rule, func, target, failed: dict, kernel: str, work_groups: dict):
     unbound = _blocks_outside_threads(sch)
     if unbound:
         failed[rule_name] = f"left {len(unbound)} block(s) outside the GPU threads ({', '.join(unbound[:3])})"
-        log.info("dlight's %s rule on %s: %s", rule_name, kernel, failed[rule_name])
+        log.info("%s %s rule on %s: %s", _owner(rule_name), rule_name, kernel, failed[rule_name])
         return None
     family = gpu_limits(target)
     need = limits.needs(sch.mod["main"]) if family is not None else None
@@ -373,7 +373,7 @@ def _try_rule(rule, func, target, failed: dict, kernel: str, work_groups: dict):
         work_groups[kernel] = need
     if over:  # the driver would refuse it, or a dispatch lose the device: the next rule schedules it
         failed[rule_name] = f"{OVER_LIMITS}: {over}"
-        log.info("dlight's %s rule on %s: %s", rule_name, kernel, failed[rule_name])
+        log.info("%s %s rule on %s: %s", _owner(rule_name), rule_name, kernel, failed[rule_name])
         return None
     failed.pop(rule_name, None)
     return sch.mod["main"]
@@ -413,6 +413,14 @@ def inline_epilogue(func):
     return sch.mod["main"] if changed else None
 
 
+# rules tvmgen writes itself (the others are dlight's, some configured by tvmgen)
+OWN_RULES = ("SplitK", "SmallReductions")
+
+
+def _owner(rule: str) -> str:
+    return "tvmgen's" if rule in OWN_RULES else "dlight's"
+
+
 def rule_failures_summary(failures: list[dict]) -> list[str]:
     """Lines for the compile output: which kernels a failing rule left to a later (slower) rule."""
     by_rule: dict = {}
@@ -421,7 +429,7 @@ def rule_failures_summary(failures: list[dict]) -> list[str]:
         if f["error"].startswith(OVER_LIMITS):  # each said with what it needed
             cost = " (one thread per output, no tiling: slower)" if f["scheduled_by"] == "Fallback" else ""
             lines.append(
-                f"dlight's {f['rule']} schedule of {f['kernel']} is {f['error']}: scheduled by "
+                f"{_owner(f['rule'])} {f['rule']} schedule of {f['kernel']} is {f['error']}: scheduled by "
                 f"{f['scheduled_by']} instead{cost}"
             )
             continue
@@ -430,7 +438,7 @@ def rule_failures_summary(failures: list[dict]) -> list[str]:
         shown = ", ".join(kernels[:3]) + (f", +{len(kernels) - 3} more" if len(kernels) > 3 else "")
         cost = " (one thread per output, no tiling: slower)" if by == "Fallback" else ""
         lines.append(
-            f"dlight's {rule} rule failed on {len(kernels)} kernel(s) ({shown}): scheduled by {by} instead{cost}"
+            f"{_owner(rule)} {rule} rule failed on {len(kernels)} kernel(s) ({shown}): scheduled by {by} instead{cost}"
         )
     return lines
 
