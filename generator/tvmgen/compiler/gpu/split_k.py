@@ -6,7 +6,7 @@ for the desktop one) and walks the whole reduction in that work-group, one step 
 step a round trip to global memory. A product with few output tiles and a long reduction (a 3 x 3
 convolution of 32 channels on a 40 x 40 map: 50 work-groups and 288 products per output; the strided 1-D
 convolutions of an audio network: 57 frames x 256 channels, 1,280 products) then runs on a few compute units
-at the latency of its serial steps: 100-300 GFLOP/s on a GPU that does 30 TFLOP/s.
+at the latency of its serial steps: 100-300 GFLOP/s on a GPU that does tens of TFLOP/s.
 
 Here a work-group computes an 8 x 8 tile of outputs with 16 threads per output: each thread sums every
 16th product of its 2 x 2 outputs (registers), the 16 partial sums are added across the threads
