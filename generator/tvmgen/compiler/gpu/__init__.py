@@ -20,6 +20,11 @@ import logging
 from pathlib import Path
 
 from tvmgen.compiler.gpu import limits
+
+# desktop_matmul and is_desktop re-exported: the package's callers reach them as compiler.gpu.*
+from tvmgen.compiler.gpu.matmul import desktop_matmul as desktop_matmul
+from tvmgen.compiler.gpu.matmul import is_desktop as is_desktop
+from tvmgen.compiler.gpu.matmul import matmul_rule
 from tvmgen.compiler.targets.database import open_database
 from tvmgen.compiler.targets.platforms import gpu_limits, tunable
 
@@ -81,7 +86,7 @@ def default_rules(target=None) -> list:
 
     from tvmgen.compiler.gpu.split_k import split_k_rule
 
-    matmul = desktop_matmul() if is_desktop(target) else dl.gpu.Matmul()
+    matmul = matmul_rule(target)
     ours = target is None or target.kind.name in ("opencl", "vulkan")
     split = [split_k_rule()] if ours and os.environ.get("TVMGEN_GPU_SPLIT_K", "1") != "0" else []
     small = [small_reductions()] if ours else []
@@ -247,29 +252,6 @@ def _short_reductions(func) -> bool:
     # outputs than it has sums: one thread per sum would be a kernel per reduction and one for the
     # elements; dlight's GeneralReduction makes it one kernel, a work-group per row
     return found and widest <= max(reduced, default=0)
-
-
-def is_desktop(target) -> bool:
-    return target is not None and target.kind.name == "opencl" and str(target.attrs.get("device", "")) == "desktop"
-
-
-def desktop_matmul():
-    """dlight's Matmul rule (matmuls and convolutions), configured for an OpenCL target as dlight
-    configures it for CUDA: 8 x 16 threads of 4 x 4 results, 16-deep reduction steps staged in local
-    memory, pairs of values per load. For OpenCL dlight has only an Adreno configuration and a
-    conservative default (8 x 8 threads, 8-deep steps, no vectors), which is what the generic family
-    gets; through NVIDIA's OpenCL the CUDA configuration makes SqueezeNet's convolutions 1.5x
-    faster (docs/gpu.md, GPU schedules)."""
-    from tvm.s_tir import dlight as dl
-    from tvm.target import Target
-
-    class DesktopMatmul(dl.gpu.Matmul):
-        def get_configs(self, target):
-            if target.kind.name == "opencl":
-                return super().get_configs(Target({"kind": "cuda"}))
-            return super().get_configs(target)
-
-    return DesktopMatmul()
 
 
 def default_schedule(mod, target):

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 
+from tvmgen.compiler.gpu.matmul import is_desktop, matmul_rule
+
 log = logging.getLogger("tvmgen.compiler")
 
 # Below this many work-groups under dlight's Matmul tiles a product leaves most of a GPU's compute units
@@ -52,14 +54,7 @@ def split_k_rule():
 
 def _default_tile(target) -> int:
     """Outputs per work-group under the Matmul rule ``default_rules`` gives ``target``."""
-    from tvmgen.compiler import gpu
-
-    rule = gpu.desktop_matmul() if gpu.is_desktop(target) else None
-    if rule is None:
-        from tvm.s_tir import dlight as dl
-
-        rule = dl.gpu.Matmul()
-    c = rule.get_configs(target)
+    c = matmul_rule(target).get_configs(target)
     return (c.vthread_x * c.block_size_x * c.micro_size_x) * (c.vthread_y * c.block_size_y * c.micro_size_y)
 
 
@@ -95,10 +90,8 @@ def schedule(func, target):
             reduce *= int(iv.dom.extent)
         else:
             spatial *= int(iv.dom.extent)
-    from tvmgen.compiler import gpu
-
     tiles = -(-spatial // _default_tile(target))
-    few = tiles < MIN_TILES or (gpu.is_desktop(target) and tiles < DESKTOP_MIN_TILES and reduce >= LONG_REDUCTION)
+    few = tiles < MIN_TILES or (is_desktop(target) and tiles < DESKTOP_MIN_TILES and reduce >= LONG_REDUCTION)
     if reduce < MIN_REDUCTION or not few:
         return None
     # C[S, I, J] += A[S, I, K] * B[S, J, K], as dlight's Matmul normalises it
