@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+import cli_forks
 
 # the fixture modules' asserts are rewritten as the test modules' are (they are imported here first)
 pytest.register_assert_rewrite("fixtures_models", "fixtures_runtime")
@@ -210,18 +211,12 @@ class CliResult:
 
 @pytest.fixture
 def tvmgen(tmp_path, monkeypatch):
-    """Run the real CLI in a subprocess (real exit codes, real output), logs under tmp_path."""
+    """Run the real CLI in a process of its own (real exit codes, real output; forked from a process that has
+    imported TVM already: tests/cli_forks.py), logs under tmp_path."""
     env = dict(os.environ, TVMGEN_LOG_DIR=str(tmp_path / "logs"), COLUMNS="200")
 
     def run(*args, cwd=None, extra_env=None, timeout=600) -> CliResult:
-        proc = subprocess.run(
-            [*TVMGEN, *map(str, args)],
-            capture_output=True,
-            text=True,
-            cwd=cwd or tmp_path,
-            env={**env, **(extra_env or {})},
-            timeout=timeout,
-        )
+        proc = cli_forks.run(args, {**env, **(extra_env or {})}, cwd=cwd or tmp_path, timeout=timeout)
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
     return run

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TVMGEN
+import cli_forks
+from conftest import REPO
 
 
 def python_c(code: str) -> list[str]:
@@ -27,16 +28,9 @@ def python_c(code: str) -> list[str]:
 def run_tvmgen(
     *args, env: dict | None = None, cwd: Path | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess:
-    """`python -m tvmgen ARGS` in a subprocess, with the environment as it is now plus ``env``.
-    (The ``tvmgen`` fixture is for tests; this one also serves module-scoped fixtures.)"""
-    return subprocess.run(
-        [*TVMGEN, *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, **(env or {})),
-        cwd=cwd,
-        timeout=timeout,
-    )
+    """`python -m tvmgen ARGS` in a process of its own (tests/cli_forks.py), with the environment as it is now
+    plus ``env``. (The ``tvmgen`` fixture is for tests; this one also serves module-scoped fixtures.)"""
+    return cli_forks.run(args, dict(os.environ, **(env or {})), cwd=cwd, timeout=timeout)
 
 
 @contextlib.contextmanager
