@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_forks
 from conftest import TVMGEN, onnx_model, save_onnx, unavailable
 from helpers import environ_without_tools
 from install_fakes import (
@@ -106,15 +107,7 @@ def machine(tmp_path, server, tvm_repo):
 
 
 def _tvmgen(env: dict, *args, cwd=None, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*TVMGEN, *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    return cli_forks.run(args, env, cwd=cwd, timeout=timeout)  # stdin: /dev/null
 
 
 def _files(root: Path) -> list[Path]:

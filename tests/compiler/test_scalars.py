@@ -6,13 +6,15 @@ with `--check` and no `--const`; then `tvmgen run` with .npy files, tvmgen-run, 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO, TVMGEN, run_native
+import cli_forks
+from conftest import REPO, run_native
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -24,11 +26,8 @@ def vad(tmp_path_factory):
     work = tmp_path_factory.mktemp("vad-scalar")
     path = zoo.build("vad_scalar", work)[0]
     out = work / "art"
-    p = subprocess.run(
-        [*TVMGEN, "compile", str(path), "--input", "sr:scalar:int64", "--check", "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    p = cli_forks.run(
+        ["compile", path, "--input", "sr:scalar:int64", "--check", "-o", out], dict(os.environ), timeout=600
     )
     return path, out, p
 

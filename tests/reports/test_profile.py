@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import cli_forks
 from conftest import TVMGEN, onnx_model, save_onnx
 from helpers import assert_kernels_add_up, run_tvmgen
 
@@ -68,9 +69,7 @@ def compile_here(model, out: Path, *flags, timeout: float = 600) -> Path:
 
 
 def cli(*args, check=True):
-    r = subprocess.run(
-        [*TVMGEN, *map(str, args)], capture_output=True, text=True, timeout=600, env=dict(os.environ, COLUMNS="200")
-    )
+    r = cli_forks.run(args, dict(os.environ, COLUMNS="200"), timeout=600)
     assert not check or r.returncode == 0, r.stdout + r.stderr
     return r
 
