@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, require_tool, run_native, save_onnx, single_op_models
+from conftest import QEMU_AARCH64, REPO, require_tool, run_native, save_onnx, single_op_models
 from helpers import python_c
 from tvmgen.compiler.targets.export import POOL_FLAGS, parallel_pool_source
 
@@ -48,20 +48,19 @@ def pool_library(tmp_path_factory):
 _copies = itertools.count()
 
 
-def launcher(pool_library, threads, min_us=0):
+def launcher(pool_library, threads, min_us=0, **settings):
     """A fresh copy of the launcher (its settings are read when it loads), installed into a stand-in
-    slot (what __TVMBackendParallelLaunch is in a model library). ``min_us`` 0: every loop is split."""
+    slot (what __TVMBackendParallelLaunch is in a model library). ``min_us`` 0: every loop is split;
+    ``settings``: more of its environment variables (None: unset)."""
     copy = pool_library.with_name(f"libpool-{next(_copies)}.so")
     shutil.copyfile(pool_library, copy)
-    old = os.environ.get("TVMGEN_PARALLEL_MIN_US")
-    os.environ["TVMGEN_PARALLEL_MIN_US"] = str(min_us)
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in {"TVMGEN_PARALLEL_MIN_US": str(min_us), **settings}.items():
+            if value is None:
+                mp.delenv(name, raising=False)
+            else:
+                mp.setenv(name, value)
         lib = ctypes.CDLL(str(copy))
-    finally:
-        if old is None:
-            del os.environ["TVMGEN_PARALLEL_MIN_US"]
-        else:
-            os.environ["TVMGEN_PARALLEL_MIN_US"] = old
     lib.tvmgen_parallel_install.restype = ctypes.c_int
     slot = ctypes.c_void_p(0)
     n = lib.tvmgen_parallel_install(ctypes.byref(slot), threads)
@@ -106,6 +105,34 @@ def test_every_chunk_runs_once_per_launch(pool_library, threads):
         assert sorted(t for t, _, _ in seen) == list(range(2 * threads)), i  # two chunks per thread
         assert {(k, c) for _, k, c in seen} == {(2 * threads, 1000 + i)}
     assert len(tids) >= 2, "the workers never ran a chunk"
+
+
+@pytest.mark.parametrize("setting", [None, "keep"])
+def test_chunks_flush_subnormals_and_the_caller_gets_its_mode_back(pool_library, setting):
+    """A subnormal float costs an x86 core a microcode assist per operation, about a hundred cycles: every
+    chunk runs with subnormals flushed to zero (FTZ and DAZ; Arm's FZ), on the caller and on the workers,
+    unless TVMGEN_DENORMALS=keep; after the launch the caller computes with IEEE subnormals again. NumPy's
+    float32 product in the chunk runs under the thread's mode as a kernel's does."""
+    _, launch = launcher(pool_library, 2, TVMGEN_DENORMALS=setting)
+    tiny = np.float32(1e-40)  # subnormal (the smallest normal float32 is 1.2e-38)
+    products, tids = [], set()
+    caller = threading.get_native_id()
+
+    @LAMBDA
+    def body(task_id, penv, cdata):
+        products.append(float(tiny * np.float32(1.0)))
+        tids.add(threading.get_native_id())
+        deadline = time.monotonic() + 0.05  # the caller's first chunk waits for a worker's (as above)
+        while task_id == 0 and tids == {caller} and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return 0
+
+    for _ in range(50):
+        assert launch(body, None, 0) == 0
+    flushed = setting is None
+    assert products and all((p == 0.0) == flushed for p in products), (setting, sorted(set(products)))
+    assert float(tiny * np.float32(1.0)) == pytest.approx(1e-40, rel=1e-3)  # the caller's mode, as it was
+    assert len(tids) >= 2, "the workers never ran a chunk"  # what they computed is checked above
 
 
 def test_error_sync_and_nested_launches(pool_library):
@@ -389,6 +416,89 @@ def test_tvmgen_run_reports_the_pool(mobilenet, host_runtime, tmp_path):
         assert f"threads: {threads})" in proc.stderr
         (got,) = outputs
         np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
+
+
+SUBNORMAL = np.float32(1e-40)  # the smallest normal float32 is 1.2e-38
+
+
+def scale_by_2_100(path: Path) -> Path:
+    """y = x * 2^100 on 65,536 elements (a parallel loop): a subnormal x gives 1.27e-10, or 0 where the
+    kernel's inputs are flushed."""
+    from onnx import TensorProto, numpy_helper
+    from onnx import helper as oh
+
+    n = 1 << 16
+    graph = oh.make_graph(
+        [oh.make_node("Mul", ["x", "s"], ["y"])],
+        "scale",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+        [numpy_helper.from_array(np.array(2.0**100, np.float32), "s")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    model.ir_version = 8
+    return save_onnx(model, path)
+
+
+def distinct(array) -> list[float]:
+    return sorted({float(v) for v in np.asarray(array).ravel()})
+
+
+@pytest.mark.slow
+def test_models_flush_subnormals_in_python_and_in_tvmgen_run(compiled, host_runtime, tmp_path):
+    """A model's kernels run with subnormals flushed (the launcher's mode): x * 2^100 of a subnormal x is 0,
+    through HostModel and tvmgen-run alike; TVMGEN_DENORMALS=keep gives IEEE's 1.27e-10. The caller's own
+    arithmetic keeps subnormals after the run."""
+    art = compiled(scale_by_2_100(tmp_path / "scale.onnx"), "host", "cpu", name="scale")
+    x = np.full((1, 1 << 16), SUBNORMAL, np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code = """
+import json, sys
+import numpy as np
+from tvmgen.runtime.runner import HostModel
+(y,) = HostModel(sys.argv[1], threads=2).run({"x": np.load(sys.argv[2])})
+print(json.dumps({"y": sorted({float(v) for v in y.ravel()}), "after": float(np.float32(1e-40) * np.float32(2))}))
+"""
+    ieee = float(SUBNORMAL * np.float32(2.0**100))
+    for setting, want in ((None, 0.0), ("keep", ieee)):
+        env = {k: v for k, v in os.environ.items() if k != "TVMGEN_DENORMALS"}
+        env.update({"TVMGEN_DENORMALS": setting} if setting else {})
+        proc = subprocess.run(
+            [*python_c(code), str(art), str(tmp_path / "x.npy")], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert r["y"] == [pytest.approx(want)] and r["after"] == pytest.approx(2e-40, rel=1e-3), (setting, r)
+        native, outputs = run_native(
+            host_runtime, art, {"x": x}, tmp_path, "--threads", "2", tag=f"run-{setting}", env=env, repeat=2
+        )
+        assert native.returncode == 0, native.stderr
+        assert distinct(outputs[0]) == [pytest.approx(want)], setting
+
+
+@pytest.mark.slow
+def test_aarch64_kernels_flush_subnormals_under_qemu(compiled, aarch64_runtime, tmp_path):
+    """The same on Arm (FPCR's FZ): the linux-aarch64 build under qemu-aarch64, which emulates the mode."""
+    for tool in ("qemu-aarch64", "aarch64-linux-gnu-g++"):
+        require_tool(tool)
+    art = compiled(scale_by_2_100(tmp_path / "scale.onnx"), "linux-aarch64", "cpu", name="scale")
+    x = np.full((1, 1 << 16), SUBNORMAL, np.float32)
+    for setting, want in ((None, 0.0), ("keep", float(SUBNORMAL * np.float32(2.0**100)))):
+        proc, outputs = run_native(
+            aarch64_runtime,
+            art,
+            {"x": x},
+            tmp_path,
+            "--threads",
+            "2",
+            "--warmup",
+            "0",
+            launcher=QEMU_AARCH64,
+            env={"TVMGEN_DENORMALS": setting or "flush"},
+            tag=f"a64-{setting}",
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert distinct(outputs[0]) == [pytest.approx(want)], setting
 
 
 ZOO_AT_TWO_THREADS = ["shufflenet_v2_x1_0", "mobilenet_v3_small", "seg_head"]

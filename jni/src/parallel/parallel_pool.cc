@@ -16,7 +16,14 @@
 // A loop whose first calls take under TVMGEN_PARALLEL_MIN_US (default 5) microseconds on one thread
 // runs on the caller alone from then on: splitting it would cost more than it saves.
 //
-// Settings (environment, read once): TVMGEN_PARALLEL_SPIN_US: how long an idle worker spins before
+// Subnormal floats: an x86 operation whose input or result is subnormal takes a microcode assist (about a
+// hundred cycles instead of a few), and models make them: attention's small probabilities, products of
+// small activations, decaying states. Every launch runs its chunks with subnormals flushed to zero (x86's
+// FTZ and DAZ, Arm's FZ), as the mobile runtimes' CPU kernels do, unless TVMGEN_DENORMALS=keep. The
+// launching thread gets its own mode back when the launch ends, so the app's other code keeps IEEE
+// subnormals; the workers run only kernels and keep the flush.
+//
+// Settings (environment, read once): TVMGEN_DENORMALS (flush, the default, or keep); TVMGEN_PARALLEL_SPIN_US: how long an idle worker spins before
 // it sleeps (default 200); TVMGEN_PARALLEL_CHUNKS: chunks per thread (default 2);
 // TVMGEN_PARALLEL_MIN_US (0: split every loop); TVM_NUM_THREADS
 // (or OMP_NUM_THREADS): the thread count when the runtime passes 0, else one thread per physical core
@@ -29,6 +36,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,6 +52,57 @@
 #endif
 
 namespace {
+
+// The thread's floating-point control word with subnormals flushed to zero; returns the word it had.
+uint64_t FlushSubnormals() {
+#if defined(__x86_64__) || defined(__i386__)
+  const unsigned old = _mm_getcsr();
+  const unsigned flush = old | 0x8040u;  // FTZ (bit 15): results; DAZ (bit 6): inputs
+  if (flush != old) _mm_setcsr(flush);
+  return old;
+#elif defined(__aarch64__)
+  uint64_t old;
+  asm volatile("mrs %0, fpcr" : "=r"(old));
+  const uint64_t flush = old | (uint64_t(1) << 24);  // FZ: inputs and results, single and double precision
+  if (flush != old) asm volatile("msr fpcr, %0" : : "r"(flush));
+  return old;
+#else
+  return 0;
+#endif
+}
+
+void RestoreControlWord(uint64_t old) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (_mm_getcsr() != static_cast<unsigned>(old)) _mm_setcsr(static_cast<unsigned>(old));
+#elif defined(__aarch64__)
+  uint64_t now;
+  asm volatile("mrs %0, fpcr" : "=r"(now));
+  if (now != old) asm volatile("msr fpcr, %0" : : "r"(old));
+#else
+  (void)old;
+#endif
+}
+
+bool FlushByDefault() {
+  const char* v = getenv("TVMGEN_DENORMALS");
+  return v == nullptr || strcmp(v, "keep") != 0;
+}
+
+// A launch on the calling thread: subnormals flushed inside it (where the pool flushes), the caller's own
+// control word back at its end.
+class CallerMode {
+ public:
+  explicit CallerMode(bool flush) : flush_(flush), saved_(flush ? FlushSubnormals() : 0) {}
+  ~CallerMode() {
+    if (flush_) RestoreControlWord(saved_);
+  }
+  CallerMode(const CallerMode&) = delete;
+  CallerMode& operator=(const CallerMode&) = delete;
+
+ private:
+  const bool flush_;
+  const uint64_t saved_;
+};
 
 // The layout TVM's code generator uses (c_backend_api.h).
 struct ParallelGroupEnv {
@@ -117,7 +176,8 @@ int DefaultThreads() {
 class Pool {
  public:
   Pool()
-      : spin_ns_(int64_t(EnvInt("TVMGEN_PARALLEL_SPIN_US", 200)) * 1000),
+      : flush_(FlushByDefault()),
+        spin_ns_(int64_t(EnvInt("TVMGEN_PARALLEL_SPIN_US", 200)) * 1000),
         min_parallel_ns_(int64_t(EnvInt("TVMGEN_PARALLEL_MIN_US", 5)) * 1000),
         chunks_per_thread_(EnvInt("TVMGEN_PARALLEL_CHUNKS", kChunksPerThread)) {
     if (chunks_per_thread_ < 1) chunks_per_thread_ = 1;
@@ -157,6 +217,7 @@ class Pool {
   int Threads() const { return threads_.load(std::memory_order_acquire); }
 
   int Launch(ParallelLambda fn, void* cdata, int num_task) {
+    const CallerMode mode(flush_ && !in_launch_);  // a nested launch runs inside its outer launch's mode
     const int n = Threads();
     // A nested launch (from inside a chunk), a one-thread pool or a launch that must synchronise
     // (num_task given: the code may call TVMBackendParallelBarrier) runs on the calling thread as one task.
@@ -306,6 +367,7 @@ class Pool {
 
   void WorkerLoop(int self) {
     in_launch_ = true;  // a chunk that launches runs its loop itself
+    if (flush_) FlushSubnormals();
     uint64_t seen = epoch_.load(std::memory_order_acquire);
     while (!stop_.load(std::memory_order_acquire)) {
       uint64_t epoch = seen;
@@ -332,6 +394,7 @@ class Pool {
     }
   }
 
+  const bool flush_;
   const int64_t spin_ns_;
   const int64_t min_parallel_ns_;
   int chunks_per_thread_;
