@@ -112,8 +112,8 @@ def main() -> int:
         ap.error("--build-only and --run-only need --work DIR")
     if args.compare and not args.run_only:
         ap.error("--compare runs what a work directory holds: add --run-only --work DIR")
-    if args.rounds < 1:
-        ap.error("--rounds must be at least 1")
+    if args.rounds < 1 or args.repeat < 1:
+        ap.error("--rounds and --repeat must be at least 1 (the outputs checked are the last warm start's)")
     variants = compare_variants(args.compare, ap.error)
     if args.cuda and not re.fullmatch(r"sm_\d+[a-z]?", args.cuda_arch):
         ap.error("--cuda-arch takes sm_XX, e.g. sm_90")

@@ -181,7 +181,7 @@ def _nvcc_kernels(dump: Path, artifact: Path, dest: Path, arch: str) -> str | No
 def _prune(artifact: Path) -> None:
     """Keep only what the runner needs: manifest.json and the files it lists (no .o, kernels.json ...)."""
     manifest = json.loads((artifact / "manifest.json").read_text())
-    keep = {"manifest.json", *manifest.get("files", {})}
+    keep = {"manifest.json", *(Path(f).parts[0] for f in manifest.get("files", {}))}  # state/0.npy: keep state/
     for p in artifact.iterdir():
         if p.name not in keep:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
@@ -350,13 +350,15 @@ def build_all(args, work: Path) -> None:
 
 
 def reference_outputs(cpu_art: Path, dest: Path, np) -> dict:
-    """Seeded inputs and the CPU build's outputs as .npy under DEST (paths relative to the work dir)."""
+    """Seeded inputs and the CPU build's outputs as .npy under DEST (paths relative to the work dir). A streaming
+    model's state is held by the runtime from its initial values: the caller's own inputs and outputs of the
+    first step."""
     from tvmgen.core.model import random_inputs
     from tvmgen.runtime.runner import HostModel, output_file_name
 
     dest.mkdir(parents=True, exist_ok=True)
     m = HostModel(cpu_art)
-    inputs = random_inputs(m.manifest.inputs, seed=0)
+    inputs = random_inputs(m.inputs, seed=0)
     outs = m.run(inputs)
     work = dest.parent.parent
     ins = []
@@ -364,7 +366,7 @@ def reference_outputs(cpu_art: Path, dest: Path, np) -> dict:
         np.save(dest / f"in{k}.npy", np.asarray(a, order="C"))  # ascontiguousarray makes a 0-d input [1]
         ins.append({"name": n, "file": str((dest / f"in{k}.npy").relative_to(work))})
     refs = []
-    for k, (o, a) in enumerate(zip(m.manifest.outputs, outs)):
+    for k, (o, a) in enumerate(zip(m.outputs, outs)):
         np.save(dest / f"out{k}.npy", np.asarray(a))
         name = o["name"] if isinstance(o, dict) else o.name
         refs.append(

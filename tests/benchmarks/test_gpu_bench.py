@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +154,28 @@ def test_reference_inputs_keep_a_scalar_input_scalar(compiled, tmp_path):
     plan = load_benchmark("gpu_build").reference_outputs(art, dest, np)
     shapes = {i["name"]: np.load(tmp_path / "work" / i["file"]).shape for i in plan["inputs"]}
     assert shapes["sr"] == () and len(shapes) == 2, shapes
+
+
+def test_a_streaming_model_is_carried_with_its_initial_state(compiled, tmp_path):
+    """A streaming model's runtime holds its state from the initial values in the artifact (state/0.npy):
+    gpu.py keeps them when it prunes an artifact, and its reference is the first step on the caller's own
+    inputs (the state inputs are the runtime's, not the caller's)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import zoo
+    import zoo_state_pairs
+
+    path, flags = zoo.build("streaming_kws_int8", tmp_path)
+    built = compiled(path, "host", "cpu", name="kws", state=zoo_state_pairs.state_pairs(flags))
+    art = tmp_path / "work" / "artifacts" / "kws"
+    shutil.copytree(built, art)
+    (art / "model.o").write_bytes(b"")  # what the runner does not need goes
+    gpu_build = load_benchmark("gpu_build")
+    gpu_build._prune(art)
+    manifest = json.loads((art / "manifest.json").read_text())
+    names = {p.name for p in art.iterdir()}
+    assert "model.o" not in names and {"manifest.json", "model.so", "state"} <= names, names
+    assert all((art / f).is_file() for f in manifest["files"])  # state/0.npy among them
+    plan = gpu_build.reference_outputs(art, tmp_path / "work" / "ref" / "kws", np)
+    state_inputs = {s["input"].split(":")[-1] for s in manifest["state"]}
+    assert plan["inputs"] and not state_inputs & {i["name"] for i in plan["inputs"]}, plan
+    assert plan["outputs"], plan

@@ -209,6 +209,27 @@ def test_host_cuda_compiles(conv_model, tmp_path):
     assert binfmt.describe_file(out / "model.so")[0] == "elf"
 
 
+def test_cuda_build_passes_over_a_rule_that_fails_on_a_kernel(tvmgen, tmp_path):
+    """TVM's CUDA pipeline applies dlight's rules to the whole module at once, and its Reduction rule raises on
+    a mean over every element (rfactor's "block_realize == old_block_realize"): tvmgen applies the same rules
+    one kernel at a time, passes over the one that fails for that kernel and says so."""
+    from onnx import TensorProto
+    from onnx import helper as oh
+
+    graph = oh.make_graph(
+        [oh.make_node("ReduceMean", ["x"], ["m"], keepdims=0)],
+        "mean",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 40])],
+        [oh.make_tensor_value_info("m", TensorProto.FLOAT, [])],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    model.ir_version = 8
+    r = tvmgen("compile", save_onnx(model, tmp_path / "mean.onnx"), "--device", "cuda", "-o", tmp_path / "cuda")
+    assert r.returncode == 0, r.output
+    assert "dlight's Reduction rule failed on 1 kernel(s)" in r.output and "scheduled by GeneralReduction" in r.output
+    assert json.loads((tmp_path / "cuda" / "manifest.json").read_text())["target"]["kind"] == "cuda"
+
+
 def test_target_table():
     host = target_dict(PLATFORMS["host"], "cpu")
     assert host["kind"] == "llvm" and host["mcpu"] not in ("", "generic")

@@ -530,9 +530,10 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
     if not tunable(target) and target.kind.name != "vulkan":  # Vulkan: tvmgen's code generator, these schedules
         if tuning_db:
             log.info("the tuning database is not used for %s: TVM builds it with its own pipeline", target.kind.name)
+        own = cuda_pipeline(target, report) if target.kind.name == "cuda" else relax.get_default_pipeline(target)
         return tvm.transform.Sequential(
             ([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
-            + [relax.get_default_pipeline(target), kernel_names.short_kernel_names()]
+            + [own, kernel_names.short_kernel_names()]
         )
     database = open_database(tuning_db, target) if tuning_db else None
 
@@ -551,3 +552,31 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
                 return tvm.transform.Sequential(passes)(mod)
 
     return tvm.transform.Sequential([_pipeline, kernel_names.short_kernel_names()])
+
+
+def cuda_pipeline(target, report: dict | None = None):
+    """TVM's CUDA pipeline (relax.backend.cuda) with its dlight rules applied one kernel at a time and checked
+    (``apply_rules``): the same rules in the same order, so TVM's own CUDA schedules, but a rule that raises on a
+    kernel (its Reduction rule's rfactor on a 0-d mean: "block_realize == old_block_realize") is passed over for
+    that kernel alone, and said, instead of failing the build."""
+    import tvm
+    from tvm.relax.backend.cuda import pipeline as cuda
+    from tvm.s_tir import dlight as dl
+
+    legalize = [p for p in cuda.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
+    schedule = apply_rules(
+        dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback(), report=report
+    )
+
+    @tvm.transform.module_pass(opt_level=0, name="TvmgenCudaPipeline")
+    def _pipeline(mod, _ctx):
+        with target:
+            return tvm.transform.Sequential(
+                cuda.library_dispatch_passes(target)
+                + legalize
+                + [schedule]
+                + cuda.dataflow_lower_passes(target)
+                + cuda.finalize_passes(target)
+            )(mod)
+
+    return _pipeline
