@@ -116,7 +116,10 @@ class _Server:
     def close(self) -> None:
         """The forking process ends at the end of its requests; its log goes with it."""
         os.close(self._req_w)
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # a child that never ended (its command was killed on a timeout)
+            self.proc.kill()
         self.log.close()
         os.unlink(self.log.name)
 
