@@ -19,12 +19,13 @@
 // Subnormal floats: an x86 operation whose input or result is subnormal takes a microcode assist (about a
 // hundred cycles instead of a few), and models make them: attention's small probabilities, products of
 // small activations, decaying states. Every launch runs its chunks with subnormals flushed to zero (x86's
-// FTZ and DAZ, Arm's FZ), as the mobile runtimes' CPU kernels do, unless TVMGEN_DENORMALS=keep. The
-// launching thread gets its own mode back when the launch ends, so the app's other code keeps IEEE
-// subnormals; the workers run only kernels and keep the flush.
+// FTZ and DAZ, Arm's FZ) unless TVMGEN_DENORMALS=keep. The launching thread gets its own mode back when
+// the launch ends, so the app's other code keeps IEEE subnormals; the workers run only kernels and keep
+// the flush.
 //
-// Settings (environment, read once): TVMGEN_DENORMALS (flush, the default, or keep); TVMGEN_PARALLEL_SPIN_US: how long an idle worker spins before
-// it sleeps (default 200); TVMGEN_PARALLEL_CHUNKS: chunks per thread (default 2);
+// Settings (environment, read once): TVMGEN_DENORMALS (flush, the default, or keep);
+// TVMGEN_PARALLEL_SPIN_US: how long an idle worker spins before it sleeps (default 200);
+// TVMGEN_PARALLEL_CHUNKS: chunks per thread (default 2);
 // TVMGEN_PARALLEL_MIN_US (0: split every loop); TVM_NUM_THREADS
 // (or OMP_NUM_THREADS): the thread count when the runtime passes 0, else one thread per physical core
 // among the fastest cores this process may use (the big cores of a phone).
