@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TVMGEN = [sys.executable, "-m", "tvmgen"]
+TVMGEN = [sys.executable, "-m", "tvmgen"]  # the command a plain run starts (conftest.TVMGEN)
 
 # what the forking process has already read from its environment when it loaded its libraries: a command
 # that differs here runs in a plain new Python
@@ -33,7 +33,7 @@ LOAD_TIME = ("LD_", "PYTHON", "TVM_", "OMP_", "OPENBLAS_", "MKL_", "TVMGEN_GLSL_
 
 # The forking process: reads one JSON request a line from the pipe argv[1] names, forks, answers on argv[2]'s
 # with the child's pid and then its exit status.
-SERVER = r"""
+FORKING_PROCESS = r"""
 import json, os, sys
 requests, answers = os.fdopen(int(sys.argv[1]), "r"), os.fdopen(int(sys.argv[2]), "w")
 import tvmgen
@@ -42,9 +42,7 @@ import numpy, onnx, onnxslim, tvm
 from tvm import relax
 import tvmgen.cli
 from tvmgen.core import log
-"""
 
-CHILD = r"""
 def child(req):
     for fd, path in ((0, os.devnull), (1, req["stdout"]), (2, req["stderr"])):
         f = os.open(path, os.O_RDONLY if fd == 0 else os.O_WRONLY | os.O_TRUNC | os.O_CREAT)
@@ -61,10 +59,12 @@ def child(req):
     code = 0
     try:
         tvmgen.cli.main()
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, (int, type(None))):
+    except SystemExit as e:  # as Python's own exit: None is 0, a message is printed and is 1
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
             print(e.code, file=sys.stderr)
+            code = 1
     except BaseException:
         import traceback
         traceback.print_exc()
@@ -98,10 +98,11 @@ class _Server:
         self.env = dict(os.environ)
         req_r, self._req_w = os.pipe()
         self._ans_r, ans_w = os.pipe()
+        self._pending = b""  # answer bytes read but not yet taken (a line at a time)
         # the forking process's own output (what it prints if it cannot start), kept for the error message
         self.log = tempfile.NamedTemporaryFile(prefix="tvmgen-cli-forks-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", SERVER + CHILD, str(req_r), str(ans_w)],
+            [sys.executable, "-c", FORKING_PROCESS, str(req_r), str(ans_w)],
             stdin=subprocess.DEVNULL,
             stdout=self.log,
             stderr=self.log,
@@ -110,12 +111,12 @@ class _Server:
         )
         os.close(req_r)
         os.close(ans_w)
-        self._answers = os.fdopen(self._ans_r, "r")
         atexit.register(self.close)
 
     def close(self) -> None:
         """The forking process ends at the end of its requests; its log goes with it."""
         os.close(self._req_w)
+        os.close(self._ans_r)
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:  # a child that never ended (its command was killed on a timeout)
@@ -126,10 +127,19 @@ class _Server:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def _answer(self) -> dict:
-        line = self._answers.readline()
-        if not line:
-            raise RuntimeError(f"the CLI's forking process ended: {Path(self.log.name).read_text()[-2000:]}")
+    def _answer(self, timeout: float | None = None) -> dict | None:
+        """The next answer, or None when none came within ``timeout`` seconds. The pipe is read unbuffered: a
+        buffered reader may hold both of a quick command's answers while select() waits on the empty pipe."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._pending:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self._ans_r], [], [], wait)[0]:
+                return None
+            chunk = os.read(self._ans_r, 4096)
+            if not chunk:
+                raise RuntimeError(f"the CLI's forking process ended: {Path(self.log.name).read_text()[-2000:]}")
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
         return json.loads(line)
 
     def run(self, argv: list[str], env: dict, cwd: Path, timeout: float | None) -> subprocess.CompletedProcess:
@@ -138,17 +148,12 @@ class _Server:
             req = {"argv": argv, "env": env, "cwd": str(cwd), "stdout": str(out), "stderr": str(err)}
             os.write(self._req_w, (json.dumps(req) + "\n").encode())
             pid = self._answer()["pid"]
-            deadline = None if timeout is None else time.monotonic() + timeout
-            timed_out = False
-            while True:
-                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-                ready, _, _ = select.select([self._answers], [], [], wait)
-                if ready:
-                    break
-                timed_out = True
-                os.kill(pid, signal.SIGKILL)
-                deadline = None
-            status = self._answer()["status"]
+            done = self._answer(timeout)
+            timed_out = done is None
+            if timed_out:
+                os.kill(pid, signal.SIGKILL)  # not yet reaped: the forking process answers once it is
+                done = self._answer()
+            status = done["status"]
             stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
         cmd = [*TVMGEN, *argv]
         if timed_out:

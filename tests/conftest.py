@@ -65,7 +65,7 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return 2 * len(os.sched_getaffinity(0))
 
 
-TVMGEN = [sys.executable, "-m", "tvmgen"]
+TVMGEN = cli_forks.TVMGEN
 
 # The modules that take longest, heaviest first (their wall time in a run with 4 workers on 2 cores,
 # measured with TVMGEN_TEST_TIMES). With --dist loadfile each module runs whole on one worker, handed out

@@ -6,15 +6,14 @@ with `--check` and no `--const`; then `tvmgen run` with .npy files, tvmgen-run, 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-import cli_forks
 from conftest import REPO, run_native
+from helpers import run_tvmgen
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -26,9 +25,7 @@ def vad(tmp_path_factory):
     work = tmp_path_factory.mktemp("vad-scalar")
     path = zoo.build("vad_scalar", work)[0]
     out = work / "art"
-    p = cli_forks.run(
-        ["compile", path, "--input", "sr:scalar:int64", "--check", "-o", out], dict(os.environ), timeout=600
-    )
+    p = run_tvmgen("compile", path, "--input", "sr:scalar:int64", "--check", "-o", out)
     return path, out, p
 
 

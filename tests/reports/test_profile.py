@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import cli_forks
 from conftest import TVMGEN, onnx_model, save_onnx
 from helpers import assert_kernels_add_up, run_tvmgen
 
@@ -69,7 +68,7 @@ def compile_here(model, out: Path, *flags, timeout: float = 600) -> Path:
 
 
 def cli(*args, check=True):
-    r = cli_forks.run(args, dict(os.environ, COLUMNS="200"), timeout=600)
+    r = run_tvmgen(*args, env={"COLUMNS": "200"})
     assert not check or r.returncode == 0, r.stdout + r.stderr
     return r
 
