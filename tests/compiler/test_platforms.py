@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, require_tool, save_onnx, single_op_models
+from conftest import REPO, onnx_model, require_tool, save_onnx, single_op_models
 from tvmgen import frontends
 from tvmgen.compiler.build import BuildOptions, compile_to_artifact
 from tvmgen.compiler.targets.export import POOL_FLAGS, parallel_pool_object, parallel_pool_source
@@ -216,14 +216,11 @@ def test_cuda_build_passes_over_a_rule_that_fails_on_a_kernel(tvmgen, tmp_path):
     from onnx import TensorProto
     from onnx import helper as oh
 
-    graph = oh.make_graph(
+    model = onnx_model(
         [oh.make_node("ReduceMean", ["x"], ["m"], keepdims=0)],
-        "mean",
         [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 40])],
         [oh.make_tensor_value_info("m", TensorProto.FLOAT, [])],
     )
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
-    model.ir_version = 8
     r = tvmgen("compile", save_onnx(model, tmp_path / "mean.onnx"), "--device", "cuda", "-o", tmp_path / "cuda")
     assert r.returncode == 0, r.output
     assert "dlight's Reduction rule failed on 1 kernel(s)" in r.output and "scheduled by GeneralReduction" in r.output

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import QEMU_AARCH64, REPO, require_tool, run_native, save_onnx, single_op_models
+from conftest import QEMU_AARCH64, REPO, onnx_model, require_tool, run_native, save_onnx, single_op_models
 from helpers import python_c
 from tvmgen.compiler.targets.export import POOL_FLAGS, parallel_pool_source
 
@@ -419,25 +419,22 @@ def test_tvmgen_run_reports_the_pool(mobilenet, host_runtime, tmp_path):
 
 
 SUBNORMAL = np.float32(1e-40)  # the smallest normal float32 is 1.2e-38
+SCALED = np.full((1, 1 << 16), SUBNORMAL, np.float32)  # enough elements for a parallel loop
+# TVMGEN_DENORMALS's environment (unset: the default) -> what x * 2^100 gives for a subnormal x: 0 where the
+# kernels flush, IEEE's 1.27e-10 where they keep subnormals
+EXPECTED = [({}, 0.0), ({"TVMGEN_DENORMALS": "keep"}, float(SUBNORMAL * np.float32(2.0**100)))]
 
 
 def scale_by_2_100(path: Path) -> Path:
-    """y = x * 2^100 on 65,536 elements (a parallel loop): a subnormal x gives 1.27e-10, or 0 where the
-    kernel's inputs are flushed."""
+    """y = x * 2^100 on SCALED's shape."""
     from onnx import TensorProto, numpy_helper
     from onnx import helper as oh
 
-    n = 1 << 16
-    graph = oh.make_graph(
-        [oh.make_node("Mul", ["x", "s"], ["y"])],
-        "scale",
-        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
-        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
-        [numpy_helper.from_array(np.array(2.0**100, np.float32), "s")],
+    value_info = [oh.make_tensor_value_info(n, TensorProto.FLOAT, SCALED.shape) for n in ("x", "y")]
+    scale = numpy_helper.from_array(np.array(2.0**100, np.float32), "s")
+    return save_onnx(
+        onnx_model([oh.make_node("Mul", ["x", "s"], ["y"])], value_info[:1], value_info[1:], [scale]), path
     )
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
-    model.ir_version = 8
-    return save_onnx(model, path)
 
 
 def distinct(array) -> list[float]:
@@ -450,8 +447,7 @@ def test_models_flush_subnormals_in_python_and_in_tvmgen_run(compiled, host_runt
     through HostModel and tvmgen-run alike; TVMGEN_DENORMALS=keep gives IEEE's 1.27e-10. The caller's own
     arithmetic keeps subnormals after the run."""
     art = compiled(scale_by_2_100(tmp_path / "scale.onnx"), "host", "cpu", name="scale")
-    x = np.full((1, 1 << 16), SUBNORMAL, np.float32)
-    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "x.npy", SCALED)
     code = """
 import json, sys
 import numpy as np
@@ -459,10 +455,8 @@ from tvmgen.runtime.runner import HostModel
 (y,) = HostModel(sys.argv[1], threads=2).run({"x": np.load(sys.argv[2])})
 print(json.dumps({"y": sorted({float(v) for v in y.ravel()}), "after": float(np.float32(1e-40) * np.float32(2))}))
 """
-    ieee = float(SUBNORMAL * np.float32(2.0**100))
-    for setting, want in ((None, 0.0), ("keep", ieee)):
-        env = {k: v for k, v in os.environ.items() if k != "TVMGEN_DENORMALS"}
-        env.update({"TVMGEN_DENORMALS": setting} if setting else {})
+    for setting, want in EXPECTED:
+        env = {**os.environ, **setting}
         proc = subprocess.run(
             [*python_c(code), str(art), str(tmp_path / "x.npy")], capture_output=True, text=True, env=env, timeout=300
         )
@@ -470,7 +464,15 @@ print(json.dumps({"y": sorted({float(v) for v in y.ravel()}), "after": float(np.
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         assert r["y"] == [pytest.approx(want)] and r["after"] == pytest.approx(2e-40, rel=1e-3), (setting, r)
         native, outputs = run_native(
-            host_runtime, art, {"x": x}, tmp_path, "--threads", "2", tag=f"run-{setting}", env=env, repeat=2
+            host_runtime,
+            art,
+            {"x": SCALED},
+            tmp_path,
+            "--threads",
+            "2",
+            tag=f"run-{len(setting)}",
+            env=setting,
+            repeat=2,
         )
         assert native.returncode == 0, native.stderr
         assert distinct(outputs[0]) == [pytest.approx(want)], setting
@@ -482,20 +484,19 @@ def test_aarch64_kernels_flush_subnormals_under_qemu(compiled, aarch64_runtime, 
     for tool in ("qemu-aarch64", "aarch64-linux-gnu-g++"):
         require_tool(tool)
     art = compiled(scale_by_2_100(tmp_path / "scale.onnx"), "linux-aarch64", "cpu", name="scale")
-    x = np.full((1, 1 << 16), SUBNORMAL, np.float32)
-    for setting, want in ((None, 0.0), ("keep", float(SUBNORMAL * np.float32(2.0**100)))):
+    for setting, want in EXPECTED:
         proc, outputs = run_native(
             aarch64_runtime,
             art,
-            {"x": x},
+            {"x": SCALED},
             tmp_path,
             "--threads",
             "2",
             "--warmup",
             "0",
             launcher=QEMU_AARCH64,
-            env={"TVMGEN_DENORMALS": setting or "flush"},
-            tag=f"a64-{setting}",
+            env=setting,
+            tag=f"a64-{len(setting)}",
         )
         assert proc.returncode == 0, proc.stderr
         assert distinct(outputs[0]) == [pytest.approx(want)], setting
