@@ -295,28 +295,13 @@ def metal_pipeline(target, report: dict | None = None):
     In TVM 0.27 that rule segfaults the compiler on Metal targets (seen on any model with a
     dense/conv layer); the remaining rules (GEMV, reductions, fallback) schedule everything.
     """
-    import tvm
     from tvm.relax.backend.gpu_generic import pipeline as generic
     from tvm.s_tir import dlight as dl
 
-    legalize = [p for p in generic.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
-    schedule = gpu.apply_rules(
-        dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback(), report=report
+    rules = [dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+    return gpu.backend_pipeline(
+        generic, target, rules, report, first=[int8_qdq.ShareDequantized()], name="TvmgenMetalPipeline"
     )
-
-    @tvm.transform.module_pass(opt_level=0, name="TvmgenMetalPipeline")
-    def _pipeline(mod, _ctx):
-        with target:
-            return tvm.transform.Sequential(
-                [int8_qdq.ShareDequantized()]
-                + generic.library_dispatch_passes(target)
-                + legalize
-                + [schedule]
-                + generic.dataflow_lower_passes(target)
-                + generic.finalize_passes(target)
-            )(mod)
-
-    return _pipeline
 
 
 def schedule_summary(report: dict) -> str:

@@ -555,28 +555,37 @@ def pipeline(target, tuning_db: Path | None = None, report: dict | None = None, 
 
 
 def cuda_pipeline(target, report: dict | None = None):
-    """TVM's CUDA pipeline (relax.backend.cuda) with its dlight rules applied one kernel at a time and checked
-    (``apply_rules``): the same rules in the same order, so TVM's own CUDA schedules, but a rule that raises on a
-    kernel (its Reduction rule's rfactor on a 0-d mean: "block_realize == old_block_realize") is passed over for
-    that kernel alone, and said, instead of failing the build."""
-    import tvm
+    """TVM's CUDA pipeline with its dlight rules (the same, in the same order: TVM's own CUDA schedules) applied
+    by ``backend_pipeline``: a rule that raises on a kernel (the Reduction rule's rfactor on a 0-d mean:
+    "block_realize == old_block_realize") is passed over for that kernel alone, and said, instead of failing
+    the build."""
     from tvm.relax.backend.cuda import pipeline as cuda
     from tvm.s_tir import dlight as dl
 
-    legalize = [p for p in cuda.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
-    schedule = apply_rules(
-        dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback(), report=report
-    )
+    rules = [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+    return backend_pipeline(cuda, target, rules, report, name="TvmgenCudaPipeline")
 
-    @tvm.transform.module_pass(opt_level=0, name="TvmgenCudaPipeline")
+
+def backend_pipeline(backend, target, rules: list, report: dict | None = None, first=(), name="TvmgenBackend"):
+    """TVM's pipeline of one backend (``backend``: a module such as ``tvm.relax.backend.cuda.pipeline`` or
+    ``...gpu_generic.pipeline``: library dispatch, legalization ending in dlight's ApplyDefaultSchedule,
+    dataflow lowering, finalization) with that ApplyDefaultSchedule replaced by ``apply_rules(*rules)``, one
+    kernel at a time and checked; ``first``: passes run before all of it."""
+    import tvm
+
+    legalize = [p for p in backend.legalize_passes(target) if p.info.name != "ApplyDefaultSchedule"]
+    schedule = apply_rules(*rules, report=report)
+
+    @tvm.transform.module_pass(opt_level=0, name=name)
     def _pipeline(mod, _ctx):
         with target:
             return tvm.transform.Sequential(
-                cuda.library_dispatch_passes(target)
+                list(first)
+                + backend.library_dispatch_passes(target)
                 + legalize
                 + [schedule]
-                + cuda.dataflow_lower_passes(target)
-                + cuda.finalize_passes(target)
+                + backend.dataflow_lower_passes(target)
+                + backend.finalize_passes(target)
             )(mod)
 
     return _pipeline
