@@ -289,10 +289,17 @@ def test_bench_profile_over_rpc(devices, key, art, tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads((tmp_path / "r.json").read_text())
     p = res["profile"]
-    # under qemu the VM's own work between kernels (its interpreter and builtins, not counted as kernels) is
-    # emulated too and takes a larger share, more so on a loaded machine: 0.88 seen with other work on both
-    # cores, so 20% there, 10% natively
-    assert_kernels_add_up(p, low=0.9 if key == "prof-host" else 0.8)
+    # every kernel is counted once per call: a whole number of calls per run (a lost or doubled call breaks it)
+    kernels = [row for row in p["kernels"] if row["kind"] != "vm"]
+    assert kernels and all(row["calls"] >= 1 and row["calls"] == int(row["calls"]) for row in kernels), kernels
+    # Under qemu both sides of the sum are emulated: the VM's own work between kernels (not counted as kernels)
+    # takes a larger share (0.88 seen on a loaded machine), and the device's clock read around each kernel is an
+    # emulated system call, which adds to the kernels (1.11 on the medians and 1.24 on the fastest runs seen on a
+    # loaded 2-core CI machine). A kernel counted twice or lost still lands far outside 0.75-1.35.
+    if key == "prof-host":
+        assert_kernels_add_up(p, low=0.9)
+    else:
+        assert_kernels_add_up(p, low=0.75, high=1.35)
     assert p["clock"] == "device" and {k["kind"] for k in p["kinds"]} >= {"conv2d", "depthwise", "matmul"}
     mem = res["memory"]
     assert 0 < mem["before_load_bytes"] <= mem["after_load_peak_bytes"] <= mem["overall_peak_bytes"]
