@@ -1,7 +1,8 @@
-"""``python -m tvmgen.remote.tvm_server rpc_tracker|rpc_proxy ARGS``: one of TVM's Python RPC servers
-(``tvm.exec.<name>``, run as ``python -m`` would), with TVM loaded without PyTorch
-(tvmgen.load_tvm_without_torch): a tracker or proxy never exchanges tensors with PyTorch, and importing it
-is more than half of the server's start (about 1.7 s of CPU)."""
+"""``python -m tvmgen.remote.tvm_server rpc_tracker|rpc_proxy|popen_worker ARGS``: one of TVM's Python RPC
+servers or its process pool's worker (``tvm.exec.<name>``, run as ``python -m`` would), with TVM loaded without
+PyTorch (tvmgen.load_tvm_without_torch): a tracker, a proxy or a worker timing tuning candidates never
+exchanges tensors with PyTorch, and importing it is more than half of such a process's start (about 1.7 s of
+CPU)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 
 import tvmgen
 
-SERVERS = ("rpc_tracker", "rpc_proxy")
+SERVERS = ("rpc_tracker", "rpc_proxy", "popen_worker")
 
 
 def main(argv: list[str]) -> None:

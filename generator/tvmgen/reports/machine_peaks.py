@@ -5,14 +5,16 @@ every convolution lost its schedule (a layout fallback leaving most of its FLOPs
 kernel. So a profile taken here also measures, in the same process and with the same thread pool:
 
 - **compute**: a register-tiled matrix product compiled by tvmgen for this machine (``PROBE``: 64 rows, a
-  constant 512 x 512 weight, 33.5 MFLOP, its weights in L2), timed over ``RUNS`` runs: what a scheduled
-  convolution or matmul reaches here. Its library is built once per target, tvmgen and TVM version, in the
+  constant 512 x 512 weight, 33.5 MFLOP, its weights in L2), the fastest of ``RUNS`` runs: what a scheduled
+  convolution or matmul reaches here. The fastest, not the median: noise on a shared machine only adds time,
+  and a short multi-threaded run loses most when another process takes a core from its pool (the median of a
+  busy machine's runs put the peak below 8x a 2.4 GFLOP/s unscheduled convolution, which then went unflagged). Its library is built once per target, tvmgen and TVM version, in the
   user cache (``$TVMGEN_CACHE_DIR``), which takes a few seconds the first time;
 - **memory**: one core's read bandwidth, the faster of NumPy's sum and max over 256 MB (beyond any CPU's
   caches; the two agree within a few percent where memory is the limit), for kernels whose speed is the
   memory's (fewer FLOPs than bytes of weights: a classifier head over few rows).
 
-Both are medians and maxima over short runs on a machine that may be shared: the guard leaves a wide
+Both are the best of short runs on a machine that may be shared: the guard leaves a wide
 margin (``slow_kernels.PEAK_RATIO``), and a remote device's profile (``tvmgen bench``) is held to its own
 kernels only, as no probe runs there.
 """
@@ -57,7 +59,7 @@ def measure() -> Peaks | None:
             gflops,
             read_bandwidth(),
             threads,
-            f"a {'x'.join(map(str, PROBE))} product compiled by tvmgen (median of {RUNS} runs); "
+            f"a {'x'.join(map(str, PROBE))} product compiled by tvmgen (fastest of {RUNS} runs); "
             "one core reading 256 MB",
         )
     except Exception as e:
@@ -101,7 +103,7 @@ def _probe_gflops() -> tuple[float, int]:
         model.run({"x": x})
         times.append(time.perf_counter() - t0)
     rows, inner, cols = PROBE
-    return 2 * rows * inner * cols / float(np.median(times)) / 1e9, model.threads
+    return 2 * rows * inner * cols / min(times) / 1e9, model.threads
 
 
 def _probe_artifact() -> Path:

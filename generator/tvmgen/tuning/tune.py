@@ -26,7 +26,7 @@ from pathlib import Path
 from tvmgen.compiler.targets.database import is_gpu, meta_schedule, open_database, target_name, target_spec
 from tvmgen.compiler.targets.platforms import tunable
 from tvmgen.core.errors import InputError, ToolMissingError
-from tvmgen.tuning.tune_measure import Device, builder, candidate_runner
+from tvmgen.tuning.tune_measure import Device, builder, candidate_runner, torchless_workers
 
 log = logging.getLogger("tvmgen.tune")
 
@@ -161,7 +161,7 @@ def tune(
             target=ttarget,
             space_generator="post-order-apply",
             # a deadline measures rounds of DEADLINE_ROUND: a population for a round, not the whole budget
-            search_strategy=_search(ms, trials if deadline is None else DEADLINE_ROUND),
+            search_strategy=_search(ms, trials) if deadline is None else _search(ms, DEADLINE_ROUND, DEADLINE_ITERS),
             task_name=task.task_name,
             logger=logging.getLogger(f"{MS_LOGGER}.tvmgen.task{i}"),
             rand_state=seed + i,
@@ -173,7 +173,7 @@ def tune(
         state.in_model_us = (in_model_us or {}).get(task.task_name)
         summary.tasks.append(state)
         contexts.append(ctx)
-    with _candidate_threads(None if device.remote else num_cores):
+    with _candidate_threads(None if device.remote else num_cores), torchless_workers():
         return _tune_contexts(ms, contexts, summary, database, target, trials, device, compiler, on_progress, deadline)
 
 
@@ -214,9 +214,14 @@ def _tune_contexts(ms, contexts, summary, database, target, trials, device, comp
 # because of its schedule: a search (timed on its own, on other inputs) could not see the difference.
 ISOLATION_RATIO = 4.0
 
-# Candidates per round where a deadline bounds the search: each round is one MetaSchedule call, and a
-# round that starts before the deadline runs to its end.
-DEADLINE_ROUND = 16
+# Where a deadline bounds the search, rounds are small, since a round that starts before the deadline runs
+# to its end (each is one MetaSchedule call): DEADLINE_ROUND candidates, from a population evolved
+# DEADLINE_ITERS times. A round's cost is the search (population x generations, on every core) plus one build
+# and one timed run per candidate; MetaSchedule's 4 generations of a 128-candidate population for 16
+# candidates spent 50 s before the first build on a loaded 2-core machine, and the whole round 100 s, five
+# times a 20 s budget. Later rounds start from the database's best, so small rounds still evolve.
+DEADLINE_ROUND = 8
+DEADLINE_ITERS = 2
 
 
 def _tune_with(ms, contexts, summary, database, target, trials, device, build, on_progress, deadline=None):
@@ -403,12 +408,13 @@ def _cost_model(ms, path: Path, threads: int):
     return model
 
 
-def _search(ms, trials: int):
+def _search(ms, trials: int, generations: int = 4):
     """MetaSchedule's evolutionary search, its population scaled down for small budgets (its
-    default of 512 candidates per round costs more than a handful of trials measure)."""
+    default of 512 candidates per round costs more than a handful of trials measure); ``generations``:
+    its evolution steps per round (MetaSchedule's default 4)."""
     population = min(512, max(32, 8 * trials))
     return ms.search_strategy.EvolutionarySearch(
-        population_size=population, init_min_unmeasured=min(50, population // 2)
+        population_size=population, init_min_unmeasured=min(50, population // 2), genetic_num_iters=generations
     )
 
 
