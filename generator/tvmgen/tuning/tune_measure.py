@@ -56,10 +56,11 @@ def torchless_workers():
     candidates, and PyTorch's import was more than half of each worker's start (1.6 of 3.6 s), paid again
     whenever a timed-out candidate's worker is replaced. TVM's pool names its worker class at each start;
     the class is put back after the block (a worker started inside keeps its class)."""
-    import subprocess
     import sys
 
     from tvm.support import popen_pool
+
+    from tvmgen.core import toolchains
 
     class TorchlessWorker(popen_pool.PopenWorker):
         def _start(self):
@@ -67,11 +68,11 @@ def torchless_workers():
                 return
             to_worker, from_worker = os.pipe(), os.pipe()  # (read, write) each
             ends = (to_worker[0], from_worker[1])  # the worker's
-            self._proc = subprocess.Popen(
+            self._proc = toolchains.pipe_worker(
                 [sys.executable, "-m", "tvmgen.remote.tvm_server", "popen_worker", *map(str, ends)],
-                pass_fds=ends,
-                stdout=self._stdout,
-                stderr=self._stderr,
+                ends,
+                self._stdout,
+                self._stderr,
             )
             for fd in ends:
                 os.close(fd)

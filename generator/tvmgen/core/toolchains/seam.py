@@ -1,7 +1,8 @@
 """The one seam through which tvmgen runs external programs.
 
 ``run`` starts a program, waits for it (with an optional time limit), captures its output and logs
-both; ``spawn`` starts a long-running server detached from tvmgen; ``which`` finds a program on PATH.
+both; ``spawn`` starts a long-running server detached from tvmgen; ``pipe_worker`` starts a worker that
+talks to tvmgen over pipes; ``which`` finds a program on PATH.
 Failures become tvmgen's errors naming the tool and the fix: a program that cannot be started is a
 ToolMissingError, one past its time limit a ToolTimeoutError, a non-zero exit (when checked) a
 CompileError with the tail of the tool's stderr. ``Tool`` finds one program and runs it through ``run``.
@@ -22,7 +23,7 @@ from subprocess import CompletedProcess, Popen
 
 from tvmgen.core.errors import CompileError, ToolMissingError, ToolTimeoutError
 
-__all__ = ["CompletedProcess", "Popen", "Runner", "Tool", "env_dir", "run", "spawn", "which"]
+__all__ = ["CompletedProcess", "Popen", "Runner", "Tool", "env_dir", "pipe_worker", "run", "spawn", "which"]
 
 log = logging.getLogger("tvmgen.toolchains")
 
@@ -141,6 +142,14 @@ def spawn(
             raise ToolMissingError(
                 f"{name} could not be started ({args[0]}: {e.strerror})", fix or f"install {name}, or put it on PATH"
             ) from e
+
+
+def pipe_worker(argv: Sequence[str | os.PathLike[str]], fds: Sequence[int], stdout=None, stderr=None) -> Popen:
+    """Start a worker process that reads and writes the pipe ends ``fds`` (passed to it open, their
+    numbers in ``argv``); it lives as long as its parent uses it (a process pool's worker)."""
+    args = list(map(str, argv))
+    log.debug("start worker: %s", " ".join(args))
+    return Popen(args, pass_fds=tuple(fds), stdout=stdout, stderr=stderr)
 
 
 def env_dir(variables, what: str) -> Path | None:
