@@ -54,8 +54,8 @@ __all__ = [
     "Xcode",
     "check_tool",
     "env_dir",
-    "run",
     "pipe_worker",
+    "run",
     "spawn",
     "which",
 ]
