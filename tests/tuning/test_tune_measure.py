@@ -11,7 +11,7 @@ def test_pool_workers_load_tvm_without_torch():
 
     from tvm.support import popen_pool
 
-    from tvmgen.tuning.tune_measure import torchless_workers
+    from tvmgen.remote.tvm_server import torchless_workers
 
     def _loaded():  # sent by value (cloudpickle): this module is not importable in the worker
         import sys

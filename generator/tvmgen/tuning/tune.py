@@ -26,7 +26,8 @@ from pathlib import Path
 from tvmgen.compiler.targets.database import is_gpu, meta_schedule, open_database, target_name, target_spec
 from tvmgen.compiler.targets.platforms import tunable
 from tvmgen.core.errors import InputError, ToolMissingError
-from tvmgen.tuning.tune_measure import Device, builder, candidate_runner, torchless_workers
+from tvmgen.remote.tvm_server import torchless_workers
+from tvmgen.tuning.tune_measure import Device, builder, candidate_runner
 
 log = logging.getLogger("tvmgen.tune")
 

@@ -49,44 +49,6 @@ def builder(compiler: Path, scratch: Path):
     return InProcessBuilder()
 
 
-@contextlib.contextmanager
-def torchless_workers():
-    """Inside the block, the process pools MetaSchedule's runners start (LocalRunner's, RPCRunner's) start
-    their workers through tvmgen.remote.tvm_server, which loads TVM without PyTorch: a worker only times
-    candidates, and PyTorch's import was more than half of each worker's start (1.6 of 3.6 s), paid again
-    whenever a timed-out candidate's worker is replaced. TVM's pool names its worker class at each start;
-    the class is put back after the block (a worker started inside keeps its class)."""
-    import sys
-
-    from tvm.support import popen_pool
-
-    from tvmgen.core import toolchains
-
-    class TorchlessWorker(popen_pool.PopenWorker):
-        def _start(self):
-            if self._proc is not None:
-                return
-            to_worker, from_worker = os.pipe(), os.pipe()  # (read, write) each
-            ends = (to_worker[0], from_worker[1])  # the worker's
-            self._proc = toolchains.pipe_worker(
-                [sys.executable, "-m", "tvmgen.remote.tvm_server", "popen_worker", *map(str, ends)],
-                ends,
-                self._stdout,
-                self._stderr,
-            )
-            for fd in ends:
-                os.close(fd)
-            self._reader = os.fdopen(from_worker[0], "rb")
-            self._writer = os.fdopen(to_worker[1], "wb")
-
-    before = popen_pool.PopenWorker
-    popen_pool.PopenWorker = TorchlessWorker
-    try:
-        yield
-    finally:
-        popen_pool.PopenWorker = before
-
-
 @dataclass
 class Device:
     """Where candidates are timed: here (all None) or a device over RPC."""
