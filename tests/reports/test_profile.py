@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import cli_forks
 from conftest import TVMGEN, onnx_model, save_onnx
 from helpers import assert_kernels_add_up, run_tvmgen
 
@@ -266,25 +267,19 @@ def devices(tmp_path_factory, host_runtime):
 def test_bench_profile_over_rpc(devices, key, art, tmp_path):
     """The device's own clock: the profile adds up to the device's whole run, here and under qemu."""
     source = art if key == "prof-host" else art.parent / "cnn.onnx"  # compiled for the device's platform
-    r = subprocess.run(
-        [
-            *TVMGEN,
-            "bench",
-            str(source),
-            "--key",
-            key,
-            "--proxy",
-            devices["proxy"],
-            "--repeat",
-            "10",
-            "--profile",
-            "--json",
-            str(tmp_path / "r.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=dict(os.environ, TVMGEN_STATE_DIR=str(devices["state"]), COLUMNS="200"),
+    r = run_tvmgen(
+        "bench",
+        source,
+        "--key",
+        key,
+        "--proxy",
+        devices["proxy"],
+        "--repeat",
+        "10",
+        "--profile",
+        "--json",
+        tmp_path / "r.json",
+        env={"TVMGEN_STATE_DIR": str(devices["state"]), "COLUMNS": "200"},
     )
     assert r.returncode == 0, r.stderr
     res = json.loads((tmp_path / "r.json").read_text())
@@ -385,12 +380,10 @@ def test_tvmgen_run_profile_on_opencl_uses_event_timestamps(opencl_art, host_run
     host_ns = sum(host[n][1] for n in called)
     assert host_ns < 0.25 * sum(ns for _, ns in raw["counts"].values()), host_ns
     # tvmgen run (Python) on OpenCL takes the same event times
-    r = subprocess.run(
-        [*TVMGEN, "run", str(opencl_art), "--repeat", "1", "--profile", "--json"],
-        capture_output=True,
-        text=True,
+    r = cli_forks.run(
+        ["run", opencl_art, "--repeat", "1", "--profile", "--json"],
+        dict(env, TVMGEN_OPENCL_BACKEND=str(host_runtime / "lib" / "libtvmgen_opencl.so")),
         timeout=900,
-        env=dict(env, TVMGEN_OPENCL_BACKEND=str(host_runtime / "lib" / "libtvmgen_opencl.so")),
     )
     assert r.returncode == 0, r.stderr
     py = json.loads(r.stdout)["profile"]

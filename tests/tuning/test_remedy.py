@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 
 import numpy as np
 import pytest
 from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
-from conftest import TVMGEN, save_onnx
+import cli_forks
+from conftest import save_onnx
 from helpers import run_tvmgen
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]  # a search of seconds
@@ -108,13 +108,7 @@ def test_a_slow_kernel_is_searched_recorded_and_the_faster_build_kept(work):
 def test_on_by_default_and_fast_kernels_are_left_alone(tmp_path):
     env = dict(os.environ, TVMGEN_TUNING_DIR=str(tmp_path / "db"), TVMGEN_LOG_DIR=str(tmp_path / "logs"))
     env.pop("TVMGEN_REMEDY_BUDGET", None)  # the default, as a user runs it
-    r = subprocess.run(
-        [*TVMGEN, "compile", "builtin:tiny", "-o", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    r = cli_forks.run(["compile", "builtin:tiny", "-o", tmp_path / "out"], env, timeout=300)
     assert r.returncode == 0, r.stderr
     out = r.stdout + r.stderr
     assert "Profiling 5 runs kernel by kernel (slow-kernel guard)" in out, out
