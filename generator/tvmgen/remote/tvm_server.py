@@ -35,14 +35,20 @@ def torchless_workers(users: tuple[str, ...] = ()):
                 return
             to_worker, from_worker = os.pipe(), os.pipe()  # (read, write) each
             ends = (to_worker[0], from_worker[1])  # the worker's
-            self._proc = toolchains.pipe_worker(
-                [sys.executable, "-m", "tvmgen.remote.tvm_server", "popen_worker", *map(str, ends)],
-                ends,
-                self._stdout,
-                self._stderr,
-            )
-            for fd in ends:
-                os.close(fd)
+            try:
+                self._proc = toolchains.pipe_worker(
+                    [sys.executable, "-m", "tvmgen.remote.tvm_server", "popen_worker", *map(str, ends)],
+                    ends,
+                    self._stdout,
+                    self._stderr,
+                )
+            except BaseException:
+                os.close(to_worker[1])
+                os.close(from_worker[0])
+                raise
+            finally:
+                for fd in ends:
+                    os.close(fd)
             self._reader = os.fdopen(from_worker[0], "rb")
             self._writer = os.fdopen(to_worker[1], "wb")
 

@@ -7,8 +7,8 @@ kernel. So a profile taken here also measures, in the same process and with the 
 - **compute**: a register-tiled matrix product compiled by tvmgen for this machine (``PROBE``: 64 rows, a
   constant 512 x 512 weight, 33.5 MFLOP, its weights in L2), the fastest of ``RUNS`` runs: what a scheduled
   convolution or matmul reaches here. The fastest, not the median: noise on a shared machine only adds time,
-  and a short multi-threaded run loses most when another process takes a core from its pool (the median of a
-  busy machine's runs put the peak below 8x a 2.4 GFLOP/s unscheduled convolution, which then went unflagged). Its library is built once per target, tvmgen and TVM version, in the
+  and a short multi-threaded run loses most of it when another process takes a core from its pool (a lowered
+  peak hides slow kernels). Its library is built once per target, tvmgen and TVM version, in the
   user cache (``$TVMGEN_CACHE_DIR``), which takes a few seconds the first time;
 - **memory**: one core's read bandwidth, the faster of NumPy's sum and max over 256 MB (beyond any CPU's
   caches; the two agree within a few percent where memory is the limit), for kernels whose speed is the

@@ -218,9 +218,9 @@ ISOLATION_RATIO = 4.0
 # Where a deadline bounds the search, rounds are small, since a round that starts before the deadline runs
 # to its end (each is one MetaSchedule call): DEADLINE_ROUND candidates, from a population evolved
 # DEADLINE_ITERS times. A round's cost is the search (population x generations, on every core) plus one build
-# and one timed run per candidate; MetaSchedule's 4 generations of a 128-candidate population for 16
-# candidates spent 50 s before the first build on a loaded 2-core machine, and the whole round 100 s, five
-# times a 20 s budget. Later rounds start from the database's best, so small rounds still evolve.
+# and one timed run per candidate; 4 generations of a 128-candidate population for 16 candidates made a
+# single round several times a budget of 20 s. Later rounds start from the database's best, so small rounds
+# still evolve.
 DEADLINE_ROUND = 8
 DEADLINE_ITERS = 2
 
