@@ -259,7 +259,6 @@ def _pipelines(target, opts: BuildOptions, report: dict) -> list:
             ("TVM's own pipeline (kernels unscheduled: slow)", lambda: relax.get_default_pipeline(target)),
         ]
     if "texture" in target.keys:  # --gpu-family adreno: texture memory, else Adreno schedules on buffers
-        from tvm.relax.backend import gpu_generic
 
         def _with_tvmgen_passes(pipeline):  # transposed convolutions lowered first, kernel names shortened after
             return tvm.transform.Sequential(
@@ -275,7 +274,9 @@ def _pipelines(target, opts: BuildOptions, report: dict) -> list:
                 "TVM's Adreno pipeline with buffer memory",
                 lambda: _with_tvmgen_passes(adreno.pipeline(target, False, report)),
             ),
-            ("TVM's generic GPU pipeline", lambda: _with_tvmgen_passes(gpu_generic.get_default_pipeline(target))),
+            # tvmgen's GPU pipeline, as --gpu-family generic builds it (its fixes of TVM's GPU lowering
+            # included: TVM's own generic pipeline computed seg_head's transposed convolutions wrong)
+            ("tvmgen's generic GPU pipeline", lambda: gpu.pipeline(target, opts.tuning_db, report)),
         ]
     # GPU targets: TVM's own pipeline (compiler.gpu: a `tvmgen tune` database first where it applies,
     # then dlight), after tvmgen's lowering of transposed convolutions (TVM's is NCHW-only) and with

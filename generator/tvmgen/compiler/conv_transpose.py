@@ -79,7 +79,11 @@ def legalize(bb, call):
 
         return te.compute((sh, sw, jh, jw, cig, cout), tap, name="kernel_phases")
 
-    weights = bb.emit_te(phases, kernel, primfunc_name_hint="conv2d_transpose_weights")
+    folded = _constant_phases(call.args[1], kernel_layout, (sh, sw, jh, jw, cig, cout), (pt, pl), (kh, kw), dil, cog)
+    if folded is not None:
+        weights = bb.normalize(folded)
+    else:
+        weights = bb.emit_te(phases, kernel, primfunc_name_hint="conv2d_transpose_weights")
     # input rows y // s - j run from -(jh - 1) to (oh - 1 + pt) // s: pad to cover them
     top, left = jh - 1, jw - 1
     bottom = max(0, (oh - 1 + pt) // sh + 1 - h)
@@ -105,6 +109,34 @@ def legalize(bb, call):
         return bb.call_te(conv, data, weights, primfunc_name_hint="conv2d_transpose")
     result = bb.emit_te(conv, data, weights, primfunc_name_hint="conv2d_transpose")
     return bb.call_te(topi.transpose, result, [0, 3, 1, 2], primfunc_name_hint="conv2d_transpose_nchw_out")
+
+
+def _constant_phases(kernel, kernel_layout: str, shape, pads, extent, dil, cog):
+    """``phases`` of a constant kernel, computed here with NumPy (a constant), or None when the kernel
+    is not a constant. Folding it here, not left to FoldConstant, keeps every pipeline free of a weight
+    kernel: the Adreno pipelines bind the target before folding, and FoldConstant then ran the
+    rearrangement's GPU kernel on host arrays ("Mismatched A.device_type ... expected opencl"), which
+    failed both Adreno builds."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    if not isinstance(kernel, tvm.ir.expr.Constant):
+        return None
+    k = kernel.value.numpy().transpose([kernel_layout.index(c) for c in "IOHW"])
+    sh, sw, jh, jw, cig, cout = shape
+    (pt, pl), (kh, kw) = pads, extent
+    out = np.zeros(shape, k.dtype)
+    co = np.arange(cout)
+    for qh in range(sh):
+        for qw in range(sw):
+            for j in range(jh):
+                for i in range(jw):
+                    ky, kx = (qh + pt) % sh + j * sh, (qw + pl) % sw + i * sw
+                    if ky < kh and kx < kw and ky % dil[0] == 0 and kx % dil[1] == 0:
+                        rows = (co // cog)[None, :] * cig + np.arange(cig)[:, None]  # [rc, co]
+                        out[qh, qw, j, i] = k[rows, (co % cog)[None, :], ky // dil[0], kx // dil[1]]
+    return relax.const(out)
 
 
 def legalize_map() -> dict:
