@@ -214,6 +214,39 @@ def _litert(path, x):
     return interp.get_tensor(interp.get_output_details()[0]["index"])
 
 
+def test_fp16_tflite_transposed_convolution_on_adreno_pocl(ocl_runtime, opencl_lib, tmp_path, capsys):
+    """A TFLite model with float16 weights (a selfie segmenter's decoder): its transposed convolution's kernel is
+    a cast of a constant, not a constant, when it is lowered. Its rearrangement is folded on the CPU right after
+    (conv_transpose.lower_only_pass); left to the Adreno pipeline it ran as an OpenCL kernel on host arrays
+    ("Mismatched lv55.device_type") and every pipeline failed. Built with texture memory, it matches LiteRT."""
+    import tensorflow as tf
+
+    tf.random.set_seed(2)
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input((8, 8, 8), batch_size=1, name="x"),
+            tf.keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
+            tf.keras.layers.Conv2DTranspose(8, 2, strides=2, bias_initializer="random_normal"),
+        ]
+    )
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.target_spec.supported_types = [tf.float16]
+    path = tmp_path / "ct16.tflite"
+    path.write_bytes(converter.convert())
+    art = tmp_path / "ct16"
+    capsys.readouterr()
+    imported = frontends.load(path, [])
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "opencl", "adreno"), art, True, {"name": "ct16"})
+    printed = capsys.readouterr()
+    assert "failed" not in printed.out + printed.err, printed  # the Adreno texture pipeline built it
+    x = np.random.default_rng(1).standard_normal((1, 8, 8, 8)).astype("float32")
+    want = _litert(path, x)
+    proc, outs = run_native(ocl_runtime, art, {imported.inputs[0].name: x}, tmp_path, repeat=1)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(outs[0], want, atol=1e-3, rtol=1e-3)
+
+
 def _keras_prelu_tflite(path, shared_axes):
     import tensorflow as tf
 

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import run_native
+from conftest import run_native, save_onnx
 from helpers import python_c
 
 SCOPES = ("global.texture", "global.texture-nhwc", "global.texture-weight")
@@ -316,6 +316,86 @@ def test_a_transposed_convolution_builds_with_the_adreno_pipeline_on_pocl(ocl_ru
     assert "failed" not in printed.out + printed.err, printed  # the Adreno texture pipeline built it, no fallback
     assert b"conv2d_transpose_weights" not in (art / "model.so").read_bytes()  # no kernel rearranges the weights
     x = rng.standard_normal((1, 8, 12, 12)).astype("float32")
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=1)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+
+
+def _squeeze_excite_model(path):
+    """Two MobileNetV3 / EfficientNet blocks: a 1x1 convolution with a SiLU, a squeeze-excite whose reduction
+    has 6 channels (not a multiple of 4: its convolutions stay on buffers, and its scale is multiplied in by a
+    kernel of its own into a texture); then a convolution with a hard-swish and a squeeze-excite of 8 channels
+    (its expand convolution, hard-sigmoid and broadcast multiply in one kernel), and a third of 6 on that block's
+    output, whose mean is the second block's, called into a buffer instead of a texture."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    inits = []
+
+    def w(name, *shape):
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype("float32"), name))
+        return name
+
+    def se(x, c, r, gate, tag):
+        nodes = [
+            helper.make_node("GlobalAveragePool", [x], [f"{tag}p"]),
+            helper.make_node("Conv", [f"{tag}p", w(f"{tag}w1", r, c, 1, 1), w(f"{tag}b1", r)], [f"{tag}q"]),
+            helper.make_node("Relu", [f"{tag}q"], [f"{tag}r"]),
+            helper.make_node("Conv", [f"{tag}r", w(f"{tag}w2", c, r, 1, 1), w(f"{tag}b2", c)], [f"{tag}s0"]),
+            gate(f"{tag}s0", f"{tag}s"),
+            helper.make_node("Mul", [x, f"{tag}s"], [f"{tag}y"]),
+        ]
+        return nodes, f"{tag}y"
+
+    nodes = [
+        helper.make_node("Conv", ["x", w("w0", 24, 16, 1, 1), w("b0", 24)], ["c0"]),
+        helper.make_node("Sigmoid", ["c0"], ["g0"]),
+        helper.make_node("Mul", ["c0", "g0"], ["h0"]),
+    ]
+    block, out = se("h0", 24, 6, lambda a, b: helper.make_node("Sigmoid", [a], [b]), "a")
+    nodes += block
+    nodes += [
+        helper.make_node("Conv", [out, w("w3", 32, 24, 3, 3), w("b3", 32)], ["c1"], pads=[1] * 4),
+        helper.make_node("HardSwish", ["c1"], ["h1"]),
+    ]
+    block, out = se("h1", 32, 8, lambda a, b: helper.make_node("HardSigmoid", [a], [b], alpha=1 / 6, beta=0.5), "b")
+    nodes += block
+    block, out = se(out, 32, 6, lambda a, b: helper.make_node("Sigmoid", [a], [b]), "c")
+    nodes += block + [helper.make_node("Identity", [out], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "se",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return save_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+
+
+def test_squeeze_excite_blocks_stay_in_texture_memory_on_pocl(ocl_runtime, opencl_lib, tmp_path, capsys):
+    """MobileNetV3-Small, EfficientNet-B0 and the zoo's seg_head fell back to buffers on Adreno: dlight's Conv2d
+    rule left a squeeze-excite's broadcast multiply outside the GPU threads. With their texture builds, what the
+    texture pipeline got wrong came out: the squeeze's mean and a lone multiply stored a texture pixel one
+    channel at a time (each store writes the whole pixel), and a mean called once into a texture and once into a
+    buffer was compiled for one of them. Each has its rule now (adreno.Conv2dEpilogue, TextureReduction,
+    dlight's Adreno fallback for elementwise kernels, callee_per_scopes); the model builds in texture memory
+    and matches onnxruntime on PoCL."""
+    import onnxruntime as ort
+
+    from tvmgen import frontends
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.targets.platforms import PLATFORMS
+
+    path = _squeeze_excite_model(tmp_path / "se.onnx")
+    art = tmp_path / "adreno"
+    compile_to_artifact(
+        frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "adreno"), art, True, {"name": "se"}
+    )
+    printed = capsys.readouterr()
+    assert "texture memory failed" not in printed.out + printed.err, printed
+    assert b"write_imagef" in (art / "model.so").read_bytes()
+    x = np.random.default_rng(6).standard_normal((1, 16, 20, 20)).astype("float32")
     want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
     proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=1)
     assert proc.returncode == 0, proc.stderr

@@ -396,7 +396,7 @@ def inline_epilogue(func):
 
 
 # rules tvmgen writes itself (the others are dlight's, some configured by tvmgen)
-OWN_RULES = ("SplitK", "SmallReductions")
+OWN_RULES = ("SplitK", "SmallReductions", "Conv2dEpilogue", "TextureReduction")
 
 
 def _owner(rule: str) -> str:
@@ -418,7 +418,11 @@ def rule_failures_summary(failures: list[dict]) -> list[str]:
         by_rule.setdefault((f["rule"], f["scheduled_by"]), []).append(f["kernel"])
     for (rule, by), kernels in sorted(by_rule.items()):
         shown = ", ".join(kernels[:3]) + (f", +{len(kernels) - 3} more" if len(kernels) > 3 else "")
-        cost = " (one thread per output, no tiling: slower)" if by == "Fallback" else ""
+        cost = {
+            "Fallback": " (one thread per output, no tiling: slower)",
+            "Conv2dEpilogue": " (the convolution as dlight schedules it, its epilogue a second pass over memory)",
+        }.get(by, "")
+        by = f"tvmgen's {by}" if by in OWN_RULES else by
         lines.append(
             f"{_owner(rule)} {rule} rule failed on {len(kernels)} kernel(s) ({shown}): scheduled by {by} instead{cost}"
         )

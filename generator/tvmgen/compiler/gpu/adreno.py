@@ -88,6 +88,128 @@ def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_d
     return te.compute((n, o_chunks, oh, ow, ob), compute, name="group_conv2d_NCHWc_OIHWo")
 
 
+class Conv2dEpilogue:
+    """dlight's Adreno Conv2d schedule for a convolution whose fused epilogue dlight cannot inline: a
+    squeeze-excite's expand convolution, whose gate is broadcast over a larger tensor and multiplied in.
+    dlight left that block outside the GPU threads, so the whole model lost texture memory (MobileNetV3,
+    EfficientNet, the zoo's seg_head). Here the convolution keeps dlight's schedule and each block after it
+    that is left gets dlight's Adreno default schedule: threads of its own, the 4 channels of a pixel
+    vectorised (a texture store writes the whole pixel), reading the convolution's result from memory."""
+
+    def apply(self, func, target, _tune):
+        from tvm import s_tir, tirx
+        from tvm.s_tir import dlight as dl
+        from tvm.s_tir.dlight import analysis
+        from tvm.s_tir.dlight.adreno.utils import schedule_default, schedule_inline_blocks
+
+        if not isinstance(func, tirx.PrimFunc) or "texture" not in target.keys:
+            return None
+        sch = s_tir.Schedule(func)
+        sch.work_on("main")
+        root = analysis.get_root_block(sch, sch.func_working_on)
+        blocks = sch.get_child_blocks(root)
+        reductions = [b for b in blocks if analysis.get_sblock_info(sch, b).is_reduction()]
+        if len(reductions) != 1 or "conv2d_NCHWc" not in sch.get(reductions[0]).name_hint:
+            return None
+        dl.adreno.Conv2d.schedule_conv2d(sch, reductions[0])
+        schedule_inline_blocks(sch, [b for b in blocks if b not in reductions])
+        # dlight's inlining stops at the first block it cannot inline (a `break`): what is left is read
+        # from the function again
+        for block in sch.get_child_blocks(root):
+            if not any(sch.get(loop).thread_binding is not None for loop in sch.get_loops(block)):
+                schedule_default(sch, [block])
+        return sch
+
+
+class TextureReduction:
+    """A reduction whose result is stored into a texture through an elementwise block (a mean: a sum, then
+    a division), for example a squeeze-excite's pooling. dlight's GPU rules store such a pixel one channel at
+    a time, and each store writes the whole pixel with that one value (wrong results); dlight's Adreno
+    fallback fails on it (cache-write). Here each thread owns one pixel: the reduction is computed at the
+    thread for its 4 channels, and the store is vectorised over them."""
+
+    def apply(self, func, target, _tune):
+        from tvm import s_tir, tirx
+        from tvm.s_tir.dlight import analysis
+        from tvm.s_tir.dlight.adreno.utils import schedule_inline_blocks
+
+        if not isinstance(func, tirx.PrimFunc) or "texture" not in target.keys:
+            return None
+        sch = s_tir.Schedule(func)
+        sch.work_on("main")
+        root = analysis.get_root_block(sch, sch.func_working_on)
+        blocks = sch.get_child_blocks(root)
+        reductions = [b for b in blocks if analysis.get_sblock_info(sch, b).is_reduction()]
+        if not reductions or any(sch.get_child_blocks(b) for b in blocks):
+            return None
+        last = blocks[-1]
+        if last in reductions or "texture" not in str(sch.get(last).writes[0].source.scope()):
+            return None
+        schedule_inline_blocks(sch, [b for b in blocks[:-1] if b not in reductions])
+        loops = sch.get_loops(last)
+        if int(sch.get(loops[-1]).extent) != 4:
+            return None
+        pixels = sch.fuse(*loops[:-1])
+        bx, tx = sch.split(pixels, [None, 64])
+        sch.bind(bx, "blockIdx.x")
+        sch.bind(tx, "threadIdx.x")
+        for block in sch.get_child_blocks(root):
+            if block != last and not any(sch.get(lp).thread_binding is not None for lp in sch.get_loops(block)):
+                sch.compute_at(block, tx, preserve_unit_loops=True)
+                sch.set_scope(block, 0, "local")  # the thread's own 4 sums
+        sch.vectorize(sch.get_loops(last)[-1])
+        return sch
+
+
+def _ty_scope(ty) -> str:
+    vdevice = getattr(ty, "vdevice", None)
+    return str(vdevice.memory_scope) if vdevice is not None else ""
+
+
+def _scope(expr) -> str:
+    return _ty_scope(getattr(expr, "ty", None))
+
+
+def callee_per_scopes(mod):
+    """A TIR function called with different memory scopes (texture at one call, a buffer at another) split
+    into one copy per combination of scopes. SpecializePrimFuncBasedOnCallSite keeps one specialisation per
+    function: a squeeze-excite's mean, called on a texture in one block and on a buffer in another, was
+    compiled for buffers and handed an image at run time ("argument 0 is declared as a buffer but got an
+    image")."""
+    import tvm
+    from tvm import relax
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    main = mod["main"]
+    seen: dict = {}  # callee name -> {scopes: GlobalVar}
+
+    @relax.expr_functor.mutator
+    class Split(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not call.op.same_as(call_tir):
+                return call
+            callee, args = call.args[0], call.args[1]
+            out = call.ty_args[0] if call.ty_args else None  # the output's type (the call's own may be unset)
+            fields = out.fields if isinstance(out, relax.TupleType) else [out]
+            scopes = tuple(_scope(a) for a in args.fields) + tuple(_ty_scope(t) for t in fields)
+            copies = seen.setdefault(callee.name_hint, {})
+            if not copies:
+                copies[scopes] = callee
+            if scopes not in copies:
+                name = f"{callee.name_hint}_scoped{len(copies)}"
+                # marked with its scopes: the builder would hand back the equal original otherwise
+                copies[scopes] = self.builder_.add_func(mod[callee].with_attr("tvmgen.scopes", ",".join(scopes)), name)
+            target = copies[scopes]
+            if target.same_as(callee):
+                return call
+            return relax.Call(call.op, [target, *call.args[1:]], call.attrs, call.ty_args, call.span)
+
+    split = Split(mod)
+    split.builder_.update_func(mod.get_global_var("main"), split.visit_expr(main))
+    return split.builder_.get()
+
+
 def legalize_passes(target, texture: bool = True, report: dict | None = None) -> list:
     """TVM 0.27's Adreno legalization, with texture memory where ``texture`` (and the target has the
     "texture" key), grouped convolutions legalized by tvmgen."""
@@ -132,11 +254,20 @@ def legalize_passes(target, texture: bool = True, report: dict | None = None) ->
         passes += [
             relax.backend.adreno.transform.FoldVDeviceScopeChange(),
             relax.transform.DeadCodeElimination(),
+            rewrites.module_pass("TvmgenCalleePerScopes", callee_per_scopes),
             relax.transform.SpecializePrimFuncBasedOnCallSite(),
         ]
     passes += [
         relax.transform.Normalize(),
-        gpu.apply_rules(dl.adreno.Conv2d(), dl.adreno.LayoutTransform(), dl.adreno.Pool2D(), report=report),
+        gpu.apply_rules(
+            dl.adreno.Conv2d(),
+            Conv2dEpilogue(),
+            dl.adreno.LayoutTransform(),
+            dl.adreno.Pool2D(),
+            TextureReduction(),
+            dl.adreno.Fallback(),
+            report=report,
+        ),
         gpu.apply_rules(dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback(), report=report),
     ]
     return passes
