@@ -282,7 +282,7 @@ def test_a_transposed_convolution_builds_with_the_adreno_pipeline_on_pocl(ocl_ru
     rearrangement's OpenCL kernel on host arrays ("Mismatched A.device_type"), both Adreno builds failed, and
     the fallback, TVM's own generic GPU pipeline, computed seg_head wrong (max abs error 0.077)."""
     import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     from conftest import save_onnx
     from tvmgen import frontends
@@ -298,16 +298,7 @@ def test_a_transposed_convolution_builds_with_the_adreno_pipeline_on_pocl(ocl_ru
         helper.make_node("ConvTranspose", ["c", "wt", "bt"], ["t"], strides=[2, 2], pads=[1] * 4),
         helper.make_node("Relu", ["t"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "up",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [w1, wt, bt],
-    )
-    path = save_onnx(
-        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), tmp_path / "up.onnx"
-    )
+    path = save_onnx(_float_model(nodes, [1, 8, 12, 12], [w1, wt, bt]), tmp_path / "up.onnx")
     art = tmp_path / "adreno"
     compile_to_artifact(
         frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "adreno"), art, True, {"name": "up"}
@@ -328,7 +319,7 @@ def _squeeze_excite_model(path):
     kernel of its own into a texture); then a convolution with a hard-swish and a squeeze-excite of 8 channels
     (its expand convolution, hard-sigmoid and broadcast multiply in one kernel), and a third of 6 on that block's
     output, whose mean is the second block's, called into a buffer instead of a texture."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(5)
     inits = []
@@ -363,14 +354,17 @@ def _squeeze_excite_model(path):
     nodes += block
     block, out = se(out, 32, 6, lambda a, b: helper.make_node("Sigmoid", [a], [b]), "c")
     nodes += block + [helper.make_node("Identity", [out], ["y"])]
-    graph = helper.make_graph(
-        nodes,
-        "se",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 20])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        inits,
-    )
-    return save_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return save_onnx(_float_model(nodes, [1, 16, 20, 20], inits), path)
+
+
+def _float_model(nodes, shape, inits):
+    """An ONNX model of ``nodes`` from the float input "x" of ``shape`` to the float output "y"."""
+    from onnx import TensorProto, helper
+
+    from conftest import onnx_model
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    return onnx_model(nodes, [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
 
 
 def test_squeeze_excite_blocks_stay_in_texture_memory_on_pocl(ocl_runtime, opencl_lib, tmp_path, capsys):

@@ -88,6 +88,21 @@ def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_d
     return te.compute((n, o_chunks, oh, ow, ob), compute, name="group_conv2d_NCHWc_OIHWo")
 
 
+def _texture_schedule(func, target):
+    """(schedule, root block, its child blocks, the reductions among them) of a TIR function built for a
+    texture target, or None for anything else."""
+    from tvm import s_tir, tirx
+    from tvm.s_tir.dlight import analysis
+
+    if not isinstance(func, tirx.PrimFunc) or "texture" not in target.keys:
+        return None
+    sch = s_tir.Schedule(func)
+    sch.work_on("main")
+    root = analysis.get_root_block(sch, sch.func_working_on)
+    blocks = sch.get_child_blocks(root)
+    return sch, root, blocks, [b for b in blocks if analysis.get_sblock_info(sch, b).is_reduction()]
+
+
 class Conv2dEpilogue:
     """dlight's Adreno Conv2d schedule for a convolution whose fused epilogue dlight cannot inline: a
     squeeze-excite's expand convolution, whose gate is broadcast over a larger tensor and multiplied in.
@@ -97,18 +112,13 @@ class Conv2dEpilogue:
     vectorised (a texture store writes the whole pixel), reading the convolution's result from memory."""
 
     def apply(self, func, target, _tune):
-        from tvm import s_tir, tirx
         from tvm.s_tir import dlight as dl
-        from tvm.s_tir.dlight import analysis
         from tvm.s_tir.dlight.adreno.utils import schedule_default, schedule_inline_blocks
 
-        if not isinstance(func, tirx.PrimFunc) or "texture" not in target.keys:
+        opened = _texture_schedule(func, target)
+        if opened is None:
             return None
-        sch = s_tir.Schedule(func)
-        sch.work_on("main")
-        root = analysis.get_root_block(sch, sch.func_working_on)
-        blocks = sch.get_child_blocks(root)
-        reductions = [b for b in blocks if analysis.get_sblock_info(sch, b).is_reduction()]
+        sch, root, blocks, reductions = opened
         if len(reductions) != 1 or "conv2d_NCHWc" not in sch.get(reductions[0]).name_hint:
             return None
         dl.adreno.Conv2d.schedule_conv2d(sch, reductions[0])
@@ -129,17 +139,12 @@ class TextureReduction:
     thread for its 4 channels, and the store is vectorised over them."""
 
     def apply(self, func, target, _tune):
-        from tvm import s_tir, tirx
-        from tvm.s_tir.dlight import analysis
         from tvm.s_tir.dlight.adreno.utils import schedule_inline_blocks
 
-        if not isinstance(func, tirx.PrimFunc) or "texture" not in target.keys:
+        opened = _texture_schedule(func, target)
+        if opened is None:
             return None
-        sch = s_tir.Schedule(func)
-        sch.work_on("main")
-        root = analysis.get_root_block(sch, sch.func_working_on)
-        blocks = sch.get_child_blocks(root)
-        reductions = [b for b in blocks if analysis.get_sblock_info(sch, b).is_reduction()]
+        sch, root, blocks, reductions = opened
         if not reductions or any(sch.get_child_blocks(b) for b in blocks):
             return None
         last = blocks[-1]
