@@ -286,6 +286,7 @@ def _is_depthwise(sch, spatial, reduce) -> bool:
 # 5.21 -> 5.00, ShuffleNet 3.37 -> 3.27). 14 is slower than 4: the accumulators, window weights
 # and copied input do not fit 32 registers.
 _DEPTHWISE_PIXELS = 8
+_LONG_WINDOW = 64  # window taps past which a depthwise-shaped convolution's window is a loop, not unrolled
 
 
 def _schedule_depthwise(sch, block, padding, spatial, reduce, shape: CpuShape) -> None:
@@ -300,7 +301,14 @@ def _schedule_depthwise(sch, block, padding, spatial, reduce, shape: CpuShape) -
     lanes = shape.lanes(dtype_bits(sch, block))
     vec = pick_divisor(known_extent(sch, c), [lanes, lanes // 2, lanes // 4])
     c_o, c_i = sch.split(c, [None, vec])
-    w_o, w_i = sch.split(w, [None, _rows(known_extent(sch, w), _DEPTHWISE_PIXELS)])
+    # A long window (a framing convolution over audio samples: one input channel, a window of hundreds)
+    # reads its weights once per tile, so its tile takes as many pixels as the registers hold, and its
+    # window stays a loop: fully unrolled, the mel front end's 400-sample window made 3,200 multiply-adds of
+    # straight code, beyond the instruction cache.
+    window = (loop_extent(sch, ry) or 1) * (loop_extent(sch, rx) or 1)
+    long_window = window > _LONG_WINDOW
+    rows = _rows(known_extent(sch, w), _DEPTHWISE_PIXELS, shape.registers - 4 if long_window else None)
+    w_o, w_i = sch.split(w, [None, rows])
     sch.reorder(n, h, c_o, w_o, ry, rx, rc, w_i, c_i)
     parallel = sch.fuse(n, h, c_o)
     sch.parallel(parallel)
@@ -311,8 +319,11 @@ def _schedule_depthwise(sch, block, padding, spatial, reduce, shape: CpuShape) -
     vectorize_innermost(sch, acc, lanes)
     sch.vectorize(c_i)
     sch.unroll(w_i)
-    sch.unroll(ry)
-    sch.unroll(rx)
+    if long_window:
+        sch.unroll(sch.split(rx, [None, pick_divisor(known_extent(sch, rx), [4, 2])])[1])
+    else:
+        sch.unroll(ry)
+        sch.unroll(rx)
     sch.decompose_reduction(block, ry)
 
 
