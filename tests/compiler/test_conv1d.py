@@ -18,6 +18,7 @@ CASES = {  # name: (in channels, out channels, width, kernel, stride, pads, dila
     "depthwise": (24, 24, 31, 5, 1, (2, 2), 1, 24, True),
     "grouped": (16, 32, 20, 3, 1, (0, 0), 1, 4, False),
     "framing_long_window": (1, 64, 4000, 400, 160, (0, 0), 1, 1, True),  # an STFT / raw-audio front end
+    "framing_awkward_frames": (1, 32, 9520, 400, 160, (0, 0), 1, 1, True),  # 58 frames, computed as 60
 }
 
 
@@ -70,6 +71,22 @@ def test_a_long_window_stays_a_loop_and_its_tile_takes_every_frame(platform, tmp
     script = conv.script(show_meta=False)
     assert "T.unroll(T.int64(400))" not in script and "T.unroll(T.int64(4))" in script, script
     assert "T.unroll(T.int64(23))" in script and "T.where" not in script, script  # one whole tile
+
+
+def test_frames_no_register_tile_divides_are_computed_in_whole_tiles(tmp_path):
+    """raw_audio_cnn's framing convolution has 898 frames (2 x 449): no tile of 8 to 28 pixels divides them,
+    and its tiles were 2 pixels (41 GFLOP/s, 1.1 ms at one thread). conv1d.pad_frames computes the fewest more
+    frames, on zero input, that a register tile divides (900: tiles of 25 on AVX-512, 0.37 ms), and the model
+    keeps the first ones; frame counts a tile divides are left alone."""
+    from tvmgen.compiler.cpu.conv1d import frames_to_compute
+
+    assert frames_to_compute(898, 28) == 900 and frames_to_compute(23, 28) == 23  # AVX-512 / NEON: 28 tile rows
+    assert frames_to_compute(23, 12) == 24 and frames_to_compute(58, 28) == 60  # AVX2: 12
+    path = save_onnx(conv1d_model(*CASES["framing_awkward_frames"]), tmp_path / "frames.onnx")
+    mod, _, _ = prepared_and_scheduled(path, "linux-aarch64")
+    (conv,) = [f for gv, f in mod.functions.items() if "conv2d" in gv.name_hint]
+    script = conv.script(show_meta=False)
+    assert "T.int64(60)" in script and "T.unroll(T.int64(20))" in script, script  # 60 frames, tiles of 20
 
 
 def test_axes_counted_from_the_end_keep_the_layout_conversion(tvmgen, tmp_path):

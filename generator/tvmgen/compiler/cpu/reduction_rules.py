@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tvmgen.compiler.cpu import prefetch
+from tvmgen.compiler.cpu.conv1d import LONG_WINDOW
 from tvmgen.compiler.cpu.schedule_rules import (
     COMM_REDUCE,
     DATA_PAR,
@@ -286,7 +287,6 @@ def _is_depthwise(sch, spatial, reduce) -> bool:
 # 5.21 -> 5.00, ShuffleNet 3.37 -> 3.27). 14 is slower than 4: the accumulators, window weights
 # and copied input do not fit 32 registers.
 _DEPTHWISE_PIXELS = 8
-_LONG_WINDOW = 64  # window taps past which a depthwise-shaped convolution's window is a loop, not unrolled
 
 
 def _schedule_depthwise(sch, block, padding, spatial, reduce, shape: CpuShape) -> None:
@@ -306,8 +306,9 @@ def _schedule_depthwise(sch, block, padding, spatial, reduce, shape: CpuShape) -
     # window stays a loop: fully unrolled, the mel front end's 400-sample window made 3,200 multiply-adds of
     # straight code, beyond the instruction cache.
     window = (loop_extent(sch, ry) or 1) * (loop_extent(sch, rx) or 1)
-    long_window = window > _LONG_WINDOW
-    rows = _rows(known_extent(sch, w), _DEPTHWISE_PIXELS, shape.registers - 4 if long_window else None)
+    long_window = window > LONG_WINDOW
+    most = max(1, shape.registers - 4) if long_window else _DEPTHWISE_PIXELS  # conv1d.pad_frames makes one divide
+    rows = _rows(known_extent(sch, w), most)
     w_o, w_i = sch.split(w, [None, rows])
     sch.reorder(n, h, c_o, w_o, ry, rx, rc, w_i, c_i)
     parallel = sch.fuse(n, h, c_o)

@@ -73,6 +73,7 @@ def layout_passes(target) -> list:
     return (
         [
             conv1d.Conv1dAsConv2d(),
+            conv1d.PadFrames(target),
             relax.transform.FoldConstant(),
             _ReluBoundsAsRelax(),
             rewrites.module_pass("TvmgenNonNegativeAxes", rewrites.non_negative_axes),
