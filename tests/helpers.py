@@ -180,12 +180,14 @@ def cmake_build(build: Path, *targets: str) -> None:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
 
-def assert_kernels_add_up(p, low: float = 0.9, high: float = 1.1) -> None:
-    """A profile's kernels add up to the whole run, within 10% (``low``/``high``: the least/most share
+def assert_kernels_add_up(p, low: float = 0.85, high: float = 1.2) -> None:
+    """A profile's kernels add up to the whole run, within 15-20% (``low``/``high``: the least/most share
     they may take), on the fastest runs or on the medians. On a shared machine noise only adds time, and
     which of the two it spares differs: a loaded run's medians differed by 20-30% while the fastest runs
-    agreed, and a 0.09 ms run's fastest runs differed by 15% while its medians agreed within 1%. Lost or
-    double-counted kernels fail both. ``p``: a reports.profile.Profile or its JSON."""
+    agreed, and a 0.09 ms run's fastest runs differed by 15% while its medians agreed within 1%; under a
+    suite's load the built-in model's ~60 kernels, each between two clock reads, summed to 1.12x its fastest
+    whole run. A kernel lost or counted twice is caught by the call counts the tests compare first; this
+    catches a wrong clock or unit. ``p``: a reports.profile.Profile or its JSON."""
     get = (lambda k: p[k]) if isinstance(p, dict) else (lambda k: getattr(p, k))
     fastest = (get("kernels_min_ms"), get("whole_run_min_ms"))
     medians = (get("kernels_median_ms"), get("whole_run_ms"))

@@ -95,7 +95,7 @@ def test_kernel_table_kinds_flops_and_memory_plan(art):
 def test_run_profile_adds_up_to_the_whole_run(art, tmp_path):
     r = cli("run", art, "--profile", "--json", "--repeat", "30", "--plot", tmp_path / "top.png")
     p = json.loads(r.stdout)["profile"]
-    # what the profiled kernels took in a run is the run: within 10% (fastest runs, see the helper)
+    # what the profiled kernels took in a run is the run: within 15-20% (see the helper)
     assert_kernels_add_up(p)
     rows = [k for k in p["kernels"] if k["kind"] != "vm"]
     assert [k["total_ms"] for k in rows] == sorted((k["total_ms"] for k in rows), reverse=True)

@@ -205,7 +205,7 @@ def test_profile_names_the_models_kernels(checked, artifacts):
     assert got == {name: calls * PROFILE_RUNS for name, calls in expected.items()}
     kinds = {k["kind"] for k in table["kernels"] if k["name"] in got}
     assert {"conv2d", "depthwise"} <= kinds, kinds
-    # the kernels of a profiled run are the run: within 10% (fastest runs, see the helper)
+    # the kernels of a profiled run are the run (within 15-20%: see the helper)
     assert_kernels_add_up(raw)
     text = (out / "profile.txt").read_text()
     assert text.startswith(f"profile: {PROFILE_RUNS} runs (device clock), whole run ") and rows[0][0] in text
