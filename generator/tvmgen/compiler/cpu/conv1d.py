@@ -25,7 +25,6 @@ def conv1d_as_conv2d(mod):
         a = expr.attrs
         if (str(a.data_layout), str(a.kernel_layout), str(a.out_layout or a.data_layout)) != ("NCW", "OIW", "NCW"):
             return expr
-        out_dtype = str(a.out_dtype) if a.out_dtype is not None and str(a.out_dtype) not in ("", "void") else None
         y = relax.op.nn.conv2d(
             relax.op.expand_dims(matches[x], 2),
             relax.op.expand_dims(matches[w], 2),
@@ -35,11 +34,17 @@ def conv1d_as_conv2d(mod):
             groups=int(a.groups),
             data_layout="NCHW",
             kernel_layout="OIHW",
-            out_dtype=out_dtype,
+            out_dtype=_out_dtype(a),
         )
         return relax.op.squeeze(y, [2])
 
     return rewrite_functions(mod, pattern, rewrite)
+
+
+def _out_dtype(attrs) -> str | None:
+    """A convolution's explicit accumulation type, or None where it has none."""
+    d = attrs.out_dtype
+    return str(d) if d is not None and str(d) not in ("", "void") else None
 
 
 def Conv1dAsConv2d():  # noqa: N802 - a pass, named like TVM's
@@ -49,6 +54,12 @@ def Conv1dAsConv2d():  # noqa: N802 - a pass, named like TVM's
 
 
 LONG_WINDOW = 64  # taps past which the depthwise rule keeps a window a loop (cpu.reduction_rules)
+
+
+def tile_rows(registers: int) -> int:
+    """The most pixels a long window's register tile takes: one accumulator each, a few registers kept for
+    the operands (cpu.reduction_rules tiles with it; pad_frames makes a tile of it divide the frames)."""
+    return max(1, registers - 4)
 
 
 def frames_to_compute(frames: int, budget: int) -> int:
@@ -93,7 +104,6 @@ def pad_frames(mod, budget: int):
             return expr
         pad = [int(p) for p in a.padding]
         pad[3] += (padded - frames) * int(a.strides[1])
-        out_dtype = str(a.out_dtype) if a.out_dtype is not None and str(a.out_dtype) not in ("", "void") else None
         y = relax.op.nn.conv2d(
             matches[x],
             matches[w],
@@ -103,7 +113,7 @@ def pad_frames(mod, budget: int):
             groups=1,
             data_layout="NCHW",
             kernel_layout="OIHW",
-            out_dtype=out_dtype,
+            out_dtype=_out_dtype(a),
         )
         return relax.op.strided_slice(y, axes=[3], begin=[0], end=[frames])
 
@@ -114,5 +124,5 @@ def PadFrames(target):  # noqa: N802 - a pass, named like TVM's
     from tvmgen.compiler.cpu.schedule_rules import cpu_shape
     from tvmgen.compiler.rewrites import module_pass
 
-    budget = max(1, cpu_shape(target).registers - 4)
+    budget = tile_rows(cpu_shape(target).registers)
     return module_pass("TvmgenPadFrames", lambda mod: pad_frames(mod, budget))

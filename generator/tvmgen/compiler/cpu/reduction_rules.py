@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tvmgen.compiler.cpu import prefetch
-from tvmgen.compiler.cpu.conv1d import LONG_WINDOW
+from tvmgen.compiler.cpu.conv1d import LONG_WINDOW, tile_rows
 from tvmgen.compiler.cpu.schedule_rules import (
     COMM_REDUCE,
     DATA_PAR,
@@ -307,7 +307,7 @@ def _schedule_depthwise(sch, block, padding, spatial, reduce, shape: CpuShape) -
     # straight code, beyond the instruction cache.
     window = (loop_extent(sch, ry) or 1) * (loop_extent(sch, rx) or 1)
     long_window = window > LONG_WINDOW
-    most = max(1, shape.registers - 4) if long_window else _DEPTHWISE_PIXELS  # conv1d.pad_frames makes one divide
+    most = tile_rows(shape.registers) if long_window else _DEPTHWISE_PIXELS  # conv1d.pad_frames makes one divide
     rows = _rows(known_extent(sch, w), most)
     w_o, w_i = sch.split(w, [None, rows])
     sch.reorder(n, h, c_o, w_o, ry, rx, rc, w_i, c_i)
