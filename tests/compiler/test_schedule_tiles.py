@@ -194,15 +194,17 @@ def test_odd_vector_counts_tile_three_vectors_of_channels(cpu, tmp_path):
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)
 
 
-def _classifier_head(path, classes: int = 53, rows: int = 8, softmax: bool = False, bias_add: bool = True):
-    """A CTC recognizer's head in small: [1, rows, 24] x [24, classes] + a bias, classes not whole vectors;
-    ``softmax``: the probabilities over the classes (without ``bias_add``: of the product alone)."""
+def _classifier_head(
+    path, classes: int = 53, rows: int = 8, softmax: bool = False, bias_add: bool = True, features: int = 24
+):
+    """A CTC recognizer's head in small: [1, rows, features] x [features, classes] + a bias, classes not whole
+    vectors; ``softmax``: the probabilities over the classes (without ``bias_add``: of the product alone)."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    weights = numpy_helper.from_array(rng.standard_normal((24, classes)).astype(np.float32), "W")
+    weights = numpy_helper.from_array(rng.standard_normal((features, classes)).astype(np.float32), "W")
     bias = numpy_helper.from_array(rng.standard_normal(classes).astype(np.float32), "b")
     nodes = [helper.make_node("MatMul", ["x", "W"], ["m" if bias_add else "logits"])]
     if bias_add:
@@ -215,7 +217,7 @@ def _classifier_head(path, classes: int = 53, rows: int = 8, softmax: bool = Fal
     graph = helper.make_graph(
         nodes,
         "head",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, 24])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, features])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, rows, classes])],
         initializer=[weights, bias] if bias_add else [weights],
     )
@@ -315,3 +317,32 @@ def test_wide_heads_tile_four_vectors_of_columns(cpu, tmp_path):
     if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
         _, _, actual, expected = compile_and_run(path, tmp_path)
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", sorted(CPU_TARGETS))
+def test_wide_heads_over_many_features_reduce_in_chunks_that_fit_l1(cpu, tmp_path):
+    """A wide head over 1,024 features (a CTC recognizer's 8,210 classes over a 1,024-wide sequence model): a
+    tile's weights over the whole reduction (1,024 x 4 vectors: 256 KB with AVX-512) overflow L1, so a parallel
+    task is one block of columns over every row, the reduction in chunks whose weights fit 32 KB, the next chunk
+    prefetched by the rows after the first (64 x 1,024 x 8,256: 72-82 -> 93-111 GFLOP/s at one thread). AVX2's
+    heads are not wide (two vectors) and keep their tasks down the columns and rows. Results as onnxruntime's."""
+    import re
+
+    spec, (lanes, registers), _ = CPU_TARGETS[cpu]
+    path = _classifier_head(tmp_path / "head.onnx", classes=1101, rows=40, features=1024)
+    mod, done, left = prepared_and_scheduled(path, target_spec=spec)
+    assert not left, left
+    (head,) = [f for f in done if "matmul" in f]
+    script = mod[head].script()
+    chunks = re.findall(r"for (\w+) in T\.serial\(T\.int64\((\d+)\), annotations=\{\"tvmgen\.weight_chunks\"", script)
+    (task,) = re.findall(r"for (\w+) in T\.parallel\(", script)
+    if registers >= 32:
+        chunk = 32 * 1024 // (4 * lanes * 4)  # features whose weights for a tile of 4 vectors fill 32 KB
+        assert chunks == [("k_0", str(1024 // chunk))], chunks
+        assert "_fused" not in task, task  # columns only: each task runs every row
+        assert '"tvmgen.prefetch_next_weights": 2' in script
+    else:
+        assert not chunks and task.endswith("_fused"), (chunks, task)
+    if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-3, rtol=1e-4)
