@@ -1,5 +1,5 @@
 """Direct calls in the Python runtime (runtime/direct_calls.py): from the second run on, HostModel.run makes
-main's recorded kernel calls itself. Every model here gives the Relax VM's outputs bit for bit, whatever
+main's recorded kernel calls itself, in one call of the model library's tvmgen_replay. Every model here gives the Relax VM's outputs bit for bit, whatever
 arrays come (new ones, one refilled in place, read-only ones that are copied), and says which executor ran."""
 
 from __future__ import annotations
@@ -105,6 +105,8 @@ def test_direct_calls_equal_the_vm_bit_for_bit(artifacts, name):
             assert g.dtype == w.dtype and np.array_equal(g, w), (name, k)
     assert direct._direct is not None and direct._direct.recorded and not direct._direct.fixed_inputs
     assert direct._fast is not None  # the app's call: one function once recorded
+    # the kernels called in one call of the library's tvmgen_replay, each new input's tensor put in its place
+    assert direct._direct.replayed_by == "one native call"
     inputs = next(frames(direct.inputs, seed=9))
     want = vm.run(inputs)
     for got in (direct.run(inputs, repeat=3), direct.run(inputs, out=[np.empty_like(w) for w in want])):
@@ -128,6 +130,7 @@ def test_inputs_a_builtin_keeps_or_main_returns_are_copied_into_the_recorded_ten
         for g, w in zip(got, reference(x), strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
     assert model.executor == "direct calls" and model._direct.fixed_inputs and model._direct.recorded
+    assert model._direct.replayed_by == "one native call"
 
 
 def test_a_branching_main_keeps_the_vm_and_says_why(compiled, tmp_path):
@@ -144,7 +147,22 @@ def test_tvmgen_run_says_which_executor_ran(tvmgen_inprocess, artifacts):
 
     r = tvmgen_inprocess("run", artifacts["two_outputs"], "--json", "--repeat", "2")
     assert r.returncode == 0, r.output
-    assert json.loads(r.stdout)["executor"] == "direct calls"
+    said = json.loads(r.stdout)
+    assert said["executor"] == "direct calls" and said["replay"] == "one native call", said
     r = tvmgen_inprocess("run", artifacts["two_outputs"], "--vm", "--repeat", "2")
     assert r.returncode == 0, r.output
     assert "main ran on the relax vm: direct calls are turned off" in r.stderr
+
+
+def test_without_tvmgen_replay_the_calls_are_made_from_python(artifacts, monkeypatch):
+    """A model library compiled by an older tvmgen has no tvmgen_replay: each recorded call is made from Python
+    (as the plan's refusal here), with the same outputs, and replayed_by says so."""
+    from tvmgen.runtime.direct_calls import DirectCalls
+
+    monkeypatch.setattr(DirectCalls, "_native_plan", lambda self, names, inputs: "python: refused here")
+    direct, vm = HostModel(artifacts["two_outputs"]), HostModel(artifacts["two_outputs"], direct_calls=False)
+    for k, inputs in enumerate(frames(direct.inputs, seed=3)):
+        got, want = direct.run(inputs), vm.run(inputs)
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)), k
+    assert direct.executor == "direct calls" and direct.replayed_by == "python: refused here"
+    assert direct._direct._native is None

@@ -325,6 +325,8 @@ def run(
         "threads": model.threads,
         "thread_pool": model.parallel,
         "executor": model.executor,  # "direct calls", or "relax vm: " and why (runtime.direct_calls)
+        # how direct calls are made: "one native call" (the library's tvmgen_replay), or "python: " and why
+        "replay": model.replayed_by,
         "timings": model.timings.summary(),
         "runs_ms": [round(t, 4) for t in model.timings.runs_ms],  # each timed run: the report's distribution
         "outputs": [

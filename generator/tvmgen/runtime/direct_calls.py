@@ -13,6 +13,8 @@ the Python runtime's own, through the same public interfaces (the executable's `
 
 from __future__ import annotations
 
+from typing import Any
+
 # Builtins whose results depend on shapes and on which buffers exist, never on the tensors' values: they run
 # once, while the calls are recorded.
 RUNS_ONCE = frozenset(
@@ -64,6 +66,10 @@ def read_calls(text: str, entry: str) -> tuple[list[str], str]:
     return calls, ""
 
 
+# TVMFFIAny type indices (tvm/ffi/c_api.h): how tvmgen_replay passes each recorded argument, as tvm-ffi does
+_INT, _BOOL, _FLOAT, _TENSOR = 1, 2, 3, 70
+
+
 def _handle(value) -> int | None:
     """The address of a TVM object (two Python wrappers of one tensor share it), else None."""
     chandle = getattr(value, "__chandle__", None)
@@ -77,8 +83,17 @@ class DirectCalls:
     ``record``.
     """
 
-    def __init__(self, lib, entry: str):
+    def __init__(self, lib, entry: str, library=None):
+        """``library``: the path of the shared library ``lib`` was loaded from, whose ``tvmgen_replay`` makes
+        the recorded calls in one call (``native``)."""
         self.entry = entry
+        self._lib, self._library = lib, library
+        self._native: tuple | None = None  # (tvmgen_replay, the arrays it reads) once recorded, see _native_plan
+        self._native_slots: list = []  # per input: where its tensor's handle goes in the packed arguments
+        self._packed: Any = None  # the packed arguments (numpy, two int64 a TVMFFIAny)
+        self._native_args: tuple = ()  # tvmgen_replay's four integers (addresses of the arrays it reads, a count)
+        # how a replay makes its calls: "one native call" (tvmgen_replay), else "python: " and why
+        self.replayed_by = "python: not recorded yet"
         self.kernels: dict = {}  # the library's kernels main calls, by name
         self.why_not = self._prepare(lib, entry)
         self._calls: list = []  # [function, its argument list] in order
@@ -126,6 +141,7 @@ class DirectCalls:
         refused: list[str] = []
         looked_at = {_handle(t) for t in inputs}
         held: set = set()  # inputs given to a builtin that keeps them (a view, a tuple)
+        names: list[str] = []  # each call's kernel
 
         def keep(func, name, before_run, ret_value, *args):
             if not before_run:
@@ -141,6 +157,7 @@ class DirectCalls:
             elif any(isinstance(a, str) for a in args):  # the instrument sees a dtype argument as its name
                 refused.append(f"the kernel {name} takes a string or dtype argument")
             calls.append([kernel, list(args)])
+            names.append(name)
             return 0
 
         recorder.set_instrument(keep)
@@ -165,7 +182,55 @@ class DirectCalls:
             )
         self._current = list(inputs)  # the input tensors the recorded arguments hold
         self._calls, self._result, self.recorded = calls, result, True
+        self.replayed_by = self._native_plan(names, inputs)
         return result, ""
+
+    def _native_plan(self, names: list[str], inputs: list) -> str:
+        """Set up the recorded calls to be made in one call of the library's ``tvmgen_replay``
+        (jni/src/parallel/parallel_pool.cc): from Python each kernel call through tvm-ffi costs about 0.4 us,
+        most of a model of a few microseconds. Returns ``replayed_by``: "one native call", or "python: " and why
+        the calls stay Python's (a library compiled by an older tvmgen, an argument no kernel entry takes
+        as a plain value)."""
+        import ctypes
+        import os
+        import struct
+
+        import numpy as np
+        import tvm_ffi
+
+        if self._library is None:
+            return "python: the model library's path is unknown"
+        try:
+            replay = self._lib.get_function("tvmgen_replay", query_imports=True)
+            so = ctypes.CDLL(str(self._library), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+            entries = [ctypes.cast(so["__tvm_ffi_" + n], ctypes.c_void_p).value for n in names]
+        except (AttributeError, OSError):
+            return "python: the model library has no tvmgen_replay (compiled by an older tvmgen)"
+        packed: list[tuple[int, int]] = []
+        flat_of: dict[int, list[int]] = {}  # an input tensor's handle -> its places in ``packed``
+        looked_for = {_handle(t) for t in inputs}
+        for (_, args), name in zip(self._calls, names):
+            for a in args:
+                h = _handle(a)
+                if h is not None and isinstance(a, tvm_ffi.Tensor):
+                    if h in looked_for:
+                        flat_of.setdefault(h, []).append(len(packed))
+                    packed.append((_TENSOR, h))
+                elif isinstance(a, bool):
+                    packed.append((_BOOL, int(a)))
+                elif isinstance(a, int):
+                    packed.append((_INT, a))
+                elif isinstance(a, float):
+                    packed.append((_FLOAT, struct.unpack("<q", struct.pack("<d", a))[0]))
+                else:
+                    return f"python: the kernel {name} takes a {type(a).__name__}, not a tensor or a number"
+        self._packed = np.array(packed or [(0, 0)], dtype=np.int64)
+        self._native_slots = [flat_of.get(_handle(t) or 0, []) for t in inputs]
+        kernels = np.array(entries, dtype=np.uint64)
+        counts = np.array([len(args) for _, args in self._calls], dtype=np.int32)
+        self._native = (replay, kernels, counts)  # the arrays kept alive with the addresses taken of them
+        self._native_args = (kernels.ctypes.data, self._packed.ctypes.data, counts.ctypes.data, len(entries))
+        return "one native call"
 
     def replay(self, inputs: list):
         """A later run: the recorded kernel calls, in order, on ``inputs`` (the recorded tensors themselves when
@@ -174,8 +239,15 @@ class DirectCalls:
         for k, tensor in enumerate(inputs):
             if tensor is not current[k]:  # another input tensor than the last run's: put where the last was
                 for args, j in self._slots[k]:
-                    args[j] = tensor
+                    args[j] = tensor  # (also what keeps it alive for the native call)
+                if self._native is not None:
+                    h = _handle(tensor)
+                    for i in self._native_slots[k]:
+                        self._packed[i, 1] = h
                 current[k] = tensor
+        if self._native is not None:
+            self._native[0](*self._native_args)
+            return self._result
         for kernel, args in self._calls:
             kernel(*args)
         return self._result

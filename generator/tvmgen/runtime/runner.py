@@ -172,13 +172,19 @@ class HostModel:
         t2 = time.perf_counter()
         self.timings.load_ms, self.timings.init_ms = (t1 - t0) * 1e3, (t2 - t1) * 1e3
 
+    @property
+    def replayed_by(self) -> str | None:
+        """How the direct calls are made (``DirectCalls.replayed_by``: "one native call", or "python: " and why);
+        None where the VM runs."""
+        return self._direct.replayed_by if self._direct is not None else None
+
     def _direct_calls(self, lib, wanted: bool) -> tuple[DirectCalls | None, str]:
         """The direct calls for ``main`` and ``"direct calls"``, or None and ``"relax vm: "`` with the reason."""
         if not wanted:
             return None, "relax vm: direct calls are turned off (direct_calls=False; tvmgen run --vm)"
         if not self._in_place:
             return None, f"relax vm: direct calls are made on the CPU only ({self.manifest.device})"
-        direct = DirectCalls(lib, self.manifest.vm["entry"])
+        direct = DirectCalls(lib, self.manifest.vm["entry"], self.directory / self.manifest.export["library"])
         if direct.why_not:
             return None, f"relax vm: {direct.why_not}"
         return direct, "direct calls"
