@@ -37,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib
 import zoo
+import zoo_state_pairs
 
 PHASES = ("quiet", "contended")
 PACED_PHASES = ("quiet", "paced")
@@ -110,13 +111,18 @@ def time_model(
     """In a child with TVM_NUM_THREADS=threads: both engines, quiet then contended; with ``fps``, quiet then
     paced at ``fps`` runs a second, tvmgen-run (``runner``: a runtime install prefix) both ways, and the
     Java API (``java``: the JNI library's directory and a class path with tvmgen.jar and PacedRun) both ways."""
-    from tvmgen.core.model import random_inputs
     from tvmgen.runtime.runner import HostModel
 
     model_file, artifact = prepare(name, work)
     model = HostModel(artifact, threads=threads)
-    inputs = random_inputs(model.manifest.inputs, seed=0)
-    ref = zoo.reference_runner(model_file, zoo._consts(zoo.build_flags(name), model_file), threads)
+    # a streaming model's own inputs (its state held by the runtime): each run is one step, on both sides
+    inputs = zoo.model_inputs(model.inputs, 0, zoo.INPUT_VALUES.get(name, ({},))[0])
+    ref = zoo_state_pairs.reference_stepper(
+        model_file,
+        model.manifest,
+        model.directory,
+        zoo.reference_runner(model_file, zoo._consts(zoo.build_flags(name), model_file), threads),
+    )
     ours = model.run(inputs)
     row = {
         "model": name,
@@ -142,7 +148,7 @@ def time_model(
     if fps and runner is not None:
         row["tvmgen_run"] = time_tvmgen_run(runner / "bin" / "tvmgen-run", artifact, work, threads, fps, runs)
     if fps and java is not None:
-        row["jni"] = time_java(java, artifact, work, threads, fps, runs, model.manifest.inputs, inputs, ours, name)
+        row["jni"] = time_java(java, artifact, work, threads, fps, runs, model.inputs, inputs, ours, name)
     return row
 
 
