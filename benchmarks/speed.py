@@ -117,12 +117,9 @@ def time_model(
     model = HostModel(artifact, threads=threads)
     # a streaming model's own inputs (its state held by the runtime): each run is one step, on both sides
     inputs = zoo.model_inputs(model.inputs, 0, zoo.INPUT_VALUES.get(name, ({},))[0])
-    ref = zoo_state_pairs.reference_stepper(
-        model_file,
-        model.manifest,
-        model.directory,
-        zoo.reference_runner(model_file, zoo._consts(zoo.build_flags(name), model_file), threads),
-    )
+    ref = zoo.reference_runner(model_file, zoo._consts(zoo.build_flags(name), model_file), threads)
+    if model.manifest.state:  # (a stateless model's reference is timed as it is, with nothing around it)
+        ref = zoo_state_pairs.reference_stepper(model_file, model.manifest, model.directory, ref)
     ours = model.run(inputs)
     row = {
         "model": name,
