@@ -123,6 +123,7 @@ def test_steps_from_one_refilled_array_equal_the_vm(art):
             np.testing.assert_array_equal(direct.get_state(name), vm.get_state(name))
     assert direct._fast is not None and direct.executor == "direct calls"
     assert direct._direct.replayed_by == "one native call"  # the held values' buffers among its arguments
+    assert direct._direct.copies_state  # and the new values copied into them at its end (tvmgen_copy)
 
 
 def test_reset_get_and_set_state(art, model_path):

@@ -92,6 +92,8 @@ class DirectCalls:
         self._native_slots: list = []  # per input: where its tensor's handle goes in the packed arguments
         self._packed: Any = None  # the packed arguments (numpy, two int64 a TVMFFIAny)
         self._native_args: tuple = ()  # tvmgen_replay's four integers (addresses of the arrays it reads, a count)
+        self._copy_entry: int | None = None  # the library's tvmgen_copy
+        self.copies_state = False  # the replay ends copying a streaming model's new state (append_copies)
         # how a replay makes its calls: "one native call" (tvmgen_replay), else "python: " and why
         self.replayed_by = "python: not recorded yet"
         self.kernels: dict = {}  # the library's kernels main calls, by name
@@ -195,7 +197,6 @@ class DirectCalls:
         import os
         import struct
 
-        import numpy as np
         import tvm_ffi
 
         if self._library is None:
@@ -203,7 +204,7 @@ class DirectCalls:
         try:
             replay = self._lib.get_function("tvmgen_replay", query_imports=True)
             so = ctypes.CDLL(str(self._library), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-            entries = [ctypes.cast(so["__tvm_ffi_" + n], ctypes.c_void_p).value for n in names]
+            entries = [int(ctypes.cast(so["__tvm_ffi_" + n], ctypes.c_void_p).value or 0) for n in names]
         except (AttributeError, OSError):
             return "python: the model library has no tvmgen_replay (compiled by an older tvmgen)"
         packed: list[tuple[int, int]] = []
@@ -224,13 +225,40 @@ class DirectCalls:
                     packed.append((_FLOAT, struct.unpack("<q", struct.pack("<d", a))[0]))
                 else:
                     return f"python: the kernel {name} takes a {type(a).__name__}, not a tensor or a number"
-        self._packed = np.array(packed or [(0, 0)], dtype=np.int64)
         self._native_slots = [flat_of.get(_handle(t) or 0, []) for t in inputs]
-        kernels = np.array(entries, dtype=np.uint64)
-        counts = np.array([len(args) for _, args in self._calls], dtype=np.int32)
-        self._native = (replay, kernels, counts)  # the arrays kept alive with the addresses taken of them
-        self._native_args = (kernels.ctypes.data, self._packed.ctypes.data, counts.ctypes.data, len(entries))
+        self._set_native(replay, entries, packed, [len(args) for _, args in self._calls])
+        try:
+            self._copy_entry = ctypes.cast(so["__tvm_ffi_tvmgen_copy"], ctypes.c_void_p).value
+        except AttributeError:  # a library from before tvmgen_copy: the state copied from Python (HeldState.keep)
+            self._copy_entry = None
         return "one native call"
+
+    def _set_native(self, replay, entries: list[int], packed: list[tuple[int, int]], counts: list[int]) -> None:
+        import numpy as np
+
+        self._packed = np.array(packed or [(0, 0)], dtype=np.int64)
+        kernels, sizes = np.array(entries, dtype=np.uint64), np.array(counts, dtype=np.int32)
+        self._native = (replay, kernels, sizes, entries, packed, counts)  # the arrays kept alive with their addresses
+        self._native_args = (kernels.ctypes.data, self._packed.ctypes.data, sizes.ctypes.data, len(entries))
+
+    def append_copies(self, pairs: list) -> bool:
+        """Make each ``(source, destination)`` tensor copy (host memory, the same size) after the recorded calls,
+        in the same native call: a streaming model's new state into the buffers the next run reads it from
+        (``HeldState.keep``'s copies, about 0.3 us each from Python). False, and nothing changes, where the calls
+        are not made natively."""
+        if self._native is None or self._copy_entry is None:
+            return False
+        if not pairs:
+            return True
+        replay, _, _, entries, packed, counts = self._native
+        packed = [(int(a), int(b)) for a, b in self._packed] if packed else []
+        for src, dst in pairs:
+            self._calls.append([None, [src, dst]])  # kept alive with the other arguments (never called from here)
+            entries = [*entries, self._copy_entry]
+            packed = [*packed, (_TENSOR, _handle(src)), (_TENSOR, _handle(dst))]
+            counts = [*counts, 2]
+        self._set_native(replay, entries, packed, counts)
+        return True
 
     def replay(self, inputs: list):
         """A later run: the recorded kernel calls, in order, on ``inputs`` (the recorded tensors themselves when

@@ -272,11 +272,12 @@ class HostModel:
                     res = state.take(res)
                 result = _to_numpy(res, self._in_place) if out is None else self._copy_into(res, out)
             else:
+                replayed = direct.recorded  # (this run is the recording: main ran on the VM)
                 res = self._direct_run(direct, arrays)
                 own = res if state is None else state.own_outputs(res)
                 result = _to_numpy(own, self._in_place) if out is None else self._copy_into(own, out)
                 if state is not None:  # after the outputs are copied: one of them may be a held value
-                    state.keep(res)
+                    state.keep(res, copied=replayed and direct.copies_state)
             self._time(i, t0)
         assert result is not None  # the loop runs at least once
         return result
@@ -366,6 +367,8 @@ class HostModel:
             self._direct, self.executor = None, f"relax vm: {why_not}"
             return res
         if direct.recorded and not direct.fixed_inputs:
+            if self.state is not None:  # the new state into its buffers: the last of the native calls
+                direct.copies_state = direct.append_copies(self.state.copy_pairs(res))
             self._fast = self._fast_run(direct, res)
         return res
 
@@ -388,6 +391,8 @@ class HostModel:
         count, wrapped, slow = len(specs), self._wrapped, self._run
         replay, clock, append = direct.replay, time.perf_counter, self.timings.runs_ms.append
         pinned, keep = (None, None) if state is None else (state.pinned_arguments, state.keep)
+        if direct.copies_state:  # the replay copies the new state into the buffers pinned_arguments passes
+            keep = None
 
         def run(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
             if len(inputs) == count:

@@ -94,15 +94,24 @@ class HeldState:
         outs = [result] if hasattr(result, "numpy") else list(result)
         return [outs[i] for i in self._own_outputs]
 
-    def keep(self, result) -> None:
+    def keep(self, result, copied: bool = False) -> None:
         """Copy the state outputs of main's ``result`` into the pinned buffers (see ``pin``): the held values
         of the next run. A state output that is its buffer (the state passed through) needs no copy. Direct
-        calls return the same result every run: its copies are worked out once (``copies``)."""
+        calls return the same result every run: its copies are worked out once (``copies``). ``copied``: the
+        run made them already (``DirectCalls.append_copies``)."""
+        if copied:
+            self.tensors = list(self._buffers)
+            return
         if result is not self._kept_for:
             self._kept_for, self._copies = result, self.copies(result)
         for copy in self._copies:
             copy()
         self.tensors = list(self._buffers)
+
+    def copy_pairs(self, result) -> list:
+        """(state output, its pinned buffer) for each state output of ``result`` that is not its buffer."""
+        outs = [result] if hasattr(result, "numpy") else list(result)
+        return [(outs[i], b) for i, b in zip(self._from, self._buffers) if not outs[i].same_as(b)]
 
     def copies(self, result) -> list:
         """A function per state output of ``result`` that is not its buffer, copying it there: through numpy

@@ -456,6 +456,25 @@ struct TvmgenAny {  // TVMFFIAny's layout (tvm/ffi/c_api.h): a type index, paddi
   int64_t value;
 };
 typedef int (*TvmgenSafeCall)(void* self, const TvmgenAny* args, int32_t num_args, TvmgenAny* result);
+struct DLTensorHead {  // DLTensor's layout (dlpack.h)
+  void* data;
+  int32_t device_type, device_id;
+  int32_t ndim;
+  uint8_t code, bits;
+  uint16_t lanes;
+  const int64_t* shape;
+  const int64_t* strides;
+  uint64_t byte_offset;
+};
+struct DLTensorView {
+  const DLTensorHead* t;
+  uint64_t Bytes() const {
+    uint64_t n = (static_cast<uint64_t>(t->bits) * t->lanes + 7) / 8;
+    for (int32_t i = 0; i < t->ndim; ++i) n *= static_cast<uint64_t>(t->shape[i]);
+    return n;
+  }
+  char* Data() const { return static_cast<char*>(t->data) + t->byte_offset; }
+};
 
 __attribute__((visibility("default"))) int __tvm_ffi_tvmgen_replay(void*, const TvmgenAny* args, int32_t num_args,
                                                                    TvmgenAny* result) {
@@ -471,6 +490,27 @@ __attribute__((visibility("default"))) int __tvm_ffi_tvmgen_replay(void*, const 
     call_args += counts[i];
   }
   result->type_index = 0;  // None
+  result->padding = 0;
+  result->value = 0;
+  return 0;
+}
+
+// One tensor's bytes copied into another of the same size, both in host memory: a streaming model's new
+// state into the buffer the next run reads it from, made as the last of `tvmgen_replay`'s calls.
+static DLTensorView TensorOf(const TvmgenAny& a) {
+  // a tensor object (its DLTensor after the 24-byte object header, tvm/ffi/c_api.h) or a DLTensor*
+  const char* p = reinterpret_cast<const char*>(a.value);
+  return DLTensorView{reinterpret_cast<const DLTensorHead*>(a.type_index == 7 ? p : p + 24)};
+}
+
+__attribute__((visibility("default"))) int __tvm_ffi_tvmgen_copy(void*, const TvmgenAny* args, int32_t num_args,
+                                                                 TvmgenAny* result) {
+  if (num_args != 2) return -1;
+  const DLTensorView src = TensorOf(args[0]), dst = TensorOf(args[1]);
+  const uint64_t n = src.Bytes();
+  if (n != dst.Bytes()) return -1;
+  memcpy(dst.Data(), src.Data(), n);
+  result->type_index = 0;
   result->padding = 0;
   result->value = 0;
   return 0;
