@@ -367,6 +367,22 @@ def _float_model(nodes, shape, inits):
     return onnx_model(nodes, [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
 
 
+def _built_in_texture_memory(path, art, capsys):
+    """The model at ``path`` compiled for Adreno into ``art``, by the texture pipeline (no fallback said, the
+    kernels write images)."""
+    from tvmgen import frontends
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.targets.platforms import PLATFORMS
+
+    compile_to_artifact(
+        frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "adreno"), art, True, {"name": path.stem}
+    )
+    printed = capsys.readouterr()
+    assert "texture memory failed" not in printed.out + printed.err, printed
+    assert b"write_imagef" in (art / "model.so").read_bytes()
+    return art
+
+
 def test_squeeze_excite_blocks_stay_in_texture_memory_on_pocl(ocl_runtime, opencl_lib, tmp_path, capsys):
     """MobileNetV3-Small, EfficientNet-B0 and the zoo's seg_head fell back to buffers on Adreno: dlight's Conv2d
     rule left a squeeze-excite's broadcast multiply outside the GPU threads. With their texture builds, what the
@@ -377,18 +393,8 @@ def test_squeeze_excite_blocks_stay_in_texture_memory_on_pocl(ocl_runtime, openc
     and matches onnxruntime on PoCL."""
     import onnxruntime as ort
 
-    from tvmgen import frontends
-    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.targets.platforms import PLATFORMS
-
     path = _squeeze_excite_model(tmp_path / "se.onnx")
-    art = tmp_path / "adreno"
-    compile_to_artifact(
-        frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "adreno"), art, True, {"name": "se"}
-    )
-    printed = capsys.readouterr()
-    assert "texture memory failed" not in printed.out + printed.err, printed
-    assert b"write_imagef" in (art / "model.so").read_bytes()
+    art = _built_in_texture_memory(path, tmp_path / "adreno", capsys)
     x = np.random.default_rng(6).standard_normal((1, 16, 20, 20)).astype("float32")
     want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
     proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=1)
@@ -405,23 +411,13 @@ def test_a_layout_transform_that_only_reshapes_keeps_texture_memory_on_pocl(ocl_
     memory and matches LiteRT on PoCL."""
     import tensorflow as tf
 
-    from tvmgen import frontends
-    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.targets.platforms import PLATFORMS
-
     tf.keras.utils.set_random_seed(0)
     x = tf.keras.Input((16, 16, 8), batch_size=1)
     c = tf.keras.layers.Conv2D(4, 3, padding="same")(x)
     keras = tf.keras.Model(x, tf.keras.layers.UpSampling2D(2, interpolation="bilinear")(c))
     path = tmp_path / "up.tflite"
     path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(keras).convert())
-    art = tmp_path / "adreno"
-    compile_to_artifact(
-        frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "adreno"), art, True, {"name": "up"}
-    )
-    printed = capsys.readouterr()
-    assert "texture memory failed" not in printed.out + printed.err, printed
-    assert b"write_imagef" in (art / "model.so").read_bytes()
+    art = _built_in_texture_memory(path, tmp_path / "adreno", capsys)
     data = np.random.default_rng(8).standard_normal((1, 16, 16, 8)).astype("float32")
     interp = tf.lite.Interpreter(model_path=str(path))
     interp.allocate_tensors()
