@@ -121,9 +121,14 @@ def test_inputs_a_builtin_keeps_or_main_returns_are_copied_into_the_recorded_ten
     reference = identity_and_view_models()[name][1]
     model = HostModel(artifacts[name])
     x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
-    for k in range(4):
+    for k in range(6):
         if k == 2:
             x[...] = x * -2  # the same array, refilled
+        elif k == 4:
+            x = x + 1
+            x.flags.writeable = False  # read-only
+        elif k == 5:
+            x = np.asfortranarray(x + 1)  # not C-contiguous
         elif k:
             x = x + 1  # a new array
         got = model.run({"x": x})
@@ -131,6 +136,7 @@ def test_inputs_a_builtin_keeps_or_main_returns_are_copied_into_the_recorded_ten
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
     assert model.executor == "direct calls" and model._direct.fixed_inputs and model._direct.recorded
     assert model._direct.replayed_by == "one native call"
+    assert model._fast is not None  # the app's call: the arrays copied into the recorded tensors, then the calls
 
 
 def test_a_branching_main_keeps_the_vm_and_says_why(compiled, tmp_path):
