@@ -89,6 +89,9 @@ class DirectCalls:
         self.entry = entry
         self._lib, self._library = lib, library
         self._native: tuple | None = None  # (tvmgen_replay, the arrays it reads) once recorded, see _native_plan
+        self._entries: list[int] = []  # each native call's entry point, and its argument count
+        self._counts: list[int] = []
+        self._kept: list = []  # tensors the native calls take that no recorded call holds (append_copies)
         self._native_slots: list = []  # per input: where its tensor's handle goes in the packed arguments
         self._packed: Any = None  # the packed arguments (numpy, two int64 a TVMFFIAny)
         self._native_args: tuple = ()  # tvmgen_replay's four integers (addresses of the arrays it reads, a count)
@@ -236,9 +239,10 @@ class DirectCalls:
     def _set_native(self, replay, entries: list[int], packed: list[tuple[int, int]], counts: list[int]) -> None:
         import numpy as np
 
+        self._entries, self._counts = entries, counts
         self._packed = np.array(packed or [(0, 0)], dtype=np.int64)
         kernels, sizes = np.array(entries, dtype=np.uint64), np.array(counts, dtype=np.int32)
-        self._native = (replay, kernels, sizes, entries, packed, counts)  # the arrays kept alive with their addresses
+        self._native = (replay, kernels, sizes)  # the arrays kept alive with the addresses taken of them
         self._native_args = (kernels.ctypes.data, self._packed.ctypes.data, sizes.ctypes.data, len(entries))
 
     def append_copies(self, pairs: list) -> bool:
@@ -250,14 +254,15 @@ class DirectCalls:
             return False
         if not pairs:
             return True
-        replay, _, _, entries, packed, counts = self._native
-        packed = [(int(a), int(b)) for a, b in self._packed] if packed else []
+        # the arguments as they stand (an input's tensor may have been put in since), without the empty placeholder
+        packed = [(int(a), int(b)) for a, b in self._packed[: sum(self._counts)]]
+        entries, counts = list(self._entries), list(self._counts)
         for src, dst in pairs:
-            self._calls.append([None, [src, dst]])  # kept alive with the other arguments (never called from here)
-            entries = [*entries, self._copy_entry]
-            packed = [*packed, (_TENSOR, _handle(src)), (_TENSOR, _handle(dst))]
-            counts = [*counts, 2]
-        self._set_native(replay, entries, packed, counts)
+            self._kept += [src, dst]
+            entries.append(self._copy_entry)
+            packed += [(_TENSOR, _handle(src) or 0), (_TENSOR, _handle(dst) or 0)]
+            counts.append(2)
+        self._set_native(self._native[0], entries, packed, counts)
         return True
 
     def replay(self, inputs: list):
