@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -367,9 +368,9 @@ def _float_model(nodes, shape, inits):
     return onnx_model(nodes, [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
 
 
-def _built_in_texture_memory(path, art, capsys):
+def _built_in_texture_memory(path, art, capsys, images: bool = True):
     """The model at ``path`` compiled for Adreno into ``art``, by the texture pipeline (no fallback said, the
-    kernels write images)."""
+    kernels write images where ``images``)."""
     from tvmgen import frontends
     from tvmgen.compiler.build import BuildOptions, compile_to_artifact
     from tvmgen.compiler.targets.platforms import PLATFORMS
@@ -379,7 +380,7 @@ def _built_in_texture_memory(path, art, capsys):
     )
     printed = capsys.readouterr()
     assert "texture memory failed" not in printed.out + printed.err, printed
-    assert b"write_imagef" in (art / "model.so").read_bytes()
+    assert (b"write_imagef" in (art / "model.so").read_bytes()) == images
     return art
 
 
@@ -428,3 +429,155 @@ def test_a_layout_transform_that_only_reshapes_keeps_texture_memory_on_pocl(ocl_
     proc, outs = run_native(ocl_runtime, art, {name: data}, tmp_path, repeat=1)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+
+
+def test_ceil_mode_max_pooling_keeps_texture_memory_on_pocl(ocl_runtime, opencl_lib, tmp_path, capsys):
+    """SqueezeNet's max poolings (3x3, stride 2, ceil mode: a row and a column of padding on the far side)
+    fell back to buffers on Adreno: dlight's Adreno Pool2D vectorises a pixel's 4 channels around the window's
+    loops, TVM's vectorizer cannot vectorise a loop holding serial ones, and the texture store was left with one
+    channel ("Expected Data to be Written equal to Texture Store length"). ``adreno.TexturePool2D`` walks the
+    window outside the channels. Here a ceil-mode pooling, one padded on every side and one over a window that
+    does not divide the rows build in texture memory, the pooling kernels written by that rule, and match
+    onnxruntime on PoCL (the padding is -inf, so a padded pixel never wins)."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(3)
+
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype("float32"), name)
+
+    inits = [w("w0", 8, 4, 3, 3), w("b0", 8), w("w1", 16, 8, 1, 1), w("b1", 16)]
+    from onnx import helper
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], strides=[2, 2]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("MaxPool", ["r0"], ["p0"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+        helper.make_node("Conv", ["p0", "w1", "b1"], ["c1"]),
+        helper.make_node("MaxPool", ["c1"], ["p1"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+        helper.make_node("MaxPool", ["p1"], ["y"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+    ]
+    path = save_onnx(_float_model(nodes, [1, 4, 47, 47], inits), tmp_path / "pools.onnx")  # 4 channels in: NCHW4c
+    art = _built_in_texture_memory(path, tmp_path / "adreno", capsys)
+    source = (art / "model.so").read_bytes()
+    # the kernels' definitions (not the declarations before them), each to the next kernel
+    found = re.finditer(rb"__kernel void (max_pool2d\w*)\([^;{]*\{.*?(?=__kernel|\Z)", source, re.S)
+    bodies = {m.group(1): m.group(0) for m in found}
+    assert len(bodies) == 3, list(bodies)
+    for body in bodies.values():  # TexturePool2D's: the image read, no padded copy made first
+        assert b"READ_IMAGEF(" in body and b"pad_temp" not in body, body[:2000]
+    # each writes its pixel into an image, but the last: the model's output is a buffer
+    assert sum(b"write_imagef" in body for body in bodies.values()) == 2
+    x = rng.standard_normal((1, 4, 47, 47)).astype("float32")
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    assert want.shape == (1, 16, 6, 6)
+    proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=1)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+
+
+def test_channel_splits_keep_texture_memory_and_cut_where_meant_on_pocl(ocl_runtime, opencl_lib, tmp_path, capsys):
+    """YOLOv8's C2f blocks split their channels in halves (ONNX Split with sizes). TVM's layout inference
+    moves a split's axis into NCHW4c but keeps its indices: 32 channels (8 blocks of 4) cut at 16 left the
+    second half 0 channels, and the texture build of the whole detector failed ("the data channel size is
+    0"). ``rewrites.splits_by_sections`` makes equal parts a number of sections (the same in either layout)
+    and unequal ones slices. Here an equal split and an unequal one between convolutions build in texture
+    memory and match onnxruntime on PoCL."""
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype("float32"), name)
+
+    def sizes(name, *values):
+        return numpy_helper.from_array(np.array(values, dtype=np.int64), name)
+
+    inits = [w("w0", 32, 4, 3, 3), w("w1", 16, 16, 3, 3), w("w2", 8, 24, 1, 1), sizes("halves", 16, 16)]
+    inits += [sizes("uneven", 8, 24)]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1] * 4),
+        helper.make_node("Split", ["c0", "halves"], ["a", "b"], axis=1),
+        helper.make_node("Conv", ["b", "w1"], ["c1"], pads=[1] * 4),
+        helper.make_node("Concat", ["a", "c1"], ["cat"], axis=1),
+        helper.make_node("Split", ["cat", "uneven"], ["u", "v"], axis=1),
+        helper.make_node("Conv", ["v", "w2"], ["c2"]),
+        helper.make_node("Concat", ["c2", "u"], ["y"], axis=1),
+    ]
+    path = save_onnx(_float_model(nodes, [1, 4, 12, 12], inits), tmp_path / "splits.onnx")
+    art = _built_in_texture_memory(path, tmp_path / "adreno", capsys)
+    x = rng.standard_normal((1, 4, 12, 12)).astype("float32")
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    assert want.shape == (1, 16, 12, 12)
+    proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=1)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+
+
+def test_splits_by_sections_rewrites_only_cuts_by_index_of_4d_tensors():
+    """Equal parts become sections, unequal ones slices of the same bounds; a split by sections and a split of a
+    3-D tensor are left as they are."""
+    from tvm import relax
+
+    from tvmgen.compiler import rewrites
+
+    bb = relax.BlockBuilder()
+    x4 = relax.Var("x", relax.TensorType((1, 32, 4, 4), "float32"))
+    x3 = relax.Var("z", relax.TensorType((1, 144, 10), "float32"))
+    with bb.function("main", [x4, x3]):
+        with bb.dataflow():
+            parts = [
+                bb.emit(relax.op.split(x4, [16], axis=1)),
+                bb.emit(relax.op.split(x4, [8, 24], axis=1)),
+                bb.emit(relax.op.split(x4, 2, axis=-1)),
+                bb.emit(relax.op.split(x3, [64], axis=1)),
+            ]
+            items = [relax.TupleGetItem(p, 1) for p in parts] + [relax.TupleGetItem(parts[1], 0)]
+            out = bb.emit_output(relax.Tuple(items))
+        bb.emit_func_output(out)
+    text = rewrites.splits_by_sections(bb.get())["main"].script()
+    assert "R.split(x, indices_or_sections=2, axis=1)" in text
+    assert "R.strided_slice(x, (1,), (0,), (8,)" in text and "R.strided_slice(x, (1,), (8,), (24,)" in text
+    assert "R.split(x, indices_or_sections=2, axis=-1)" in text
+    assert "R.split(z, indices_or_sections=[64], axis=1)" in text
+    assert text.count("R.split(") == 3
+
+
+def test_stacked_maximum_and_recurrent_kernels_stay_on_the_texture_pipeline_on_pocl(
+    ocl_runtime, opencl_lib, tmp_path, capsys
+):
+    """Two more causes of whole-model fallbacks to buffers. ONNX ``Max(x, 0)`` imports as a stack and a max,
+    and TVM's layout conversion of a stack fails ("can't find S in source layout ABC": the zoo's byte_cnn);
+    the Adreno pipeline now runs the rewrites the CPU pipeline runs before its conversion
+    (``rewrites.before_layout_conversion``: no stack, no negative axes). tvmgen's LSTM/GRU kernels declared
+    int32 sizes, and the texture pipeline's SpecializePrimFuncBasedOnCallSite takes an int32 50 for another
+    number than Relax's int64 50 (audio_rnn, the VADs); their sizes are int64 now. Both models build with the
+    texture pipeline and match onnxruntime on PoCL."""
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype("float32"), name)
+
+    zero = numpy_helper.from_array(np.zeros((1,), "float32"), "zero")
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1] * 4),
+        helper.make_node("Max", ["c0", "zero"], ["m"]),
+        helper.make_node("ReduceMean", ["m"], ["y"], axes=[-1], keepdims=0),
+    ]
+    stacked = save_onnx(_float_model(nodes, [1, 4, 10, 10], [w("w0", 8, 4, 3, 3), zero]), tmp_path / "max.onnx")
+    seq, size, hidden = 7, 5, 6
+    lstm = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], hidden_size=hidden)
+    inits = [w("W", 1, 4 * hidden, size), w("R", 1, 4 * hidden, hidden), w("B", 1, 8 * hidden)]
+    recurrent = save_onnx(_float_model([lstm], [seq, 1, size], inits), tmp_path / "lstm.onnx")
+    for path, images in ((stacked, True), (recurrent, False)):
+        art = _built_in_texture_memory(path, tmp_path / path.stem, capsys, images=images)
+        x = rng.standard_normal(ort.InferenceSession(str(path)).get_inputs()[0].shape).astype("float32")
+        want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+        proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path / path.stem, repeat=1)
+        assert proc.returncode == 0, proc.stderr
+        np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)

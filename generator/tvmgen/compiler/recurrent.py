@@ -127,7 +127,9 @@ def _buffers(S, B, I, H, G):
         "Y": (S, B, H),
         "C": (B, H),
     }
-    return lambda name: T.Buffer(shapes[name], "float32")
+    # int64 sizes, as Relax gives its tensors': SpecializePrimFuncBasedOnCallSite (the Adreno pipeline)
+    # matches each call's shapes against these, and an int32 50 is not the int64 50 to it
+    return lambda name: T.Buffer(tuple(T.int64(d) for d in shapes[name]), "float32")
 
 
 # =========================================================================== CPU

@@ -1,5 +1,6 @@
 """Relax rewrites that put operators in forms TVM's passes handle (Clip / ReLU6 bounds as Relax
-operators, no ``stack`` and no negative axes for the layout conversion, a channel-wise PReLU), and the
+operators, no ``stack``, no negative axes and no split by index for the layout conversion, a channel-wise
+PReLU), and the
 helpers the rewrite modules share (``single_use_vars``, ``rewrite_functions``, ``module_pass``).
 
 The other rewrites live by kind: ``conv_layout`` (convolution input layouts and channel padding),
@@ -7,6 +8,8 @@ The other rewrites live by kind: ``conv_layout`` (convolution input layouts and 
 ``memory_rewrites`` (concatenations written in place)."""
 
 from __future__ import annotations
+
+import itertools
 
 
 def tir_min_max_as_relax(mod):
@@ -73,6 +76,43 @@ def clip_as_min_max(mod):
         if isinstance(func, relax.Function):
             mod[gv] = rewrite_call(clip, min_max, func)
     return mod
+
+
+def splits_by_sections(mod):
+    """``split(x, indices)`` of a 4-D tensor -> ``split(x, sections)`` where the parts are equal, else a
+    ``strided_slice`` per part.
+
+    TVM's layout inference for ``split`` moves its axis into a converted layout but keeps its indices:
+    in NCHW4c, a C2f block's split of 32 channels at 16 (YOLOv8) cut the 8 channel blocks at 16, the
+    second part had 0 channels, and the Adreno texture build failed ("the data channel size is 0") for
+    the whole model. A number of equal sections means the same in either layout; a slice goes back to
+    the source layout where the conversion cannot follow it (a layout transform, never a wrong cut)."""
+    from tvm import relax
+    from tvm.relax.dpl.pattern import is_op, wildcard
+
+    split = is_op("relax.split")(wildcard())
+
+    def by_sections(expr, matches):
+        call = matches[split]
+        shape = static_shape(call.args[0])
+        try:  # indices, not a number of sections
+            cuts = [int(c) for c in call.attrs.indices_or_sections]
+        except TypeError:
+            return expr
+        if shape is None or len(shape) != 4:
+            return expr
+        axis = int(call.attrs.axis) % 4
+        bounds = [0, *cuts, shape[axis]]
+        if None in bounds:
+            return expr
+        parts = list(itertools.pairwise(bounds))
+        sizes = {b - a for a, b in parts}
+        x = call.args[0]
+        if len(sizes) == 1:
+            return relax.op.split(x, len(parts), axis)
+        return relax.Tuple([relax.op.strided_slice(x, [axis], [a], [b], assume_inbound=True) for a, b in parts])
+
+    return rewrite_functions(mod, split, by_sections)
 
 
 REDUCTIONS = ("sum", "mean", "max", "min", "prod", "variance", "std")
@@ -212,6 +252,15 @@ def rewrite_functions(mod, pattern, rewrite):
         if isinstance(func, relax.Function):
             mod[gv] = rewrite_call(pattern, rewrite, func)
     return mod
+
+
+def before_layout_conversion() -> list:
+    """The passes TVM 0.27's ConvertLayout needs before it, whatever the layout: axes from the start
+    (``non_negative_axes``) and no ``stack`` (``stack_free``)."""
+    return [
+        module_pass("TvmgenNonNegativeAxes", non_negative_axes),
+        module_pass("TvmgenStackFree", stack_free),  # TVM's layout of a stack breaks
+    ]
 
 
 def module_pass(name: str, fn):

@@ -76,8 +76,7 @@ def layout_passes(target) -> list:
             conv1d.PadFrames(target),
             relax.transform.FoldConstant(),
             _ReluBoundsAsRelax(),
-            rewrites.module_pass("TvmgenNonNegativeAxes", rewrites.non_negative_axes),
-            rewrites.module_pass("TvmgenStackFree", rewrites.stack_free),  # TVM's layout of a stack breaks
+            *rewrites.before_layout_conversion(),
             relax.transform.ConvertLayout(
                 {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv2d_transpose": ["NHWC", "IOHW"]}
             ),

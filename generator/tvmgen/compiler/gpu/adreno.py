@@ -166,6 +166,58 @@ class TextureReduction:
         return sch
 
 
+class TexturePool2D:
+    """A pooling of 4-channel pixels (NCHW4c: max pooling, or the sum of an adaptive average) with its
+    reduction window outside the 4 channels. dlight's Adreno Pool2D vectorises the channels around the
+    window's loops and the local copy, and VectorizeLoop cannot vectorise a loop holding a serial one:
+    the texture store kept one channel's value where the pixel's 4 are written, and TVM stopped the
+    build ("Expected Data to be Written equal to Texture Store length"; a ceil-mode max pooling, as in
+    SqueezeNet, so lost texture memory for the whole model). Here each thread owns one output pixel: the
+    window is walked with a 4-channel maximum or sum a step, the padding read through the input with
+    its condition (no padded copy), and the pixel written once, vectorised."""
+
+    THREADS = 256  # at most, a divisor of the pixels: TIR does not vectorise a block under a predicate
+
+    def apply(self, func, target, _tune):
+        from tvm.s_tir.dlight import analysis
+        from tvm.tirx import ForKind
+
+        opened = _texture_schedule(func, target)
+        if opened is None:
+            return None
+        sch, _root, blocks, reductions = opened
+        if len(reductions) != 1 or sch.get(reductions[0]).name_hint not in ("pool_max", "adaptive_pool_sum"):
+            return None
+        pool = reductions[0]
+        if "".join(it.kind for it in analysis.get_sblock_info(sch, pool).iters) != "SSSSSRR":
+            return None
+        loops = sch.get_loops(pool)
+        if len(loops) != 7 or int(sch.get(loops[4]).extent) != 4:
+            return None
+        at = blocks.index(pool)
+        for block in reversed(blocks[:at]):  # the padding: a condition on each read
+            sch.compute_inline(block)
+        write = sch.cache_write(pool, 0, "local")
+        for block in blocks[at + 1 :]:  # an average's division, a cast: folded into the pixel's write
+            sch.reverse_compute_inline(block)
+        channels, window = loops[4], loops[5:]
+        pixels = sch.fuse(*loops[:4])
+        extent = int(sch.get(pixels).extent)
+        divisors = [d for d in range(1, min(extent, self.THREADS) + 1) if extent % d == 0]
+        threads = max(divisors, key=lambda d: (d % 32 == 0, d))  # whole waves where the pixels allow
+        bx, tx = sch.split(pixels, [None, threads])
+        sch.bind(bx, "blockIdx.x")
+        sch.bind(tx, "threadIdx.x")
+        sch.reorder(*window, channels)
+        sch.reverse_compute_at(write, tx)
+        sch.vectorize(channels)  # while the block has its init: TIR vectorises only whole reductions
+        init = sch.decompose_reduction(pool, window[0])
+        for block in (init, write):
+            if sch.get(sch.get_loops(block)[-1]).kind != ForKind.VECTORIZED:
+                sch.vectorize(sch.get_loops(block)[-1])
+        return sch
+
+
 def _ty_scope(ty) -> str:
     vdevice = getattr(ty, "vdevice", None)
     return str(vdevice.memory_scope) if vdevice is not None else ""
@@ -282,7 +334,9 @@ def legalize_passes(target, texture: bool = True, report: dict | None = None) ->
     ]
     if texture:
         passes += [
+            *rewrites.before_layout_conversion(),
             rewrites.module_pass("TvmgenClipAsMinMax", rewrites.clip_as_min_max),  # converts with the layouts
+            rewrites.module_pass("TvmgenSplitsBySections", rewrites.splits_by_sections),  # cut where meant
             relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW4c", "OIHW4o", "NCHW4c"]}),
             relax.transform.Normalize(),
             relax.transform.FoldConstant(),
@@ -316,6 +370,7 @@ def legalize_passes(target, texture: bool = True, report: dict | None = None) ->
             dl.adreno.Conv2d(),
             Conv2dEpilogue(),
             dl.adreno.LayoutTransform(),
+            TexturePool2D(),
             dl.adreno.Pool2D(),
             TextureReduction(),
             dl.adreno.Fallback(),
