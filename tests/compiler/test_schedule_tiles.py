@@ -95,6 +95,54 @@ def test_large_1x1_weights_run_in_chunks_that_fit_l1(cpu, tmp_path):
 
 
 @pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
+def test_1x1_projections_whose_tile_weights_overflow_l1_are_weight_stationary(cpu, tmp_path):
+    """MobileNetV2's and MnasNet's last-stage projections (7 x 7 pixels, 1x1 576 -> 192: 442 KB of weights,
+    6 channel blocks of 2 AVX-512 vectors) ran in bands of rows, each tile of 7 rows re-reading its 74 KB
+    block of weights from L2. Where a tile's block overflows L1 (AVX-512, AVX2: 576 x 2 vectors x 4 bytes,
+    74 and 37 KB) and there are at least 4 channel blocks, a task is a block of channels over every pixel,
+    the reduction in chunks that fit 32 KB (a power of two dividing 576: 64). NEON's tile (2 x 4
+    lanes: 18 KB over the reduction) fits L1: its bands stay. Results as onnxruntime's."""
+    model = _one_conv([1, 576, 7, 7], [1, 192, 7, 7], (192, 576, 1, 1), seed=21, scale=0.04)
+    path = save_onnx(model, tmp_path / "projection.onnx")
+    _, (lanes, _), _ = CPU_TARGETS[cpu]
+    script = _scheduled_conv(path, cpu)
+    tile = lanes * 2
+    chunks = re.findall(r"for rc_0 in T\.serial\(T\.int64\((\d+)\), annotations=\{\"tvmgen\.weight_chunks\"", script)
+    if 576 * tile * 4 <= 32 * 1024:
+        assert not chunks and not re.search(rf"\w+_0 in T\.parallel\(T\.int64\({192 // tile}\)\)", script), script
+        return
+    assert re.search(rf"\w+_0 in T\.parallel\(T\.int64\({192 // tile}\)\)", script), script
+    chunk = max(c for c in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if c * tile * 4 <= 32 * 1024 and 576 % c == 0)
+    assert chunk == 64 and chunks == ["9"], chunks  # 576 = 9 x 64 on both
+    if cpu == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
+def test_short_1x1_band_tiles_reduce_in_l1_chunks(cpu, tmp_path):
+    """MnasNet's 14 x 14 1x1 480 -> 80 with a residual add: AVX-512's tile is 2 rows x 5 vectors (80 channels;
+    7 rows would need 35 accumulators), and each re-read the 154 KB block of weights from L2. Its band tasks
+    (one row of 14 pixels) now run the reduction in chunks that fit L1 (32 channels: 32 x 80 x 4 = 10 KB; a
+    power of two dividing 480) over the band's 7 tiles, the next chunk prefetched. AVX2's block (2 vectors of
+    8: 480 x 16 x 4 = 30 KB) fits L1 and NEON's tile has 7 rows: their bands stay unchunked. Results as
+    onnxruntime's."""
+    model = _one_conv([1, 480, 14, 14], [1, 80, 14, 14], (80, 480, 1, 1), seed=23, scale=0.04)
+    path = save_onnx(model, tmp_path / "narrow.onnx")
+    script = _scheduled_conv(path, cpu)
+    chunks = re.findall(r"for rc_0 in T\.serial\(T\.int64\((\d+)\), annotations=\{\"tvmgen\.weight_chunks\"", script)
+    unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
+    if cpu != "avx512":
+        assert not chunks and max(unrolled) == (7 if cpu == "neon" else 2), (chunks, unrolled)
+        return
+    assert chunks == ["15"] and max(unrolled) == 5 and 2 in unrolled, (chunks, unrolled)
+    assert re.search(r"T\.parallel\(T\.int64\(14\)\)", script), script  # a row of 14 pixels a task
+    assert '"tvmgen.prefetch_next_weights": 2' in script
+    _, _, actual, expected = compile_and_run(path, tmp_path)
+    assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
 def test_band_tiles_have_up_to_14_rows(cpu, tmp_path):
     """A convolution in bands of rows: tiles of up to 14 rows x 2 vectors with 32 registers (28
     accumulators: a weight vector feeds 14 multiply-adds, not 8), 6 with AVX2's 16. On an awkward
