@@ -368,6 +368,25 @@ def _float_model(nodes, shape, inits):
     return onnx_model(nodes, [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
 
 
+def _weight(rng, name, *shape):
+    """A float32 ONNX initializer of ``shape``, normal values scaled by 0.3."""
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype("float32"), name)
+
+
+def _matches_onnxruntime_on_pocl(ocl_runtime, path, art, x, work):
+    """The artifact ``art`` of the model at ``path`` run on ``x`` (input "x") by tvmgen-run on PoCL gives
+    onnxruntime's output; returns that output."""
+    import onnxruntime as ort
+
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    proc, outs = run_native(ocl_runtime, art, {"x": x}, work, repeat=1)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+    return want
+
+
 def _built_in_texture_memory(path, art, capsys, images: bool = True):
     """The model at ``path`` compiled for Adreno into ``art``, by the texture pipeline (no fallback said, the
     kernels write images where ``images``)."""
@@ -439,16 +458,10 @@ def test_ceil_mode_max_pooling_keeps_texture_memory_on_pocl(ocl_runtime, opencl_
     window outside the channels. Here a ceil-mode pooling, one padded on every side and one over a window that
     does not divide the rows build in texture memory, the pooling kernels written by that rule, and match
     onnxruntime on PoCL (the padding is -inf, so a padded pixel never wins)."""
-    import onnxruntime as ort
-    from onnx import numpy_helper
+    from onnx import helper
 
     rng = np.random.default_rng(3)
-
-    def w(name, *shape):
-        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype("float32"), name)
-
-    inits = [w("w0", 8, 4, 3, 3), w("b0", 8), w("w1", 16, 8, 1, 1), w("b1", 16)]
-    from onnx import helper
+    inits = [_weight(rng, *spec) for spec in (("w0", 8, 4, 3, 3), ("b0", 8), ("w1", 16, 8, 1, 1), ("b1", 16))]
 
     nodes = [
         helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], strides=[2, 2]),
@@ -470,11 +483,7 @@ def test_ceil_mode_max_pooling_keeps_texture_memory_on_pocl(ocl_runtime, opencl_
     # each writes its pixel into an image, but the last: the model's output is a buffer
     assert sum(b"write_imagef" in body for body in bodies.values()) == 2
     x = rng.standard_normal((1, 4, 47, 47)).astype("float32")
-    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
-    assert want.shape == (1, 16, 6, 6)
-    proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=1)
-    assert proc.returncode == 0, proc.stderr
-    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+    assert _matches_onnxruntime_on_pocl(ocl_runtime, path, art, x, tmp_path).shape == (1, 16, 6, 6)
 
 
 def test_channel_splits_keep_texture_memory_and_cut_where_meant_on_pocl(ocl_runtime, opencl_lib, tmp_path, capsys):
@@ -484,19 +493,13 @@ def test_channel_splits_keep_texture_memory_and_cut_where_meant_on_pocl(ocl_runt
     0"). ``rewrites.splits_by_sections`` makes equal parts a number of sections (the same in either layout)
     and unequal ones slices. Here an equal split and an unequal one between convolutions build in texture
     memory and match onnxruntime on PoCL."""
-    import onnxruntime as ort
     from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(4)
-
-    def w(name, *shape):
-        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype("float32"), name)
-
-    def sizes(name, *values):
-        return numpy_helper.from_array(np.array(values, dtype=np.int64), name)
-
-    inits = [w("w0", 32, 4, 3, 3), w("w1", 16, 16, 3, 3), w("w2", 8, 24, 1, 1), sizes("halves", 16, 16)]
-    inits += [sizes("uneven", 8, 24)]
+    inits = [_weight(rng, *spec) for spec in (("w0", 32, 4, 3, 3), ("w1", 16, 16, 3, 3), ("w2", 8, 24, 1, 1))]
+    inits += [
+        numpy_helper.from_array(np.array(v, dtype=np.int64), n) for n, v in (("halves", [16, 16]), ("uneven", [8, 24]))
+    ]
     nodes = [
         helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1] * 4),
         helper.make_node("Split", ["c0", "halves"], ["a", "b"], axis=1),
@@ -509,11 +512,7 @@ def test_channel_splits_keep_texture_memory_and_cut_where_meant_on_pocl(ocl_runt
     path = save_onnx(_float_model(nodes, [1, 4, 12, 12], inits), tmp_path / "splits.onnx")
     art = _built_in_texture_memory(path, tmp_path / "adreno", capsys)
     x = rng.standard_normal((1, 4, 12, 12)).astype("float32")
-    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
-    assert want.shape == (1, 16, 12, 12)
-    proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=1)
-    assert proc.returncode == 0, proc.stderr
-    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+    assert _matches_onnxruntime_on_pocl(ocl_runtime, path, art, x, tmp_path).shape == (1, 16, 12, 12)
 
 
 def test_splits_by_sections_rewrites_only_cuts_by_index_of_4d_tensors():
@@ -559,25 +558,24 @@ def test_stacked_maximum_and_recurrent_kernels_stay_on_the_texture_pipeline_on_p
     from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(5)
-
-    def w(name, *shape):
-        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype("float32"), name)
-
     zero = numpy_helper.from_array(np.zeros((1,), "float32"), "zero")
     nodes = [
         helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1] * 4),
         helper.make_node("Max", ["c0", "zero"], ["m"]),
         helper.make_node("ReduceMean", ["m"], ["y"], axes=[-1], keepdims=0),
     ]
-    stacked = save_onnx(_float_model(nodes, [1, 4, 10, 10], [w("w0", 8, 4, 3, 3), zero]), tmp_path / "max.onnx")
+    stacked = save_onnx(
+        _float_model(nodes, [1, 4, 10, 10], [_weight(rng, "w0", 8, 4, 3, 3), zero]), tmp_path / "max.onnx"
+    )
     seq, size, hidden = 7, 5, 6
     lstm = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], hidden_size=hidden)
-    inits = [w("W", 1, 4 * hidden, size), w("R", 1, 4 * hidden, hidden), w("B", 1, 8 * hidden)]
+    inits = [
+        _weight(rng, "W", 1, 4 * hidden, size),
+        _weight(rng, "R", 1, 4 * hidden, hidden),
+        _weight(rng, "B", 1, 8 * hidden),
+    ]
     recurrent = save_onnx(_float_model([lstm], [seq, 1, size], inits), tmp_path / "lstm.onnx")
     for path, images in ((stacked, True), (recurrent, False)):
         art = _built_in_texture_memory(path, tmp_path / path.stem, capsys, images=images)
         x = rng.standard_normal(ort.InferenceSession(str(path)).get_inputs()[0].shape).astype("float32")
-        want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
-        proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path / path.stem, repeat=1)
-        assert proc.returncode == 0, proc.stderr
-        np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+        _matches_onnxruntime_on_pocl(ocl_runtime, path, art, x, tmp_path / path.stem)
