@@ -118,8 +118,9 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     # columns over every row, the reduction in chunks whose weights fit L1, the next chunk
     # prefetched. Each tile of rows re-read its whole 256 KB block from L2: the 64 x 1,024 x 8,256
     # head ran at 72-82 GFLOP/s at one thread, in chunks of 128 at 93-111 (AVX-512).
-    chunked_head = wide_head and _weight_chunk(sch, reduce, vec, dtype_bits(sch, block)) is not None
-    if (band is not None and stationary) or chunked_head:
+    bits = dtype_bits(sch, block)
+    task_chunk = _weight_chunk(sch, reduce, vec, bits)  # a stationary task's (or wide head's) chunk
+    if (band is not None and stationary) or (wide_head and task_chunk is not None):
         # More weights than activations (the last stages of a CNN, a classifier convolution): a
         # task is a block of output channels over every pixel, so each weight is read from memory
         # once, not once per band of rows; the padded input (small) is made once, before.
@@ -127,13 +128,10 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         for p in padding:
             schedule_injective(sch, [p], shape)
         padding = []
-        chunk = _weight_chunk(sch, reduce, vec, dtype_bits(sch, block))
-        rows_of_task = next((lp for lp in serial if (loop_extent(sch, lp) or 1) > 1), None)
-        if chunk is not None:
-            # the reduction in chunks whose weights fit L1, each chunk over all the task's pixels
-            c_o, c_i = sch.split(reduce[-1], [None, chunk])
-            chunk, reduce = c_o, [*reduce[:-1], c_i]
-        prefetching = rows_of_task  # its rows after the first fetch the next block's (chunk's) weights
+        # the reduction in chunks whose weights fit L1, each chunk over all the task's pixels
+        chunk, reduce = _in_chunks(sch, reduce, task_chunk)
+        # the task's rows after the first fetch the next block's (chunk's) weights
+        prefetching = _first_loop_over_one(sch, serial)
     elif band is not None:
         b_o, b_i = sch.split(band, [None, _band_rows(known_extent(sch, band))])
         at = outer.index(band)
@@ -144,12 +142,11 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
             # than L2 gives. Where the block overflows L1, a task is a band of rows for one block of
             # channels, its reduction in L1 chunks over all the band's tiles: 172-221 -> 132-185 us.
             # Taller tiles (8 rows) lost 1-2% so (SqueezeNet, ShuffleNet), as did 3x3 bands (ResNet-18).
-            chunk = _weight_chunk(sch, reduce, vec * max(wide, across), dtype_bits(sch, block))
-            if chunk is not None:
+            band_chunk = _weight_chunk(sch, reduce, vec * max(wide, across), bits)
+            if band_chunk is not None:
                 task, serial = [*outer[:at], b_o, v_o], [b_i, *outer[at + 1 :]]
-                c_o, c_i = sch.split(reduce[-1], [None, chunk])
-                chunk, reduce = c_o, [*reduce[:-1], c_i]
-                prefetching = next((lp for lp in serial if (loop_extent(sch, lp) or 1) > 1), None)
+                chunk, reduce = _in_chunks(sch, reduce, band_chunk)
+                prefetching = _first_loop_over_one(sch, serial)
     elif constant_weights(sch) and any((loop_extent(sch, lp) or 1) > 1 for lp in outer):
         # A product with constant weights over several tiles of rows (a CTC head: 40-64 rows): the
         # tasks go down the columns first, so a block of weights (K x a tile's columns) is read from
@@ -254,6 +251,20 @@ def _weight_chunk(sch, reduce, vec: int, bits: int) -> int | None:
     while chunk > 1 and channels % chunk:
         chunk //= 2
     return chunk if 1 < chunk < channels else None
+
+
+def _in_chunks(sch, reduce, chunk: int | None) -> tuple:
+    """(the loop over the chunks of the reduction's last axis, the reduction's loops within a chunk);
+    (None, ``reduce``) where ``chunk`` is None."""
+    if chunk is None:
+        return None, reduce
+    c_o, c_i = sch.split(reduce[-1], [None, chunk])
+    return c_o, [*reduce[:-1], c_i]
+
+
+def _first_loop_over_one(sch, loops):
+    """The first of ``loops`` with more than one iteration, or None."""
+    return next((lp for lp in loops if (loop_extent(sch, lp) or 1) > 1), None)
 
 
 def _weight_stationary(sch, spatial_extents: list[int], reduce, block, vec: int) -> bool:

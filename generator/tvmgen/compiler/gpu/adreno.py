@@ -180,7 +180,6 @@ class TexturePool2D:
 
     def apply(self, func, target, _tune):
         from tvm.s_tir.dlight import analysis
-        from tvm.tirx import ForKind
 
         opened = _texture_schedule(func, target)
         if opened is None:
@@ -211,10 +210,8 @@ class TexturePool2D:
         sch.reorder(*window, channels)
         sch.reverse_compute_at(write, tx)
         sch.vectorize(channels)  # while the block has its init: TIR vectorises only whole reductions
-        init = sch.decompose_reduction(pool, window[0])
-        for block in (init, write):
-            if sch.get(sch.get_loops(block)[-1]).kind != ForKind.VECTORIZED:
-                sch.vectorize(sch.get_loops(block)[-1])
+        sch.decompose_reduction(pool, window[0])  # the init's loop is a copy of the vectorised one
+        sch.vectorize(sch.get_loops(write)[-1])
         return sch
 
 
