@@ -234,6 +234,7 @@ Socket Listen(const std::string& host, int port_start, int port_end, int* port_o
 std::string g_session_dir;  // uploads of the current session
 int64_t g_max_upload = 0;
 bool g_system_lib_only = false;
+std::string g_emulator;  // empty: runs on the CPU it reports
 std::vector<std::string> g_linked_models;
 
 void RefuseUploadedCode(const std::string& what) {
@@ -292,7 +293,7 @@ std::string DeviceInfoJson() {
          ", \"machine\": " + JsonString(u.machine) +
          ", \"max_upload_bytes\": " + std::to_string(g_max_upload) +
          ", \"system_lib_only\": " + (g_system_lib_only ? "true" : "false") + ", \"linked_models\": [" + models +
-         "]}";
+         "], \"emulator\": " + (g_emulator.empty() ? std::string("null") : JsonString(g_emulator)) + "}";
 }
 
 void SetLogSink(std::function<void(const std::string&)> sink) {
@@ -303,6 +304,7 @@ void SetLogSink(std::function<void(const std::string&)> sink) {
 void RegisterServerFunctions(const ServerOptions& options) {
   g_max_upload = options.max_upload_bytes;
   g_system_lib_only = options.system_lib_only;
+  g_emulator = options.emulator;
   g_linked_models = options.linked_models;
   ffi::Function::SetGlobal("tvm.rpc.server.workpath", ffi::Function::FromTyped([](std::string name) {
     return WorkPath(name);

@@ -25,6 +25,8 @@ const char* kUsage =
     "  --no-fork              serve sessions in this process (default: a child process each)\n"
     "  --system-lib-only      serve only the models linked into this program (remote.system_lib());\n"
     "                         refuse uploads (what the iOS app does: iOS cannot load uploaded code)\n"
+    "  --emulator NAME        this program runs under that emulator (e.g. qemu-aarch64): the device\n"
+    "                         info says so, and clients that time kernels warn that the times are its\n"
     "  --info                 print what this device is (JSON) and exit\n";
 
 bool HostPort(const std::string& v, std::string* host, int* port) {
@@ -56,6 +58,8 @@ int main(int argc, char** argv) {
       if (a == "-h" || a == "--help") {
         std::fputs(kUsage, stdout);
         return 0;
+      } else if (a == "--emulator") {
+        o.emulator = value();
       } else if (a == "--info") {
         tvmgen::rpc::RegisterServerFunctions(o);
         std::printf("%s\n", tvmgen::rpc::DeviceInfoJson().c_str());

@@ -186,3 +186,23 @@ def test_streaming_per_step_table(tmp_path, compiled):
         assert len(cells) == 11 and all(cells[i].endswith("x") and float(cells[i][:-1]) > 0 for i in (6, 8, 10))
     assert "outputs over 20 steps" in proc.stdout and "ok" in proc.stdout
     assert "[bench" in proc.stderr and "[bench" not in proc.stdout
+
+
+def test_cross_ranking_scores_the_rankings_against_native_times(tmp_path):
+    """benchmarks/cross_ranking.py on one kernel, without its qemu column (minutes): each ranking gets a Kendall
+    tau in [-1, 1] and a pick of at least 1.0x, worked out from the native times it records."""
+    require_host_cxx()
+    out = tmp_path / "ranking.json"
+    proc = run_benchmark(
+        "cross_ranking.py", "--no-qemu", "--candidates", "3", "--kernels", "head", "--json", out, timeout=300
+    )
+    doc = json.loads(out.read_text())
+    (name,) = doc
+    row = doc[name]
+    assert name == "head_8x120x2048" and row["candidates"] == 3 and row["spread"] >= 1.0
+    assert row["qemu_slowdown"] is None and "qemu-x86_64" not in row
+    for method in ("native again", "model: same kernel", "model: other ISA"):
+        assert -1.0 <= row[method]["tau"] <= 1.0 and row[method]["pick"] >= 1.0, (method, row[method])
+    assert "model: other kernels" not in row  # one kernel: no others to learn from
+    assert row["random_pick"] >= 1.0 and row["best_ms"] > 0
+    assert "| head_8x120x2048 |" in proc.stdout and "Kendall tau" in proc.stdout

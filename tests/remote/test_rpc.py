@@ -94,6 +94,7 @@ def test_host_device(servers, via, tmp_path, mobilenet):
     plot = tmp_path / "r.png"
     r, res = bench_json(servers, via, key, model, "--repeat", "4", "--plot", plot, out=tmp_path / "r.json")
     assert res["device"]["arch"] == "x86_64" and res["device"]["platform"] == "host"
+    assert res["device"]["emulator"] is None and "runs under" not in r.stderr  # the CPU itself
     assert res["warm_ms"]["count"] == 4 and 0 < res["warm_ms"]["min"] <= res["warm_ms"]["p50"] <= res["warm_ms"]["max"]
     for k in ("load", "init", "first_run", "copy_in", "copy_out", "upload", "total"):
         assert res["cold_ms"][k] >= 0
@@ -130,6 +131,9 @@ def test_emulated_aarch64_device(servers, arm_devices, via, tmp_path, torch_onnx
     model = [torch_onnx, "--input", "image:1x3x64x64"]
     r, res = bench_json(servers, via, key, *model, "--repeat", "2", out=tmp_path / "r.json")
     assert res["device"]["arch"] == "aarch64" and res["platform"] == "linux-aarch64"
+    # the server knows its launcher ran it under qemu, and says so: its times are not an aarch64 CPU's
+    assert res["device"]["emulator"] == "qemu-aarch64"
+    assert f"device {key!r} runs under qemu-aarch64: its times are the emulator's" in r.stderr
     assert res["check"][0]["max_abs"] < 1e-4  # vs onnxruntime on the host, same seeded inputs
     assert "Compiling for linux-aarch64/cpu" in r.stderr
 

@@ -174,6 +174,24 @@ def test_a_model_whose_every_product_is_slow_is_held_to_the_machine():
     assert "a product compiled by tvmgen reaches 100.0 GFLOP/s on 1 thread(s); one core reads 20.0 GB/s" in p.table()
 
 
+def test_a_devices_peak_is_named_as_the_devices():
+    """`compile --remedy-key`: the probe product timed on the device over RPC is the yardstick, and the line
+    says whose peak it is; no bandwidth was measured there, so none is claimed."""
+    p = profile(kernel("fused_conv2d_add", "conv2d", 4.0, 1.5), kernel("fused_conv2d1_add1", "conv2d", 5.0, 1.0))
+    assert flagged(p) == {}
+    p.peaks = Peaks(gflops=100.0, read_gbs=0.0, threads=4, how="on the device", device="phone").to_json()
+    slow = flagged(p)
+    assert set(slow) == {"fused_conv2d_add", "fused_conv2d1_add1"}
+    line = slow["fused_conv2d_add"].line()
+    assert "25x below the 100.0 GFLOP/s tvmgen's probe product reaches on device 'phone' with the same threads" in line
+    table = p.table()
+    assert (
+        "device 'phone' (the slow-kernel guard's yardstick): a product compiled by tvmgen reaches 100.0 GFLOP/s on 4 thread(s)"
+        in table
+    )
+    assert "GB/s" not in table.split("yardstick")[1].splitlines()[0]
+
+
 def test_a_head_streaming_its_weights_is_held_to_the_bandwidth():
     # a classifier head over one row: 0.5 FLOP a byte of its 64 MB of weights, so no GFLOP/s yardstick fits it;
     # at 20 ms it reads 3.2 GB/s against the machine's 20 (6x: not flagged), at 30 ms 2.1 GB/s (9x: flagged);

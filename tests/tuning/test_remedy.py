@@ -19,7 +19,7 @@ from onnx import helper as oh
 
 import cli_forks
 from conftest import save_onnx
-from helpers import run_tvmgen
+from helpers import device_behind, run_tvmgen
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]  # a search of seconds
 
@@ -105,6 +105,66 @@ def test_a_slow_kernel_is_searched_recorded_and_the_faster_build_kept(work):
     assert len((target_dir / "database_tuning_record.json").read_text().splitlines()) == trials
 
 
+def test_on_a_device_over_rpc(work, tmp_path, monkeypatch):
+    """--remedy-key: what a cross build's remedy does on its phone. The guard profiles the build on the device
+    and holds it to tvmgen's probe product timed there; the candidates are timed there, and both builds too.
+    The device is tvmgen's own server (a host one behind a tracker: the same RPC path as `tvmgen rpc-app`'s)."""
+    _, model = work
+    monkeypatch.setenv("TVMGEN_STATE_DIR", str(tmp_path / "state"))
+    with device_behind("tracker", "host", "remedy-dev", tmp_path / "w", 20400, 20490) as (tracker, _):
+        via = ["--remedy-key", "remedy-dev", "--remedy-tracker", tracker.address]
+        out = " ".join(compile_(tmp_path, model, "out", "--remedy-budget", BUDGET, *via).split())
+    assert "Profiling the build kernel by kernel on device 'remedy-dev' (slow-kernel guard)" in out, out
+    assert "Timing tvmgen's probe product on device 'remedy-dev'" in out
+    assert re.search(
+        r"slow kernel conv3d_prepacked: .* GFLOP/s tvmgen's probe product reaches on device 'remedy-dev'", out
+    )
+    assert (
+        f"Searching schedules for 1 slow kernel(s) (MetaSchedule, timed on device 'remedy-dev', budget {BUDGET} s"
+        in out
+    )
+    assert re.search(r"remedy: kernel conv3d: tvmgen's schedule [\d.]+ ms, best found [\d.]+ ms", out), out
+    trials = int(re.search(r"(\d+) new trial\(s\) recorded in ", out).group(1))
+    (target_dir,) = [p for p in (tmp_path / "db").iterdir() if p.is_dir()]
+    assert len((target_dir / "database_tuning_record.json").read_text().splitlines()) == trials >= 2
+    if "nothing faster than tvmgen's schedules found" not in out:
+        assert "Timing both builds on device 'remedy-dev', run for run in turn" in out
+        assert re.search(r"remedy: (rebuilt with the schedules found|kept the first build \(not faster\))", out)
+    from tvmgen.core import artifact
+
+    artifact.load(tmp_path / "out", verify=True)
+
+
+def test_remedy_key_errors(work, tmp_path):
+    """A device that cannot be reached, or is another platform's, stops the compile before anything is built;
+    a build the remedy does not apply to says so."""
+    _, model = work
+    env = {"TVMGEN_LOG_DIR": str(tmp_path / "logs"), "TVMGEN_REMEDY_BUDGET": "20"}
+    r = run_tvmgen(
+        "compile", model, "-o", tmp_path / "a", "--remedy-key", "k", "--remedy-tracker", "127.0.0.1:1", env=env
+    )
+    assert r.returncode == 6 and "cannot reach the RPC tracker at 127.0.0.1:1" in r.stderr and "fix:" in r.stderr
+    r = run_tvmgen("compile", model, "-o", tmp_path / "b", "--remedy-key", "k", env=env)
+    assert r.returncode == 2 and "--remedy-key needs exactly one of --remedy-tracker" in r.stderr
+    r = run_tvmgen("compile", model, "-o", tmp_path / "c", "--remedy-tracker", "127.0.0.1:1", env=env)
+    assert r.returncode == 2 and "add --remedy-key KEY" in r.stderr
+    r = run_tvmgen(
+        "compile",
+        model,
+        "-o",
+        tmp_path / "d",
+        "--platform",
+        "ios-arm64",
+        "--remedy-key",
+        "k",
+        "--remedy-tracker",
+        "127.0.0.1:1",
+        env=env,
+    )
+    assert r.returncode == 2 and "an iOS device runs only the code linked into its app" in r.stderr
+    assert not [p for p in tmp_path.iterdir() if p.name != "logs"]
+
+
 def test_on_by_default_and_fast_kernels_are_left_alone(tmp_path):
     env = dict(os.environ, TVMGEN_TUNING_DIR=str(tmp_path / "db"), TVMGEN_LOG_DIR=str(tmp_path / "logs"))
     env.pop("TVMGEN_REMEDY_BUDGET", None)  # the default, as a user runs it
@@ -122,6 +182,7 @@ def test_cross_builds_say_why_they_are_not_remedied():
 
     why = remedy.applies(BuildTarget(PLATFORMS["android-arm64"], "cpu"), True, False)
     assert why is not None and "not timed here" in why and "tvmgen tune --key" in why
+    assert "qemu's timings and MetaSchedule's cost model rank their schedules unlike the CPU" in why
     assert remedy.applies(BuildTarget(PLATFORMS["host"], "cpu"), True, False) is None
     assert "--schedules none" in remedy.applies(BuildTarget(PLATFORMS["host"], "cpu"), False, False)
     assert "--objects-only" in remedy.applies(BuildTarget(PLATFORMS["host"], "cpu"), True, True)

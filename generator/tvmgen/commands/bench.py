@@ -142,6 +142,11 @@ def bench(
             console.print(
                 f"  [dim]device: {info.get('platform')} ({info.get('arch')}), devices {info.get('devices')}[/]"
             )
+        if info.get("emulator"):
+            console.print(
+                f"  [yellow]![/] device {key!r} runs under {info['emulator']}: its times are the emulator's, "
+                "many times a CPU's and not in the same proportions"
+            )
         plat = get_platform(platform or info.get("platform") or "host")
         if gemm:
             check_pair(plat, device)

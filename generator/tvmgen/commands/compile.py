@@ -110,9 +110,20 @@ def _default_out(model: str, platform: str, device: str) -> Path:
     help="Host builds: the compile runs the model here a few times kernel by kernel; where a kernel is far "
     "below this machine's speed, MetaSchedule searches schedules for that kernel alone for up to this many "
     "seconds (timed here), records them in the tuning database (--tuning-db, else tvmgen tune's default), and "
-    "the faster of the two builds is kept. 0: no profile and no search. Other platforms: `tvmgen tune --key`. "
+    "the faster of the two builds is kept. 0: no profile and no search. Other platforms: --remedy-key. "
     "[env: TVMGEN_REMEDY_BUDGET]",
 )
+@click.option(
+    "--remedy-key",
+    metavar="KEY",
+    help="Run the slow-kernel remedy on this RPC device instead of here (with --remedy-tracker or "
+    "--remedy-proxy: the servers `tvmgen bench` uses): the build is profiled there kernel by kernel, and the "
+    "candidates and both builds are timed there. What cross builds (android, linux-aarch64) need: without a "
+    "device they are not remedied, since qemu's timings and a cost model rank schedules unlike the CPU "
+    "(docs/cpu.md).",
+)
+@click.option("--remedy-tracker", metavar="HOST:PORT", help="--remedy-key: get the device from this tracker.")
+@click.option("--remedy-proxy", metavar="HOST:PORT", help="--remedy-key: reach the device through this proxy.")
 @options.nnapi()
 @options.precision()
 def compile(
@@ -143,6 +154,9 @@ def compile(
     precision="fp32",
     state_flags=(),
     remedy_budget=remedy.DEFAULT_BUDGET_S,
+    remedy_key=None,
+    remedy_tracker=None,
+    remedy_proxy=None,
 ):
     """Compile MODEL into an artifact directory (library + manifest.json).
 
@@ -185,6 +199,14 @@ def compile(
     pipeline.check_build_options(target, separate_params=separate_params, precision=precision)
     out = out or _default_out(model, platform, device)
     artifact.refuse_existing(out, force)
+    no_remedy = (
+        "--remedy-budget 0"
+        if not remedy_budget
+        else remedy.applies(target, schedules == "default", objects_only, on_device=bool(remedy_key))
+    )
+    if remedy_key and no_remedy is not None:
+        raise InputError(f"--remedy-key: the slow-kernel remedy does not apply: {no_remedy}", "leave out --remedy-key")
+    remedy_device = _remedy_device(remedy_key, remedy_tracker, remedy_proxy, target) if remedy_budget else None
 
     with tempfile.TemporaryDirectory(prefix="tvmgen-") as scratch:
         loaded = pipeline.load_model(
@@ -219,11 +241,31 @@ def compile(
                 loaded, target, rebuilt, verify=checked if check else None, tuning_db=db_root, **build_options
             )
 
-        no_remedy = (
-            "--remedy-budget 0" if not remedy_budget else remedy.applies(target, schedules == "default", objects_only)
-        )
-
         def verify(staged, opts):
+            if remedy_device is not None:  # the guard and the remedy on the device; --check as without it
+                if check:
+                    checked(staged, opts)
+                with logs.step(
+                    f"Profiling the build kernel by kernel on device {remedy_device.key!r} (slow-kernel guard)"
+                ):
+                    slow, threads = remedy.on_device(remedy_device, target, staged, seed)
+                if slow:
+                    timer = remedy.time_builds_on(remedy_device, seed)
+                    _remedy(
+                        imported,
+                        target,
+                        staged,
+                        slow,
+                        None,
+                        remedy_budget,
+                        tuning_db,
+                        rebuild,
+                        Path(scratch),
+                        threads,
+                        remedy_device,
+                        timer,
+                    )
+                return
             here = checked(staged, opts) if check else _run_here(staged, seed)
             if not here:  # the artifact itself did not run here: its kernels' speed is not known
                 if target.platform.name != "host" and target.kind.target_kind == "llvm":
@@ -236,7 +278,18 @@ def compile(
             if no_remedy is not None:
                 console.print(f"  [dim]slow-kernel remedy not run: {no_remedy}[/]")
                 return
-            _remedy(imported, target, staged, slow, here, remedy_budget, tuning_db, rebuild, Path(scratch))
+            _remedy(
+                imported,
+                target,
+                staged,
+                slow,
+                here[1],
+                remedy_budget,
+                tuning_db,
+                rebuild,
+                Path(scratch),
+                here[0].threads,
+            )
 
         logs.log.info("slow-kernel remedy: %s", no_remedy or f"budget {remedy_budget:g} s")
         manifest = pipeline.compile_model(
@@ -258,8 +311,55 @@ def compile(
             console.print(f"  to link it later: cd {out} && {manifest.export['finish_command']}")
 
 
-def _remedy(imported, target, staged, slow, here, budget_s, tuning_db, rebuild, scratch: Path) -> None:
-    """The slow-kernel remedy (``tuning.remedy``) where it applies to this build; said where it does not."""
+def _remedy_device(key, tracker, proxy, target):
+    """The device --remedy-key names (a ``tune.Device``), reached and checked before anything is built: it
+    must be the platform the build is for. None: no --remedy-key."""
+    from tvmgen.remote import bench
+    from tvmgen.tuning import tune
+
+    if not key:
+        if tracker or proxy:
+            raise InputError(
+                "--remedy-tracker/--remedy-proxy say where the device is; --remedy-key names it", "add --remedy-key KEY"
+            )
+        return None
+    if (tracker is None) == (proxy is None):
+        raise InputError("--remedy-key needs exactly one of --remedy-tracker HOST:PORT or --remedy-proxy HOST:PORT")
+    device = tune.Device(key, tracker, proxy)
+    with logs.step(f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"):
+        remote, info = bench.connect(bench.Target(key, tracker, proxy, device.session_timeout))
+        del remote  # each step of the remedy takes its own session
+    where = info.get("platform")
+    if where and where != target.platform.name:
+        raise InputError(
+            f"--remedy-key {key!r} is a {where} device ({info.get('arch', '?')}), and this build is for "
+            f"{target.platform.name}",
+            f"give a {target.platform.name} device, or compile with --platform {where}",
+        )
+    if info.get("emulator"):
+        console.print(
+            f"  [yellow]![/] device {key!r} runs under {info['emulator']}: the remedy's timings are the emulator's, "
+            "which rank schedules unlike the CPU (docs/cpu.md, ranking a cross build's candidates)"
+        )
+    return device
+
+
+def _remedy(
+    imported,
+    target,
+    staged,
+    slow,
+    inputs,
+    budget_s,
+    tuning_db,
+    rebuild,
+    scratch: Path,
+    threads,
+    device=None,
+    timer=None,
+) -> None:
+    """The slow-kernel remedy (``tuning.remedy``) where it applies to this build; said where it does not.
+    ``device`` and ``timer``: on a device over RPC (``--remedy-key``), ``inputs`` then unused."""
     from tvmgen.compiler.targets import export
     from tvmgen.core.errors import ToolMissingError
     from tvmgen.tuning import tune
@@ -269,21 +369,22 @@ def _remedy(imported, target, staged, slow, here, budget_s, tuning_db, rebuild, 
     except ToolMissingError as e:
         console.print(f"  [yellow]![/] slow-kernel remedy not run: {e.message}; {e.hint}")
         return
-    model, inputs = here
     compiler = export.linker(target.platform, False)
-    assert compiler is not None  # a host build links here
+    assert compiler is not None  # a build the remedy applies to links here
     remedy.apply(
         imported,
         target.tvm,
         staged,
         slow,
-        inputs,
+        inputs or {},
         budget_s=budget_s,
         root=tuning_db or database.default_root(),
         compiler=compiler,
         rebuild=rebuild,
         scratch=scratch,
-        threads=model.threads,
+        threads=threads,
+        device=device,
+        timer=timer,
     )
 
 

@@ -116,6 +116,12 @@ def tune(
             + (f", devices: {', '.join(info['devices'])}" if info.get("devices") else "")
             + "[/]"
         )
+        if info.get("emulator"):
+            console.print(
+                f"  [yellow]![/] device {key!r} runs under {info['emulator']}: the candidates are ranked by the "
+                "emulator's timings, which order schedules unlike the CPU (docs/cpu.md, ranking a cross build's "
+                "candidates): this tests the path; a database for a phone needs the phone"
+            )
         if gpu and info.get("devices") and device not in info["devices"]:
             raise InputError(
                 f"device {key!r} has no {device} (it has: {', '.join(info['devices'])})",
@@ -128,8 +134,10 @@ def tune(
     if not key and plat.name != "host":
         raise InputError(
             f"candidates for {plat.name} cannot be timed on this machine",
-            "time them on the device: --key K --tracker HOST:PORT, with the device served by "
-            "`tvmgen rpc-app` on a phone or `tvmgen rpc device --platform linux-aarch64` (qemu, here)",
+            "time them on the device: --key K --tracker HOST:PORT, with the device served by `tvmgen rpc-app` "
+            "on a phone or `tvmgen rpc device` on an aarch64 Linux board (`tvmgen rpc device --platform "
+            "linux-aarch64` serves one under qemu here: it runs the path, but qemu's timings rank schedules "
+            "unlike the CPU)",
         )
     if num_cores is None:
         import psutil

@@ -16,7 +16,8 @@ kernel. So a profile taken here also measures, in the same process and with the 
 
 Both are the best of short runs on a machine that may be shared: the guard leaves a wide
 margin (``slow_kernels.PEAK_RATIO``), and a remote device's profile (``tvmgen bench``) is held to its own
-kernels only, as no probe runs there.
+kernels only, as no probe runs there; the slow-kernel remedy on a device (``compile --remedy-key``) runs the probe
+there, cross-built for its CPU, and has no bandwidth line.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Peaks:
     read_gbs: float  # one core's read bandwidth
     threads: int  # the pool the probe ran on
     how: str
+    device: str | None = None  # the RPC device whose peaks these are (its key); None: this machine's
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -94,7 +96,7 @@ def read_bandwidths(nbytes: int = READ_BYTES, repeats: int = READ_REPEATS) -> di
 def _probe_gflops() -> tuple[float, int]:
     from tvmgen.runtime.runner import HostModel
 
-    model = HostModel(_probe_artifact())
+    model = HostModel(probe_artifact())
     x = np.random.default_rng(0).standard_normal((1, PROBE[0], PROBE[1])).astype(np.float32)
     model.run({"x": x})  # the pool's threads started
     times = []
@@ -102,12 +104,18 @@ def _probe_gflops() -> tuple[float, int]:
         t0 = time.perf_counter()
         model.run({"x": x})
         times.append(time.perf_counter() - t0)
+    return probe_flops() / min(times) / 1e9, model.threads
+
+
+def probe_flops() -> int:
+    """The probe product's FLOPs per run."""
     rows, inner, cols = PROBE
-    return 2 * rows * inner * cols / min(times) / 1e9, model.threads
+    return 2 * rows * inner * cols
 
 
-def _probe_artifact() -> Path:
-    """The probe compiled for this machine, once (under a lock: parallel profiles share it)."""
+def probe_artifact(target=None) -> Path:
+    """The probe compiled for this machine (or ``target``, a ``BuildTarget``: a device's CPU), once per target
+    (under a lock: parallel profiles share it)."""
     import hashlib
     import json
 
@@ -118,7 +126,7 @@ def _probe_artifact() -> Path:
     from tvmgen.core import artifact
     from tvmgen.core.resources import cache_dir
 
-    target = BuildTarget(PLATFORMS["host"], "cpu")
+    target = target or BuildTarget(PLATFORMS["host"], "cpu")
     key = hashlib.sha256(json.dumps([target.spec, __version__, tvm.__version__, PROBE]).encode()).hexdigest()[:16]
     out = cache_dir() / "peaks" / f"probe-{key}"
     if (out / "manifest.json").is_file():

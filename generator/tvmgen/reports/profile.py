@@ -268,10 +268,12 @@ class Profile:
             )
         if self.peaks:
             pk = self.peaks
+            who = f"device {pk['device']!r}" if pk.get("device") else "this machine"
+            reads = f"; one core reads {pk['read_gbs']:.1f} GB/s" if pk.get("read_gbs") else ""
             lines += [
                 "",
-                f"this machine (the slow-kernel guard's yardstick): a product compiled by tvmgen reaches "
-                f"{pk['gflops']:.1f} GFLOP/s on {pk['threads']} thread(s); one core reads {pk['read_gbs']:.1f} GB/s",
+                f"{who} (the slow-kernel guard's yardstick): a product compiled by tvmgen reaches "
+                f"{pk['gflops']:.1f} GFLOP/s on {pk['threads']} thread(s){reads}",
             ]
         slow = self.slow_kernels()
         if slow:

@@ -59,6 +59,7 @@ class SlowKernel:
     peak: float | None = None  # reason "peak": the machine's GFLOP/s; "bandwidth": its read GB/s
     gbs: float | None = None  # reason "bandwidth": the kernel's GB/s of weights
     calls: int = 1  # calls per run (``ms`` is all of them)
+    peak_of: str = "this machine's probe product reaches"  # reason "peak": where ``peak`` was measured
 
     def line(self) -> str:
         """One line for the user: the kernel, its rate, what its kind reaches, why and what to do."""
@@ -69,8 +70,7 @@ class SlowKernel:
         """What the kernel fell short of."""
         if self.reason == "peak" and self.peak:
             return (
-                f"{self.peak / self.gflops:.0f}x below the {self.peak:.1f} GFLOP/s this machine's probe product "
-                "reaches with the same threads"
+                f"{self.peak / self.gflops:.0f}x below the {self.peak:.1f} GFLOP/s {self.peak_of} with the same threads"
             )
         if self.reason == "bandwidth" and self.peak and self.gbs:
             return (
@@ -169,6 +169,9 @@ def find(
                 peak,
                 gbs,
                 int(r.get("calls") or 1),
+                f"tvmgen's probe product reaches on device {peaks.device!r}"
+                if peaks is not None and peaks.device
+                else "this machine's probe product reaches",
             )
         )
     return sorted(out, key=lambda k: -k.ms)

@@ -15,8 +15,13 @@ kind, or below this machine's measured peak), the remedy:
    the faster one becomes the artifact, and the output says what changed and what it cost.
 
 Kernels the guard finds fast are not searched, so a model without a slow kernel costs only its profile.
-Cross builds (android, linux-aarch64, ios) are not remedied: their kernels' speed is not measured here
-(qemu's timings do not rank schedules for a phone's CPU); `tvmgen tune` over RPC tunes them on the device.
+Cross builds (android, linux-aarch64) are remedied on a device over RPC (``--remedy-key`` with a tracker or
+proxy: the servers `tvmgen bench` and `tvmgen tune` use): the guard profiles the build there on the device's
+clock, the candidates are built here with the platform's linker and timed there, and both builds are timed
+there. Without a device they are not remedied: their kernels' speed is not measured here, and neither ranking
+at hand orders their candidates as the CPU would: ``benchmarks/cross_ranking.py`` ranks candidates for a CPU
+whose own timings are known by qemu's timings and by MetaSchedule's cost model trained on that CPU's runs, and
+neither picks the fast ones (docs/cpu.md has its table). An iOS device runs only the code linked into its app.
 """
 
 from __future__ import annotations
@@ -29,12 +34,19 @@ from pathlib import Path
 
 log = logging.getLogger("tvmgen.remedy")
 
+# why a cross build's candidates are ranked only on the device (docs/cpu.md has the measurements)
+CROSS_RANKING = (
+    "qemu's timings and MetaSchedule's cost model rank their schedules unlike the CPU (measured: docs/cpu.md, "
+    "ranking a cross build's candidates)"
+)
+
 DEFAULT_BUDGET_S = 60.0
 # trials per kernel at most: past a few rounds MetaSchedule's CPU search rarely finds more, and a generous
 # budget on a small kernel ends early instead of measuring the same schedules again
 MAX_TRIALS = 128
 KEEP_BELOW = 0.97  # the rebuilt model replaces the first only when its median run is at least 3% shorter
 TIMED_RUNS = 15  # runs of each build, taken in turn
+ROUNDS = 3  # on a device over RPC: turns of TIMED_RUNS / ROUNDS runs, each build uploaded and loaded anew
 
 
 @dataclass
@@ -62,15 +74,23 @@ def task_name(kernel: str) -> str:
     return kernel.removesuffix("_prepacked")
 
 
-def applies(target, schedules: bool, objects_only: bool) -> str | None:
-    """Why the remedy cannot run for this build (a ``BuildTarget``; None: it can)."""
+def applies(target, schedules: bool, objects_only: bool, on_device: bool = False) -> str | None:
+    """Why the remedy cannot run for this build (a ``BuildTarget``; None: it can). ``on_device``: its kernels
+    are profiled and timed on a device over RPC (``--remedy-key``) instead of here."""
     from tvmgen.compiler.targets.platforms import missing_cpu_features
 
     name = f"{target.platform.name}/{target.device}"
     kind = target.kind  # the device table: CPU code, all of the model, tuned by MetaSchedule's CPU rules
-    if target.platform.name != "host" or kind.target_kind != "llvm" or kind.partitions or not kind.tunable:
+    if kind.target_kind != "llvm" or kind.partitions or not kind.tunable:
         return f"{name} kernels are not timed here: `tvmgen tune --key` times them on the device"
-    missing = missing_cpu_features(target.spec)
+    if on_device and target.platform.name.startswith("ios"):
+        return "an iOS device runs only the code linked into its app, so candidates cannot be uploaded to it"
+    if target.platform.name != "host" and not on_device:
+        return (
+            f"{name} kernels are not timed here, and {CROSS_RANKING}: --remedy-key times them on the device "
+            "(as `tvmgen tune --key` does)"
+        )
+    missing = [] if on_device else missing_cpu_features(target.spec)
     if missing:
         return f"its code uses {', '.join(missing)}, which this CPU lacks"
     if not schedules:
@@ -93,10 +113,10 @@ def run_here(staged: Path, seed: int) -> tuple:
 
 
 def search(
-    imported, target, slow: Sequence, budget_s: float, root: Path, compiler: Path, threads: int
+    imported, target, slow: Sequence, budget_s: float, root: Path, compiler: Path, threads: int, device=None
 ) -> tuple[Outcome, object]:
-    """Search schedules for the slow kernels' tasks (MetaSchedule, timed here); returns the outcome so far
-    and tune's Summary."""
+    """Search schedules for the slow kernels' tasks (MetaSchedule, timed here, or on ``device``: a
+    ``tune.Device`` over RPC); returns the outcome so far and tune's Summary."""
     import os
 
     from tvmgen.tuning import tune
@@ -109,7 +129,7 @@ def search(
         target,
         MAX_TRIALS,
         root,
-        tune.Device(),
+        device or tune.Device(),
         threads or os.cpu_count() or 1,
         compiler,
         only=wanted,
@@ -129,6 +149,97 @@ def search(
         database=summary.directory,
     )
     return outcome, summary
+
+
+def on_device(device, target, staged: Path, seed: int) -> tuple[list, int]:
+    """The guard on a device over RPC (a ``tune.Device``): the staged build uploaded there, run and profiled
+    kernel by kernel on the device's clock, and held to the model's own kernels, the kinds' floors and the
+    device's peak: tvmgen's probe product cross-built for its CPU (``target``'s platform) and timed there
+    (``reports.slow_kernels``); (the slow kernels, the device's thread count)."""
+    from rich.markup import escape
+
+    from tvmgen.compiler.targets.platforms import BuildTarget
+    from tvmgen.core import log as logs
+    from tvmgen.remote import bench
+    from tvmgen.reports import machine_peaks
+    from tvmgen.reports.profile import GUARD_RUNS, Profile
+
+    def guard(remote, info):
+        threads = int(remote.get_function("runtime.NumThreads")())
+        return threads, bench.bench_model(remote, info, staged, device.key, GUARD_RUNS, 1, 0, seed, profile=True)
+
+    threads, report = _in_session(device, guard)
+    profile = Profile.from_json(report.extra["profile"])
+    with logs.step(f"Timing tvmgen's probe product on device {device.key!r} (its peak, the guard's yardstick)"):
+        probe = machine_peaks.probe_artifact(BuildTarget(target.platform, "cpu"))
+        fastest_ms = min(
+            _in_session(
+                device,
+                lambda remote, info: bench.bench_model(remote, info, probe, device.key, machine_peaks.RUNS, 1, 0, seed),
+            ).warm_ms
+        )
+    peaks = machine_peaks.Peaks(
+        machine_peaks.probe_flops() / (fastest_ms / 1e3) / 1e9,
+        0.0,  # no bandwidth line: NumPy does not run on the device
+        threads,
+        f"tvmgen's probe product on device {device.key!r} (fastest of {machine_peaks.RUNS} runs)",
+        device.key,
+    )
+    profile.peaks = peaks.to_json()
+    slow = profile.slow_kernels()
+    for k in slow:
+        logs.console.print(f"  [yellow]![/] {escape(k.line())}", highlight=False)
+    if not slow:
+        logs.console.print(
+            f"  [dim]kernel speed on device {device.key!r}: no slow kernel ({GUARD_RUNS} profiled runs)[/]"
+        )
+    return slow, threads
+
+
+def _in_session(device, work):
+    """``work(remote, info)`` in a session of its own with ``device`` (a ``tune.Device``), given back to the
+    tracker when it returns: the tracker lends a device to one session at a time, and a session ends only when
+    its last remote object is freed, which a reference cycle among a model's remote objects defers to the next
+    garbage collection (the next session then waited for the first's time limit)."""
+    import gc
+
+    from tvmgen.core.log import console
+    from tvmgen.remote import bench
+
+    # the steps inside (upload, load, runs) are the enclosing step's: said once, by it
+    quiet, console.quiet = console.quiet, True
+    try:
+        remote, info = bench.connect(bench.Target(device.key, device.tracker, device.proxy, device.session_timeout))
+        try:
+            return work(remote, info)
+        finally:
+            del remote
+            gc.collect()
+    finally:
+        console.quiet = quiet
+
+
+def time_builds_on(device, seed: int) -> Callable[[Path, Path], tuple[float, float]]:
+    """``time_builds`` on a device over RPC: each build uploaded and timed there in ROUNDS turns (a, b, a, b,
+    ...), so a slow moment of the device falls on both; the medians of each build's TIMED_RUNS runs (ms)."""
+
+    def timer(first: Path, second: Path) -> tuple[float, float]:
+        import numpy as np
+
+        from tvmgen.remote import bench
+
+        def timed(build: Path):
+            return lambda remote, info: bench.bench_model(
+                remote, info, build, device.key, TIMED_RUNS // ROUNDS, 1, 0, seed
+            )
+
+        times: tuple[list[float], list[float]] = ([], [])
+        for _ in range(ROUNDS):
+            for build, out in zip((first, second), times):
+                out += _in_session(device, timed(build)).warm_ms
+        return float(np.median(times[0])), float(np.median(times[1]))
+
+    return timer
 
 
 def time_builds(
@@ -178,22 +289,25 @@ def apply(
     rebuild: Callable[[Path, Path], None],
     scratch: Path,
     threads: int,
+    device=None,
+    timer: Callable[[Path, Path], tuple[float, float]] | None = None,
 ) -> Outcome:
     """The remedy for the staged artifact ``staged`` (see the module doc). ``rebuild(database_root, out)``
     builds the model again into ``out`` with the database (and checks it where compile checks);
     ``inputs``: the inputs the guard profiled with; ``threads``: the model's thread pool (the candidates
     are timed with as many). The staged directory's contents are replaced by the
-    rebuilt model's where that one is faster."""
+    rebuilt model's where that one is faster. ``device`` (a ``tune.Device``) and ``timer`` (``time_builds_on``):
+    the candidates and both builds are timed on that device over RPC instead of here."""
     from tvmgen.core import interrupts
     from tvmgen.core import log as logs
 
     started = time.monotonic()
     try:
         with logs.step(
-            f"Searching schedules for {len(slow)} slow kernel(s) (MetaSchedule, timed here, "
+            f"Searching schedules for {len(slow)} slow kernel(s) (MetaSchedule, timed {_where(device)}, "
             f"budget {budget_s:.0f} s; --remedy-budget)"
         ):
-            outcome, _summary = search(imported, target, slow, budget_s, root, compiler, threads)
+            outcome, _summary = search(imported, target, slow, budget_s, root, compiler, threads, device)
     except Exception as e:  # the build stands as it is: built, and checked where --check asked
         interrupts.reraise_if_interrupted(e)
         log.info("the remedy's search failed", exc_info=True)
@@ -218,14 +332,26 @@ def apply(
             log.info("the remedy's build failed", exc_info=True)
             outcome.failed = f"{type(e).__name__}: {e}".splitlines()[0]
         else:
-            with logs.step("Timing both builds here, run for run in turn"):
-                outcome.before_ms, outcome.after_ms = time_builds(staged, out, inputs, threads)
-            outcome.kept = outcome.after_ms < outcome.before_ms * KEEP_BELOW
-            if outcome.kept:
-                replace_contents(staged, out)
+            try:
+                with logs.step(f"Timing both builds {_where(device)}, run for run in turn"):
+                    outcome.before_ms, outcome.after_ms = (
+                        timer(staged, out) if timer is not None else time_builds(staged, out, inputs, threads)
+                    )
+            except Exception as e:  # a device lost now: the first build stands, built and checked
+                interrupts.reraise_if_interrupted(e)
+                log.info("timing the two builds failed", exc_info=True)
+                outcome.failed = f"timing the two builds: {type(e).__name__}: {e}".splitlines()[0]
+            else:
+                outcome.kept = outcome.after_ms < outcome.before_ms * KEEP_BELOW
+                if outcome.kept:
+                    replace_contents(staged, out)
     outcome.seconds = time.monotonic() - started
     report(outcome)
     return outcome
+
+
+def _where(device) -> str:
+    return f"on device {device.key!r}" if device is not None and device.remote else "here"
 
 
 def report(o: Outcome) -> None:

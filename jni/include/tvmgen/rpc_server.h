@@ -47,6 +47,9 @@ struct ServerOptions {
   // remote.system_lib(), and the device info says so.
   bool system_lib_only = false;
   std::vector<std::string> linked_models;  // names reported by tvmgen.device_info (system-lib mode)
+  // The emulator this program runs under (e.g. qemu-aarch64), as its launcher knows it: reported by
+  // tvmgen.device_info, so a client timing kernels here knows the times are the emulator's, not a CPU's.
+  std::string emulator;
   // When set, Serve returns within about a second after it becomes true (an app's Stop button).
   const std::atomic<bool>* stop = nullptr;
 };
