@@ -479,20 +479,27 @@ def guard_host_model(model, inputs: dict, artifact_dir: Path) -> list:
     """`compile --check` on a build that runs here (a runner.HostModel that has run once): profile a
     few runs kernel by kernel and print the slow kernels. A warning, not a failure: the timings are
     this machine's, and the outputs are right."""
-    from rich.markup import escape
-
     from tvmgen.core import log as logs
 
     first_ms = model.timings.first_run_ms  # the check's run (warming up: an upper bound)
     runs = max(3, min(GUARD_RUNS, int(GUARD_BUDGET_MS / max(first_ms, 1e-3) / 2)))  # plain + profiled runs
     with logs.step(f"Profiling {runs} runs kernel by kernel (slow-kernel guard)"):
         profile = profile_host_model(model, inputs, runs, kernel_table.load(artifact_dir))
+    return say_slow_kernels(
+        profile, f"kernel speed: no slow kernel (median of {runs} profiled runs; `tvmgen run --profile` for the table)"
+    )
+
+
+def say_slow_kernels(profile: Profile, none: str) -> list:
+    """The guard's slow kernels in ``profile``, each printed on a line of its own (``none`` printed where there
+    is none)."""
+    from rich.markup import escape
+
+    from tvmgen.core import log as logs
+
     slow = profile.slow_kernels()
     for k in slow:
         logs.console.print(f"  [yellow]![/] {escape(k.line())}", highlight=False)
     if not slow:
-        logs.console.print(
-            f"  [dim]kernel speed: no slow kernel (median of {runs} profiled runs; "
-            "`tvmgen run --profile` for the table)[/]"
-        )
+        logs.console.print(f"  [dim]{escape(none)}[/]")
     return slow

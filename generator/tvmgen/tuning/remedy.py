@@ -156,13 +156,12 @@ def on_device(device, target, staged: Path, seed: int) -> tuple[list, int]:
     kernel by kernel on the device's clock, and held to the model's own kernels, the kinds' floors and the
     device's peak: tvmgen's probe product cross-built for its CPU (``target``'s platform) and timed there
     (``reports.slow_kernels``); (the slow kernels, the device's thread count)."""
-    from rich.markup import escape
 
     from tvmgen.compiler.targets.platforms import BuildTarget
     from tvmgen.core import log as logs
     from tvmgen.remote import bench
     from tvmgen.reports import machine_peaks
-    from tvmgen.reports.profile import GUARD_RUNS, Profile
+    from tvmgen.reports.profile import GUARD_RUNS, Profile, say_slow_kernels
 
     def guard(remote, info):
         threads = int(remote.get_function("runtime.NumThreads")())
@@ -186,14 +185,9 @@ def on_device(device, target, staged: Path, seed: int) -> tuple[list, int]:
         device.key,
     )
     profile.peaks = peaks.to_json()
-    slow = profile.slow_kernels()
-    for k in slow:
-        logs.console.print(f"  [yellow]![/] {escape(k.line())}", highlight=False)
-    if not slow:
-        logs.console.print(
-            f"  [dim]kernel speed on device {device.key!r}: no slow kernel ({GUARD_RUNS} profiled runs)[/]"
-        )
-    return slow, threads
+    return say_slow_kernels(
+        profile, f"kernel speed on device {device.key!r}: no slow kernel ({GUARD_RUNS} profiled runs)"
+    ), threads
 
 
 def _in_session(device, work):
