@@ -324,7 +324,10 @@ def _remedy_device(key, tracker, proxy, target):
             )
         return None
     if (tracker is None) == (proxy is None):
-        raise InputError("--remedy-key needs exactly one of --remedy-tracker HOST:PORT or --remedy-proxy HOST:PORT")
+        raise InputError(
+            "--remedy-key needs exactly one of --remedy-tracker HOST:PORT or --remedy-proxy HOST:PORT",
+            "the tracker the device registered with (`tvmgen rpc tracker`), or the proxy a phone's RPC app reached",
+        )
     device = tune.Device(key, tracker, proxy)
     with logs.step(f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"):
         remote, info = bench.connect(bench.Target(key, tracker, proxy, device.session_timeout))
