@@ -134,19 +134,15 @@ def bench(
                 from tvmgen.runtime.sequence import reference_steps as stepper
 
                 reference_steps = stepper(imported)
-        with logs.step(
-            f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"
-        ):
+        with logs.step(benching.connecting(target)):
             remote, info = benching.connect(target)
         if info:
             console.print(
                 f"  [dim]device: {info.get('platform')} ({info.get('arch')}), devices {info.get('devices')}[/]"
             )
-        if info.get("emulator"):
-            console.print(
-                f"  [yellow]![/] device {key!r} runs under {info['emulator']}: its times are the emulator's, "
-                "many times a CPU's and not in the same proportions"
-            )
+        benching.say_emulated(
+            key, info, "its times are the emulator's, many times a CPU's and not in the same proportions"
+        )
         plat = get_platform(platform or info.get("platform") or "host")
         if gemm:
             check_pair(plat, device)

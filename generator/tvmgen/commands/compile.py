@@ -329,9 +329,8 @@ def _remedy_device(key, tracker, proxy, target):
             "the tracker the device registered with (`tvmgen rpc tracker`), or the proxy a phone's RPC app reached",
         )
     device = tune.Device(key, tracker, proxy)
-    with logs.step(f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"):
-        remote, info = bench.connect(bench.Target(key, tracker, proxy, device.session_timeout))
-        del remote  # each step of the remedy takes its own session
+    with logs.step(bench.connecting(device.rpc_target())):
+        info = bench.in_session(device.rpc_target(), lambda remote, info: info)
     where = info.get("platform")
     if where and where != target.platform.name:
         raise InputError(
@@ -339,11 +338,12 @@ def _remedy_device(key, tracker, proxy, target):
             f"{target.platform.name}",
             f"give a {target.platform.name} device, or compile with --platform {where}",
         )
-    if info.get("emulator"):
-        console.print(
-            f"  [yellow]![/] device {key!r} runs under {info['emulator']}: the remedy's timings are the emulator's, "
-            "which rank schedules unlike the CPU (docs/cpu.md, ranking a cross build's candidates)"
-        )
+    bench.say_emulated(
+        key,
+        info,
+        "the remedy's timings are the emulator's, which rank schedules unlike the CPU (docs/cpu.md, ranking a cross "
+        "build's candidates)",
+    )
     return device
 
 

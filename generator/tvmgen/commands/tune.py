@@ -105,10 +105,8 @@ def tune(
     where = None
     if key:
         where = tuning.Device(key, tracker, proxy, session_timeout, gpu=gpu)
-        with logs.step(
-            f"Connecting to device {key!r} via {'tracker ' + tracker if tracker else 'proxy ' + str(proxy)}"
-        ):
-            remote, info = benching.connect(benching.Target(key, tracker, proxy, session_timeout))
+        with logs.step(benching.connecting(where.rpc_target())):
+            remote, info = benching.connect(where.rpc_target())
             threads = int(remote.get_function("runtime.NumThreads")())
             del remote  # the tracker lends the device to one session at a time: the measurements need it
         console.print(
@@ -116,12 +114,12 @@ def tune(
             + (f", devices: {', '.join(info['devices'])}" if info.get("devices") else "")
             + "[/]"
         )
-        if info.get("emulator"):
-            console.print(
-                f"  [yellow]![/] device {key!r} runs under {info['emulator']}: the candidates are ranked by the "
-                "emulator's timings, which order schedules unlike the CPU (docs/cpu.md, ranking a cross build's "
-                "candidates): this tests the path; a database for a phone needs the phone"
-            )
+        benching.say_emulated(
+            key,
+            info,
+            "the candidates are ranked by the emulator's timings, which order schedules unlike the CPU (docs/cpu.md, "
+            "ranking a cross build's candidates): this tests the path; a database for a phone needs the phone",
+        )
         if gpu and info.get("devices") and device not in info["devices"]:
             raise InputError(
                 f"device {key!r} has no {device} (it has: {', '.join(info['devices'])})",

@@ -121,6 +121,38 @@ def connect(t: Target):
     return remote, info
 
 
+def connecting(t: Target) -> str:
+    """The step's title for reaching ``t``'s device."""
+    return f"Connecting to device {t.key!r} via {'tracker ' + t.tracker if t.tracker else 'proxy ' + str(t.proxy)}"
+
+
+def in_session(t: Target, work, quiet: bool = False):
+    """``work(remote, info)`` in a session of its own with ``t``'s device, given back to the tracker when it
+    returns: the tracker lends a device to one session at a time, and a session ends only when its last remote
+    object is freed, which a reference cycle among a loaded model's remote objects defers to the next garbage
+    collection (a next session then waited for the first's time limit). ``quiet``: the steps inside are the
+    caller's, said once by it."""
+    import gc
+
+    before, console.quiet = console.quiet, quiet or console.quiet
+    try:
+        remote, info = connect(t)
+        try:
+            return work(remote, info)
+        finally:
+            del remote
+            gc.collect()
+    finally:
+        console.quiet = before
+
+
+def say_emulated(key: str, info: dict, consequence: str) -> None:
+    """A warning where the device server runs under an emulator (``info["emulator"]``): its timings are not a
+    CPU's; ``consequence``: what that means for the command."""
+    if info.get("emulator"):
+        console.print(f"  [yellow]![/] device {key!r} runs under {info['emulator']}: {consequence}")
+
+
 def _last(e: Exception) -> str:
     lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
     return lines[-1] if lines else type(e).__name__

@@ -167,14 +167,15 @@ def on_device(device, target, staged: Path, seed: int) -> tuple[list, int]:
         threads = int(remote.get_function("runtime.NumThreads")())
         return threads, bench.bench_model(remote, info, staged, device.key, GUARD_RUNS, 1, 0, seed, profile=True)
 
-    threads, report = _in_session(device, guard)
+    threads, report = bench.in_session(device.rpc_target(), guard, quiet=True)
     profile = Profile.from_json(report.extra["profile"])
     with logs.step(f"Timing tvmgen's probe product on device {device.key!r} (its peak, the guard's yardstick)"):
         probe = machine_peaks.probe_artifact(BuildTarget(target.platform, "cpu"))
         fastest_ms = min(
-            _in_session(
-                device,
+            bench.in_session(
+                device.rpc_target(),
                 lambda remote, info: bench.bench_model(remote, info, probe, device.key, machine_peaks.RUNS, 1, 0, seed),
+                quiet=True,
             ).warm_ms
         )
     peaks = machine_peaks.Peaks(
@@ -188,29 +189,6 @@ def on_device(device, target, staged: Path, seed: int) -> tuple[list, int]:
     return say_slow_kernels(
         profile, f"kernel speed on device {device.key!r}: no slow kernel ({GUARD_RUNS} profiled runs)"
     ), threads
-
-
-def _in_session(device, work):
-    """``work(remote, info)`` in a session of its own with ``device`` (a ``tune.Device``), given back to the
-    tracker when it returns: the tracker lends a device to one session at a time, and a session ends only when
-    its last remote object is freed, which a reference cycle among a model's remote objects defers to the next
-    garbage collection (the next session then waited for the first's time limit)."""
-    import gc
-
-    from tvmgen.core.log import console
-    from tvmgen.remote import bench
-
-    # the steps inside (upload, load, runs) are the enclosing step's: said once, by it
-    quiet, console.quiet = console.quiet, True
-    try:
-        remote, info = bench.connect(bench.Target(device.key, device.tracker, device.proxy, device.session_timeout))
-        try:
-            return work(remote, info)
-        finally:
-            del remote
-            gc.collect()
-    finally:
-        console.quiet = quiet
 
 
 def time_builds_on(device, seed: int) -> Callable[[Path, Path], tuple[float, float]]:
@@ -230,7 +208,7 @@ def time_builds_on(device, seed: int) -> Callable[[Path, Path], tuple[float, flo
         times: tuple[list[float], list[float]] = ([], [])
         for _ in range(ROUNDS):
             for build, out in zip((first, second), times):
-                out += _in_session(device, timed(build)).warm_ms
+                out += bench.in_session(device.rpc_target(), timed(build), quiet=True).warm_ms
         return float(np.median(times[0])), float(np.median(times[1]))
 
     return timer

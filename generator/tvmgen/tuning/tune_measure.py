@@ -69,6 +69,13 @@ class Device:
     def remote(self) -> bool:
         return self.key is not None
 
+    def rpc_target(self):
+        """The device as `tvmgen bench` reaches it (``remote.bench.Target``)."""
+        from tvmgen.remote import bench
+
+        assert self.key is not None
+        return bench.Target(self.key, self.tracker, self.proxy, self.session_timeout)
+
 
 def _rpc_address(tracker: str | None, proxy: str | None) -> str:
     """HOST:PORT of the tracker (else the proxy) that a remote device is reached through."""
