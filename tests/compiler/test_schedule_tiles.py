@@ -124,22 +124,84 @@ def test_short_1x1_band_tiles_reduce_in_l1_chunks(cpu, tmp_path):
     """MnasNet's 14 x 14 1x1 480 -> 80 with a residual add: AVX-512's tile is 2 rows x 5 vectors (80 channels;
     7 rows would need 35 accumulators), and each re-read the 154 KB block of weights from L2. Its band tasks
     (one row of 14 pixels) now run the reduction in chunks that fit L1 (32 channels: 32 x 80 x 4 = 10 KB; a
-    power of two dividing 480) over the band's 7 tiles, the next chunk prefetched. AVX2's block (2 vectors of
-    8: 480 x 16 x 4 = 30 KB) fits L1 and NEON's tile has 7 rows: their bands stay unchunked. Results as
-    onnxruntime's."""
+    power of two dividing 480) over the band's 7 tiles, the next chunk prefetched. NEON's tile has 7 rows: its
+    bands stay unchunked. AVX2's tiles are 4 of the 196 pixels (``test_1x1_tiles_over_pixels_with_16_registers``).
+    Results as onnxruntime's."""
     model = _one_conv([1, 480, 14, 14], [1, 80, 14, 14], (80, 480, 1, 1), seed=23, scale=0.04)
     path = save_onnx(model, tmp_path / "narrow.onnx")
     script = _scheduled_conv(path, cpu)
     chunks = re.findall(r"for rc_0 in T\.serial\(T\.int64\((\d+)\), annotations=\{\"tvmgen\.weight_chunks\"", script)
     unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
     if cpu != "avx512":
-        assert not chunks and max(unrolled) == (7 if cpu == "neon" else 2), (chunks, unrolled)
+        assert not chunks and max(unrolled) == (7 if cpu == "neon" else 4), (chunks, unrolled)
         return
     assert chunks == ["15"] and max(unrolled) == 5 and 2 in unrolled, (chunks, unrolled)
     assert re.search(r"T\.parallel\(T\.int64\(14\)\)", script), script  # a row of 14 pixels a task
     assert '"tvmgen.prefetch_next_weights": 2' in script
     _, _, actual, expected = compile_and_run(path, tmp_path)
     assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
+def test_1x1_tiles_over_pixels_with_16_registers(cpu, tmp_path):
+    """A 1x1 convolution 14 pixels wide: with 16 vector registers (AVX2) its tiles over a row of 14 would
+    have 2 rows (4 accumulators, too few for the multiply-adds in flight: 42 GFLOP/s where 4 rows ran at
+    80 on a Zen 2 core). Its rows and columns are one loop of 196 pixels, in tiles of 4, and a task is a
+    group of 7 tiles (2 whole image rows) for a block of 16 channels, written back once: 30 blocks x 7
+    groups. With 32 registers the tile is 7 of a row's 14 pixels, in bands of rows. The AVX2 build's
+    results as onnxruntime's, run on this CPU where it has AVX2, else under qemu-x86_64."""
+    model = _one_conv([1, 80, 14, 14], [1, 480, 14, 14], (480, 80, 1, 1), seed=29, relu=True)
+    path = save_onnx(model, tmp_path / "pointwise_14.onnx")
+    script = _scheduled_conv(path, cpu)
+    unrolled = [int(n) for n in re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", script)]
+    if CPU_TARGETS[cpu][1][1] >= 32:
+        assert max(unrolled) == 7 and "xx_fused" not in script, unrolled
+        return
+    assert max(unrolled) == 4, unrolled
+    assert re.search(r"xx_fused\S* in T\.parallel\(T\.int64\(210\)\)", script), script  # 30 x 7 tasks
+    assert re.search(r"xx_fused\S* in range\(T\.int64\(7\)\)", script), script  # 7 tiles a task
+    assert "in T.grid(T.int64(2), T.int64(14))" in script, script  # written back as 2 rows of 14 pixels
+    assert "T.where" not in script  # whole tiles, no guard
+    _run_as_haswell(path, tmp_path)
+
+
+def _run_as_haswell(path, tmp_path) -> None:
+    """Build ``path`` for an AVX2 CPU (LLVM's haswell) and check its outputs against the reference runtime:
+    natively where this CPU has AVX2, else under qemu-x86_64 emulating one."""
+    import platform as host_platform
+
+    from conftest import require_tool
+    from fixtures_runtime import run_native
+    from tvmgen import frontends
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.targets.platforms import PLATFORMS, missing_cpu_features
+    from tvmgen.core.model import random_inputs
+    from tvmgen.runtime import runtime_build
+    from tvmgen.runtime.runner import HostModel
+
+    if host_platform.machine() != "x86_64":
+        pytest.skip("an x86-64 build runs on an x86-64 host")
+    plat = PLATFORMS["host"].with_cpu("haswell")
+    imported = frontends.load(path, [])
+    out = tmp_path / "haswell"
+    compile_to_artifact(imported, BuildOptions(plat, "cpu"), out, True, {"name": path.stem})
+    inputs = random_inputs(imported.inputs, seed=4)
+    expected = imported.reference(inputs)
+    if not missing_cpu_features(plat.cpu_target()):
+        assert_close(HostModel(out).run(inputs), expected, atol=1e-4, rtol=1e-4)
+        return
+    require_tool("qemu-x86_64")
+    proc, outs = run_native(
+        runtime_build.cached_build("host"),
+        out,
+        inputs,
+        tmp_path,
+        "--warmup",
+        "0",
+        launcher=("qemu-x86_64", "-cpu", "Haswell-v4"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert_close(outs, expected, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
