@@ -57,8 +57,8 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     if depthwise_rule and _is_depthwise(sch, spatial, reduce):
         return _schedule_depthwise(sch, block, padding, spatial, reduce, shape)
     row_pixels = None  # pixels per group of whole image rows, where rows and columns are one loop
-    if not pool and not padding:
-        spatial, row_pixels = _pixels_as_rows(sch, block, spatial, reduce, shape, lanes)
+    if not pool:
+        spatial, row_pixels = _pixels_as_rows(sch, spatial, reduce, shape, lanes)
     vec_ext = loop_extent(sch, spatial[-1]) or 1
     spatial_extents = [loop_extent(sch, lp) or 1 for lp in spatial]
     rows_loop = next((lp for lp in reversed(spatial[:-1]) if (loop_extent(sch, lp) or 1) > 1), None)
@@ -70,7 +70,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         (loop_extent(sch, lp) or 1) > 1
         for lp in spatial[: next(i for i, lp in enumerate(spatial) if lp.same_as(rows_loop))]
     )
-    stationary = has_band and _weight_stationary(sch, spatial_extents, reduce, block, vec)
+    stationary = (has_band or row_pixels is not None) and _weight_stationary(sch, spatial_extents, reduce, block, vec)
     windowed = not pool and int(np.prod([loop_extent(sch, lp) or 1 for lp in reduce[:-1]])) > 1  # 3x3, not 1x1
     wide_head = _wide_head(sch, shape, rows_loop, has_band or windowed or stationary, vec_ext, vec, lanes)
     if wide_head:
@@ -93,6 +93,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         budget = max(1, (shape.registers - 4) // across)
     most = budget if stationary else min(_MAX_ROWS if windowed and reduce else 8, budget)
     rows = _rows(known_extent(sch, rows_loop), most, budget) if rows_loop is not None else 1
+    guarded = rows_loop is not None and known_extent(sch, rows_loop) % rows != 0  # the last tile partial
 
     wide = 1
     if rows_loop is None and vectors == 1:
@@ -130,7 +131,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     # head ran at 72-82 GFLOP/s at one thread, in chunks of 128 at 93-111 (AVX-512).
     bits = dtype_bits(sch, block)
     task_chunk = _weight_chunk(sch, reduce, vec, bits)  # a stationary task's (or wide head's) chunk
-    if (band is not None and stationary) or (wide_head and task_chunk is not None):
+    if ((band is not None or row_pixels is not None) and stationary) or (wide_head and task_chunk is not None):
         # More weights than activations (the last stages of a CNN, a classifier convolution): a
         # task is a block of output channels over every pixel, so each weight is read from memory
         # once, not once per band of rows; the padded input (small) is made once, before.
@@ -143,9 +144,13 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         # the task's rows after the first fetch the next block's (chunk's) weights
         prefetching = _first_loop_over_one(sch, serial)
     elif group is not None:
-        # A task is a group of tiles for one block of columns (the block's weights stay in L1 for the
-        # group's tiles and the next group's), its accumulators written back as the group's box of rows.
+        # A task is a group of tiles for one block of columns (the block's weights stay in cache for the
+        # group's tiles and the next group's), its accumulators written back as the group's box of rows;
+        # a window's padded input is made once, before (each group of a block of columns would pad it).
         task, serial = [v_o, *outer[:-1]], outer[-1:]
+        for p in padding:
+            schedule_injective(sch, [p], shape)
+        padding = []
     elif band is not None:
         b_o, b_i = sch.split(band, [None, _band_rows(known_extent(sch, band))])
         at = outer.index(band)
@@ -177,9 +182,10 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     _pad_at(sch, padding, parallel, shape, lanes)
 
     acc = sch.cache_write(block, 0, "local")
-    by_task = chunk is not None or group is not None  # the write-back once per task, not per tile
-    sch.reverse_compute_at(acc, parallel if by_task else tile)
-    fold_epilogue(sch, acc, shape)
+    by_task = chunk is not None or row_pixels is not None  # the write-back once per task, not per tile
+    at = parallel if by_task else tile
+    sch.reverse_compute_at(acc, at)
+    acc = fold_epilogue(sch, acc, shape, guarded_at=at if guarded else None)
     wb = sch.get_loops(acc)[1 + (0 if by_task else len(serial)) :]
     if wb:
         vectorize_loop(sch, wb[-1], lanes, [lanes * 2, lanes, lanes // 2, lanes // 4])
@@ -198,41 +204,40 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         sch.annotate(chunk, prefetch.CHUNKS, 1)
 
 
-def _pixels_as_rows(sch, block, spatial, reduce, shape: CpuShape, lanes: int) -> tuple[list, int | None]:
-    """(``spatial``, None), or, for a 1x1 convolution whose register tile gets more rows over the
+def _pixels_as_rows(sch, spatial, reduce, shape: CpuShape, lanes: int) -> tuple[list, int | None]:
+    """(``spatial``, None), or, for an NHWC convolution whose register tile gets more rows over the
     image's pixels than over one row of it, (``spatial`` with the output rows and columns fused into one
     loop of pixels, the pixels in a group of whole image rows). A tile's rows are a divisor of the loop
     they tile; with 16 vector registers (AVX2: tiles of up to 6 rows x 2 vectors) a width of 14 gives
     tiles of 2 rows: 4 accumulators, too few to hide the multiply-add's latency (5 cycles, 2 units
-    on Zen 2: 10 in flight). Over the 196 pixels the tile has 4 rows, as at 28 x 28 and 56 x 56. The
-    tiles of a task end at the end of an image row (a group: 7 tiles of 4 = 2 rows of 14), so that its
-    results are a box of the output, written back once per task. On a Zen 2 core (AVX2), one thread,
-    medians: 1x1 convolutions at 14 x 14 (80 -> 480, 480 -> 80) 42-44 -> 77-80 GFLOP/s; MnasNet
-    11.25 -> 9.5 ms and the Keras MobileNetV2 11.7 -> 9.4 ms a run. Tiles of 7 rows there (14
-    accumulators and their operands in 16 registers) spilled: 46-52 GFLOP/s, and the 7 x 7 stage's
-    75 -> 47. With 32 registers (AVX-512, NEON) a width of 14 gets 7 rows already. A convolution whose
-    weights stay put (``_weight_stationary``) keeps its rows: its tasks are blocks of channels over
-    every row."""
-    one_by_one = len(reduce) == 3 and all((loop_extent(sch, lp) or 1) == 1 for lp in reduce[:-1])  # NHWC: ry, rx, rc
-    if shape.registers >= 32 or len(spatial) < 3 or not one_by_one:
+    on Zen 2: 10 in flight). Over the 196 pixels the tile has 4 rows, as at 28 x 28 and 56 x 56; a
+    tile's pixels need not be on one row, each one's input is a broadcast value of its own. A task's
+    tiles end at the end of an image row (a group: 7 tiles of 4 = 2 rows of 14; a weight-stationary
+    task has them all), so that its results are a box of the output, written back once per task.
+
+    On a Zen 2 core (AVX2), one thread, medians: 1x1 convolutions at 14 x 14 (80 -> 480, 480 -> 80)
+    42-44 -> 77-80 GFLOP/s, MnasNet 11.25 -> 9.5 ms and the Keras MobileNetV2 11.7 -> 9.4 ms a run;
+    ResNet-18's 3x3 convolutions at 14 x 14 (256 channels) 43 -> 75 GFLOP/s, the model 58.0 -> 49.9 ms
+    (two threads: 30.8 -> 25.5 ms).
+    Tiles of 7 rows there (14 accumulators and their operands in 16 registers) spilled: 46-52
+    GFLOP/s, and the 7 x 7 stage's 75 -> 47. With 32 registers (AVX-512, NEON) a width of 14 gets 7
+    rows already."""
+    if shape.registers >= 32 or len(spatial) != 4 or len(reduce) != 3:  # NHWC: n, y, x, c; ry, rx, rc
         return spatial, None
-    height, width = (loop_extent(sch, lp) or 1 for lp in spatial[-3:-1])
+    height, width = (loop_extent(sch, lp) or 1 for lp in spatial[1:3])
     if height < 2 or width < 2:
         return spatial, None
-    vec_ext = loop_extent(sch, spatial[-1]) or 1
-    vec = pick_divisor(vec_ext, [lanes * 2, lanes, lanes // 2, lanes // 4, 2])
+    vec = pick_divisor(loop_extent(sch, spatial[-1]) or 1, [lanes * 2, lanes, lanes // 2, lanes // 4, 2])
     budget = max(1, (shape.registers - 4) // max(1, vec // lanes))
     most = min(8, budget)
     now = _rows(width, most, budget)
-    if (now >= 4 and width % now == 0) or _weight_stationary(
-        sch, [loop_extent(sch, lp) or 1 for lp in spatial], reduce, block, vec
-    ):
+    if now >= 4 and width % now == 0:
         return spatial, None
     fused = _rows(height * width, most, budget)
     row_pixels = math.lcm(fused, width)  # a group of tiles ends at the end of an image row
     if fused <= now or (height * width) % fused or (height * width) % row_pixels:
         return spatial, None
-    return [*spatial[:-3], sch.fuse(*spatial[-3:-1]), spatial[-1]], row_pixels
+    return [spatial[0], sch.fuse(*spatial[1:3]), spatial[-1]], row_pixels
 
 
 def _is_pool(sch, block) -> bool:
@@ -405,6 +410,7 @@ def _schedule_depthwise(sch, block, padding, spatial, reduce, shape: CpuShape) -
     long_window = window > LONG_WINDOW
     most = tile_rows(shape.registers) if long_window else _DEPTHWISE_PIXELS  # conv1d.pad_frames makes one divide
     rows = _rows(known_extent(sch, w), most)
+    guarded = known_extent(sch, w) % rows != 0
     w_o, w_i = sch.split(w, [None, rows])
     sch.reorder(n, h, c_o, w_o, ry, rx, rc, w_i, c_i)
     parallel = sch.fuse(n, h, c_o)
@@ -412,7 +418,7 @@ def _schedule_depthwise(sch, block, padding, spatial, reduce, shape: CpuShape) -
     _pad_at(sch, padding, ry, shape, lanes)
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, w_o)
-    fold_epilogue(sch, acc, shape)
+    acc = fold_epilogue(sch, acc, shape, guarded_at=w_o if guarded else None)
     vectorize_innermost(sch, acc, lanes)
     sch.vectorize(c_i)
     sch.unroll(w_i)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class CpuShape:
@@ -315,8 +317,16 @@ def dtype_bits(sch, block) -> int:
     return int(sch.get(block).writes[0].source.dtype.bits)
 
 
-def fold_epilogue(sch, acc, shape: CpuShape) -> None:
-    """Fold the epilogue (bias, activation) into the write-back of the tile ``acc``.
+def fold_epilogue(sch, acc, shape: CpuShape, guarded_at=None):
+    """Fold the epilogue (bias, activation) into the write-back of the tile ``acc``; the block that
+    writes the tile's results out (``acc``, or the consumer that took its place).
+
+    ``guarded_at``: the loop ``acc`` was computed at when the tile is guarded (its last tile partial:
+    ``acc`` has a predicate). A consumer that slices the tile (padded channels back to the model's: 16 of
+    them written as 12) is not inlined into it then: TVM's reverse_compute_inline gives the block the
+    slice's predicate in place of its own, and the partial tile was written past the end of the output (a
+    13-pixel row in tiles of 5: pixels 13 and 14, and a heap corrupted). Such a consumer is computed at
+    ``guarded_at`` itself, where TVM derives its predicate from both bounds, and ``acc`` inlined into it.
 
     An activation that reads its input twice (SiLU / swish ``x * sigmoid(x)``, GELU, hard-swish) is
     a diamond: the value has two consumers, one of them (``sigmoid(x)``) feeding the other. Such a
@@ -335,9 +345,24 @@ def fold_epilogue(sch, acc, shape: CpuShape) -> None:
                 continue
         if len(consumers) != 1:
             break
+        if guarded_at is not None and _narrower(sch, consumers[0], acc):
+            sch.reverse_compute_at(consumers[0], guarded_at)
+            sch.compute_inline(acc)
+            acc = consumers[0]
+            continue
         if not try_(sch.reverse_compute_inline, consumers[0]):  # not elementwise: a separate pass
             schedule_injective(sch, [consumers[0]], shape)
             break
+    return acc
+
+
+def _narrower(sch, consumer, producer) -> bool:
+    """Whether ``consumer`` covers fewer elements than ``producer`` writes (a slice of it)."""
+
+    def size(block) -> int:
+        return int(np.prod([int(getattr(iv.dom.extent, "value", 0)) for iv in sch.get(block).iter_vars]))
+
+    return size(consumer) < size(producer)
 
 
 def vectorize_innermost(sch, block, lanes: int) -> None:
