@@ -74,7 +74,8 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     windowed = not pool and int(np.prod([loop_extent(sch, lp) or 1 for lp in reduce[:-1]])) > 1  # 3x3, not 1x1
     wide_head = _wide_head(sch, shape, rows_loop, has_band or windowed or stationary, vec_ext, vec, lanes)
     if wide_head:
-        vec, vectors = WIDE_HEAD_VECTORS * lanes, WIDE_HEAD_VECTORS
+        vectors = wide_head_vectors(shape)
+        vec = vectors * lanes
         budget = max(1, (shape.registers - 4) // vectors)
     # Up to 8 rows per tile, 14 for a convolution with a window (3x3: 28 accumulators of two
     # vectors with 32 registers, 6 with AVX2's 16); all the registers hold when the weights stay
@@ -259,7 +260,13 @@ _STATIONARY_FEW_TASKS = 4  # enough for a 1x1 convolution whose tile's weights o
 
 
 _MAX_ROWS = 14  # rows of a windowed convolution's register tile, at most (registers permitting)
-WIDE_HEAD_VECTORS = 4  # vectors of columns in a wide head's tile (_wide_head)
+
+
+def wide_head_vectors(shape: CpuShape) -> int:
+    """Vectors of columns in a wide head's tile (``_wide_head``): 4 with 32 vector registers, 2 with 16."""
+    return 4 if shape.registers >= 32 else 2
+
+
 WIDE_HEAD_MIN_VECTORS = 16  # a wide head has at least this many such tiles of columns
 WIDE_HEAD_MAX_ROWS = 64  # and at most this many rows
 _L1_WEIGHT_BYTES = 32 * 1024  # a weight-stationary task's chunk of weights, at most
@@ -269,17 +276,21 @@ _CHUNKED_BAND_ROWS = 4  # a band's 1x1 tiles of at most this many rows run their
 def _wide_head(sch, shape: CpuShape, rows_loop, other_layout: bool, vec_ext: int, vec: int, lanes: int) -> bool:
     """Whether a product is a classifier head over many columns with few rows (a CTC recognizer's
     [1, T, C] x [C, N], T 40-64, N thousands): constant weights, no band of rows, at least
-    ``WIDE_HEAD_MIN_VECTORS`` x 4 vectors of columns in whole tiles of 4 (``pad_matmul_columns`` pads such
-    heads to them), and the 32 vector registers of AVX-512 or NEON. Its tile is then 4 vectors by the
-    rows the registers hold (5 of 40: 20 accumulators, 4 weight vectors loaded per input value broadcast)
-    instead of 2 by 8: per multiply-add a quarter fewer loads. The 40 x 120 x 18,400 head of a CTC
-    recognizer: 88.7 -> 104.2 GFLOP/s at one thread (2.01 -> 1.71 ms; the machine's peak is about 111),
-    40 x 1,024 x 6,656: 92 -> 100 GFLOP/s."""
-    if rows_loop is None or other_layout or shape.registers < 32 or vec != 2 * lanes:
+    ``WIDE_HEAD_MIN_VECTORS`` tiles of ``wide_head_vectors`` vectors of columns, whole (``pad_matmul_columns``
+    pads such heads to them). With the 32 vector registers of AVX-512 or NEON its tile is then 4 vectors by
+    the rows the registers hold (5 of 40: 20 accumulators, 4 weight vectors loaded per input value
+    broadcast) instead of 2 by 8: per multiply-add a quarter fewer loads. The 40 x 120 x 18,400 head of a
+    CTC recognizer: 88.7 -> 104.2 GFLOP/s at one thread (2.01 -> 1.71 ms; the machine's peak is about
+    111), 40 x 1,024 x 6,656: 92 -> 100 GFLOP/s. With AVX2's 16 registers the tile is 2 vectors by 5 rows
+    (10 accumulators, 7 loads per 10 multiply-adds), and the columns are padded to whole pairs of
+    vectors: padded to one vector, the heads' odd vector counts (6,632 = 829 x 8 columns) kept tiles of
+    8 rows x 1 vector, 9 loads per 8 multiply-adds. A head over 1,024 features runs its reduction in L1
+    chunks on both (``_weight_chunk``)."""
+    if rows_loop is None or other_layout or vec != 2 * lanes:
         return False
     if known_extent(sch, rows_loop) > WIDE_HEAD_MAX_ROWS or not constant_weights(sch):
         return False
-    tile = WIDE_HEAD_VECTORS * lanes
+    tile = wide_head_vectors(shape) * lanes
     return vec_ext % tile == 0 and vec_ext >= WIDE_HEAD_MIN_VECTORS * tile
 
 

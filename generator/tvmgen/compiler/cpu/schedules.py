@@ -190,13 +190,12 @@ def _PadConvChannels(target):  # noqa: N802
     (``matmul_layout.softmax_over_padded_columns``)."""
     from tvmgen.compiler.cpu.conv_layout import pad_conv_output_channels, pad_depthwise_chains
     from tvmgen.compiler.cpu.matmul_layout import pad_matmul_columns, softmax_over_padded_columns
-    from tvmgen.compiler.cpu.reduction_rules import WIDE_HEAD_MAX_ROWS, WIDE_HEAD_MIN_VECTORS, WIDE_HEAD_VECTORS
+    from tvmgen.compiler.cpu.reduction_rules import WIDE_HEAD_MAX_ROWS, WIDE_HEAD_MIN_VECTORS, wide_head_vectors
     from tvmgen.compiler.rewrites import module_pass
 
     shape = cpu_shape(target)
     lanes = shape.lanes(32)
-    wide = shape.registers >= 32  # as _wide_head tiles
-    head = (WIDE_HEAD_VECTORS, WIDE_HEAD_MIN_VECTORS, WIDE_HEAD_MAX_ROWS) if wide else (1, 1, 0)
+    head = (wide_head_vectors(shape), WIDE_HEAD_MIN_VECTORS, WIDE_HEAD_MAX_ROWS)  # as _wide_head tiles
     return module_pass(
         "TvmgenPadConvChannels",
         lambda mod: softmax_over_padded_columns(
