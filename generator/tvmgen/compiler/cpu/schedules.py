@@ -188,7 +188,7 @@ def _PadConvChannels(target):  # noqa: N802
     ``conv_layout.pad_conv_output_channels``), and matmuls with constant weights whole vectors of output
     columns (``matmul_layout.pad_matmul_columns``), a softmax over them rows of whole vectors
     (``matmul_layout.softmax_over_padded_columns``)."""
-    from tvmgen.compiler.cpu.conv_layout import pad_conv_output_channels, pad_depthwise_chains
+    from tvmgen.compiler.cpu.conv_layout import pad_conv_output_channels, pad_conv_output_width, pad_depthwise_chains
     from tvmgen.compiler.cpu.matmul_layout import pad_matmul_columns, softmax_over_padded_columns
     from tvmgen.compiler.cpu.reduction_rules import WIDE_HEAD_MAX_ROWS, WIDE_HEAD_MIN_VECTORS, wide_head_vectors
     from tvmgen.compiler.rewrites import module_pass
@@ -196,12 +196,14 @@ def _PadConvChannels(target):  # noqa: N802
     shape = cpu_shape(target)
     lanes = shape.lanes(32)
     head = (wide_head_vectors(shape), WIDE_HEAD_MIN_VECTORS, WIDE_HEAD_MAX_ROWS)  # as _wide_head tiles
-    return module_pass(
-        "TvmgenPadConvChannels",
-        lambda mod: softmax_over_padded_columns(
-            pad_matmul_columns(pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes), lanes, *head)
-        ),
-    )
+
+    def pad(mod):
+        mod = pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes)
+        if shape.registers < 32:  # tiles of 6 rows x 2 vectors: widths without such a tile made wider
+            mod = pad_conv_output_width(mod, lanes, (shape.registers - 4) // 2)
+        return softmax_over_padded_columns(pad_matmul_columns(mod, lanes, *head))
+
+    return module_pass("TvmgenPadConvChannels", pad)
 
 
 def _NchwInputIntoConv():  # noqa: N802
