@@ -80,10 +80,12 @@ def test_kernel_table_kinds_flops_and_memory_plan(art):
     for k in table["kernels"]:
         by_kind.setdefault(k["kind"], []).append(k)
     assert {"conv2d", "depthwise", "matmul"} <= set(by_kind), by_kind.keys()
-    # the 1x1 convolution: 2 * 56*56 * 32 * 64 multiply-adds, plus its bias and relu per output
+    # the 1x1 convolution: 2 * 56*56 * 32 * 64 multiply-adds, plus its bias and relu per output; counted on the
+    # work the kernel does: with 16 vector registers it computes 60 columns, not 56 (conv_layout.pad_conv_output_width)
     pointwise = max(by_kind["conv2d"], key=lambda k: k["flops"])
     analytic = 2 * (H // 2) ** 2 * 32 * 64
-    assert analytic <= pointwise["flops"] <= analytic * 1.1, pointwise
+    wider = 60 / 56 if "strided_slice" in pointwise["ops"] else 1.0
+    assert analytic * wider <= pointwise["flops"] <= analytic * wider * 1.1, pointwise
     assert "conv2d" in pointwise["ops"] and pointwise["calls"] == 1
     dw = by_kind["depthwise"][0]
     assert 2 * (H // 2) ** 2 * 32 * 9 <= dw["flops"] <= 2 * (H // 2) ** 2 * 32 * 9 * 1.2
