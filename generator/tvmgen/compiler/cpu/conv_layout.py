@@ -176,18 +176,9 @@ def pad_conv_output_channels(mod, lanes: int):
     whole zoo at 2 threads now guards against (tests/runtime/test_parallel.py)."""
     import numpy as np
     from tvm import relax
-    from tvm.relax.dpl import rewrite_call
-    from tvm.relax.dpl.pattern import is_const, is_op, wildcard
+    from tvm.relax.dpl.pattern import is_op, wildcard
 
-    x, w = wildcard(), is_const()
-    conv = is_op("relax.nn.conv2d")(x, w)
-
-    def pad(expr, matches):
-        a = expr.attrs
-        weights, data = matches[w], matches[x]
-        out = a.out_layout or a.data_layout
-        if a.kernel_layout != "HWIO" or out != "NHWC" or str(weights.ty.dtype) != "float32":
-            return expr
+    def pad(expr, a, data, weights):
         channels, groups = int(weights.ty.shape.values[3]), int(a.groups)
         padded = -(-channels // lanes) * lanes
         if channels < lanes or padded == channels or groups != 1:
@@ -196,21 +187,10 @@ def pad_conv_output_channels(mod, lanes: int):
         padded = pair if pair - channels <= channels // 8 else padded
         zeros = [(0, 0), (0, 0), (0, 0), (0, padded - channels)]
         wide = relax.const(np.pad(weights.value.numpy(), zeros), "float32")
-        full = relax.op.nn.conv2d(
-            data,
-            wide,
-            a.strides,
-            a.padding,
-            a.dilation,
-            groups,
-            data_layout=a.data_layout,
-            kernel_layout=a.kernel_layout,
-            out_layout=a.out_layout or None,
-            out_dtype=_dtype_or_none(a.out_dtype),
-        )
+        full = _conv2d_like(a, data, wide, a.padding)
         return relax.op.strided_slice(full, axes=[3], begin=[0], end=[channels])
 
-    mod["main"] = rewrite_call(conv, pad, mod["main"])
+    mod = _rewrite_float_hwio_convs(mod, pad)
 
     # add(slice(conv), bias) -> slice(add(conv, bias padded with zeros)): the bias is read in the
     # padded tile like the weights, so the schedule can pack both (a bias read only for the first
@@ -231,22 +211,12 @@ def pad_conv_output_width(mod, lanes: int, rows: int):
     import math
 
     from tvm import relax
-    from tvm.relax.dpl import rewrite_call
-    from tvm.relax.dpl.pattern import is_const, is_op, wildcard
 
     from tvmgen.compiler.rewrites import static_shape
 
-    x, w = wildcard(), is_const()
-    conv = is_op("relax.nn.conv2d")(x, w)
-
-    def pad(expr, matches):
-        a = expr.attrs
-        weights, data = matches[w], matches[x]
-        out = a.out_layout or a.data_layout
+    def pad(expr, a, data, weights):
         shape = static_shape(expr)
-        if a.kernel_layout != "HWIO" or out != "NHWC" or a.data_layout != "NHWC" or not shape or None in shape:
-            return expr
-        if str(weights.ty.dtype) != "float32" or int(a.groups) != 1 or shape[3] % (2 * lanes):
+        if a.data_layout != "NHWC" or not shape or None in shape or int(a.groups) != 1 or shape[3] % (2 * lanes):
             return expr
         height, width = shape[1], shape[2]
         if width < rows or any(width % r == 0 for r in range(rows - 1, rows + 1)):
@@ -258,22 +228,48 @@ def pad_conv_output_width(mod, lanes: int, rows: int):
             return expr
         top, left, bottom, right = (int(p) for p in a.padding)
         extra = (wider - width) * int(a.strides[1])
-        full = relax.op.nn.conv2d(
-            data,
-            weights,
-            a.strides,
-            [top, left, bottom, right + extra],
-            a.dilation,
-            1,
-            data_layout=a.data_layout,
-            kernel_layout=a.kernel_layout,
-            out_layout=a.out_layout or None,
-            out_dtype=_dtype_or_none(a.out_dtype),
-        )
+        full = _conv2d_like(a, data, weights, [top, left, bottom, right + extra])
         return relax.op.strided_slice(full, axes=[2], begin=[0], end=[width])
 
-    mod["main"] = rewrite_call(conv, pad, mod["main"])
+    return _rewrite_float_hwio_convs(mod, pad)
+
+
+def _rewrite_float_hwio_convs(mod, rewrite):
+    """``mod`` with each conv2d of constant float32 HWIO weights and an NHWC output replaced by
+    ``rewrite(call, attrs, data, weights)`` (the call itself to leave it)."""
+    from tvm.relax.dpl import rewrite_call
+    from tvm.relax.dpl.pattern import is_const, is_op, wildcard
+
+    x, w = wildcard(), is_const()
+
+    def each(expr, matches):
+        a, weights = expr.attrs, matches[w]
+        out = a.out_layout or a.data_layout
+        if a.kernel_layout != "HWIO" or out != "NHWC" or str(weights.ty.dtype) != "float32":
+            return expr
+        return rewrite(expr, a, matches[x], weights)
+
+    mod["main"] = rewrite_call(is_op("relax.nn.conv2d")(x, w), each, mod["main"])
     return mod
+
+
+def _conv2d_like(attrs, data, weights, padding):
+    """A conv2d with ``attrs``'s strides, dilation, groups, layouts and output type, on ``data`` and ``weights``
+    with ``padding``."""
+    from tvm import relax
+
+    return relax.op.nn.conv2d(
+        data,
+        weights,
+        attrs.strides,
+        padding,
+        attrs.dilation,
+        int(attrs.groups),
+        data_layout=attrs.data_layout,
+        kernel_layout=attrs.kernel_layout,
+        out_layout=attrs.out_layout or None,
+        out_dtype=_dtype_or_none(attrs.out_dtype),
+    )
 
 
 def move_bias_before_slice(mod, wide):
