@@ -64,7 +64,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     rows_loop = next((lp for lp in reversed(spatial[:-1]) if (loop_extent(sch, lp) or 1) > 1), None)
     vec = pick_divisor(vec_ext, [lanes * 2, lanes, lanes // 2, lanes // 4, 2])
     vectors = max(1, vec // lanes)
-    budget = max(1, (shape.registers - 4) // vectors)  # accumulators, plus a few for operands
+    budget = row_budget(shape, vectors)
     # the loops outside the row loop: a band of rows is a task, unless the weights stay put
     has_band = rows_loop is not None and any(
         (loop_extent(sch, lp) or 1) > 1
@@ -76,7 +76,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     if wide_head:
         vectors = wide_head_vectors(shape)
         vec = vectors * lanes
-        budget = max(1, (shape.registers - 4) // vectors)
+        budget = row_budget(shape, vectors)
     # Up to 8 rows per tile, 14 for a convolution with a window (3x3: 28 accumulators of two
     # vectors with 32 registers, 6 with AVX2's 16); all the registers hold when the weights stay
     # put (see there). 1x1 convolutions, matmuls and pooling keep 8 (not measured faster). A
@@ -91,7 +91,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         # a third as much: MobileNetV2's 1x1 24 -> 144 at 56 x 56, 0.217 -> 0.180 ms; MnasNet's
         # 16 -> 48 at 112 x 112, 0.208 -> 0.187 ms (one thread, medians of 3 x 300 runs).
         across = pick_divisor(vec_ext // vec, [3, 5, 7])
-        budget = max(1, (shape.registers - 4) // across)
+        budget = row_budget(shape, across)
     most = budget if stationary else min(_MAX_ROWS if windowed and reduce else 8, budget)
     rows = _rows(known_extent(sch, rows_loop), most, budget) if rows_loop is not None else 1
     guarded = rows_loop is not None and known_extent(sch, rows_loop) % rows != 0  # the last tile partial
@@ -205,6 +205,12 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         sch.annotate(chunk, prefetch.CHUNKS, 1)
 
 
+def row_budget(shape: CpuShape, vectors: int) -> int:
+    """Rows a register tile of ``vectors`` vectors per row holds: the accumulators, plus a few registers for
+    the operands (AVX2's 16 with 2 vectors: 6 rows)."""
+    return max(1, (shape.registers - 4) // vectors)
+
+
 def _pixels_as_rows(sch, spatial, reduce, shape: CpuShape, lanes: int) -> tuple[list, int | None]:
     """(``spatial``, None), or, for an NHWC convolution whose register tile gets more rows over the
     image's pixels than over one row of it, (``spatial`` with the output rows and columns fused into one
@@ -229,7 +235,7 @@ def _pixels_as_rows(sch, spatial, reduce, shape: CpuShape, lanes: int) -> tuple[
     if height < 2 or width < 2:
         return spatial, None
     vec = pick_divisor(loop_extent(sch, spatial[-1]) or 1, [lanes * 2, lanes, lanes // 2, lanes // 4, 2])
-    budget = max(1, (shape.registers - 4) // max(1, vec // lanes))
+    budget = row_budget(shape, max(1, vec // lanes))
     most = min(8, budget)
     now = _rows(width, most, budget)
     if now >= 4 and width % now == 0:

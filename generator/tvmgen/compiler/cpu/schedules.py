@@ -190,7 +190,12 @@ def _PadConvChannels(target):  # noqa: N802
     (``matmul_layout.softmax_over_padded_columns``)."""
     from tvmgen.compiler.cpu.conv_layout import pad_conv_output_channels, pad_conv_output_width, pad_depthwise_chains
     from tvmgen.compiler.cpu.matmul_layout import pad_matmul_columns, softmax_over_padded_columns
-    from tvmgen.compiler.cpu.reduction_rules import WIDE_HEAD_MAX_ROWS, WIDE_HEAD_MIN_VECTORS, wide_head_vectors
+    from tvmgen.compiler.cpu.reduction_rules import (
+        WIDE_HEAD_MAX_ROWS,
+        WIDE_HEAD_MIN_VECTORS,
+        row_budget,
+        wide_head_vectors,
+    )
     from tvmgen.compiler.rewrites import module_pass
 
     shape = cpu_shape(target)
@@ -200,7 +205,7 @@ def _PadConvChannels(target):  # noqa: N802
     def pad(mod):
         mod = pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes)
         if shape.registers < 32:  # tiles of 6 rows x 2 vectors: widths without such a tile made wider
-            mod = pad_conv_output_width(mod, lanes, (shape.registers - 4) // 2)
+            mod = pad_conv_output_width(mod, lanes, row_budget(shape, 2))
         return softmax_over_padded_columns(pad_matmul_columns(mod, lanes, *head))
 
     return module_pass("TvmgenPadConvChannels", pad)
