@@ -156,7 +156,7 @@ def pad_depthwise_chains(mod, lanes: int):
     return relax.transform.DeadCodeElimination()(mod)
 
 
-def pad_conv_output_channels(mod, lanes: int):
+def pad_conv_output_channels(mod, lanes: int, odd_pairs: bool = False):
     """``conv2d(x, W)`` (NHWC output, HWIO constant weights, ``O`` output channels not a multiple of
     ``lanes``) -> ``strided_slice(conv2d(x, W padded with zero filters to a multiple of lanes),
     channels [0, O))``.
@@ -168,6 +168,11 @@ def pad_conv_output_channels(mod, lanes: int):
     that adds at most an eighth: SqueezeNet's 1000-class convolution, 1024 not 1008 channels, 2.2
     -> 1.4 ms); the slice is fused into the convolution's kernel with the bias and activation
     after it, and a constant bias added after the slice is padded and moved before it.
+
+    With ``odd_pairs`` (16 vector registers) a weight-stationary convolution of an odd number of whole vectors
+    is padded to pairs too: its tile would be rows x one vector (a band's odd vector counts get tiles of 3 or 5
+    vectors, ``reduction_rules.schedule_reduction``'s ``across``; a stationary task's do not). SqueezeNet's 13 x 13 1x1 512 -> 1000
+    (125 AVX2 vectors): 7 rows x 1 vector, 2.90 ms; 1008 channels in guarded tiles of 5 rows x 2, 2.26 ms.
 
     Depthwise convolutions are left as they are. Padding them too (the zero channels added to their
     input, a pad fused into the kernel that makes it) took ShuffleNet from 3.6 to 3.0 ms, but its
@@ -181,10 +186,14 @@ def pad_conv_output_channels(mod, lanes: int):
     def pad(expr, a, data, weights):
         channels, groups = int(weights.ty.shape.values[3]), int(a.groups)
         padded = -(-channels // lanes) * lanes
-        if channels < lanes or padded == channels or groups != 1:
+        if channels < lanes or groups != 1:
+            return expr
+        if padded == channels and not (odd_pairs and _weight_stationary(expr, weights)):
             return expr
         pair = -(-channels // (2 * lanes)) * 2 * lanes  # tiles of two vectors, where that costs little
         padded = pair if pair - channels <= channels // 8 else padded
+        if padded == channels:
+            return expr
         zeros = [(0, 0), (0, 0), (0, 0), (0, padded - channels)]
         wide = relax.const(np.pad(weights.value.numpy(), zeros), "float32")
         full = _conv2d_like(a, data, wide, a.padding)
@@ -196,6 +205,21 @@ def pad_conv_output_channels(mod, lanes: int):
     # padded tile like the weights, so the schedule can pack both (a bias read only for the first
     # O channels would get a packed copy of the padded size, which with_packed_weights refuses).
     return move_bias_before_slice(mod, is_op("relax.nn.conv2d")(wildcard(), wildcard()))
+
+
+def _weight_stationary(call, weights) -> bool:
+    """Whether a convolution's schedule will keep its weights in place (``reduction_rules._weight_stationary``'s
+    test of size: more output channels than pixels, and weights of at least ``_STATIONARY_WEIGHT_BYTES``)."""
+    import numpy as np
+
+    from tvmgen.compiler.cpu.reduction_rules import _STATIONARY_WEIGHT_BYTES
+    from tvmgen.compiler.rewrites import static_shape
+
+    shape = static_shape(call)
+    if not shape or None in shape:
+        return False
+    size = int(np.prod([int(v) for v in weights.ty.shape.values])) * 4
+    return shape[3] > shape[1] * shape[2] and size >= _STATIONARY_WEIGHT_BYTES
 
 
 def pad_conv_output_width(mod, lanes: int, rows: int):

@@ -58,7 +58,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         return _schedule_depthwise(sch, block, padding, spatial, reduce, shape)
     row_pixels = None  # pixels per group of whole image rows, where rows and columns are one loop
     if not pool:
-        spatial, row_pixels = _pixels_as_rows(sch, spatial, reduce, shape, lanes)
+        spatial, row_pixels = _pixels_as_rows(sch, block, spatial, reduce, shape, lanes)
     vec_ext = loop_extent(sch, spatial[-1]) or 1
     spatial_extents = [loop_extent(sch, lp) or 1 for lp in spatial]
     rows_loop = next((lp for lp in reversed(spatial[:-1]) if (loop_extent(sch, lp) or 1) > 1), None)
@@ -93,8 +93,11 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         across = pick_divisor(vec_ext // vec, [3, 5, 7])
         budget = row_budget(shape, across)
     most = budget if stationary else min(_MAX_ROWS if windowed and reduce else 8, budget)
-    rows = _rows(known_extent(sch, rows_loop), most, budget) if rows_loop is not None else 1
-    guarded = rows_loop is not None and known_extent(sch, rows_loop) % rows != 0  # the last tile partial
+    row_count = known_extent(sch, rows_loop) if rows_loop is not None else 1
+    rows = _rows(row_count, most, budget, _partial_tiles(shape, vectors, across)) if rows_loop is not None else 1
+    guarded = row_count % rows != 0  # the last tile partial
+    if guarded and row_pixels is not None and not stationary:  # _pixels_as_rows fuses those for stationary tasks
+        raise schedule_error("a partial tile over the pixels of a task that is not weight-stationary")
 
     wide = 1
     if rows_loop is None and vectors == 1:
@@ -113,7 +116,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         # the row tile's outer part stays where the row loop was
         outer = [r_o if lp.same_as(rows_loop) else lp for lp in outer]
         inner = [r_i, *inner]
-        if row_pixels is not None:
+        if row_pixels is not None and not guarded:
             # tiles of pixels in groups of whole image rows: a group's results are a box of the output
             group, tiles = sch.split(r_o, [None, row_pixels // rows])
             outer = [x for lp in outer for x in ((group, tiles) if lp.same_as(r_o) else (lp,))]
@@ -211,40 +214,57 @@ def row_budget(shape: CpuShape, vectors: int) -> int:
     return max(1, (shape.registers - 4) // vectors)
 
 
-def _pixels_as_rows(sch, spatial, reduce, shape: CpuShape, lanes: int) -> tuple[list, int | None]:
-    """(``spatial``, None), or, for an NHWC convolution whose register tile gets more rows over the
-    image's pixels than over one row of it, (``spatial`` with the output rows and columns fused into one
-    loop of pixels, the pixels in a group of whole image rows). A tile's rows are a divisor of the loop
-    they tile; with 16 vector registers (AVX2: tiles of up to 6 rows x 2 vectors) a width of 14 gives
-    tiles of 2 rows: 4 accumulators, too few to hide the multiply-add's latency (5 cycles, 2 units
-    on Zen 2: 10 in flight). Over the 196 pixels the tile has 4 rows, as at 28 x 28 and 56 x 56; a
-    tile's pixels need not be on one row, each one's input is a broadcast value of its own. A task's
-    tiles end at the end of an image row (a group: 7 tiles of 4 = 2 rows of 14; a weight-stationary
-    task has them all), so that its results are a box of the output, written back once per task.
+def _pixels_as_rows(sch, block, spatial, reduce, shape: CpuShape, lanes: int) -> tuple[list, int | None]:
+    """(``spatial``, None), or, for an NHWC convolution whose register tile is better over the image's pixels
+    than over one row of it, (``spatial`` with the output rows and columns fused into one loop of pixels, and
+    the pixels in a group: whole image rows). A tile's pixels need not be on one row, each one's input is a
+    broadcast value of its own. With 16 vector registers (AVX2: tiles of up to 6 rows x 2 vectors) a width
+    with no tile of 5 or 6 rows gets a guarded one (``_rows``): 14 -> 3 tiles of 5, 27 -> 6 tiles of 5.
 
-    On a Zen 2 core (AVX2), one thread, medians: 1x1 convolutions at 14 x 14 (80 -> 480, 480 -> 80)
-    42-44 -> 77-80 GFLOP/s, MnasNet 11.25 -> 9.5 ms and the Keras MobileNetV2 11.7 -> 9.4 ms a run;
-    ResNet-18's 3x3 convolutions at 14 x 14 (256 channels) 43 -> 75 GFLOP/s, the model 58.0 -> 49.9 ms
-    (two threads: 30.8 -> 25.5 ms).
-    Tiles of 7 rows there (14 accumulators and their operands in 16 registers) spilled: 46-52
-    GFLOP/s, and the 7 x 7 stage's 75 -> 47. With 32 registers (AVX-512, NEON) a width of 14 gets 7
-    rows already."""
+    - Whole tiles of more rows than a row's tile: a task's tiles end at the end of an image row (a group:
+      51 x 2 pixels, 17 tiles of 6), so that its results are a box of the output, written back once per task.
+      Tiles of 4 over 14 x 14 pixels ran at 77-80 GFLOP/s (2 rows a tile before: 42-44), guarded tiles of 5
+      over each row at 96-98: those now win.
+    - A weight-stationary windowed convolution (its task a block of channels over the whole image) whose
+      pixels waste less in guarded tiles over all of them: ResNet-18's 7 x 7 stage, 3x3 512 -> 512 in tiles
+      of 5 over 49 pixels (50 computed) rather than of 4 over each row of 7 (56): 3.62 -> 2.74 ms a
+      convolution, one thread on a Zen 2 core. Its 1x1 convolutions are left in tiles of each row: MnasNet's
+      7 x 7 1x1 192 -> 1152 ran at 39 GFLOP/s over the pixels against 74 over each row (the cause not found).
+
+    Tiles of 7 rows (14 accumulators and their operands in 16 registers) spilled: 46-52 GFLOP/s. With 32
+    registers (AVX-512, NEON) a width of 14 gets 7 rows already."""
     if shape.registers >= 32 or len(spatial) != 4 or len(reduce) != 3:  # NHWC: n, y, x, c; ry, rx, rc
         return spatial, None
     height, width = (loop_extent(sch, lp) or 1 for lp in spatial[1:3])
     if height < 2 or width < 2:
         return spatial, None
     vec = pick_divisor(loop_extent(sch, spatial[-1]) or 1, [lanes * 2, lanes, lanes // 2, lanes // 4, 2])
-    budget = row_budget(shape, max(1, vec // lanes))
+    vectors = max(1, vec // lanes)
+    budget = row_budget(shape, vectors)
     most = min(8, budget)
-    now = _rows(width, most, budget)
+    guard_ok = _partial_tiles(shape, vectors, 1)
+    now = _rows(width, most, budget, guard_ok)
     if now >= 4 and width % now == 0:
         return spatial, None
-    fused = _rows(height * width, most, budget)
+    pixels = height * width
+    fused = _rows(pixels, most, budget, guard_ok)
     row_pixels = math.lcm(fused, width)  # a group of tiles ends at the end of an image row
-    if fused <= now or (height * width) % fused or (height * width) % row_pixels:
-        return spatial, None
-    return [spatial[0], sch.fuse(*spatial[1:3]), spatial[-1]], row_pixels
+    if fused > now and pixels % fused == 0 and pixels % row_pixels == 0:
+        return [spatial[0], sch.fuse(*spatial[1:3]), spatial[-1]], row_pixels
+    # a weight-stationary task computes every pixel: its pixels are one group, the last tile partial
+    extents = [loop_extent(sch, lp) or 1 for lp in spatial]
+    computed = -(-pixels // fused) * fused
+    windowed = int(np.prod([loop_extent(sch, lp) or 1 for lp in reduce[:-1]])) > 1
+    if windowed and computed < height * -(-width // now) * now and _weight_stationary(sch, extents, reduce, block, vec):
+        return [spatial[0], sch.fuse(*spatial[1:3]), spatial[-1]], pixels
+    return spatial, None
+
+
+def _partial_tiles(shape: CpuShape, vectors: int, across: int) -> bool:
+    """Whether a register tile of ``vectors`` (``across``) vectors per row is better guarded than short: a tile
+    of two vectors with 16 vector registers (AVX2), where a short tile leaves too few accumulators to hide the
+    multiply-add's latency (``_rows``)."""
+    return shape.registers < 32 and vectors == 2 and across == 1
 
 
 def _is_pool(sch, block) -> bool:
@@ -463,7 +483,7 @@ def _band_rows(extent: int) -> int:
     return max([d for d in range(1, extent + 1) if extent % d == 0 and extent // d >= min(extent, 16)])
 
 
-def _rows(extent: int, most: int, budget: int | None = None) -> int:
+def _rows(extent: int, most: int, budget: int | None = None, partial: bool = False) -> int:
     """Rows in a register tile: a divisor of ``extent`` from ``most`` down to 4; else one up to
     ``budget`` (the rows the registers hold); else ``extent`` itself when it is at most ``most``;
     else 3 or 2 dividing it; only then the size that wastes least (the last tile partial).
@@ -473,7 +493,23 @@ def _rows(extent: int, most: int, budget: int | None = None) -> int:
     convolution (224 -> 111, 3x3 stride 2, 3 -> 64 channels) ran at 52 GFLOP/s in guarded tiles
     of 14 rows and at 129 in tiles of 3; its 1x1 convolutions at 13 x 13 and 27 x 27 now have
     tiles of 13 and 9 rows, not guarded ones of 7. The model: 5.72 -> 4.87 ms at one thread,
-    3.15 -> 2.67 ms at two (medians of 5 x 300 runs, fresh builds of both)."""
+    3.15 -> 2.67 ms at two (medians of 5 x 300 runs, fresh builds of both).
+
+    With ``partial`` (tiles of two vectors in AVX2's 16 registers: ``_partial_tiles``) small guarded tiles do
+    not lose so, and a guarded tile wins over a short one: a row fewer than the budget, unless that wastes more
+    than an eighth (a 1x1 convolution at 27 columns ran at 66-86 GFLOP/s in guarded tiles of 6, varying from
+    run to run, at 91-94 in tiles of 5; a 3x3 one at 106 and 101). On a Zen 2 core, one thread, medians: at 27
+    columns (SqueezeNet's fire modules) 3x3 and 1x1 convolutions in tiles of 3 ran at 62-63 GFLOP/s, in guarded
+    tiles of 5 at 92-101; at 14 x 14 (ResNet-18, MnasNet) 77 in tiles of 4 over the pixels as one loop, 96-98
+    in guarded tiles of 5 over each row. SqueezeNet 9.47 -> 8.22 ms a run, ResNet-18 46.2 -> 41.3 ms."""
+    if partial and most > 4 and extent > most:
+        exact = pick_divisor(extent, [most, most - 1])
+        if exact > 1:
+            return exact
+        guarded = most - 1
+        if (-(-extent // guarded) * guarded - extent) * 8 <= extent:
+            return guarded
+        return min(range(4, most), key=lambda r: (-(-extent // r) * r - extent, -r))
     exact = pick_divisor(extent, list(range(most, 3, -1)))
     if exact > 1:
         return exact

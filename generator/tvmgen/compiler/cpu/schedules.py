@@ -203,7 +203,7 @@ def _PadConvChannels(target):  # noqa: N802
     head = (wide_head_vectors(shape), WIDE_HEAD_MIN_VECTORS, WIDE_HEAD_MAX_ROWS)  # as _wide_head tiles
 
     def pad(mod):
-        mod = pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes)
+        mod = pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes, shape.registers < 32)
         if shape.registers < 32:  # tiles of 6 rows x 2 vectors: widths without such a tile made wider
             mod = pad_conv_output_width(mod, lanes, row_budget(shape, 2))
         return softmax_over_padded_columns(pad_matmul_columns(mod, lanes, *head))
