@@ -56,9 +56,9 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     lanes = shape.lanes(dtype_bits(sch, block))
     if depthwise_rule and _is_depthwise(sch, spatial, reduce):
         return _schedule_depthwise(sch, block, padding, spatial, reduce, shape)
-    row_pixels = None  # pixels per group of whole image rows, where rows and columns are one loop
+    row_pixels = pixel_rows = None  # pixels per group of whole image rows, where rows and columns are one loop
     if not pool:
-        spatial, row_pixels = _pixels_as_rows(sch, block, spatial, reduce, shape, lanes)
+        spatial, row_pixels, pixel_rows = _pixels_as_rows(sch, block, spatial, reduce, shape, lanes)
     vec_ext = loop_extent(sch, spatial[-1]) or 1
     spatial_extents = [loop_extent(sch, lp) or 1 for lp in spatial]
     rows_loop = next((lp for lp in reversed(spatial[:-1]) if (loop_extent(sch, lp) or 1) > 1), None)
@@ -94,7 +94,12 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         budget = row_budget(shape, across)
     most = budget if stationary else min(_MAX_ROWS if windowed and reduce else 8, budget)
     row_count = known_extent(sch, rows_loop) if rows_loop is not None else 1
-    rows = _rows(row_count, most, budget, _partial_tiles(shape, vectors, across)) if rows_loop is not None else 1
+    if pixel_rows is not None:  # _pixels_as_rows chose the tile over all the task's pixels
+        rows = pixel_rows
+    elif rows_loop is not None:
+        rows = _rows(row_count, most, budget, _partial_tiles(shape, vectors, across))
+    else:
+        rows = 1
     guarded = row_count % rows != 0  # the last tile partial
     if guarded and row_pixels is not None and not stationary:  # _pixels_as_rows fuses those for stationary tasks
         raise schedule_error("a partial tile over the pixels of a task that is not weight-stationary")
@@ -214,10 +219,10 @@ def row_budget(shape: CpuShape, vectors: int) -> int:
     return max(1, (shape.registers - 4) // vectors)
 
 
-def _pixels_as_rows(sch, block, spatial, reduce, shape: CpuShape, lanes: int) -> tuple[list, int | None]:
-    """(``spatial``, None), or, for an NHWC convolution whose register tile is better over the image's pixels
-    than over one row of it, (``spatial`` with the output rows and columns fused into one loop of pixels, and
-    the pixels in a group: whole image rows). A tile's pixels need not be on one row, each one's input is a
+def _pixels_as_rows(sch, block, spatial, reduce, shape: CpuShape, lanes: int) -> tuple[list, int | None, int | None]:
+    """(``spatial``, None, None), or, for an NHWC convolution whose register tile is better over the image's
+    pixels than over one row of it, (``spatial`` with the output rows and columns fused into one loop of pixels,
+    the pixels in a group: whole image rows, and the tile's rows where they are not ``_rows``'s). A tile's pixels need not be on one row, each one's input is a
     broadcast value of its own. With 16 vector registers (AVX2: tiles of up to 6 rows x 2 vectors) a width
     with no tile of 5 or 6 rows gets a guarded one (``_rows``): 14 -> 3 tiles of 5, 27 -> 6 tiles of 5.
 
@@ -234,10 +239,10 @@ def _pixels_as_rows(sch, block, spatial, reduce, shape: CpuShape, lanes: int) ->
     Tiles of 7 rows (14 accumulators and their operands in 16 registers) spilled: 46-52 GFLOP/s. With 32
     registers (AVX-512, NEON) a width of 14 gets 7 rows already."""
     if shape.registers >= 32 or len(spatial) != 4 or len(reduce) != 3:  # NHWC: n, y, x, c; ry, rx, rc
-        return spatial, None
+        return spatial, None, None
     height, width = (loop_extent(sch, lp) or 1 for lp in spatial[1:3])
     if height < 2 or width < 2:
-        return spatial, None
+        return spatial, None, None
     vec = pick_divisor(loop_extent(sch, spatial[-1]) or 1, [lanes * 2, lanes, lanes // 2, lanes // 4, 2])
     vectors = max(1, vec // lanes)
     budget = row_budget(shape, vectors)
@@ -245,19 +250,20 @@ def _pixels_as_rows(sch, block, spatial, reduce, shape: CpuShape, lanes: int) ->
     guard_ok = _partial_tiles(shape, vectors, 1)
     now = _rows(width, most, budget, guard_ok)
     if now >= 4 and width % now == 0:
-        return spatial, None
+        return spatial, None, None
     pixels = height * width
     fused = _rows(pixels, most, budget, guard_ok)
     row_pixels = math.lcm(fused, width)  # a group of tiles ends at the end of an image row
     if fused > now and pixels % fused == 0 and pixels % row_pixels == 0:
-        return [spatial[0], sch.fuse(*spatial[1:3]), spatial[-1]], row_pixels
+        return [spatial[0], sch.fuse(*spatial[1:3]), spatial[-1]], row_pixels, None
     # a weight-stationary task computes every pixel: its pixels are one group, the last tile partial
     extents = [loop_extent(sch, lp) or 1 for lp in spatial]
+    fused = _rows(pixels, most, budget, guard_ok, guard_first=True)
     computed = -(-pixels // fused) * fused
     windowed = int(np.prod([loop_extent(sch, lp) or 1 for lp in reduce[:-1]])) > 1
     if windowed and computed < height * -(-width // now) * now and _weight_stationary(sch, extents, reduce, block, vec):
-        return [spatial[0], sch.fuse(*spatial[1:3]), spatial[-1]], pixels
-    return spatial, None
+        return [spatial[0], sch.fuse(*spatial[1:3]), spatial[-1]], pixels, fused
+    return spatial, None, None
 
 
 def _partial_tiles(shape: CpuShape, vectors: int, across: int) -> bool:
@@ -483,7 +489,7 @@ def _band_rows(extent: int) -> int:
     return max([d for d in range(1, extent + 1) if extent % d == 0 and extent // d >= min(extent, 16)])
 
 
-def _rows(extent: int, most: int, budget: int | None = None, partial: bool = False) -> int:
+def _rows(extent: int, most: int, budget: int | None = None, partial: bool = False, guard_first: bool = False) -> int:
     """Rows in a register tile: a divisor of ``extent`` from ``most`` down to 4; else one up to
     ``budget`` (the rows the registers hold); else ``extent`` itself when it is at most ``most``;
     else 3 or 2 dividing it; only then the size that wastes least (the last tile partial).
@@ -496,20 +502,23 @@ def _rows(extent: int, most: int, budget: int | None = None, partial: bool = Fal
     3.15 -> 2.67 ms at two (medians of 5 x 300 runs, fresh builds of both).
 
     With ``partial`` (tiles of two vectors in AVX2's 16 registers: ``_partial_tiles``) small guarded tiles do
-    not lose so, and a guarded tile wins over a short one: a row fewer than the budget, unless that wastes more
-    than an eighth (a 1x1 convolution at 27 columns ran at 66-86 GFLOP/s in guarded tiles of 6, varying from
+    not lose so, and a guarded tile wins over a short one (3 or 2 rows), though not over whole tiles of 4 (64
+    columns: 93-102 GFLOP/s either way): a row fewer than the budget, unless that wastes more than an eighth (a 1x1 convolution at 27 columns ran at 66-86 GFLOP/s in guarded tiles of 6, varying from
     run to run, at 91-94 in tiles of 5; a 3x3 one at 106 and 101). On a Zen 2 core, one thread, medians: at 27
     columns (SqueezeNet's fire modules) 3x3 and 1x1 convolutions in tiles of 3 ran at 62-63 GFLOP/s, in guarded
     tiles of 5 at 92-101; at 14 x 14 (ResNet-18, MnasNet) 77 in tiles of 4 over the pixels as one loop, 96-98
-    in guarded tiles of 5 over each row. SqueezeNet 9.47 -> 8.22 ms a run, ResNet-18 46.2 -> 41.3 ms."""
-    if partial and most > 4 and extent > most:
-        exact = pick_divisor(extent, [most, most - 1])
-        if exact > 1:
-            return exact
-        guarded = most - 1
-        if (-(-extent // guarded) * guarded - extent) * 8 <= extent:
-            return guarded
-        return min(range(4, most), key=lambda r: (-(-extent // r) * r - extent, -r))
+    in guarded tiles of 5 over each row. SqueezeNet 9.47 -> 8.22 ms a run, ResNet-18 46.2 -> 41.3 ms.
+
+    A tile of fewer than 4 rows at most (a matmul of 23 rows x 5 vectors: 2) is the one that wastes least.
+
+    ``guard_first``: the guarded tile wins over whole tiles of 4 too (a weight-stationary 3x3 convolution's
+    pixels as one loop, ``_pixels_as_rows``: ResNet-18's 14 x 14 x 256 ran at 93 GFLOP/s in guarded tiles of
+    5 over the 196 pixels, at 79 in whole tiles of 4)."""
+    short = most - 1  # a guarded tile a row short of the budget
+    partial = partial and most > 4
+    cheap = partial and extent > most and (-(-extent // short) * short - extent) * 8 <= extent  # wastes <= 1/8
+    if cheap and guard_first and pick_divisor(extent, [most, short]) == 1:
+        return short
     exact = pick_divisor(extent, list(range(most, 3, -1)))
     if exact > 1:
         return exact
@@ -519,7 +528,10 @@ def _rows(extent: int, most: int, budget: int | None = None, partial: bool = Fal
             return exact
     if extent <= most:
         return extent
-    exact = pick_divisor(extent, [3, 2])
+    if cheap:
+        return short
+    exact = 1 if partial else pick_divisor(extent, [3, 2])
     if exact > 1:
         return exact
-    return min(range(4, most + 1), key=lambda r: (-(-extent // r) * r - extent, -r))
+    least, last = min(4, most), short if partial else most
+    return min(range(least, last + 1), key=lambda r: (-(-extent // r) * r - extent, -r))
