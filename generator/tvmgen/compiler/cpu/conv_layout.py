@@ -300,7 +300,8 @@ def move_bias_before_slice(mod, wide):
     """``add(strided_slice(W, last axis [0, n)), bias)`` -> ``strided_slice(add(W, bias padded with zeros))`` for
     ``W`` matching the pattern ``wide`` (an operator padded to whole vectors and sliced back by
     ``pad_conv_output_channels`` or ``matmul_layout.pad_matmul_columns``) and a constant bias per element of that
-    axis: the kernel keeps the add in its epilogue and the slice as its last step."""
+    axis: the kernel keeps the add in its epilogue and the slice as its last step. A slice of the rows too (the
+    second last axis: ``pad_matmul_columns``'s padded rows), or of the rows only, moves the same way."""
     import numpy as np
     from tvm import relax
     from tvm.relax.dpl import rewrite_call
@@ -315,31 +316,48 @@ def move_bias_before_slice(mod, wide):
         shape = [int(d) for d in c.ty.shape.values] if c.ty.shape is not None else []
         full = [int(d) for d in matches[wide].ty.shape.values]
         out = [int(d) for d in s.ty.shape.values]
-        try:  # axes, begin, end (, strides): tuples of integers in the slices made above
-            slicing = [[int(v.value) for v in a.fields] for a in s.args[1:]]
-        except (AttributeError, TypeError, ValueError):
-            return expr
+        slicing = padding_slice(s, full)
         if (
-            slicing[:2] != [[len(full) - 1], [0]]
-            or any(st != [1] for st in slicing[3:])
-            or full[:-1] != out[:-1]
+            slicing is None
             or str(c.ty.dtype) != str(s.ty.dtype)
             or not shape
             or len(shape) > len(out)
             or shape[-1] != out[-1]
             or any(d != 1 for d in shape[:-1])
         ):
-            return expr  # only the slice made by the padding, and a bias per element of the sliced axis
+            return expr  # only the slice made by the padding, and a bias per element of the last axis
+        axes, ends = slicing
         values = np.pad(c.value.numpy(), [(0, 0)] * (len(shape) - 1) + [(0, full[-1] - out[-1])])
         return relax.op.strided_slice(
             relax.op.add(matches[wide], relax.const(values, str(c.ty.dtype))),
-            axes=[len(full) - 1],
-            begin=[0],
-            end=[out[-1]],
+            axes=axes,
+            begin=[0] * len(axes),
+            end=ends,
         )
 
     mod["main"] = rewrite_call(add, pad_bias, mod["main"])
     return mod
+
+
+def padding_slice(s, full: list[int]) -> tuple[list[int], list[int]] | None:
+    """(axes, ends) of ``s``, a ``strided_slice`` of a value of shape ``full``, where it is one the padding rewrites
+    make: from 0, step 1, along the last axis, the second last, or both (in that order, ascending); else None."""
+    try:  # axes, begin, end (, strides): tuples of integers in the slices the rewrites make
+        axes, begin, ends, *strides = [[int(v.value) for v in a.fields] for a in s.args[1:]]
+    except (AttributeError, TypeError, ValueError):
+        return None
+    rank = len(full)
+    out = [int(d) for d in s.ty.shape.values] if s.ty.shape is not None else []
+    kept = [i for i in range(rank) if i not in axes]
+    if (
+        axes not in ([rank - 1], [rank - 2], [rank - 2, rank - 1])
+        or any(b != 0 for b in begin)
+        or any(st != [1] * len(axes) for st in strides)
+        or len(out) != rank
+        or any(full[i] != out[i] for i in kept)
+    ):
+        return None
+    return axes, ends
 
 
 def legalize_nchw_input_conv(bb, call):

@@ -300,7 +300,7 @@ def wide_head_vectors(shape: CpuShape) -> int:
 
 
 WIDE_HEAD_MIN_VECTORS = 16  # a wide head has at least this many such tiles of columns
-WIDE_HEAD_MAX_ROWS = 64  # and at most this many rows
+WIDE_HEAD_MAX_ROWS = 66  # and at most this many rows (64 padded to 66 for AVX2: pad_matmul_columns)
 _L1_WEIGHT_BYTES = 32 * 1024  # a weight-stationary task's chunk of weights, at most
 _CHUNKED_BAND_ROWS = 4  # a band's 1x1 tiles of at most this many rows run their reduction in L1 chunks
 

@@ -206,7 +206,8 @@ def _PadConvChannels(target):  # noqa: N802
         mod = pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes, shape.registers < 32)
         if shape.registers < 32:  # tiles of 6 rows x 2 vectors: widths without such a tile made wider
             mod = pad_conv_output_width(mod, lanes, row_budget(shape, 2))
-        return softmax_over_padded_columns(pad_matmul_columns(mod, lanes, *head))
+        row_tile = row_budget(shape, 2) if shape.registers < 32 else 0  # tiles of 6 rows x 2 vectors with AVX2
+        return softmax_over_padded_columns(pad_matmul_columns(mod, lanes, *head, row_tile))
 
     return module_pass("TvmgenPadConvChannels", pad)
 
