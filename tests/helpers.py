@@ -340,3 +340,47 @@ def vulkan_device(host_runtime: Path) -> dict:
     if not info.get("available"):
         unavailable(f"no Vulkan device: {info.get('error')} (apt-get install libvulkan1 mesa-vulkan-drivers)")
     return info
+
+
+def run_as_haswell(path, tmp_path) -> None:
+    """Build ``path`` for an AVX2 CPU (LLVM's haswell) and check its outputs against the reference runtime:
+    natively where this CPU has AVX2, else under qemu-x86_64 emulating one."""
+    import platform as host_platform
+
+    from conftest import require_tool
+    from fixtures_runtime import run_native
+    from tvmgen import frontends
+    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
+    from tvmgen.compiler.targets.platforms import PLATFORMS, missing_cpu_features
+    from tvmgen.core.model import random_inputs
+    from tvmgen.runtime import runtime_build
+    from tvmgen.runtime.runner import HostModel
+
+    if host_platform.machine() != "x86_64":
+        reason = (
+            f"this host is {host_platform.machine()}: the AVX2 build's schedule was checked above, and its code runs "
+            "only with an x86-64 tvmgen runtime (qemu-x86_64 needs one too)"
+        )
+        print(f"skipping the run: {reason}")
+        pytest.skip(reason)
+    plat = PLATFORMS["host"].with_cpu("haswell")
+    imported = frontends.load(path, [])
+    out = tmp_path / "haswell"
+    compile_to_artifact(imported, BuildOptions(plat, "cpu"), out, True, {"name": path.stem})
+    inputs = random_inputs(imported.inputs, seed=4)
+    expected = imported.reference(inputs)
+    if not missing_cpu_features(plat.cpu_target()):
+        assert_close(HostModel(out).run(inputs), expected, atol=1e-4, rtol=1e-4)
+        return
+    require_tool("qemu-x86_64")
+    proc, outs = run_native(
+        runtime_build.cached_build("host"),
+        out,
+        inputs,
+        tmp_path,
+        "--warmup",
+        "0",
+        launcher=("qemu-x86_64", "-cpu", "Haswell-v4"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert_close(outs, expected, atol=1e-4, rtol=1e-4)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import onnx_model, save_onnx
-from helpers import CPU_TARGETS, assert_close, compile_and_run, prepared_and_scheduled
+from helpers import CPU_TARGETS, assert_close, compile_and_run, prepared_and_scheduled, run_as_haswell
 from schedule_models import one_conv as _one_conv
 from schedule_models import stationary_3x3_model as _stationary_3x3_model
 
@@ -161,7 +161,7 @@ def test_rows_of_14_get_guarded_tiles_of_5_with_16_registers(cpu, tmp_path):
         return
     assert max(unrolled) == 5, unrolled
     assert re.search(r"T\.where\(xx_0 \* T\.int64\(5\) \+ xx_1 < T\.int64\(14\)\)", script), script
-    _run_as_haswell(path, tmp_path)
+    run_as_haswell(path, tmp_path)
 
 
 @pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
@@ -185,7 +185,7 @@ def test_stationary_3x3_tiles_cover_all_pixels_with_16_registers(cpu, side, chan
     assert max(unrolled) == 5 and "y_xx_fused" in script, unrolled
     where = rf"T\.where\(\w+_fused_0 \* T\.int64\(5\) \+ \w+_fused_1 < T\.int64\({side * side}\)\)"
     assert re.search(where, script), script
-    _run_as_haswell(path, tmp_path)
+    run_as_haswell(path, tmp_path)
 
 
 @pytest.mark.parametrize("cpu", ["avx512", "avx2"])
@@ -206,7 +206,7 @@ def test_stationary_convolutions_of_an_odd_vector_count_are_padded_to_pairs(cpu,
     (conv,) = [f for f in done if "conv2d" in f]
     assert int(mod[conv].params[1].shape[3]) == (72 if cpu == "avx2" else 80), conv
     if cpu == "avx2":
-        _run_as_haswell(path, tmp_path)
+        run_as_haswell(path, tmp_path)
 
 
 @pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
@@ -226,7 +226,7 @@ def test_widths_without_a_six_row_tile_are_computed_wider_with_16_registers(cpu,
     assert max(unrolled) == 6 and "T.where" in script, unrolled  # 5 tiles of 6 over 30, written up to 28
     assert "T.Buffer((T.int64(1), T.int64(7), T.int64(28), T.int64(32))" in script  # the output: 28 wide
     assert re.search(r"T\.axis\.spatial\(T\.int64\(30\)", script), script  # computed: 30 wide
-    _run_as_haswell(path, tmp_path)
+    run_as_haswell(path, tmp_path)
 
 
 @pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
@@ -252,51 +252,7 @@ def test_partial_tiles_write_only_inside_the_output(cpu, tmp_path):
         assert re.search(r"T\.where\([^\n]*< T\.int64\(17\)", block), block  # the partial tile's pixels
         assert "T.axis.spatial(T.int64(12)" in block or re.search(r"T\.where\([^\n]*< T\.int64\(12\)", block), block
     if cpu == "avx2":
-        _run_as_haswell(path, tmp_path)
-
-
-def _run_as_haswell(path, tmp_path) -> None:
-    """Build ``path`` for an AVX2 CPU (LLVM's haswell) and check its outputs against the reference runtime:
-    natively where this CPU has AVX2, else under qemu-x86_64 emulating one."""
-    import platform as host_platform
-
-    from conftest import require_tool
-    from fixtures_runtime import run_native
-    from tvmgen import frontends
-    from tvmgen.compiler.build import BuildOptions, compile_to_artifact
-    from tvmgen.compiler.targets.platforms import PLATFORMS, missing_cpu_features
-    from tvmgen.core.model import random_inputs
-    from tvmgen.runtime import runtime_build
-    from tvmgen.runtime.runner import HostModel
-
-    if host_platform.machine() != "x86_64":
-        reason = (
-            f"this host is {host_platform.machine()}: the AVX2 build's schedule was checked above, and its code runs "
-            "only with an x86-64 tvmgen runtime (qemu-x86_64 needs one too)"
-        )
-        print(f"skipping the run: {reason}")
-        pytest.skip(reason)
-    plat = PLATFORMS["host"].with_cpu("haswell")
-    imported = frontends.load(path, [])
-    out = tmp_path / "haswell"
-    compile_to_artifact(imported, BuildOptions(plat, "cpu"), out, True, {"name": path.stem})
-    inputs = random_inputs(imported.inputs, seed=4)
-    expected = imported.reference(inputs)
-    if not missing_cpu_features(plat.cpu_target()):
-        assert_close(HostModel(out).run(inputs), expected, atol=1e-4, rtol=1e-4)
-        return
-    require_tool("qemu-x86_64")
-    proc, outs = run_native(
-        runtime_build.cached_build("host"),
-        out,
-        inputs,
-        tmp_path,
-        "--warmup",
-        "0",
-        launcher=("qemu-x86_64", "-cpu", "Haswell-v4"),
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert_close(outs, expected, atol=1e-4, rtol=1e-4)
+        run_as_haswell(path, tmp_path)
 
 
 @pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
