@@ -214,7 +214,8 @@ def test_widths_without_a_six_row_tile_are_computed_wider_with_16_registers(cpu,
     """A 3x3 convolution of 32 channels (two AVX2 vectors) 28 pixels wide: with 16 registers its tile holds 6
     rows, which 28 has not (tiles of 4: 8 accumulators, 76 GFLOP/s where 6 rows ran at 91-96 on a Zen 2 core).
     It is computed 30 wide (two zero input columns more on the right) in tiles of 6 rows and sliced back to 28
-    in its kernel (7 x 28 pixels have no tile of 6 as one loop either). With 32 registers 28 has a divisor the registers hold (7 or 14): nothing changes. The
+    in its kernel (7 x 28 pixels have no tile of 6 as one loop either). With 32 registers 28 has a divisor the
+    registers hold (7 or 14): nothing changes. The
     AVX2 build's results as onnxruntime's."""
     model = _one_conv([1, 16, 7, 28], [1, 32, 7, 28], (32, 16, 3, 3), seed=37, relu=True, pads=[1, 1, 1, 1])
     path = save_onnx(model, tmp_path / "w28.onnx")
@@ -312,8 +313,8 @@ def test_transposes_to_nchw_run_in_blocks(cpu, tmp_path):
     """An output transpose NHWC -> NCHW (a feature-map output: 64 channels, 6 x 45 pixels) is
     scheduled in blocks: a loop of one vector's worth of channels around the vectorised pixels, so
     each input cache line read serves a block of output rows. 45 pixels divide by no power of two:
-    the pixels in vectors of a divisor of 45 (15). Row by row, a task read the whole input once per channel: 4.8 ms for
-    64 x 111 x 111, 0.5 in blocks. Results as onnxruntime's."""
+    the pixels in vectors of a divisor of 45 (15). Row by row, a task read the whole input once per channel: 4.8 ms
+    for 64 x 111 x 111, 0.5 in blocks. Results as onnxruntime's."""
     from onnx import TensorProto, helper
 
     model = onnx_model(
@@ -442,7 +443,8 @@ def test_product_rows_are_padded_to_tiles_of_6_with_16_registers(cpu, tmp_path):
     ran at 63 GFLOP/s on a Zen 2 core, over 66 rows in tiles of 6 at 78). Its input gets 2 zero rows (the pad
     fused into the kernel that makes it), the product 66 rows, and the softmax runs over them and slices off
     the padded rows and columns (matmul_layout.pad_matmul_columns). 32 rows would need 4 more (more than a
-    twelfth): left; so would 53 classes (7 AVX2 vectors: tiles of one row). With 32 registers nothing is padded. The AVX2 build's probabilities are onnxruntime's."""
+    twelfth): left; so would 53 classes (7 AVX2 vectors: tiles of one row). With 32 registers nothing is padded.
+    The AVX2 build's probabilities are onnxruntime's."""
     spec, (lanes, registers), _ = CPU_TARGETS[cpu]
     path = _classifier_head(tmp_path / "head64.onnx", rows=64, softmax=True, classes=61)
     mod, done, left = prepared_and_scheduled(path, target_spec=spec)

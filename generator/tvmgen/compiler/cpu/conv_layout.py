@@ -171,8 +171,9 @@ def pad_conv_output_channels(mod, lanes: int, odd_pairs: bool = False):
 
     With ``odd_pairs`` (16 vector registers) a weight-stationary convolution of an odd number of whole vectors
     is padded to pairs too: its tile would be rows x one vector (a band's odd vector counts get tiles of 3 or 5
-    vectors, ``reduction_rules.schedule_reduction``'s ``across``; a stationary task's do not). SqueezeNet's 13 x 13 1x1 512 -> 1000
-    (125 AVX2 vectors): 7 rows x 1 vector, 2.90 ms; 1008 channels in guarded tiles of 5 rows x 2, 2.26 ms.
+    vectors, ``reduction_rules.schedule_reduction``'s ``across``; a stationary task's do not). SqueezeNet's
+    13 x 13 1x1 512 -> 1000 (125 AVX2 vectors): 7 rows x 1 vector, 2.90 ms; 1008 channels in guarded tiles of 5
+    rows x 2, 2.26 ms.
 
     Depthwise convolutions are left as they are. Padding them too (the zero channels added to their
     input, a pad fused into the kernel that makes it) took ShuffleNet from 3.6 to 3.0 ms, but its
@@ -188,7 +189,7 @@ def pad_conv_output_channels(mod, lanes: int, odd_pairs: bool = False):
         padded = -(-channels // lanes) * lanes
         if channels < lanes or groups != 1:
             return expr
-        if padded == channels and not (odd_pairs and _weight_stationary(expr, weights)):
+        if padded == channels and not (odd_pairs and _heavy_weights(expr, weights)):
             return expr
         pair = -(-channels // (2 * lanes)) * 2 * lanes  # tiles of two vectors, where that costs little
         padded = pair if pair - channels <= channels // 8 else padded
@@ -207,19 +208,18 @@ def pad_conv_output_channels(mod, lanes: int, odd_pairs: bool = False):
     return move_bias_before_slice(mod, is_op("relax.nn.conv2d")(wildcard(), wildcard()))
 
 
-def _weight_stationary(call, weights) -> bool:
-    """Whether a convolution's schedule will keep its weights in place (``reduction_rules._weight_stationary``'s
-    test of size: more output channels than pixels, and weights of at least ``_STATIONARY_WEIGHT_BYTES``)."""
+def _heavy_weights(call, weights) -> bool:
+    """``reduction_rules.heavy_weights`` of a convolution call with constant ``weights``: its schedule keeps them in
+    place."""
     import numpy as np
 
-    from tvmgen.compiler.cpu.reduction_rules import _STATIONARY_WEIGHT_BYTES
+    from tvmgen.compiler.cpu.reduction_rules import heavy_weights
     from tvmgen.compiler.rewrites import static_shape
 
     shape = static_shape(call)
     if not shape or None in shape:
         return False
-    size = int(np.prod([int(v) for v in weights.ty.shape.values])) * 4
-    return shape[3] > shape[1] * shape[2] and size >= _STATIONARY_WEIGHT_BYTES
+    return heavy_weights(shape[3], shape[1] * shape[2], int(np.prod([int(v) for v in weights.ty.shape.values])) * 4)
 
 
 def pad_conv_output_width(mod, lanes: int, rows: int):

@@ -71,7 +71,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         for lp in spatial[: next(i for i, lp in enumerate(spatial) if lp.same_as(rows_loop))]
     )
     stationary = (has_band or row_pixels is not None) and _weight_stationary(sch, spatial_extents, reduce, block, vec)
-    windowed = not pool and int(np.prod([loop_extent(sch, lp) or 1 for lp in reduce[:-1]])) > 1  # 3x3, not 1x1
+    windowed = not pool and _windowed(sch, reduce)
     wide_head = _wide_head(sch, shape, rows_loop, has_band or windowed or stationary, vec_ext, vec, lanes)
     if wide_head:
         vectors = wide_head_vectors(shape)
@@ -222,8 +222,9 @@ def row_budget(shape: CpuShape, vectors: int) -> int:
 def _pixels_as_rows(sch, block, spatial, reduce, shape: CpuShape, lanes: int) -> tuple[list, int | None, int | None]:
     """(``spatial``, None, None), or, for an NHWC convolution whose register tile is better over the image's
     pixels than over one row of it, (``spatial`` with the output rows and columns fused into one loop of pixels,
-    the pixels in a group: whole image rows, and the tile's rows where they are not ``_rows``'s). A tile's pixels need not be on one row, each one's input is a
-    broadcast value of its own. With 16 vector registers (AVX2: tiles of up to 6 rows x 2 vectors) a width
+    the pixels in a group: whole image rows, and the tile's rows where they are not ``_rows``'s). A tile's
+    pixels need not be on one row, each one's input is a broadcast value of its own. With 16 vector registers
+    (AVX2: tiles of up to 6 rows x 2 vectors) a width
     with no tile of 5 or 6 rows gets a guarded one (``_rows``): 14 -> 3 tiles of 5, 27 -> 6 tiles of 5.
 
     - Whole tiles of more rows than a row's tile: a task's tiles end at the end of an image row (a group:
@@ -260,10 +261,15 @@ def _pixels_as_rows(sch, block, spatial, reduce, shape: CpuShape, lanes: int) ->
     extents = [loop_extent(sch, lp) or 1 for lp in spatial]
     fused = _rows(pixels, most, budget, guard_ok, guard_first=True)
     computed = -(-pixels // fused) * fused
-    windowed = int(np.prod([loop_extent(sch, lp) or 1 for lp in reduce[:-1]])) > 1
-    if windowed and computed < height * -(-width // now) * now and _weight_stationary(sch, extents, reduce, block, vec):
+    fewer = computed < height * -(-width // now) * now
+    if _windowed(sch, reduce) and fewer and _weight_stationary(sch, extents, reduce, block, vec):
         return [spatial[0], sch.fuse(*spatial[1:3]), spatial[-1]], pixels, fused
     return spatial, None, None
+
+
+def _windowed(sch, reduce) -> bool:
+    """Whether a reduction has a window (a 3x3 convolution's), not only channels (a 1x1 convolution's)."""
+    return int(np.prod([loop_extent(sch, lp) or 1 for lp in reduce[:-1]])) > 1
 
 
 def _partial_tiles(shape: CpuShape, vectors: int, across: int) -> bool:
@@ -382,18 +388,24 @@ def _weight_stationary(sch, spatial_extents: list[int], reduce, block, vec: int)
     reduction overflows L1 (a band of rows re-read it from L2 for each tile of rows) and there are still
     a few channel blocks for the cores: the projections of MnasNet's and MobileNetV2's last stages
     (7 x 7 pixels, 1152 -> 192 and 576 -> 192: 6 blocks of 2 AVX-512 vectors, 147 and 74 KB each; AVX2's
-    narrower tiles made 12 blocks of the first, stationary already). In L1 chunks (``_weight_chunk``), 213-240 -> 182-194
-    us and 110-121 -> 82-86 us at one thread; MnasNet 2-3% faster a run, EfficientNet-B0 1-2%."""
+    narrower tiles made 12 blocks of the first, stationary already). In L1 chunks (``_weight_chunk``),
+    213-240 -> 182-194 us and 110-121 -> 82-86 us at one thread; MnasNet 2-3% faster a run, EfficientNet-B0 1-2%."""
     channels = spatial_extents[-1]
     pixels = int(np.prod(spatial_extents[:-1]))
     depth = int(np.prod([loop_extent(sch, lp) or 1 for lp in reduce]))
     bits = dtype_bits(sch, block)
     if channels <= pixels:
         return False
-    if depth * channels * bits // 8 >= _STATIONARY_WEIGHT_BYTES and channels // vec >= _STATIONARY_TASKS:
+    if heavy_weights(channels, pixels, depth * channels * bits // 8) and channels // vec >= _STATIONARY_TASKS:
         return True
     one_by_one = all((loop_extent(sch, lp) or 1) == 1 for lp in reduce[:-1])
     return one_by_one and depth * vec * bits // 8 > _L1_WEIGHT_BYTES and channels // vec >= _STATIONARY_FEW_TASKS
+
+
+def heavy_weights(channels: int, pixels: int, weight_bytes: int) -> bool:
+    """A convolution whose weights outweigh its activations: more output channels than output pixels, and weights
+    of at least ``_STATIONARY_WEIGHT_BYTES`` (``_weight_stationary``'s test of size)."""
+    return channels > pixels and weight_bytes >= _STATIONARY_WEIGHT_BYTES
 
 
 def _schedule_full_reduction(sch, block, reduce, shape: CpuShape) -> None:
@@ -510,8 +522,9 @@ def _rows(extent: int, most: int, budget: int | None = None, partial: bool = Fal
 
     With ``partial`` (tiles of two vectors in AVX2's 16 registers: ``_partial_tiles``) small guarded tiles do
     not lose so, and a guarded tile wins over a short one (3 or 2 rows), though not over whole tiles of 4 (64
-    columns: 93-102 GFLOP/s either way): a row fewer than the budget, unless that wastes more than an eighth (a 1x1 convolution at 27 columns ran at 66-86 GFLOP/s in guarded tiles of 6, varying from
-    run to run, at 91-94 in tiles of 5; a 3x3 one at 106 and 101). On a Zen 2 core, one thread, medians: at 27
+    columns: 93-102 GFLOP/s either way): a row fewer than the budget, unless that wastes more than an eighth
+    (a 1x1 convolution at 27 columns ran at 66-86 GFLOP/s in guarded tiles of 6, varying from run to run, at
+    91-94 in tiles of 5; a 3x3 one at 106 and 101). On a Zen 2 core, one thread, medians: at 27
     columns (SqueezeNet's fire modules) 3x3 and 1x1 convolutions in tiles of 3 ran at 62-63 GFLOP/s, in guarded
     tiles of 5 at 92-101; at 14 x 14 (ResNet-18, MnasNet) 77 in tiles of 4 over the pixels as one loop, 96-98
     in guarded tiles of 5 over each row. SqueezeNet 9.47 -> 8.22 ms a run, ResNet-18 46.2 -> 41.3 ms.

@@ -202,11 +202,14 @@ def _PadConvChannels(target):  # noqa: N802
     lanes = shape.lanes(32)
     head = (wide_head_vectors(shape), WIDE_HEAD_MIN_VECTORS, WIDE_HEAD_MAX_ROWS)  # as _wide_head tiles
 
+    # with 16 registers (AVX2) the tiles of 6 rows x 2 vectors: widths and product rows without such a tile
+    # padded to one, a stationary convolution's odd vector count to pairs
+    row_tile = row_budget(shape, 2) if shape.registers < 32 else 0
+
     def pad(mod):
-        mod = pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes, shape.registers < 32)
-        if shape.registers < 32:  # tiles of 6 rows x 2 vectors: widths without such a tile made wider
-            mod = pad_conv_output_width(mod, lanes, row_budget(shape, 2))
-        row_tile = row_budget(shape, 2) if shape.registers < 32 else 0  # tiles of 6 rows x 2 vectors with AVX2
+        mod = pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes, odd_pairs=row_tile > 0)
+        if row_tile:
+            mod = pad_conv_output_width(mod, lanes, row_tile)
         return softmax_over_padded_columns(pad_matmul_columns(mod, lanes, *head, row_tile))
 
     return module_pass("TvmgenPadConvChannels", pad)
