@@ -118,9 +118,15 @@ def test_on_a_device_over_rpc(work, tmp_path, monkeypatch):
         out = " ".join(compile_(tmp_path, model, "out", "--remedy-budget", BUDGET, *via).split())
     assert "Profiling the build kernel by kernel on device 'remedy-dev' (slow-kernel guard)" in out, out
     assert "Timing tvmgen's probe product on device 'remedy-dev'" in out
-    assert re.search(
-        r"slow kernel conv3d_prepacked: .* GFLOP/s tvmgen's probe product reaches on device 'remedy-dev'", out
+    # held to the device's probe product, or, when the device is busy enough to run it below 2 GFLOP/s, to the
+    # convolution floor, which the guard names first: which one is a matter of timing, both are the guard's
+    flagged = re.search(
+        r"slow kernel conv3d_prepacked: ([\d.]+) GFLOP/s, .*?(tvmgen's probe product reaches on device "
+        r"'remedy-dev'|below the 2 GFLOP/s floor)",
+        out,
     )
+    assert flagged, out
+    assert "floor" not in flagged.group(2) or float(flagged.group(1)) < 2.0
     assert (
         f"Searching schedules for 1 slow kernel(s) (MetaSchedule, timed on device 'remedy-dev', budget {BUDGET} s"
         in out
