@@ -310,7 +310,7 @@ struct Model::Impl {
   std::string thread_pool = "tvm";
   Timings timings;
   std::vector<int64_t> vm_devices;  // vm_initialization's arguments: (device type, id, allocator) each
-  // CPU: main's kernel calls recorded on the first run and made again (direct_calls.h), or the VM
+  // main's kernel calls recorded on the first run and made again (direct_calls.h), or the VM
   direct::Calls direct;
   bool use_direct = false;
   std::string executor = "relax vm";
@@ -573,8 +573,6 @@ std::unique_ptr<Model> Model::LoadArtifact(const std::string& dir, ArtifactData 
   }
   if (!options.direct_calls) {
     m.executor = "relax vm: direct calls are turned off (LoadOptions::direct_calls)";
-  } else if (m.dev.device_type != kDLCPU) {
-    m.executor = "relax vm: direct calls are made on the CPU only";
   } else {
     std::string why;
     try {

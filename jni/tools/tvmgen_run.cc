@@ -45,7 +45,7 @@ const char* kUsage =
     "                            (tvmgen::ArtifactData: the library through an in-memory file, the\n"
     "                            weights from bytes), as an app with downloaded or decrypted models does\n"
     "  --vm                      run main on the Relax VM on every run, not as the direct kernel calls\n"
-    "                            recorded on the first run (CPU; the timings' \"executor\" says which ran)\n"
+    "                            recorded on the first run (the timings' \"executor\" says which ran)\n"
     "  --prepare                 build the GPU kernels (or load them from the kernel cache) after loading,\n"
     "                            before the first run (Model::Prepare): the first run compiles nothing\n"
     "  --timings FILE            write the timings JSON to FILE (default: stdout)\n"

@@ -275,3 +275,28 @@ def test_host_visible_inputs_ignored_on_cpu(runtime, arts, tmp_path):
     assert rc == 0, err
     assert "--host-visible-inputs ignored: the model runs on cpu" in err
     assert json.loads((tmp_path / "t.json").read_text())["host_visible_inputs"] is False
+
+
+def test_direct_calls_on_opencl_equal_the_vm(runtime, opencl_lib, arts, shared_cache, tmp_path):
+    """Model::Run makes main's kernel launches itself on OpenCL as on the CPU (recorded on the first run, on
+    buffers allocated once): the timings say so, and every replayed run's outputs equal the VM's bit for bit."""
+    from tvmgen.core import artifact
+
+    art = arts[("mobilenet", "opencl")]
+    inputs = random_inputs(artifact.load(art).inputs, seed=7)
+    outs, executors = {}, {}
+    for tag, extra in (("direct", ()), ("vm", ("--vm",))):
+        timings = tmp_path / f"{tag}.json"
+        rc, outs[tag], _, err = run_tool(
+            runtime, art, tmp_path, inputs, cache=shared_cache, tag=tag, extra=[*extra, "--timings", str(timings)]
+        )
+        assert rc == 0, err
+        t = json.loads(timings.read_text())
+        executors[tag] = t["executor"]
+        assert t["runs"] >= 1 and t["warmup"] >= 1  # the timed runs come after the recording run
+    assert executors == {
+        "direct": "direct calls",
+        "vm": "relax vm: direct calls are turned off (LoadOptions::direct_calls)",
+    }
+    for a, b in zip(outs["direct"], outs["vm"]):
+        np.testing.assert_array_equal(a, b)

@@ -321,12 +321,26 @@ def test_state_that_is_an_output_or_another_state(host_runtime, models, compile_
 
 
 def test_sequence_on_opencl(ocl_runtime, opencl_lib, models, compile_stateful, sequence, steps, tmp_path):
-    """The same sequence on OpenCL (PoCL): the state stays in device buffers, swapped from run to run."""
+    """The same sequence on OpenCL (PoCL), as direct calls: the state stays in the device buffers the recorded
+    calls read, each step's new state copied into them on the device; a model whose output is its old state
+    runs on the VM from its second run, and matches too."""
     art = compile_stateful(models["stream"], "opencl", PAIRS)
     env = {"TVMGEN_OPENCL_CACHE_DIR": str(tmp_path / "cache")}
-    proc = tvmgen_run(ocl_runtime, art, "--sequence", sequence, "-o", tmp_path / "out", env=env)
+    timings = tmp_path / "t.json"
+    proc = tvmgen_run(ocl_runtime, art, "--sequence", sequence, "-o", tmp_path / "out", "--timings", timings, env=env)
     assert proc.returncode == 0, proc.stderr
     assert_steps_match(read_steps(tmp_path / "out", STEPS), reference(models["stream"], PAIRS, steps))
+    assert json.loads(timings.read_text())["executor"] == "direct calls"
+
+    rng = np.random.default_rng(5)
+    swap_steps = [{"x": rng.standard_normal((1, 4)).astype(np.float32)} for _ in range(8)]
+    art = compile_stateful(models["swap"], "opencl", SWAP_PAIRS)
+    seq = write_sequence(tmp_path / "seq", swap_steps)
+    proc = tvmgen_run(ocl_runtime, art, "--sequence", seq, "-o", tmp_path / "swap-out", "--timings", timings, env=env)
+    assert proc.returncode == 0, proc.stderr
+    got = read_steps(tmp_path / "swap-out", len(swap_steps))
+    assert_steps_match(got, reference(models["swap"], SWAP_PAIRS, swap_steps), 0)
+    assert json.loads(timings.read_text())["executor"].startswith("relax vm: a state buffer is also one of the outputs")
 
 
 def vulkan_runtime(host_runtime: Path) -> Path:
@@ -345,11 +359,15 @@ def test_sequence_on_vulkan(host_runtime, models, compile_stateful, sequence, st
     runtime = vulkan_runtime(host_runtime)
     log = {"TVMGEN_VULKAN_LOG": "1", "TVMGEN_VULKAN_CACHE_DIR": str(tmp_path / "cache")}
     art = compile_stateful(models["stream"], "vulkan", PAIRS)
-    proc = tvmgen_run(runtime, art, "--sequence", sequence, "-o", tmp_path / "out", "--repeat", 2, env=log)
+    timings = tmp_path / "t.json"
+    args = ("--sequence", sequence, "-o", tmp_path / "out", "--repeat", 2, "--timings", timings)
+    proc = tvmgen_run(runtime, art, *args, env=log)
     assert proc.returncode == 0, proc.stderr
     assert_steps_match(read_steps(tmp_path / "out", STEPS), reference(models["stream"], PAIRS, steps))
     runs = json.loads(proc.stderr.split("tvmgen-vulkan: commands ")[1].splitlines()[0])["recorded_runs"]
     assert runs["captured"] >= 1 and runs["replays"] >= STEPS, runs
+    # the run recorded for replay is itself made of direct calls (no VM around the recording either)
+    assert json.loads(timings.read_text())["executor"] == "direct calls"
 
     rng = np.random.default_rng(5)
     swap_steps = [{"x": rng.standard_normal((1, 4)).astype(np.float32)} for _ in range(8)]

@@ -6,7 +6,7 @@ kernel). When ``main`` is one straight line of calls, each either a kernel of th
 whose result depends only on shapes and on which buffers exist, the calls are the same on every run. The
 first run goes through the model's VM with an instrument that keeps each kernel call and its arguments;
 later runs make those kernel calls only, with the caller's input tensors put where the recorded ones were.
-The C++ runtime does the same (``jni/src/direct_calls.h``, docs/runtime.md#direct-calls-on-the-cpu); this is
+The C++ runtime does the same (``jni/src/direct_calls.h``, docs/runtime.md#direct-calls); this is
 the Python runtime's own, through the same public interfaces (the executable's ``as_text`` and the VM's
 ``set_instrument``).
 """
