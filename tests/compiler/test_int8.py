@@ -356,3 +356,45 @@ def test_quantised_matmul_on_aarch64_sdot_under_qemu(tmp_path):
     proc, outs = run_native(runtime, out, {"x": x}, tmp_path, "--warmup", "0", launcher=QEMU_AARCH64)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(outs[0], qdq_expected(x, w, sw, sx, zx, "int8"), rtol=2e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("k,n,eight_bit", [(1024, 384, True), (624, 64, False)])
+def test_dense_layer_on_8bit_weights_beyond_l2_reads_them_as_8bit(k, n, eight_bit, tmp_path):
+    """A batch-1 dense layer on dequantised 8-bit weights (float activations, so no dot-product instruction
+    applies on any CPU) is bound by the bytes of its weights: where they pass a core's L2 as float (1024 x 384:
+    1.5 MB) the kernel reads the 8-bit constant (0.4 MB) and widens each weight as it multiplies, the
+    per-column scale applied once per output; where L2 holds them (624 x 64) the float copy stays (faster
+    there). Results as float64 NumPy's from the 8-bit values and as onnxruntime's."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from helpers import CPU_TARGETS, prepared_and_scheduled
+
+    rng = np.random.default_rng(11)
+    w = rng.integers(-127, 128, (k, n)).astype(np.int8)
+    sw = rng.uniform(0.001, 0.02, n).astype(np.float32)
+    model = onnx_model(
+        [
+            helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], axis=1),
+            helper.make_node("MatMul", ["x", "wf"], ["y"]),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+        [
+            numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(sw, "sw"),
+            numpy_helper.from_array(np.zeros(n, np.int8), "zw"),
+        ],
+    )
+    path = save_onnx(model, tmp_path / "dense8.onnx")
+    mod, done, _ = prepared_and_scheduled(path, target_spec=CPU_TARGETS["avx2"][0])
+    (kernel,) = [f for f in done if "matmul" in f]
+    weights = [(str(p.dtype), int(np.prod([int(d) for d in p.shape]))) for p in mod[kernel].params]
+    assert (("int8", k * n) in weights) == eight_bit and (("float32", k * n) in weights) != eight_bit, weights
+    imported = frontends.load(path, [])
+    out = tmp_path / "art"
+    compile_to_artifact(imported, BuildOptions(PLATFORMS["host"], "cpu"), out, True, {"name": "dense8"})
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    (got,) = HostModel(out).run({"x": x})
+    want = x.astype(np.float64) @ (w.astype(np.float64) * sw.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, imported.reference({"x": x})[0], rtol=1e-4, atol=1e-4)
