@@ -545,22 +545,27 @@ def test_wide_heads_over_many_features_reduce_in_chunks_that_fit_l1(cpu, tmp_pat
         assert_close(actual, expected, atol=1e-3, rtol=1e-4)
 
 
+def _constant_product(rows: int, k: int, n: int, seed: int, path):
+    """``y = x @ W``: x [rows, k], W a constant [k, n] of seeded random values; saved to ``path``."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = np.random.default_rng(seed).standard_normal((k, n)).astype(np.float32)
+    model = onnx_model(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, n])],
+        [numpy_helper.from_array(weights, "W")],
+    )
+    return save_onnx(model, path)
+
+
 @pytest.mark.parametrize("cpu", ["avx512", "avx2", "neon"])
 def test_a_product_of_few_rows_per_tile_is_scheduled(cpu, tmp_path):
     """A mel-spectrogram front end's filter bank: 25 frames x 201 bins x 40 mel bands, constant weights. With
     AVX2 the 40 columns are 5 vectors, a tile 5 vectors wide holds 2 rows, and 25 has no divisor up to 2: the
     tile that wastes least was picked from an empty range of sizes, the schedule failed and TVM's lowering ran
     it at 1.5 GFLOP/s. It is scheduled for every target (2 rows guarded with AVX2). Results as onnxruntime's."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    weights = np.random.default_rng(53).standard_normal((201, 40)).astype(np.float32)
-    model = onnx_model(
-        [helper.make_node("MatMul", ["x", "W"], ["y"])],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [25, 201])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [25, 40])],
-        [numpy_helper.from_array(weights, "W")],
-    )
-    path = save_onnx(model, tmp_path / "mel_bank.onnx")
+    path = _constant_product(25, 201, 40, 53, tmp_path / "mel_bank.onnx")
     mod, done, left = prepared_and_scheduled(path, target_spec=CPU_TARGETS[cpu][0])
     assert not [f for f in left if "matmul" in f] and [f for f in done if "matmul" in f], (done, left)
     if cpu == "avx2":
@@ -577,17 +582,8 @@ def test_matrix_vector_tiles_hold_enough_chains_of_multiply_adds(cpu, tmp_path):
     the multiply-add's latency (AVX2: 4.3 us); the tile is now as many pairs as the registers hold that divide
     the columns: AVX2 all 64 columns (4 x 2 vectors: 8 chains), AVX-512 and NEON alike in their widths.
     Results as onnxruntime's."""
-    from onnx import TensorProto, helper, numpy_helper
-
     spec, (lanes, _), _ = CPU_TARGETS[cpu]
-    weights = np.random.default_rng(7).standard_normal((624, 64)).astype(np.float32)
-    model = onnx_model(
-        [helper.make_node("MatMul", ["x", "W"], ["y"])],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 624])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
-        [numpy_helper.from_array(weights, "W")],
-    )
-    path = save_onnx(model, tmp_path / "dense.onnx")
+    path = _constant_product(1, 624, 64, 7, tmp_path / "dense.onnx")
     mod, done, _ = prepared_and_scheduled(path, target_spec=spec)
     (kernel,) = [f for f in done if "matmul" in f]
     script = mod[kernel].script()

@@ -104,6 +104,7 @@ class DirectCalls:
         self._calls: list = []  # [function, its argument list] in order
         self._slots: list = []  # per input: the (argument list, index) pairs where it goes
         self._current: list = []
+        self.serial = 0  # counts the times the recorded arguments took other input tensors
         self._result = None
         self.recorded = False
         self.fixed_inputs = False  # the inputs must be the recorded tensors (copied into, not replaced)
@@ -186,6 +187,7 @@ class DirectCalls:
                 else []
             )
         self._current = list(inputs)  # the input tensors the recorded arguments hold
+        self.serial += 1
         self._calls, self._result, self.recorded = calls, result, True
         self.replayed_by = self._native_plan(names, inputs)
         return result, ""
@@ -265,12 +267,19 @@ class DirectCalls:
         self._set_native(self._native[0], entries, packed, counts)
         return True
 
+    def call_native(self) -> None:
+        """The recorded calls in one native call, on the input tensors the arguments hold now (``replay``'s
+        last, see ``serial``); only where ``replayed_by`` is "one native call"."""
+        assert self._native is not None
+        self._native[0](*self._native_args)
+
     def replay(self, inputs: list):
         """A later run: the recorded kernel calls, in order, on ``inputs`` (the recorded tensors themselves when
         ``fixed_inputs``). Returns the recorded result's tensors, which hold this run's outputs."""
         current = self._current
         for k, tensor in enumerate(inputs):
             if tensor is not current[k]:  # another input tensor than the last run's: put where the last was
+                self.serial += 1
                 for args, j in self._slots[k]:
                     args[j] = tensor  # (also what keeps it alive for the native call)
                 if self._native is not None:

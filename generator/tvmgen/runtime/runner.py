@@ -395,10 +395,24 @@ class HostModel:
         pinned, keep = (None, None) if state is None else (state.pinned_arguments, state.keep)
         if direct.copies_state:  # the replay copies the new state into the buffers pinned_arguments passes
             keep = None
+        # The frame-after-frame call: the input tensors of the last replay, the held values in their buffers and
+        # nothing since that gave the recorded arguments other tensors (``serial``): one native call as it is.
+        native = direct.call_native if direct.replayed_by == "one native call" else None
+        held, buffers = (None, None) if state is None else (state, state.pinned_buffers())
+        last: list = [None, -1]  # the input tensors of this function's last replay, and the serial after it
 
         def calls(tensors: list, t0: float) -> list[np.ndarray]:
             """The recorded calls on ``tensors``, the outputs copied, the state kept, the run's time (from ``t0``)."""
-            replay(tensors if pinned is None else pinned(tensors))
+            if (
+                native is not None
+                and tensors == last[0]
+                and direct.serial == last[1]
+                and (held is None or held.tensors == buffers)
+            ):
+                native()
+            else:
+                replay(tensors if pinned is None else pinned(tensors))
+                last[0], last[1] = tensors, direct.serial
             result = [v.copy() for v in views]
             if keep is not None:  # after the outputs are copied: one of them may be a held value
                 keep(res)

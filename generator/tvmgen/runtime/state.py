@@ -79,6 +79,11 @@ class HeldState:
         if not self._buffers:
             self._buffers = list(self.tensors)
 
+    def pinned_buffers(self) -> list:
+        """The fixed tensors the held values are pinned in (``pin``; empty before): while ``tensors`` equals
+        them, ``pinned_arguments`` copies nothing."""
+        return self._buffers
+
     def pinned_arguments(self, own: list) -> list:
         """``arguments`` with the held values in the pinned buffers: a value that ``set`` or ``reset`` gave
         since the last run is copied into its buffer."""
