@@ -398,7 +398,7 @@ class HostModel:
         # The frame-after-frame call: the input tensors of the last replay, the held values in their buffers and
         # nothing since that gave the recorded arguments other tensors (``serial``): one native call as it is.
         native = direct.call_native if direct.replayed_by == "one native call" else None
-        held, buffers = (None, None) if state is None else (state, state.pinned_buffers())
+        in_buffers = None if state is None else state.in_buffers
         last: list = [None, -1]  # the input tensors of this function's last replay, and the serial after it
 
         def calls(tensors: list, t0: float) -> list[np.ndarray]:
@@ -407,7 +407,7 @@ class HostModel:
                 native is not None
                 and tensors == last[0]
                 and direct.serial == last[1]
-                and (held is None or held.tensors == buffers)
+                and (in_buffers is None or in_buffers())
             ):
                 native()
             else:

@@ -79,10 +79,10 @@ class HeldState:
         if not self._buffers:
             self._buffers = list(self.tensors)
 
-    def pinned_buffers(self) -> list:
-        """The fixed tensors the held values are pinned in (``pin``; empty before): while ``tensors`` equals
-        them, ``pinned_arguments`` copies nothing."""
-        return self._buffers
+    def in_buffers(self) -> bool:
+        """Whether the held values are the pinned buffers themselves (``pin``): ``pinned_arguments`` then
+        copies nothing. (The list comparison takes identical tensors as equal without looking further.)"""
+        return self.tensors == self._buffers
 
     def pinned_arguments(self, own: list) -> list:
         """``arguments`` with the held values in the pinned buffers: a value that ``set`` or ``reset`` gave

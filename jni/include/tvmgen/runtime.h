@@ -91,8 +91,8 @@ struct LoadOptions {
   /*!
    * \brief Run main as the fixed list of its kernel calls (on a GPU, the host functions that launch its
    * kernels), recorded on the first run, with its intermediates allocated once (jni/src/direct_calls.h),
-   * instead of the Relax VM on every run. A model whose main branches or calls a runtime function that must run every time keeps the VM; executor() says
-   * which ran and why. false: always the VM.
+   * instead of the Relax VM on every run. A model whose main branches or calls a runtime function that must
+   * run every time keeps the VM; executor() says which ran and why. false: always the VM.
    */
   bool direct_calls = true;
 };

@@ -81,28 +81,35 @@ def _quantised_product(bb, call, var2val, target):
     elif name != "relax.matmul" or len(w.ty.shape.values) != 2:
         return None
     acts, dw = _activations(x, var2val), _dequantize(w, var2val)
-    if dw is None:
+    weights = _column_weights(dw, var2val) if dw is not None else None
+    if weights is None:
         return None
-    if acts is None:
-        return _eight_bit_weights(bb, call, dw, var2val)
-    x8, sx, zx = acts
+    if acts is not None:
+        x8, sx, zx = acts
+        w8, sw, zw = weights
+        a_zero = relax.const(zx, "int32") if zx else None
+        out = integer_dot(bb, x8, a_zero, w8 - zw.astype(np.int64), target)
+        if out is not None:
+            scale = (np.float32(sx) * sw.astype(np.float32)).astype(np.float32)
+            return relax.op.multiply(relax.op.astype(out, "float32"), relax.const(scale))
+    return _eight_bit_weights(bb, call, dw, *weights) if name == "relax.matmul" else None
+
+
+def _column_weights(dw, var2val):
+    """``dequantize(constant w8, sw, zw)`` -> (w8 as [K, N]: a 1x1 HWIO kernel, or a matmul's weights; the scale
+    and the zero point as one value per column), or None."""
     w8 = constant_array(dw.args[0], var2val)
     sw, zw = constant_array(dw.args[1], var2val, "f"), constant_array(dw.args[2], var2val)
     if any(v is None for v in (w8, sw, zw)):
         return None
     wdims = w8.ndim
-    w8 = w8.reshape(-1, w8.shape[-1])  # [K, N]: a 1x1 HWIO kernel, or the matmul's weights
+    w8 = w8.reshape(-1, w8.shape[-1])
     n = w8.shape[1]
     sw = _per_column(sw, wdims, int(dw.attrs.axis), -1, n)
     zw = _per_column(zw, wdims, int(dw.attrs.axis), -1, n)
     if sw is None or zw is None:
         return None
-    a_zero = relax.const(zx, "int32") if zx else None
-    out = integer_dot(bb, x8, a_zero, w8 - zw.astype(np.int64), target)
-    if out is None:
-        return _eight_bit_weights(bb, call, dw, var2val) if name == "relax.matmul" else None
-    scale = (np.float32(sx) * sw.astype(np.float32)).astype(np.float32)
-    return relax.op.multiply(relax.op.astype(out, "float32"), relax.const(scale))
+    return w8, sw, zw
 
 
 # A float product whose weights are dequantised 8-bit constants reads each weight once per row of its
@@ -116,38 +123,34 @@ EIGHT_BIT_WEIGHTS_MIN_BYTES = 1024 * 1024
 EIGHT_BIT_WEIGHTS_MIN_COLUMNS = 8
 
 
-def _eight_bit_weights(bb, call, dw, var2val):
-    """``matmul(x, dequantize(constant w8, scale per column, zero point))`` with few rows of ``x``, where no
-    integer dot product applies (float activations, or a CPU without a dot-product instruction) ->
-    ``(x @ float(w8 - zero)) * scale``: the weights stay 8-bit in memory and are widened to float as the
-    product reads them (``INLINE_DEQUANTIZE``, inlined by the schedules), the scale one multiply per output
-    in the epilogue. A quarter of the weight bytes: the product is bound by them. The sums are those of
-    the dequantised product but for the scale taken out of them (within a rounding of each output).
-    None where it does not apply (more rows, small weights, a zero point per column)."""
+def _eight_bit_weights(bb, call, dw, w8, sw, zw):
+    """``matmul(x, dequantize(constant w8, scale per column, zero point))`` (the weights as ``_column_weights``
+    gives them) with few rows of ``x``, where no integer dot product applies (float activations, or a CPU
+    without a dot-product instruction) -> ``(x @ float(w8 - zero)) * scale``: the weights stay 8-bit in memory
+    and are widened to float as the product reads them (``INLINE_DEQUANTIZE``, inlined by the schedules), the
+    scale one multiply per output in the epilogue. A quarter of the weight bytes: the product is bound by
+    them. The sums are those of the dequantised product but for the scale taken out of them (within a
+    rounding of each output). None where it does not apply (more rows, small weights, a zero point per
+    column)."""
     from tvm import relax, te
 
     x = call.args[0]
-    w8 = constant_array(dw.args[0], var2val)
-    sw, zw = constant_array(dw.args[1], var2val, "f"), constant_array(dw.args[2], var2val)
     dtype = str(dw.args[0].ty.dtype)
-    if w8 is None or sw is None or zw is None or w8.ndim != 2 or dtype not in INT8_RANGES:
-        return None
     k, n = w8.shape
     xshape = [int(d) for d in x.ty.shape.values]
     rows = int(np.prod(xshape[:-1]))
+    zeros = np.unique(zw)
     if (
-        str(x.ty.dtype) != "float32"
+        dtype not in INT8_RANGES
+        or str(x.ty.dtype) != "float32"
         or xshape[-1] != k
         or rows > MEMORY_BOUND_ROWS
         or n < EIGHT_BIT_WEIGHTS_MIN_COLUMNS
         or 4 * w8.size < EIGHT_BIT_WEIGHTS_MIN_BYTES
+        or zeros.size != 1
     ):
         return None
-    sw = _per_column(sw, 2, int(dw.attrs.axis), -1, n)
-    zw = np.unique(np.asarray(zw).reshape(-1))
-    if sw is None or zw.size != 1:
-        return None
-    zero = float(zw[0])
+    zero = float(zeros[0])
 
     def product(data, weights):
         def widened(kk, nn):
