@@ -5,12 +5,14 @@ lowering ran unscheduled, one thread and no vectors), and for aarch64 NEON (sche
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import onnx_model, save_onnx
-from helpers import compile_and_run, prepared_and_scheduled
+from helpers import CPU_TARGETS, compile_and_run, prepared_and_scheduled
 
 CASES = {  # name: (input shape, ONNX axis, scale applied before the softmax)
     "classifier_1000": ((1, 1000), -1, None),
@@ -20,6 +22,7 @@ CASES = {  # name: (input shape, ONNX axis, scale applied before the softmax)
     "other_axis": ((2, 6, 5), 1, None),  # moved last and back by transposes
     "dfl_bins": ((1, 16, 4, 84), 1, None),  # YOLOv8's distribution focal loss: 16 bins on axis 1
     "ctc_classes": ((1, 40, 6625), -1, None),  # a CTC head's character set: no vector divides a row
+    "long_rows": ((1, 3, 4096), -1, None),  # long rows: four vectors of partial maxima and sums
 }
 
 
@@ -42,13 +45,20 @@ def softmax_model(shape, axis, scale):
 def test_softmax_matches_onnxruntime_and_is_scheduled(name, tmp_path):
     shape, axis, scale = CASES[name]
     path = save_onnx(softmax_model(shape, axis, scale), tmp_path / f"{name}.onnx")
-    for platform in ("host", "linux-aarch64"):
-        mod, done, left = prepared_and_scheduled(path, platform)
+    for spec, (lanes, _), _ in CPU_TARGETS.values():  # the expectations follow from each target, not the host
+        mod, done, left = prepared_and_scheduled(path, target_spec=spec)
         assert not left and any("softmax" in f for f in done), (done, left)
         script = "".join(f.script(show_meta=False) for f in mod.functions.values())
         assert "T.parallel" in script and "T.vectorized" in script and "T.exp(" not in script
         if shape[axis] >= 64:  # long rows: the maximum and the sum as vectors of partial results, not scalar chains
             assert 'T.sblock("softmax_max_rf")' in script and 'T.sblock("softmax_sum_rf")' in script, script
+        widths = {int(w) for w in re.findall(r"T\.vectorized\(T\.int64\((\d+)\)\)", script)}
+        if name == "ctc_classes":  # 6625 = 53 x 125: whole vectors and a scalar tail, no vector of 5 or 53 lanes
+            assert 'T.sblock("softmax_out_' in script and "_partition" in script, script
+            assert lanes in widths, (lanes, widths)
+        if name == "long_rows":  # partial results in four vectors: four chains of maxima in flight, not one
+            assert 4 * lanes in widths and "softmax_max_rf = T.sblock_alloc_buffer((T.int64(1), T.int64(3), "
+            f"T.int64({4 * lanes})))" in script, script
     _, _, actual, expected = compile_and_run(path, tmp_path)
     for a, e in zip(actual, expected):
         assert np.isfinite(a).all()

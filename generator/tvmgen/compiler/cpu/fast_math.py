@@ -122,16 +122,17 @@ def _f32(value: float):
 _LN2_HIGH, _LN2_LOW = 0.693145751953125, 1.4286068203094172e-06
 
 
-def vector_exp(x):
+def vector_exp(x, at_most_zero: bool = False):
     """``exp(x)`` for a float32 expression, from operations that vectorise (floor, multiply-add,
     integer shift): ``exp(x) = 2^n * exp(r)`` with ``n = round(x / ln 2)`` and ``|r| <= ln 2 / 2``,
     ``exp(r)`` by its Taylor series to degree 7 (truncation error below 6e-9, relative), ``2^n``
     built in the exponent bits. ``x`` is clamped to [-87, 88], where ``2^n`` is a normal float:
-    the result saturates at exp(88) ~ 1.7e38 and exp(-87) ~ 1.6e-38 instead of reaching inf / 0."""
+    the result saturates at exp(88) ~ 1.7e38 and exp(-87) ~ 1.6e-38 instead of reaching inf / 0.
+    ``at_most_zero``: ``x <= 0`` by construction (softmax's ``x - max``), so no upper clamp."""
     from tvm import tirx
 
     # Written out, not Let-bound (TVM's FLOP estimate cannot read Let): LLVM merges the repeats.
-    x = tirx.max(tirx.min(x, _f32(88.0)), _f32(-87.0))
+    x = tirx.max(x if at_most_zero else tirx.min(x, _f32(88.0)), _f32(-87.0))
     n = tirx.floor(x * _f32(1.4426950408889634) + _f32(0.5))
     r = x - n * _f32(_LN2_HIGH) - n * _f32(_LN2_LOW)
     poly = _f32(1.0 / 5040.0)

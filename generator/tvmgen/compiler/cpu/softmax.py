@@ -3,8 +3,8 @@
 TVM lowers ``relax.nn.softmax`` to four loops over the whole tensor (the row maximum, exp, the
 row sum, the division) that no default schedule rule fits (two reductions): one thread, no
 vectors, and ``exp`` a libm call per element. tvmgen lowers a float32 softmax over the last axis
-itself (``legalize_softmax``): ``exp`` written out so it vectorises (``fast_math.vector_exp``), the
-row sum inverted once per row and multiplied. The default schedules' rule for reductions along
+itself (``legalize_softmax``): ``exp`` written out so it vectorises (``fast_math.vector_exp``; its
+argument ``x - max`` is at most 0, so one clamp), the row sum inverted once per row and multiplied. The default schedules' rule for reductions along
 rows (``schedule_rules.schedule_rows``) then makes each row a parallel task that computes its
 maximum, exponentials, sum and output while the row is in cache, the element loops in vectors.
 A softmax over another axis is moved last and back by two transposes; float16 ones keep TVM's lowering.
@@ -38,7 +38,7 @@ def legalize_softmax(bb, call):
         *outer, n = t.shape
         k = te.reduce_axis((0, n), "k")
         mx = te.compute(outer, lambda *i: te.max(t(*i, k), axis=k), name=BLOCKS[0])
-        e = te.compute(t.shape, lambda *i: vector_exp(t(*i) - mx(*i[:-1])), name=BLOCKS[1])
+        e = te.compute(t.shape, lambda *i: vector_exp(t(*i) - mx(*i[:-1]), at_most_zero=True), name=BLOCKS[1])
         k2 = te.reduce_axis((0, n), "k2")
         s = te.compute(outer, lambda *i: te.sum(e(*i, k2), axis=k2), name=BLOCKS[2])
         one = tirx.const(1.0, "float32")
