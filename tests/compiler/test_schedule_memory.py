@@ -168,8 +168,8 @@ def test_pooling_reads_its_input_without_a_padded_copy(tmp_path):
 # ------------------------------------------------------------------ prefetches, the stack and the workspace
 
 
-def _prefetching_conv(path, arch: str) -> str:
-    """The script of the model's convolution after the schedules and ``PrefetchNextWeights``."""
+def _prefetching_conv(path, arch: str, kind: str = "conv2d") -> str:
+    """The script of the model's convolution (``kind``) after the schedules and ``PrefetchNextWeights``."""
     import tvm
     from tvm import relax
 
@@ -180,7 +180,7 @@ def _prefetching_conv(path, arch: str) -> str:
     with target:
         mod = tvm.transform.Sequential(cpu.prepare_passes(target) + cpu.schedule_passes(target))(mod)
     (script,) = [
-        f.script() for gv, f in mod.functions.items() if "conv2d" in gv.name_hint and isinstance(f, tvm.tirx.PrimFunc)
+        f.script() for gv, f in mod.functions.items() if kind in gv.name_hint and isinstance(f, tvm.tirx.PrimFunc)
     ]
     return script
 
@@ -241,6 +241,59 @@ def test_weight_chunks_prefetch_the_next_chunk(arch, tmp_path):
     assert f"param_0_global_flat[({following}) * T.int64({block}) + " in hint, hint
     assert hint.endswith(", 0, 3, 1)"), hint  # locality 3: L1
     assert re.search(rf"if \w+ >= T\.int64\(1\) and {re.escape(following)} < T\.int64\({tasks * 33}\)", script)
+    if arch == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def _head_model(rows: int, features: int, classes: int):
+    """A recognizer's classifier head: [1, rows, features] x [features, classes] + bias, constant weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array((rng.standard_normal((features, classes)) * 0.1).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(classes).astype(np.float32), "b")
+    return onnx_model(
+        [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, features])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, rows, classes])],
+        [w, b],
+    )
+
+
+@pytest.mark.parametrize("arch", ["avx512", "avx2", "neon"])
+def test_a_head_over_tiles_of_rows_prefetches_the_next_block_and_its_output_lines(arch, tmp_path):
+    """A product with constant weights over several tiles of rows (a CTC head: 40 rows) runs a task per
+    block of columns, its tiles of rows a serial loop. Each tile after the first prefetches a share of the
+    next block's weights; every tile prefetches for writing (rw 1, into L1) each output line the next
+    block's same tile will write: one per row of the tile and cache line of the block's columns, inside
+    the output, none after the last block. Beyond the caches both streams waited on memory (see
+    reduction_rules). Results as onnxruntime's."""
+    path = save_onnx(_head_model(40, 120, 640), tmp_path / "head.onnx")
+    script = _prefetching_conv(path, arch, "matmul")
+    packed = re.search(r"param_0_global: T\.Buffer\(\(T\.int64\((\d+)\), T\.int64\(120\), T\.int64\((\d+)\)\)", script)
+    assert packed, script
+    tasks, columns = int(packed[1]), int(packed[2])  # a task: a block of columns, its weights packed together
+    assert tasks * columns == 640 and columns % CPU_TARGETS[arch][1][0] == 0, (tasks, columns)
+    task = re.search(rf"(\w+) in T\.parallel\(T\.int64\({tasks}\)\)", script)
+    rows = re.search(
+        r"for (\w+) in T\.serial\(T\.int64\((\d+)\), annotations=\{\"tvmgen\.prefetch_next_output\": "
+        rf"{columns}, \"tvmgen\.prefetch_next_weights\": 1\}}",
+        script,
+    )
+    assert task and rows, script
+    grid = re.search(r"for (\w+), line in T\.grid\(T\.int64\((\d+)\), T\.int64\((\d+)\)\):", script)
+    assert grid, script
+    tile, lines = int(grid[2]), int(grid[3])
+    assert tile * int(rows[2]) == 40 and lines == -(-columns * 4 // 64), (tile, lines)
+    t, r, i = task[1], rows[1], grid[1]
+    assert f"if {t} + T.int64(1) < T.int64({tasks}):\n" in script, script  # none after the last block
+    (hint,) = [ln.strip() for ln in script.splitlines() if "T.prefetch" in ln and "_next_flat" in ln]
+    assert hint == (
+        f"T.prefetch(T.address_of(T_add_intermediate_next_flat[T.min({r} * T.int64({tile * 640}) + {i} * "
+        f"T.int64(640) + {t} * T.int64({columns}) + line * T.int64(16) + T.int64({columns}), T.int64({40 * 640 - 1}))]), "
+        "1, 3, 1)"
+    ), hint
     if arch == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
         _, _, actual, expected = compile_and_run(path, tmp_path)
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)

@@ -135,7 +135,7 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     rows_at = next((i for i, lp in enumerate(spatial) if rows_loop is not None and lp.same_as(rows_loop)), len(outer))
     band = next((lp for lp in reversed(outer[:rows_at]) if (loop_extent(sch, lp) or 1) > 1), None)
 
-    chunk = prefetching = None
+    chunk = prefetching = next_output = None
     # A wide head whose reduction's weights for one tile of columns overflow L1 (a CTC head over
     # 1,024 features: 1,024 x 64 columns, 256 KB) runs as a weight-stationary task too: its block of
     # columns over every row, the reduction in chunks whose weights fit L1, the next chunk
@@ -184,7 +184,15 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         # memory once and from L1/L2 for the other tiles of rows on the same thread (a parallel loop
         # gives each thread a contiguous run of tasks). Rows first streamed every weight once per
         # tile of rows: 8 times the head's 34 MB for 64 rows in tiles of 8.
-        task, serial = [v_o, *outer], []
+        # A task is a block of columns, its tiles of rows a serial loop: each tile of rows after the first
+        # fetches a share of the next block's weights, and every tile the lines of the output the next
+        # block's same tile writes (``compiler.prefetch``). Beyond the caches (a CTC head's 8.8 MB of
+        # weights, its 2.9 MB output) both streams waited on memory: the weights' first tile of each block,
+        # each output line's read for ownership (40 x 120 x 18,400: 3.2 ms without, 2.5 with both in a
+        # C model of the kernel, caches flushed between runs; either alone gained under 0.1 ms).
+        task, serial = [v_o], outer
+        prefetching = _first_loop_over_one(sch, serial)
+        next_output = prefetching
     else:
         task, serial = [*outer, v_o], []
     sch.reorder(*task, *([chunk] if chunk is not None else []), *serial, *reduce, *inner)
@@ -214,6 +222,8 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         sch.annotate(prefetching, prefetch.ANNOTATION, 1 if chunk is None else 2)
     if chunk is not None:
         sch.annotate(chunk, prefetch.CHUNKS, 1)
+    if next_output is not None:
+        sch.annotate(next_output, prefetch.NEXT_OUTPUT, vec * max(wide, across))  # a tile's columns
 
 
 def row_budget(shape: CpuShape, vectors: int) -> int:
