@@ -100,17 +100,13 @@ def _with_prefetches(func):
         for var, extent in axes[1:]:
             block = block * extent + var
         following = block + 1  # the next block, its place in the packed weights' blocks
-        # the weights seen flat (the same data): one address computation per line, no indices
-        flat = tirx.decl_buffer((int(np.prod(extents)) * per_block,), w.ty.dtype, f"{w.name}_flat", data=w.data)
         line = tirx.Var("line", dtype)
         offset = tirx.min(((r - 1) * per_row + line) * per_line, per_block - 1)
-        address = tirx.address_of(tirx.BufferLoad(flat, [following * per_block + offset]))
         # a chunk (sized to fit L1 with room for the next) into L1; a task's block (up to 150 KB) into L2
-        to = _TO_L1 if len(axes) > 1 else _TO_L2
-        hint = tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", address, 0, to, 1))
+        flat, hint = _flat_prefetch(w, "flat", following * per_block + offset, 0, _TO_L1 if len(axes) > 1 else _TO_L2)
         loop = tirx.For(line, tirx.const(0, dtype), tirx.const(per_row, dtype), tirx.ForKind.SERIAL, hint)
         first = tirx.IfThenElse(tirx.all(r >= 1, following < int(np.prod(extents))), loop, None)
-        return _with_body(rows, tirx.SeqStmt([tirx.DeclBuffer(flat, data=w.data), first, rows.body]))
+        return _with_body(rows, tirx.SeqStmt([flat, first, rows.body]))
 
     def rows_under(axes: list):
         def visit(loop):
@@ -137,6 +133,18 @@ def _with_body(loop, body):
     from tvm import tirx
 
     return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations)
+
+
+def _flat_prefetch(buf, suffix: str, index, write: int, locality: int) -> tuple:
+    """(the declaration of ``buf`` seen flat, the same data: one address computation per line, no indices;
+    a prefetch of its element ``index``, for writing if ``write``, to ``locality``)."""
+    from tvm import tirx
+
+    size = int(np.prod([int(d) for d in buf.ty.shape]))
+    flat = tirx.decl_buffer((size,), buf.ty.dtype, f"{buf.name}_{suffix}", data=buf.data)
+    address = tirx.address_of(tirx.BufferLoad(flat, [index]))
+    hint = tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", address, write, locality, 1))
+    return tirx.DeclBuffer(flat, data=buf.data), hint
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -211,10 +219,7 @@ def _with_next_output(func, rows, task, tasks: int):
     for i, d in zip(index[1:], shape[1:]):
         flat_index = flat_index * d + i
     total = int(np.prod(shape))
-    flat = tirx.decl_buffer((total,), out.ty.dtype, f"{out.name}_next_flat", data=out.data)
-    flat_index = Analyzer().simplify(flat_index)
-    address = tirx.address_of(tirx.BufferLoad(flat, [tirx.min(flat_index, total - 1)]))
-    stmt = tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", address, 1, _TO_L1, 1))
+    flat, stmt = _flat_prefetch(out, "next_flat", tirx.min(Analyzer().simplify(flat_index), total - 1), 1, _TO_L1)
     stmt = tirx.For(
         line,
         tirx.const(0, line.ty.dtype),
@@ -225,4 +230,4 @@ def _with_next_output(func, rows, task, tasks: int):
     for lp, (_, new) in reversed(list(zip(over, fresh))):
         stmt = tirx.For(new, lp.min, lp.extent, tirx.ForKind.SERIAL, stmt)
     first = tirx.IfThenElse(task + 1 < tasks, stmt, None)
-    return _with_body(rows, tirx.SeqStmt([tirx.DeclBuffer(flat, data=out.data), first, rows.body]))
+    return _with_body(rows, tirx.SeqStmt([flat, first, rows.body]))

@@ -101,9 +101,9 @@ def vectorize_loop(sch, loop, lanes: int, preferred, *, tail: bool = False) -> N
     if tail and v % lanes and ext >= _LONG_ROW * lanes:
         # A row of 18,385 probabilities (a CTC head's classes) in vectors of 5 (its best divisor;
         # 6,625 in 25 or 53): LLVM widens ``<5 x float>`` to a whole register, the lanes it cannot
-        # use masked out, and splits the loads (a softmax over 40 rows of 18,385: 1.28 -> 0.71 ms at one thread, with
-        # the reductions' partials). The partition is the loop's last step: nothing else is
-        # scheduled on its two loops afterwards.
+        # use masked out, and splits the loads (a softmax over 40 rows of 18,385: 1.43 -> 0.91 ms
+        # at one thread, with the reductions' partials; docs/cpu.md). The partition is the loop's
+        # last step: nothing else is scheduled on its two loops afterwards.
         main, _ = sch.loop_partition(loop, [ext - ext % lanes, None])
         _, li = sch.split(main, [None, lanes])
         sch.vectorize(li)

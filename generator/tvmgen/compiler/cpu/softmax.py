@@ -4,8 +4,9 @@ TVM lowers ``relax.nn.softmax`` to four loops over the whole tensor (the row max
 row sum, the division) that no default schedule rule fits (two reductions): one thread, no
 vectors, and ``exp`` a libm call per element. tvmgen lowers a float32 softmax over the last axis
 itself (``legalize_softmax``): ``exp`` written out so it vectorises (``fast_math.vector_exp``; its
-argument ``x - max`` is at most 0, so one clamp), the row sum inverted once per row and multiplied. The default schedules' rule for reductions along
-rows (``schedule_rules.schedule_rows``) then makes each row a parallel task that computes its
+argument ``x - max`` is at most 0, so one clamp), the row sum inverted once per row and multiplied.
+The default schedules' rule for reductions along rows (``schedule_rules.schedule_rows``) then
+makes each row a parallel task that computes its
 maximum, exponentials, sum and output while the row is in cache, the element loops in vectors.
 A softmax over another axis is moved last and back by two transposes; float16 ones keep TVM's lowering.
 """
