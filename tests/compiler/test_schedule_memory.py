@@ -299,6 +299,36 @@ def test_a_head_over_tiles_of_rows_prefetches_the_next_block_and_its_output_line
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("arch", ["avx512", "avx2", "neon"])
+def test_a_short_reduction_over_a_large_output_prefetches_the_next_tile_of_pixels_for_writing(arch, tmp_path):
+    """A 1x1 convolution of 16 channels to 96 over 112 x 112 pixels (a MobileNetV2 expansion: 16
+    multiply-adds per output, a 4.8 MB output) stores faster than memory gives it the lines. Each
+    register tile (rows of pixels x a block of channels) prefetches for writing (rw 1, into L1) each line
+    its block of channels has in the next tile of pixels: one tile's pixels x 96 channels further on in the
+    flat output, clamped inside it. The same convolution over 56 x 56 pixels (1.2 MB, whose lines were
+    still in cache) gets none. Results as onnxruntime's."""
+    large = _one_conv([1, 16, 112, 112], [1, 96, 112, 112], (96, 16, 1, 1), seed=3, relu=True)
+    path = save_onnx(large, tmp_path / "expand.onnx")
+    script = _prefetching_conv(path, arch)
+    lanes = CPU_TARGETS[arch][1][0]
+    tile = re.search(
+        r"for (\w+) in T\.serial\(T\.int64\((\d+)\), annotations=\{\"tvmgen\.prefetch_ahead_output\": (\d+)\}", script
+    )
+    assert tile and int(tile[3]) == 2 * lanes and int(tile[2]) == 96 // (2 * lanes), script  # two vectors a tile
+    rows = re.search(r"for (\w+)_next, line in T\.grid\(T\.int64\((\d+)\), T\.int64\((\d+)\)\):", script)
+    assert rows and int(rows[3]) == -(-2 * lanes * 4 // 64), script  # a line per 16 floats of the block
+    pixels = int(rows[2])
+    assert pixels == (6 if arch == "avx2" else 8), script  # the tile's rows: pixels of one image row
+    (hint,) = [ln.strip() for ln in script.splitlines() if "T.prefetch" in ln]
+    assert f"{rows[1]}_next * T.int64(96)" in hint and f"{tile[1]} * T.int64({2 * lanes})" in hint, hint
+    assert hint.endswith(f" + T.int64({pixels * 96}), T.int64({112 * 112 * 96 - 1}))]), 1, 3, 1)"), hint
+    small = _one_conv([1, 16, 56, 56], [1, 96, 56, 56], (96, 16, 1, 1), seed=3, relu=True)
+    assert "prefetch" not in _prefetching_conv(save_onnx(small, tmp_path / "small.onnx"), arch)
+    if arch == "avx512":  # once: compile_and_run builds for this host, whatever the parameter
+        _, _, actual, expected = compile_and_run(path, tmp_path)
+        assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("arch", ["avx512", "neon"])
 def test_small_buffers_are_on_the_stack_and_large_ones_in_the_workspace(arch, tmp_path):
     """tvmgen's TIR pipeline puts a kernel's allocations of up to 4 KB (its register tile) on the
