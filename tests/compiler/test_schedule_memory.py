@@ -57,7 +57,12 @@ def test_constant_weights_are_packed_at_compile_time(builtin_onnx, cpu):
     w = shapes[dense][1]  # (tasks, 512, vectors per tile, vector): (5, 512, 25, 8) with AVX-512
     assert dense.endswith("_prepacked") and w == (dense_tile["tasks"], 512, dense_tile["vectors"], 8), w
     # 1x1 convolutions: [Cout / tile width, Cin, tile width] instead of HWIO's [1, 1, Cin, Cout]
-    conv = shapes["fused_conv2d18_add9_maximum9_minimum9_prepacked"]  # 7x7, 512 -> 512
+    # the 1x1 512 -> 512 at 7 x 7 (with AVX2 over its 49 pixels as one row: flatten_stationary_pixels)
+    (conv,) = [
+        v
+        for n, v in shapes.items()
+        if n.startswith("fused_conv2d") and v[0][-3:] in ((7, 7, 512), (1, 49, 512)) and np.prod(v[1]) == 512 * 512
+    ]
     width = 2 * lanes  # two vectors of output channels per tile
     # weight-stationary: a block of 512 x width weights over 32 KB runs in chunks that fit L1 (256
     # input channels with AVX-512): [Cout / width, Cin / chunk, chunk, width]
@@ -204,7 +209,7 @@ def _prefetched_lines(script: str, rows: int, block: int) -> str:
 @pytest.mark.parametrize("arch", ["avx512", "avx2", "neon"])
 def test_weight_stationary_rows_prefetch_the_next_block_of_weights(arch, tmp_path):
     """A weight-stationary 1x1 convolution (7 x 7 pixels, 192 -> 1152: 884 KB of weights) runs a
-    task per block of output channels. Its rows after the first prefetch the next task's block
+    task per block of output channels. Its rows (of tiles) after the first prefetch the next task's block
     into L2, a share each: together every cache line of it, at addresses inside the packed weights."""
     model = _one_conv([1, 192, 7, 7], [1, 1152, 7, 7], (1152, 192, 1, 1), seed=3, relu=True)
     path = save_onnx(model, tmp_path / "late.onnx")
@@ -214,7 +219,8 @@ def test_weight_stationary_rows_prefetch_the_next_block_of_weights(arch, tmp_pat
     tasks = 1152 // (2 * lanes)
     task = re.search(rf"(\w+) in T\.parallel\(T\.int64\({tasks}\)\)", script)
     assert task, script
-    hint = _prefetched_lines(script, 7, block)
+    # its rows of tiles: 7 (AVX2: 10 tiles of 5 over the 49 pixels as one row, padded to 50)
+    hint = _prefetched_lines(script, 10 if arch == "avx2" else 7, block)
     t = task[1]
     assert f"param_0_global_flat[({t} + T.int64(1)) * T.int64({block}) + " in hint, hint
     assert hint.endswith(", 0, 2, 1)"), hint  # locality 2: L2

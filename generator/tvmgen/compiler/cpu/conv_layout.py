@@ -258,6 +258,198 @@ def pad_conv_output_width(mod, lanes: int, rows: int):
     return _rewrite_float_hwio_convs(mod, pad)
 
 
+def flatten_stationary_pixels(mod, lanes: int, rows: int):
+    """``conv2d(x, W)`` (1x1, stride 1, no padding, NHWC, HWIO constant float32 weights, whole pairs of vectors
+    of output channels, weight-stationary: ``reduction_rules.stationary_shape``) over an image whose width no
+    tile of ``rows`` or ``rows - 1`` rows divides -> ``reshape(strided_slice(conv2d(reshape(x, one row of all
+    H x W pixels), W, right padding to whole tiles), [0, H x W)), the output's shape)``.
+
+    A late stage's 1x1 convolution (7 x 7 pixels, 320 -> 1280 channels) ran in tiles of each image row:
+    4 + 3 rows of two vectors with 16 registers (AVX2), 8 and 6 accumulators, too few to hide the
+    multiply-add's latency, and 8 rows computed for 7. Over the 49 pixels as one row (a reshape of an NHWC
+    tensor moves nothing), padded to 50, it runs in 10 tiles of 5 rows, unguarded (a guarded tile over the
+    pixels kept one row's accumulators in memory: 2x slower)."""
+    import tvm
+    from tvm import relax
+
+    from tvmgen.compiler.cpu.reduction_rules import stationary_shape
+    from tvmgen.compiler.rewrites import static_shape
+
+    def flat(expr, a, data, weights, skip):
+        if any(weights.same_as(w) for w in skip):
+            return expr
+        shape = static_shape(expr)
+        wshape = [int(v) for v in weights.ty.shape.values]
+        if a.data_layout != "NHWC" or not shape or None in shape or int(a.groups) != 1 or shape[3] % (2 * lanes):
+            return expr
+        if (
+            wshape[:2] != [1, 1]
+            or any(int(v) != 1 for v in [*a.strides, *a.dilation])
+            or any(int(p) for p in a.padding)
+        ):
+            return expr
+        batch, height, width, channels = shape
+        if batch != 1 or height < 2 or any(width % r == 0 for r in (rows - 1, rows)):
+            return expr
+        pixels = height * width
+        if not stationary_shape(channels, pixels, wshape[2], 2 * lanes, 32, True):
+            return expr
+        padded = min(-(-pixels // r) * r for r in (rows, rows - 1))
+        if (padded - pixels) * 12 > pixels:
+            return expr
+        row = relax.op.reshape(data, [1, 1, pixels, wshape[2]])
+        full = _conv2d_like(a, row, weights, [0, 0, 0, padded - pixels])
+        return relax.op.reshape(relax.op.strided_slice(full, axes=[2], begin=[0], end=[pixels]), shape)
+
+    def rewritten(skip):
+        trial = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)  # the rewrites set its "main"
+        return sink_pixel_reshapes(_rewrite_float_hwio_convs(trial, lambda *args: flat(*args, skip)))
+
+    first = rewritten([])
+    unsunk = _unsunk_weights(first)  # convolutions whose epilogue would be split from them: left as they were
+    return rewritten(unsunk) if unsunk else first
+
+
+# what may read an image regrouped from a row of pixels without a kernel of its own for the regrouping
+_READS_REGROUPED = (
+    "relax.nn.conv2d",
+    "relax.matmul",
+    "relax.nn.max_pool2d",
+    "relax.nn.avg_pool2d",
+    "relax.nn.adaptive_avg_pool2d",
+    "relax.mean",
+    "relax.reshape",
+    "relax.permute_dims",  # (NHWC back to NCHW: a kernel of its own either way)
+)
+
+
+def _unsunk_weights(mod) -> list:
+    """The weights of each convolution ``flatten_stationary_pixels`` regrouped whose regrouped output (after
+    ``sink_pixel_reshapes``) is read by an operator not in ``_READS_REGROUPED`` (a quantisation, a slice of the
+    channels, a concatenation): that operator would be a kernel of its own, not the convolution's epilogue."""
+    import tvm
+    from tvm import relax
+
+    values: dict = {}
+    users: dict = {}
+    for block in mod["main"].body.blocks:
+        for b in block.bindings:
+            values[b.var] = b.value
+            if isinstance(b.value, relax.Call):
+                for a in b.value.args:
+                    if isinstance(a, relax.Var):
+                        users.setdefault(a, []).append(b.value)
+    conv = tvm.ir.Op.get("relax.nn.conv2d")
+    reshape = tvm.ir.Op.get("relax.reshape")
+    allowed = [tvm.ir.Op.get(n) for n in _READS_REGROUPED]
+    found = []
+    for var, value in values.items():
+        if not (isinstance(value, relax.Call) and value.op.same_as(reshape)):
+            continue
+        try:
+            inner, out = ([int(d) for d in e.ty.shape.values] for e in (value.args[0], var))
+        except (TypeError, ValueError, AttributeError):
+            continue
+        if not _pixels_regrouped(inner, out):
+            continue
+        if all(any(u.op.same_as(op) for op in allowed) for u in users.get(var, [])):
+            continue
+        source = value.args[0]
+        for _ in range(16):  # back through the epilogue to the convolution
+            bound = values.get(source)
+            if not isinstance(bound, relax.Call):
+                break
+            if bound.op.same_as(conv):
+                found.append(bound.args[1])
+                break
+            source = next((a for a in bound.args if isinstance(a, relax.Var)), None)
+    return found
+
+
+_SUNK_BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.maximum", "relax.minimum")
+_SUNK_UNARY = ("relax.nn.relu", "relax.clip", "relax.sigmoid")
+
+
+def sink_pixel_reshapes(mod):
+    """``op(reshape(X), c)`` -> ``reshape(op(X, c))`` where the reshape regroups one row of pixels into an
+    image's rows (``flatten_stationary_pixels``'s, ``_pixels_regrouped``), ``op`` is elementwise (add, subtract,
+    multiply, maximum, minimum; relu, clip, sigmoid) and each other operand a constant per channel or of one
+    value, or a tensor of the image's shape (a residual: regrouped into a row, a view; a SiLU's sigmoid of the
+    same reshape: its own row). A convolution's bias, activation and residual so stay in its kernel's
+    epilogue, the reshape after them (a view); the reshapes no one reads any more are dropped."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    ops = {tvm.ir.Op.get(n): n in _SUNK_BINARY for n in (*_SUNK_BINARY, *_SUNK_UNARY)}
+    reshape_op = tvm.ir.Op.get("relax.reshape")
+
+    def shape_of(e) -> list[int] | None:
+        try:
+            return [int(d) for d in e.ty.shape.values]
+        except (TypeError, ValueError, AttributeError):  # no static tensor shape
+            return None
+
+    @mutator
+    class Sink(PyExprMutator):
+        def row_of(self, e):
+            """The one row of pixels ``e`` (a variable) regroups, or None."""
+            if not isinstance(e, relax.Var):
+                return None
+            bound = self.lookup_binding(e)
+            if not (isinstance(bound, relax.Call) and bound.op.same_as(reshape_op)):
+                return None
+            inner, out = shape_of(bound.args[0]), shape_of(e)
+            return bound.args[0] if inner and out and _pixels_regrouped(inner, out) else None
+
+        def visit_call_(self, call):
+            call = self.visit_expr_post_order(call)
+            binary = ops.get(call.op) if isinstance(call.op, tvm.ir.Op) else None
+            out = shape_of(call)
+            if binary is None or out is None:
+                return call
+            operands = call.args[:2] if binary else call.args[:1]
+            rows = [self.row_of(a) for a in operands]
+            if all(r is None for r in rows):
+                return call
+            inner = shape_of(next(r for r in rows if r is not None))
+            moved = []
+            for a, r in zip(operands, rows):
+                shape = shape_of(a)
+                if r is not None and shape == out:
+                    moved.append(r)
+                elif isinstance(a, tvm.ir.expr.Constant) and shape is not None and len(shape) <= len(inner):
+                    if any(d != 1 for d in shape[:-1]) or (shape and shape[-1] not in (1, out[-1])):
+                        return call
+                    moved.append(a)
+                elif shape == out:
+                    moved.append(self.builder_.emit(relax.op.reshape(a, inner)))
+                else:
+                    return call
+            row = self.builder_.emit(
+                relax.Call(call.op, [*moved, *call.args[len(operands) :]], call.attrs, call.ty_args)
+            )
+            return relax.op.reshape(row, out)
+
+    sink = Sink(mod)
+    func = sink.visit_expr(mod["main"])
+    sink.builder_.update_func(mod.get_global_var("main"), func)
+    mod = sink.builder_.get()
+    return relax.transform.DeadCodeElimination(["main"])(mod)
+
+
+def _pixels_regrouped(inner: list[int], out: list[int]) -> bool:
+    """Whether a reshape from ``inner`` to ``out`` regroups one row of an NHWC image's pixels into its rows."""
+    return (
+        len(inner) == len(out) == 4
+        and inner[:2] == [1, 1]
+        and out[0] == 1
+        and out[1] > 1
+        and inner[2] == out[1] * out[2]
+        and inner[3] == out[3]
+    )
+
+
 def _rewrite_float_hwio_convs(mod, rewrite):
     """``mod`` with each conv2d of constant float32 HWIO weights and an NHWC output replaced by
     ``rewrite(call, attrs, data, weights)`` (the call itself to leave it)."""

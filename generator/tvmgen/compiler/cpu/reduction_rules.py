@@ -70,7 +70,11 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         (loop_extent(sch, lp) or 1) > 1
         for lp in spatial[: next(i for i, lp in enumerate(spatial) if lp.same_as(rows_loop))]
     )
-    stationary = (has_band or row_pixels is not None) and _weight_stationary(sch, spatial_extents, reduce, block, vec)
+    # a convolution over one row of pixels (``conv_layout.flatten_stationary_pixels``) is stationary too
+    one_row = len(spatial) == 4 and rows_loop is not None and rows_loop.same_as(spatial[2]) and spatial_extents[1] == 1
+    stationary = (has_band or row_pixels is not None or one_row) and _weight_stationary(
+        sch, spatial_extents, reduce, block, vec
+    )
     windowed = not pool and _windowed(sch, reduce)
     wide_head = _wide_head(sch, shape, rows_loop, has_band or windowed or stationary, vec_ext, vec, lanes)
     if wide_head:
@@ -143,7 +147,9 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     # head ran at 72-82 GFLOP/s at one thread, in chunks of 128 at 93-111 (AVX-512).
     bits = dtype_bits(sch, block)
     task_chunk = _weight_chunk(sch, reduce, vec, bits)  # a stationary task's (or wide head's) chunk
-    if ((band is not None or row_pixels is not None) and stationary) or (wide_head and task_chunk is not None):
+    if ((band is not None or row_pixels is not None or one_row) and stationary) or (
+        wide_head and task_chunk is not None
+    ):
         # More weights than activations (the last stages of a CNN, a classifier convolution): a
         # task is a block of output channels over every pixel, so each weight is read from memory
         # once, not once per band of rows; the padded input (small) is made once, before.
@@ -271,8 +277,10 @@ def _pixels_as_rows(sch, block, spatial, reduce, shape: CpuShape, lanes: int) ->
     - A weight-stationary windowed convolution (its task a block of channels over the whole image) whose
       pixels waste less in guarded tiles over all of them: ResNet-18's 7 x 7 stage, 3x3 512 -> 512 in tiles
       of 5 over 49 pixels (50 computed) rather than of 4 over each row of 7 (56): 3.62 -> 2.74 ms a
-      convolution, one thread on a Zen 2 core. Its 1x1 convolutions are left in tiles of each row: MnasNet's
-      7 x 7 1x1 192 -> 1152 ran at 39 GFLOP/s over the pixels against 74 over each row (the cause not found).
+      convolution, one thread on a Zen 2 core. Not its 1x1 convolutions: MnasNet's 7 x 7 1x1 192 -> 1152 ran at
+      39 GFLOP/s over the pixels against 74 over each row (LLVM kept the guarded last row's accumulators in
+      memory in every tile: a store and a load per multiply-add); they become one row of pixels padded to whole
+      tiles before (``conv_layout.flatten_stationary_pixels``).
 
     Tiles of 7 rows (14 accumulators and their operands in 16 registers) spilled: 46-52 GFLOP/s. With 32
     registers (AVX-512, NEON) a width of 14 gets 7 rows already."""
@@ -427,15 +435,19 @@ def _weight_stationary(sch, spatial_extents: list[int], reduce, block, vec: int)
     (7 x 7 pixels, 1152 -> 192 and 576 -> 192: 6 blocks of 2 AVX-512 vectors, 147 and 74 KB each; AVX2's
     narrower tiles made 12 blocks of the first, stationary already). In L1 chunks (``_weight_chunk``),
     213-240 -> 182-194 us and 110-121 -> 82-86 us at one thread; MnasNet 2-3% faster a run, EfficientNet-B0 1-2%."""
-    channels = spatial_extents[-1]
-    pixels = int(np.prod(spatial_extents[:-1]))
     depth = int(np.prod([loop_extent(sch, lp) or 1 for lp in reduce]))
-    bits = dtype_bits(sch, block)
+    one_by_one = all((loop_extent(sch, lp) or 1) == 1 for lp in reduce[:-1])
+    pixels = int(np.prod(spatial_extents[:-1]))
+    return stationary_shape(spatial_extents[-1], pixels, depth, vec, dtype_bits(sch, block), one_by_one)
+
+
+def stationary_shape(channels: int, pixels: int, depth: int, vec: int, bits: int, one_by_one: bool) -> bool:
+    """``_weight_stationary``'s test on the convolution's shape: ``channels`` outputs per pixel, each of
+    ``depth`` multiply-adds, in tiles of ``vec`` channels."""
     if channels <= pixels:
         return False
     if heavy_weights(channels, pixels, depth * channels * bits // 8) and channels // vec >= _STATIONARY_TASKS:
         return True
-    one_by_one = all((loop_extent(sch, lp) or 1) == 1 for lp in reduce[:-1])
     return one_by_one and depth * vec * bits // 8 > _L1_WEIGHT_BYTES and channels // vec >= _STATIONARY_FEW_TASKS
 
 

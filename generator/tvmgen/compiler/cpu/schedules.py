@@ -188,7 +188,12 @@ def _PadConvChannels(target):  # noqa: N802
     ``conv_layout.pad_conv_output_channels``), and matmuls with constant weights whole vectors of output
     columns (``matmul_layout.pad_matmul_columns``), a softmax over them rows of whole vectors
     (``matmul_layout.softmax_over_padded_columns``)."""
-    from tvmgen.compiler.cpu.conv_layout import pad_conv_output_channels, pad_conv_output_width, pad_depthwise_chains
+    from tvmgen.compiler.cpu.conv_layout import (
+        flatten_stationary_pixels,
+        pad_conv_output_channels,
+        pad_conv_output_width,
+        pad_depthwise_chains,
+    )
     from tvmgen.compiler.cpu.matmul_layout import pad_matmul_columns, softmax_over_padded_columns
     from tvmgen.compiler.cpu.reduction_rules import (
         WIDE_HEAD_MAX_ROWS,
@@ -209,6 +214,7 @@ def _PadConvChannels(target):  # noqa: N802
     def pad(mod):
         mod = pad_conv_output_channels(pad_depthwise_chains(mod, lanes), lanes, odd_pairs=row_tile > 0)
         if row_tile:
+            mod = flatten_stationary_pixels(mod, lanes, row_tile)
             mod = pad_conv_output_width(mod, lanes, row_tile)
         return softmax_over_padded_columns(pad_matmul_columns(mod, lanes, *head, row_tile))
 
