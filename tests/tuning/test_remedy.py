@@ -129,7 +129,7 @@ def test_on_a_device_over_rpc(work, tmp_path, monkeypatch):
         out,
     )
     assert flagged, out
-    assert "floor" not in flagged.group(2) or float(flagged.group(1)) < 2.0
+    assert "floor" not in flagged.group(2) or float(flagged.group(1)) <= 2.0  # (printed to one decimal: 1.96 reads 2.0)
     assert (
         f"Searching schedules for 1 slow kernel(s) (MetaSchedule, timed on device 'remedy-dev', budget {BUDGET} s"
         in out
