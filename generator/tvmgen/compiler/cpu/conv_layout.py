@@ -346,11 +346,8 @@ def _unsunk_weights(mod) -> list:
     for var, value in values.items():
         if not (isinstance(value, relax.Call) and value.op.same_as(reshape)):
             continue
-        try:
-            inner, out = ([int(d) for d in e.ty.shape.values] for e in (value.args[0], var))
-        except (TypeError, ValueError, AttributeError):
-            continue
-        if not _pixels_regrouped(inner, out):
+        inner, out = _known_shape(value.args[0]), _known_shape(var)
+        if inner is None or out is None or not _pixels_regrouped(inner, out):
             continue
         if all(any(u.op.same_as(op) for op in allowed) for u in users.get(var, [])):
             continue
@@ -384,11 +381,7 @@ def sink_pixel_reshapes(mod):
     ops = {tvm.ir.Op.get(n): n in _SUNK_BINARY for n in (*_SUNK_BINARY, *_SUNK_UNARY)}
     reshape_op = tvm.ir.Op.get("relax.reshape")
 
-    def shape_of(e) -> list[int] | None:
-        try:
-            return [int(d) for d in e.ty.shape.values]
-        except (TypeError, ValueError, AttributeError):  # no static tensor shape
-            return None
+    shape_of = _known_shape
 
     @mutator
     class Sink(PyExprMutator):
@@ -436,6 +429,14 @@ def sink_pixel_reshapes(mod):
     sink.builder_.update_func(mod.get_global_var("main"), func)
     mod = sink.builder_.get()
     return relax.transform.DeadCodeElimination(["main"])(mod)
+
+
+def _known_shape(e) -> list[int] | None:
+    """``rewrites.static_shape`` of ``e`` where every dimension is known, else None."""
+    from tvmgen.compiler.rewrites import static_shape
+
+    shape = static_shape(e)
+    return None if shape is None or None in shape else shape
 
 
 def _pixels_regrouped(inner: list[int], out: list[int]) -> bool:

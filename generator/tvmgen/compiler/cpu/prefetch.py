@@ -171,7 +171,7 @@ def _with_next_output(func, rows, task, tasks: int):
     written = _written_lines(func, rows, int(rows.annotations[NEXT_OUTPUT]))
     if written is None:
         return rows
-    index, over, fresh, flatten, prefetches = written
+    index, _, _, _, flatten, prefetches = written
     flat, stmt = prefetches(flatten([_substituted(i, [(task, task + 1)]) for i in index]))
     first = tirx.IfThenElse(task + 1 < tasks, stmt, None)
     return _with_body(rows, tirx.SeqStmt([flat, first, rows.body]))
@@ -188,13 +188,12 @@ def _with_ahead_output(func, tile):
     written = _written_lines(func, tile, int(tile.annotations[AHEAD_OUTPUT]))
     if written is None:
         return tile
-    index, over, fresh, flatten, prefetches = written
+    index, shape, over, fresh, flatten, prefetches = written
     if len(over) != 1:
         return tile
     axes = [d for d, i in enumerate(index) if _uses(i, fresh[0][1])]
     if len(axes) != 1:
         return tile
-    shape = _shape(_write_back(func, tile)[2].source)
     ahead = int(over[0].extent) * int(np.prod(shape[axes[0] + 1 :]))  # one tile of rows, in flat elements
     flat, stmt = prefetches(flatten(index) + ahead)
     return _with_body(tile, tirx.SeqStmt([flat, stmt, tile.body]))
@@ -233,7 +232,7 @@ def _write_back(func, loop):
 
 def _written_lines(func, loop, columns: int):
     """For the write-back in ``loop`` (``_write_back``): (its region's start, each loop variable over the
-    tile's rows replaced by a fresh one; those row loops; (old, fresh) variables; a function from an index
+    tile's rows replaced by a fresh one; the output's shape; those row loops; (old, fresh) variables; a function from an index
     to its flat form; a function from a flat index to (the output seen flat, the loops prefetching for
     writing into L1 each line of ``columns`` values from there, for each row)), or None."""
     import tvm_ffi
@@ -252,7 +251,7 @@ def _written_lines(func, loop, columns: int):
     over = [lp for lp in loops if not any(lp.same_as(a) for a in along)]  # its rows
     fresh = [(lp.loop_var, tirx.Var(lp.loop_var.name + "_next", lp.loop_var.ty.dtype)) for lp in over]
     index = [_substituted(i, [*fresh, *[(lp.loop_var, lp.min) for lp in along]]) for i in index]
-    shape = _shape(out)
+    shape = [int(d) for d in out.ty.shape]
     total = int(np.prod(shape))
     line = tirx.Var("line", loop.loop_var.ty.dtype)
 
@@ -276,11 +275,7 @@ def _written_lines(func, loop, columns: int):
             stmt = tirx.For(new, lp.min, lp.extent, tirx.ForKind.SERIAL, stmt)
         return flat, stmt
 
-    return index, over, fresh, flatten, prefetches
-
-
-def _shape(buf) -> list[int]:
-    return [int(d) for d in buf.ty.shape]
+    return index, shape, over, fresh, flatten, prefetches
 
 
 def _substituted(expr, value):
