@@ -144,9 +144,11 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     # 1,024 features: 1,024 x 64 columns, 256 KB) runs as a weight-stationary task too: its block of
     # columns over every row, the reduction in chunks whose weights fit L1, the next chunk
     # prefetched. Each tile of rows re-read its whole 256 KB block from L2: the 64 x 1,024 x 8,256
-    # head ran at 72-82 GFLOP/s at one thread, in chunks of 128 at 93-111 (AVX-512).
+    # head ran at 72-82 GFLOP/s at one thread, in chunks of 128 at 93-111 (AVX-512); chunks of at most
+    # ``_HEAD_CHUNK_DEPTH`` channels on AVX2 too (``_weight_chunk``).
     bits = dtype_bits(sch, block)
-    task_chunk = _weight_chunk(sch, reduce, vec, bits)  # a stationary task's (or wide head's) chunk
+    # a stationary task's (or wide head's) chunk
+    task_chunk = _weight_chunk(sch, reduce, vec, bits, most=_HEAD_CHUNK_DEPTH if wide_head else None)
     if ((band is not None or row_pixels is not None or one_row) and stationary) or (
         wide_head and task_chunk is not None
     ):
@@ -353,6 +355,14 @@ def wide_head_vectors(shape: CpuShape) -> int:
 WIDE_HEAD_MIN_VECTORS = 16  # a wide head has at least this many such tiles of columns
 WIDE_HEAD_MAX_ROWS = 66  # and at most this many rows (64 padded to 66 for AVX2: pad_matmul_columns)
 _L1_WEIGHT_BYTES = 32 * 1024  # a weight-stationary task's chunk of weights, at most
+# A wide head's chunk of the reduction, in channels at most. Its tile of rows reads each row's inputs as
+# broadcasts beside its chunk of weights: on AVX2 (tiles of 6 rows x 2 vectors) chunks of 512 channels (32 KB
+# of weights, 12 KB of a tile's inputs) lost weights' lines from L1 between tiles. The 64 x 1,024 x 8,224 head
+# of a CTC recognizer on a Zen 2 core, whole model: chunks of 256 channels 4-5% faster than 512, 128 a further
+# 1-4% (64 as 128); AVX-512's tiles of 5 rows x 4 vectors were fastest at 128 channels (32 KB) too. NEON's
+# tiles of 16 columns (4 x 4 lanes) hold 512 channels in 32 KB as AVX2's do and are capped alike (unmeasured
+# on a phone: qemu does not model caches).
+_HEAD_CHUNK_DEPTH = 128
 _CHUNKED_BAND_ROWS = 4  # a band's 1x1 tiles of at most this many rows run their reduction in L1 chunks
 
 
@@ -377,7 +387,7 @@ def _wide_head(sch, shape: CpuShape, rows_loop, other_layout: bool, vec_ext: int
     return vec_ext % tile == 0 and vec_ext >= WIDE_HEAD_MIN_VECTORS * tile
 
 
-def _weight_chunk(sch, reduce, vec: int, bits: int) -> int | None:
+def _weight_chunk(sch, reduce, vec: int, bits: int, most: int | None = None) -> int | None:
     """Input channels per chunk of a weight-stationary convolution's reduction, or None when the
     task's block of weights (window x input channels x ``vec`` channels) fits L1 already.
 
@@ -392,13 +402,15 @@ def _weight_chunk(sch, reduce, vec: int, bits: int) -> int | None:
     1x1 convolutions too: MnasNet's and EfficientNet-B0's last stage (7 x 7 pixels, 1x1 1152 -> 320
     and 320 -> 1280: 147 KB and 41 KB blocks) re-read their block from L2 for each of the 7 rows
     (prefetched there from memory); in chunks of 128 and 64 channels, 176 -> 147 us and 206 -> 158
-    us at one thread (AVX-512)."""
+    us at one thread (AVX-512).
+
+    ``most``: channels per chunk at most (a wide head's ``_HEAD_CHUNK_DEPTH``)."""
     channels = loop_extent(sch, reduce[-1]) if reduce else None
     window = int(np.prod([loop_extent(sch, lp) or 1 for lp in reduce[:-1]]))
     per_channel = window * vec * bits // 8
     if not channels or channels * per_channel <= _L1_WEIGHT_BYTES:
         return None
-    chunk = 1 << max(0, (_L1_WEIGHT_BYTES // per_channel).bit_length() - 1)
+    chunk = 1 << max(0, min(_L1_WEIGHT_BYTES // per_channel, most or channels).bit_length() - 1)
     while chunk > 1 and channels % chunk:
         chunk //= 2
     return chunk if 1 < chunk < channels else None
