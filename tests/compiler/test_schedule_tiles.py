@@ -608,7 +608,7 @@ def test_matrix_vector_tiles_hold_enough_chains_of_multiply_adds(cpu, tmp_path):
 def _late_1x1_block(tail: str):
     """A late stage's 1x1 convolutions on 7 x 7 pixels (weights 1.6 MB each, weight-stationary), after a ReLU:
     ``tail`` "block": 320 -> 1280, clip to [0, 6], 1280 -> 320 plus the ReLU's output (a residual);
-    "slice": 320 -> 1280, then the first 1000 channels."""
+    "slice": 320 -> 1280, then the first 1000 channels; "split": then channels 280 to 1280."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(17)
@@ -631,7 +631,12 @@ def _late_1x1_block(tail: str):
         out = [1, 320, 7, 7]
     else:  # (a first convolution, 3x3: the 1x1 one reads an NHWC image, not the model's NCHW input)
         inits += [
-            numpy_helper.from_array(np.array(v, np.int64), n) for v, n in [([0], "s"), ([1000], "e"), ([1], "ax")]
+            numpy_helper.from_array(np.array(v, np.int64), n)
+            for v, n in [
+                ([280 if tail == "split" else 0], "s"),
+                ([1280 if tail == "split" else 1000], "e"),
+                ([1], "ax"),
+            ]
         ]
         inits.append(numpy_helper.from_array((rng.standard_normal((320, 320, 3, 3)) * 0.02).astype(np.float32), "W0"))
         nodes[0] = node("Conv", ["x", "W0"], ["a"], pads=[1, 1, 1, 1])
@@ -675,12 +680,30 @@ def test_stationary_1x1_convolutions_over_an_awkward_width_run_over_one_row_of_p
     run_as_haswell(path, tmp_path)
 
 
-def test_a_regrouped_output_a_kernel_would_read_leaves_the_convolution_as_it_was(tmp_path):
-    """A stationary 1x1 convolution over 7 x 7 pixels whose output is sliced along its channels: the slice
-    cannot move before the regrouping into 7 x 7, so flattening the pixels would make it a kernel of its own;
-    the convolution keeps its image's rows (AVX2)."""
+def test_a_slice_of_the_first_channels_stays_in_a_flattened_convolutions_kernel(tmp_path):
+    """A stationary 1x1 convolution over 7 x 7 pixels whose output's first channels are kept (a classifier's
+    1,000 classes of channels padded to whole vectors: SqueezeNet's last convolution, 512 -> 1,000 over 13 x 13,
+    ran tiles of 5 + 5 + 3 pixels, 15% of its work on padding): the slice moves before the regrouping into
+    7 x 7 like the bias, and the convolution runs over one row of 49 pixels padded to 50 with the slice in its
+    write-back (AVX2). Results as onnxruntime's."""
     path = save_onnx(_late_1x1_block("slice"), tmp_path / "sliced.onnx")
     mod, done, _ = prepared_and_scheduled(path, target_spec=CPU_TARGETS["avx2"][0])
-    (script,) = [mod[f].script() for f in done if "conv2d" in f and "T.int64(1000)" in mod[f].script()]
+    (name,) = [f for f in done if "conv2d" in f and "T.int64(1000)" in mod[f].script()]
+    script = mod[name].script()
+    assert "T.int64(1), T.int64(1), T.int64(50)" in script, script  # one row of pixels, padded
+    assert re.search(
+        r"T_strided_slice\w*: T\.Buffer\(\(T\.int64\(1\), T\.int64\(1\), T\.int64\(49\), T\.int64\(1000\)\)", script
+    ), script
+    assert [f for f in done if "strided_slice" in f and "conv2d" not in f] == [], done  # no slice kernel
+    run_as_haswell(path, tmp_path)
+
+
+def test_a_regrouped_output_a_kernel_would_read_leaves_the_convolution_as_it_was(tmp_path):
+    """A stationary 1x1 convolution over 7 x 7 pixels whose output is split along its channels (channels 280
+    on): the split is not one of the slices that move before the regrouping into 7 x 7, so flattening the
+    pixels would make it a kernel of its own; the convolution keeps its image's rows (AVX2)."""
+    path = save_onnx(_late_1x1_block("split"), tmp_path / "split.onnx")
+    mod, done, _ = prepared_and_scheduled(path, target_spec=CPU_TARGETS["avx2"][0])
+    (script,) = [mod[f].script() for f in done if "conv2d" in f and "T.int64(1280)" in mod[f].script()]
     assert "lv: T.Buffer((T.int64(1), T.int64(7), T.int64(7), T.int64(320))" in script, script  # NHWC, 7 x 7
     assert "T.int64(50)" not in script and "T.int64(49)" not in script, script

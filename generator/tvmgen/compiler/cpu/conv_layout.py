@@ -325,7 +325,7 @@ _READS_REGROUPED = (
 
 def _unsunk_weights(mod) -> list:
     """The weights of each convolution ``flatten_stationary_pixels`` regrouped whose regrouped output (after
-    ``sink_pixel_reshapes``) is read by an operator not in ``_READS_REGROUPED`` (a quantisation, a slice of the
+    ``sink_pixel_reshapes``) is read by an operator not in ``_READS_REGROUPED`` (a quantisation, a split of the
     channels, a concatenation): that operator would be a kernel of its own, not the convolution's epilogue."""
     import tvm
     from tvm import relax
@@ -372,14 +372,16 @@ def sink_pixel_reshapes(mod):
     image's rows (``flatten_stationary_pixels``'s, ``_pixels_regrouped``), ``op`` is elementwise (add, subtract,
     multiply, maximum, minimum; relu, clip, sigmoid) and each other operand a constant per channel or of one
     value, or a tensor of the image's shape (a residual: regrouped into a row, a view; a SiLU's sigmoid of the
-    same reshape: its own row). A convolution's bias, activation and residual so stay in its kernel's
-    epilogue, the reshape after them (a view); the reshapes no one reads any more are dropped."""
+    same reshape: its own row); and a slice of the channels alone (padded output channels sliced back). A
+    convolution's bias, activation, residual and channel slice so stay in its kernel's epilogue, the reshape
+    after them (a view); the reshapes no one reads any more are dropped."""
     import tvm
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     ops = {tvm.ir.Op.get(n): n in _SUNK_BINARY for n in (*_SUNK_BINARY, *_SUNK_UNARY)}
     reshape_op = tvm.ir.Op.get("relax.reshape")
+    slice_op = tvm.ir.Op.get("relax.strided_slice")
 
     shape_of = _known_shape
 
@@ -397,6 +399,8 @@ def sink_pixel_reshapes(mod):
 
         def visit_call_(self, call):
             call = self.visit_expr_post_order(call)
+            if isinstance(call.op, tvm.ir.Op) and call.op.same_as(slice_op):
+                return self.sunk_channel_slice(call)
             binary = ops.get(call.op) if isinstance(call.op, tvm.ir.Op) else None
             out = shape_of(call)
             if binary is None or out is None:
@@ -423,6 +427,18 @@ def sink_pixel_reshapes(mod):
                 relax.Call(call.op, [*moved, *call.args[len(operands) :]], call.attrs, call.ty_args)
             )
             return relax.op.reshape(row, out)
+
+        def sunk_channel_slice(self, call):
+            """A slice of the channels alone (the padded output channels sliced back after the bias:
+            ``pad_conv_output_channels``) regroups nothing: it is taken of the row, the reshape after it."""
+            row, full, out = self.row_of(call.args[0]), shape_of(call.args[0]), shape_of(call)
+            if row is None or full is None or out is None:
+                return call
+            cut = padding_slice(call, full)
+            if cut is None or cut[0] != [len(full) - 1]:
+                return call
+            sliced = self.builder_.emit(relax.Call(call.op, [row, *call.args[1:]], call.attrs, call.ty_args))
+            return relax.op.reshape(sliced, out)
 
     sink = Sink(mod)
     func = sink.visit_expr(mod["main"])
