@@ -8,12 +8,17 @@ argument ``x - max`` is at most 0, so one clamp), the row sum inverted once per 
 The default schedules' rule for reductions along rows (``schedule_rules.schedule_rows``) then
 makes each row a parallel task that computes its
 maximum, exponentials, sum and output while the row is in cache, the element loops in vectors.
+A long row of no whole vectors (18,385 classes, no constant product before it to pad:
+``matmul_layout.softmax_over_padded_columns``) reduces its whole vectors and its last values apart: its
+reductions over the whole row had partials of 5 (the count's best divisor), vectors mostly masked.
 A softmax over another axis is moved last and back by two transposes; float16 ones keep TVM's lowering.
 """
 
 from __future__ import annotations
 
 BLOCKS = ("softmax_max", "softmax_exp", "softmax_sum", "softmax_out")
+_WHOLE = 16  # floats: a whole AVX-512 vector, two of AVX2, four of NEON
+_RAGGED_ROW = 256  # a row this long of no whole vectors reduces its whole vectors and its tail apart
 
 
 def legalize_softmax(bb, call):
@@ -37,13 +42,33 @@ def legalize_softmax(bb, call):
 
     def softmax(t):
         *outer, n = t.shape
-        k = te.reduce_axis((0, n), "k")
-        mx = te.compute(outer, lambda *i: te.max(t(*i, k), axis=k), name=BLOCKS[0])
-        e = te.compute(t.shape, lambda *i: vector_exp(t(*i) - mx(*i[:-1]), at_most_zero=True), name=BLOCKS[1])
-        k2 = te.reduce_axis((0, n), "k2")
-        s = te.compute(outer, lambda *i: te.sum(e(*i, k2), axis=k2), name=BLOCKS[2])
+        length = int(n) if isinstance(n, tirx.IntImm) else 0
+        tail = length % _WHOLE if length >= _RAGGED_ROW else 0
         one = tirx.const(1.0, "float32")
-        return te.compute(t.shape, lambda *i: e(*i) * (one / s(*i[:-1])), name=BLOCKS[3])
+        if not tail:
+            k = te.reduce_axis((0, n), "k")
+            mx = te.compute(outer, lambda *i: te.max(t(*i, k), axis=k), name=BLOCKS[0])
+            e = te.compute(t.shape, lambda *i: vector_exp(t(*i) - mx(*i[:-1]), at_most_zero=True), name=BLOCKS[1])
+            k2 = te.reduce_axis((0, n), "k2")
+            s = te.compute(outer, lambda *i: te.sum(e(*i, k2), axis=k2), name=BLOCKS[2])
+            return te.compute(t.shape, lambda *i: e(*i) * (one / s(*i[:-1])), name=BLOCKS[3])
+        # A long row no vector width divides (18,385 classes): each reduction over its whole vectors (partials
+        # in vectors) and, apart, over its last few values, the two combined where they are read.
+        whole = length - tail
+        # (the tail's axes from 0: a reduction axis from another start got loops of a negative extent where
+        # ``schedule_rows`` computes it at its row)
+        k, kt = te.reduce_axis((0, whole), "k"), te.reduce_axis((0, tail), "kt")
+        mx = te.compute(outer, lambda *i: te.max(t(*i, k), axis=k), name=BLOCKS[0])
+        mt = te.compute(outer, lambda *i: te.max(t(*i, whole + kt), axis=kt), name=BLOCKS[0] + "_tail")
+        e = te.compute(
+            t.shape,
+            lambda *i: vector_exp(t(*i) - te.max(mx(*i[:-1]), mt(*i[:-1])), at_most_zero=True),
+            name=BLOCKS[1],
+        )
+        k2, k2t = te.reduce_axis((0, whole), "k2"), te.reduce_axis((0, tail), "k2t")
+        s = te.compute(outer, lambda *i: te.sum(e(*i, k2), axis=k2), name=BLOCKS[2])
+        st = te.compute(outer, lambda *i: te.sum(e(*i, whole + k2t), axis=k2t), name=BLOCKS[2] + "_tail")
+        return te.compute(t.shape, lambda *i: e(*i) * (one / (s(*i[:-1]) + st(*i[:-1]))), name=BLOCKS[3])
 
     if order is None:
         return bb.call_te(softmax, x, primfunc_name_hint="softmax")
