@@ -8,7 +8,7 @@ argument ``x - max`` is at most 0, so one clamp), the row sum inverted once per 
 The default schedules' rule for reductions along rows (``schedule_rules.schedule_rows``) then
 makes each row a parallel task that computes its
 maximum, exponentials, sum and output while the row is in cache, the element loops in vectors.
-A long row of no whole vectors (18,385 classes, no constant product before it to pad:
+A long row not of whole 4-float vectors (18,385 classes, no constant product before it to pad:
 ``matmul_layout.softmax_over_padded_columns``) reduces its whole vectors and its last values apart: its
 reductions over the whole row had partials of 5 (the count's best divisor), vectors mostly masked.
 A softmax over another axis is moved last and back by two transposes; float16 ones keep TVM's lowering.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 BLOCKS = ("softmax_max", "softmax_exp", "softmax_sum", "softmax_out")
 _WHOLE = 16  # floats: a whole AVX-512 vector, two of AVX2, four of NEON
-_RAGGED_ROW = 256  # a row this long of no whole vectors reduces its whole vectors and its tail apart
+_RAGGED_ROW = 256  # a row this long, not of whole 4-float vectors, reduces its whole vectors and its tail apart
 
 
 def legalize_softmax(bb, call):
@@ -43,7 +43,8 @@ def legalize_softmax(bb, call):
     def softmax(t):
         *outer, n = t.shape
         length = int(n) if isinstance(n, tirx.IntImm) else 0
-        tail = length % _WHOLE if length >= _RAGGED_ROW else 0
+        # (a row of whole quarter vectors, 1,000 classes, keeps schedule_rows' partials of half or quarter vectors)
+        tail = length % _WHOLE if length >= _RAGGED_ROW and length % 4 else 0
         one = tirx.const(1.0, "float32")
         if not tail:
             k = te.reduce_axis((0, n), "k")
