@@ -383,8 +383,6 @@ def sink_pixel_reshapes(mod):
     reshape_op = tvm.ir.Op.get("relax.reshape")
     slice_op = tvm.ir.Op.get("relax.strided_slice")
 
-    shape_of = _known_shape
-
     @mutator
     class Sink(PyExprMutator):
         def row_of(self, e):
@@ -394,7 +392,7 @@ def sink_pixel_reshapes(mod):
             bound = self.lookup_binding(e)
             if not (isinstance(bound, relax.Call) and bound.op.same_as(reshape_op)):
                 return None
-            inner, out = shape_of(bound.args[0]), shape_of(e)
+            inner, out = _known_shape(bound.args[0]), _known_shape(e)
             return bound.args[0] if inner and out and _pixels_regrouped(inner, out) else None
 
         def visit_call_(self, call):
@@ -402,17 +400,17 @@ def sink_pixel_reshapes(mod):
             if isinstance(call.op, tvm.ir.Op) and call.op.same_as(slice_op):
                 return self.sunk_channel_slice(call)
             binary = ops.get(call.op) if isinstance(call.op, tvm.ir.Op) else None
-            out = shape_of(call)
+            out = _known_shape(call)
             if binary is None or out is None:
                 return call
             operands = call.args[:2] if binary else call.args[:1]
             rows = [self.row_of(a) for a in operands]
             if all(r is None for r in rows):
                 return call
-            inner = shape_of(next(r for r in rows if r is not None))
+            inner = _known_shape(next(r for r in rows if r is not None))
             moved = []
             for a, r in zip(operands, rows):
-                shape = shape_of(a)
+                shape = _known_shape(a)
                 if r is not None and shape == out:
                     moved.append(r)
                 elif isinstance(a, tvm.ir.expr.Constant) and shape is not None and len(shape) <= len(inner):
@@ -431,7 +429,7 @@ def sink_pixel_reshapes(mod):
         def sunk_channel_slice(self, call):
             """A slice of the channels alone (the padded output channels sliced back after the bias:
             ``pad_conv_output_channels``) regroups nothing: it is taken of the row, the reshape after it."""
-            row, full, out = self.row_of(call.args[0]), shape_of(call.args[0]), shape_of(call)
+            row, full, out = self.row_of(call.args[0]), _known_shape(call.args[0]), _known_shape(call)
             if row is None or full is None or out is None:
                 return call
             cut = padding_slice(call, full)

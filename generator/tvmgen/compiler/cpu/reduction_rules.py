@@ -147,8 +147,17 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
     # head ran at 72-82 GFLOP/s at one thread, in chunks of 128 at 93-111 (AVX-512); chunks of at most
     # ``_HEAD_CHUNK_DEPTH`` channels on AVX2 too (``_weight_chunk``).
     bits = dtype_bits(sch, block)
-    # a stationary task's (or wide head's) chunk
-    task_chunk = _weight_chunk(sch, reduce, vec, bits, most=_HEAD_CHUNK_DEPTH if wide_head else None)
+    # a stationary task's (or wide head's) chunk; a short pass over a chunk (a task of few pixels, ``_FEW_PIXELS``):
+    # the next chunk's prefetch lands while this one is in use, both in L1
+    few_pixels = not wide_head and rows * np.prod([loop_extent(sch, lp) or 1 for lp in outer]) <= _FEW_PIXELS
+    task_chunk = _weight_chunk(
+        sch,
+        reduce,
+        vec,
+        bits,
+        most=_HEAD_CHUNK_DEPTH if wide_head else None,
+        budget=_L1_WEIGHT_BYTES // 2 if few_pixels else _L1_WEIGHT_BYTES,
+    )
     if ((band is not None or row_pixels is not None or one_row) and stationary) or (
         wide_head and task_chunk is not None
     ):
@@ -159,9 +168,6 @@ def schedule_reduction(sch, block, shape: CpuShape, depthwise_rule: bool = True)
         for p in padding:
             schedule_injective(sch, [p], shape)
         padding = []
-        if not wide_head and rows * np.prod([loop_extent(sch, lp) or 1 for lp in serial]) <= _FEW_PIXELS:
-            # a short pass over a chunk: the next chunk's prefetch lands while this one is in use, both in L1
-            task_chunk = _weight_chunk(sch, reduce, vec, bits, budget=_L1_WEIGHT_BYTES // 2)
         # the reduction in chunks whose weights fit L1, each chunk over all the task's pixels
         chunk, reduce = _in_chunks(sch, reduce, task_chunk)
         # the task's rows after the first fetch the next block's (chunk's) weights

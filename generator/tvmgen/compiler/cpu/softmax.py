@@ -43,33 +43,31 @@ def legalize_softmax(bb, call):
     def softmax(t):
         *outer, n = t.shape
         length = int(n) if isinstance(n, tirx.IntImm) else 0
-        # (a row of whole quarter vectors, 1,000 classes, keeps schedule_rows' partials of half or quarter vectors)
-        tail = length % _WHOLE if length >= _RAGGED_ROW and length % 4 else 0
-        one = tirx.const(1.0, "float32")
-        if not tail:
-            k = te.reduce_axis((0, n), "k")
-            mx = te.compute(outer, lambda *i: te.max(t(*i, k), axis=k), name=BLOCKS[0])
-            e = te.compute(t.shape, lambda *i: vector_exp(t(*i) - mx(*i[:-1]), at_most_zero=True), name=BLOCKS[1])
-            k2 = te.reduce_axis((0, n), "k2")
-            s = te.compute(outer, lambda *i: te.sum(e(*i, k2), axis=k2), name=BLOCKS[2])
-            return te.compute(t.shape, lambda *i: e(*i) * (one / s(*i[:-1])), name=BLOCKS[3])
         # A long row no vector width divides (18,385 classes): each reduction over its whole vectors (partials
-        # in vectors) and, apart, over its last few values, the two combined where they are read.
-        whole = length - tail
-        # (the tail's axes from 0: a reduction axis from another start got loops of a negative extent where
-        # ``schedule_rows`` computes it at its row)
-        k, kt = te.reduce_axis((0, whole), "k"), te.reduce_axis((0, tail), "kt")
-        mx = te.compute(outer, lambda *i: te.max(t(*i, k), axis=k), name=BLOCKS[0])
-        mt = te.compute(outer, lambda *i: te.max(t(*i, whole + kt), axis=kt), name=BLOCKS[0] + "_tail")
-        e = te.compute(
-            t.shape,
-            lambda *i: vector_exp(t(*i) - te.max(mx(*i[:-1]), mt(*i[:-1])), at_most_zero=True),
-            name=BLOCKS[1],
-        )
-        k2, k2t = te.reduce_axis((0, whole), "k2"), te.reduce_axis((0, tail), "k2t")
-        s = te.compute(outer, lambda *i: te.sum(e(*i, k2), axis=k2), name=BLOCKS[2])
-        st = te.compute(outer, lambda *i: te.sum(e(*i, whole + k2t), axis=k2t), name=BLOCKS[2] + "_tail")
-        return te.compute(t.shape, lambda *i: e(*i) * (one / (s(*i[:-1]) + st(*i[:-1]))), name=BLOCKS[3])
+        # in vectors) and, apart, over its last few values, the two combined where they are read. (A row of
+        # whole quarter vectors, 1,000 classes, keeps schedule_rows' partials of half or quarter vectors.)
+        tail = length % _WHOLE if length >= _RAGGED_ROW and length % 4 else 0
+        whole = length - tail if tail else n
+        one = tirx.const(1.0, "float32")
+
+        def reduced(name, op, source, axis):
+            """``op`` of ``source`` along each row: one reduction, or (over the row's whole vectors, over its tail)
+            where it has a tail (the tail's axis from 0: a reduction axis from another start got loops of a
+            negative extent where ``schedule_rows`` computes it at its row)."""
+            k = te.reduce_axis((0, whole), axis)
+            main = te.compute(outer, lambda *i: op(source(*i, k), axis=k), name=name)
+            if not tail:
+                return main
+            kt = te.reduce_axis((0, tail), axis + "t")
+            rest = te.compute(outer, lambda *i: op(source(*i, whole + kt), axis=kt), name=name + "_tail")
+            return main, rest
+
+        peak = reduced(BLOCKS[0], te.max, t, "k")
+        top = (lambda *i: te.max(peak[0](*i), peak[1](*i))) if tail else peak
+        e = te.compute(t.shape, lambda *i: vector_exp(t(*i) - top(*i[:-1]), at_most_zero=True), name=BLOCKS[1])
+        sums = reduced(BLOCKS[2], te.sum, e, "k2")
+        total = (lambda *i: sums[0](*i) + sums[1](*i)) if tail else sums
+        return te.compute(t.shape, lambda *i: e(*i) * (one / total(*i[:-1])), name=BLOCKS[3])
 
     if order is None:
         return bb.call_te(softmax, x, primfunc_name_hint="softmax")
