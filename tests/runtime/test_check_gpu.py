@@ -66,6 +66,33 @@ def test_opencl_check_runs_the_artifact_itself(tvmgen, models, opencl_lib, tmp_p
     assert "ok y:" in r.output and "host/cpu build" not in r.output, r.output
 
 
+def test_names_that_are_not_identifiers_build_opencl_kernels(tvmgen, opencl_lib, tmp_path):
+    """An input named like a TensorFlow tensor (``in/put:0``) and a weight named like an exported graph's
+    (``/head/MatMul_output_0_weight``, a parameter with --separate-params) read directly by kernels: their
+    argument names in the OpenCL C source were those names as they are (PoCL: "expected ')'"). The
+    artifact builds, matches onnxruntime on PoCL and keeps the model's input name."""
+    import json
+
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "/head/MatMul_output_0_weight")
+    bias = numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "head.bias")
+    model = onnx_model(
+        [helper.make_node("Gemm", ["in/put:0", weight.name, bias.name], ["y"], transB=1)],
+        [helper.make_tensor_value_info("in/put:0", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+        [weight, bias],
+    )
+    path = save_onnx(model, tmp_path / "names.onnx")
+    out = tmp_path / "out"
+    r = tvmgen("compile", path, "--device", "opencl", "--separate-params", "--check", "-o", out)
+    assert r.returncode == 0, r.output
+    assert "checking the artifact itself: the host/opencl build on" in r.output and "ok y:" in r.output, r.output
+    assert [i["name"] for i in json.loads((out / "manifest.json").read_text())["inputs"]] == ["in/put:0"]
+
+
 def test_opencl_check_of_a_streaming_model_runs_a_sequence(tvmgen, models, opencl_lib, tmp_path):
     """A stateful model's steps go through one `tvmgen-run --sequence` on the device, the state carried."""
     r = tvmgen("compile", models["stream"], "--state", "h=hn", "--device", "opencl", "--check", "-o", tmp_path / "out")

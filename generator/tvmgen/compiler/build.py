@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tvmgen import __version__
-from tvmgen.compiler import gpu, kernels, recurrent
+from tvmgen.compiler import gpu, kernels, recurrent, rewrites
 from tvmgen.compiler.cpu import stack_tiles
 from tvmgen.compiler.gpu import adreno, opencl_loops
 from tvmgen.compiler.int8 import int8_qdq
@@ -101,6 +101,7 @@ def _build_executable(imported: ImportedModel, opts: BuildOptions, report: dict 
     if not opts.separate_params and imported.params:
         weights = mod["main"].params[len(imported.inputs) :]
         mod = relax.transform.BindParams("main", dict(zip(weights, imported.params)))(mod)
+    mod = rewrites.identifier_params(mod)  # kernel argument names in OpenCL C / CUDA / Metal source
     # fused LSTM/GRU layers: their kernels for this target (GPU: a work-group per sequence; Vulkan: the
     # operands staged, see recurrent.py)
     mod = recurrent.lower(mod, gpu=target.kind.name != "llvm", staged=target.kind.name == "vulkan")

@@ -227,6 +227,38 @@ def non_negative_axes(mod):
     return rewrite_functions(mod, pattern, rewrite)
 
 
+def identifier_params(mod):
+    """``main``'s parameters (the model's inputs; its weights too with --separate-params) named as C identifiers.
+
+    A kernel that reads a parameter directly names its argument after it, and the GPU code generators that
+    write source (OpenCL C, CUDA, Metal) copy the name as it is: an ONNX input ``in/put:0`` or a weight
+    ``/head/MatMul_output_0_weight`` made kernel source that no device compiler builds. main's arguments are
+    passed by position, and the manifest keeps the model's own names."""
+    import re
+
+    from tvm import ir, relax
+
+    main = mod["main"]
+    taken: set[str] = set()
+    params, renamed = [], {}
+    for p in main.params:
+        name = re.sub(r"[^0-9A-Za-z_]", "_", p.name)
+        name = name if name and not name[0].isdigit() else "v_" + name
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        params.append(p if name == p.name else relax.Var(name, p.ty))
+        if params[-1] is not p:
+            renamed[p] = params[-1]
+    if not renamed:
+        return mod
+    body = main.bind_params(renamed).body
+    func = relax.Function(params, body, main.ret_ty, main.is_pure, main.attrs, main.span)
+    out = ir.IRModule({gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"}, attrs=mod.attrs)
+    out[mod.get_global_var("main")] = func
+    return out
+
+
 def single_use_vars(fn) -> set:
     """The variables of Relax function ``fn`` that exactly one binding reads and its result does not:
     the values a rewrite may replace without computing them twice."""
