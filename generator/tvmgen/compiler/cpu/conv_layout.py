@@ -4,7 +4,7 @@ compute whole vectors of channels (``pad_depthwise_chains``, ``pad_conv_output_c
 
 from __future__ import annotations
 
-from tvmgen.compiler.rewrites import single_use_vars
+from tvmgen.compiler.rewrites import known_shape, single_use_vars, sink_reshapes
 
 
 def nchw_input_into_conv(mod):
@@ -346,7 +346,7 @@ def _unsunk_weights(mod) -> list:
     for var, value in values.items():
         if not (isinstance(value, relax.Call) and value.op.same_as(reshape)):
             continue
-        inner, out = _known_shape(value.args[0]), _known_shape(var)
+        inner, out = known_shape(value.args[0]), known_shape(var)
         if inner is None or out is None or not _pixels_regrouped(inner, out):
             continue
         if all(any(u.op.same_as(op) for op in allowed) for u in users.get(var, [])):
@@ -374,83 +374,27 @@ def sink_pixel_reshapes(mod):
     value, or a tensor of the image's shape (a residual: regrouped into a row, a view; a SiLU's sigmoid of the
     same reshape: its own row); and a slice of the channels alone (padded output channels sliced back). A
     convolution's bias, activation, residual and channel slice so stay in its kernel's epilogue, the reshape
-    after them (a view); the reshapes no one reads any more are dropped."""
+    after them (a view); the reshapes no one reads any more are dropped (``rewrites.sink_reshapes``)."""
     import tvm
     from tvm import relax
-    from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    ops = {tvm.ir.Op.get(n): n in _SUNK_BINARY for n in (*_SUNK_BINARY, *_SUNK_UNARY)}
-    reshape_op = tvm.ir.Op.get("relax.reshape")
     slice_op = tvm.ir.Op.get("relax.strided_slice")
 
-    @mutator
-    class Sink(PyExprMutator):
-        def row_of(self, e):
-            """The one row of pixels ``e`` (a variable) regroups, or None."""
-            if not isinstance(e, relax.Var):
-                return None
-            bound = self.lookup_binding(e)
-            if not (isinstance(bound, relax.Call) and bound.op.same_as(reshape_op)):
-                return None
-            inner, out = _known_shape(bound.args[0]), _known_shape(e)
-            return bound.args[0] if inner and out and _pixels_regrouped(inner, out) else None
+    def sunk_channel_slice(sink, call):
+        """A slice of the channels alone (the padded output channels sliced back after the bias:
+        ``pad_conv_output_channels``) regroups nothing: it is taken of the row, the reshape after it."""
+        if not call.op.same_as(slice_op):
+            return call
+        row, full, out = sink.row_of(call.args[0]), known_shape(call.args[0]), known_shape(call)
+        if row is None or full is None or out is None:
+            return call
+        cut = padding_slice(call, full)
+        if cut is None or cut[0] != [len(full) - 1]:
+            return call
+        sliced = sink.builder_.emit(relax.Call(call.op, [row, *call.args[1:]], call.attrs, call.ty_args))
+        return relax.op.reshape(sliced, out)
 
-        def visit_call_(self, call):
-            call = self.visit_expr_post_order(call)
-            if isinstance(call.op, tvm.ir.Op) and call.op.same_as(slice_op):
-                return self.sunk_channel_slice(call)
-            binary = ops.get(call.op) if isinstance(call.op, tvm.ir.Op) else None
-            out = _known_shape(call)
-            if binary is None or out is None:
-                return call
-            operands = call.args[:2] if binary else call.args[:1]
-            rows = [self.row_of(a) for a in operands]
-            if all(r is None for r in rows):
-                return call
-            inner = _known_shape(next(r for r in rows if r is not None))
-            moved = []
-            for a, r in zip(operands, rows):
-                shape = _known_shape(a)
-                if r is not None and shape == out:
-                    moved.append(r)
-                elif isinstance(a, tvm.ir.expr.Constant) and shape is not None and len(shape) <= len(inner):
-                    if any(d != 1 for d in shape[:-1]) or (shape and shape[-1] not in (1, out[-1])):
-                        return call
-                    moved.append(a)
-                elif shape == out:
-                    moved.append(self.builder_.emit(relax.op.reshape(a, inner)))
-                else:
-                    return call
-            row = self.builder_.emit(
-                relax.Call(call.op, [*moved, *call.args[len(operands) :]], call.attrs, call.ty_args)
-            )
-            return relax.op.reshape(row, out)
-
-        def sunk_channel_slice(self, call):
-            """A slice of the channels alone (the padded output channels sliced back after the bias:
-            ``pad_conv_output_channels``) regroups nothing: it is taken of the row, the reshape after it."""
-            row, full, out = self.row_of(call.args[0]), _known_shape(call.args[0]), _known_shape(call)
-            if row is None or full is None or out is None:
-                return call
-            cut = padding_slice(call, full)
-            if cut is None or cut[0] != [len(full) - 1]:
-                return call
-            sliced = self.builder_.emit(relax.Call(call.op, [row, *call.args[1:]], call.attrs, call.ty_args))
-            return relax.op.reshape(sliced, out)
-
-    sink = Sink(mod)
-    func = sink.visit_expr(mod["main"])
-    sink.builder_.update_func(mod.get_global_var("main"), func)
-    mod = sink.builder_.get()
-    return relax.transform.DeadCodeElimination(["main"])(mod)
-
-
-def _known_shape(e) -> list[int] | None:
-    """``rewrites.static_shape`` of ``e`` where every dimension is known, else None."""
-    from tvmgen.compiler.rewrites import static_shape
-
-    shape = static_shape(e)
-    return None if shape is None or None in shape else shape
+    return sink_reshapes(mod, _pixels_regrouped, _SUNK_UNARY, _SUNK_BINARY, sunk_channel_slice)
 
 
 def _pixels_regrouped(inner: list[int], out: list[int]) -> bool:

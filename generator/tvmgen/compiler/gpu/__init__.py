@@ -48,6 +48,7 @@ def prepare_passes(target, lower_conv_transpose: bool = True, report: dict | Non
             float64.demote_pass(report),
             rewrites.module_pass("TvmgenPreluUnflattened", _prelu_unflattened),
             int8_qdq.ShareDequantized(),
+            rewrites.module_pass("TvmgenSinkRowReshapes", rewrites.sink_row_reshapes),  # residual / GELU in products
         ]
         + ([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
         + generic.library_dispatch_passes(target)
