@@ -423,3 +423,34 @@ def test_a_reshape_stays_before_an_operand_that_broadcasts():
     mod = rewrites.sink_row_reshapes(bb.get())
     adds = _calls(mod["main"], "relax.add")
     assert sorted([int(d) for d in c.ty.shape.values] for c in adds) == [[1, 16, 64], [16, 64]], mod["main"]
+
+
+def test_a_product_with_a_computed_transpose_reads_it_transposed(ocl_runtime, opencl_lib, tmp_path):
+    """Attention's scores, ``Q x K^T`` of computed tensors: one kernel reading K transposed (TVM's
+    FuseTransposeMatmul, an NT_matmul) instead of a transpose kernel and a product; a product with a constant's
+    transpose (a weight) keeps its weights transposed as they are built. Matches onnxruntime on PoCL."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from conftest import onnx_model
+
+    rng = np.random.default_rng(9)
+    w = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+        helper.make_node("MatMul", ["q", "wt"], ["k"]),  # a weight's transpose: folded
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["y"]),  # a computed one's: read transposed
+    ]
+    q = helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 4, 16, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])
+    path = save_onnx(onnx_model(nodes, [q], [y], [w]), tmp_path / "scores.onnx")
+    art = tmp_path / "scores"
+    compile_to_artifact(frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "generic"), art, True, {})
+    names = [k["name"] for k in json.loads((art / "kernels.json").read_text())["kernels"]]
+    assert sorted(n.rstrip("0123456789") for n in names) == ["NT_matmul", "matmul"], names
+    x = rng.standard_normal((1, 4, 16, 8)).astype("float32")
+    want = ort.InferenceSession(str(path)).run(None, {"q": x})[0]
+    proc, outs = run_native(ocl_runtime, art, {"q": x}, tmp_path, repeat=2)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)

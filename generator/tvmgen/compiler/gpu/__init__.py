@@ -49,11 +49,33 @@ def prepare_passes(target, lower_conv_transpose: bool = True, report: dict | Non
             rewrites.module_pass("TvmgenPreluUnflattened", _prelu_unflattened),
             int8_qdq.ShareDequantized(),
             rewrites.module_pass("TvmgenSinkRowReshapes", rewrites.sink_row_reshapes),  # residual / GELU in products
+            rewrites.module_pass("TvmgenTransposedOperands", _transposed_operands),
         ]
         + ([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
         + generic.library_dispatch_passes(target)
         + legalize
     )
+
+
+def _transposed_operands(mod):
+    """A product of a computed tensor's transpose (attention's ``Q x K^T``) as one kernel that reads the tensor
+    transposed (TVM's FuseTransposeMatmul: an ``NT_matmul``) instead of a transpose kernel and a product: a
+    launch less per attention. Constant operands keep theirs (folded into the weights as they are built)."""
+    from tvm import ir, relax
+    from tvm.relax.transform import fuse_transpose_matmul as ftm
+
+    product, annotations, check = ftm._pattern()
+
+    def computed(context) -> bool:
+        return check(context) and not isinstance(context.annotated_expr["w"], ir.Constant)
+
+    fuse = relax.transform.FuseOpsByPattern([("transpose_matmul_fuse", product, annotations, computed)], False)
+    mod = fuse(mod)
+    fuser = ftm._TransposeMatmulFuser(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            fuser.builder_.update_func(gv, fuser.visit_expr(func))
+    return fuser.builder_.get()
 
 
 def _prelu_unflattened(mod):
