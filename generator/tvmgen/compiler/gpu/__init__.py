@@ -113,7 +113,7 @@ def default_rules(target=None) -> list:
     ours = target is None or target.kind.name in ("opencl", "vulkan")
     split = [split_k_rule()] if ours and os.environ.get("TVMGEN_GPU_SPLIT_K", "1") != "0" else []
     small = [small_reductions()] if ours else []
-    return [*split, matmul, vulkan_gemv(), *small, dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+    return [*split, matmul, vulkan_gemv(), *small, dl.gpu.Reduction(), vulkan_long_rows(), dl.gpu.Fallback()]
 
 
 def vulkan_gemv():
@@ -141,6 +141,48 @@ def vulkan_gemv():
             return super().apply(func, target, tunable)
 
     return VulkanGEMV()
+
+
+LONG_ROW = 2048  # a normalisation over rows this long or longer: work-groups of 256 on Vulkan too
+
+
+def vulkan_long_rows():
+    """dlight's GeneralReduction (a softmax or a layer norm: a work-group per row), with the 256 threads a
+    row it gives OpenCL and CUDA also for a Vulkan target's rows of LONG_ROW values or more: for other targets
+    dlight takes 64, and a CTC recognizer's softmax over 6,625 classes then ran 2.7x longer through tvmgen's
+    GLSL on NVIDIA's Vulkan driver than OpenCL's (21 against 8 us); shorter rows (a layer norm of 64 values)
+    keep 64, where more threads would idle."""
+    from tvm.s_tir import dlight as dl
+    from tvm.target import Target
+
+    class VulkanLongRows(dl.gpu.GeneralReduction):
+        def apply(self, func, target, tunable):
+            if target.kind.name == "vulkan" and _longest_reduction(func) >= LONG_ROW:
+                target = Target(
+                    {
+                        "kind": "opencl",
+                        "max_num_threads": int(target.attrs["max_num_threads"]),
+                        "thread_warp_size": int(target.attrs["thread_warp_size"]),
+                    }
+                )
+            return super().apply(func, target, tunable)
+
+    return VulkanLongRows()
+
+
+def _longest_reduction(func) -> int:
+    """The most values one output of ``func`` reduces (0 without a reduction of known extent)."""
+    from tvm import tirx
+
+    sch, blocks = _root_blocks(func)
+    longest = 0
+    for b in blocks:
+        extent = 1
+        for iv in sch.get(b).iter_vars:
+            if int(iv.iter_type) == tirx.IterVar.CommReduce:
+                extent *= int(iv.dom.extent) if isinstance(iv.dom.extent, tirx.IntImm) else 0
+        longest = max(longest, extent if extent > 1 else 0)
+    return longest
 
 
 SMALL_REDUCTION = 64  # reduction extents up to this are summed by one thread (a 7 x 7 window)
