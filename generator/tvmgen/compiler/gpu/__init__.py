@@ -126,18 +126,11 @@ def vulkan_gemv():
     import os
 
     from tvm.s_tir import dlight as dl
-    from tvm.target import Target
 
     class VulkanGEMV(dl.gpu.GEMV):
         def apply(self, func, target, tunable):
             if target.kind.name == "vulkan" and os.environ.get("TVMGEN_VULKAN_GEMV", "opencl") != "dlight":
-                target = Target(
-                    {
-                        "kind": "opencl",
-                        "max_num_threads": int(target.attrs["max_num_threads"]),
-                        "thread_warp_size": int(target.attrs["thread_warp_size"]),
-                    }
-                )
+                target = _as_opencl(target)
             return super().apply(func, target, tunable)
 
     return VulkanGEMV()
@@ -153,21 +146,28 @@ def vulkan_long_rows():
     GLSL on NVIDIA's Vulkan driver than OpenCL's (21 against 8 us); shorter rows (a layer norm of 64 values)
     keep 64, where more threads would idle."""
     from tvm.s_tir import dlight as dl
-    from tvm.target import Target
 
     class VulkanLongRows(dl.gpu.GeneralReduction):
         def apply(self, func, target, tunable):
             if target.kind.name == "vulkan" and _longest_reduction(func) >= LONG_ROW:
-                target = Target(
-                    {
-                        "kind": "opencl",
-                        "max_num_threads": int(target.attrs["max_num_threads"]),
-                        "thread_warp_size": int(target.attrs["thread_warp_size"]),
-                    }
-                )
+                target = _as_opencl(target)
             return super().apply(func, target, tunable)
 
     return VulkanLongRows()
+
+
+def _as_opencl(target):
+    """An OpenCL target with a Vulkan target's thread limits: what a dlight rule configures for OpenCL, it
+    then configures for that Vulkan target."""
+    from tvm.target import Target
+
+    return Target(
+        {
+            "kind": "opencl",
+            "max_num_threads": int(target.attrs["max_num_threads"]),
+            "thread_warp_size": int(target.attrs["thread_warp_size"]),
+        }
+    )
 
 
 def _longest_reduction(func) -> int:
