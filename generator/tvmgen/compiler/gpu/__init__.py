@@ -147,13 +147,14 @@ def vulkan_long_rows():
     keep 64, where more threads would idle."""
     from tvm.s_tir import dlight as dl
 
-    class VulkanLongRows(dl.gpu.GeneralReduction):
+    # dlight's rule under its own name: the build's messages name the rule that scheduled or failed on a kernel
+    class GeneralReduction(dl.gpu.GeneralReduction):
         def apply(self, func, target, tunable):
             if target.kind.name == "vulkan" and _longest_reduction(func) >= LONG_ROW:
                 target = _as_opencl(target)
             return super().apply(func, target, tunable)
 
-    return VulkanLongRows()
+    return GeneralReduction()
 
 
 def _as_opencl(target):
