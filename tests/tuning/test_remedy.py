@@ -50,13 +50,20 @@ def work(tmp_path_factory):
 
 
 def compile_(work_dir, model, out, *flags):
+    """``tvmgen compile`` whose slow-kernel guard flags the strided convolution, tried a second time where it did
+    not: the guard's verdict is a timing on a shared machine (the kernel 14-17x below the probe product's peak
+    when the host is quiet; with the whole suite's workers on two cores it once came out under the 8x
+    threshold), and what these tests check is what follows the verdict."""
     env = {
         "TVMGEN_TUNING_DIR": str(work_dir / "db"),
         "TVMGEN_LOG_DIR": str(work_dir / "logs"),
         "COLUMNS": "250",
     }
-    r = run_tvmgen("compile", model, "-o", work_dir / out, "--force", *flags, env=env, timeout=600)
-    assert r.returncode == 0, r.stderr
+    for _ in range(2):
+        r = run_tvmgen("compile", model, "-o", work_dir / out, "--force", *flags, env=env, timeout=600)
+        assert r.returncode == 0, r.stderr
+        if "slow kernel conv3d_prepacked" in r.stdout + r.stderr:
+            break
     return r.stdout + r.stderr
 
 
