@@ -173,17 +173,24 @@ def _as_opencl(target):
 
 def _longest_reduction(func) -> int:
     """The most values one output of ``func`` reduces (0 without a reduction of known extent)."""
+    sch, blocks = _root_blocks(func)
+    extents = [_extents(sch.get(b)) for b in blocks]
+    return max((e["reduce"] for e in extents if e is not None and e["reduces"]), default=0)
+
+
+def _extents(block) -> dict | None:
+    """A block's spatial and reduction extents (products of its iterators'), and whether it reduces; None where
+    an extent is not a known number or an iterator is neither spatial nor a reduction."""
     from tvm import tirx
 
-    sch, blocks = _root_blocks(func)
-    longest = 0
-    for b in blocks:
-        extent = 1
-        for iv in sch.get(b).iter_vars:
-            if int(iv.iter_type) == tirx.IterVar.CommReduce:
-                extent *= int(iv.dom.extent) if isinstance(iv.dom.extent, tirx.IntImm) else 0
-        longest = max(longest, extent if extent > 1 else 0)
-    return longest
+    extents = {"spatial": 1, "reduce": 1, "reduces": False}
+    for iv in block.iter_vars:
+        kind = {tirx.IterVar.DataPar: "spatial", tirx.IterVar.CommReduce: "reduce"}.get(int(iv.iter_type))
+        if kind is None or not isinstance(iv.dom.extent, tirx.IntImm):
+            return None
+        extents[kind] *= int(iv.dom.extent)
+        extents["reduces"] |= kind == "reduce"
+    return extents
 
 
 SMALL_REDUCTION = 64  # reduction extents up to this are summed by one thread (a 7 x 7 window)
@@ -292,22 +299,14 @@ def _short_reductions(func) -> bool:
     """Whether ``func`` has reductions and each covers at most SMALL_REDUCTION elements per output,
     with enough outputs (at least 256) to keep a GPU's threads busy, and no block after them writes more
     elements than they have outputs (a normalisation)."""
-    from tvm import tirx
-
     sch, blocks = _root_blocks(func)  # no blocks: no reductions
     found = False
     reduced, widest = [], 0
     for b in blocks:
-        block = sch.get(b)
-        extents = {"spatial": 1, "reduce": 1}
-        for iv in block.iter_vars:
-            if not isinstance(iv.dom.extent, tirx.IntImm):
-                return False
-            kind = {tirx.IterVar.DataPar: "spatial", tirx.IterVar.CommReduce: "reduce"}.get(int(iv.iter_type))
-            if kind is None:
-                return False
-            extents[kind] *= int(iv.dom.extent)
-        if any(int(iv.iter_type) == tirx.IterVar.CommReduce for iv in block.iter_vars):
+        extents = _extents(sch.get(b))
+        if extents is None:
+            return False
+        if extents["reduces"]:
             if extents["reduce"] > SMALL_REDUCTION or extents["spatial"] < 256:
                 return False
             found = True
