@@ -31,6 +31,7 @@ from tvmgen.compiler.targets.platforms import gpu_limits, tunable
 log = logging.getLogger("tvmgen.compiler")
 
 OVER_LIMITS = "over the GPU family's limits"  # a rule's schedule that needs more than a work-group has
+HOST_LOOPS = "launches"  # a rule's schedule that leaves loops around a kernel in host code (``_try_rule``)
 
 
 def prepare_passes(target, lower_conv_transpose: bool = True, report: dict | None = None) -> list:
@@ -107,12 +108,13 @@ def default_rules(target=None) -> list:
 
     from tvm.s_tir import dlight as dl
 
+    from tvmgen.compiler.gpu.full_reduction import full_reduction_rule
     from tvmgen.compiler.gpu.split_k import split_k_rule
 
     matmul = matmul_rule(target)
     ours = target is None or target.kind.name in ("opencl", "vulkan")
     split = [split_k_rule()] if ours and os.environ.get("TVMGEN_GPU_SPLIT_K", "1") != "0" else []
-    small = [small_reductions()] if ours else []
+    small = [small_reductions(), full_reduction_rule()] if ours else []
     return [*split, matmul, vulkan_gemv(), *small, dl.gpu.Reduction(), vulkan_long_rows(), dl.gpu.Fallback()]
 
 
@@ -408,9 +410,13 @@ def _try_rule(rule, func, target, failed: dict, kernel: str, work_groups: dict):
     if space is None:
         return None
     sch = space[0] if isinstance(space, list) else space
-    unbound = _blocks_outside_threads(sch)
-    if unbound:
-        failed[rule_name] = f"left {len(unbound)} block(s) outside the GPU threads ({', '.join(unbound[:3])})"
+    unbound, looped = _blocks_outside_threads(sch)
+    if unbound or looped:
+        failed[rule_name] = (
+            f"left {len(unbound)} block(s) outside the GPU threads ({', '.join(unbound[:3])})"
+            if unbound
+            else f"{HOST_LOOPS} {', '.join(looped[:3])} from loops on the host (a kernel launch per iteration)"
+        )
         log.info("%s %s rule on %s: %s", _owner(rule_name), rule_name, kernel, failed[rule_name])
         return None
     family = gpu_limits(target)
@@ -426,18 +432,25 @@ def _try_rule(rule, func, target, failed: dict, kernel: str, work_groups: dict):
     return sch.mod["main"]
 
 
-def _blocks_outside_threads(sch) -> list[str]:
-    """Names of the blocks of a scheduled function under no thread-bound loop (they would run on the host)."""
+def _blocks_outside_threads(sch) -> tuple[list[str], list[str]]:
+    """Names of the blocks of a scheduled function under no thread-bound loop (they would run on the host),
+    and of those under one with a loop of more than one iteration outside it: that loop stays in host code
+    and launches the kernel once per iteration (dlight's GeneralReduction on a reduction to one value: a
+    launch per element reduced)."""
     from tvm import tirx
 
-    names, stack = [], list(sch.get_child_blocks(sch.get_sblock("root")))
+    names, looped, stack = [], [], list(sch.get_child_blocks(sch.get_sblock("root")))
     while stack:
         block = stack.pop()
-        if not any(sch.get(loop).kind == tirx.ForKind.THREAD_BINDING for loop in sch.get_loops(block)):
+        loops = [sch.get(loop) for loop in sch.get_loops(block)]
+        bound = [i for i, loop in enumerate(loops) if loop.kind == tirx.ForKind.THREAD_BINDING]
+        if not bound:
             names.append(sch.get(block).name_hint)
             continue
+        if any(not (isinstance(loop.extent, tirx.IntImm) and int(loop.extent) == 1) for loop in loops[: bound[0]]):
+            looped.append(sch.get(block).name_hint)
         stack += list(sch.get_child_blocks(block))
-    return names
+    return names, looped
 
 
 def inline_epilogue(func):
@@ -473,10 +486,11 @@ def rule_failures_summary(failures: list[dict]) -> list[str]:
     by_rule: dict = {}
     lines = []
     for f in failures:
-        if f["error"].startswith(OVER_LIMITS):  # each said with what it needed
+        if f["error"].startswith((OVER_LIMITS, HOST_LOOPS)):  # each said with what it needed or did
             cost = " (one thread per output, no tiling: slower)" if f["scheduled_by"] == "Fallback" else ""
+            verb = "" if f["error"].startswith(HOST_LOOPS) else "is "
             lines.append(
-                f"{_owner(f['rule'])} {f['rule']} schedule of {f['kernel']} is {f['error']}: scheduled by "
+                f"{_owner(f['rule'])} {f['rule']} schedule of {f['kernel']} {verb}{f['error']}: scheduled by "
                 f"{f['scheduled_by']} instead{cost}"
             )
             continue
