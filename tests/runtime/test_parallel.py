@@ -12,6 +12,7 @@ import ctypes
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,8 @@ from tvmgen.compiler.targets.export import POOL_FLAGS, parallel_pool_source
 ENV = ctypes.c_void_p  # TVMParallelGroupEnv*: {void* sync_handle; int32_t num_task}
 LAMBDA = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ENV, ctypes.c_void_p)
 LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, LAMBDA, ctypes.c_void_p, ctypes.c_int)
+# chunks per thread (the launcher's default, TVMGEN_PARALLEL_CHUNKS unset)
+CHUNKS = int(re.search(r"kChunksPerThread = (\d+);", parallel_pool_source().read_text()).group(1))
 
 
 def num_task(penv) -> int:
@@ -107,8 +110,8 @@ def test_every_chunk_runs_once_per_launch(pool_library, threads):
     for i in range(100):
         seen.clear()
         assert launch(body, ctypes.c_void_p(1000 + i), 0) == 0
-        assert sorted(t for t, _, _ in seen) == list(range(2 * threads)), i  # two chunks per thread
-        assert {(k, c) for _, k, c in seen} == {(2 * threads, 1000 + i)}
+        assert sorted(t for t, _, _ in seen) == list(range(CHUNKS * threads)), i
+        assert {(k, c) for _, k, c in seen} == {(CHUNKS * threads, 1000 + i)}
     assert len(tids) >= 2, "the workers never ran a chunk"
 
 
@@ -160,7 +163,7 @@ def test_error_sync_and_nested_launches(pool_library):
         return launch(leaf, None, 0)  # a launch inside a chunk runs there, as one task
 
     assert launch(outer, None, 0) == 0
-    assert sorted(inner) == [(0, 1)] * 4
+    assert sorted(inner) == [(0, 1)] * (2 * CHUNKS)
     inner.clear()
     # a launch asking for a task count (code that may synchronise its tasks) runs as one task
     assert launch(leaf, None, 2) == 0 and inner == [(0, 1)]
@@ -189,8 +192,8 @@ def test_small_loops_run_on_the_caller(pool_library):
     me = threading.get_native_id()
     assert calls["small"] == [(0, 1, me)] * 5
     assert calls["large"][:2] == [(0, 1, me)] * 2  # measured
-    assert sorted(t for t, _, _ in calls["large"][2:]) == sorted(list(range(4)) * 3)  # then split
-    assert {k for _, k, _ in calls["large"][2:]} == {4}
+    assert sorted(t for t, _, _ in calls["large"][2:]) == sorted(list(range(2 * CHUNKS)) * 3)  # then split
+    assert {k for _, k, _ in calls["large"][2:]} == {2 * CHUNKS}
 
 
 def test_one_thread_runs_on_the_caller(pool_library):
@@ -273,7 +276,7 @@ def _chunks_after_idle_gaps(launch, recorder, launches=20):
         assert launch(body, None, 0) == 0
         n = recorder.take(out, 4096)
         ran += [tuple(out[3 * i : 3 * i + 3]) for i in range(n)]
-    assert sorted(t for t, _, _ in ran) == sorted(list(range(4)) * launches)
+    assert sorted(t for t, _, _ in ran) == sorted(list(range(2 * CHUNKS)) * launches)
     return ran
 
 
