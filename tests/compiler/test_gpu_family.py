@@ -454,3 +454,83 @@ def test_a_product_with_a_computed_transpose_reads_it_transposed(ocl_runtime, op
     proc, outs = run_native(ocl_runtime, art, {"q": x}, tmp_path, repeat=2)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+
+
+def test_expand_dims_and_squeeze_chains_become_one_reshape_or_none():
+    """rewrites.reshape_views: read by a product (which takes no producer into its kernel) or returned,
+    ``expand_dims(reshape(x))`` is one reshape, a chain that gives the shape back is none, a squeeze is a reshape;
+    a chain that an elementwise operator reads stays (it is part of that operator's kernel)."""
+    from tvm import relax
+
+    from tvmgen.compiler import rewrites
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 16000], "float32"))
+    w = relax.Var("w", relax.TensorType([1, 1], "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.expand_dims(bb.emit(relax.op.reshape(x, [1, 16000, 1])), [1]))  # [1, 1, 16000, 1]
+            p = bb.emit(relax.op.matmul(a, w))
+            back = bb.emit(relax.op.expand_dims(bb.emit(relax.op.reshape(p, [1, 16000, 1])), [1]))  # p's own shape
+            q = bb.emit(relax.op.matmul(back, w))
+            kept = bb.emit(relax.op.nn.relu(bb.emit(relax.op.expand_dims(q, [4]))))
+            out = bb.emit_output(relax.Tuple([relax.op.squeeze(q, [3]), kept]))
+        bb.emit_func_output(out)
+    main = rewrites.reshape_views(bb.get())["main"]
+    assert len(_calls(main, "relax.expand_dims")) == 1 and not _calls(main, "relax.squeeze"), main
+    shapes = sorted([int(d) for d in c.ty.shape.values] for c in _calls(main, "relax.reshape"))
+    assert shapes == [[1, 1, 16000], [1, 1, 16000, 1]], main
+    first, second = _calls(main, "relax.matmul")
+    assert second.args[0].same_as(next(b.var for b in main.body.blocks[0].bindings if b.value.same_as(first))), main
+
+
+def _conv1d_as_tflite_writes_it(path):
+    """A 1-D convolution written as TFLite's converter lowers it: reshape and unsqueeze to a 2-D image of one
+    row, the convolution, squeeze; twice, the second input reshaped back to the shape it already has."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(4)
+    w1 = helper.make_tensor("w1", TensorProto.FLOAT, [8, 1, 1, 5], rng.standard_normal(40).astype("float32"))
+    w2 = helper.make_tensor("w2", TensorProto.FLOAT, [4, 8, 1, 3], rng.standard_normal(96).astype("float32"))
+    shapes = {
+        n: helper.make_tensor(n, TensorProto.INT64, [len(v)], v)
+        for n, v in {"s1": [1, 1, 256], "s2": [1, 8, 252], "ax2": [2], "ax": [2]}.items()
+    }
+    nodes = [
+        helper.make_node("Reshape", ["x", "s1"], ["x3"]),
+        helper.make_node("Unsqueeze", ["x3", "ax2"], ["x4"]),  # [1, 1, 1, 256]
+        helper.make_node("Conv", ["x4", "w1"], ["c1"]),  # [1, 8, 1, 252]
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Squeeze", ["r1", "ax"], ["q1"]),  # [1, 8, 252]
+        helper.make_node("Reshape", ["q1", "s2"], ["q2"]),
+        helper.make_node("Unsqueeze", ["q2", "ax2"], ["q3"]),  # [1, 8, 1, 252]: r1's shape
+        helper.make_node("Conv", ["q3", "w2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv1d",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 250])],
+        [w1, w2, *shapes.values()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return save_onnx(model, path)
+
+
+def test_reshape_chains_around_convolutions_launch_no_kernel_on_pocl(ocl_runtime, opencl_lib, tmp_path):
+    """A 1-D convolution as TFLite writes it: the reshape and unsqueeze before each convolution are views, not
+    copy kernels (two convolutions, two kernels: four before). Matches onnxruntime on PoCL."""
+    import onnxruntime as ort
+
+    path = _conv1d_as_tflite_writes_it(tmp_path / "c1d.onnx")
+    art = tmp_path / "c1d"
+    compile_to_artifact(frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "generic"), art, True, {})
+    names = [k["name"] for k in json.loads((art / "kernels.json").read_text())["kernels"]]
+    computing = [n for n in names if n.rstrip("0123456789") != "reshape"]  # a reshape alone: a view, not launched
+    assert len(computing) == 2 and all("conv2d" in n for n in computing), names
+    x = np.random.default_rng(9).standard_normal((1, 256)).astype("float32")
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=2)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)

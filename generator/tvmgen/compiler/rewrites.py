@@ -368,6 +368,85 @@ def sink_row_reshapes(mod):
     )
 
 
+# Readers that take no injective producer into their kernel (TVM fuses elementwise ops after them, not before)
+_WHOLE_READERS = ("relax.nn.conv", "relax.matmul", "relax.call_dps_packed", "relax.nn.max_pool", "relax.nn.avg_pool")
+
+
+def reshape_views(mod):
+    """``expand_dims`` and ``squeeze`` of static shapes written as the reshapes they are, a chain of them as one
+    (none where it gives the first shape back), in ``main``, where everything that reads the result takes no
+    injective producer into its kernel (a convolution, a product, an external kernel such as tvmgen's LSTM,
+    pooling) or is no operator (a branch, a tuple, the result). TVM fuses such a chain into a kernel of its
+    own that copies the tensor (TFLite's 1-D convolutions: ``reshape -> expand_dims`` before each, one of them
+    back to the shape it started from; an LSTM's output expanded and squeezed back), while one reshape becomes
+    a view of its input (``RewriteDataflowReshape``): on a GPU a launch less each (about 6 us through NVIDIA's
+    OpenCL). A chain that elementwise operators read stays: it is part of their kernel, and collapsed it
+    changed how TVM grouped them (slices of a reshaped product, their sigmoid and product: one kernel, three)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    views = [tvm.ir.Op.get(f"relax.{n}") for n in ("reshape", "expand_dims", "squeeze")]
+    main = mod["main"]
+    readers: dict = {}  # var -> the operators of the calls that read it ("" for a read outside a call)
+
+    def read(v, by: str) -> None:
+        readers.setdefault(v, []).append(by)
+
+    def note(expr) -> None:
+        if isinstance(expr, relax.SeqExpr):
+            for block in expr.blocks:
+                for b in block.bindings:
+                    value = b.value
+                    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+                        for a in value.args:
+                            for v in relax.analysis.free_vars(a):
+                                read(v, value.op.name if isinstance(a, relax.Var) else "")
+                    else:
+                        for v in relax.analysis.free_vars(value):
+                            read(v, "")
+            for v in relax.analysis.free_vars(expr.body):
+                read(v, "")
+
+    relax.analysis.post_order_visit(main.body, note)
+
+    def is_view(e) -> bool:
+        return isinstance(e, relax.Call) and any(e.op.same_as(op) for op in views)
+
+    def whole(v) -> bool:
+        return bool(readers.get(v)) and all(by == "" or by.startswith(_WHOLE_READERS) for by in readers[v])
+
+    @mutator
+    class Views(PyExprMutator):
+        def visit_var_binding_(self, binding):
+            call = self.visit_expr(binding.value)
+            source, out = (call.args[0], known_shape(call)) if is_view(call) else (None, None)
+            while isinstance(source, relax.Var) and is_view(self.lookup_binding(source)):
+                source = self.lookup_binding(source).args[0]
+            if (
+                source is None
+                or not whole(binding.var)
+                or out is None
+                or known_shape(source) is None
+                or source.ty.dtype != call.ty.dtype
+            ):
+                super().visit_var_binding_(binding)
+                return
+            value = source if known_shape(source) == out else relax.op.reshape(source, out)
+            if not isinstance(binding.var, relax.DataflowVar) and self.builder_.current_block_is_dataflow():
+                new = self.builder_.emit_output(value, binding.var.name)  # a block's output stays one
+            elif isinstance(value, relax.Var):
+                new = value
+            else:
+                new = self.builder_.emit(value, binding.var.name)
+            self.set_var_remap(binding.var, new)
+
+    rewrite = Views(mod)
+    func = rewrite.visit_expr(main)
+    rewrite.builder_.update_func(mod.get_global_var("main"), func)
+    return relax.transform.DeadCodeElimination(["main"])(rewrite.builder_.get())
+
+
 def known_shape(e) -> list[int] | None:
     """``static_shape`` of ``e`` where every dimension is known, else None."""
     shape = static_shape(e)
