@@ -74,42 +74,75 @@ def test_a_full_reduction_is_one_work_group_with_the_epilogue_in_it():
 
 
 def _reductions_model(path):
-    """mean and sum of a 4 x 8 x 16 tensor to 0-d values, and the max of 1,000 values (not a multiple of the
-    work-group's 256 threads) kept as a 1 x 1 tensor."""
+    """Reductions of few outputs: mean and sum of a 4 x 8 x 16 tensor to 0-d values, the max of 1,000 values
+    (not a multiple of the work-group's 256 threads) kept as a 1 x 1 tensor, a mean over 998 frames of 16
+    channels (dlight's Reduction put all 16 in one work-group), and a max over 512 positions of 128 channels
+    behind a squeeze (no dlight reduction rule took it: Fallback's thread per output)."""
     from onnx import TensorProto, helper
 
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8, 16])
-    v = helper.make_tensor_value_info("v", TensorProto.FLOAT, [10, 100])
-    outs = [
-        helper.make_tensor_value_info("mean", TensorProto.FLOAT, []),
-        helper.make_tensor_value_info("sum", TensorProto.FLOAT, []),
-        helper.make_tensor_value_info("max", TensorProto.FLOAT, [1, 1]),
+    def tensor(name, shape):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    inputs = [
+        tensor("x", [4, 8, 16]),
+        tensor("v", [10, 100]),
+        tensor("frames", [1, 998, 16]),
+        tensor("c", [1, 128, 1, 512]),
     ]
+    outs = [
+        tensor("mean", []),
+        tensor("sum", []),
+        tensor("max", [1, 1]),
+        tensor("over_frames", [1, 16]),
+        tensor("pooled", [1, 128]),
+    ]
+    axis2 = helper.make_tensor("axis2", TensorProto.INT64, [1], [2])
     nodes = [
         helper.make_node("ReduceMean", ["x"], ["mean"], keepdims=0),
         helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=0),
         helper.make_node("ReduceMax", ["v"], ["max"], keepdims=1),
+        helper.make_node("ReduceMean", ["frames"], ["over_frames"], axes=[1], keepdims=0),
+        helper.make_node("Squeeze", ["c", "axis2"], ["squeezed"]),
+        helper.make_node("ReduceMax", ["squeezed"], ["pooled"], axes=[2], keepdims=0),
     ]
     model = helper.make_model(
-        helper.make_graph(nodes, "full", [x, v], outs), opset_imports=[helper.make_opsetid("", 13)]
+        helper.make_graph(nodes, "full", inputs, outs, [axis2]), opset_imports=[helper.make_opsetid("", 13)]
     )
     model.ir_version = 8
     return save_onnx(model, path)
 
 
-def test_full_reductions_on_pocl_match_onnxruntime(ocl_runtime, opencl_lib, tmp_path):
+def test_few_output_reductions_on_pocl_match_onnxruntime(ocl_runtime, opencl_lib, tmp_path):
+    """Each reduction a kernel of its own whose work-groups reduce through local memory (a work-group per
+    output), no index passed from host loops; every output as onnxruntime's."""
     import onnxruntime as ort
 
     path = _reductions_model(tmp_path / "full.onnx")
     art = tmp_path / "art"
     compile_to_artifact(frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl"), art, True, {"name": "r"})
     library = (art / "model.so").read_bytes().decode("latin-1")
-    signatures = set(re.findall(r"__kernel void \w+\([^)]*\)", library))
-    assert signatures and not any(" int " in s for s in signatures), signatures
+    # each kernel's definition: its signature and body, up to the next kernel's declarations
+    bodies = dict(
+        re.findall(r"(__kernel void \w+\([^)]*\)) \{(.*?)(?=\n__kernel void|\n// Function|\Z)", library, re.S)
+    )
+    assert len(bodies) == 5 and not any(" int " in s for s in bodies), list(bodies)
+    assert all("red_buf0" in body for body in bodies.values()), bodies
+    # a work-group per output (dlight's Reduction rule had a 16 x 16 one for the 16 means over 998 frames)
+    assert not any("get_local_id(1)" in body for body in bodies.values()), bodies
+    # each output stored once, by its group's first thread: a store every thread makes lands at that thread's
+    # offset, over other groups' outputs and past the tensor's end (PoCL, running the groups one after another,
+    # still ends with the right values; NVIDIA's parallel groups did not)
+    for signature, body in bodies.items():
+        params = set(re.findall(r"(\w+_ptr)\b", signature))
+        lines = [ln.strip() for ln in body.splitlines() if ln.strip()]
+        stores = [i for i, ln in enumerate(lines) if re.match(r"(\w+_ptr)\[", ln) and ln.split("[")[0] in params]
+        assert stores, signature
+        for i in stores:
+            assert lines[i - 1] == "if ((convert_int(get_local_id(0))) < 1) {", (signature, lines[i - 1 : i + 1])
     rng = np.random.default_rng(5)
     inputs = {
-        "x": rng.standard_normal((4, 8, 16)).astype("float32"),
-        "v": rng.standard_normal((10, 100)).astype("float32"),
+        i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype("float32")
+        for i in __import__("onnx").load(str(path)).graph.input
     }
     want = ort.InferenceSession(str(path)).run(None, inputs)
     proc, outs = run_native(ocl_runtime, art, inputs, tmp_path, repeat=2)

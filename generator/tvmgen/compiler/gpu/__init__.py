@@ -109,14 +109,15 @@ def default_rules(target=None) -> list:
 
     from tvm.s_tir import dlight as dl
 
-    from tvmgen.compiler.gpu.full_reduction import full_reduction_rule
+    from tvmgen.compiler.gpu.full_reduction import full_reduction_rule, late_row_reduction_rule, row_reduction_rule
     from tvmgen.compiler.gpu.split_k import split_k_rule
 
     matmul = matmul_rule(target)
     ours = target is None or target.kind.name in ("opencl", "vulkan")
     split = [split_k_rule()] if ours and os.environ.get("TVMGEN_GPU_SPLIT_K", "1") != "0" else []
-    small = [small_reductions(), full_reduction_rule()] if ours else []
-    return [*split, matmul, vulkan_gemv(), *small, dl.gpu.Reduction(), vulkan_long_rows(), dl.gpu.Fallback()]
+    small = [row_reduction_rule(), small_reductions(), full_reduction_rule()] if ours else []
+    rows = [late_row_reduction_rule()] if ours else []  # what dlight's reduction rules leave to Fallback
+    return [*split, matmul, vulkan_gemv(), *small, dl.gpu.Reduction(), vulkan_long_rows(), *rows, dl.gpu.Fallback()]
 
 
 def vulkan_gemv():
