@@ -5,6 +5,7 @@ tvmgen-run and matches onnxruntime."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -534,3 +535,49 @@ def test_reshape_chains_around_convolutions_launch_no_kernel_on_pocl(ocl_runtime
     proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=2)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(outs[0], want, atol=1e-4, rtol=1e-4)
+
+
+def _split_read_by_elementwise_ops(path):
+    """A ring buffer's update as a streaming model writes it: the 24 x 40 buffer split at 9 rows, each part
+    read by an elementwise operator."""
+    from onnx import TensorProto, helper
+
+    split = helper.make_tensor("split", TensorProto.INT64, [2], [9, 15])
+    nodes = [
+        helper.make_node("Split", ["x", "split"], ["old", "new"], axis=1),
+        helper.make_node("Relu", ["old"], ["a"]),
+        helper.make_node("Sigmoid", ["new"], ["b"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "ring",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24, 40])],
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 9, 40]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 15, 40]),
+        ],
+        [split],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return save_onnx(model, path)
+
+
+def test_a_splits_parts_are_read_in_place_by_their_readers_on_pocl(ocl_runtime, opencl_lib, tmp_path):
+    """rewrites.splits_as_slices: a split's parts are slices that join the kernels reading them (two kernels:
+    the relu and the sigmoid, each reading its rows of the input), not a copy kernel per part before them
+    (four). Matches onnxruntime on PoCL."""
+    import onnxruntime as ort
+
+    path = _split_read_by_elementwise_ops(tmp_path / "ring.onnx")
+    art = tmp_path / "ring"
+    compile_to_artifact(frontends.load(path, []), BuildOptions(PLATFORMS["host"], "opencl", "generic"), art, True, {})
+    library = (art / "model.so").read_bytes().decode("latin-1")
+    kernels = set(re.findall(r"__kernel void (\w+)\(", library))
+    assert len(kernels) == 2 and not any(k.startswith("split") for k in kernels), kernels
+    x = np.random.default_rng(10).standard_normal((1, 24, 40)).astype("float32")
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})
+    proc, outs = run_native(ocl_runtime, art, {"x": x}, tmp_path, repeat=2)
+    assert proc.returncode == 0, proc.stderr
+    for got, ref in zip(outs, want):
+        np.testing.assert_allclose(got, ref, atol=1e-5, rtol=1e-5)

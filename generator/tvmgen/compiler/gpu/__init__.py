@@ -51,6 +51,7 @@ def prepare_passes(target, lower_conv_transpose: bool = True, report: dict | Non
             int8_qdq.ShareDequantized(),
             rewrites.module_pass("TvmgenSinkRowReshapes", rewrites.sink_row_reshapes),  # residual / GELU in products
             rewrites.module_pass("TvmgenReshapeViews", rewrites.reshape_views),  # no copy kernels for them
+            rewrites.module_pass("TvmgenSplitsAsSlices", rewrites.splits_as_slices),  # the parts read in place
             rewrites.module_pass("TvmgenTransposedOperands", _transposed_operands),
         ]
         + ([conv_transpose.lower_only_pass()] if lower_conv_transpose else [])
