@@ -78,6 +78,31 @@ def clip_as_min_max(mod):
     return mod
 
 
+def _split_parts(call) -> list[tuple[int, int]] | None:
+    """The (begin, end) of each part of a ``split`` call along its axis, or None without a static extent there (or
+    with sections that do not divide it)."""
+    shape = static_shape(call.args[0])
+    if shape is None:
+        return None
+    axis = int(call.attrs.axis) % len(shape)
+    cuts = call.attrs.indices_or_sections
+    if shape[axis] is None:
+        return None
+    if not hasattr(cuts, "__len__"):  # a number of equal sections
+        n = int(cuts)
+        return None if shape[axis] % n else [(shape[axis] // n * k, shape[axis] // n * (k + 1)) for k in range(n)]
+    bounds = [0, *[int(c) for c in cuts], shape[axis]]
+    return list(itertools.pairwise(bounds))
+
+
+def _as_slices(call, parts):
+    """A ``split`` call's parts as a tuple of ``strided_slice``s of its input."""
+    from tvm import relax
+
+    axis = int(call.attrs.axis) % len(static_shape(call.args[0]))
+    return relax.Tuple([relax.op.strided_slice(call.args[0], [axis], [a], [b], assume_inbound=True) for a, b in parts])
+
+
 def splits_by_sections(mod):
     """``split(x, indices)`` of a 4-D tensor -> ``split(x, sections)`` where the parts are equal, else a
     ``strided_slice`` per part.
@@ -95,22 +120,13 @@ def splits_by_sections(mod):
     def by_sections(expr, matches):
         call = matches[split]
         shape = static_shape(call.args[0])
-        try:  # indices, not a number of sections
-            cuts = [int(c) for c in call.attrs.indices_or_sections]
-        except TypeError:
+        parts = _split_parts(call)
+        if shape is None or len(shape) != 4 or parts is None or not hasattr(call.attrs.indices_or_sections, "__len__"):
             return expr
-        if shape is None or len(shape) != 4:
-            return expr
-        axis = int(call.attrs.axis) % 4
-        bounds = [0, *cuts, shape[axis]]
-        if None in bounds:
-            return expr
-        parts = list(itertools.pairwise(bounds))
-        sizes = {b - a for a, b in parts}
-        x = call.args[0]
-        if len(sizes) == 1:
+        x, axis = call.args[0], int(call.attrs.axis) % 4
+        if len({b - a for a, b in parts}) == 1:
             return relax.op.split(x, len(parts), axis)
-        return relax.Tuple([relax.op.strided_slice(x, [axis], [a], [b], assume_inbound=True) for a, b in parts])
+        return _as_slices(call, parts)
 
     return rewrite_functions(mod, split, by_sections)
 
@@ -126,38 +142,22 @@ def splits_as_slices(mod):
     split = is_op("relax.split")(wildcard())
     main = mod["main"]
     readers = _readers(main)
+    bindings = [b for block in getattr(main.body, "blocks", []) for b in block.bindings]
     parts_read: dict = {}  # a split's variable -> the operators that read its parts
-    for block in getattr(main.body, "blocks", []):
-        for b in block.bindings:
-            if isinstance(b.value, relax.TupleGetItem) and isinstance(b.value.tuple_value, relax.Var):
-                parts_read.setdefault(b.value.tuple_value, []).extend(readers.get(b.var, [""]))
-    # splits whose every part only operators that take injective producers read (elementwise, injective)
-    fused = {v for v, ops in parts_read.items() if ops and all(op and not op.startswith(_WHOLE_READERS) for op in ops)}
-    wanted = []
-    for block in getattr(main.body, "blocks", []):
-        for b in block.bindings:
-            if b.var in fused and isinstance(b.value, relax.Call):
-                wanted.append(b.value)
+    for b in bindings:
+        if isinstance(b.value, relax.TupleGetItem) and isinstance(b.value.tuple_value, relax.Var):
+            parts_read.setdefault(b.value.tuple_value, []).extend(readers.get(b.var, [""]))
+    # the splits whose every part only operators that take injective producers read (elementwise, injective)
+    wanted = [
+        b.value
+        for b in bindings
+        if parts_read.get(b.var) and all(op and not op.startswith(_WHOLE_READERS) for op in parts_read[b.var])
+    ]
 
     def as_slices(expr, matches):
         call = matches[split]
-        if not any(call.same_as(w) for w in wanted):
-            return expr
-        shape = static_shape(call.args[0])
-        if shape is None or None in shape:
-            return expr
-        axis = int(call.attrs.axis) % len(shape)
-        cuts = call.attrs.indices_or_sections
-        try:
-            bounds = [0, *[int(c) for c in cuts], shape[axis]]
-        except TypeError:  # a number of equal sections
-            n = int(cuts)
-            if shape[axis] % n:
-                return expr
-            bounds = [shape[axis] // n * k for k in range(n + 1)]
-        parts = list(itertools.pairwise(bounds))
-        x = call.args[0]
-        return relax.Tuple([relax.op.strided_slice(x, [axis], [a], [b], assume_inbound=True) for a, b in parts])
+        parts = _split_parts(call) if any(call.same_as(w) for w in wanted) else None
+        return expr if parts is None else _as_slices(call, parts)
 
     mod = rewrite_functions(mod, split, as_slices)
     return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))
