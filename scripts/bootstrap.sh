@@ -27,6 +27,18 @@ APT_PACKAGES=(
   chromium chromium-driver # headless browser the report tests open pages in (Selenium drives it)
 )
 
+# A full disk shows up as pip's "[Errno 28] No space left on device" half way through the install, with
+# part of it written: say so before starting. The sizes are what an install here took, with room to spare.
+need_space() {  # DIR MiB WHAT [ALSO: another way out]
+  local free_mib
+  free_mib=$(($(df -Pk "$1" | awk 'NR == 2 {print $4}') / 1024))
+  if ((free_mib < $2)); then
+    echo "bootstrap: $3 needs about $2 MiB free on $(df -P "$1" | awk 'NR == 2 {print $6}') ($1), which has $free_mib MiB" >&2
+    echo "bootstrap: free some space there${4:+ (or $4)}, then run it again" >&2
+    exit 4
+  fi
+}
+
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -37,6 +49,7 @@ if ((${#missing[@]})); then
     echo "bootstrap: run as root, or install them with: sudo apt-get install ${missing[*]}" >&2
     exit 3
   fi
+  need_space /var/cache/apt 1500 "apt-get install of ${#missing[@]} Debian package(s)"
   echo "bootstrap: apt-get install ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -44,6 +57,11 @@ fi
 
 PY=${PYTHON:-python3}
 if [[ ! -x .venv/bin/python ]]; then
+  # the environment holds 3.4 GiB (TensorFlow, PyTorch's CPU build, TVM, onnxruntime, LiteRT); pip unpacks
+  # each wheel in its temporary directory first
+  need_space . 4500 "the virtual environment (.venv)"
+  need_space "${TMPDIR:-/tmp}" 1200 "pip's temporary files" "set TMPDIR to a directory on a larger disk"
+
   echo "bootstrap: creating .venv with $($PY --version)"
   "$PY" -m venv .venv
 fi
