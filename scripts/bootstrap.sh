@@ -49,7 +49,7 @@ if ((${#missing[@]})); then
     echo "bootstrap: run as root, or install them with: sudo apt-get install ${missing[*]}" >&2
     exit 3
   fi
-  need_space /var/cache/apt 1500 "apt-get install of ${#missing[@]} Debian package(s)"
+  need_space /var/cache/apt 1000 "apt-get install of ${#missing[@]} Debian package(s)"
   echo "bootstrap: apt-get install ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -59,8 +59,8 @@ PY=${PYTHON:-python3}
 if [[ ! -x .venv/bin/python ]]; then
   # the environment holds 3.4 GiB (TensorFlow, PyTorch's CPU build, TVM, onnxruntime, LiteRT); pip unpacks
   # each wheel in its temporary directory first
-  need_space . 4500 "the virtual environment (.venv)"
-  need_space "${TMPDIR:-/tmp}" 1200 "pip's temporary files" "set TMPDIR to a directory on a larger disk"
+  need_space . 3700 "the virtual environment (.venv)"
+  need_space "${TMPDIR:-/tmp}" 700 "pip's temporary files" "set TMPDIR to a directory on a larger disk"
 
   echo "bootstrap: creating .venv with $($PY --version)"
   "$PY" -m venv .venv
