@@ -10,7 +10,7 @@ import pytest
 from conftest import branching_model, onnx_model, save_onnx, single_op_models
 from tvmgen.core.model import random_inputs
 from tvmgen.runtime.direct_calls import read_calls
-from tvmgen.runtime.runner import HostModel
+from tvmgen.runtime.runner import FRESH_OUTPUT_BYTES, HostModel
 
 STRAIGHT = """@main:
   call  vm.builtin.check_tensor_info in: %0, i2, c[0], c[1] dst: %void
@@ -179,10 +179,84 @@ def test_without_tvmgen_replay_the_calls_are_made_from_python(artifacts, monkeyp
     (as the plan's refusal here), with the same outputs, and replayed_by says so."""
     from tvmgen.runtime.direct_calls import DirectCalls
 
-    monkeypatch.setattr(DirectCalls, "_native_plan", lambda self, names, inputs: "python: refused here")
+    monkeypatch.setattr(DirectCalls, "_native_plan", lambda self, names, inputs, outs: "python: refused here")
     direct, vm = HostModel(artifacts["two_outputs"]), HostModel(artifacts["two_outputs"], direct_calls=False)
     for k, inputs in enumerate(frames(direct.inputs, seed=3)):
         got, want = direct.run(inputs), vm.run(inputs)
         assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)), k
     assert direct.executor == "direct calls" and direct.replayed_by == "python: refused here"
     assert direct._direct._native is None
+
+
+def large_output_models():
+    """Outputs of 128 KB (over runner.FRESH_OUTPUT_BYTES): ``two`` has a product's output that a softmax also
+    reads (the kernels write into the caller's new arrays, the later one reading the earlier one's), ``view``
+    one whose reshape (a view of its memory, ``vm.builtin.reshape``) another product reads: that output stays the
+    runtime's tensor and is copied out, else the second product would read the recorded tensor's old values."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 32])
+    w = numpy_helper.from_array(np.random.default_rng(3).standard_normal((32, 512)).astype(np.float32) / 8, "w")
+    two = onnx_model(
+        [helper.make_node("MatMul", ["x", "w"], ["logits"]), helper.make_node("Softmax", ["logits"], ["p"], axis=-1)],
+        [x],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [64, 512]),
+            helper.make_tensor_value_info("p", TensorProto.FLOAT, [64, 512]),
+        ],
+        [w],
+    )
+    shape = numpy_helper.from_array(np.array([128, 256], np.int64), "shape")
+    w2 = numpy_helper.from_array(np.random.default_rng(4).standard_normal((256, 8)).astype(np.float32), "w2")
+    view = onnx_model(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["logits"]),
+            helper.make_node("Reshape", ["logits", "shape"], ["rows"]),
+            helper.make_node("MatMul", ["rows", "w2"], ["y"]),
+        ],
+        [x],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [64, 512]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [128, 8]),
+        ],
+        [w, shape, w2],
+    )
+    return {"two": two, "view": view}
+
+
+@pytest.mark.parametrize("name", ["two", "view"])
+def test_large_outputs_are_written_into_new_arrays_of_the_callers(tmp_path_factory, compiled, name):
+    """The frame-after-frame call writes an output of 64 KB or more straight into a new, 64-byte aligned array
+    of the caller's (a CTC head's 2.9 MB of probabilities cost 0.23-0.28 ms a run to copy out), with the
+    recorded tensors put back in the native arguments afterwards; an output that is a view of another
+    tensor is copied as before. Every run equals the VM's bit for bit, and keeps its own arrays."""
+    path = save_onnx(large_output_models()[name], tmp_path_factory.mktemp("fresh") / f"{name}.onnx")
+    art = compiled(path, name=f"fresh_{name}")
+    direct, vm = HostModel(art), HostModel(art, direct_calls=False)
+    frame = random_inputs(direct.inputs, 7)
+    direct.run(frame)
+    direct.run(frame)  # recorded, then the first replay: the fast path from here on
+    assert direct.replayed_by == "one native call"
+    replaceable = [direct._direct.output_replaceable(k) for k in range(len(direct.outputs))]
+    assert replaceable == ([True, True] if name == "two" else [False, True])
+    # written into the caller's arrays: the replaceable outputs of 64 KB or more (the view model's 4 KB `y` is copied)
+    written = [r and s.nbytes >= FRESH_OUTPUT_BYTES for r, s in zip(replaceable, vm.run(frame), strict=True)]
+    assert written == ([True, True] if name == "two" else [False, False])
+    recorded = direct._direct._packed.copy()
+    kept = []
+    for k in range(3):
+        frame["x"][...] = random_inputs(direct.inputs, 10 + k)["x"]  # the next frame, in the same array
+        got, want = direct.run(frame), vm.run(frame)
+        for g, w, fresh in zip(got, want, written, strict=True):
+            assert np.array_equal(g, w), (name, k)
+            assert g.flags.c_contiguous and g.flags.writeable and (g.ctypes.data % 64 == 0 or not fresh)
+        kept.append((got, want))
+        assert np.array_equal(direct._direct._packed, recorded)  # the recorded tensors back in their places
+    for got, want in kept:  # a later run left each run's arrays alone
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    assert len({id(g) for got, _ in kept for g in got}) == 3 * len(direct.outputs)
+    # the other paths, on the recorded tensors, after the fast path: out= arrays, repeats, other inputs
+    other = random_inputs(direct.inputs, 30)
+    want = vm.run(other)
+    for got in (direct.run(other, out=[np.empty_like(w) for w in want]), direct.run(other, repeat=2)):
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))

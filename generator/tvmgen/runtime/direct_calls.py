@@ -93,6 +93,10 @@ class DirectCalls:
         self._counts: list[int] = []
         self._kept: list = []  # tensors the native calls take that no recorded call holds (append_copies)
         self._native_slots: list = []  # per input: where its tensor's handle goes in the packed arguments
+        # per output: (its places in the packed arguments, the recorded tensor's handle), ([], None) where another
+        # tensor cannot take its place (see call_native_into)
+        self._output_slots: list = []
+        self._writable_outputs: list[bool] = []
         self._packed: Any = None  # the packed arguments (numpy, two int64 a TVMFFIAny)
         self._native_args: tuple = ()  # tvmgen_replay's four integers (addresses of the arrays it reads, a count)
         self._copy_entry: int | None = None  # the library's tvmgen_copy
@@ -147,6 +151,7 @@ class DirectCalls:
         refused: list[str] = []
         looked_at = {_handle(t) for t in inputs}
         held: set = set()  # inputs given to a builtin that keeps them (a view, a tuple)
+        viewed: set = set()  # any tensor given to a builtin that makes a view of it or of its storage
         names: list[str] = []  # each call's kernel
 
         def keep(func, name, before_run, ret_value, *args):
@@ -156,6 +161,8 @@ class DirectCalls:
             if name in RUNS_ONCE:
                 if name not in _ONLY_LOOK:
                     held.update(h for h in map(_handle, args) if h in looked_at)
+                    if name != "vm.builtin.make_tuple":  # (a tuple of the outputs is main's result, not a view)
+                        viewed.update(h for h in map(_handle, args) if h is not None)
                 return 0
             kernel = self.kernels.get(name)
             if kernel is None:
@@ -189,10 +196,19 @@ class DirectCalls:
         self._current = list(inputs)  # the input tensors the recorded arguments hold
         self.serial += 1
         self._calls, self._result, self.recorded = calls, result, True
-        self.replayed_by = self._native_plan(names, inputs)
+        # outputs a kernel writes as they are (not views, not inputs): another tensor can take their place
+        inputs_at = {_handle(t) for t in inputs}
+        self._writable_outputs = [
+            h is not None
+            and h not in viewed
+            and h not in inputs_at
+            and any(_handle(a) == h for _, c in calls for a in c)
+            for h in map(_handle, outs)
+        ]
+        self.replayed_by = self._native_plan(names, inputs, outs)
         return result, ""
 
-    def _native_plan(self, names: list[str], inputs: list) -> str:
+    def _native_plan(self, names: list[str], inputs: list, outs: list) -> str:
         """Set up the recorded calls to be made in one call of the library's ``tvmgen_replay``
         (jni/src/parallel/parallel_pool.cc): from Python each kernel call through tvm-ffi costs about 0.4 us,
         most of a model of a few microseconds. Returns ``replayed_by``: "one native call", or "python: " and why
@@ -213,8 +229,8 @@ class DirectCalls:
         except (AttributeError, OSError):
             return "python: the model library has no tvmgen_replay (compiled by an older tvmgen)"
         packed: list[tuple[int, int]] = []
-        flat_of: dict[int, list[int]] = {}  # an input tensor's handle -> its places in ``packed``
-        looked_for = {_handle(t) for t in inputs}
+        flat_of: dict[int, list[int]] = {}  # an input's or output's handle -> its places in ``packed``
+        looked_for = {_handle(t) for t in inputs} | {_handle(t) for t in outs}
         for (_, args), name in zip(self._calls, names):
             for a in args:
                 h = _handle(a)
@@ -231,6 +247,10 @@ class DirectCalls:
                 else:
                     return f"python: the kernel {name} takes a {type(a).__name__}, not a tensor or a number"
         self._native_slots = [flat_of.get(_handle(t) or 0, []) for t in inputs]
+        self._output_slots = [
+            (flat_of.get(_handle(t) or 0, []), _handle(t)) if ok else ([], None)
+            for t, ok in zip(outs, self._writable_outputs)
+        ]
         self._set_native(replay, entries, packed, [len(args) for _, args in self._calls])
         try:
             self._copy_entry = ctypes.cast(so["__tvm_ffi_tvmgen_copy"], ctypes.c_void_p).value
@@ -272,6 +292,29 @@ class DirectCalls:
         last, see ``serial``); only where ``replayed_by`` is "one native call"."""
         assert self._native is not None
         self._native[0](*self._native_args)
+
+    def output_replaceable(self, k: int) -> bool:
+        """Whether ``call_native_into`` can write output ``k`` into another tensor: a kernel writes it as it is
+        (not a view, not an input), and the calls are made natively."""
+        return self._native is not None and k < len(self._output_slots) and bool(self._output_slots[k][0])
+
+    def call_native_into(self, targets: list) -> None:
+        """``call_native`` with output ``k`` written into ``targets[k]`` (a tensor of its shape and dtype, 64-byte
+        aligned as the kernels assume; None: the recorded tensor) instead of the recorded tensor, which is put back
+        after the call: every other path still finds the recorded arguments."""
+        packed, slots = self._packed, self._output_slots
+        for k, t in enumerate(targets):
+            if t is not None:
+                h = _handle(t)
+                for i in slots[k][0]:
+                    packed[i, 1] = h
+        try:
+            self._native[0](*self._native_args)  # type: ignore[index]
+        finally:
+            for k, t in enumerate(targets):
+                if t is not None:
+                    for i in slots[k][0]:
+                        packed[i, 1] = slots[k][1]
 
     def replay(self, inputs: list):
         """A later run: the recorded kernel calls, in order, on ``inputs`` (the recorded tensors themselves when
