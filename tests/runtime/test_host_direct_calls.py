@@ -192,7 +192,9 @@ def large_output_models():
     """Outputs of 128 KB (over runner.FRESH_OUTPUT_BYTES): ``two`` has a product's output that a softmax also
     reads (the kernels write into the caller's new arrays, the later one reading the earlier one's), ``view``
     one whose reshape (a view of its memory, ``vm.builtin.reshape``) another product reads: that output stays the
-    runtime's tensor and is copied out, else the second product would read the recorded tensor's old values."""
+    runtime's tensor and is copied out, else the second product would read the recorded tensor's old values;
+    ``constant`` returns the bias its product's kernel adds: it keeps its tensor too (TVM returns a constant of
+    its own beside the kernel's; only tensors the run allocated are ever replaced, should the two be one)."""
     from onnx import TensorProto, helper, numpy_helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 32])
@@ -221,10 +223,21 @@ def large_output_models():
         ],
         [w, shape, w2],
     )
-    return {"two": two, "view": view}
+    # main returns a constant that a kernel also reads: it must keep its tensor (and its values)
+    b = numpy_helper.from_array(np.random.default_rng(5).standard_normal((64, 512)).astype(np.float32), "b")
+    constant = onnx_model(
+        [helper.make_node("MatMul", ["x", "w"], ["logits"]), helper.make_node("Add", ["logits", "b"], ["y"])],
+        [x],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 512]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [64, 512]),
+        ],
+        [w, b],
+    )
+    return {"two": two, "view": view, "constant": constant}
 
 
-@pytest.mark.parametrize("name", ["two", "view"])
+@pytest.mark.parametrize("name", ["two", "view", "constant"])
 def test_large_outputs_are_written_into_new_arrays_of_the_callers(tmp_path_factory, compiled, name):
     """The frame-after-frame call writes an output of 64 KB or more straight into a new, 64-byte aligned array
     of the caller's (a CTC head's 2.9 MB of probabilities cost 0.23-0.28 ms a run to copy out), with the
@@ -238,10 +251,10 @@ def test_large_outputs_are_written_into_new_arrays_of_the_callers(tmp_path_facto
     direct.run(frame)  # recorded, then the first replay: the fast path from here on
     assert direct.replayed_by == "one native call"
     replaceable = [direct._direct.output_replaceable(k) for k in range(len(direct.outputs))]
-    assert replaceable == ([True, True] if name == "two" else [False, True])
+    assert replaceable == {"two": [True, True], "view": [False, True], "constant": [True, False]}[name]
     # written into the caller's arrays: the replaceable outputs of 64 KB or more (the view model's 4 KB `y` is copied)
     written = [r and s.nbytes >= FRESH_OUTPUT_BYTES for r, s in zip(replaceable, vm.run(frame), strict=True)]
-    assert written == ([True, True] if name == "two" else [False, False])
+    assert written == {"two": [True, True], "view": [False, False], "constant": [True, False]}[name]
     recorded = direct._direct._packed.copy()
     kept = []
     for k in range(3):

@@ -152,10 +152,13 @@ class DirectCalls:
         looked_at = {_handle(t) for t in inputs}
         held: set = set()  # inputs given to a builtin that keeps them (a view, a tuple)
         viewed: set = set()  # any tensor given to a builtin that makes a view of it or of its storage
+        allocated: set = set()  # the tensors this run allocated (alloc_tensor), not a constant, a parameter, an input
         names: list[str] = []  # each call's kernel
 
         def keep(func, name, before_run, ret_value, *args):
             if not before_run:
+                if str(name) == "vm.builtin.alloc_tensor":
+                    allocated.add(_handle(ret_value))
                 return 0
             name = str(name)
             if name in RUNS_ONCE:
@@ -196,13 +199,10 @@ class DirectCalls:
         self._current = list(inputs)  # the input tensors the recorded arguments hold
         self.serial += 1
         self._calls, self._result, self.recorded = calls, result, True
-        # outputs a kernel writes as they are (not views, not inputs): another tensor can take their place
-        inputs_at = {_handle(t) for t in inputs}
+        # outputs a kernel writes as they are (allocated by this run, not views): another tensor can take their
+        # place. (A constant or an input main returns may be read by kernels too: it keeps its tensor.)
         self._writable_outputs = [
-            h is not None
-            and h not in viewed
-            and h not in inputs_at
-            and any(_handle(a) == h for _, c in calls for a in c)
+            h is not None and h in allocated and h not in viewed and any(_handle(a) == h for _, c in calls for a in c)
             for h in map(_handle, outs)
         ]
         self.replayed_by = self._native_plan(names, inputs, outs)
