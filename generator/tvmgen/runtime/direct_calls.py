@@ -96,7 +96,6 @@ class DirectCalls:
         # per output: (its places in the packed arguments, the recorded tensor's handle), ([], None) where another
         # tensor cannot take its place (see call_native_into)
         self._output_slots: list = []
-        self._writable_outputs: list[bool] = []
         self._packed: Any = None  # the packed arguments (numpy, two int64 a TVMFFIAny)
         self._native_args: tuple = ()  # tvmgen_replay's four integers (addresses of the arrays it reads, a count)
         self._copy_entry: int | None = None  # the library's tvmgen_copy
@@ -199,19 +198,17 @@ class DirectCalls:
         self._current = list(inputs)  # the input tensors the recorded arguments hold
         self.serial += 1
         self._calls, self._result, self.recorded = calls, result, True
-        # outputs a kernel writes as they are (allocated by this run, not views): another tensor can take their
-        # place. (A constant or an input main returns may be read by kernels too: it keeps its tensor.)
-        self._writable_outputs = [
-            h is not None and h in allocated and h not in viewed and any(_handle(a) == h for _, c in calls for a in c)
-            for h in map(_handle, outs)
-        ]
-        self.replayed_by = self._native_plan(names, inputs, outs)
+        # outputs allocated by this run and not viewed: another tensor can take their place where kernels write
+        # them (a constant or an input main returns may be read by kernels too: it keeps its tensor)
+        replaceable = [h if h in allocated and h not in viewed else None for h in map(_handle, outs)]
+        self.replayed_by = self._native_plan(names, inputs, replaceable)
         return result, ""
 
-    def _native_plan(self, names: list[str], inputs: list, outs: list) -> str:
+    def _native_plan(self, names: list[str], inputs: list, replaceable: list) -> str:
         """Set up the recorded calls to be made in one call of the library's ``tvmgen_replay``
         (jni/src/parallel/parallel_pool.cc): from Python each kernel call through tvm-ffi costs about 0.4 us,
-        most of a model of a few microseconds. Returns ``replayed_by``: "one native call", or "python: " and why
+        most of a model of a few microseconds. ``replaceable``: per output, its handle where another tensor may
+        take its place (``call_native_into``), else None. Returns ``replayed_by``: "one native call", or "python: " and why
         the calls stay Python's (a library compiled by an older tvmgen, an argument no kernel entry takes
         as a plain value)."""
         import ctypes
@@ -230,7 +227,7 @@ class DirectCalls:
             return "python: the model library has no tvmgen_replay (compiled by an older tvmgen)"
         packed: list[tuple[int, int]] = []
         flat_of: dict[int, list[int]] = {}  # an input's or output's handle -> its places in ``packed``
-        looked_for = {_handle(t) for t in inputs} | {_handle(t) for t in outs}
+        looked_for = {_handle(t) for t in inputs} | {h for h in replaceable if h is not None}
         for (_, args), name in zip(self._calls, names):
             for a in args:
                 h = _handle(a)
@@ -247,10 +244,7 @@ class DirectCalls:
                 else:
                     return f"python: the kernel {name} takes a {type(a).__name__}, not a tensor or a number"
         self._native_slots = [flat_of.get(_handle(t) or 0, []) for t in inputs]
-        self._output_slots = [
-            (flat_of.get(_handle(t) or 0, []), _handle(t)) if ok else ([], None)
-            for t, ok in zip(outs, self._writable_outputs)
-        ]
+        self._output_slots = [([], None) if h is None else (flat_of.get(h, []), h) for h in replaceable]
         self._set_native(replay, entries, packed, [len(args) for _, args in self._calls])
         try:
             self._copy_entry = ctypes.cast(so["__tvm_ffi_tvmgen_copy"], ctypes.c_void_p).value
@@ -295,7 +289,7 @@ class DirectCalls:
 
     def output_replaceable(self, k: int) -> bool:
         """Whether ``call_native_into`` can write output ``k`` into another tensor: a kernel writes it as it is
-        (not a view, not an input), and the calls are made natively."""
+        (allocated by the run, not a view), and the calls are made natively."""
         return self._native is not None and k < len(self._output_slots) and bool(self._output_slots[k][0])
 
     def call_native_into(self, targets: list) -> None:

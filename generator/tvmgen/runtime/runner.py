@@ -432,7 +432,9 @@ class HostModel:
         into, from_dlpack = direct.call_native_into, self._from_dlpack
 
         def calls(tensors: list, t0: float) -> list[np.ndarray]:
-            """The recorded calls on ``tensors``, the outputs copied, the state kept, the run's time (from ``t0``)."""
+            """The recorded calls on ``tensors``, the outputs copied (or written into new arrays, ``fresh``), the state
+            kept, the run's time (from ``t0``)."""
+            written: list | None = None  # the new arrays the kernels wrote, None where an output is copied
             if (
                 native is not None
                 and tensors == last[0]
@@ -440,20 +442,21 @@ class HostModel:
                 and (in_buffers is None or in_buffers())
             ):
                 if fresh:
-                    written: list = [None] * len(views)
+                    written = [None] * len(views)
                     targets: list = [None] * len(views)
                     for k, shape, dtype, nbytes in fresh:
                         written[k] = a = aligned_empty(shape, dtype, nbytes)
                         targets[k] = from_dlpack(a)
                     into(targets)
-                    outputs = [v.copy() if a is None else a for a, v in zip(written, views)]
-                    append((clock() - t0) * 1e3)
-                    return outputs
-                native()
+                else:
+                    native()
             else:
                 replay(tensors if pinned is None else pinned(tensors))
                 last[0], last[1] = tensors, direct.serial
-            result = [v.copy() for v in views]
+            if written is None:
+                result = [v.copy() for v in views]
+            else:
+                result = [v.copy() if a is None else a for a, v in zip(written, views)]
             if keep is not None:  # after the outputs are copied: one of them may be a held value
                 keep(res)
             append((clock() - t0) * 1e3)
