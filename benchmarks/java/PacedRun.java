@@ -9,8 +9,9 @@ import org.tvmgen.TensorInfo;
 /**
  * benchmarks/speed.py --paced: the JNI path an app uses, {@code org.tvmgen.Model}, timed back to back and
  * paced (a sleep before each run, as between camera frames). A call is what an app does per frame:
- * {@code setInput} of every input from a direct-buffer {@link Tensor}, {@code run()}, {@code getOutput} of
- * every output into a {@link Tensor} allocated once, timed whole with {@code System.nanoTime}.
+ * {@code setInput} of every input from a direct-buffer {@link Tensor} and {@code run()}, which leaves every output
+ * in a {@link Tensor} allocated and bound once ({@code bindOutput}: written in place by the kernels where they
+ * can, else copied), timed whole with {@code System.nanoTime}.
  *
  * <p>Usage: {@code PacedRun ARTIFACT THREADS WARMUP RUNS PACED_RUNS PACE_MS OUT_PREFIX INPUT.bin...} (inputs:
  * raw little-endian bytes). Prints one JSON line: the medians in ms, the thread count asked for; writes
@@ -36,13 +37,14 @@ public final class PacedRun {
       Tensor[] out = new Tensor[nout];
       for (int k = 0; k < nout; ++k) {
         out[k] = m.allocateOutput(k);
+        m.bindOutput(k, out[k]);
       }
       for (int r = 0; r < warmup; ++r) {
-        call(m, in, out);
+        call(m, in);
       }
       long[] b2b = new long[runs];
       for (int r = 0; r < runs; ++r) {
-        b2b[r] = call(m, in, out);
+        b2b[r] = call(m, in);
       }
       long[] paced = new long[pacedRuns];
       for (int r = 0; r < pacedRuns; ++r) {
@@ -50,30 +52,32 @@ public final class PacedRun {
         for (long left = paceNs; left > 0; left = until - System.nanoTime()) {
           LockSupport.parkNanos(left);  // Thread.sleep(ms, ns) rounds to whole milliseconds
         }
-        paced[r] = call(m, in, out);
+        paced[r] = call(m, in);
       }
       // the outputs of a first step: a streaming model starts its stream again, so they compare with
       // HostModel.run's first (a stateless model's are the same every run)
+      StringBuilder inPlace = new StringBuilder();
+      for (int k = 0; k < nout; ++k) {
+        inPlace.append(k == 0 ? "" : ", ").append(m.outputWrittenInPlace(k));
+      }
       m.resetState();
-      call(m, in, out);
+      call(m, in);
       for (int k = 0; k < nout; ++k) {
         Files.write(Paths.get(prefix + "-out" + k + ".bin"), out[k].toByteArray());
       }
       System.out.println("{\"quiet\": " + medianMs(b2b) + ", \"paced\": " + medianMs(paced) + ", \"threads\": "
-          + threads + ", \"java\": \"" + System.getProperty("java.version") + "\"}");
+          + threads + ", \"outputs_in_place\": [" + inPlace + "], \"java\": \"" + System.getProperty("java.version")
+          + "\"}");
     }
   }
 
-  /** One frame's call: every input set, run, every output read; its duration in ns. */
-  private static long call(Model m, Tensor[] in, Tensor[] out) {
+  /** One frame's call: every input set, run (the outputs in their bound tensors); its duration in ns. */
+  private static long call(Model m, Tensor[] in) {
     long t0 = System.nanoTime();
     for (int k = 0; k < in.length; ++k) {
       m.setInput(k, in[k]);
     }
     m.run();
-    for (int k = 0; k < out.length; ++k) {
-      m.getOutput(k, out[k]);
-    }
     return System.nanoTime() - t0;
   }
 

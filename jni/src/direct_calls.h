@@ -23,6 +23,7 @@
 #include <tvm/ffi/function.h>
 #include <tvm/ffi/string.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
@@ -46,6 +47,11 @@ inline bool RunsOnce(const std::string& name) {
       "vm.builtin.alloc_tensor",      "vm.builtin.null_value",       "vm.builtin.make_tuple",
       "vm.builtin.reshape"};
   return kOnce.count(name) > 0;
+}
+
+// The builtins of RunsOnce that only read their arguments' shapes (no view, no tuple kept).
+inline bool OnlyLooks(const std::string& name) {
+  return name == "vm.builtin.check_tensor_info" || name == "vm.builtin.match_shape";
 }
 
 /*!
@@ -126,6 +132,7 @@ class Calls {
   /*! \brief Forget the recorded calls (an argument tensor was replaced): the next run records them again. */
   void Forget() {
     calls_.clear();
+    outputs_.clear();
     result_ = ffi::Any();
     recorded_ = false;
   }
@@ -141,11 +148,22 @@ class Calls {
     std::string refused;
     // The VM's instrument: (function, its name, before the call?, the return value, the call's arguments...).
     // Its return value 0 lets the call run.
+    std::set<const void*> allocated;  // the tensors this run allocated (alloc_tensor): no weight, input or constant
+    std::set<const void*> viewed;     // tensors given to a builtin that may make a view of them or of their storage
     ffi::Function keep = ffi::Function::FromPacked([&](ffi::PackedArgs a, ffi::Any* rv) {
       *rv = static_cast<int64_t>(0);
-      if (!a[2].cast<bool>()) return;
       std::string name(a[1].cast<ffi::String>());
-      if (RunsOnce(name)) return;
+      if (!a[2].cast<bool>()) {
+        if (name == "vm.builtin.alloc_tensor") allocated.insert(Identity(a[3]));
+        return;
+      }
+      if (RunsOnce(name)) {
+        // (a tuple of the outputs is main's result, not a view of them)
+        if (!OnlyLooks(name) && name != "vm.builtin.make_tuple") {
+          for (int i = 4; i < a.size(); ++i) viewed.insert(Identity(a[i]));
+        }
+        return;
+      }
       auto it = kernels_.find(name);
       if (it == kernels_.end()) {
         if (refused.empty()) refused = entry_ + " called " + name + ", which its bytecode did not show";
@@ -170,7 +188,47 @@ class Calls {
     calls_ = std::move(calls);
     result_ = result;
     recorded_ = true;
+    // Each output that this run allocated and no builtin viewed: the places in the calls where it is an
+    // argument, where another buffer can take its place (Bind). A weight, an input or a constant main returns
+    // keeps its tensor; so does a tensor returned as two outputs.
+    std::vector<const void*> outs;
+    if (auto tensor = result.try_cast<ffi::Tensor>()) {
+      outs.push_back(Identity(result));
+    } else if (auto tuple = result.try_cast<ffi::Array<ffi::Any>>()) {
+      for (const ffi::Any& item : *tuple) outs.push_back(Identity(item));
+    }
+    outputs_.assign(outs.size(), Output());
+    for (size_t k = 0; k < outs.size(); ++k) {
+      const void* id = outs[k];
+      if (id == nullptr || !allocated.count(id) || viewed.count(id) || std::count(outs.begin(), outs.end(), id) > 1) {
+        continue;
+      }
+      for (size_t i = 0; i < calls_.size(); ++i) {
+        for (size_t j = 0; j < calls_[i].values.size(); ++j) {
+          if (Identity(calls_[i].values[j]) == id) outputs_[k].places.emplace_back(i, j);
+        }
+      }
+      if (!outputs_[k].places.empty()) outputs_[k].recorded = calls_[outputs_[k].places[0].first].values[outputs_[k].places[0].second];
+    }
+    for (size_t k = 0; k < targets_.size() && k < outputs_.size(); ++k) Place(k);
     return result;
+  }
+
+  /*!
+   * rief From the next replay on, the kernels write output `k` (of main's result) into `target` (a tensor of
+   * its shape and dtype, on the same device, aligned as the kernels assume) instead of the recorded tensor,
+   * which main's result still holds; an empty `target`: the recorded tensor again. Kept across a new recording.
+   */
+  void Bind(size_t k, ffi::Optional<ffi::Tensor> target) {
+    if (targets_.size() <= k) targets_.resize(k + 1);
+    targets_[k] = std::move(target);
+    if (recorded_ && k < outputs_.size()) Place(k);
+  }
+
+  /*! rief Whether a replay now writes output `k` into the tensor Bind gave (false before the first recording). */
+  bool WritesInto(size_t k) const {
+    return recorded_ && k < outputs_.size() && k < targets_.size() && targets_[k].has_value() &&
+           !outputs_[k].places.empty();
   }
 
   /*! \brief A later run: the recorded kernel calls, in order. Returns what main returned when recorded. */
@@ -193,9 +251,32 @@ class Calls {
     std::vector<ffi::AnyView> views;  // what CallPacked takes: views of `values`
   };
 
+  // An output a kernel writes as it is: where it is an argument (call, argument), and the recorded tensor.
+  struct Output {
+    std::vector<std::pair<size_t, size_t>> places;
+    ffi::Any recorded;
+  };
+
+  // An object's identity (a tensor's, a shape's...), nullptr for a plain value.
+  static const void* Identity(const ffi::AnyView& v) {
+    return v.type_index() >= ffi::TypeIndex::kTVMFFIStaticObjectBegin ? v.as<ffi::Object>() : nullptr;
+  }
+  static const void* Identity(const ffi::Any& v) { return Identity(ffi::AnyView(v)); }
+
+  // Output k's places given the bound tensor, or the recorded one back.
+  void Place(size_t k) {
+    Output& out = outputs_[k];
+    for (const auto& [i, j] : out.places) {
+      calls_[i].values[j] = targets_[k].has_value() ? ffi::Any(*targets_[k]) : out.recorded;
+      calls_[i].views[j] = calls_[i].values[j];
+    }
+  }
+
   std::string entry_;
   std::map<std::string, ffi::Function> kernels_;  // by name: the library's kernels main calls
   std::vector<Call> calls_;
+  std::vector<Output> outputs_;                      // by main's output, from the latest recording
+  std::vector<ffi::Optional<ffi::Tensor>> targets_;  // by main's output: Bind's
   ffi::Any result_;
   bool recorded_ = false;
 };

@@ -304,6 +304,13 @@ struct Model::Impl {
   std::vector<ffi::Tensor> input_tensors, params;
   std::vector<bool> input_set;
   std::vector<ffi::Tensor> results;
+  // BindOutput's host bytes, by output; `filled`: they hold the latest Run's output, `in_place`: written by a kernel
+  struct Bound {
+    void* data = nullptr;
+    size_t nbytes = 0;
+    bool filled = false, in_place = false;
+  };
+  std::vector<Bound> bound;
   bool copied_in_since_run = false, copied_out_since_run = false;
   bool host_visible_inputs = false;
   int threads = 0;
@@ -752,6 +759,7 @@ void Model::Run() {
                  (*m.capture_begin)().cast<bool>();
   ffi::Any ret;
   const bool direct = m.use_direct;
+  const bool replaying = direct && m.direct.recorded();  // (the first run as direct calls records them)
   if (direct) {
     try {
       ret = m.RunDirect(args);
@@ -798,22 +806,94 @@ void Model::Run() {
   m.AdvanceState();
   m.HoldResults();
   finish(MsSince(t0));
+  FillBoundOutputs(replaying);
+}
+
+void Model::FillBoundOutputs(bool replayed) {
+  Impl& m = *impl_;
+  auto t0 = Clock::now();
+  bool copied = false;
+  for (size_t k = 0; k < m.bound.size(); ++k) {
+    Impl::Bound& b = m.bound[k];
+    b.filled = b.in_place = false;
+    if (b.data == nullptr) continue;
+    const size_t pos = m.state.output_pos[k];
+    if (replayed && m.direct.WritesInto(pos)) {
+      b.filled = b.in_place = true;
+      continue;
+    }
+    try {
+      m.copy_to_bytes(m.results[pos], b.data, static_cast<int64_t>(b.nbytes));
+    } catch (const ffi::Error& e) {
+      throw Error("copying output \"" + m.outputs[k].name + "\" from " + m.device + " failed: " + e.what());
+    }
+    b.filled = copied = true;
+  }
+  if (copied) m.timings.copy_out_ms = MsSince(t0);
+}
+
+namespace {
+// A tensor on the caller's memory, which it keeps and frees.
+struct CallerMemory {
+  void AllocData(DLTensor* t, void* data) { t->data = data; }
+  void FreeData(DLTensor*) {}
+};
+}  // namespace
+
+void Model::BindOutput(int index, void* data, size_t nbytes) {
+  Impl& m = *impl_;
+  const TensorInfo& t = m.outputs.at(CheckOutputIndex(index));
+  if (data != nullptr && nbytes != t.nbytes) {
+    throw Error("output \"" + t.name + "\" (" + t.dtype + ") holds " + std::to_string(t.nbytes) +
+                " bytes, the buffer bound has " + std::to_string(nbytes));
+  }
+  m.bound.resize(m.outputs.size());
+  Impl::Bound& b = m.bound[index];
+  const size_t pos = m.state.output_pos[index];
+  if (b.in_place) {  // the latest run's output is only there: back into its tensor, for GetOutput
+    std::memcpy(m.results[pos].data_ptr(), b.data, b.nbytes);
+  }
+  b = Impl::Bound{data, nbytes};
+  // the kernels assume their buffers 64-byte aligned (TVM's allocation alignment)
+  constexpr uintptr_t kAlignment = 64;
+  ffi::Optional<ffi::Tensor> target;
+  if (data != nullptr && m.dev.device_type == kDLCPU && m.state.infos().empty() &&
+      reinterpret_cast<uintptr_t>(data) % kAlignment == 0) {
+    target = ffi::Tensor::FromNDAlloc(CallerMemory(), ffi::ShapeView(t.shape.data(), t.shape.size()),
+                                      ffi::StringToDLDataType(t.dtype), m.dev, data);
+  }
+  m.direct.Bind(pos, target);
+}
+
+bool Model::OutputWrittenInPlace(int index) const {
+  const Impl& m = *impl_;
+  size_t k = CheckOutputIndex(index);
+  return k < m.bound.size() && m.bound[k].in_place;
+}
+
+size_t Model::CheckOutputIndex(int index) const {
+  if (index < 0 || index >= static_cast<int>(impl_->outputs.size())) {
+    throw Error("output index " + std::to_string(index) + " is out of range: the model has " +
+                std::to_string(impl_->outputs.size()) + " outputs");
+  }
+  return static_cast<size_t>(index);
 }
 
 void Model::GetOutput(int index, void* data, size_t nbytes) {
   Impl& m = *impl_;
   if (m.results.empty()) throw Error("no outputs yet: call Run first");
-  if (index < 0 || index >= static_cast<int>(m.outputs.size())) {
-    throw Error("output index " + std::to_string(index) + " is out of range: the model has " +
-                std::to_string(m.outputs.size()) + " outputs");
-  }
-  const TensorInfo& t = m.outputs[index];
+  const TensorInfo& t = m.outputs[CheckOutputIndex(index)];
   if (nbytes != t.nbytes) {
     throw Error("output \"" + t.name + "\" (" + t.dtype + ") holds " + std::to_string(t.nbytes) +
                 " bytes, the buffer has " + std::to_string(nbytes));
   }
   m.copied_out_since_run = true;
   auto t0 = Clock::now();
+  if (static_cast<size_t>(index) < m.bound.size() && m.bound[index].filled) {  // the latest run's, in BindOutput's bytes
+    if (data != m.bound[index].data) std::memcpy(data, m.bound[index].data, nbytes);
+    m.timings.copy_out_ms += MsSince(t0);
+    return;
+  }
   try {
     m.copy_to_bytes(m.results[m.state.output_pos[index]], data, static_cast<int64_t>(nbytes));
   } catch (const ffi::Error& e) {

@@ -273,3 +273,53 @@ def test_large_outputs_are_written_into_new_arrays_of_the_callers(tmp_path_facto
     want = vm.run(other)
     for got in (direct.run(other, out=[np.empty_like(w) for w in want]), direct.run(other, repeat=2)):
         assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize("name", ["two", "view", "constant"])
+def test_the_native_runtime_writes_bound_outputs_in_place(tmp_path_factory, tmp_path, compiled, host_runtime, name):
+    """Model::BindOutput, through tvmgen-run (which binds 64-byte aligned buffers): from the second run the
+    kernels write each output that is a buffer of the run's own straight into the caller's bytes (no copy
+    out), the others are copied there; every output equals the VM's bit for bit. --vm (no direct calls)
+    copies every output."""
+    import json
+
+    from fixtures_runtime import run_native
+
+    path = save_onnx(large_output_models()[name], tmp_path_factory.mktemp("fresh") / f"{name}.onnx")
+    art = compiled(path, name=f"fresh_{name}")
+    frame = random_inputs(HostModel(art).inputs, 7)
+    want = HostModel(art, direct_calls=False).run(frame)
+    in_place = {"two": [True, True], "view": [False, True], "constant": [True, False]}[name]
+    for extra, expected in ((("--warmup", "1"), in_place), (("--vm",), [False] * len(in_place))):
+        proc, got = run_native(host_runtime, art, frame, tmp_path, *extra, tag=extra[0][2:], repeat=3)
+        assert proc.returncode == 0, proc.stderr
+        said = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert said["outputs_in_place"] == expected, (name, extra, said)
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)), (name, extra)
+
+
+@pytest.mark.parametrize("name", ["two", "view", "constant"])
+def test_java_bound_outputs(tmp_path_factory, tmp_path, compiled, java_build, name):
+    """Model.bindOutput (tests/java/BindCheck.java): an aligned tensor from allocateOutput is written in place
+    from the second run where a kernel writes that output as a buffer of its own, else copied into; binding
+    another tensor leaves the latest run's outputs readable; a tensor off the 64-byte boundary is copied into;
+    unbound, getOutput copies as before. Every file equals the VM's output bit for bit."""
+    import json
+
+    from java_support import java
+
+    path = save_onnx(large_output_models()[name], tmp_path_factory.mktemp("fresh") / f"{name}.onnx")
+    art = compiled(path, name=f"fresh_{name}")
+    frame = random_inputs(HostModel(art).inputs, 7)
+    for k, v in frame.items():
+        v.astype("<f4").tofile(tmp_path / f"{k}.bin")
+    want = HostModel(art, direct_calls=False).run(frame)
+    p = java(java_build, "BindCheck", art, tmp_path, tmp_path / "out")
+    assert p.returncode == 0, p.stdout + p.stderr
+    in_place = {"two": [True, True], "view": [False, True], "constant": [True, False]}[name]
+    none = [False] * len(in_place)
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {"runs": [none, in_place, none, none]}
+    for stage in ("bound", "rebound", "unaligned", "unbound"):
+        for k, w in enumerate(want):
+            got = np.fromfile(tmp_path / "out" / f"{stage}_{k}.bin", dtype=w.dtype).reshape(w.shape)
+            assert np.array_equal(got, w), (name, stage, k)

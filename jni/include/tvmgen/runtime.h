@@ -224,8 +224,19 @@ class Model {
   PrepareStats Prepare();
   /*! \brief Run `main` on the inputs set so far (and the state held, which it then advances). */
   void Run();
-  /*! \brief Copy output `index` of the latest run into `nbytes` host bytes. */
+  /*! \brief Copy output `index` of the latest run into `nbytes` host bytes (none when they are BindOutput's). */
   void GetOutput(int index, void* data, size_t nbytes);
+  /*!
+   * \brief Every later Run leaves output `index` in the `nbytes` host bytes at `data` (the output's size, kept
+   * alive by the caller and left alone during Run); `data` nullptr: no longer. Where the model runs on the CPU
+   * as direct calls (executor() "direct calls") without state, `data` is 64-byte aligned and a kernel writes
+   * the output as a buffer of the run's own (not a weight, an input, a constant or a view), that kernel writes
+   * it there, with no copy, from the second Run on; otherwise Run copies it there. OutputWrittenInPlace says
+   * which the latest Run did. GetOutput into `data` itself then copies nothing.
+   */
+  void BindOutput(int index, void* data, size_t nbytes);
+  /*! \brief Whether the latest Run's kernels wrote output `index` straight into BindOutput's bytes. */
+  bool OutputWrittenInPlace(int index) const;
 
   const Timings& timings() const;
 
@@ -258,6 +269,10 @@ class Model {
   Model();
   // Both Loads: `dir` is the artifact directory ("" for ArtifactData), whose files fill in `data`.
   static std::unique_ptr<Model> LoadArtifact(const std::string& dir, ArtifactData data, const LoadOptions& options);
+  // After a run: BindOutput's bytes given the outputs the kernels did not write there (`replayed`: direct calls replayed)
+  void FillBoundOutputs(bool replayed);
+  // `index` when it names an output, else Error
+  size_t CheckOutputIndex(int index) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -236,6 +236,30 @@ void JNICALL GetOutputBuffer(JNIEnv* env, jclass, jlong handle, jint index, jobj
   });
 }
 
+void JNICALL BindOutput(JNIEnv* env, jclass, jlong handle, jint index, jobject buffer, jint position, jint length) {
+  GuardVoid(env, [&] {
+    tvmgen::Model* m = ModelOf(handle);
+    if (buffer == nullptr) {
+      m->BindOutput(index, nullptr, 0);
+      return;
+    }
+    char* ptr = DirectRange(env, buffer, position, length, ("output " + std::to_string(index)).c_str());
+    m->BindOutput(index, ptr, static_cast<size_t>(length));
+  });
+}
+
+jboolean JNICALL OutputInPlace(JNIEnv* env, jclass, jlong handle, jint index) {
+  return Guard<jboolean>(env, JNI_FALSE, [&]() -> jboolean {
+    return ModelOf(handle)->OutputWrittenInPlace(index) ? JNI_TRUE : JNI_FALSE;
+  });
+}
+
+jlong JNICALL DirectBufferAddress(JNIEnv* env, jclass, jobject buffer) {
+  return Guard<jlong>(env, 0, [&]() -> jlong {
+    return static_cast<jlong>(reinterpret_cast<intptr_t>(DirectRange(env, buffer, 0, 0, "the buffer")));
+  });
+}
+
 jdoubleArray JNICALL TimingsOf(JNIEnv* env, jclass, jlong handle) {
   return Guard<jdoubleArray>(env, nullptr, [&]() -> jdoubleArray {
     const tvmgen::Timings& t = ModelOf(handle)->timings();
@@ -309,6 +333,9 @@ std::vector<JNINativeMethod> ModelNatives() {
       Native("modelPrepare", "(J)[D", Prepare),
       Native("modelGetOutputFloats", "(JI[F)V", GetOutputFloats),
       Native("modelGetOutputBuffer", "(JILjava/nio/ByteBuffer;II)V", GetOutputBuffer),
+      Native("modelBindOutput", "(JILjava/nio/ByteBuffer;II)V", BindOutput),
+      Native("modelOutputInPlace", "(JI)Z", OutputInPlace),
+      Native("directBufferAddress", "(Ljava/nio/ByteBuffer;)J", DirectBufferAddress),
       Native("modelTimings", "(J)[D", TimingsOf),
       Native("modelProfile", "(JI)Ljava/lang/String;", ProfileOf),
       Native("residentMemory", "()[J", ResidentMemoryOf),

@@ -93,6 +93,7 @@ public final class Model extends NativeHandle {
     this.deviceName = NativeLib.modelDevice(handle);
     this.inputs = tensorInfos(handle, NativeLib.INPUTS);
     this.outputs = tensorInfos(handle, NativeLib.OUTPUTS);
+    this.bound = new Tensor[outputs.size()];
     this.states = tensorInfos(handle, NativeLib.STATES);
   }
 
@@ -341,15 +342,29 @@ public final class Model extends NativeHandle {
   }
 
   /**
-   * A direct buffer for output {@code index}, to pass to {@link #getOutput(int, Tensor)}.
+   * A direct buffer for output {@code index}, to pass to {@link #bindOutput(int, Tensor)} or
+   * {@link #getOutput(int, Tensor)}. Its memory starts at a 64-byte boundary, as the model's own
+   * buffers do, so that the kernels can write the output into it in place.
    *
    * @param index the output's index
    * @return a new tensor
    * @throws IndexOutOfBoundsException if there is no such output
    */
   public Tensor allocateOutput(int index) {
-    return Tensor.allocate(outputs().get(index));
+    TensorInfo info = outputs().get(index);
+    if (info.byteSize() > Integer.MAX_VALUE - ALIGNMENT) {
+      return Tensor.allocate(info);  // (throws: more than a ByteBuffer holds)
+    }
+    int n = (int) info.byteSize();
+    ByteBuffer whole = ByteBuffer.allocateDirect(n + ALIGNMENT - 1);
+    int skip = (int) ((ALIGNMENT - NativeLib.directBufferAddress(whole) % ALIGNMENT) % ALIGNMENT);
+    whole.position(skip);
+    whole.limit(skip + n);
+    return Tensor.wrap(info, whole.slice().order(ByteOrder.nativeOrder()));
   }
+
+  /** The alignment of the runtime's buffers, which its kernels assume. */
+  private static final int ALIGNMENT = 64;
 
   // ------------------------------------------------------------------ inputs
 
@@ -529,6 +544,7 @@ public final class Model extends NativeHandle {
   }
 
   private ExecutorService runExecutor;  // runAsync's thread, made on first use
+  private Tensor[] bound;  // bindOutput's tensors, kept from the garbage collector while the runtime writes them
 
   private synchronized Executor runThread() {
     checkOpen();
@@ -608,7 +624,50 @@ public final class Model extends NativeHandle {
   }
 
   /**
-   * Copies an output of the latest run into a {@link Tensor} (no Java-side copy).
+   * Every later {@link #run()} leaves output {@code index} in {@code tensor}, as an app that keeps
+   * its output buffers wants: read it there after each run, with no {@code getOutput} call. Where
+   * the model runs on the CPU as direct calls ({@link #executor()} "direct calls") without state,
+   * the tensor comes from {@link #allocateOutput(int)} (64-byte aligned) and a kernel writes the
+   * output as a buffer of the run's own, that kernel writes it into the tensor, with no copy, from
+   * the second run on; otherwise each run copies it there. {@link #outputWrittenInPlace(int)} says
+   * which the latest run did. The model keeps the tensor until another is bound.
+   *
+   * @param index the output's index
+   * @param tensor a tensor of the output's size, or null: no longer bound
+   * @throws IllegalArgumentException if the tensor's buffer is read-only
+   * @throws TvmgenException if the index is out of range or the size differs
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void bindOutput(int index, Tensor tensor) {
+    long h = checkOpen();
+    if (tensor == null) {
+      NativeLib.modelBindOutput(h, index, null, 0, 0);
+    } else {
+      if (tensor.buffer().isReadOnly()) {
+        throw new IllegalArgumentException("output " + index + ": the tensor's buffer is read-only");
+      }
+      NativeLib.modelBindOutput(h, index, tensor.buffer(), 0, checkedSize(tensor));
+    }
+    if (index >= 0 && index < bound.length) {
+      bound[index] = tensor;  // its memory is the native runtime's target from now on
+    }
+  }
+
+  /**
+   * Whether the latest run's kernels wrote output {@code index} straight into the tensor bound to it.
+   *
+   * @param index the output's index
+   * @return true when written in place, false when copied or not bound
+   * @throws TvmgenException if the index is out of range
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized boolean outputWrittenInPlace(int index) {
+    return NativeLib.modelOutputInPlace(checkOpen(), index);
+  }
+
+  /**
+   * Copies an output of the latest run into a {@link Tensor} (no Java-side copy); nothing to copy
+   * when it is the tensor bound to the output ({@link #bindOutput(int, Tensor)}).
    *
    * @param index the output's index
    * @param tensor a tensor of the output's size, e.g. from {@link #allocateOutput(int)}

@@ -148,6 +148,14 @@ final class NativeLib {
 
   static native void modelGetOutputBuffer(long model, int index, ByteBuffer out, int position, int length);
 
+  /** {@code out} null: unbound. */
+  static native void modelBindOutput(long model, int index, ByteBuffer out, int position, int length);
+
+  static native boolean modelOutputInPlace(long model, int index);
+
+  /** The address of a direct buffer's first byte. */
+  static native long directBufferAddress(ByteBuffer buffer);
+
   /** {load, init, first run, copy in, run, copy out} in ms, then the run count. */
   static native double[] modelTimings(long model);
 
