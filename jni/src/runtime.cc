@@ -750,6 +750,7 @@ void Model::Run() {
     if (replayed) {
       m.AdvanceState();
       finish(MsSince(t0));
+      FillBoundOutputs(false);
       return;
     }
     (*m.release)(m.replay_id);

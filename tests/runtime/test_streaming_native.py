@@ -368,6 +368,14 @@ def test_sequence_on_vulkan(host_runtime, models, compile_stateful, sequence, st
     assert runs["captured"] >= 1 and runs["replays"] >= STEPS, runs
     # the run recorded for replay is itself made of direct calls (no VM around the recording either)
     assert json.loads(timings.read_text())["executor"] == "direct calls"
+    # one input run 6 times (runs 3-6 replayed): the output buffer tvmgen-run binds holds the 6th step's output
+    np.save(tmp_path / "x5.npy", steps[5]["x"])
+    args = ("-i", f"x={tmp_path / 'x5.npy'}", "-o", tmp_path / "six", "--warmup", 0, "--repeat", 6)
+    proc = tvmgen_run(runtime, art, *args, env=log)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stderr.split("tvmgen-vulkan: commands ")[1].splitlines()[0])["recorded_runs"]["replays"] >= 3
+    six = reference(models["stream"], PAIRS, [steps[5]] * 6)
+    np.testing.assert_allclose(np.load(tmp_path / "six" / "y.npy"), six[-1][0], atol=1e-5, rtol=1e-5)
 
     rng = np.random.default_rng(5)
     swap_steps = [{"x": rng.standard_normal((1, 4)).astype(np.float32)} for _ in range(8)]
