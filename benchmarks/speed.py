@@ -11,8 +11,8 @@ reference runtime with that many threads, and times both round-robin (medians):
              the cores idle in between, the caches cool and the thread pools' workers go to sleep.
              tvmgen-run (the C++ runtime apps use through JNI) is timed too, back to back and with
              --pace-ms 1000/fps, in the same child, so every ratio comes from one run; and where a JDK
-             is there, the Java API itself (org.tvmgen.Model: setInput and run with direct buffers, the
-             outputs bound, as an app calls it; benchmarks/java/PacedRun.java) both ways in one JVM.
+             is there, the Java API itself (org.tvmgen.Model: run, its inputs and outputs direct buffers
+             bound once, as an app calls it; benchmarks/java/PacedRun.java) both ways in one JVM.
 The table: per model and thread count both engines' medians, tvmgen / reference, and each engine's
 contended / quiet (or paced / back-to-back) slowdown; then geometric means.
 
@@ -178,7 +178,7 @@ def compile_java(jar: Path, work: Path) -> str:
 def time_java(
     java: tuple[Path, str], artifact: Path, work: Path, threads: int, fps: float, runs: int, specs, inputs, ours, name
 ) -> dict:
-    """The Java API's median whole call (setInput + run, direct buffers, outputs bound) back to back and paced,
+    """The Java API's median whole call (run, inputs and outputs bound direct buffers) back to back and paced,
     in one JVM (PacedRun), with its outputs checked against HostModel.run's; or the error."""
     import numpy as np
 
@@ -206,7 +206,7 @@ def time_java(
 
 
 def time_tvmgen_run(runner: Path, artifact: Path, work: Path, threads: int, fps: float, runs: int) -> dict:
-    """tvmgen-run's median whole call (SetInput + Run, outputs bound) back to back and paced (--pace-ms), or
+    """tvmgen-run's median whole call (Run, inputs and outputs bound) back to back and paced (--pace-ms), or
     the error."""
     out = {}
     for phase, pace_ms in (("quiet", 0.0), ("paced", 1e3 / fps)):
@@ -508,8 +508,8 @@ def run(models: list[str], thread_counts: list[int], work: Path, args) -> None:
         print(
             f"tvmgen ({'/'.join(sorted(pool)) or '?'} thread pool, untuned) against onnxruntime / LiteRT, medians; "
             f"b2b: back to back; paced: a {1e3 / fps:.1f} ms sleep before each run ({fps:g} fps); "
-            "py: HostModel.run, run: tvmgen-run (SetInput + Run, outputs bound: Model::BindOutput), "
-            "jni: Java org.tvmgen.Model (setInput + run, direct buffers, outputs bound: bindOutput)"
+            "py: HostModel.run, run: tvmgen-run (Run, inputs and outputs bound: Model::BindInput / BindOutput), "
+            "jni: Java org.tvmgen.Model (run, direct buffers bound: bindInput / bindOutput)"
         )
         print(format_paced_table(rows))
     else:

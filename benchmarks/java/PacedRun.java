@@ -9,9 +9,9 @@ import org.tvmgen.TensorInfo;
 /**
  * benchmarks/speed.py --paced: the JNI path an app uses, {@code org.tvmgen.Model}, timed back to back and
  * paced (a sleep before each run, as between camera frames). A call is what an app does per frame:
- * {@code setInput} of every input from a direct-buffer {@link Tensor} and {@code run()}, which leaves every output
- * in a {@link Tensor} allocated and bound once ({@code bindOutput}: written in place by the kernels where they
- * can, else copied), timed whole with {@code System.nanoTime}.
+ * {@code run()}, which reads every input from a direct-buffer {@link Tensor} and leaves every output in one,
+ * each allocated and bound once ({@code bindInput}, {@code bindOutput}: read / written in place by the kernels
+ * where they can, else copied), timed whole with {@code System.nanoTime}.
  *
  * <p>Usage: {@code PacedRun ARTIFACT THREADS WARMUP RUNS PACED_RUNS PACE_MS OUT_PREFIX INPUT.bin...} (inputs:
  * raw little-endian bytes). Prints one JSON line: the medians in ms, the thread count asked for; writes
@@ -32,7 +32,8 @@ public final class PacedRun {
       Tensor[] in = new Tensor[nin];
       for (int k = 0; k < nin; ++k) {
         TensorInfo info = m.inputs().get(k);
-        in[k] = Tensor.allocate(info).copyFrom(Files.readAllBytes(Paths.get(a[7 + k])));
+        in[k] = m.allocateInput(k).copyFrom(Files.readAllBytes(Paths.get(a[7 + k])));
+        m.bindInput(k, in[k]);
       }
       Tensor[] out = new Tensor[nout];
       for (int k = 0; k < nout; ++k) {
@@ -40,11 +41,11 @@ public final class PacedRun {
         m.bindOutput(k, out[k]);
       }
       for (int r = 0; r < warmup; ++r) {
-        call(m, in);
+        call(m);
       }
       long[] b2b = new long[runs];
       for (int r = 0; r < runs; ++r) {
-        b2b[r] = call(m, in);
+        b2b[r] = call(m);
       }
       long[] paced = new long[pacedRuns];
       for (int r = 0; r < pacedRuns; ++r) {
@@ -52,7 +53,7 @@ public final class PacedRun {
         for (long left = paceNs; left > 0; left = until - System.nanoTime()) {
           LockSupport.parkNanos(left);  // Thread.sleep(ms, ns) rounds to whole milliseconds
         }
-        paced[r] = call(m, in);
+        paced[r] = call(m);
       }
       // the outputs of a first step: a streaming model starts its stream again, so they compare with
       // HostModel.run's first (a stateless model's are the same every run)
@@ -60,23 +61,24 @@ public final class PacedRun {
       for (int k = 0; k < nout; ++k) {
         inPlace.append(k == 0 ? "" : ", ").append(m.outputWrittenInPlace(k));
       }
+      StringBuilder readInPlace = new StringBuilder();
+      for (int k = 0; k < nin; ++k) {
+        readInPlace.append(k == 0 ? "" : ", ").append(m.inputReadInPlace(k));
+      }
       m.resetState();
-      call(m, in);
+      call(m);
       for (int k = 0; k < nout; ++k) {
         Files.write(Paths.get(prefix + "-out" + k + ".bin"), out[k].toByteArray());
       }
       System.out.println("{\"quiet\": " + medianMs(b2b) + ", \"paced\": " + medianMs(paced) + ", \"threads\": "
-          + threads + ", \"outputs_in_place\": [" + inPlace + "], \"java\": \"" + System.getProperty("java.version")
+          + threads + ", \"inputs_in_place\": [" + readInPlace + "], \"outputs_in_place\": [" + inPlace + "], \"java\": \"" + System.getProperty("java.version")
           + "\"}");
     }
   }
 
-  /** One frame's call: every input set, run (the outputs in their bound tensors); its duration in ns. */
-  private static long call(Model m, Tensor[] in) {
+  /** One frame's call: run, the inputs read from their bound tensors, the outputs left in theirs; in ns. */
+  private static long call(Model m) {
     long t0 = System.nanoTime();
-    for (int k = 0; k < in.length; ++k) {
-      m.setInput(k, in[k]);
-    }
     m.run();
     return System.nanoTime() - t0;
   }

@@ -132,7 +132,7 @@ class Calls {
   /*! \brief Forget the recorded calls (an argument tensor was replaced): the next run records them again. */
   void Forget() {
     calls_.clear();
-    outputs_.clear();
+    for (auto& slots : slots_) slots.clear();
     result_ = ffi::Any();
     recorded_ = false;
   }
@@ -188,47 +188,55 @@ class Calls {
     calls_ = std::move(calls);
     result_ = result;
     recorded_ = true;
-    // Each output that this run allocated and no builtin viewed: the places in the calls where it is an
-    // argument, where another buffer can take its place (Bind). A weight, an input or a constant main returns
-    // keeps its tensor; so does a tensor returned as two outputs.
+    // Each output that this run allocated and no builtin viewed, and each argument of main (an input) that no
+    // builtin viewed and main does not return: the places in the calls where it is an argument, where another
+    // buffer can take its place (Bind). A weight, an input or a constant main returns keeps its tensor as an
+    // output; so does a tensor returned as two outputs.
     std::vector<const void*> outs;
     if (auto tensor = result.try_cast<ffi::Tensor>()) {
       outs.push_back(Identity(result));
     } else if (auto tuple = result.try_cast<ffi::Array<ffi::Any>>()) {
       for (const ffi::Any& item : *tuple) outs.push_back(Identity(item));
     }
-    outputs_.assign(outs.size(), Output());
+    slots_[kOutput].assign(outs.size(), Slot());
     for (size_t k = 0; k < outs.size(); ++k) {
       const void* id = outs[k];
-      if (id == nullptr || !allocated.count(id) || viewed.count(id) || std::count(outs.begin(), outs.end(), id) > 1) {
-        continue;
+      if (id != nullptr && allocated.count(id) && !viewed.count(id) && std::count(outs.begin(), outs.end(), id) == 1) {
+        Find(id, &slots_[kOutput][k]);
       }
-      for (size_t i = 0; i < calls_.size(); ++i) {
-        for (size_t j = 0; j < calls_[i].values.size(); ++j) {
-          if (Identity(calls_[i].values[j]) == id) outputs_[k].places.emplace_back(i, j);
-        }
-      }
-      if (!outputs_[k].places.empty()) outputs_[k].recorded = calls_[outputs_[k].places[0].first].values[outputs_[k].places[0].second];
     }
-    for (size_t k = 0; k < targets_.size() && k < outputs_.size(); ++k) Place(k);
+    slots_[kArgument].assign(static_cast<size_t>(num_args), Slot());
+    for (int k = 0; k < num_args; ++k) {
+      const void* id = Identity(args[k]);
+      if (id != nullptr && !viewed.count(id) && std::find(outs.begin(), outs.end(), id) == outs.end()) {
+        Find(id, &slots_[kArgument][k]);
+      }
+    }
+    for (int kind : {kOutput, kArgument}) {
+      for (size_t k = 0; k < targets_[kind].size() && k < slots_[kind].size(); ++k) Place(kind, k);
+    }
     return result;
   }
 
+  // What Bind replaces: an output of main (the kernels write it) or an argument of main (they read it).
+  enum Kind { kOutput = 0, kArgument = 1 };
+
   /*!
-   * rief From the next replay on, the kernels write output `k` (of main's result) into `target` (a tensor of
-   * its shape and dtype, on the same device, aligned as the kernels assume) instead of the recorded tensor,
-   * which main's result still holds; an empty `target`: the recorded tensor again. Kept across a new recording.
+   * \brief From the next replay on, the kernels write output `k` (kOutput, of main's result) into `target`, or
+   * read argument `k` (kArgument) from it, instead of the recorded tensor (a tensor of its shape and dtype, on
+   * the same device, aligned as the kernels assume); main's result still holds the recorded tensors. An empty
+   * `target`: the recorded tensor again. Kept across a new recording.
    */
-  void Bind(size_t k, ffi::Optional<ffi::Tensor> target) {
-    if (targets_.size() <= k) targets_.resize(k + 1);
-    targets_[k] = std::move(target);
-    if (recorded_ && k < outputs_.size()) Place(k);
+  void Bind(Kind kind, size_t k, ffi::Optional<ffi::Tensor> target) {
+    if (targets_[kind].size() <= k) targets_[kind].resize(k + 1);
+    targets_[kind][k] = std::move(target);
+    if (recorded_ && k < slots_[kind].size()) Place(kind, k);
   }
 
-  /*! rief Whether a replay now writes output `k` into the tensor Bind gave (false before the first recording). */
-  bool WritesInto(size_t k) const {
-    return recorded_ && k < outputs_.size() && k < targets_.size() && targets_[k].has_value() &&
-           !outputs_[k].places.empty();
+  /*! \brief Whether a replay now uses Bind's tensor for output / argument `k` (false before the first recording). */
+  bool Uses(Kind kind, size_t k) const {
+    return recorded_ && k < slots_[kind].size() && k < targets_[kind].size() && targets_[kind][k].has_value() &&
+           !slots_[kind][k].places.empty();
   }
 
   /*! \brief A later run: the recorded kernel calls, in order. Returns what main returned when recorded. */
@@ -251,8 +259,8 @@ class Calls {
     std::vector<ffi::AnyView> views;  // what CallPacked takes: views of `values`
   };
 
-  // An output a kernel writes as it is: where it is an argument (call, argument), and the recorded tensor.
-  struct Output {
+  // A tensor another can replace: where it is an argument of the calls (call, argument), and the recorded tensor.
+  struct Slot {
     std::vector<std::pair<size_t, size_t>> places;
     ffi::Any recorded;
   };
@@ -263,11 +271,22 @@ class Calls {
   }
   static const void* Identity(const ffi::Any& v) { return Identity(ffi::AnyView(v)); }
 
-  // Output k's places given the bound tensor, or the recorded one back.
-  void Place(size_t k) {
-    Output& out = outputs_[k];
-    for (const auto& [i, j] : out.places) {
-      calls_[i].values[j] = targets_[k].has_value() ? ffi::Any(*targets_[k]) : out.recorded;
+  // The places of the object `id` in the calls, and its tensor.
+  void Find(const void* id, Slot* slot) const {
+    for (size_t i = 0; i < calls_.size(); ++i) {
+      for (size_t j = 0; j < calls_[i].values.size(); ++j) {
+        if (Identity(calls_[i].values[j]) == id) slot->places.emplace_back(i, j);
+      }
+    }
+    if (!slot->places.empty()) slot->recorded = calls_[slot->places[0].first].values[slot->places[0].second];
+  }
+
+  // Slot k's places given the bound tensor, or the recorded one back.
+  void Place(int kind, size_t k) {
+    const Slot& slot = slots_[kind][k];
+    const ffi::Optional<ffi::Tensor>& target = targets_[kind][k];
+    for (const auto& [i, j] : slot.places) {
+      calls_[i].values[j] = target.has_value() ? ffi::Any(*target) : slot.recorded;
       calls_[i].views[j] = calls_[i].values[j];
     }
   }
@@ -275,8 +294,8 @@ class Calls {
   std::string entry_;
   std::map<std::string, ffi::Function> kernels_;  // by name: the library's kernels main calls
   std::vector<Call> calls_;
-  std::vector<Output> outputs_;                      // by main's output, from the latest recording
-  std::vector<ffi::Optional<ffi::Tensor>> targets_;  // by main's output: Bind's
+  std::vector<Slot> slots_[2];                          // by Kind, then output / argument: the latest recording's
+  std::vector<ffi::Optional<ffi::Tensor>> targets_[2];  // by Kind, then output / argument: Bind's
   ffi::Any result_;
   bool recorded_ = false;
 };

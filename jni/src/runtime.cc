@@ -311,6 +311,24 @@ struct Model::Impl {
     bool filled = false, in_place = false;
   };
   std::vector<Bound> bound;
+  // BindInput's host bytes, by input; `in_place`: the latest Run's kernels read them where they are
+  struct BoundInput {
+    const void* data = nullptr;
+    bool in_place = false;
+  };
+  std::vector<BoundInput> bound_inputs;
+  // main's argument position of input `index` (inputs and held state in main's order, then the weights)
+  size_t ArgumentOf(size_t index) const {
+    std::vector<ffi::AnyView> args;
+    state.AppendArgs(input_tensors, &args);
+    for (size_t p = 0; p < args.size(); ++p) {
+      if (args[p].as<ffi::Object>() == ffi::AnyView(input_tensors[index]).as<ffi::Object>()) return p;
+    }
+    return args.size();
+  }
+  // A tensor on the caller's host bytes `data` for `t`, where the kernels may use it in place of the runtime's
+  // own (a CPU model without state, `data` aligned as the kernels assume their buffers: TVM's 64 bytes); else none.
+  ffi::Optional<ffi::Tensor> CallerTensor(const TensorInfo& t, const void* data) const;
   bool copied_in_since_run = false, copied_out_since_run = false;
   bool host_visible_inputs = false;
   int threads = 0;
@@ -681,6 +699,13 @@ void Model::SetInput(int index, const void* data, size_t nbytes) {
     m.copied_out_since_run = false;
   }
   auto t0 = Clock::now();
+  if (static_cast<size_t>(index) < m.bound_inputs.size() && m.bound_inputs[index].data != nullptr) {
+    // the bound bytes are the input: copied there (Run reads them, in place or into the input's tensor)
+    if (data != m.bound_inputs[index].data) std::memcpy(const_cast<void*>(m.bound_inputs[index].data), data, nbytes);
+    m.timings.copy_in_ms += MsSince(t0);
+    m.input_set[index] = true;
+    return;
+  }
   try {
     m.copy_from_bytes(m.input_tensors[index], const_cast<void*>(data), static_cast<int64_t>(nbytes));
   } catch (const ffi::Error& e) {
@@ -726,6 +751,9 @@ void Model::Run() {
   for (size_t i = 0; i < m.inputs.size(); ++i) {
     if (!m.input_set[i]) throw Error("input \"" + m.inputs[i].name + "\" was never set: call SetInput first");
   }
+  if (!m.copied_in_since_run) m.timings.copy_in_ms = 0;  // no SetInput since the last run: only bound inputs' copies
+  const bool replaying = m.use_direct && m.direct.recorded();  // (the first run as direct calls records them)
+  FillBoundInputs(replaying && m.replay_id == 0);
   std::vector<ffi::AnyView> args;
   m.state.AppendArgs(m.input_tensors, &args);
   for (const ffi::Tensor& t : m.params) args.emplace_back(t);
@@ -760,7 +788,6 @@ void Model::Run() {
                  (*m.capture_begin)().cast<bool>();
   ffi::Any ret;
   const bool direct = m.use_direct;
-  const bool replaying = direct && m.direct.recorded();  // (the first run as direct calls records them)
   if (direct) {
     try {
       ret = m.RunDirect(args);
@@ -810,6 +837,58 @@ void Model::Run() {
   FillBoundOutputs(replaying);
 }
 
+void Model::FillBoundInputs(bool replaying) {
+  Impl& m = *impl_;
+  auto t0 = Clock::now();
+  bool copied = false;
+  for (size_t k = 0; k < m.bound_inputs.size(); ++k) {
+    Impl::BoundInput& b = m.bound_inputs[k];
+    b.in_place = false;
+    if (b.data == nullptr) continue;
+    if (replaying && m.direct.Uses(direct::Calls::kArgument, m.ArgumentOf(k))) {
+      b.in_place = true;
+      continue;
+    }
+    try {
+      m.copy_from_bytes(m.input_tensors[k], const_cast<void*>(b.data), static_cast<int64_t>(m.inputs[k].nbytes));
+    } catch (const ffi::Error& e) {
+      throw Error("copying input \"" + m.inputs[k].name + "\" to " + m.device + " failed: " + e.what());
+    }
+    copied = true;
+  }
+  if (copied) m.timings.copy_in_ms += MsSince(t0);
+}
+
+void Model::BindInput(int index, const void* data, size_t nbytes) {
+  Impl& m = *impl_;
+  if (index < 0 || index >= static_cast<int>(m.inputs.size())) {
+    throw Error("input index " + std::to_string(index) + " is out of range: the model has " +
+                std::to_string(m.inputs.size()) + " inputs");
+  }
+  const TensorInfo& t = m.inputs[index];
+  if (data != nullptr && nbytes != t.nbytes) {
+    throw Error("input \"" + t.name + "\" (" + t.dtype + ") takes " + std::to_string(t.nbytes) + " bytes, " +
+                std::to_string(nbytes) + " were given");
+  }
+  m.bound_inputs.resize(m.inputs.size());
+  Impl::BoundInput& b = m.bound_inputs[index];
+  if (b.data != nullptr && data == nullptr) {  // unbound: the input's tensor holds the bytes bound until now
+    try {
+      m.copy_from_bytes(m.input_tensors[index], const_cast<void*>(b.data), static_cast<int64_t>(t.nbytes));
+    } catch (const ffi::Error& e) {
+      throw Error("copying input \"" + t.name + "\" to " + m.device + " failed: " + e.what());
+    }
+  }
+  b = Impl::BoundInput{data};
+  if (data != nullptr) m.input_set[index] = true;
+  m.direct.Bind(direct::Calls::kArgument, m.ArgumentOf(index), m.CallerTensor(t, data));
+}
+
+bool Model::InputReadInPlace(int index) const {
+  const Impl& m = *impl_;
+  return index >= 0 && static_cast<size_t>(index) < m.bound_inputs.size() && m.bound_inputs[index].in_place;
+}
+
 void Model::FillBoundOutputs(bool replayed) {
   Impl& m = *impl_;
   auto t0 = Clock::now();
@@ -819,7 +898,7 @@ void Model::FillBoundOutputs(bool replayed) {
     b.filled = b.in_place = false;
     if (b.data == nullptr) continue;
     const size_t pos = m.state.output_pos[k];
-    if (replayed && m.direct.WritesInto(pos)) {
+    if (replayed && m.direct.Uses(direct::Calls::kOutput, pos)) {
       b.filled = b.in_place = true;
       continue;
     }
@@ -855,15 +934,17 @@ void Model::BindOutput(int index, void* data, size_t nbytes) {
     std::memcpy(m.results[pos].data_ptr(), b.data, b.nbytes);
   }
   b = Impl::Bound{data, nbytes};
-  // the kernels assume their buffers 64-byte aligned (TVM's allocation alignment)
+  m.direct.Bind(direct::Calls::kOutput, pos, m.CallerTensor(t, data));
+}
+
+ffi::Optional<ffi::Tensor> Model::Impl::CallerTensor(const TensorInfo& t, const void* data) const {
   constexpr uintptr_t kAlignment = 64;
-  ffi::Optional<ffi::Tensor> target;
-  if (data != nullptr && m.dev.device_type == kDLCPU && m.state.infos().empty() &&
-      reinterpret_cast<uintptr_t>(data) % kAlignment == 0) {
-    target = ffi::Tensor::FromNDAlloc(CallerMemory(), ffi::ShapeView(t.shape.data(), t.shape.size()),
-                                      ffi::StringToDLDataType(t.dtype), m.dev, data);
+  if (data == nullptr || dev.device_type != kDLCPU || !state.infos().empty() ||
+      reinterpret_cast<uintptr_t>(data) % kAlignment != 0) {
+    return ffi::Optional<ffi::Tensor>();
   }
-  m.direct.Bind(pos, target);
+  return ffi::Tensor::FromNDAlloc(CallerMemory(), ffi::ShapeView(t.shape.data(), t.shape.size()),
+                                  ffi::StringToDLDataType(t.dtype), dev, const_cast<void*>(data));
 }
 
 bool Model::OutputWrittenInPlace(int index) const {

@@ -275,51 +275,86 @@ def test_large_outputs_are_written_into_new_arrays_of_the_callers(tmp_path_facto
         assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
 
 
-@pytest.mark.parametrize("name", ["two", "view", "constant"])
-def test_the_native_runtime_writes_bound_outputs_in_place(tmp_path_factory, tmp_path, compiled, host_runtime, name):
-    """Model::BindOutput, through tvmgen-run (which binds 64-byte aligned buffers): from the second run the
-    kernels write each output that is a buffer of the run's own straight into the caller's bytes (no copy
-    out), the others are copied there; every output equals the VM's bit for bit. --vm (no direct calls)
-    copies every output."""
+def input_view_model():
+    """A model whose input a builtin keeps a view of (a reshape of ``x`` that a product reads): the kernels read
+    the view, so the input stays the runtime's tensor, copied into."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 32])
+    shape = numpy_helper.from_array(np.array([32, 64], np.int64), "shape")
+    w = numpy_helper.from_array(np.random.default_rng(6).standard_normal((64, 512)).astype(np.float32) / 8, "w")
+    return onnx_model(
+        [helper.make_node("Reshape", ["x", "shape"], ["rows"]), helper.make_node("MatMul", ["rows", "w"], ["y"])],
+        [x],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 512])],
+        [shape, w],
+    )
+
+
+# per model: which inputs the kernels read from the caller's bound bytes, which outputs they write there
+IN_PLACE = {
+    "two": ([True], [True, True]),
+    "view": ([True], [False, True]),
+    "constant": ([True], [True, False]),
+    "input_view": ([False], [True]),
+}
+
+
+def bound_model(name: str, tmp_path_factory, compiled):
+    """(artifact, two frames of inputs, the VM's outputs for each) of a model of ``IN_PLACE``."""
+    model = input_view_model() if name == "input_view" else large_output_models()[name]
+    path = save_onnx(model, tmp_path_factory.mktemp("fresh") / f"{name}.onnx")
+    art = compiled(path, name=f"fresh_{name}")
+    frames_ = [random_inputs(HostModel(art).inputs, seed) for seed in (7, 8)]
+    vm = HostModel(art, direct_calls=False)
+    return art, frames_, [vm.run(f) for f in frames_]
+
+
+@pytest.mark.parametrize("name", list(IN_PLACE))
+def test_the_native_runtime_reads_and_writes_bound_buffers_in_place(
+    tmp_path_factory, tmp_path, compiled, host_runtime, name
+):
+    """Model::BindInput / BindOutput, through tvmgen-run (which binds 64-byte aligned buffers): from the second
+    run the kernels read each input no builtin keeps a view of from the caller's bytes, and write each output that
+    is a buffer of the run's own there (no copy in or out); the others are copied. Every output equals the VM's
+    bit for bit. --vm (no direct calls) copies everything."""
     import json
 
     from fixtures_runtime import run_native
 
-    path = save_onnx(large_output_models()[name], tmp_path_factory.mktemp("fresh") / f"{name}.onnx")
-    art = compiled(path, name=f"fresh_{name}")
-    frame = random_inputs(HostModel(art).inputs, 7)
-    want = HostModel(art, direct_calls=False).run(frame)
-    in_place = {"two": [True, True], "view": [False, True], "constant": [True, False]}[name]
-    for extra, expected in ((("--warmup", "1"), in_place), (("--vm",), [False] * len(in_place))):
+    art, (frame, _), (want, _) = bound_model(name, tmp_path_factory, compiled)
+    ins, outs = IN_PLACE[name]
+    for extra, expected in ((("--warmup", "1"), (ins, outs)), (("--vm",), ([False] * len(ins), [False] * len(outs)))):
         proc, got = run_native(host_runtime, art, frame, tmp_path, *extra, tag=extra[0][2:], repeat=3)
         assert proc.returncode == 0, proc.stderr
         said = json.loads(proc.stdout.strip().splitlines()[-1])
-        assert said["outputs_in_place"] == expected, (name, extra, said)
+        assert (said["inputs_in_place"], said["outputs_in_place"]) == expected, (name, extra, said)
         assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)), (name, extra)
 
 
-@pytest.mark.parametrize("name", ["two", "view", "constant"])
-def test_java_bound_outputs(tmp_path_factory, tmp_path, compiled, java_build, name):
-    """Model.bindOutput (tests/java/BindCheck.java): an aligned tensor from allocateOutput is written in place
-    from the second run where a kernel writes that output as a buffer of its own, else copied into; binding
-    another tensor leaves the latest run's outputs readable; a tensor off the 64-byte boundary is copied into;
-    unbound, getOutput copies as before. Every file equals the VM's output bit for bit."""
+@pytest.mark.parametrize("name", list(IN_PLACE))
+def test_java_bound_inputs_and_outputs(tmp_path_factory, tmp_path, compiled, java_build, name):
+    """Model.bindInput / bindOutput (tests/java/BindCheck.java): aligned tensors from allocateInput / allocateOutput
+    are read / written in place from the second run where the kernels can, else copied; a new frame written
+    into the bound input is what the next run reads; binding another output tensor leaves the latest run's
+    outputs readable; a tensor off the 64-byte boundary is copied into; unbound, the input keeps its last
+    bytes and setInput / getOutput copy as before. Every file equals the VM's output bit for bit."""
     import json
 
     from java_support import java
 
-    path = save_onnx(large_output_models()[name], tmp_path_factory.mktemp("fresh") / f"{name}.onnx")
-    art = compiled(path, name=f"fresh_{name}")
-    frame = random_inputs(HostModel(art).inputs, 7)
-    for k, v in frame.items():
-        v.astype("<f4").tofile(tmp_path / f"{k}.bin")
-    want = HostModel(art, direct_calls=False).run(frame)
+    art, frames_, wants = bound_model(name, tmp_path_factory, compiled)
+    for k, frame in enumerate(frames_, 1):
+        for name_, v in frame.items():
+            v.astype(v.dtype.newbyteorder("<")).tofile(tmp_path / f"{name_}.{k}.bin")
     p = java(java_build, "BindCheck", art, tmp_path, tmp_path / "out")
     assert p.returncode == 0, p.stdout + p.stderr
-    in_place = {"two": [True, True], "view": [False, True], "constant": [True, False]}[name]
-    none = [False] * len(in_place)
-    assert json.loads(p.stdout.strip().splitlines()[-1]) == {"runs": [none, in_place, none, none]}
-    for stage in ("bound", "rebound", "unaligned", "unbound"):
-        for k, w in enumerate(want):
+    ins, outs = IN_PLACE[name]
+    copied = ([False] * len(ins), [False] * len(outs))
+    unaligned = (ins, [False] * len(outs))
+    said = [tuple(r) for r in json.loads(p.stdout.strip().splitlines()[-1])["runs"]]
+    assert said == [copied, (ins, outs), (ins, outs), unaligned, copied, copied], said
+    for stage, want in (("bound", 0), ("frame2", 1), ("rebound", 1), ("unaligned", 1), ("unbound", 1), ("again", 0)):
+        for k, w in enumerate(wants[want]):
             got = np.fromfile(tmp_path / "out" / f"{stage}_{k}.bin", dtype=w.dtype).reshape(w.shape)
             assert np.array_equal(got, w), (name, stage, k)

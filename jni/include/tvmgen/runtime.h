@@ -216,6 +216,17 @@ class Model {
   void SetInput(int index, const void* data, size_t nbytes);
   void SetInput(const std::string& name, const void* data, size_t nbytes);
   /*!
+   * \brief Every later Run reads input `index` from the `nbytes` host bytes at `data` (the input's size, kept alive
+   * by the caller, who writes each frame there before Run); `data` nullptr: no longer (the input keeps the bytes
+   * bound until then). Where the model runs on the CPU as direct calls without state, `data` is 64-byte aligned
+   * and no builtin keeps a view of the input, the kernels read it there, with no copy, from the second Run on;
+   * otherwise Run copies it in first. SetInput on a bound input copies into `data`. InputReadInPlace says
+   * which the latest Run did.
+   */
+  void BindInput(int index, const void* data, size_t nbytes);
+  /*! \brief Whether the latest Run's kernels read input `index` straight from BindInput's bytes. */
+  bool InputReadInPlace(int index) const;
+  /*!
    * \brief Build the model's GPU kernels now (or load them from the kernel cache), so that the first Run()
    * compiles nothing: call it behind a splash screen, or once at install to fill the cache. Load starts
    * these builds in the background already; Prepare waits for them (a build error is thrown here).
@@ -269,6 +280,8 @@ class Model {
   Model();
   // Both Loads: `dir` is the artifact directory ("" for ArtifactData), whose files fill in `data`.
   static std::unique_ptr<Model> LoadArtifact(const std::string& dir, ArtifactData data, const LoadOptions& options);
+  // Before a run: BindInput's bytes copied into the inputs the kernels will not read there (`replaying`: direct calls)
+  void FillBoundInputs(bool replaying);
   // After a run: BindOutput's bytes given the outputs the kernels did not write there (`replayed`: direct calls replayed)
   void FillBoundOutputs(bool replayed);
   // `index` when it names an output, else Error

@@ -254,6 +254,24 @@ jboolean JNICALL OutputInPlace(JNIEnv* env, jclass, jlong handle, jint index) {
   });
 }
 
+void JNICALL BindInput(JNIEnv* env, jclass, jlong handle, jint index, jobject buffer, jint position, jint length) {
+  GuardVoid(env, [&] {
+    tvmgen::Model* m = ModelOf(handle);
+    if (buffer == nullptr) {
+      m->BindInput(index, nullptr, 0);
+      return;
+    }
+    const char* ptr = DirectRange(env, buffer, position, length, ("input " + std::to_string(index)).c_str());
+    m->BindInput(index, ptr, static_cast<size_t>(length));
+  });
+}
+
+jboolean JNICALL InputInPlace(JNIEnv* env, jclass, jlong handle, jint index) {
+  return Guard<jboolean>(env, JNI_FALSE, [&]() -> jboolean {
+    return ModelOf(handle)->InputReadInPlace(index) ? JNI_TRUE : JNI_FALSE;
+  });
+}
+
 jlong JNICALL DirectBufferAddress(JNIEnv* env, jclass, jobject buffer) {
   return Guard<jlong>(env, 0, [&]() -> jlong {
     return static_cast<jlong>(reinterpret_cast<intptr_t>(DirectRange(env, buffer, 0, 0, "the buffer")));
@@ -335,6 +353,8 @@ std::vector<JNINativeMethod> ModelNatives() {
       Native("modelGetOutputBuffer", "(JILjava/nio/ByteBuffer;II)V", GetOutputBuffer),
       Native("modelBindOutput", "(JILjava/nio/ByteBuffer;II)V", BindOutput),
       Native("modelOutputInPlace", "(JI)Z", OutputInPlace),
+      Native("modelBindInput", "(JILjava/nio/ByteBuffer;II)V", BindInput),
+      Native("modelInputInPlace", "(JI)Z", InputInPlace),
       Native("directBufferAddress", "(Ljava/nio/ByteBuffer;)J", DirectBufferAddress),
       Native("modelTimings", "(J)[D", TimingsOf),
       Native("modelProfile", "(JI)Ljava/lang/String;", ProfileOf),

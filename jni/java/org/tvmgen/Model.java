@@ -94,6 +94,7 @@ public final class Model extends NativeHandle {
     this.inputs = tensorInfos(handle, NativeLib.INPUTS);
     this.outputs = tensorInfos(handle, NativeLib.OUTPUTS);
     this.bound = new Tensor[outputs.size()];
+    this.boundInputs = new Tensor[inputs.size()];
     this.states = tensorInfos(handle, NativeLib.STATES);
   }
 
@@ -320,14 +321,16 @@ public final class Model extends NativeHandle {
   }
 
   /**
-   * A zero-filled direct buffer for input {@code index}, sized and ordered for it.
+   * A zero-filled direct buffer for input {@code index}, sized and ordered for it, starting at a
+   * 64-byte boundary as the model's own buffers do (so that {@link #bindInput(int, Tensor)} can
+   * have the kernels read it in place).
    *
    * @param index the input's index
    * @return a new tensor
    * @throws IndexOutOfBoundsException if there is no such input
    */
   public Tensor allocateInput(int index) {
-    return Tensor.allocate(inputs().get(index));
+    return aligned(inputs().get(index));
   }
 
   /**
@@ -351,7 +354,11 @@ public final class Model extends NativeHandle {
    * @throws IndexOutOfBoundsException if there is no such output
    */
   public Tensor allocateOutput(int index) {
-    TensorInfo info = outputs().get(index);
+    return aligned(outputs().get(index));
+  }
+
+  /** A zero-filled tensor for {@code info} whose memory starts at an {@link #ALIGNMENT} boundary. */
+  private static Tensor aligned(TensorInfo info) {
     if (info.byteSize() > Integer.MAX_VALUE - ALIGNMENT) {
       return Tensor.allocate(info);  // (throws: more than a ByteBuffer holds)
     }
@@ -545,6 +552,7 @@ public final class Model extends NativeHandle {
 
   private ExecutorService runExecutor;  // runAsync's thread, made on first use
   private Tensor[] bound;  // bindOutput's tensors, kept from the garbage collector while the runtime writes them
+  private Tensor[] boundInputs;  // bindInput's tensors, likewise
 
   private synchronized Executor runThread() {
     checkOpen();
@@ -651,6 +659,42 @@ public final class Model extends NativeHandle {
     if (index >= 0 && index < bound.length) {
       bound[index] = tensor;  // its memory is the native runtime's target from now on
     }
+  }
+
+  /**
+   * Every later {@link #run()} reads input {@code index} from {@code tensor}: write each frame into
+   * it, with no {@code setInput} call. Where the model runs on the CPU as direct calls without state,
+   * the tensor comes from {@link #allocateInput(int)} (64-byte aligned) and no builtin of the model
+   * keeps a view of that input, the kernels read it in place from the second run on; otherwise each
+   * run copies it in first. {@code setInput} on a bound input copies into the tensor. The model keeps
+   * the tensor until another is bound.
+   *
+   * @param index the input's index
+   * @param tensor a tensor of the input's size, or null: no longer bound (the input keeps its bytes)
+   * @throws TvmgenException if the index is out of range or the size differs
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized void bindInput(int index, Tensor tensor) {
+    long h = checkOpen();
+    if (tensor == null) {
+      NativeLib.modelBindInput(h, index, null, 0, 0);
+    } else {
+      NativeLib.modelBindInput(h, index, tensor.buffer(), 0, checkedSize(tensor));
+    }
+    if (index >= 0 && index < boundInputs.length) {
+      boundInputs[index] = tensor;  // its memory is read by the native runtime from now on
+    }
+  }
+
+  /**
+   * Whether the latest run's kernels read input {@code index} straight from the tensor bound to it.
+   *
+   * @param index the input's index
+   * @return true when read in place, false when copied or not bound
+   * @throws IllegalStateException if the model is closed
+   */
+  public synchronized boolean inputReadInPlace(int index) {
+    return NativeLib.modelInputInPlace(checkOpen(), index);
   }
 
   /**

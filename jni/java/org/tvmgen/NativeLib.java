@@ -153,6 +153,11 @@ final class NativeLib {
 
   static native boolean modelOutputInPlace(long model, int index);
 
+  /** {@code in} null: unbound. */
+  static native void modelBindInput(long model, int index, ByteBuffer in, int position, int length);
+
+  static native boolean modelInputInPlace(long model, int index);
+
   /** The address of a direct buffer's first byte. */
   static native long directBufferAddress(ByteBuffer buffer);
 
