@@ -150,16 +150,18 @@ class Calls {
     // Its return value 0 lets the call run.
     std::set<const void*> allocated;  // the tensors this run allocated (alloc_tensor): no weight, input or constant
     std::set<const void*> viewed;     // tensors given to a builtin that may make a view of them or of their storage
+    std::map<const void*, std::vector<ffi::Any>> reshaped;  // a tensor -> the reshape views made of it
     ffi::Function keep = ffi::Function::FromPacked([&](ffi::PackedArgs a, ffi::Any* rv) {
       *rv = static_cast<int64_t>(0);
       std::string name(a[1].cast<ffi::String>());
       if (!a[2].cast<bool>()) {
         if (name == "vm.builtin.alloc_tensor") allocated.insert(Identity(a[3]));
+        if (name == "vm.builtin.reshape" && a.size() > 4) reshaped[Identity(a[4])].emplace_back(a[3]);
         return;
       }
       if (RunsOnce(name)) {
-        // (a tuple of the outputs is main's result, not a view of them)
-        if (!OnlyLooks(name) && name != "vm.builtin.make_tuple") {
+        // (a tuple of the outputs is main's result, not a view of them; a reshape's views are kept in `reshaped`)
+        if (!OnlyLooks(name) && name != "vm.builtin.make_tuple" && name != "vm.builtin.reshape") {
           for (int i = 4; i < a.size(); ++i) viewed.insert(Identity(a[i]));
         }
         return;
@@ -201,16 +203,45 @@ class Calls {
     slots_[kOutput].assign(outs.size(), Slot());
     for (size_t k = 0; k < outs.size(); ++k) {
       const void* id = outs[k];
-      if (id != nullptr && allocated.count(id) && !viewed.count(id) && std::count(outs.begin(), outs.end(), id) == 1) {
+      if (id != nullptr && allocated.count(id) && !viewed.count(id) && !reshaped.count(id) &&
+          std::count(outs.begin(), outs.end(), id) == 1) {
         Find(id, &slots_[kOutput][k]);
       }
     }
+    // An argument's reshape views (a flattened or unsqueezed input, and views of those) move with it: each is
+    // given a view of the same shape on the bound bytes. One that main returns, or that another builtin views,
+    // keeps the argument's tensor.
     slots_[kArgument].assign(static_cast<size_t>(num_args), Slot());
     for (int k = 0; k < num_args; ++k) {
       const void* id = Identity(args[k]);
-      if (id != nullptr && !viewed.count(id) && std::find(outs.begin(), outs.end(), id) == outs.end()) {
-        Find(id, &slots_[kArgument][k]);
+      if (id == nullptr || viewed.count(id) || std::find(outs.begin(), outs.end(), id) != outs.end()) continue;
+      std::vector<ffi::Any> views;
+      bool movable = true;
+      for (std::vector<const void*> todo{id}; !todo.empty() && movable;) {
+        const void* t = todo.back();
+        todo.pop_back();
+        auto it = reshaped.find(t);
+        if (it == reshaped.end()) continue;
+        for (const ffi::Any& v : it->second) {
+          const void* vid = Identity(v);
+          auto view = v.try_cast<ffi::Tensor>();
+          movable = movable && view.has_value() && view->byte_offset() == 0 && !viewed.count(vid) &&
+                    std::find(outs.begin(), outs.end(), vid) == outs.end();
+          views.push_back(v);
+          todo.push_back(vid);
+        }
       }
+      if (!movable) continue;
+      Slot& slot = slots_[kArgument][k];
+      Find(id, &slot);
+      for (const ffi::Any& v : views) {
+        Slot view;
+        Find(Identity(v), &view);
+        if (view.places.empty()) continue;
+        view.recorded = v;
+        slot.views.push_back(std::move(view));
+      }
+      if (slot.places.empty() && !slot.views.empty()) slot.recorded = args[k];
     }
     for (int kind : {kOutput, kArgument}) {
       for (size_t k = 0; k < targets_[kind].size() && k < slots_[kind].size(); ++k) Place(kind, k);
@@ -236,7 +267,7 @@ class Calls {
   /*! \brief Whether a replay now uses Bind's tensor for output / argument `k` (false before the first recording). */
   bool Uses(Kind kind, size_t k) const {
     return recorded_ && k < slots_[kind].size() && k < targets_[kind].size() && targets_[kind][k].has_value() &&
-           !slots_[kind][k].places.empty();
+           (!slots_[kind][k].places.empty() || !slots_[kind][k].views.empty());
   }
 
   /*! \brief A later run: the recorded kernel calls, in order. Returns what main returned when recorded. */
@@ -263,6 +294,13 @@ class Calls {
   struct Slot {
     std::vector<std::pair<size_t, size_t>> places;
     ffi::Any recorded;
+    std::vector<Slot> views;  // an argument's reshape views: each given a view of the bound bytes
+  };
+
+  // A tensor on memory another tensor owns (a view of a bound buffer, which targets_ keeps).
+  struct Borrowed {
+    void AllocData(DLTensor* t, void* data) { t->data = data; }
+    void FreeData(DLTensor*) {}
   };
 
   // An object's identity (a tensor's, a shape's...), nullptr for a plain value.
@@ -281,12 +319,25 @@ class Calls {
     if (!slot->places.empty()) slot->recorded = calls_[slot->places[0].first].values[slot->places[0].second];
   }
 
-  // Slot k's places given the bound tensor, or the recorded one back.
+  // Slot k's places given the bound tensor, or the recorded one back; its views' places, views of either.
   void Place(int kind, size_t k) {
     const Slot& slot = slots_[kind][k];
     const ffi::Optional<ffi::Tensor>& target = targets_[kind][k];
+    Put(slot, target.has_value() ? ffi::Any(*target) : slot.recorded);
+    for (const Slot& view : slot.views) {
+      if (!target.has_value()) {
+        Put(view, view.recorded);
+        continue;
+      }
+      ffi::Tensor shaped = view.recorded.cast<ffi::Tensor>();
+      Put(view, ffi::Tensor::FromNDAlloc(Borrowed(), shaped.shape(), shaped.dtype(), target.value().device(),
+                                         target.value().data_ptr()));
+    }
+  }
+
+  void Put(const Slot& slot, const ffi::Any& value) {
     for (const auto& [i, j] : slot.places) {
-      calls_[i].values[j] = target.has_value() ? ffi::Any(*target) : slot.recorded;
+      calls_[i].values[j] = value;
       calls_[i].views[j] = calls_[i].values[j];
     }
   }

@@ -275,20 +275,33 @@ def test_large_outputs_are_written_into_new_arrays_of_the_callers(tmp_path_facto
         assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
 
 
-def input_view_model():
-    """A model whose input a builtin keeps a view of (a reshape of ``x`` that a product reads): the kernels read
-    the view, so the input stays the runtime's tensor, copied into."""
+def input_models():
+    """``input_view``: a builtin keeps a view of the input (a reshape of ``x`` that a product reads: an audio
+    model's unsqueeze, a flatten), which the kernels read, so the view moves with the input (a view of the same
+    shape on the bound bytes); ``input_returned``: main returns its input, which keeps the runtime's tensor and
+    is copied into."""
     from onnx import TensorProto, helper, numpy_helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 32])
     shape = numpy_helper.from_array(np.array([32, 64], np.int64), "shape")
     w = numpy_helper.from_array(np.random.default_rng(6).standard_normal((64, 512)).astype(np.float32) / 8, "w")
-    return onnx_model(
+    view = onnx_model(
         [helper.make_node("Reshape", ["x", "shape"], ["rows"]), helper.make_node("MatMul", ["rows", "w"], ["y"])],
         [x],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 512])],
         [shape, w],
     )
+    w2 = numpy_helper.from_array(np.random.default_rng(7).standard_normal((32, 512)).astype(np.float32) / 8, "w2")
+    returned = onnx_model(
+        [helper.make_node("Identity", ["x"], ["same"]), helper.make_node("MatMul", ["x", "w2"], ["y"])],
+        [x],
+        [
+            helper.make_tensor_value_info("same", TensorProto.FLOAT, [64, 32]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 512]),
+        ],
+        [w2],
+    )
+    return {"input_view": view, "input_returned": returned}
 
 
 # per model: which inputs the kernels read from the caller's bound bytes, which outputs they write there
@@ -296,13 +309,14 @@ IN_PLACE = {
     "two": ([True], [True, True]),
     "view": ([True], [False, True]),
     "constant": ([True], [True, False]),
-    "input_view": ([False], [True]),
+    "input_view": ([True], [True]),
+    "input_returned": ([False], [False, True]),
 }
 
 
 def bound_model(name: str, tmp_path_factory, compiled):
     """(artifact, two frames of inputs, the VM's outputs for each) of a model of ``IN_PLACE``."""
-    model = input_view_model() if name == "input_view" else large_output_models()[name]
+    model = input_models()[name] if name.startswith("input_") else large_output_models()[name]
     path = save_onnx(model, tmp_path_factory.mktemp("fresh") / f"{name}.onnx")
     art = compiled(path, name=f"fresh_{name}")
     frames_ = [random_inputs(HostModel(art).inputs, seed) for seed in (7, 8)]
