@@ -683,11 +683,7 @@ void Model::SetInput(const std::string& name, const void* data, size_t nbytes) {
 
 void Model::SetInput(int index, const void* data, size_t nbytes) {
   Impl& m = *impl_;
-  if (index < 0 || index >= static_cast<int>(m.inputs.size())) {
-    throw Error("input index " + std::to_string(index) + " is out of range: the model has " +
-                std::to_string(m.inputs.size()) + " inputs");
-  }
-  const TensorInfo& t = m.inputs[index];
+  const TensorInfo& t = m.inputs[CheckInputIndex(index)];
   if (nbytes != t.nbytes) {
     throw Error("input \"" + t.name + "\" (" + t.dtype + ") takes " + std::to_string(t.nbytes) +
                 " bytes, " + std::to_string(nbytes) + " were given");
@@ -861,11 +857,7 @@ void Model::FillBoundInputs(bool replaying) {
 
 void Model::BindInput(int index, const void* data, size_t nbytes) {
   Impl& m = *impl_;
-  if (index < 0 || index >= static_cast<int>(m.inputs.size())) {
-    throw Error("input index " + std::to_string(index) + " is out of range: the model has " +
-                std::to_string(m.inputs.size()) + " inputs");
-  }
-  const TensorInfo& t = m.inputs[index];
+  const TensorInfo& t = m.inputs[CheckInputIndex(index)];
   if (data != nullptr && nbytes != t.nbytes) {
     throw Error("input \"" + t.name + "\" (" + t.dtype + ") takes " + std::to_string(t.nbytes) + " bytes, " +
                 std::to_string(nbytes) + " were given");
@@ -951,6 +943,14 @@ bool Model::OutputWrittenInPlace(int index) const {
   const Impl& m = *impl_;
   size_t k = CheckOutputIndex(index);
   return k < m.bound.size() && m.bound[k].in_place;
+}
+
+size_t Model::CheckInputIndex(int index) const {
+  if (index < 0 || index >= static_cast<int>(impl_->inputs.size())) {
+    throw Error("input index " + std::to_string(index) + " is out of range: the model has " +
+                std::to_string(impl_->inputs.size()) + " inputs");
+  }
+  return static_cast<size_t>(index);
 }
 
 size_t Model::CheckOutputIndex(int index) const {

@@ -284,7 +284,8 @@ class Model {
   void FillBoundInputs(bool replaying);
   // After a run: BindOutput's bytes given the outputs the kernels did not write there (`replayed`: direct calls replayed)
   void FillBoundOutputs(bool replayed);
-  // `index` when it names an output, else Error
+  // `index` when it names an input / an output, else Error
+  size_t CheckInputIndex(int index) const;
   size_t CheckOutputIndex(int index) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -236,15 +236,21 @@ void JNICALL GetOutputBuffer(JNIEnv* env, jclass, jlong handle, jint index, jobj
   });
 }
 
+// Model::BindInput / BindOutput (`bind`) with a direct buffer's bytes, or unbound when `buffer` is null.
+template <typename Bind>
+void BindBuffer(JNIEnv* env, jobject buffer, jint position, jint length, const std::string& what, Bind bind) {
+  if (buffer == nullptr) {
+    bind(nullptr, 0);
+    return;
+  }
+  bind(DirectRange(env, buffer, position, length, what.c_str()), static_cast<size_t>(length));
+}
+
 void JNICALL BindOutput(JNIEnv* env, jclass, jlong handle, jint index, jobject buffer, jint position, jint length) {
   GuardVoid(env, [&] {
     tvmgen::Model* m = ModelOf(handle);
-    if (buffer == nullptr) {
-      m->BindOutput(index, nullptr, 0);
-      return;
-    }
-    char* ptr = DirectRange(env, buffer, position, length, ("output " + std::to_string(index)).c_str());
-    m->BindOutput(index, ptr, static_cast<size_t>(length));
+    BindBuffer(env, buffer, position, length, "output " + std::to_string(index),
+               [&](char* data, size_t nbytes) { m->BindOutput(index, data, nbytes); });
   });
 }
 
@@ -257,12 +263,8 @@ jboolean JNICALL OutputInPlace(JNIEnv* env, jclass, jlong handle, jint index) {
 void JNICALL BindInput(JNIEnv* env, jclass, jlong handle, jint index, jobject buffer, jint position, jint length) {
   GuardVoid(env, [&] {
     tvmgen::Model* m = ModelOf(handle);
-    if (buffer == nullptr) {
-      m->BindInput(index, nullptr, 0);
-      return;
-    }
-    const char* ptr = DirectRange(env, buffer, position, length, ("input " + std::to_string(index)).c_str());
-    m->BindInput(index, ptr, static_cast<size_t>(length));
+    BindBuffer(env, buffer, position, length, "input " + std::to_string(index),
+               [&](char* data, size_t nbytes) { m->BindInput(index, data, nbytes); });
   });
 }
 
