@@ -102,6 +102,13 @@ inline std::vector<std::string> ReadCalls(const std::string& text, const std::st
   return calls;
 }
 
+// An allocator for ffi::Tensor::FromNDAlloc that allocates nothing: the tensor is on memory its owner keeps (a
+// caller's bound buffer, or a view of one) and frees.
+struct OnMemory {
+  void AllocData(DLTensor* t, void* data) { t->data = data; }
+  void FreeData(DLTensor*) {}
+};
+
 class Calls {
  public:
   /*!
@@ -297,12 +304,6 @@ class Calls {
     std::vector<Slot> views;  // an argument's reshape views: each given a view of the bound bytes
   };
 
-  // A tensor on memory another tensor owns (a view of a bound buffer, which targets_ keeps).
-  struct Borrowed {
-    void AllocData(DLTensor* t, void* data) { t->data = data; }
-    void FreeData(DLTensor*) {}
-  };
-
   // An object's identity (a tensor's, a shape's...), nullptr for a plain value.
   static const void* Identity(const ffi::AnyView& v) {
     return v.type_index() >= ffi::TypeIndex::kTVMFFIStaticObjectBegin ? v.as<ffi::Object>() : nullptr;
@@ -330,7 +331,7 @@ class Calls {
         continue;
       }
       ffi::Tensor shaped = view.recorded.cast<ffi::Tensor>();
-      Put(view, ffi::Tensor::FromNDAlloc(Borrowed(), shaped.shape(), shaped.dtype(), target.value().device(),
+      Put(view, ffi::Tensor::FromNDAlloc(OnMemory(), shaped.shape(), shaped.dtype(), target.value().device(),
                                          target.value().data_ptr()));
     }
   }

@@ -307,16 +307,32 @@ struct Model::Impl {
   // BindOutput's host bytes, by output; `filled`: they hold the latest Run's output, `in_place`: written by a kernel
   struct Bound {
     void* data = nullptr;
-    size_t nbytes = 0;
     bool filled = false, in_place = false;
   };
   std::vector<Bound> bound;
-  // BindInput's host bytes, by input; `in_place`: the latest Run's kernels read them where they are
+  // BindInput's host bytes, by input: main's argument position of the input, `in_place`: the latest Run's kernels
+  // read the bytes where they are
   struct BoundInput {
     const void* data = nullptr;
+    size_t argument = 0;
     bool in_place = false;
   };
   std::vector<BoundInput> bound_inputs;
+  // Host bytes into input `k`'s tensor / from main's output `pos` (output `k`), errors naming the tensor
+  void CopyIn(size_t k, const void* data) {
+    try {
+      copy_from_bytes(input_tensors[k], const_cast<void*>(data), static_cast<int64_t>(inputs[k].nbytes));
+    } catch (const ffi::Error& e) {
+      throw Error("copying input \"" + inputs[k].name + "\" to " + device + " failed: " + e.what());
+    }
+  }
+  void CopyOut(size_t k, size_t pos, void* data) {
+    try {
+      copy_to_bytes(results[pos], data, static_cast<int64_t>(outputs[k].nbytes));
+    } catch (const ffi::Error& e) {
+      throw Error("copying output \"" + outputs[k].name + "\" from " + device + " failed: " + e.what());
+    }
+  }
   // main's argument position of input `index` (inputs and held state in main's order, then the weights)
   size_t ArgumentOf(size_t index) const {
     std::vector<ffi::AnyView> args;
@@ -698,14 +714,8 @@ void Model::SetInput(int index, const void* data, size_t nbytes) {
   if (static_cast<size_t>(index) < m.bound_inputs.size() && m.bound_inputs[index].data != nullptr) {
     // the bound bytes are the input: copied there (Run reads them, in place or into the input's tensor)
     if (data != m.bound_inputs[index].data) std::memcpy(const_cast<void*>(m.bound_inputs[index].data), data, nbytes);
-    m.timings.copy_in_ms += MsSince(t0);
-    m.input_set[index] = true;
-    return;
-  }
-  try {
-    m.copy_from_bytes(m.input_tensors[index], const_cast<void*>(data), static_cast<int64_t>(nbytes));
-  } catch (const ffi::Error& e) {
-    throw Error("copying input \"" + t.name + "\" to " + m.device + " failed: " + e.what());
+  } else {
+    m.CopyIn(index, data);
   }
   m.timings.copy_in_ms += MsSince(t0);
   m.input_set[index] = true;
@@ -753,13 +763,16 @@ void Model::Run() {
   std::vector<ffi::AnyView> args;
   m.state.AppendArgs(m.input_tensors, &args);
   for (const ffi::Tensor& t : m.params) args.emplace_back(t);
-  auto finish = [&m](double ms) {
+  // After either kind of run: its timings, then the bound outputs the kernels did not write given their bytes
+  // (`kernels_wrote`: the recorded direct calls ran, with the bound tensors in their arguments)
+  auto finish = [this, &m](double ms, bool kernels_wrote) {
     if (m.timings.runs == 0) m.timings.first_run_ms = ms;
     m.timings.run_ms = ms;
     m.timings.runs += 1;
     m.timings.copy_out_ms = 0;
     m.copied_in_since_run = false;
     m.copied_out_since_run = false;
+    FillBoundOutputs(kernels_wrote);
   };
   auto t0 = Clock::now();
   // Vulkan: the run recorded at the third run, submitted again (the same kernels on the same buffers:
@@ -773,8 +786,7 @@ void Model::Run() {
     }
     if (replayed) {
       m.AdvanceState();
-      finish(MsSince(t0));
-      FillBoundOutputs(false);
+      finish(MsSince(t0), false);
       return;
     }
     (*m.release)(m.replay_id);
@@ -829,8 +841,7 @@ void Model::Run() {
   }
   m.AdvanceState();
   m.HoldResults();
-  finish(MsSince(t0));
-  FillBoundOutputs(replaying);
+  finish(MsSince(t0), replaying);
 }
 
 void Model::FillBoundInputs(bool replaying) {
@@ -841,15 +852,11 @@ void Model::FillBoundInputs(bool replaying) {
     Impl::BoundInput& b = m.bound_inputs[k];
     b.in_place = false;
     if (b.data == nullptr) continue;
-    if (replaying && m.direct.Uses(direct::Calls::kArgument, m.ArgumentOf(k))) {
+    if (replaying && m.direct.Uses(direct::Calls::kArgument, b.argument)) {
       b.in_place = true;
       continue;
     }
-    try {
-      m.copy_from_bytes(m.input_tensors[k], const_cast<void*>(b.data), static_cast<int64_t>(m.inputs[k].nbytes));
-    } catch (const ffi::Error& e) {
-      throw Error("copying input \"" + m.inputs[k].name + "\" to " + m.device + " failed: " + e.what());
-    }
+    m.CopyIn(k, b.data);
     copied = true;
   }
   if (copied) m.timings.copy_in_ms += MsSince(t0);
@@ -864,16 +871,10 @@ void Model::BindInput(int index, const void* data, size_t nbytes) {
   }
   m.bound_inputs.resize(m.inputs.size());
   Impl::BoundInput& b = m.bound_inputs[index];
-  if (b.data != nullptr && data == nullptr) {  // unbound: the input's tensor holds the bytes bound until now
-    try {
-      m.copy_from_bytes(m.input_tensors[index], const_cast<void*>(b.data), static_cast<int64_t>(t.nbytes));
-    } catch (const ffi::Error& e) {
-      throw Error("copying input \"" + t.name + "\" to " + m.device + " failed: " + e.what());
-    }
-  }
-  b = Impl::BoundInput{data};
+  if (b.data != nullptr && data == nullptr) m.CopyIn(index, b.data);  // unbound: the tensor keeps the bytes bound
+  b = Impl::BoundInput{data, m.ArgumentOf(index)};
   if (data != nullptr) m.input_set[index] = true;
-  m.direct.Bind(direct::Calls::kArgument, m.ArgumentOf(index), m.CallerTensor(t, data));
+  m.direct.Bind(direct::Calls::kArgument, b.argument, m.CallerTensor(t, data));
 }
 
 bool Model::InputReadInPlace(int index) const {
@@ -894,23 +895,11 @@ void Model::FillBoundOutputs(bool replayed) {
       b.filled = b.in_place = true;
       continue;
     }
-    try {
-      m.copy_to_bytes(m.results[pos], b.data, static_cast<int64_t>(b.nbytes));
-    } catch (const ffi::Error& e) {
-      throw Error("copying output \"" + m.outputs[k].name + "\" from " + m.device + " failed: " + e.what());
-    }
+    m.CopyOut(k, pos, b.data);
     b.filled = copied = true;
   }
   if (copied) m.timings.copy_out_ms = MsSince(t0);
 }
-
-namespace {
-// A tensor on the caller's memory, which it keeps and frees.
-struct CallerMemory {
-  void AllocData(DLTensor* t, void* data) { t->data = data; }
-  void FreeData(DLTensor*) {}
-};
-}  // namespace
 
 void Model::BindOutput(int index, void* data, size_t nbytes) {
   Impl& m = *impl_;
@@ -923,9 +912,9 @@ void Model::BindOutput(int index, void* data, size_t nbytes) {
   Impl::Bound& b = m.bound[index];
   const size_t pos = m.state.output_pos[index];
   if (b.in_place) {  // the latest run's output is only there: back into its tensor, for GetOutput
-    std::memcpy(m.results[pos].data_ptr(), b.data, b.nbytes);
+    std::memcpy(m.results[pos].data_ptr(), b.data, t.nbytes);
   }
-  b = Impl::Bound{data, nbytes};
+  b = Impl::Bound{data};
   m.direct.Bind(direct::Calls::kOutput, pos, m.CallerTensor(t, data));
 }
 
@@ -935,7 +924,7 @@ ffi::Optional<ffi::Tensor> Model::Impl::CallerTensor(const TensorInfo& t, const 
       reinterpret_cast<uintptr_t>(data) % kAlignment != 0) {
     return ffi::Optional<ffi::Tensor>();
   }
-  return ffi::Tensor::FromNDAlloc(CallerMemory(), ffi::ShapeView(t.shape.data(), t.shape.size()),
+  return ffi::Tensor::FromNDAlloc(direct::OnMemory(), ffi::ShapeView(t.shape.data(), t.shape.size()),
                                   ffi::StringToDLDataType(t.dtype), dev, const_cast<void*>(data));
 }
 
@@ -973,13 +962,8 @@ void Model::GetOutput(int index, void* data, size_t nbytes) {
   auto t0 = Clock::now();
   if (static_cast<size_t>(index) < m.bound.size() && m.bound[index].filled) {  // the latest run's, in BindOutput's bytes
     if (data != m.bound[index].data) std::memcpy(data, m.bound[index].data, nbytes);
-    m.timings.copy_out_ms += MsSince(t0);
-    return;
-  }
-  try {
-    m.copy_to_bytes(m.results[m.state.output_pos[index]], data, static_cast<int64_t>(nbytes));
-  } catch (const ffi::Error& e) {
-    throw Error("copying output \"" + t.name + "\" from " + m.device + " failed: " + e.what());
+  } else {
+    m.CopyOut(index, m.state.output_pos[index], data);
   }
   m.timings.copy_out_ms += MsSince(t0);
 }
